@@ -1,0 +1,39 @@
+# Set-up, run and test. Every target goes through `setup`, which is idempotent and fast when done.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROTOS := $(shell find protos -name '*.proto')
+GEN_STAMP := protos/.generated
+
+.PHONY: setup run test soak bench clean-gen
+
+setup: $(STAMP) $(GEN_STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@# The generated stubs live under protos/ and are imported by their proto package names.
+	@echo "$(CURDIR)/protos" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pyrmq-protos.pth
+	@touch $(STAMP)
+
+$(GEN_STAMP): $(PROTOS) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=protos --pyi_out=protos --grpc_python_out=protos $(PROTOS)
+	@touch $(GEN_STAMP)
+
+run: setup
+	$(VENV)/bin/pyrmq up
+
+test: setup
+	$(PY) -m pytest -q -m "not slow"
+
+soak: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) bench/store_bench.py
+
+clean-gen:
+	find protos \( -name '*_pb2.py' -o -name '*_pb2_grpc.py' -o -name '*_pb2.pyi' \) -delete
+	rm -f $(GEN_STAMP)

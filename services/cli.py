@@ -1,0 +1,175 @@
+"""``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process.
+
+Services are rows of ``SERVICES``, started in table order (a later service may depend on an
+earlier one), each one only after the previous printed its ready line, and stopped in reverse
+order. Adding the broker, scheduler or transaction checker is adding a row.
+
+A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
+``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
+or SIGINT makes it stop cleanly and exit 0.
+
+``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
+a child exits on its own, ``up`` stops the others and exits non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("pyrmq")
+
+READY_TIMEOUT_S = 120.0     # recovery of a large store can take a while
+STOP_TIMEOUT_S = 30.0       # per child, after the signal; then it is killed
+# Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
+# interrupted), so the main loop wakes at least this often to look.
+POLL_INTERVAL_S = 0.2
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str                                        # "store"; ready line is "pyrmq-store ready ..."
+    module: str                                      # run as ``python -m module``
+    args: Callable[[argparse.Namespace], list[str]]  # command line from ``pyrmq up``'s options
+
+
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("store", "services.store", lambda ns: [
+        "--data-dir", str(ns.data_dir), "--host", ns.host, "--port", str(ns.store_port),
+        "--metrics-port", str(ns.metrics_port)]),
+)
+
+
+class Child:
+    """One running service: its process, and a thread reading its stdout for the ready line."""
+
+    def __init__(self, spec: ServiceSpec, args: list[str], wake: threading.Event) -> None:
+        self.spec = spec
+        self.ready_line: str | None = None
+        self.ready = threading.Event()
+        self._wake = wake
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", spec.module, *args], stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        prefix = f"pyrmq-{self.spec.name} ready"
+        for line in self.process.stdout:
+            if self.ready_line is None and line.startswith(prefix):
+                self.ready_line = line[len(prefix):].strip()
+                self.ready.set()
+                self._wake.set()
+            else:
+                sys.stderr.write(f"[{self.spec.name}] {line}")
+        self.process.wait()
+        self._wake.set()  # EOF: the child exited (or closed stdout, which it must not do)
+
+    def exited(self) -> bool:
+        return self.process.poll() is not None
+
+    def stop(self, signum: int) -> int:
+        """Signal the child, wait for it (kill it after STOP_TIMEOUT_S); its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.error("%s did not stop within %.0f s, killing it", self.spec.name, STOP_TIMEOUT_S)
+            self.process.kill()
+            return self.process.wait()
+
+
+def _stop_all(children: list[Child], signum: int) -> bool:
+    """Stop children in reverse start order; True if every one exited 0."""
+    clean = True
+    for child in reversed(children):
+        code = child.stop(signum)
+        if code != 0:
+            log.error("%s exited with code %d", child.spec.name, code)
+            clean = False
+    return clean
+
+
+def up(ns: argparse.Namespace) -> int:
+    ns.data_dir = ns.data_dir.resolve()
+    ns.data_dir.mkdir(parents=True, exist_ok=True)
+    wake = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    children: list[Child] = []
+    for spec in SERVICES:
+        child = Child(spec, spec.args(ns), wake)
+        children.append(child)
+        polls_left = int(READY_TIMEOUT_S / POLL_INTERVAL_S)
+        while not child.ready.is_set() and not received and not child.exited():
+            if polls_left == 0:
+                log.error("%s not ready within %.0f s", spec.name, READY_TIMEOUT_S)
+                _stop_all(children, signal.SIGTERM)
+                return 1
+            polls_left -= 1
+            wake.wait(POLL_INTERVAL_S)
+            wake.clear()
+        if received:
+            return 0 if _stop_all(children, received[0]) else 1
+        if not child.ready.is_set():
+            log.error("%s exited with code %s before it was ready", spec.name, child.process.wait())
+            _stop_all(children, signal.SIGTERM)
+            return 1
+
+    summary = " ".join(f"{c.spec.name} {c.ready_line}" for c in children)
+    print(f"pyrmq up: {summary} (client port {ns.port} is unused until the broker exists)", flush=True)
+
+    while not received:
+        wake.wait(POLL_INTERVAL_S)
+        wake.clear()
+        dead = [c for c in children if c.exited()]
+        if dead and not received:
+            for child in dead:
+                log.error("%s exited unexpectedly with code %d", child.spec.name, child.process.returncode)
+            _stop_all(children, signal.SIGTERM)
+            return 1
+    clean = _stop_all(children, received[0])
+    log.info("all services stopped")
+    return 0 if clean else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyrmq", description="pyrmq: a RocketMQ-compatible message broker.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    up_parser = commands.add_parser("up", help="run every pyrmq service until SIGINT/SIGTERM")
+    up_parser.add_argument("--data-dir", type=Path, default=Path("./data"),
+                           help="data directory shared by the services (default %(default)s)")
+    up_parser.add_argument("--port", type=int, default=8081,
+                           help="client (broker) port, for RocketMQ v2 gRPC clients; unused until the "
+                                "broker service exists (default %(default)s)")
+    up_parser.add_argument("--host", default="127.0.0.1", help="listen address of the services (default %(default)s)")
+    up_parser.add_argument("--store-port", type=int, default=10911,
+                           help="store gRPC port, 0 for any free one (default %(default)s)")
+    up_parser.add_argument("--metrics-port", type=int, default=9101,
+                           help="store Prometheus port on 127.0.0.1, 0 for any free one (default %(default)s)")
+    up_parser.set_defaults(run=up)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ns = build_parser().parse_args(argv)
+    return int(ns.run(ns))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

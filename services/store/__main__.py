@@ -1,0 +1,120 @@
+"""``python -m services.store``: command line -> StoreConfig -> FileStore -> gRPC server.
+
+Prints exactly one line on stdout, once the store has recovered and both the gRPC and the
+metrics endpoints accept connections (ports are the bound ones, so ``--port 0`` works)::
+
+    pyrmq-store ready grpc=127.0.0.1:10911 metrics=http://127.0.0.1:9101/metrics data=DIR/store
+
+Everything else goes to the log (stderr). SIGTERM or SIGINT stops the server (in-flight calls
+get a grace period), shuts the store down cleanly, and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from services.store.config import FlushMode, StoreConfig
+from services.store.metrics import MetricsHttpServer, StoreMetrics
+from services.store.rpc.server import build_server, stop_server
+from services.store.store import FileStore
+
+log = logging.getLogger("services.store")
+
+READY_PREFIX = "pyrmq-store ready"
+STOP_GRACE_S = 5.0
+SIGNAL_POLL_INTERVAL_S = 0.2
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m services.store", description="Run the pyrmq store service.")
+    parser.add_argument("--data-dir", type=Path, required=True,
+                        help="data directory; the store root is DATA_DIR/store")
+    parser.add_argument("--host", default="127.0.0.1", help="gRPC listen address (default %(default)s)")
+    parser.add_argument("--port", type=int, default=10911, help="gRPC port, 0 for any free one (default %(default)s)")
+    parser.add_argument("--metrics-port", type=int, default=9101,
+                        help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
+                             "(default %(default)s)")
+    parser.add_argument("--flush-mode", choices=[m.name for m in FlushMode], default=FlushMode.ASYNC.name,
+                        help="ASYNC: flush every interval; SYNC: a put returns after fdatasync (default %(default)s)")
+    parser.add_argument("--commitlog-file-size-bytes", type=int, default=None,
+                        help="CommitLog segment size (default 1 GiB)")
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> StoreConfig:
+    advertised_host = "127.0.0.1" if args.host in WILDCARD_HOSTS else args.host
+    optional = {}
+    if args.commitlog_file_size_bytes is not None:
+        optional["commitlog_file_size_bytes"] = args.commitlog_file_size_bytes
+    return StoreConfig(
+        store_root=args.data_dir.resolve() / "store", flush_mode=FlushMode[args.flush_mode],
+        store_host=f"[{advertised_host}]:{args.port}" if ":" in advertised_host else f"{advertised_host}:{args.port}",
+        **optional)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
+
+    # The handler only records the signal: taking a lock (Event.set, logging) inside a handler
+    # can deadlock the main thread it interrupted, so the main thread polls the list instead.
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    store = FileStore(config)
+    log.info("starting store at %s (flush %s)", config.store_root, config.flush_mode.name)
+    try:
+        store.start()
+    except Exception:
+        log.exception("store failed to start")
+        store.shutdown()
+        return 1
+    metrics = StoreMetrics(store, labels={"cluster": config.cluster_name, "node_id": config.broker_name,
+                                          "node_type": "store"})
+    metrics_http: MetricsHttpServer | None = None
+    server = None
+    try:
+        server, port = build_server(store, args.host, args.port, metrics=metrics)
+        if args.metrics_port >= 0:
+            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
+        server.start()
+        grpc_address = f"[{args.host}]:{port}" if ":" in args.host else f"{args.host}:{port}"
+        metrics_url = metrics_http.url if metrics_http else "off"
+        log.info("store serving gRPC on %s, metrics %s", grpc_address, metrics_url)
+        print(f"{READY_PREFIX} grpc={grpc_address} metrics={metrics_url} data={config.store_root}", flush=True)
+        idle = threading.Event()  # never set: an interruptible sleep
+        while not received:
+            idle.wait(SIGNAL_POLL_INTERVAL_S)
+        log.info("received %s, stopping", signal.Signals(received[0]).name)
+    except Exception:
+        log.exception("store service failed")
+        return 1
+    finally:
+        if server is not None:
+            stop_server(server, STOP_GRACE_S)
+            log.info("gRPC server stopped")
+        if metrics_http is not None:
+            metrics_http.close()
+        store.shutdown()
+        log.info("store shut down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Message properties string: ``name 0x01 value 0x02`` for each entry.
+
+| piece | bytes | meaning |
+|---|---|---|
+| name | UTF-8 | property name, no 0x01/0x02 |
+| NAME_VALUE_SEPARATOR | 1 (0x01) | between name and value |
+| value | UTF-8 | property value, no 0x01/0x02 |
+| PROPERTY_SEPARATOR | 1 (0x02) | after every value (so a non-empty string ends with 0x02) |
+
+An empty map encodes to the empty string. Decoding follows Java's ``string2messageProperties``:
+segments shorter than 3 characters, empty names and empty values are dropped, and a later
+duplicate overwrites an earlier one.
+"""
+from __future__ import annotations
+
+from services.store.format.java_compat import java_hashmap_order
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTIES_SIZE_MAX_BYTES = 32767  # int16 length on disk
+
+# Well-known property names (MessageConst), spelled exactly as RocketMQ writes them.
+KEYS = "KEYS"
+TAGS = "TAGS"
+WAIT_STORE_MSG_OK = "WAIT"
+DELAY_TIME_LEVEL = "DELAY"
+RETRY_TOPIC = "RETRY_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QUEUE_ID = "REAL_QID"
+TRANSACTION_PREPARED = "TRAN_MSG"
+PRODUCER_GROUP = "PGROUP"
+UNIQ_KEY = "UNIQ_KEY"
+CLUSTER = "CLUSTER"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+TRANSACTION_ID = "__transactionId__"
+TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_OUT_MS = "TIMER_OUT_MS"
+KEY_SEPARATOR = " "
+TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+
+
+class PropertiesError(ValueError):
+    """A property name or value cannot be encoded (contains a separator character)."""
+
+
+def encode_properties(properties: dict[str, str], java_order: bool = False) -> bytes:
+    """Encode ``properties``; with ``java_order`` in the order a Java broker writes them."""
+    if not properties:
+        return b""
+    keys = java_hashmap_order(list(properties)) if java_order else properties
+    parts = []
+    for name in keys:
+        value = properties[name]
+        if value is None or name.startswith(TRANSIENT_PREFIX):
+            continue
+        parts.append(f"{name}\x01{value}\x02")
+    text = "".join(parts)
+    return text.encode("utf-8")
+
+
+RESERVED_CRC_NAME = "__CRC32#"  # the whole-record CRC trailer; never a caller's property
+
+
+def check_properties(properties: dict[str, str]) -> None:
+    """Raise PropertiesError when a name or value holds a separator or a name is empty/reserved."""
+    for name, value in properties.items():
+        if not name or "\x01" in name or "\x02" in name or name == RESERVED_CRC_NAME:
+            raise PropertiesError(f"illegal property name {name!r}")
+        if value is not None and ("\x01" in value or "\x02" in value):
+            raise PropertiesError(f"illegal value for property {name!r}")
+
+
+def decode_properties(data: bytes | str) -> dict[str, str]:
+    """Decode a properties string exactly as Java's ``string2messageProperties`` does."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    if "\x01" in text and text.count("\x02") == text.count("\x01") and text.endswith("\x02"):
+        # Fast path for the well-formed common case; falls back for odd inputs.
+        for segment in text[:-1].split("\x02"):
+            name, sep, value = segment.partition("\x01")
+            if not sep or not name or not value or "\x01" in value:
+                return _decode_slow(text)
+            result[name] = value
+        return result
+    return _decode_slow(text)
+
+
+def _decode_slow(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    index = 0
+    length = len(text)
+    while index < length:
+        segment_end = text.find("\x02", index)
+        if segment_end < 0:
+            segment_end = length
+        if segment_end - index >= 3:
+            kv = text.find("\x01", index)
+            if index < kv < segment_end - 1:
+                result[text[index:kv]] = text[kv + 1:segment_end]
+        index = segment_end + 1
+    return result

@@ -1,0 +1,291 @@
+"""Fixed-size mapped files and the ordered queue of them (CommitLog, ConsumeQueue).
+
+A queue is a directory of files of one size, each named by the 20-digit start offset of the
+file in the queue's byte space. Offset ``o`` lives in file ``o - o % size`` at ``o % size``.
+
+Files are created sparse (``ftruncate``) and, optionally, warmed through the mapping: a file
+pre-filled with ``write()`` would make every later small flush write back a 2 MiB folio on
+this kernel. Flushing is ``os.fdatasync`` on the file's descriptor (it also writes back pages
+dirtied through the mapping, and unlike ``mmap.flush`` it releases the GIL).
+
+Write errors are sticky: after a failed write or fdatasync a file refuses every later write.
+
+Invariants (per file): 0 <= flushed_position <= wrote_position <= file_size.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE_BYTES = 4096
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One fixed-size file, mapped read-write. Appends go through the mapping."""
+
+    def __init__(self, path: Path, file_size: int, file_from_offset: int, warm: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = file_from_offset
+        created = not path.exists()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if created or os.fstat(self.fd).st_size == 0:
+                os.ftruncate(self.fd, file_size)
+                # Reserve the blocks now: a write through the mapping into a hole on a full
+                # disk would raise SIGBUS; here it fails cleanly with ENOSPC instead.
+                if hasattr(os, "posix_fallocate"):
+                    try:
+                        os.posix_fallocate(self.fd, 0, file_size)
+                    except OSError as exc:
+                        if exc.errno not in (95, 22):  # EOPNOTSUPP/EINVAL: no fallocate here
+                            os.close(self.fd)
+                            self.fd = -1
+                            path.unlink(missing_ok=True)
+                            raise
+            elif os.fstat(self.fd).st_size != file_size:
+                raise ValueError(f"{path}: size {os.fstat(self.fd).st_size} != configured {file_size}")
+            self.mm = mmap.mmap(self.fd, file_size)
+        except BaseException:
+            if self.fd >= 0:
+                os.close(self.fd)
+            raise
+        if created and warm:
+            # Touch one byte per page through the mapping (RocketMQ's warmMappedFile).
+            np.frombuffer(self.mm, dtype=np.uint8)[::PAGE_SIZE_BYTES] = 0
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.write_error: OSError | None = None
+        self.created = created
+
+    # -- positions -----------------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def set_positions(self, position: int) -> None:
+        self.wrote_position = position
+        self.flushed_position = position
+
+    # -- I/O ------------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        if self.write_error is not None:
+            raise self.write_error
+
+    def flush(self) -> int:
+        """fdatasync everything written so far; returns the new flushed position."""
+        target = self.wrote_position
+        if target <= self.flushed_position:
+            return self.flushed_position
+        try:
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            self.write_error = exc
+            raise
+        self.flushed_position = target
+        return target
+
+    def read(self, position: int, size: int) -> bytes:
+        return self.mm[position:position + size]
+
+    def zero(self, start: int, end: int) -> None:
+        """Overwrite [start, end) with zeros (used after truncating a torn tail)."""
+        if end > start:
+            self.mm[start:end] = bytes(end - start)
+
+    def close(self) -> None:
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                # A reader still holds a view of the mapping; it is released when the view dies.
+                log.warning("%s: mapping still referenced at close", self.path)
+            self.mm = None  # type: ignore[assignment]
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """The ordered files of one directory; finds, creates, flushes, truncates and deletes them.
+
+    Appends and truncation are serialised by the owner (CommitLog put lock, reput thread);
+    readers may look files up concurrently (the list is replaced, never mutated in place).
+    """
+
+    def __init__(self, directory: Path, file_size: int, warm: bool = False) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.warm = warm
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+
+    def load(self) -> None:
+        """Map every file in the directory (all treated as full until recovery sets positions)."""
+        if not self.directory.exists():
+            return
+        names = sorted(p.name for p in self.directory.iterdir() if p.is_file() and p.name.isdigit())
+        files = []
+        for i, name in enumerate(names):
+            path = self.directory / name
+            size = path.stat().st_size
+            if size == 0 and i == len(names) - 1:
+                log.warning("deleting empty last file %s", path)
+                path.unlink()
+                continue
+            if size != self.file_size:
+                raise ValueError(f"{path}: length {size} != configured file size {self.file_size}")
+            mf = MappedFile(path, self.file_size, int(name))
+            mf.set_positions(self.file_size)
+            files.append(mf)
+        self.files = files
+        if files:
+            self.flushed_where = files[0].file_from_offset
+
+    # -- lookup ---------------------------------------------------------------------------
+    @property
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data (next append offset)."""
+        files = self.files
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    def find_by_offset(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        index = (offset - files[0].file_from_offset) // self.file_size
+        if 0 <= index < len(files):
+            mf = files[index]
+            if mf.file_from_offset <= offset < mf.file_end_offset:
+                return mf
+        return None
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create the file starting at ``start_offset`` and append it to the queue."""
+        assert start_offset % self.file_size == 0, start_offset
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mf = MappedFile(self.directory / offset_to_file_name(start_offset), self.file_size,
+                        start_offset, warm=self.warm)
+        fsync_dir(self.directory)  # the new name must survive a crash before any ack
+        if not self.files:
+            self.flushed_where = start_offset
+        self.files = self.files + [mf]
+        return mf
+
+    def last_file_for_append(self) -> MappedFile:
+        """The file new data goes to, created (or rolled) as needed."""
+        last = self.last_file
+        if last is None:
+            return self.create_file(0)
+        if last.is_full:
+            return self.create_file(last.file_end_offset)
+        return last
+
+    # -- flush ----------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush from ``flushed_where``; returns True when something was flushed.
+
+        With ``least_pages`` > 0 only flush when that many whole pages are dirty (or the
+        file is full), like RocketMQ's flushLeastPages.
+        """
+        flushed_any = False
+        while True:
+            mf = self.find_by_offset(self.flushed_where)
+            if mf is None:
+                return flushed_any
+            if least_pages > 0 and not mf.is_full:
+                dirty_pages = mf.wrote_position // PAGE_SIZE_BYTES - mf.flushed_position // PAGE_SIZE_BYTES
+                if dirty_pages < least_pages:
+                    return flushed_any
+            before = mf.flushed_position
+            position = mf.flush()
+            flushed_any = flushed_any or position > before
+            self.flushed_where = mf.file_from_offset + position
+            if not mf.is_full or mf is self.last_file:
+                return flushed_any
+
+    def flush_behind_bytes(self) -> int:
+        return max(0, self.max_offset - self.flushed_where)
+
+    # -- truncation and deletion ------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at or after ``offset`` (bytes in the kept file are not zeroed)."""
+        kept = []
+        for mf in self.files:
+            if mf.file_end_offset <= offset:
+                kept.append(mf)
+            elif mf.file_from_offset <= offset:
+                mf.set_positions(offset - mf.file_from_offset)
+                kept.append(mf)
+            else:
+                mf.destroy()
+        self.files = kept
+        self.flushed_where = min(self.flushed_where, offset) if kept else 0
+
+    def delete_first_files(self, count: int) -> list[MappedFile]:
+        """Remove the ``count`` oldest files (never the last one); returns them destroyed."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        doomed, self.files = self.files[:count], self.files[count:]
+        for mf in doomed:
+            mf.destroy()
+        return doomed
+
+    def total_size_bytes(self) -> int:
+        return len(self.files) * self.file_size
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass

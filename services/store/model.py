@@ -1,0 +1,112 @@
+"""Results and requests of the store core (no gRPC here).
+
+Statuses are enums named as RocketMQ names them (PutMessageStatus, GetMessageStatus): expected
+outcomes are values, not exceptions, on the hot path.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from services.store.format.commitlog_format import MessageRecord
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"          # SYNC flush did not cover it in time
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"    # store shutting down / not writable / disk full
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"                # body or record too large, bad fields
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    TOPIC_ILLEGAL = "TOPIC_ILLEGAL"                    # bad characters, too long, reserved
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"                # unknown topic and auto-create is off
+    QUEUE_ID_ILLEGAL = "QUEUE_ID_ILLEGAL"              # outside the topic's write queues
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"                    # I/O error: the write did not land
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutStatus
+    phy_offset: int = -1
+    wrote_bytes: int = 0
+    queue_offset: int = -1
+    store_timestamp_ms: int = 0
+    offset_msg_id: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"          # units read, none passed the tag filter
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"      # CommitLog data already deleted
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"    # offset > max
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"        # offset == max: caught up
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"              # offset < min
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such topic/queue
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"        # queue exists but max == 0
+
+
+@dataclass(slots=True)
+class GetResult:
+    """Messages are kept as raw CommitLog records; ``messages`` decodes them on each access."""
+
+    status: GetStatus
+    raw_messages: list[bytes] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+    @property
+    def messages(self) -> list[MessageRecord]:
+        from services.store.format.commitlog_format import decode_record
+        return [decode_record(raw, 0, len(raw), check_crc=False) for raw in self.raw_messages]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """What reput hands to each dispatcher for one CommitLog record."""
+
+    topic: str
+    queue_id: int
+    phy_offset: int
+    size: int
+    tags_code: int
+    store_timestamp_ms: int
+    queue_offset: int
+    keys: str            # raw KEYS property ("" if none), space separated
+    uniq_key: str        # UNIQ_KEY ("" if none)
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """Announced to listeners after dispatch: new messages are readable in a queue."""
+
+    topic: str
+    queue_id: int
+    max_offset: int          # next queue offset (exclusive end)
+    store_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    put_messages_total: int
+    put_bytes_total: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    flushed_offset: int
+    confirm_offset: int
+    reput_from_offset: int
+    dispatch_behind_bytes: int
+    flush_behind_bytes: int
+    storage_size_bytes: int
+    topic_count: int
+    group_count: int
+    flush_mode: str

@@ -1,0 +1,176 @@
+"""Start-up recovery: find the end of valid CommitLog data and make the caches agree with it.
+
+1. ConsumeQueues are recovered on their own (truncated after their last valid unit).
+2. The CommitLog is validated record by record (CRC, length arithmetic, and the record's own
+   phy_offset field) from ``scan_from = min(dispatched, flushed)`` of the checkpoint's pyrmq
+   block (or, without a valid block, from the ConsumeQueues' max phy offset after a clean
+   stop and from the first segment after a crash).
+3. At the first record that fails, look for any valid record after it:
+   - none: a torn tail (or the clean end): truncate there;
+   - some, and the failure lies beyond the flushed offset: an unflushed tail written back
+     out of order by a power loss: truncate there and zero what follows (ASYNC's promise);
+   - some, below the flushed offset: damaged durable data. Refuse to start with an error
+     naming the offsets, unless ``allow_truncate_corrupt`` is set.
+4. ConsumeQueues and the IndexFile are truncated to the new end; reput restarts at
+   ``min(dispatched, end)`` and re-dispatches the rest (dispatch is idempotent).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from services.store.commitlog import CommitLog
+from services.store.config import StoreConfig
+from services.store.format.checkpoint_format import Checkpoint
+from services.store.format.commitlog_format import (
+    MAGIC_V1_BYTES, MAGIC_V2_BYTES, CorruptRecord, validate_record)
+from services.store.consume_queue import ConsumeQueueStore
+
+log = logging.getLogger(__name__)
+
+
+class CommitLogCorruptError(RuntimeError):
+    """Damaged CommitLog data with valid records after it: the store will not start."""
+
+    def __init__(self, phy_offset: int, next_valid_offset: int, reason: str) -> None:
+        super().__init__(
+            f"CommitLog damaged at phy_offset {phy_offset} ({reason}), yet a valid record follows at "
+            f"phy_offset {next_valid_offset}: refusing to truncate acknowledged data. Inspect the "
+            f"segment, or start with allow_truncate_corrupt to drop everything from {phy_offset}.")
+        self.phy_offset = phy_offset
+        self.next_valid_offset = next_valid_offset
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    process_offset: int        # end of valid CommitLog data
+    reput_from_offset: int     # where dispatch restarts
+    scanned_bytes: int
+    truncated_tail: bool       # bytes after the end were dropped
+    confirm_offset: int        # start of the last valid record
+
+
+def scan_start(commitlog: CommitLog, cq_store: ConsumeQueueStore, cp: Checkpoint,
+               abnormal: bool) -> tuple[int, int]:
+    """(scan_from, dispatch_from), both record boundaries within the CommitLog."""
+    lo, hi = commitlog.min_offset, commitlog.mfq.files[-1].file_end_offset
+    if cp.dispatched_phy_offset >= 0 and cp.flushed_phy_offset >= 0:
+        dispatch_from = cp.dispatched_phy_offset
+        scan_from = min(cp.dispatched_phy_offset, cp.flushed_phy_offset)
+    elif abnormal:
+        dispatch_from = scan_from = lo
+    else:
+        dispatch_from = scan_from = max(cq_store.max_physic_offset(), lo)
+    clamp = lambda v: min(max(v, lo), hi)  # noqa: E731
+    return clamp(scan_from), clamp(dispatch_from)
+
+
+def find_valid_record_after(commitlog: CommitLog, offset: int, check_crc: bool,
+                            require_prop_crc: bool = False) -> int:
+    """phy_offset of the first valid record after ``offset``, or -1."""
+    for mf in commitlog.mfq.files:
+        if mf.file_end_offset <= offset:
+            continue
+        start = max(offset + 1 - mf.file_from_offset, 0)
+        with memoryview(mf.mm) as view:
+            for magic in _candidates(mf.mm, start):
+                pos = magic - 4
+                try:
+                    if validate_record(view, pos, mf.file_size, mf.file_from_offset + pos, check_crc,
+                                       require_prop_crc) > 0:
+                        return mf.file_from_offset + pos
+                except CorruptRecord:
+                    continue
+    return -1
+
+
+def _candidates(mm, start: int):
+    """Positions of either magic at or after ``start + 4`` in ascending order."""
+    p = start + 4
+    while True:
+        a = mm.find(MAGIC_V1_BYTES, p)
+        b = mm.find(MAGIC_V2_BYTES, p)
+        hits = [h for h in (a, b) if h >= 0]
+        if not hits:
+            return
+        h = min(hits)
+        yield h
+        p = h + 1
+
+
+def scan_commitlog(commitlog: CommitLog, start: int, check_crc: bool,
+                   require_prop_crc: bool = False) -> tuple[int, int, CorruptRecord | None]:
+    """Validate from ``start``; returns (end of valid data, start of last valid record, failure)."""
+    offset = start
+    last_valid = -1
+    file_size = commitlog.config.commitlog_file_size_bytes
+    for mf in commitlog.mfq.files:
+        if mf.file_end_offset <= offset:
+            continue
+        pos = offset - mf.file_from_offset
+        with memoryview(mf.mm) as view:
+            while pos < file_size:
+                try:
+                    size = validate_record(view, pos, file_size, mf.file_from_offset + pos, check_crc,
+                                           require_prop_crc)
+                except CorruptRecord as exc:
+                    return mf.file_from_offset + pos, last_valid, exc
+                if size == 0:  # blank: the rest of this segment is unused
+                    pos = file_size
+                    break
+                last_valid = mf.file_from_offset + pos
+                pos += size
+        offset = mf.file_end_offset
+    return offset, last_valid, None
+
+
+def recover(config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueStore, index_service,
+            cp: Checkpoint, abnormal: bool) -> RecoveryResult:
+    files = commitlog.mfq.files
+    if not files:
+        cq_store.truncate_dirty(0)
+        if index_service is not None:
+            index_service.truncate(0)
+        return RecoveryResult(0, 0, 0, False, 0)
+    scan_from, dispatch_from = scan_start(commitlog, cq_store, cp, abnormal)
+    # With the CRC trailer on, every record we wrote has one: one without it is torn.
+    require = config.append_prop_crc and config.check_crc_on_recover
+    end, last_valid, failure = scan_commitlog(commitlog, scan_from, config.check_crc_on_recover, require)
+    truncated = False
+    if failure is not None:
+        mf = commitlog.mfq.find_by_offset(end)
+        # Zeros at the end are the clean end of data; anything else is a torn or damaged record.
+        truncated = mf is not None and any(mf.read(end - mf.file_from_offset, 8))
+        following = find_valid_record_after(commitlog, end, config.check_crc_on_recover, require)
+        if following >= 0:
+            flushed = cp.flushed_phy_offset
+            if flushed >= 0 and end >= flushed:
+                log.warning("unflushed CommitLog tail damaged at %d (%s); dropping it and what follows",
+                            end, failure.reason)
+            elif config.allow_truncate_corrupt:
+                log.error("CommitLog damaged at %d (%s) with valid data at %d; truncating as allowed",
+                          end, failure.reason, following)
+            else:
+                raise CommitLogCorruptError(end, following, failure.reason)
+            if mf is not None:  # no stale record may ever be mistaken for new data
+                mf.zero(end - mf.file_from_offset, mf.file_size)
+            truncated = True
+        if truncated:
+            log.warning("CommitLog torn at phy_offset %d (%s): truncated there", end, failure.reason)
+    commitlog.mfq.truncate_dirty_files(end)
+    # Everything up to the end is made durable before new appends (the tail may only have been
+    # in the page cache of the process that crashed).
+    for mf in commitlog.mfq.files:
+        if mf.file_end_offset > scan_from:
+            mf.flushed_position = min(mf.flushed_position, max(scan_from - mf.file_from_offset, 0))
+    commitlog.mfq.flushed_where = min(scan_from, end)
+    commitlog.flush(0)
+    commitlog.confirm_offset = max(last_valid, 0)
+    cq_store.truncate_dirty(end)
+    reput_from = min(dispatch_from, end)
+    if index_service is not None:
+        reput_from = min(reput_from, index_service.truncate(end))
+    cq_store.correct_min_offsets(commitlog.min_offset)
+    return RecoveryResult(end, max(reput_from, commitlog.min_offset), end - scan_from, truncated,
+                          commitlog.confirm_offset)

@@ -1,0 +1,145 @@
+"""Reput: tail the CommitLog and hand each record to the dispatchers.
+
+``ReputService.run_once()`` dispatches everything between ``reput_from_offset`` and the
+CommitLog's max offset, in batches: each dispatcher gets a list of DispatchRequests, then the
+arrival listeners get one Arrival per queue that grew. The thread sleeps on a condition that
+``notify_append()`` signals after each put, so it never polls.
+
+Invariant: ``commitlog.min_offset <= reput_from_offset <= commitlog.max_offset`` and
+reput_from_offset is always a record (or blank record, or file) boundary.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Protocol
+
+from services.store.commitlog import CommitLog
+from services.store.model import Arrival, DispatchRequest
+
+log = logging.getLogger(__name__)
+
+DISPATCH_BATCH_MAX = 4096
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, requests: list[DispatchRequest]) -> None: ...
+
+
+class ReputService:
+    def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher],
+                 listeners: list[Callable[[list[Arrival]], None]],
+                 queue_max_offset: Callable[[str, int], int]) -> None:
+        self.commitlog = commitlog
+        self.dispatchers = dispatchers
+        self.listeners = listeners
+        self.queue_max_offset = queue_max_offset
+        self.reput_from_offset = 0
+        self.dispatch_lock = threading.Lock()  # held while dispatching; retention takes it too
+        self._cond = threading.Condition()
+        self._pending = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return max(0, self.commitlog.max_offset - self.reput_from_offset)
+
+    def notify_append(self) -> None:
+        with self._cond:
+            self._pending = True
+            self._cond.notify()
+
+    def _next_batch(self, end: int) -> list[DispatchRequest]:
+        """Collect up to DISPATCH_BATCH_MAX requests from reput_from_offset (advancing it)."""
+        commitlog = self.commitlog
+        backlog = commitlog.dispatch_backlog
+        batch: list[DispatchRequest] = []
+        offset = self.reput_from_offset
+        while offset < end and len(batch) < DISPATCH_BATCH_MAX:
+            while backlog and backlog[0].phy_offset < offset:
+                backlog.popleft()  # recorded before a restart of reput from an earlier point
+            if backlog and backlog[0].phy_offset == offset:
+                req = backlog.popleft()
+                batch.append(req)
+                offset += req.size
+                continue
+            req, size = commitlog.dispatch_request_at(offset)
+            if req is not None:
+                batch.append(req)
+                offset += size
+            elif size == 0:
+                offset = commitlog.roll_next_file(offset)  # blank record: next segment
+            elif size > 0:
+                log.error("skipping %d bytes of a malformed record at phy_offset %d", size, offset)
+                offset += size
+            else:
+                break  # no valid record yet (should not happen below max_offset)
+        self.reput_from_offset = offset
+        return batch
+
+    def run_once(self) -> int:
+        """Dispatch everything available now; returns the number of records dispatched."""
+        total = 0
+        while True:
+            end = self.commitlog.max_offset
+            if self.reput_from_offset >= end:
+                return total
+            before = self.reput_from_offset
+            batch = self._next_batch(end)
+            if batch:
+                with self.dispatch_lock:
+                    for dispatcher in self.dispatchers:
+                        dispatcher.dispatch(batch)
+                self._announce(batch)
+                total += len(batch)
+            elif self.reput_from_offset == before:
+                return total
+
+    def _announce(self, batch: list[DispatchRequest]) -> None:
+        if not self.listeners:
+            return
+        last: dict[tuple[str, int], int] = {}
+        for req in batch:
+            if req.sys_flag & 0xC in (0x0, 0x8):
+                last[(req.topic, req.queue_id)] = req.store_timestamp_ms
+        arrivals = [Arrival(t, q, self.queue_max_offset(t, q), ts) for (t, q), ts in last.items()]
+        for listener in list(self.listeners):
+            try:
+                listener(arrivals)
+            except Exception:  # a listener must never stop dispatch
+                log.exception("arrival listener failed")
+
+    # -- thread ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reput", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait(1.0)
+                    if self.commitlog.max_offset > self.reput_from_offset:
+                        break
+                if self._stopped:
+                    return
+                self._pending = False
+            try:
+                self.run_once()
+            except BaseException as exc:  # keep the error visible; the store reports it
+                self.error = exc
+                log.exception("reput failed at phy_offset %d", self.reput_from_offset)
+                return
+
+    def halt(self) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -1,0 +1,177 @@
+"""Protobuf <-> core model conversions for the Store service. No logic, no I/O.
+
+Status enums convert by member name: the proto's ``PutStatus``/``GetStatus`` mirror the
+model's, and the import-time assertions below fail the process if the two ever drift apart.
+
+Input that cannot be converted (a malformed host string, a missing config) raises
+``ValueError``, which ``rpc.status`` turns into INVALID_ARGUMENT.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pyrmq.store.v1 import store_pb2 as pb
+
+from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.store.metadata import SubscriptionGroupConfig, TopicConfig
+from services.store.model import Arrival, GetResult, GetStatus, PutResult, PutStatus, StoreStats
+
+# Pair assertions: every model status has a proto value of the same name (and vice versa).
+assert {s.name for s in PutStatus} == set(pb.PutStatus.keys()) - {"PUT_STATUS_UNSPECIFIED"}
+assert {s.name for s in GetStatus} == set(pb.GetStatus.keys()) - {"GET_STATUS_UNSPECIFIED"}
+
+DEFAULT_BORN_HOST = (b"\x7f\x00\x00\x01", 0)
+GET_MAX_COUNT_DEFAULT = 32
+GET_MAX_BYTES_DEFAULT = 4 << 20
+QUERY_MAX_NUM_DEFAULT = 32
+TIMESTAMP_MS_MAX = (1 << 63) - 1
+
+
+def host_from_pb(text: str, field_name: str) -> tuple[bytes, int]:
+    """``"ip:port"`` -> (ip bytes, port); empty -> 127.0.0.1:0. ValueError names the field."""
+    if not text:
+        return DEFAULT_BORN_HOST
+    try:
+        ip, port = host_from_string(text)
+    except (OSError, ValueError):
+        raise ValueError(f"{field_name} must be 'ip:port' or '[ipv6]:port', got {text!r}") from None
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"{field_name} port out of range in {text!r}")
+    return ip, port
+
+
+# -- messages ------------------------------------------------------------------------------
+
+def message_from_pb(msg: pb.Message) -> MessageRecord:
+    """The producer-side fields of a message to put; the store fills in the rest."""
+    return MessageRecord(
+        topic=msg.topic, queue_id=msg.queue_id, body=msg.body, properties=dict(msg.properties),
+        flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp_ms=msg.born_timestamp_ms,
+        born_host=host_from_pb(msg.born_host, "born_host"), reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=msg.prepared_transaction_offset)
+
+
+def message_to_pb(record: MessageRecord) -> pb.Message:
+    return pb.Message(
+        topic=record.topic, queue_id=record.queue_id, body=record.body,
+        properties=record.properties, flag=record.flag, sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
+        store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        queue_offset=record.queue_offset, phy_offset=record.phy_offset, body_crc=record.body_crc,
+        offset_msg_id=record.offset_msg_id, store_size_bytes=record.total_size)
+
+
+def put_result_to_pb(result: PutResult) -> pb.PutResult:
+    return pb.PutResult(
+        status=pb.PutStatus.Value(result.status.name), phy_offset=result.phy_offset,
+        queue_offset=result.queue_offset, offset_msg_id=result.offset_msg_id,
+        store_timestamp_ms=result.store_timestamp_ms, wrote_bytes=result.wrote_bytes,
+        error=result.error)
+
+
+def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:
+    return pb.GetMessagesResponse(
+        status=pb.GetStatus.Value(result.status.name),
+        messages=[message_to_pb(m) for m in result.messages],
+        next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
+        max_offset=result.max_offset)
+
+
+def get_request_from_pb(request: pb.GetMessagesRequest) -> dict:
+    """Keyword arguments for ``FileStore.get_messages`` (0 limits mean the defaults)."""
+    if request.max_count < 0 or request.max_bytes < 0:
+        raise ValueError("max_count and max_bytes must not be negative")
+    return dict(
+        topic=request.topic, queue_id=request.queue_id, queue_offset=request.queue_offset,
+        max_count=request.max_count or GET_MAX_COUNT_DEFAULT,
+        max_bytes=request.max_bytes or GET_MAX_BYTES_DEFAULT,
+        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None)
+
+
+def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict:
+    """Keyword arguments for ``FileStore.query_messages_by_key``."""
+    if not request.key:
+        raise ValueError("key must not be empty")
+    if request.max_num < 0:
+        raise ValueError("max_num must not be negative")
+    return dict(
+        topic=request.topic, key=request.key, max_num=request.max_num or QUERY_MAX_NUM_DEFAULT,
+        begin_timestamp_ms=request.begin_timestamp_ms,
+        end_timestamp_ms=request.end_timestamp_ms or TIMESTAMP_MS_MAX)
+
+
+# -- arrivals and stats ---------------------------------------------------------------------
+
+def arrival_to_pb(arrival: Arrival) -> pb.Arrival:
+    return pb.Arrival(topic=arrival.topic, queue_id=arrival.queue_id,
+                      max_offset=arrival.max_offset, store_timestamp_ms=arrival.store_timestamp_ms)
+
+
+def stats_to_pb(stats: StoreStats) -> pb.StoreStats:
+    return pb.StoreStats(
+        put_messages_total=stats.put_messages_total, put_bytes_total=stats.put_bytes_total,
+        commitlog_min_offset=stats.commitlog_min_offset,
+        commitlog_max_offset=stats.commitlog_max_offset, flushed_offset=stats.flushed_offset,
+        confirm_offset=stats.confirm_offset, reput_from_offset=stats.reput_from_offset,
+        dispatch_behind_bytes=stats.dispatch_behind_bytes,
+        flush_behind_bytes=stats.flush_behind_bytes, storage_size_bytes=stats.storage_size_bytes,
+        topic_count=stats.topic_count, group_count=stats.group_count, flush_mode=stats.flush_mode)
+
+
+def group_offsets_to_pb(offsets: dict[tuple[str, int], int]) -> pb.GetGroupOffsetsResponse:
+    return pb.GetGroupOffsetsResponse(offsets=[
+        pb.QueueOffset(topic=topic, queue_id=queue_id, offset=offset)
+        for (topic, queue_id), offset in sorted(offsets.items())])
+
+
+# -- topic and group configs ----------------------------------------------------------------
+
+# Optional proto fields copied only when set, so an unset one keeps the dataclass default.
+_TOPIC_OPTIONAL_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order", "topic_sys_flag")
+_GROUP_OPTIONAL_FIELDS = (
+    "consume_enable", "consume_from_min_enable", "consume_broadcast_enable",
+    "consume_message_orderly", "retry_queue_nums", "retry_max_times", "broker_id",
+    "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "group_sys_flag",
+    "consume_timeout_minute")
+assert set(_GROUP_OPTIONAL_FIELDS) < set(SubscriptionGroupConfig.__dataclass_fields__)
+assert set(_TOPIC_OPTIONAL_FIELDS) < set(TopicConfig.__dataclass_fields__)
+
+
+def _set_fields(message: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in names if message.HasField(name)}
+
+
+def topic_to_pb(config: TopicConfig) -> pb.TopicConfig:
+    return pb.TopicConfig(
+        topic_name=config.topic_name, read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums, perm=config.perm, order=config.order,
+        topic_filter_type=pb.TopicFilterType.Value(config.topic_filter_type),
+        topic_sys_flag=config.topic_sys_flag, attributes=config.attributes,
+        message_type=pb.MessageType.Value(config.message_type))
+
+
+def topic_from_pb(message: pb.TopicConfig) -> TopicConfig:
+    if not message.topic_name:
+        raise ValueError("config.topic_name must not be empty")
+    config = TopicConfig(topic_name=message.topic_name, attributes=dict(message.attributes),
+                         **_set_fields(message, _TOPIC_OPTIONAL_FIELDS))
+    if message.HasField("topic_filter_type") and message.topic_filter_type != pb.TOPIC_FILTER_TYPE_UNSPECIFIED:
+        config.topic_filter_type = pb.TopicFilterType.Name(message.topic_filter_type)
+    if message.message_type != pb.MESSAGE_TYPE_UNSPECIFIED:
+        config.message_type = pb.MessageType.Name(message.message_type)
+    return config
+
+
+def group_to_pb(config: SubscriptionGroupConfig) -> pb.SubscriptionGroupConfig:
+    return pb.SubscriptionGroupConfig(
+        group_name=config.group_name, attributes=config.attributes,
+        **{name: getattr(config, name) for name in _GROUP_OPTIONAL_FIELDS})
+
+
+def group_from_pb(message: pb.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+    if not message.group_name:
+        raise ValueError("config.group_name must not be empty")
+    return SubscriptionGroupConfig(group_name=message.group_name, attributes=dict(message.attributes),
+                                   **_set_fields(message, _GROUP_OPTIONAL_FIELDS))

@@ -1,0 +1,291 @@
+"""StoreServicer: the gRPC face of ``FileStore``. Each method converts, calls the core, converts.
+
+No store logic lives here (style rule 5). Errors are raised, never aborted by hand:
+``rpc_errors`` maps them through the one table in ``rpc.status``.
+
+WatchArrivals is the only method with state: each open stream owns an ``ArrivalWatcher``, a
+bounded buffer fed by the store's arrival listener (on the store's dispatch thread, which must
+never block) and drained by the stream's gRPC worker thread.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import grpc
+from pyrmq.store.v1 import store_pb2 as pb
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+from prometheus_client import Histogram
+
+from services.store.model import Arrival
+from services.store.rpc import convert
+from services.store.rpc.status import TooManyWatchersError, check_put_batch, rpc_errors
+
+log = logging.getLogger(__name__)
+
+WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
+WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)
+WATCH_POLL_INTERVAL_S = 1.0        # how often an idle stream checks that its client is alive
+
+
+class ArrivalWatcher:
+    """One WatchArrivals subscriber: a bounded buffer of arrivals, coalesced when full.
+
+    ``offer`` (store dispatch thread) appends to ``_buffer`` until it holds
+    ``buffer_arrivals_max`` arrivals; after that, and until the stream drains, arrivals go to
+    ``_overflow``, keyed by queue, keeping only the highest max_offset. Memory is therefore
+    bounded by the buffer size plus the number of queues, however slow the client. Order is
+    kept per queue: everything in ``_overflow`` is newer than everything in ``_buffer``.
+    """
+
+    def __init__(self, topics: frozenset[str], buffer_arrivals_max: int = WATCH_BUFFER_ARRIVALS_MAX) -> None:
+        assert buffer_arrivals_max > 0
+        self._topics = topics
+        self._buffer_arrivals_max = buffer_arrivals_max
+        self._cond = threading.Condition()
+        self._buffer: list[Arrival] = []
+        self._overflow: dict[tuple[str, int], Arrival] = {}
+        self._overflow_offered = 0
+        self._closed = False
+
+    def offer(self, arrivals: list[Arrival]) -> None:
+        """Called by the store for each dispatched batch; never blocks on the client."""
+        with self._cond:
+            for arrival in arrivals:
+                if self._topics and arrival.topic not in self._topics:
+                    continue
+                if not self._overflow and len(self._buffer) < self._buffer_arrivals_max:
+                    self._buffer.append(arrival)
+                    continue
+                key = (arrival.topic, arrival.queue_id)
+                previous = self._overflow.get(key)
+                if previous is None or arrival.max_offset >= previous.max_offset:
+                    self._overflow[key] = arrival
+                self._overflow_offered += 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def take(self, timeout_s: float) -> tuple[list[Arrival], int] | None:
+        """(arrivals, coalesced count) once any are pending, ([], 0) on timeout, None if closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._buffer or self._overflow or self._closed, timeout_s)
+            if self._closed:
+                return None
+            batch = self._buffer + list(self._overflow.values())
+            coalesced = self._overflow_offered - len(self._overflow)
+            self._buffer, self._overflow, self._overflow_offered = [], {}, 0
+            return batch, coalesced
+
+
+class StoreCore(Protocol):
+    """The part of FileStore the servicer uses (see services/store/store.py)."""
+
+    topics: Any
+    groups: Any
+    consumer_offsets: Any
+    delay_offsets: Any
+
+    def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                     max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> Any: ...
+    def look_message_by_phy_offset(self, phy_offset: int) -> Any: ...
+    def look_message_by_offset_msg_id(self, msg_id: str) -> Any: ...
+    def query_messages_by_key(self, topic: str, key: str, max_num: int, begin_timestamp_ms: int,
+                              end_timestamp_ms: int) -> list[Any]: ...
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+    def add_arrival_listener(self, listener: Callable[[list[Arrival]], None]) -> Callable[[], None]: ...
+    def delete_topic(self, topic: str) -> bool: ...
+    def stats(self) -> Any: ...
+
+
+def _found(value: Any, what: str) -> Any:
+    if value is None:
+        raise LookupError(f"{what} not found")
+    return value
+
+
+class StoreServicer(pb_grpc.StoreServicer):
+    def __init__(self, store: StoreCore, put_latency: Histogram | None = None,
+                 watchers_max: int = WATCHERS_MAX,
+                 watch_buffer_arrivals_max: int = WATCH_BUFFER_ARRIVALS_MAX) -> None:
+        self._store = store
+        self._put_latency = put_latency
+        self._watchers_max = watchers_max
+        self._watch_buffer_arrivals_max = watch_buffer_arrivals_max
+        self._watchers: set[ArrivalWatcher] = set()
+        self._watchers_lock = threading.Lock()
+
+    def close(self) -> None:
+        """End every open WatchArrivals stream (called before the server stops)."""
+        with self._watchers_lock:
+            watchers = list(self._watchers)
+        for watcher in watchers:
+            watcher.close()
+
+    # -- messages ------------------------------------------------------------------------
+    @rpc_errors
+    def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:
+        records = [convert.message_from_pb(m) for m in request.messages]
+        timer = self._put_latency.time() if self._put_latency else contextlib.nullcontext()
+        with timer:
+            results = self._store.put_messages(records, allow_system_topics=request.allow_system_topics)
+        check_put_batch(results)
+        return pb.PutMessagesResponse(results=[convert.put_result_to_pb(r) for r in results])
+
+    @rpc_errors
+    def GetMessages(self, request: pb.GetMessagesRequest, context: grpc.ServicerContext) -> pb.GetMessagesResponse:
+        result = self._store.get_messages(**convert.get_request_from_pb(request))
+        return convert.get_result_to_pb(result)
+
+    @rpc_errors
+    def LookMessageByPhyOffset(self, request: pb.LookMessageByPhyOffsetRequest,
+                               context: grpc.ServicerContext) -> pb.Message:
+        if request.phy_offset < 0:
+            raise ValueError(f"phy_offset must not be negative, got {request.phy_offset}")
+        record = self._store.look_message_by_phy_offset(request.phy_offset)
+        return convert.message_to_pb(_found(record, f"message at phy_offset {request.phy_offset}"))
+
+    @rpc_errors
+    def LookMessageByOffsetMsgId(self, request: pb.LookMessageByOffsetMsgIdRequest,
+                                 context: grpc.ServicerContext) -> pb.Message:
+        try:
+            record = self._store.look_message_by_offset_msg_id(request.offset_msg_id)
+        except ValueError as exc:
+            raise ValueError(f"malformed offset_msg_id {request.offset_msg_id!r}: {exc}") from exc
+        return convert.message_to_pb(_found(record, f"message {request.offset_msg_id}"))
+
+    @rpc_errors
+    def QueryMessagesByKey(self, request: pb.QueryMessagesByKeyRequest,
+                           context: grpc.ServicerContext) -> pb.QueryMessagesByKeyResponse:
+        records = self._store.query_messages_by_key(**convert.query_request_from_pb(request))
+        return pb.QueryMessagesByKeyResponse(messages=[convert.message_to_pb(r) for r in records])
+
+    # -- queue and consumer offsets --------------------------------------------------------
+    @rpc_errors
+    def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest,
+                        context: grpc.ServicerContext) -> pb.GetQueueOffsetsResponse:
+        return pb.GetQueueOffsetsResponse(
+            min_offset=self._store.min_offset_in_queue(request.topic, request.queue_id),
+            max_offset=self._store.max_offset_in_queue(request.topic, request.queue_id))
+
+    @rpc_errors
+    def GetOffsetByTimestamp(self, request: pb.GetOffsetByTimestampRequest,
+                             context: grpc.ServicerContext) -> pb.GetOffsetByTimestampResponse:
+        offset = self._store.offset_by_timestamp(request.topic, request.queue_id, request.timestamp_ms)
+        return pb.GetOffsetByTimestampResponse(queue_offset=offset)
+
+    @rpc_errors
+    def CommitConsumerOffset(self, request: pb.CommitConsumerOffsetRequest,
+                             context: grpc.ServicerContext) -> pb.CommitConsumerOffsetResponse:
+        if not request.group or not request.topic:
+            raise ValueError("group and topic must not be empty")
+        if request.offset < 0:
+            raise ValueError(f"offset must not be negative, got {request.offset}")
+        self._store.consumer_offsets.commit_offset(request.group, request.topic, request.queue_id, request.offset)
+        return pb.CommitConsumerOffsetResponse()
+
+    @rpc_errors
+    def QueryConsumerOffset(self, request: pb.QueryConsumerOffsetRequest,
+                            context: grpc.ServicerContext) -> pb.QueryConsumerOffsetResponse:
+        offset = self._store.consumer_offsets.query_offset(request.group, request.topic, request.queue_id)
+        return pb.QueryConsumerOffsetResponse(offset=offset)
+
+    @rpc_errors
+    def GetGroupOffsets(self, request: pb.GetGroupOffsetsRequest,
+                        context: grpc.ServicerContext) -> pb.GetGroupOffsetsResponse:
+        return convert.group_offsets_to_pb(self._store.consumer_offsets.offsets_of_group(request.group))
+
+    # -- topics ----------------------------------------------------------------------------
+    @rpc_errors
+    def CreateOrUpdateTopic(self, request: pb.CreateOrUpdateTopicRequest,
+                            context: grpc.ServicerContext) -> pb.TopicConfig:
+        config = convert.topic_from_pb(request.config)
+        self._store.topics.create_or_update(config)
+        return convert.topic_to_pb(_found(self._store.topics.get(config.topic_name), "topic"))
+
+    @rpc_errors
+    def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:
+        # FileStore.delete_topic also drops the topic's ConsumeQueues and consumer offsets.
+        return pb.DeleteTopicResponse(existed=self._store.delete_topic(request.topic_name))
+
+    @rpc_errors
+    def GetTopic(self, request: pb.GetTopicRequest, context: grpc.ServicerContext) -> pb.TopicConfig:
+        config = self._store.topics.get(request.topic_name)
+        return convert.topic_to_pb(_found(config, f"topic {request.topic_name!r}"))
+
+    @rpc_errors
+    def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
+        configs = sorted(self._store.topics.list(), key=lambda c: c.topic_name)
+        return pb.ListTopicsResponse(topics=[convert.topic_to_pb(c) for c in configs])
+
+    # -- subscription groups ---------------------------------------------------------------
+    @rpc_errors
+    def CreateOrUpdateGroup(self, request: pb.CreateOrUpdateGroupRequest,
+                            context: grpc.ServicerContext) -> pb.SubscriptionGroupConfig:
+        config = convert.group_from_pb(request.config)
+        self._store.groups.create_or_update(config)
+        return convert.group_to_pb(_found(self._store.groups.get(config.group_name), "group"))
+
+    @rpc_errors
+    def DeleteGroup(self, request: pb.DeleteGroupRequest, context: grpc.ServicerContext) -> pb.DeleteGroupResponse:
+        return pb.DeleteGroupResponse(existed=bool(self._store.groups.delete(request.group_name)))
+
+    @rpc_errors
+    def GetGroup(self, request: pb.GetGroupRequest, context: grpc.ServicerContext) -> pb.SubscriptionGroupConfig:
+        config = self._store.groups.get(request.group_name)
+        return convert.group_to_pb(_found(config, f"group {request.group_name!r}"))
+
+    @rpc_errors
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        configs = sorted(self._store.groups.list(), key=lambda c: c.group_name)
+        return pb.ListGroupsResponse(groups=[convert.group_to_pb(c) for c in configs])
+
+    # -- delay offsets and stats -----------------------------------------------------------
+    @rpc_errors
+    def GetDelayOffset(self, request: pb.GetDelayOffsetRequest,
+                       context: grpc.ServicerContext) -> pb.GetDelayOffsetResponse:
+        return pb.GetDelayOffsetResponse(offset=self._store.delay_offsets.get(request.level))
+
+    @rpc_errors
+    def UpdateDelayOffset(self, request: pb.UpdateDelayOffsetRequest,
+                          context: grpc.ServicerContext) -> pb.UpdateDelayOffsetResponse:
+        if request.offset < 0:
+            raise ValueError(f"offset must not be negative, got {request.offset}")
+        self._store.delay_offsets.update(request.level, request.offset)
+        return pb.UpdateDelayOffsetResponse()
+
+    @rpc_errors
+    def GetStats(self, request: pb.GetStatsRequest, context: grpc.ServicerContext) -> pb.StoreStats:
+        return convert.stats_to_pb(self._store.stats())
+
+    # -- arrivals --------------------------------------------------------------------------
+    @rpc_errors
+    def WatchArrivals(self, request: pb.WatchArrivalsRequest,
+                      context: grpc.ServicerContext) -> Iterator[pb.ArrivalBatch]:
+        watcher = ArrivalWatcher(frozenset(request.topics), self._watch_buffer_arrivals_max)
+        with self._watchers_lock:
+            if len(self._watchers) >= self._watchers_max:
+                raise TooManyWatchersError(f"at most {self._watchers_max} WatchArrivals streams")
+            self._watchers.add(watcher)
+        unsubscribe = self._store.add_arrival_listener(watcher.offer)
+        context.add_callback(watcher.close)   # client cancelled, deadline, or server stopping
+        try:
+            yield pb.ArrivalBatch()  # "subscribed": every later arrival will be announced
+            while (taken := watcher.take(WATCH_POLL_INTERVAL_S)) is not None and context.is_active():
+                arrivals, coalesced = taken
+                if arrivals:
+                    yield pb.ArrivalBatch(arrivals=[convert.arrival_to_pb(a) for a in arrivals],
+                                          coalesced_arrivals=coalesced)
+        finally:
+            unsubscribe()
+            with self._watchers_lock:
+                self._watchers.discard(watcher)

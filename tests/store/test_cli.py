@@ -1,0 +1,143 @@
+"""The store process (``python -m services.store``) and ``pyrmq up``, run as real subprocesses."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pyrmq.store.v1 import store_pb2 as pb
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+
+READY_TIMEOUT_S = 60
+EXIT_TIMEOUT_S = 30
+STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+)$")
+UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+) ")
+
+
+class Process:
+    """A child process whose stdout lines are read by a thread, so waits can time out."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.popen.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.popen.stderr, self.stderr.append), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, sink) -> None:
+        for line in stream:
+            sink(line.rstrip("\n"))
+        stream.close()
+        sink(None)
+
+    def wait_line(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        while True:
+            try:
+                line = self.lines.get(timeout=READY_TIMEOUT_S)
+            except queue.Empty:
+                raise AssertionError(f"no ready line; stderr:\n{self.log()}") from None
+            if line is None:
+                raise AssertionError(f"exited {self.popen.wait()} before ready; stderr:\n{self.log()}")
+            if match := pattern.match(line):
+                return match
+
+    def stop(self, signum: int) -> int:
+        self.popen.send_signal(signum)
+        return self.popen.wait(EXIT_TIMEOUT_S)
+
+    def log(self) -> str:
+        return "\n".join(line for line in self.stderr if line is not None)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Process, re.Match[str]]:
+    process = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir),
+                       "--port", "0", "--metrics-port", "0",
+                       "--commitlog-file-size-bytes", str(1 << 20)], cwd)
+    processes.append(process)
+    return process, process.wait_line(STORE_READY)
+
+
+def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, processes: list[Process]) -> None:
+    data_dir = tmp_path / "data"
+    store, ready = start_store(processes, data_dir, tmp_path)
+    assert ready["data"] == str((data_dir / "store").resolve())
+    assert ready["metrics"].startswith("http://127.0.0.1:") and ready["metrics"].endswith("/metrics")
+    with grpc.insecure_channel(ready["grpc"]) as channel:
+        stub = pb_grpc.StoreStub(channel)
+        [result] = stub.PutMessages(pb.PutMessagesRequest(messages=[
+            pb.Message(topic="TopicTest", queue_id=0, body=b"survives a restart")]), timeout=10).results
+        assert result.status == pb.PUT_OK
+    assert store.stop(signal.SIGTERM) == 0, store.log()
+    assert "store shut down" in store.log()
+
+    _, ready = start_store(processes, data_dir, tmp_path)
+    with grpc.insecure_channel(ready["grpc"]) as channel:
+        stub = pb_grpc.StoreStub(channel)
+        found = stub.LookMessageByPhyOffset(pb.LookMessageByPhyOffsetRequest(phy_offset=result.phy_offset), timeout=10)
+        assert found.body == b"survives a restart"
+        got = stub.GetMessages(pb.GetMessagesRequest(topic="TopicTest", queue_id=0, queue_offset=0), timeout=10)
+        assert got.status == pb.FOUND and [m.body for m in got.messages] == [b"survives a restart"]
+
+
+def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes: list[Process]) -> None:
+    data_dir = tmp_path / "data"
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir),
+                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    ready = up.wait_line(UP_READY)
+    assert ready["data"] == str((data_dir / "store").resolve())
+    with grpc.insecure_channel(ready["grpc"]) as channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="pyrmq.store.v1.Store"), timeout=10)
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+    assert up.stop(signal.SIGINT) == 0, up.log()
+    assert "[store]" not in up.log()  # the child printed nothing but its ready line
+
+
+def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    up.wait_line(UP_READY)
+    [child_pid] = _children_of(up.popen.pid)
+    os.kill(child_pid, signal.SIGKILL)
+    assert up.popen.wait(EXIT_TIMEOUT_S) != 0
+    assert "store exited unexpectedly" in up.log()
+
+
+def _children_of(parent_pid: int) -> list[int]:
+    """Pids whose parent is ``parent_pid`` (Linux /proc/<pid>/stat, field 4)."""
+    children = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid:
+            children.append(int(pid))
+    return children
