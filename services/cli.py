@@ -91,9 +91,11 @@ def _stop_all(children: list[Child], signum: int) -> bool:
     """Stop children in reverse start order; True if every one exited 0."""
     clean = True
     for child in reversed(children):
+        was_running = not child.exited()
         code = child.stop(signum)
         if code != 0:
-            log.error("%s exited with code %d", child.spec.name, code)
+            if was_running:
+                log.error("%s exited with code %d", child.spec.name, code)
             clean = False
     return clean
 

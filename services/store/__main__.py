@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         while not received:
             idle.wait(SIGNAL_POLL_INTERVAL_S)
         log.info("received %s, stopping", signal.Signals(received[0]).name)
+    except OSError as exc:  # a port that cannot be bound
+        log.error("store service failed: %s", exc)
+        return 1
     except Exception:
         log.exception("store service failed")
         return 1
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_http is not None:
             metrics_http.close()
         store.shutdown()
-        log.info("store shut down")
+        log.info("store service stopped")
     return 0
 
 

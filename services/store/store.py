@@ -87,6 +87,8 @@ class FileStore(StoreReader):
         self.running = False
         self.recovery = None
         self._shutdown_lock = threading.Lock()
+        self._topic_cache: dict[str, int] = {}
+        self._topic_cache_version = -1
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -262,9 +264,10 @@ class FileStore(StoreReader):
         if self.clean is not None and self.clean.disk_full:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="disk full: writes refused") for _ in messages]
         prepared = []
+        topic_checks: dict[str, tuple[PutStatus | None, str, int]] = {}
         for i, rec in enumerate(messages):
             rec.store_host = self.commitlog.store_host
-            status, error = self._validate(rec, allow_system_topics)
+            status, error = self._validate(rec, allow_system_topics, topic_checks)
             if status is None:
                 topic_bytes, properties_bytes = prepare(rec, prop_crc=self.config.append_prop_crc)
                 status, error = self._check_sizes(rec, properties_bytes)
@@ -289,36 +292,54 @@ class FileStore(StoreReader):
         return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
                           rec.offset_msg_id) for rec in messages]
 
-    def _validate(self, rec: MessageRecord, allow_system_topics: bool) -> tuple[PutStatus | None, str]:
-        error = validate_topic_name(rec.topic)
-        if error:
-            return PutStatus.TOPIC_ILLEGAL, error
+    def _validate(self, rec: MessageRecord, allow_system_topics: bool,
+                  topic_checks: dict[str, tuple[PutStatus | None, str, int]]) -> tuple[PutStatus | None, str]:
+        """Check one message; ``topic_checks`` memoises the per-topic part within a batch."""
+        check = topic_checks.get(rec.topic)
+        if check is None:
+            check = topic_checks[rec.topic] = self._check_topic(rec.topic, allow_system_topics)
+        status, error, write_queue_nums = check
+        if status is not None:
+            return status, error
         if rec.body is None:
             return PutStatus.MESSAGE_ILLEGAL, "message body is missing"
         if len(rec.body) > self.config.body_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, (
                 f"body of {len(rec.body)} bytes exceeds the limit of {self.config.body_size_max_bytes}")
-        if rec.queue_id < 0:
-            return PutStatus.QUEUE_ID_ILLEGAL, f"queue id {rec.queue_id} is negative"
+        if rec.queue_id < 0 or rec.queue_id >= write_queue_nums:
+            return PutStatus.QUEUE_ID_ILLEGAL, (
+                f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues")
         try:
             check_properties(rec.properties)
         except PropertiesError as exc:
             return PutStatus.MESSAGE_ILLEGAL, str(exc)
-        if is_system_topic(rec.topic):
-            if not allow_system_topics:
-                return PutStatus.TOPIC_ILLEGAL, f"topic {rec.topic} is a system topic"
-            return None, ""
-        topic = self.topics.get(rec.topic)
-        if topic is None:
-            if not self.config.auto_create_topic_enable:
-                return PutStatus.TOPIC_NOT_FOUND, f"topic {rec.topic} does not exist"
-            nums = self.config.default_topic_queue_nums
-            topic = self.topics.create_or_update(
-                TopicConfig(topic_name=rec.topic, read_queue_nums=nums, write_queue_nums=nums))
-        if rec.queue_id >= topic.write_queue_nums:
-            return PutStatus.QUEUE_ID_ILLEGAL, (
-                f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {topic.write_queue_nums} write queues")
         return None, ""
+
+    def _check_topic(self, topic: str, allow_system_topics: bool) -> tuple[PutStatus | None, str, int]:
+        """(status, error, write queue count) for puts to ``topic``; creates it when allowed."""
+        error = validate_topic_name(topic)
+        if error:
+            return PutStatus.TOPIC_ILLEGAL, error, 0
+        if is_system_topic(topic):
+            if not allow_system_topics:
+                return PutStatus.TOPIC_ILLEGAL, f"topic {topic} is a system topic", 0
+            return None, "", 1 << 30  # internal callers choose system queues themselves
+        write_queue_nums = self._write_queue_nums(topic)
+        if write_queue_nums is None:
+            if not self.config.auto_create_topic_enable:
+                return PutStatus.TOPIC_NOT_FOUND, f"topic {topic} does not exist", 0
+            nums = self.config.default_topic_queue_nums
+            write_queue_nums = self.topics.create_or_update(
+                TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums)).write_queue_nums
+        return None, "", write_queue_nums
+
+    def _write_queue_nums(self, topic: str) -> int | None:
+        """Write queue count of ``topic`` from a cache refreshed whenever the topic table changes."""
+        version = self.topics.data_version.counter
+        if version != self._topic_cache_version:
+            self._topic_cache = {t.topic_name: t.write_queue_nums for t in self.topics.list()}
+            self._topic_cache_version = version
+        return self._topic_cache.get(topic)
 
     def _check_sizes(self, rec: MessageRecord, properties_bytes: bytes) -> tuple[PutStatus | None, str]:
         if len(properties_bytes) > PROPERTIES_SIZE_MAX_BYTES:

@@ -93,7 +93,7 @@ def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, proce
             pb.Message(topic="TopicTest", queue_id=0, body=b"survives a restart")]), timeout=10).results
         assert result.status == pb.PUT_OK
     assert store.stop(signal.SIGTERM) == 0, store.log()
-    assert "store shut down" in store.log()
+    assert "store service stopped" in store.log()
 
     _, ready = start_store(processes, data_dir, tmp_path)
     with grpc.insecure_channel(ready["grpc"]) as channel:

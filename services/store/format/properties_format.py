@@ -47,11 +47,26 @@ class PropertiesError(ValueError):
     """A property name or value cannot be encoded (contains a separator character)."""
 
 
+_JAVA_ORDER_CACHE: dict[tuple[str, ...], list[str]] = {}
+_JAVA_ORDER_CACHE_MAX = 4096
+
+
+def _java_order(properties: dict[str, str]) -> list[str]:
+    """Java HashMap order of the names, cached per name tuple (producers repeat the same names)."""
+    names = tuple(properties)
+    order = _JAVA_ORDER_CACHE.get(names)
+    if order is None:
+        if len(_JAVA_ORDER_CACHE) >= _JAVA_ORDER_CACHE_MAX:
+            _JAVA_ORDER_CACHE.clear()
+        order = _JAVA_ORDER_CACHE[names] = java_hashmap_order(list(names))
+    return order
+
+
 def encode_properties(properties: dict[str, str], java_order: bool = False) -> bytes:
     """Encode ``properties``; with ``java_order`` in the order a Java broker writes them."""
     if not properties:
         return b""
-    keys = java_hashmap_order(list(properties)) if java_order else properties
+    keys = _java_order(properties) if java_order else properties
     parts = []
     for name in keys:
         value = properties[name]

@@ -58,9 +58,12 @@ def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
 
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
-    bound_port = server.add_insecure_port(_address(host, port))
+    try:
+        bound_port = server.add_insecure_port(_address(host, port))
+    except RuntimeError:  # grpc's "Failed to bind": in use, or not a local address
+        bound_port = 0
     if bound_port == 0:
-        raise OSError(f"cannot bind the store's gRPC port at {_address(host, port)}")
+        raise OSError(f"cannot bind the store's gRPC port at {_address(host, port)} (in use?)")
 
     def before_stop() -> None:
         health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING from now on

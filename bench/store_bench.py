@@ -1,0 +1,211 @@
+"""Store benchmark: prints msgs/s, MB/s and CPU-seconds per message for the store's hot paths.
+
+    python bench/store_bench.py [--messages N] [--body-bytes 1024] [--only NAME ...]
+
+Scenarios (1 KiB bodies, a tag, one KEYS entry and a UNIQ_KEY per message, as an official client
+sends a message with a business key; so two IndexFile keys per message):
+  append-async   in-process put_messages, batches of 32, ASYNC flush, *including* ConsumeQueue
+                 dispatch and IndexFile (timed until reput has caught up)
+  append-sync    SYNC flush, 32 writer threads each putting one message per call (group commit)
+  read           get_messages by queue, 32 per call
+  recover        recovery scan of the CommitLog with CRC checks
+  grpc           PutMessages over gRPC to a store process, batches of 100, 4 calls in flight
+Targets (issue 2): 150k / 50k / 300k msgs/s, 200 MB/s, 80k msgs/s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.store.config import FlushMode, StoreConfig  # noqa: E402
+from services.store.format.commitlog_format import MessageRecord  # noqa: E402
+from services.store.recovery import scan_commitlog  # noqa: E402
+from services.store.store import FileStore  # noqa: E402
+
+QUEUES = 8
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def make_messages(n: int, body_bytes: int, topic: str = "BenchTopic") -> list[MessageRecord]:
+    body = os.urandom(body_bytes)
+    return [MessageRecord(topic=topic, queue_id=i % QUEUES, body=body,
+                          properties={"TAGS": "TagA", "KEYS": f"order-{i}",
+                                      "UNIQ_KEY": uuid.uuid4().hex.upper()},
+                          born_timestamp_ms=1_700_000_000_000)
+            for i in range(n)]
+
+
+def report(name: str, count: int, seconds: float, cpu: float, nbytes: int, extra: str = "") -> None:
+    print(f"{name:<14} {count:>9,} msgs  {count / seconds:>10,.0f} msgs/s  {nbytes / seconds / 1e6:>7.1f} MB/s  "
+          f"{cpu / count * 1e6:>6.2f} CPU-us/msg  {extra}", flush=True)
+
+
+def store_at(root: Path, **overrides) -> FileStore:
+    store = FileStore(StoreConfig(store_root=root, **overrides))
+    store.start()
+    return store
+
+
+def bench_append_async(root: Path, n: int, body_bytes: int) -> None:
+    store = store_at(root / "async")
+    msgs = make_messages(n, body_bytes)
+    batches = [msgs[i:i + 32] for i in range(0, n, 32)]
+    c0, t0 = cpu_s(), time.perf_counter()
+    for batch in batches:
+        store.put_messages(batch)
+    while store.reput.dispatch_behind_bytes:
+        time.sleep(0.001)
+    t1, c1 = time.perf_counter(), cpu_s()
+    report("append-async", n, t1 - t0, c1 - c0, store.commitlog.put_bytes_total, "(incl. CQ + index dispatch)")
+    store.shutdown()
+
+
+def bench_append_sync(root: Path, n: int, body_bytes: int, writers: int = 32) -> None:
+    store = store_at(root / "sync", flush_mode=FlushMode.SYNC)
+    msgs = make_messages(n, body_bytes)
+    per = n // writers
+    failures = []
+
+    def writer(k: int) -> None:
+        for rec in msgs[k * per:(k + 1) * per]:
+            if not store.put_messages([rec])[0].ok:
+                failures.append(rec)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(writers)]
+    c0, t0 = cpu_s(), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t1, c1 = time.perf_counter(), cpu_s()
+    flushes = store.group_commit.flush_count
+    report("append-sync", per * writers, t1 - t0, c1 - c0, store.commitlog.put_bytes_total,
+           f"({writers} writers, {flushes:,} fdatasyncs = {per * writers / max(flushes, 1):.0f} msgs/flush, "
+           f"{len(failures)} not OK)")
+    store.shutdown()
+
+
+def bench_read(root: Path, n: int) -> None:
+    store = store_at(root / "async")
+    total = nbytes = 0
+    c0, t0 = cpu_s(), time.perf_counter()
+    for q in range(QUEUES):
+        offset = 0
+        while True:
+            got = store.get_messages("BenchTopic", q, offset, max_count=32)
+            if not got.raw_messages:
+                break
+            total += len(got.raw_messages)
+            nbytes += sum(map(len, got.raw_messages))
+            offset = got.next_begin_offset
+    t1, c1 = time.perf_counter(), cpu_s()
+    report("read", total, t1 - t0, c1 - c0, nbytes, "(raw records, 32 per call)")
+    store.shutdown()
+
+
+def bench_recover(root: Path) -> None:
+    store = FileStore(StoreConfig(store_root=root / "async"))
+    store.commitlog.mfq.load()
+    c0, t0 = cpu_s(), time.perf_counter()
+    end, _, failure = scan_commitlog(store.commitlog, 0, True, True)
+    t1, c1 = time.perf_counter(), cpu_s()
+    print(f"{'recover':<14} {end / 1e6:>9,.0f} MB    {end / (t1 - t0) / 1e6:>10,.0f} MB/s  "
+          f"(CRC of body and whole record; {'clean end' if failure is None or 'magic 0x00000000' in failure.reason else failure.reason}; "
+          f"{(c1 - c0):.2f} CPU-s)", flush=True)
+    store.commitlog.close()
+
+
+def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100) -> None:
+    import grpc
+    from pyrmq.store.v1 import store_pb2, store_pb2_grpc
+
+    proc = subprocess.Popen([sys.executable, "-m", "services.store", "--data-dir", str(root / "grpc"),
+                             "--port", "0", "--metrics-port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split("grpc=")[1].split()[0].rsplit(":", 1)[1])
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+        stub = store_pb2_grpc.StoreStub(channel)
+        body = os.urandom(body_bytes)
+        requests = []
+        for b in range(n // batch):
+            requests.append(store_pb2.PutMessagesRequest(messages=[
+                store_pb2.Message(topic="BenchTopic", queue_id=(b * batch + i) % QUEUES, body=body,
+                                  properties={"TAGS": "TagA", "KEYS": f"order-{b * batch + i}"},
+                                  born_timestamp_ms=1_700_000_000_000, born_host="127.0.0.1:1")
+                for i in range(batch)]))
+        server_cpu0 = _proc_cpu(proc.pid)
+        lock = threading.Lock()
+        queue = list(reversed(requests))
+
+        def caller() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    req = queue.pop()
+                stub.PutMessages(req, timeout=30)
+
+        threads = [threading.Thread(target=caller) for _ in range(in_flight)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t1 = time.perf_counter()
+        count = len(requests) * batch
+        report("grpc", count, t1 - t0, _proc_cpu(proc.pid) - server_cpu0, count * (body_bytes + 150),
+               f"(batches of {batch}, {in_flight} in flight; CPU is the store process's)")
+        channel.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--body-bytes", type=int, default=1024)
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir on this disk)")
+    args = parser.parse_args()
+    root = Path(args.dir or tempfile.mkdtemp(prefix="pyrmq-bench-", dir=os.environ.get("TMPDIR", "/tmp")))
+    want = set(args.only or ["append-async", "append-sync", "read", "recover", "grpc"])
+    print(f"pyrmq store bench: {args.messages:,} x {args.body_bytes} B, data in {root}", flush=True)
+    try:
+        if "append-async" in want or "read" in want or "recover" in want:
+            bench_append_async(root, args.messages, args.body_bytes)
+        if "append-sync" in want:
+            bench_append_sync(root, min(args.messages, 100_000), args.body_bytes)
+        if "read" in want:
+            bench_read(root, args.messages)
+        if "recover" in want:
+            bench_recover(root)
+        if "grpc" in want:
+            bench_grpc(root, min(args.messages, 200_000), args.body_bytes)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
