@@ -117,14 +117,19 @@ class FlushService(_Loop):
 
 
 class GroupCommitService:
-    """Makes a put wait until an fdatasync covers it; one flush serves every waiter."""
+    """Makes a put wait until an fdatasync covers it; one flush serves every waiter.
+
+    Each waiter parks on its own Event (no notify_all herd): the flush thread swaps the request
+    list, fdatasyncs once, then wakes exactly the waiters whose end offset is now durable.
+    """
 
     def __init__(self, commitlog: CommitLog, checkpoint: CheckpointFile, timeout_ms: int) -> None:
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.timeout_s = timeout_ms / 1000
-        self._cond = threading.Condition()
-        self._requested = 0          # highest end offset anyone waits for
+        self._lock = threading.Lock()
+        self._requests: list[tuple[int, threading.Event]] = []
+        self._wakeup = threading.Event()
         self._flushed = commitlog.flushed_where
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -133,33 +138,43 @@ class GroupCommitService:
 
     def wait_for_flush(self, end_offset: int) -> bool:
         """Block until ``end_offset`` is durable; False on timeout, I/O error or shutdown."""
-        with self._cond:
-            if self._flushed >= end_offset:
-                return True
-            if end_offset > self._requested:
-                self._requested = end_offset
-                self._cond.notify_all()
-            ok = self._cond.wait_for(
-                lambda: self._flushed >= end_offset or self.error is not None or self._stopped,
-                timeout=self.timeout_s)
-            return ok and self._flushed >= end_offset
+        if self._flushed >= end_offset:
+            return True
+        done = threading.Event()
+        with self._lock:
+            if self.error is not None or self._stopped:
+                return False
+            self._requests.append((end_offset, done))
+        self._wakeup.set()
+        done.wait(self.timeout_s)
+        return self._flushed >= end_offset and self.error is None
 
     def run_once(self) -> int:
         """One group flush of everything written so far; returns bytes newly made durable."""
+        with self._lock:
+            requests, self._requests = self._requests, []
         before = self.commitlog.flushed_where
         stamp = self.commitlog.last_store_timestamp_ms
         try:
             self.commitlog.flush(0)
         except OSError as exc:
-            with self._cond:
-                self.error = exc
-                self._cond.notify_all()
+            self.error = exc
+            for _, done in requests:
+                done.set()
             raise
         after = self.commitlog.flushed_where
-        with self._cond:
-            self._flushed = after
-            self.flush_count += 1
-            self._cond.notify_all()
+        self._flushed = after
+        self.flush_count += 1
+        pending = []
+        for end_offset, done in requests:
+            if end_offset <= after:
+                done.set()
+            else:
+                pending.append((end_offset, done))  # appended after the flush began: next round
+        if pending:
+            with self._lock:
+                self._requests = pending + self._requests
+            self._wakeup.set()
         if after > before:
             cp = self.checkpoint.current
             cp.physic_msg_timestamp = stamp
@@ -171,13 +186,13 @@ class GroupCommitService:
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._requested > self._flushed or self._stopped, timeout=1.0)
-                if self._stopped:
-                    return
-                if self._requested <= self._flushed:
-                    continue
+        while not self._stopped:
+            self._wakeup.wait(1.0)
+            self._wakeup.clear()
+            if self._stopped:
+                return
+            if not self._requests:
+                continue
             try:
                 self.run_once()
             except OSError:
@@ -185,12 +200,15 @@ class GroupCommitService:
                 return
 
     def halt(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        self._stopped = True
+        self._wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for _, done in requests:
+            done.set()
 
     def stop(self) -> None:
         self.halt()

@@ -10,7 +10,6 @@ never block) and drained by the stream's gRPC worker thread.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -23,8 +22,6 @@ from prometheus_client import Histogram
 from services.store.model import Arrival
 from services.store.rpc import convert
 from services.store.rpc.status import TooManyWatchersError, check_put_batch, rpc_errors
-
-log = logging.getLogger(__name__)
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
 WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)

@@ -1,0 +1,77 @@
+"""House style, enforced (style.md rule 15)."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE_LINES_MAX = 600
+# Entry points may print; everything else logs.
+PRINT_ALLOWED = {"__main__.py", "cli.py"}
+WALL_CLOCK = re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns)\(|datetime\.now\(")
+WALL_CLOCK_ALLOWED = {"clock.py", "cli.py", "__main__.py", "metrics.py", "interceptors.py"}
+CORE_DIRS = [ROOT / "services" / "store"]
+
+
+def tracked_python_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = [ROOT / line for line in out.stdout.splitlines() if line]
+    untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
+                               capture_output=True, text=True, check=True)
+    files += [ROOT / line for line in untracked.stdout.splitlines() if line]
+    return [f for f in files if f.exists() and not f.name.endswith(("_pb2.py", "_pb2_grpc.py"))]
+
+
+def service_modules() -> list[Path]:
+    return [f for f in tracked_python_files() if f.parts[len(ROOT.parts)] == "services"]
+
+
+def test_modules_stay_small():
+    big = {str(f.relative_to(ROOT)): n for f in service_modules()
+           if (n := len(f.read_text().splitlines())) > MODULE_LINES_MAX}
+    assert not big, f"modules over {MODULE_LINES_MAX} lines: {big}"
+
+
+def test_no_print_outside_entry_points():
+    offenders = [str(f.relative_to(ROOT)) for f in service_modules()
+                 if f.name not in PRINT_ALLOWED and re.search(r"^\s*print\(", f.read_text(), re.M)]
+    assert not offenders
+
+
+def test_wall_clock_only_in_clock_modules():
+    offenders = [str(f.relative_to(ROOT)) for f in service_modules()
+                 if f.name not in WALL_CLOCK_ALLOWED and WALL_CLOCK.search(f.read_text())]
+    assert not offenders, f"read the wall clock through an injected Clock: {offenders}"
+
+
+def test_core_does_not_import_grpc():
+    offenders = []
+    for f in service_modules():
+        rel = f.relative_to(ROOT)
+        if "rpc" in rel.parts or f.name in ("__main__.py", "cli.py", "metrics.py"):
+            continue
+        if re.search(r"^\s*(import grpc|from grpc|.*_pb2)", f.read_text(), re.M):
+            offenders.append(str(rel))
+    assert not offenders, f"core modules must not import grpc or generated stubs: {offenders}"
+
+
+def test_format_modules_open_with_a_byte_table():
+    formats = list((ROOT / "services" / "store" / "format").glob("*_format.py"))
+    assert formats
+    for f in formats:
+        if f.name == "properties_format.py":
+            continue
+        doc = f.read_text().split('"""')[1]
+        assert "| offset |" in doc or "| # | offset |" in doc, f"{f.name} lacks its byte table"
+
+
+def test_no_generated_stubs_committed():
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert not re.search(r"_pb2(_grpc)?\.pyi?$", out, re.M)
+
+
+def test_no_fixme_left():
+    offenders = [str(f.relative_to(ROOT)) for f in tracked_python_files()
+                 if f.name != "test_tidy.py" and re.search(r"\bFIXME\b", f.read_text())]
+    assert not offenders
