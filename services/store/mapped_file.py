@@ -96,6 +96,10 @@ class MappedFile:
 
     def flush(self) -> int:
         """fdatasync everything written so far; returns the new flushed position."""
+        if self.write_error is not None:
+            # After a failed fdatasync the kernel may have dropped the dirty pages: a later
+            # successful call proves nothing about them, so the error stays.
+            raise self.write_error
         target = self.wrote_position
         if target <= self.flushed_position:
             return self.flushed_position

@@ -170,7 +170,12 @@ def recover(config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueSto
     cq_store.truncate_dirty(end)
     reput_from = min(dispatch_from, end)
     if index_service is not None:
-        reput_from = min(reput_from, index_service.truncate(end))
+        # With a valid checkpoint the IndexFile is durable up to `dispatched` (it is flushed
+        # before the checkpoint is written); go further back only if truncation dropped files.
+        files_before = len(index_service.files)
+        max_indexed = index_service.truncate(end)
+        if len(index_service.files) < files_before or cp.dispatched_phy_offset < 0:
+            reput_from = min(reput_from, max_indexed if max_indexed >= 0 else commitlog.min_offset)
     cq_store.correct_min_offsets(commitlog.min_offset)
     return RecoveryResult(end, max(reput_from, commitlog.min_offset), end - scan_from, truncated,
                           commitlog.confirm_offset)

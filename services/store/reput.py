@@ -83,6 +83,12 @@ class ReputService:
         """Dispatch everything available now; returns the number of records dispatched."""
         total = 0
         while True:
+            if self.reput_from_offset < self.commitlog.min_offset:
+                # Retention deleted segments before they were dispatched (RocketMQ's doReput
+                # clamps the same way): continue at the oldest segment still there.
+                log.warning("reput from %d is below the CommitLog min offset %d; skipping ahead",
+                            self.reput_from_offset, self.commitlog.min_offset)
+                self.reput_from_offset = self.commitlog.min_offset
             end = self.commitlog.max_offset
             if self.reput_from_offset >= end:
                 return total

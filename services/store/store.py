@@ -124,7 +124,11 @@ class FileStore(StoreReader):
         self.cq_store.load()
         self.cq_store.recover()
         if self.index_service is not None:
-            self.index_service.load(last_exit_ok=not abnormal, index_msg_timestamp=cp.index_msg_timestamp)
+            # RocketMQ drops index files newer than index_msg_timestamp after a crash (that
+            # timestamp only moves when a file fills, so: every open file). Our offset checkpoint
+            # says how far the index is durable, so with a valid one recovery truncates instead.
+            trusted = not abnormal or cp.dispatched_phy_offset >= 0
+            self.index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
         self.recovery = recover(config, self.commitlog, self.cq_store, self.index_service, cp, abnormal)
         dispatchers = [self.cq_store] + ([_IndexDispatcher(self.index_service)] if self.index_service else [])
         self.reput = ReputService(self.commitlog, dispatchers, self._listeners, self.max_offset_in_queue)
@@ -173,7 +177,11 @@ class FileStore(StoreReader):
             self.reput.stop()
             self.reput.run_once()
             caught_up = self.reput.dispatch_behind_bytes == 0
-            self.commitlog.flush(0)
+            try:
+                self.commitlog.flush(0)
+            except OSError as exc:  # sticky write error: recover on the next start
+                log.error("final CommitLog flush failed: %s; keeping the abort file", exc)
+                caught_up = False
             self._flush_derived()
             cp = self.checkpoint.current
             cp.dispatched_phy_offset = self.reput.reput_from_offset
