@@ -28,7 +28,7 @@ from services.store.format.commitlog_format import (
     BLANK_RECORD_SIZE_BYTES, PROPERTIES_SIZE_MAX_BYTES, SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE, MessageRecord, decode_offset_msg_id, decode_record,
     encode_record, host_from_string, prepare, tags_code)
-from services.store.format.properties_format import PropertiesError, check_properties
+from services.store.format.properties_format import KEYS, PropertiesError, check_properties
 from services.store.metadata import is_system_topic, validate_topic_name
 from services.store.model import GetResult, GetStatus, PutResult, PutStatus
 
@@ -228,13 +228,15 @@ class MemoryStore:
                               end_timestamp_ms: int) -> list[MessageRecord]:
         """Newest first. Like the IndexFile, a record counts once per index entry it has for
         ``key`` (UNIQ_KEY, then each KEYS word) towards ``min(max_num, 64)`` before the
-        duplicates are dropped; ROLLBACK records are not indexed."""
+        duplicates are dropped; ROLLBACK records are not indexed. The time window applies to
+        exact store times: the IndexFile keeps whole seconds since its first entry, so the two
+        agree on windows only for whole-second store times in an IndexFile that never rolled."""
         entries: list[int] = []
         for rec in reversed(self.records):
             if (rec.topic != topic or rec.transaction_type == SYSFLAG_TRANSACTION_ROLLBACK_TYPE
                     or not begin_timestamp_ms <= rec.store_timestamp_ms <= end_timestamp_ms):
                 continue
-            indexed = [rec.uniq_key or ""] + rec.properties.get("KEYS", "").split(" ")
+            indexed = [rec.uniq_key or ""] + rec.properties.get(KEYS, "").split(" ")
             entries += [rec.phy_offset] * sum(1 for k in indexed if k and k == key)
         entries = entries[:max(0, min(max_num, QUERY_MAX_NUM))]
         return [self.look_message_by_phy_offset(phy_offset) for phy_offset in dict.fromkeys(entries)]
