@@ -168,6 +168,20 @@ class ConsumeQueue:
         except (ValueError, TypeError):  # file deleted meanwhile
             return np.empty(0, dtype=CQ_DTYPE)
 
+    def units_below(self, phy_offset: int) -> int:
+        """Max offset this queue had when the CommitLog was dispatched up to ``phy_offset``:
+        the index of the first unit pointing at or after it (units are ordered by phy offset;
+        files deleted by retention count as below)."""
+        lo, hi = self.mfq.min_offset // CQ_UNIT_SIZE_BYTES, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get_unit(mid)
+            if unit is not None and unit[0] < phy_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         units = self.get_units(queue_offset, 1)
         if not len(units):
@@ -242,6 +256,12 @@ class ConsumeQueueStore:
     def correct_min_offsets(self, commitlog_min_offset: int) -> None:
         for cq in self.queues.values():
             cq.correct_min_offset(commitlog_min_offset)
+
+    def max_offset_sum(self) -> int:
+        return sum(cq.max_offset for cq in self.queues.values())
+
+    def units_below_sum(self, phy_offset: int) -> int:
+        return sum(cq.units_below(phy_offset) for cq in self.queues.values())
 
     def queue_offset_table(self) -> dict[str, int]:
         return {f"{t}-{q}": cq.max_offset for (t, q), cq in self.queues.items()}

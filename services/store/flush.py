@@ -221,22 +221,24 @@ class GroupCommitService:
 class ConsumeQueueFlushService(_Loop):
     name = "flush-consumequeue"
 
-    def __init__(self, interval_ms: int, reput_offset: Callable[[], int],
+    def __init__(self, interval_ms: int, dispatched_state: Callable[[], tuple[int, int]],
                  flush_derived: Callable[[], None], checkpoint: CheckpointFile,
                  logics_timestamp: Callable[[], int]) -> None:
         super().__init__(interval_ms / 1000)
-        self.reput_offset = reput_offset
+        self.dispatched_state = dispatched_state
         self.flush_derived = flush_derived
         self.checkpoint = checkpoint
         self.logics_timestamp = logics_timestamp
 
     def run_once(self) -> int:
-        dispatched = self.reput_offset()   # captured before the flush: everything below is on disk after it
+        # Captured before the flush: everything below it is on disk after the flush.
+        dispatched, cq_sum = self.dispatched_state()
         stamp = self.logics_timestamp()
         self.flush_derived()
         cp = self.checkpoint.current
         moved = dispatched - max(cp.dispatched_phy_offset, 0)
         cp.dispatched_phy_offset = dispatched
+        cp.cq_max_offset_sum = cq_sum
         cp.logics_msg_timestamp = stamp
         self.checkpoint.save()
         return moved

@@ -222,6 +222,26 @@ class IndexFile:
                           phy_offset, self.hash_slot_count, index_count + 1)
         return True
 
+    def has_entry(self, key_hash: int, phy_offset: int) -> bool:
+        """Is (key_hash, phy_offset) already in this file? Walks the slot's chain, newest
+        first, stopping once entries point before ``phy_offset``."""
+        mm = self._mm
+        index_count = self.index_count
+        slot_pos = INDEX_HEADER_SIZE_BYTES + (key_hash % self.hash_slot_num) * INDEX_SLOT_SIZE_BYTES
+        index = _slot_unpack_from(mm, slot_pos)[0]
+        steps = 0
+        while 0 < index < index_count and steps < index_count:
+            entry_hash, entry_phy, _, prev_index = _entry_unpack_from(mm, self._entries_pos + index * 20)
+            if entry_phy < phy_offset:
+                return False
+            if entry_hash == key_hash and entry_phy == phy_offset:
+                return True
+            if prev_index == index:
+                return False
+            index = prev_index
+            steps += 1
+        return False
+
     # -- select ------------------------------------------------------------------------------
     def select_phy_offsets(self, key_str: str, max_num: int, begin_ms: int,
                            end_ms: int) -> list[int]:
@@ -383,11 +403,12 @@ class IndexService:
         with self._lock:
             files = self._files
             index_file = files[-1] if files else None
+            partial = False  # the record's keys may be split over the last file and a lost one
             if index_file is not None:
                 end_phy_offset = index_file.end_phy_offset
-                if phy_offset < end_phy_offset or (phy_offset == end_phy_offset and (
-                        end_phy_offset > 0 or index_file.index_count > 1)):
+                if phy_offset < end_phy_offset:
                     return  # already indexed (re-dispatch)
+                partial = phy_offset == end_phy_offset and (end_phy_offset > 0 or index_file.index_count > 1)
             if sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
                 return
             prefix_hash = self._prefix_hashes.get(topic)
@@ -397,9 +418,20 @@ class IndexService:
                 if not key:
                     continue
                 key_hash = index_key_hash_from_u32(java_hash_extend_u32(prefix_hash, key))
+                if partial and self._has_entry_locked(key_hash, phy_offset):
+                    continue
                 if index_file is None or not index_file.put_key_hash(key_hash, phy_offset,
                                                                      store_timestamp_ms):
                     index_file = self._put_after_roll_locked(key_hash, phy_offset, store_timestamp_ms)
+
+    def _has_entry_locked(self, key_hash: int, phy_offset: int) -> bool:
+        """Does a file that may hold this record's keys (newest ones) already have this key?"""
+        for index_file in reversed(self._files):
+            if index_file.end_phy_offset < phy_offset:
+                return False
+            if index_file.has_entry(key_hash, phy_offset):
+                return True
+        return False
 
     def _prefix_hash_locked(self, topic: str) -> int:
         if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:

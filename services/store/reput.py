@@ -39,6 +39,7 @@ class ReputService:
         self._cond = threading.Condition()
         self._pending = False
         self._stopped = False
+        self._run_lock = threading.Lock()  # one run_once at a time (the thread, start-up, tests)
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -47,12 +48,14 @@ class ReputService:
         return max(0, self.commitlog.max_offset - self.reput_from_offset)
 
     def notify_append(self) -> None:
+        if self._pending:
+            return  # a wake-up is already on its way; it will see this append too
         with self._cond:
             self._pending = True
             self._cond.notify()
 
-    def _next_batch(self, end: int) -> list[DispatchRequest]:
-        """Collect up to DISPATCH_BATCH_MAX requests from reput_from_offset (advancing it)."""
+    def _next_batch(self, end: int) -> tuple[list[DispatchRequest], int]:
+        """Up to DISPATCH_BATCH_MAX requests from reput_from_offset, and the offset after them."""
         commitlog = self.commitlog
         backlog = commitlog.dispatch_backlog
         batch: list[DispatchRequest] = []
@@ -76,11 +79,14 @@ class ReputService:
                 offset += size
             else:
                 break  # no valid record yet (should not happen below max_offset)
-        self.reput_from_offset = offset
-        return batch
+        return batch, offset
 
     def run_once(self) -> int:
         """Dispatch everything available now; returns the number of records dispatched."""
+        with self._run_lock:
+            return self._run_once_locked()
+
+    def _run_once_locked(self) -> int:
         total = 0
         while True:
             if self.reput_from_offset < self.commitlog.min_offset:
@@ -92,15 +98,18 @@ class ReputService:
             end = self.commitlog.max_offset
             if self.reput_from_offset >= end:
                 return total
-            before = self.reput_from_offset
-            batch = self._next_batch(end)
+            batch, offset = self._next_batch(end)
+            # reput_from_offset moves only once the batch is in the ConsumeQueues and IndexFile,
+            # so whoever reads it under dispatch_lock (the checkpoint) never runs ahead of them.
+            with self.dispatch_lock:
+                for dispatcher in self.dispatchers:
+                    dispatcher.dispatch(batch)
+                moved = offset != self.reput_from_offset
+                self.reput_from_offset = offset
             if batch:
-                with self.dispatch_lock:
-                    for dispatcher in self.dispatchers:
-                        dispatcher.dispatch(batch)
                 self._announce(batch)
                 total += len(batch)
-            elif self.reput_from_offset == before:
+            elif not moved:
                 return total
 
     def _announce(self, batch: list[DispatchRequest]) -> None:

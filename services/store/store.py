@@ -133,8 +133,9 @@ class FileStore(StoreReader):
         dispatchers = [self.cq_store] + ([_IndexDispatcher(self.index_service)] if self.index_service else [])
         self.reput = ReputService(self.commitlog, dispatchers, self._listeners, self.max_offset_in_queue)
         self.reput.reput_from_offset = self.recovery.reput_from_offset
+        lost = self._consume_queue_units_lost(cp)
         self.reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
-        if not self._consume_queues_consistent():
+        if lost or not self._consume_queues_consistent():
             self._rebuild_consume_queues()
         self.commitlog.queue_offset_table = self.cq_store.queue_offset_table()
         self.cq_store.correct_min_offsets(self.commitlog.min_offset)
@@ -149,9 +150,10 @@ class FileStore(StoreReader):
         config = self.config
         assert self.checkpoint is not None and self.reput is not None
         cq_flush = ConsumeQueueFlushService(
-            config.flush_consume_queue_interval_ms, lambda: self.reput.reput_from_offset,
+            config.flush_consume_queue_interval_ms, self._dispatched_state,
             self._flush_derived, self.checkpoint, lambda: self._logics_timestamp())
         cq_flush.run_once()
+        self._cq_flush = cq_flush
         if config.flush_mode is FlushMode.SYNC:
             self.group_commit = GroupCommitService(self.commitlog, self.checkpoint, config.sync_flush_timeout_ms)
             flusher = self.group_commit
@@ -184,7 +186,7 @@ class FileStore(StoreReader):
                 caught_up = False
             self._flush_derived()
             cp = self.checkpoint.current
-            cp.dispatched_phy_offset = self.reput.reput_from_offset
+            cp.dispatched_phy_offset, cp.cq_max_offset_sum = self._dispatched_state()
             cp.flushed_phy_offset = self.commitlog.flushed_where
             cp.logics_msg_timestamp = self._logics_timestamp()
             self.checkpoint.save()
@@ -209,6 +211,11 @@ class FileStore(StoreReader):
             self._lock.release()
 
     # -- internals --------------------------------------------------------------------------
+    def _dispatched_state(self) -> tuple[int, int]:
+        """(reput_from_offset, sum of ConsumeQueue max offsets), consistent with each other."""
+        with self.reput.dispatch_lock:
+            return self.reput.reput_from_offset, self.cq_store.max_offset_sum()
+
     def _flush_derived(self) -> None:
         with self.reput.dispatch_lock:
             self.cq_store.flush(0)
@@ -229,6 +236,19 @@ class FileStore(StoreReader):
     def _disk_usage_ratio(self) -> float:
         usage = shutil.disk_usage(self.config.store_root)
         return usage.used / usage.total if usage.total else 0.0
+
+    def _consume_queue_units_lost(self, cp) -> bool:
+        """Did ConsumeQueue units below the checkpoint's dispatched offset disappear?"""
+        if cp.dispatched_phy_offset < self.commitlog.min_offset or cp.cq_max_offset_sum < 0:
+            # No checkpoint, or one older than retention: units in deleted files cannot be told
+            # apart, and a needless rebuild would forget queues whose records all aged out.
+            return False
+        held = self.cq_store.units_below_sum(cp.dispatched_phy_offset)
+        if held != cp.cq_max_offset_sum:
+            log.warning("ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: "
+                        "rebuilding them", held, cp.dispatched_phy_offset, cp.cq_max_offset_sum)
+            return True
+        return False
 
     def _consume_queues_consistent(self) -> bool:
         """Each queue's last unit must point at a record of that queue with that offset."""
@@ -377,6 +397,7 @@ class FileStore(StoreReader):
         with self.reput.dispatch_lock:
             self.cq_store.remove_topic(topic)
         self.consumer_offsets.remove_topic(topic)
+        self._cq_flush.run_once()  # the checkpoint's queue-offset sum must not count the topic
         return existed
 
     def stats(self) -> StoreStats:

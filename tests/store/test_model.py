@@ -44,23 +44,9 @@ from tests.store.conftest import small_config
 SEEDS = [int(s) for s in os.environ.get("PYRMQ_MODEL_SEEDS", "11,12,23,24,37,38").split(",")]
 OPS_PER_SEED = int(os.environ.get("PYRMQ_MODEL_OPS", "400"))
 
-# KNOWN BUG (IndexService, found by this test): a record whose keys are split across two
-# IndexFiles (the first filled up in the middle of its keys) loses the keys in the second
-# file when recovery deletes that file: re-dispatch restarts at the first file's
-# end_phy_offset, which *is* that record, and build_index skips a record whose phy_offset
-# equals end_phy_offset as "already indexed". op_crash below used to reach it through
-# IndexService.load after an abnormal exit (odd seeds failed); store.py now keeps the files
-# when the checkpoint is valid, but IndexService.truncate after a torn CommitLog tail still
-# reaches it: see test_torn_tail_keeps_the_keys_of_a_record_split_across_index_files.
-# KNOWN BUG (recovery): ConsumeQueues lost while the checkpoint survives are rebuilt only from
-# the checkpoint's dispatched_phy_offset: a queue with no record after it disappears (max 0),
-# one with some starts at a blank-filled min offset, and the next put to such a queue reuses
-# queue offsets already in the CommitLog. FileStore._consume_queues_consistent only checks the
-# last unit of the queues that exist. See test_lost_consume_queues_are_rebuilt_from_the_commitlog.
-CONSUME_QUEUE_LOST_BUG = ("recovery: ConsumeQueues lost under a valid checkpoint are rebuilt only from "
-                          "dispatched_phy_offset; later puts reuse queue offsets")
-INDEX_SPLIT_RECORD_BUG = ("IndexService: keys of a record split across two IndexFiles are lost when "
-                          "recovery deletes the second file (build_index skips phy_offset == end_phy_offset)")
+# Found by this test and fixed: keys of a record split across two IndexFiles were lost when
+# recovery dropped the second file; ConsumeQueues lost under a valid checkpoint were only
+# partly rebuilt. The two regression tests at the end keep them fixed.
 
 TOPICS = ["TopicA", "TopicB", "%RETRY%group-1"]
 QUEUE_IDS = [0, 1, 2]
@@ -347,26 +333,25 @@ class Model:
 
     def op_crash(self) -> None:
         """kill -9 and start again; sometimes caches of the CommitLog are lost as well: the
-        checkpoint, or the checkpoint with every ConsumeQueue and IndexFile."""
-        # KNOWN BUG (CONSUME_QUEUE_LOST_BUG): losing the ConsumeQueues but not the checkpoint
-        # is not generated here; see test_lost_consume_queues_are_rebuilt_from_the_commitlog.
+        checkpoint, the ConsumeQueues alone, or the checkpoint with every ConsumeQueue and
+        IndexFile."""
         dispatched = self.rng.random() < 0.5
-        lost = self.rng.choice(["nothing", "nothing", "nothing", "checkpoint", "all caches"])
+        lost = self.rng.choice(["nothing", "nothing", "nothing", "checkpoint", "consume queues",
+                                "all caches"])
         self.note(f"crash restart ({'dispatched' if dispatched else 'dispatch behind'}, {lost} lost)")
         if dispatched:
             settle(self.file)
         self.file.halt()
         self.memory.halt()
-        if lost != "nothing":
+        if lost in ("checkpoint", "all caches"):
             self.config.checkpoint_path.unlink(missing_ok=True)
+        if lost == "consume queues":
+            shutil.rmtree(self.config.consume_queue_dir, ignore_errors=True)
         if lost == "all caches":
             for cache_dir in (self.config.consume_queue_dir, self.config.index_dir):
                 shutil.rmtree(cache_dir, ignore_errors=True)  # absent before the first put
         self.file = start_file_store(self.config, self.clock)
         self.memory.start()
-        # KNOWN BUG (INDEX_SPLIT_RECORD_BUG): check_everything() below found records split
-        # across IndexFiles missing from key queries here while IndexService.load deleted the
-        # newest IndexFiles after every crash.
         # The FileStore also persists consumer offsets every 5 s of wall time, so a crash
         # leaves the table as of the last explicit persist or of any later commit.
         table = self.file.consumer_offsets.offset_table()
@@ -545,7 +530,6 @@ class TestMessageStoreContract:
 
 
 # -- FileStore bugs found by the model test (minimal reproductions) ---------------------------
-@pytest.mark.xfail(reason=INDEX_SPLIT_RECORD_BUG, strict=True)
 def test_torn_tail_keeps_the_keys_of_a_record_split_across_index_files(tmp_path, clock):
     """Belongs with the recovery tests once fixed. IndexFiles of 3 entries: record 2's key "c"
     fills file 1, its key "d" opens file 2, record 3's key "e" follows in file 2. Record 3 never
@@ -575,7 +559,6 @@ def test_torn_tail_keeps_the_keys_of_a_record_split_across_index_files(tmp_path,
         store.shutdown()
 
 
-@pytest.mark.xfail(reason=CONSUME_QUEUE_LOST_BUG, strict=True)
 def test_lost_consume_queues_are_rebuilt_from_the_commitlog(tmp_path, clock):
     """Belongs with the recovery tests once fixed (style rule 4: the CommitLog is the truth).
     The checkpoint says everything up to record 5 is dispatched; the ConsumeQueues are lost;
