@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import collections
 import logging
+import struct
 import threading
+import zlib
 
 from services.store.clock import Clock
 from services.store.config import StoreConfig
 from services.store.format.commitlog_format import (
-    BLANK, BLANK_RECORD_SIZE_BYTES, SCHEDULE_TOPIC, SYSFLAG_TRANSACTION_MASK, CorruptRecord,
-    MessageRecord, decode_record, encode_blank, encode_into, fill_prop_crc, host_from_string, tags_code)
+    BLANK, BLANK_RECORD_SIZE_BYTES, HEADERS, MAGIC_V1, MAGIC_V2, PROP_CRC_PREFIX, PROP_CRC_RESERVED_LEN,
+    SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK,
+    TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
+    host_from_string, tags_code)
+from services.store.format.properties_format import encode_properties
 from services.store.format.java_compat import java_string_hash
 from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
@@ -33,7 +38,8 @@ from services.store.model import DispatchRequest
 
 log = logging.getLogger(__name__)
 
-DISPATCH_BACKLOG_MAX = 262_144  # above this the put path stops recording; reput parses instead
+DISPATCH_BACKLOG_MAX = 262_144
+_INT16_PACK = struct.Struct(">h").pack  # above this the put path stops recording; reput parses instead
 
 
 def queue_key(topic: str, queue_id: int) -> str:
@@ -54,6 +60,9 @@ class CommitLog:
         self.put_lock = threading.Lock()
         self.queue_offset_table: dict[str, int] = {}
         self.store_host = host_from_string(config.store_host)
+        self.store_host_prefix = self.store_host[0] + struct.pack(">i", self.store_host[1])
+        self._store_host_flag = SYSFLAG_STOREHOST_V6 if len(self.store_host[0]) == 16 else 0
+        self._topic_parts: dict[str, bytes] = {}
         self.delay_level_millis = config.delay_level_millis
         self.dispatch_backlog: collections.deque[DispatchRequest] = collections.deque()
         self.confirm_offset = 0      # start of the last valid record found at recovery
@@ -79,8 +88,37 @@ class CommitLog:
         return offset + size - offset % size
 
     # -- append -----------------------------------------------------------------------------
+    def prepare(self, rec: MessageRecord) -> tuple[MessageRecord, bytes, bytes]:
+        """Everything about a record that does not depend on its place in the log (done
+        outside the put lock): fills body_crc, sys_flag host bits, magic and total_size.
+
+        Returns (record, topic part = length prefix + UTF-8 topic, properties bytes without the
+        length prefix and without the CRC trailer's 20 bytes).
+        """
+        topic_part = self._topic_parts.get(rec.topic)
+        if topic_part is None:
+            topic_bytes = rec.topic.encode("utf-8")
+            magic = choose_magic(topic_bytes)
+            prefix = struct.pack(">h", len(topic_bytes)) if magic == MAGIC_V2 else bytes((len(topic_bytes),))
+            topic_part = self._topic_parts.setdefault(rec.topic, prefix + topic_bytes)
+        rec.magic = MAGIC_V2 if len(topic_part) > TOPIC_V1_LENGTH_MAX_BYTES + 1 else MAGIC_V1
+        properties_bytes = encode_properties(rec.properties, java_order=True)
+        properties_len = len(properties_bytes)
+        if self.config.append_prop_crc:
+            properties_len += PROP_CRC_RESERVED_LEN
+        body = rec.body
+        rec.body_crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
+        sys_flag = rec.sys_flag & ~0x30
+        if len(rec.born_host[0]) == 16:
+            sys_flag |= SYSFLAG_BORNHOST_V6
+        sys_flag |= self._store_host_flag
+        rec.sys_flag = sys_flag
+        rec.total_size = (HEADERS[(sys_flag >> 4) & 3].size + len(body) + len(topic_part) + 2
+                          + properties_len)
+        return rec, topic_part, properties_bytes
+
     def append_batch(self, records: list[tuple[MessageRecord, bytes, bytes]]) -> None:
-        """Append prepared records (see commitlog_format.prepare) under one lock acquisition.
+        """Append prepared records (see :meth:`prepare`) under one lock acquisition.
 
         Fills queue_offset, phy_offset and store_timestamp_ms of each record. Raises OSError
         if the segment cannot be created or written (nothing after the failure is written).
@@ -88,47 +126,75 @@ class CommitLog:
         file_size = self.config.commitlog_file_size_bytes
         backlog = self.dispatch_backlog
         record_backlog = len(backlog) < DISPATCH_BACKLOG_MAX
+        prop_crc = self.config.append_prop_crc
+        store_ip, store_port = self.store_host
+        join = b"".join
+        crc32 = zlib.crc32
+        pack_len = _INT16_PACK
+        new_request = tuple.__new__
         with self.put_lock:
             now = self.clock.now_ms()
             if now < self.last_store_timestamp_ms:
                 now = self.last_store_timestamp_ms  # store time never goes backwards
             table = self.queue_offset_table
-            prop_crc = self.config.append_prop_crc
             mf = self.mfq.last_file_for_append()
             mf.check_writable()
-            for rec, topic_bytes, properties_bytes in records:
-                key = f"{rec.topic}-{rec.queue_id}"
-                counted = dispatches(rec.sys_flag)
-                rec.queue_offset = table.get(key, 0) if counted else 0
-                rec.store_timestamp_ms = now
+            put_bytes = 0
+            for rec, topic_part, properties_bytes in records:
+                topic = rec.topic
+                queue_id = rec.queue_id
+                sys_flag = rec.sys_flag
+                key = f"{topic}-{queue_id}"
+                counted = sys_flag & 0xC in (0x0, 0x8)
+                queue_offset = table.get(key, 0) if counted else 0
                 size = rec.total_size
                 pos = mf.wrote_position
                 if size + BLANK_RECORD_SIZE_BYTES > file_size - pos:
                     mf = self._close_segment_locked(mf, pos)
                     pos = 0
-                rec.phy_offset = mf.file_from_offset + pos
+                phy_offset = mf.file_from_offset + pos
+                if pos + size > mf.populated_position:
+                    mf.populate_ahead(pos + size)
+                body = rec.body
+                born_ip, born_port = rec.born_host
+                data = join((
+                    HEADERS[(sys_flag >> 4) & 3].pack(
+                        size, rec.magic, rec.body_crc, queue_id, rec.flag, queue_offset, phy_offset,
+                        sys_flag, rec.born_timestamp_ms, born_ip, born_port, now, store_ip, store_port,
+                        rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
+                    body, topic_part,
+                    pack_len(size - len(body) - len(topic_part) - HEADERS[(sys_flag >> 4) & 3].size - 2),
+                    properties_bytes))
                 try:
-                    encode_into(mf.mm, pos, rec, topic_bytes, properties_bytes)
+                    mm = mf.mm
+                    end = pos + len(data)
+                    mm[pos:end] = data
                     if prop_crc:
-                        fill_prop_crc(mf.mm, pos, size)
-                except (OSError, ValueError) as exc:
+                        digits = (b"%d" % (crc32(data) & 0x7FFFFFFF))[::-1].ljust(10, b"0")
+                        mm[end:end + PROP_CRC_RESERVED_LEN] = PROP_CRC_PREFIX + digits + b"\x02"
+                except (OSError, ValueError, TypeError) as exc:
                     mf.write_error = exc if isinstance(exc, OSError) else OSError(str(exc))
                     raise mf.write_error
+                assert end + (PROP_CRC_RESERVED_LEN if prop_crc else 0) == pos + size, (pos, size)
                 mf.wrote_position = pos + size
+                rec.queue_offset = queue_offset
+                rec.phy_offset = phy_offset
+                rec.store_timestamp_ms = now
                 if counted:
-                    table[key] = rec.queue_offset + 1
+                    table[key] = queue_offset + 1
                 if record_backlog:
                     props = rec.properties
-                    tags = props.get(TAGS)
-                    if rec.topic == SCHEDULE_TOPIC:
+                    if topic == SCHEDULE_TOPIC:
                         code = tags_code(rec, self.delay_level_millis)
                     else:
+                        tags = props.get(TAGS)
                         code = java_string_hash(tags) if tags else 0
-                    backlog.append(DispatchRequest(
-                        rec.topic, rec.queue_id, rec.phy_offset, size, code, now, rec.queue_offset,
-                        props.get(KEYS, ""), props.get(UNIQ_KEY, ""), rec.sys_flag,
-                        rec.prepared_transaction_offset))
-                self.put_bytes_total += size
+                    backlog.append(new_request(DispatchRequest, (
+                        topic, queue_id, phy_offset, size, code, now, queue_offset,
+                        props.get(KEYS, ""), props.get(UNIQ_KEY, ""), sys_flag,
+                        rec.prepared_transaction_offset)))
+                put_bytes += size
+            self.put_bytes_total += put_bytes
             self.put_messages_total += len(records)
             self.last_store_timestamp_ms = now
 

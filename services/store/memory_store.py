@@ -118,7 +118,7 @@ class MemoryStore:
                 queue.append(rec.phy_offset)
             self.max_phy_offset = rec.phy_offset + rec.total_size
             results.append(PutResult(PutStatus.PUT_OK, rec.phy_offset, rec.total_size, rec.queue_offset,
-                                     now, rec.offset_msg_id))
+                                     now, "", rec.store_host[0] + rec.store_host[1].to_bytes(4, "big")))
         return results
 
     def _append_position(self, size: int) -> int:

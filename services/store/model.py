@@ -6,6 +6,7 @@ outcomes are values, not exceptions, on the hot path.
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 from dataclasses import dataclass, field
 
 from services.store.format.commitlog_format import MessageRecord
@@ -32,12 +33,19 @@ class PutResult:
     wrote_bytes: int = 0
     queue_offset: int = -1
     store_timestamp_ms: int = 0
-    offset_msg_id: str = ""
     error: str = ""
+    store_host_prefix: bytes = b""  # store IP + int32 port: the offset msg id's first bytes
 
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Offset message id (store host + phy offset), computed on demand."""
+        if self.phy_offset < 0 or not self.store_host_prefix:
+            return ""
+        return (self.store_host_prefix + self.phy_offset.to_bytes(8, "big")).hex().upper()
 
 
 class GetStatus(enum.Enum):
@@ -68,9 +76,9 @@ class GetResult:
         return [decode_record(raw, 0, len(raw), check_crc=False) for raw in self.raw_messages]
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchRequest:
-    """What reput hands to each dispatcher for one CommitLog record."""
+class DispatchRequest(NamedTuple):
+    """What reput hands to each dispatcher for one CommitLog record (a tuple: cheap to build
+    on the put path, one per message)."""
 
     topic: str
     queue_id: int

@@ -31,7 +31,7 @@ from services.store.consume_queue import ConsumeQueueStore
 from services.store.flush import (
     ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
 from services.store.format.commitlog_format import (
-    PROPERTIES_SIZE_MAX_BYTES, MessageRecord, decode_offset_msg_id, prepare)
+    PROPERTIES_SIZE_MAX_BYTES, MessageRecord, decode_offset_msg_id)
 from services.store.format.properties_format import (
     WAIT_STORE_MSG_OK, PropertiesError, check_properties)
 from services.store.index_file import IndexService
@@ -297,9 +297,9 @@ class FileStore(StoreReader):
             rec.store_host = self.commitlog.store_host
             status, error = self._validate(rec, allow_system_topics, topic_checks)
             if status is None:
-                topic_bytes, properties_bytes = prepare(rec, prop_crc=self.config.append_prop_crc)
-                status, error = self._check_sizes(rec, properties_bytes)
-                prepared.append((rec, topic_bytes, properties_bytes))
+                item = self.commitlog.prepare(rec)
+                status, error = self._check_sizes(rec, item[2])
+                prepared.append(item)
             if status is not None:
                 note = error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
                 return [PutResult(status, error=note) for _ in messages]
@@ -317,8 +317,9 @@ class FileStore(StoreReader):
             last = messages[-1]
             if not self.group_commit.wait_for_flush(last.phy_offset + last.total_size):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
+        prefix = self.commitlog.store_host_prefix
         return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
-                          rec.offset_msg_id) for rec in messages]
+                          "", prefix) for rec in messages]
 
     def _validate(self, rec: MessageRecord, allow_system_topics: bool,
                   topic_checks: dict[str, tuple[PutStatus | None, str, int]]) -> tuple[PutStatus | None, str]:
@@ -370,6 +371,8 @@ class FileStore(StoreReader):
         return self._topic_cache.get(topic)
 
     def _check_sizes(self, rec: MessageRecord, properties_bytes: bytes) -> tuple[PutStatus | None, str]:
+        if self.config.append_prop_crc:
+            properties_bytes = properties_bytes + bytes(20)  # the CRC trailer counts too
         if len(properties_bytes) > PROPERTIES_SIZE_MAX_BYTES:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED, (
                 f"properties of {len(properties_bytes)} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}")
