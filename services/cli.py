@@ -46,6 +46,17 @@ SERVICES: tuple[ServiceSpec, ...] = (
 )
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when `pyrmq up` dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: children outlive a SIGKILL'ed parent, as before
+
+
 class Child:
     """One running service: its process, and a thread reading its stdout for the ready line."""
 
@@ -55,7 +66,8 @@ class Child:
         self.ready = threading.Event()
         self._wake = wake
         self.process = subprocess.Popen(
-            [sys.executable, "-m", spec.module, *args], stdout=subprocess.PIPE, text=True, bufsize=1)
+            [sys.executable, "-m", spec.module, *args], stdout=subprocess.PIPE, text=True, bufsize=1,
+            preexec_fn=_die_with_parent)
         self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
         self._reader.start()
 

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +129,27 @@ def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: 
     os.kill(child_pid, signal.SIGKILL)
     assert up.popen.wait(EXIT_TIMEOUT_S) != 0
     assert "store exited unexpectedly" in up.log()
+
+
+def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    up.wait_line(UP_READY)
+    [child_pid] = _children_of(up.popen.pid)
+    os.kill(up.popen.pid, signal.SIGKILL)
+    up.popen.wait(EXIT_TIMEOUT_S)
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    while Path(f"/proc/{child_pid}").exists() and time.monotonic() < deadline:
+        try:
+            os.waitpid(child_pid, os.WNOHANG)  # reaped by init normally; harmless otherwise
+        except ChildProcessError:
+            pass
+        if "Z" == Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]:
+            break  # a zombie has exited
+        time.sleep(0.05)
+    stat = Path(f"/proc/{child_pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _children_of(parent_pid: int) -> list[int]:
