@@ -1,6 +1,7 @@
 """The Store gRPC service over the wire: a real FileStore behind a real server on 127.0.0.1:0."""
 from __future__ import annotations
 
+import socket
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -14,8 +15,10 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.config import StoreConfig
+from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.model import Arrival, PutResult, PutStatus
+from services.store.rpc import convert
 from services.store.rpc.server import build_server, stop_server
 from services.store.rpc.servicer import ArrivalWatcher
 from services.store.rpc.status import StoreUnavailableError, check_put_batch
@@ -330,3 +333,74 @@ def test_metrics_endpoint_after_a_put(served: Served) -> None:
         assert name in text, name
     assert 'pyrmq_store_rpc_latency_seconds_count{code="OK",method="/pyrmq.store.v1.Store/PutMessages"} 1.0' in text
     assert 'code="NOT_FOUND",method="/pyrmq.store.v1.Store/GetTopic"' in text
+
+
+# -- PutMessages conversions (the hot path builds records positionally and caches hosts) ----
+
+def test_messages_from_pb_copies_every_producer_field() -> None:
+    msg = pb.Message(topic=TOPIC, queue_id=3, body=b"b", properties={"KEYS": "k", "TAGS": "t", "A": "1"},
+                     flag=7, sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE, born_timestamp_ms=123, born_host="[::1]:9876",
+                     reconsume_times=2, prepared_transaction_offset=99,
+                     store_timestamp_ms=5, queue_offset=8, phy_offset=9)  # "out" fields are ignored
+    [record] = convert.messages_from_pb([msg])
+    assert record == MessageRecord(
+        topic=TOPIC, queue_id=3, body=b"b", properties={"KEYS": "k", "TAGS": "t", "A": "1"}, flag=7,
+        sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE, born_timestamp_ms=123,
+        born_host=(socket.inet_pton(socket.AF_INET6, "::1"), 9876),
+        reconsume_times=2, prepared_transaction_offset=99)
+    assert list(record.properties) == list(dict(msg.properties))  # same key order as dict(map)
+    assert type(record.properties) is dict
+    assert convert.message_from_pb(msg) == record
+
+
+def test_messages_from_pb_hosts_are_parsed_once_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    [empty, v4, again] = convert.messages_from_pb(
+        [pb.Message(topic=TOPIC), pb.Message(topic=TOPIC, born_host="10.1.2.3:1"),
+         pb.Message(topic=TOPIC, born_host="10.1.2.3:1")])
+    assert empty.born_host == (b"\x7f\x00\x00\x01", 0)
+    assert v4.born_host == (b"\x0a\x01\x02\x03", 1) and again.born_host is v4.born_host
+    assert [r.properties for r in (empty, v4, again)] == [{}, {}, {}]
+    assert empty.properties is not v4.properties  # each record owns its properties dict
+    monkeypatch.setattr(convert, "BORN_HOST_CACHE_MAX", 4)
+    hosts = [f"10.0.0.{i}:{i}" for i in range(10)]
+    records = convert.messages_from_pb([pb.Message(topic=TOPIC, born_host=h) for h in hosts])
+    assert [r.born_host for r in records] == [(bytes([10, 0, 0, i]), i) for i in range(10)]
+    assert len(convert._BORN_HOSTS) <= 4
+
+
+@pytest.mark.parametrize("bad", ["not-a-host", "10.0.0.1:70000", "10.0.0.1:x", "[zz]:1"])
+def test_messages_from_pb_rejects_bad_hosts_every_time(bad: str) -> None:
+    for _ in range(2):  # a failure is not cached as a host
+        with pytest.raises(ValueError, match="born_host"):
+            convert.messages_from_pb([pb.Message(topic=TOPIC, born_host="10.0.0.1:1"),
+                                      pb.Message(topic=TOPIC, born_host=bad)])
+    assert bad not in convert._BORN_HOSTS
+
+
+def test_put_response_to_pb_matches_put_result_to_pb() -> None:
+    results = [PutResult(PutStatus.PUT_OK, 0, 120, 0, 1_700_000_000_000),
+               PutResult(PutStatus.PUT_OK, 1 << 40, 99, 12345, 1_700_000_000_001),
+               PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 300, 110, 7, 1_700_000_000_002),
+               PutResult(PutStatus.MESSAGE_ILLEGAL, error="message 1 of the batch: too big; nothing written")]
+    for result in results:
+        if hasattr(result, "store_host_prefix"):  # the offset msg id is derived from it
+            result.store_host_prefix = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    response = convert.put_response_to_pb(results)
+    expected = pb.PutMessagesResponse(results=[convert.put_result_to_pb(r) for r in results])
+    assert response == expected
+    assert response.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert [r.status for r in response.results] == [pb.PUT_OK, pb.PUT_OK, pb.FLUSH_DISK_TIMEOUT, pb.MESSAGE_ILLEGAL]
+    assert response.results[1].offset_msg_id == results[1].offset_msg_id != ""
+    assert response.results[3].error == results[3].error and response.results[3].phy_offset == -1
+    assert convert.put_response_to_pb([]) == pb.PutMessagesResponse()
+
+
+def test_put_batch_with_several_born_hosts_round_trips(served: Served) -> None:
+    hosts = ["10.1.2.3:1", "[2001:db8::1]:2", "", "10.1.2.3:1"]
+    results = served.put(*(pb.Message(topic=TOPIC, body=b"%d" % i, born_host=h, properties={"KEYS": f"k{i}"})
+                           for i, h in enumerate(hosts)))
+    assert [r.status for r in results] == [pb.PUT_OK] * 4
+    served.wait_dispatched(4)
+    got = served.get(0)
+    assert [m.born_host for m in got.messages] == ["10.1.2.3:1", "[2001:db8::1]:2", "127.0.0.1:0", "10.1.2.3:1"]
+    assert [m.properties["KEYS"] for m in got.messages] == ["k0", "k1", "k2", "k3"]

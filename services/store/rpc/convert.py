@@ -8,6 +8,7 @@ Input that cannot be converted (a malformed host string, a missing config) raise
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pyrmq.store.v1 import store_pb2 as pb
@@ -40,15 +41,67 @@ def host_from_pb(text: str, field_name: str) -> tuple[bytes, int]:
     return ip, port
 
 
+class _BornHosts(dict[str, tuple[bytes, int]]):
+    """``born_host`` text -> parsed host, parsed once: a producer's messages share its address.
+
+    ``_BORN_HOSTS[text]`` is a plain dict lookup on a hit. Malformed text raises (and is not
+    cached). Bounded: emptied when full (one entry per producer connection, so rarely).
+    Workers share it without a lock: each dict operation is atomic, and a race only parses twice.
+    """
+
+    def __missing__(self, text: str) -> tuple[bytes, int]:
+        host = host_from_pb(text, "born_host")
+        if len(self) >= BORN_HOST_CACHE_MAX:
+            self.clear()
+        self[text] = host
+        return host
+
+
+BORN_HOST_CACHE_MAX = 4096
+_BORN_HOSTS = _BornHosts()
+
+# messages_from_pb builds MessageRecord positionally (keywords cost twice as much): this is the
+# order it passes, checked against the dataclass so a reordered field fails the import.
+_RECORD_POSITIONAL_FIELDS = (
+    "topic", "queue_id", "body", "properties", "flag", "sys_flag", "born_timestamp_ms", "born_host",
+    "store_timestamp_ms", "store_host", "reconsume_times", "prepared_transaction_offset")
+assert tuple(MessageRecord.__dataclass_fields__)[:len(_RECORD_POSITIONAL_FIELDS)] == _RECORD_POSITIONAL_FIELDS
+_RECORD_STORE_TIMESTAMP_DEFAULT = MessageRecord.__dataclass_fields__["store_timestamp_ms"].default
+_RECORD_STORE_HOST_DEFAULT = MessageRecord.__dataclass_fields__["store_host"].default
+
+# PutStatus -> proto enum value, by name (the pair assertions above guarantee every one exists).
+_PUT_STATUS_TO_PB = {s: pb.PutStatus.Value(s.name) for s in PutStatus}
+
+
 # -- messages ------------------------------------------------------------------------------
+
+def messages_from_pb(messages: Iterable[pb.Message]) -> list[MessageRecord]:
+    """The producer-side fields of messages to put; the store fills in the rest.
+
+    The hot path of PutMessages, hence the locals and the positional constructor. Properties
+    are copied key by key: ``dict(map)`` goes through the pure-Python ``Mapping.keys()`` view
+    and costs about twice as much on upb's map container. Same key order either way.
+    """
+    record = MessageRecord
+    born_hosts = _BORN_HOSTS
+    store_timestamp_ms = _RECORD_STORE_TIMESTAMP_DEFAULT
+    store_host = _RECORD_STORE_HOST_DEFAULT
+    records = []
+    append = records.append
+    for msg in messages:
+        pb_properties = msg.properties
+        properties = {}
+        for key in pb_properties:
+            properties[key] = pb_properties[key]
+        append(record(msg.topic, msg.queue_id, msg.body, properties, msg.flag, msg.sys_flag,
+                      msg.born_timestamp_ms, born_hosts[msg.born_host], store_timestamp_ms, store_host,
+                      msg.reconsume_times, msg.prepared_transaction_offset))
+    return records
+
 
 def message_from_pb(msg: pb.Message) -> MessageRecord:
     """The producer-side fields of a message to put; the store fills in the rest."""
-    return MessageRecord(
-        topic=msg.topic, queue_id=msg.queue_id, body=msg.body, properties=dict(msg.properties),
-        flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=host_from_pb(msg.born_host, "born_host"), reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset)
+    return messages_from_pb((msg,))[0]
 
 
 def message_to_pb(record: MessageRecord) -> pb.Message:
@@ -65,10 +118,33 @@ def message_to_pb(record: MessageRecord) -> pb.Message:
 
 def put_result_to_pb(result: PutResult) -> pb.PutResult:
     return pb.PutResult(
-        status=pb.PutStatus.Value(result.status.name), phy_offset=result.phy_offset,
+        status=_PUT_STATUS_TO_PB[result.status], phy_offset=result.phy_offset,
         queue_offset=result.queue_offset, offset_msg_id=result.offset_msg_id,
         store_timestamp_ms=result.store_timestamp_ms, wrote_bytes=result.wrote_bytes,
         error=result.error)
+
+
+def put_response_to_pb(results: Iterable[PutResult]) -> pb.PutMessagesResponse:
+    """The PutMessages response: one ``put_result_to_pb`` per result, built in place.
+
+    ``results.add()`` and attribute stores cost half of building each ``pb.PutResult`` with
+    keywords and copying it into the list. ``error`` is only set when non-empty (proto3: an
+    empty string is the default either way, so the bytes on the wire are the same).
+    """
+    response = pb.PutMessagesResponse()
+    add = response.results.add
+    status_to_pb = _PUT_STATUS_TO_PB
+    for result in results:
+        out = add()
+        out.status = status_to_pb[result.status]
+        out.phy_offset = result.phy_offset
+        out.queue_offset = result.queue_offset
+        out.offset_msg_id = result.offset_msg_id
+        out.store_timestamp_ms = result.store_timestamp_ms
+        out.wrote_bytes = result.wrote_bytes
+        if result.error:
+            out.error = result.error
+    return response
 
 
 def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:

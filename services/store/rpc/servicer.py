@@ -131,12 +131,12 @@ class StoreServicer(pb_grpc.StoreServicer):
     # -- messages ------------------------------------------------------------------------
     @rpc_errors
     def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:
-        records = [convert.message_from_pb(m) for m in request.messages]
+        records = convert.messages_from_pb(request.messages)
         timer = self._put_latency.time() if self._put_latency else contextlib.nullcontext()
         with timer:
             results = self._store.put_messages(records, allow_system_topics=request.allow_system_topics)
         check_put_batch(results)
-        return pb.PutMessagesResponse(results=[convert.put_result_to_pb(r) for r in results])
+        return convert.put_response_to_pb(results)
 
     @rpc_errors
     def GetMessages(self, request: pb.GetMessagesRequest, context: grpc.ServicerContext) -> pb.GetMessagesResponse:
