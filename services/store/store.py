@@ -34,7 +34,7 @@ from services.store.format.commitlog_format import (
     PROPERTIES_SIZE_MAX_BYTES, MessageRecord, decode_offset_msg_id)
 from services.store.format.properties_format import (
     WAIT_STORE_MSG_OK, PropertiesError, check_properties)
-from services.store.index_file import IndexService
+from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.metadata import TopicConfig, is_system_topic, validate_topic_name
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
@@ -57,10 +57,7 @@ class _IndexDispatcher:
         self.index_service = index_service
 
     def dispatch(self, requests: list[DispatchRequest]) -> None:
-        build = self.index_service.build_index
-        for req in requests:
-            if req.keys or req.uniq_key:
-                build(req.topic, req.keys, req.uniq_key, req.phy_offset, req.store_timestamp_ms, req.sys_flag)
+        self.index_service.build_index_batch(requests)
 
 
 class FileStore(StoreReader):

@@ -39,8 +39,11 @@ from __future__ import annotations
 import operator
 import struct
 import sys
+import threading
 from array import array
 from dataclasses import dataclass
+
+import numpy as np
 
 from services.store.format.java_compat import java_string_hash
 
@@ -61,12 +64,15 @@ INDEX_ENTRY = struct.Struct(
     "i"  # time_diff, seconds
     "i"  # prev_index
 )
+# The entry as a numpy record (packed, big-endian), for writing many at once.
+INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"),
+                              ("prev_index", ">i4")])
 INDEX_HEADER_SIZE_BYTES = 40
 INDEX_SLOT_SIZE_BYTES = 4
 INDEX_ENTRY_SIZE_BYTES = 20
 assert INDEX_HEADER.size == INDEX_HEADER_SIZE_BYTES
 assert INDEX_SLOT.size == INDEX_SLOT_SIZE_BYTES
-assert INDEX_ENTRY.size == INDEX_ENTRY_SIZE_BYTES
+assert INDEX_ENTRY.size == INDEX_ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE_BYTES
 
 # Field positions, from the layouts (not literals).
 BEGIN_TIMESTAMP_POS = 0
@@ -164,9 +170,18 @@ def time_diff_seconds(store_timestamp_ms: int, begin_timestamp_ms: int) -> int:
 
 # -- fast hashing for the dispatch hot path ------------------------------------------------
 # JavaHash(a + b) = JavaHash(a) * 31^len16(b) + JavaHash(b)  (mod 2^32), so the hash of
-# ``topic#`` is computed once per topic and each key is hashed on its own. A key is hashed by
-# a dot product with precomputed powers of 31 (``sum(map(mul, ...))`` runs in C), about twice
-# as fast as the per-character loop of ``java_string_hash``.
+# ``topic#`` is computed once per topic and each key is hashed on its own.
+#
+# One ASCII key: write each byte c as 31*q + r (0 <= r < 31); then
+#   sum c_i * 31^(n-1-i) = int(R, 31) + 31 * int(Q, 31)
+# where R and Q are the strings of the digits r_i and q_i (``bytes.translate`` makes them), so
+# ``int()`` evaluates the polynomial in C: ~2.5x faster than a dot product with precomputed
+# powers of 31 (``sum(map(mul, ...))``), which stays the path for other keys.
+#
+# Many keys (``index_key_hashes_of_ranges``, numpy): with G[k] = sum_{j<k} c_j * 31^-j
+# (mod 2^32; 31 is odd, so invertible), the hash of the units [a, b) is
+# 31^(b-1) * (G[b] - G[a]): one cumsum over all the keys of a batch, in uint32 arithmetic,
+# which wraps exactly like Java's int. ~75 ns a key for thousands, a few µs fixed per call.
 
 _U32 = 0xFFFFFFFF
 _CHUNK_UNITS = 256
@@ -175,11 +190,30 @@ _POW31 = [pow(31, i, 1 << 32) for i in range(_CHUNK_UNITS + 1)]  # 31^i mod 2^32
 _POW31_DESC = [_POW31[n - 1::-1] if n else [] for n in range(_CHUNK_UNITS + 1)]
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 _mul = operator.mul
+_DIGITS31 = b"0123456789abcdefghijklmnopqrstu"
+assert len(_DIGITS31) == 31
+_R31 = bytes(_DIGITS31[c % 31] for c in range(256))  # byte -> digit of c mod 31
+_Q31 = bytes(_DIGITS31[c // 31] for c in range(256))  # byte -> digit of c div 31 (<= 8)
+# int() on at most this many digits: far below sys.get_int_max_str_digits()'s floor (640).
+_INT_DIGITS_MAX = _CHUNK_UNITS
+# For callers that inline the ASCII path of java_hash_extend_u32 (the dispatch loop):
+HASH_POW31 = _POW31  # 31^i mod 2^32, i <= HASH_ASCII_UNITS_MAX
+HASH_DIGITS_R31 = _R31
+HASH_DIGITS_Q31 = _Q31
+HASH_ASCII_UNITS_MAX = _INT_DIGITS_MAX
 
 
 def java_hash_extend_u32(prefix_hash_u32: int, text: str) -> int:
     """Unsigned Java hash of ``prefix + text`` from the unsigned Java hash of ``prefix``."""
-    units = text.encode("ascii") if text.isascii() else array("H", text.encode(_UTF16))
+    if text.isascii():
+        n = len(text)
+        if 0 < n <= _INT_DIGITS_MAX:
+            units = text.encode("ascii")
+            return (prefix_hash_u32 * _POW31[n] + int(units.translate(_R31), 31)
+                    + 31 * int(units.translate(_Q31), 31)) & _U32
+        units = text.encode("ascii")
+    else:
+        units = array("H", text.encode(_UTF16))
     n = len(units)
     if n <= _CHUNK_UNITS:
         return (prefix_hash_u32 * _POW31[n] + sum(map(_mul, units, _POW31_DESC[n]))) & _U32
@@ -196,3 +230,74 @@ def index_key_hash_from_u32(hash_u32: int) -> int:
     if hash_u32 < 0x80000000:
         return hash_u32
     return 0 if hash_u32 == 0x80000000 else 0x100000000 - hash_u32
+
+
+_INV31 = pow(31, -1, 1 << 32)
+_np_tables_lock = threading.Lock()
+_np_pow31 = np.ones(1, np.uint32)  # 31^i mod 2^32
+_np_inv31 = np.ones(1, np.uint32)  # 31^-i mod 2^32
+
+
+def _np_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """31^i and 31^-i (mod 2^32) for i < size (at least), grown by doubling, never mutated."""
+    global _np_pow31, _np_inv31
+    pow31, inv31 = _np_pow31, _np_inv31
+    if len(pow31) >= size:
+        return pow31, inv31
+    with _np_tables_lock:
+        if len(_np_pow31) < size:
+            n = max(size, 2 * len(_np_pow31), 4096)
+            pow31 = np.full(n, 31, np.uint32)
+            pow31[0] = 1
+            inv31 = np.full(n, _INV31, np.uint32)
+            inv31[0] = 1
+            # uint32 products wrap mod 2^32, as wanted.
+            _np_pow31 = np.multiply.accumulate(pow31, dtype=np.uint32)
+            _np_inv31 = np.multiply.accumulate(inv31, dtype=np.uint32)
+        return _np_pow31, _np_inv31
+
+
+def index_key_hashes(prefix_hashes_u32: list[int] | int, keys: list[str]) -> np.ndarray:
+    """``index_key_hash(prefix + key)`` for every key, as an int64 array, given the unsigned
+    Java hash of each key's prefix (or one for all). Vectorised: worth it from a few dozen keys
+    on."""
+    count = len(keys)
+    joined = "".join(keys)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), np.uint8)
+        lengths = np.fromiter(map(len, keys), np.int64, count)
+    else:
+        units = np.frombuffer(joined.encode(_UTF16), np.uint16)
+        lengths = np.fromiter((len(key.encode(_UTF16)) >> 1 for key in keys), np.int64, count)
+    starts = np.cumsum(lengths) - lengths
+    if isinstance(prefix_hashes_u32, int):
+        prefixes = np.full(count, prefix_hashes_u32, np.uint32)
+    else:
+        prefixes = np.array(prefix_hashes_u32, np.uint32)
+    return index_key_hashes_of_ranges(units, starts, lengths, prefixes)
+
+
+def text_units(text: str) -> np.ndarray:
+    """The UTF-16 code units of ``text`` (uint8 when it is ASCII: the same values)."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), np.uint8)
+    return np.frombuffer(text.encode(_UTF16), np.uint16)
+
+
+def index_key_hashes_of_ranges(units: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                               prefixes_u32: np.ndarray) -> np.ndarray:
+    """``index_key_hash(prefix + key)`` (int64) for each key ``units[start:start + length]``
+    (UTF-16 code units, ``text_units``), given the unsigned Java hash of its prefix (uint32)."""
+    total = len(units)
+    pow31, inv31 = _np_tables(total + 1)
+    prefix_sums = np.zeros(total + 1, np.uint32)
+    np.cumsum(units * inv31[:total], dtype=np.uint32, out=prefix_sums[1:])
+    ends = starts + lengths
+    hashes = pow31[ends - 1] * (prefix_sums[ends] - prefix_sums[starts])
+    hashes += pow31[lengths] * prefixes_u32
+    # Math.abs of the signed (Java int) value, which leaves Integer.MIN_VALUE negative: the
+    # mask then makes it 0, as index_key_hash does.
+    signed = hashes.view(np.int32)
+    np.abs(signed, out=signed)
+    signed &= 0x7FFFFFFF
+    return signed.astype(np.int64)
