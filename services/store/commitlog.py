@@ -30,7 +30,7 @@ from services.store.format.commitlog_format import (
     SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK,
     TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
     host_from_string, tags_code)
-from services.store.format.properties_format import encode_properties
+from services.store.format.properties_format import encode_properties_checked
 from services.store.format.java_compat import java_string_hash
 from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
@@ -93,7 +93,8 @@ class CommitLog:
         outside the put lock): fills body_crc, sys_flag host bits, magic and total_size.
 
         Returns (record, topic part = length prefix + UTF-8 topic, properties bytes without the
-        length prefix and without the CRC trailer's 20 bytes).
+        length prefix and without the CRC trailer's 20 bytes). Raises PropertiesError for a
+        property name or value that cannot be encoded.
         """
         topic_part = self._topic_parts.get(rec.topic)
         if topic_part is None:
@@ -102,7 +103,7 @@ class CommitLog:
             prefix = struct.pack(">h", len(topic_bytes)) if magic == MAGIC_V2 else bytes((len(topic_bytes),))
             topic_part = self._topic_parts.setdefault(rec.topic, prefix + topic_bytes)
         rec.magic = MAGIC_V2 if len(topic_part) > TOPIC_V1_LENGTH_MAX_BYTES + 1 else MAGIC_V1
-        properties_bytes = encode_properties(rec.properties, java_order=True)
+        properties_bytes = encode_properties_checked(rec.properties)  # PropertiesError if bad
         properties_len = len(properties_bytes)
         if self.config.append_prop_crc:
             properties_len += PROP_CRC_RESERVED_LEN

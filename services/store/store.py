@@ -32,8 +32,7 @@ from services.store.flush import (
     ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
 from services.store.format.commitlog_format import (
     PROPERTIES_SIZE_MAX_BYTES, MessageRecord, decode_offset_msg_id)
-from services.store.format.properties_format import (
-    WAIT_STORE_MSG_OK, PropertiesError, check_properties)
+from services.store.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
 from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.metadata import TopicConfig, is_system_topic, validate_topic_name
@@ -294,9 +293,13 @@ class FileStore(StoreReader):
             rec.store_host = self.commitlog.store_host
             status, error = self._validate(rec, allow_system_topics, topic_checks)
             if status is None:
-                item = self.commitlog.prepare(rec)
-                status, error = self._check_sizes(rec, item[2])
-                prepared.append(item)
+                try:
+                    item = self.commitlog.prepare(rec)
+                except PropertiesError as exc:
+                    status, error = PutStatus.MESSAGE_ILLEGAL, str(exc)
+                else:
+                    status, error = self._check_sizes(rec, len(item[2]))
+                    prepared.append(item)
             if status is not None:
                 note = error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
                 return [PutResult(status, error=note) for _ in messages]
@@ -335,11 +338,7 @@ class FileStore(StoreReader):
         if rec.queue_id < 0 or rec.queue_id >= write_queue_nums:
             return PutStatus.QUEUE_ID_ILLEGAL, (
                 f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues")
-        try:
-            check_properties(rec.properties)
-        except PropertiesError as exc:
-            return PutStatus.MESSAGE_ILLEGAL, str(exc)
-        return None, ""
+        return None, ""  # properties are checked while they are encoded (CommitLog.prepare)
 
     def _check_topic(self, topic: str, allow_system_topics: bool) -> tuple[PutStatus | None, str, int]:
         """(status, error, write queue count) for puts to ``topic``; creates it when allowed."""
@@ -367,12 +366,12 @@ class FileStore(StoreReader):
             self._topic_cache_version = version
         return self._topic_cache.get(topic)
 
-    def _check_sizes(self, rec: MessageRecord, properties_bytes: bytes) -> tuple[PutStatus | None, str]:
+    def _check_sizes(self, rec: MessageRecord, properties_len: int) -> tuple[PutStatus | None, str]:
         if self.config.append_prop_crc:
-            properties_bytes = properties_bytes + bytes(20)  # the CRC trailer counts too
-        if len(properties_bytes) > PROPERTIES_SIZE_MAX_BYTES:
+            properties_len += 20  # the CRC trailer counts too
+        if properties_len > PROPERTIES_SIZE_MAX_BYTES:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED, (
-                f"properties of {len(properties_bytes)} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}")
+                f"properties of {properties_len} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}")
         if rec.total_size > self.config.record_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, f"record of {rec.total_size} bytes is too large"
         if rec.total_size + 8 > self.config.commitlog_file_size_bytes:

@@ -80,6 +80,20 @@ def encode_properties(properties: dict[str, str], java_order: bool = False) -> b
 RESERVED_CRC_NAME = "__CRC32#"  # the whole-record CRC trailer; never a caller's property
 
 
+def encode_properties_checked(properties: dict[str, str]) -> bytes:
+    """:func:`encode_properties` in Java order, raising PropertiesError for what
+    :func:`check_properties` rejects (one pass: the separators are counted in C)."""
+    if not properties:
+        return b""
+    parts = [f"{name}\x01{properties[name]}\x02" for name in _java_order(properties)
+             if properties[name] is not None and not name.startswith(TRANSIENT_PREFIX)]
+    text = "".join(parts)
+    if (text.count("\x01") != len(parts) or text.count("\x02") != len(parts)
+            or "" in properties or RESERVED_CRC_NAME in properties):
+        check_properties(properties)  # raises with the offending name
+    return text.encode("utf-8")
+
+
 def check_properties(properties: dict[str, str]) -> None:
     """Raise PropertiesError when a name or value holds a separator or a name is empty/reserved."""
     for name, value in properties.items():
