@@ -132,6 +132,39 @@ class ConsumeQueue:
 
     def put_requests(self, requests: list[DispatchRequest]) -> int:
         """Write the units of ``requests`` (this queue's, in log order); returns units written."""
+        if len(requests) >= 8 and self._put_run(requests):
+            return len(requests)
+        return self._put_one_by_one(requests)
+
+    def _put_run(self, requests: list[DispatchRequest]) -> bool:
+        """The common case in one numpy write: new units that continue the queue exactly and
+        fit in the last file. Returns False (nothing written) when that is not the case."""
+        last = self.mfq.last_file
+        first = requests[0]
+        if last is None or last.is_full or first.phy_offset + first.size <= self.max_physic_offset:
+            return False
+        start = first.queue_offset
+        count = len(requests)
+        if (start * CQ_UNIT_SIZE_BYTES != last.file_from_offset + last.wrote_position
+                or requests[-1].queue_offset != start + count - 1
+                or last.wrote_position + count * CQ_UNIT_SIZE_BYTES > self.file_size):
+            return False
+        units = np.empty(count, dtype=CQ_DTYPE)
+        units["phy_offset"] = [r.phy_offset for r in requests]
+        units["size"] = [r.size for r in requests]
+        units["tags_code"] = [r.tags_code for r in requests]
+        offsets = np.fromiter((r.queue_offset for r in requests), dtype=np.int64, count=count)
+        if not (np.all(np.diff(offsets) == 1) and np.all(np.diff(units["phy_offset"]) > 0)):
+            return False  # not one dense run in log order: the careful path decides unit by unit
+        pos = last.wrote_position
+        last.mm[pos:pos + count * CQ_UNIT_SIZE_BYTES] = units.tobytes()
+        last.wrote_position = pos + count * CQ_UNIT_SIZE_BYTES
+        tail = requests[-1]
+        self.max_physic_offset = tail.phy_offset + tail.size
+        self.last_store_timestamp_ms = tail.store_timestamp_ms
+        return True
+
+    def _put_one_by_one(self, requests: list[DispatchRequest]) -> int:
         written = 0
         pack_into = CQ_UNIT.pack_into
         for req in requests:

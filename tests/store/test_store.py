@@ -230,3 +230,28 @@ def test_raw_records_are_real_commitlog_records(make_store):
     wait_dispatched(store)
     raw = store.get_messages("TopicTest", 0, 0).raw_messages[0]
     assert decode_record(raw, 0, len(raw)).phy_offset == r.phy_offset
+
+
+def test_consume_queue_fast_run_and_careful_path_agree(make_store):
+    """A dense run goes through the vectorised ConsumeQueue write; a run with a duplicate or a
+    gap in queue offsets must fall back to the unit-by-unit rules."""
+    from services.store.model import DispatchRequest
+    store = make_store()
+    store.put_messages([message(body=b"%d" % i) for i in range(40)])
+    store.reput.run_once()
+    cq = store.cq_store.find("TopicTest", 0)
+    assert cq.max_offset == 40
+    units = cq.get_units(0, 40)
+    assert list(units["size"]) == [r.size for r in [store.commitlog.dispatch_request_at(int(p))[0]
+                                                    for p in units["phy_offset"]]]
+    assert all(b > a for a, b in zip(units["phy_offset"], units["phy_offset"][1:]))
+    # Re-dispatching the same requests writes nothing (idempotent), whichever path is taken.
+    again = [store.commitlog.dispatch_request_at(int(p))[0] for p in units["phy_offset"]]
+    assert cq.put_requests(again) == 0 and cq.max_offset == 40
+    # A batch with a duplicated queue offset in the middle is not a dense run.
+    base = int(units["phy_offset"][-1]) + 10_000
+    odd = [DispatchRequest("TopicTest", 0, base + 100 * i, 50, 0, 0, 40 + (i if i < 5 else i - 1),
+                           "", "", 0, 0) for i in range(10)]
+    assert cq.put_requests(odd) == 9  # the duplicate offset 44 is skipped (RocketMQ's rule)
+    assert cq.max_offset == 49
+    assert [int(p) for p in cq.get_units(44, 2)["phy_offset"]] == [base + 400, base + 600]
