@@ -39,6 +39,7 @@ from services.store.metadata import TopicConfig, is_system_topic, validate_topic
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import (
     Arrival, DispatchRequest, GetResult, GetStatus, PutResult, PutStatus, StoreStats)
+from services.store.pop import PopService
 from services.store.recovery import recover
 from services.store.store_read import StoreReader
 
@@ -85,6 +86,7 @@ class FileStore(StoreReader):
         self._shutdown_lock = threading.Lock()
         self._topic_cache: dict[str, int] = {}
         self._topic_cache_version = -1
+        self.pop = PopService(self)  # consumer groups' pop / ack state; revive loop started below
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -159,7 +161,8 @@ class FileStore(StoreReader):
         self.clean = CleanService(config, self.clock, self.commitlog, self.cq_store, self.index_service,
                                   self.reput.dispatch_lock, disk_usage=self._disk_usage_ratio)
         offsets = PeriodicTask("persist-offsets", CONSUMER_OFFSET_PERSIST_INTERVAL_MS, self._persist_offsets)
-        self._services = [self.reput, flusher, cq_flush, self.clean, offsets]
+        # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
+        self._services = [self.reput, flusher, cq_flush, self.clean, offsets, self.pop.revive]
         for service in self._services:
             service.start()
 

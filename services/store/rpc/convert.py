@@ -16,6 +16,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, GetStatus, PutResult, PutStatus, StoreStats
+from services.store.pop import POP_BATCH_MAX, AckStatus, PopResult, PopStatus
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).
 assert {s.name for s in PutStatus} == set(pb.PutStatus.keys()) - {"PUT_STATUS_UNSPECIFIED"}
@@ -251,3 +252,57 @@ def group_from_pb(message: pb.SubscriptionGroupConfig) -> SubscriptionGroupConfi
         raise ValueError("config.group_name must not be empty")
     return SubscriptionGroupConfig(group_name=message.group_name, attributes=dict(message.attributes),
                                    **_set_fields(message, _GROUP_OPTIONAL_FIELDS))
+
+
+# -- pop consumption ---------------------------------------------------------------------------
+
+# Proto enum values are package-scoped, hence the prefixes; the tables below are total.
+_POP_STATUS_TO_PB = {PopStatus.FOUND: pb.POP_FOUND, PopStatus.NO_MESSAGE: pb.POP_NO_MESSAGE}
+_ACK_STATUS_TO_PB = {AckStatus.OK: pb.ACK_OK, AckStatus.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
+                     AckStatus.DLQ_PUT_FAILED: pb.DLQ_PUT_FAILED}
+assert set(_POP_STATUS_TO_PB) == set(PopStatus) and len(pb.PopStatus.keys()) == len(PopStatus) + 1
+assert set(_ACK_STATUS_TO_PB) == set(AckStatus) and len(pb.AckStatus.keys()) == len(AckStatus) + 1
+POP_MAX_COUNT_DEFAULT = POP_BATCH_MAX
+
+
+def _group_and_topic(request: Any) -> None:
+    if not request.group or not request.topic:
+        raise ValueError("group and topic must not be empty")
+
+
+def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
+    """Keyword arguments for ``PopService.pop`` (max_count 0 means 32)."""
+    _group_and_topic(request)
+    if request.max_count < 0:
+        raise ValueError(f"max_count must not be negative, got {request.max_count}")
+    if request.invisible_duration_ms < 0:
+        raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
+    return dict(group=request.group, topic=request.topic, queue_id=request.queue_id,
+                max_count=request.max_count or POP_MAX_COUNT_DEFAULT,
+                invisible_ms=request.invisible_duration_ms,
+                tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
+                fifo=request.fifo)
+
+
+def pop_result_to_pb(result: PopResult) -> pb.PopMessagesResponse:
+    response = pb.PopMessagesResponse(status=_POP_STATUS_TO_PB[result.status], examined_queues=[
+        pb.QueueRef(topic=topic, queue_id=queue_id) for topic, queue_id in result.examined])
+    for popped in result.messages:
+        message = message_to_pb(popped.record)
+        message.topic = popped.topic  # the original topic, also for a retry copy
+        response.messages.add(message=message, queue_id=popped.queue_id, queue_offset=popped.queue_offset,
+                              delivery_attempt=popped.delivery_attempt,
+                              receipt_handle=popped.receipt_handle, source_topic=popped.source_topic)
+    return response
+
+
+def receipt_request_from_pb(request: Any) -> tuple[str, str, str]:
+    """(group, topic, receipt handle) of an Ack / ChangeInvisibleDuration / ForwardToDLQ request.
+
+    An empty handle is not an argument error: it is an invalid handle (a status)."""
+    _group_and_topic(request)
+    return request.group, request.topic, request.receipt_handle
+
+
+def ack_status_to_pb(status: AckStatus) -> int:
+    return _ACK_STATUS_TO_PB[status]

@@ -99,6 +99,8 @@ class StoreCore(Protocol):
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+    pop: Any  # PopService
+
     def add_arrival_listener(self, listener: Callable[[list[Arrival]], None]) -> Callable[[], None]: ...
     def delete_topic(self, topic: str) -> bool: ...
     def stats(self) -> Any: ...
@@ -263,6 +265,31 @@ class StoreServicer(pb_grpc.StoreServicer):
     @rpc_errors
     def GetStats(self, request: pb.GetStatsRequest, context: grpc.ServicerContext) -> pb.StoreStats:
         return convert.stats_to_pb(self._store.stats())
+
+    # -- pop consumption (statuses are data; only bad arguments fail the call) --------------
+    @rpc_errors
+    def PopMessages(self, request: pb.PopMessagesRequest, context: grpc.ServicerContext) -> pb.PopMessagesResponse:
+        return convert.pop_result_to_pb(self._store.pop.pop(**convert.pop_request_from_pb(request)))
+
+    @rpc_errors
+    def AckMessage(self, request: pb.AckMessageRequest, context: grpc.ServicerContext) -> pb.AckMessageResponse:
+        status = self._store.pop.ack(*convert.receipt_request_from_pb(request))
+        return pb.AckMessageResponse(status=convert.ack_status_to_pb(status))
+
+    @rpc_errors
+    def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest,
+                                context: grpc.ServicerContext) -> pb.ChangeInvisibleDurationResponse:
+        if request.invisible_duration_ms < 0:
+            raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
+        status, handle = self._store.pop.change_invisible_duration(
+            *convert.receipt_request_from_pb(request), request.invisible_duration_ms)
+        return pb.ChangeInvisibleDurationResponse(status=convert.ack_status_to_pb(status), receipt_handle=handle)
+
+    @rpc_errors
+    def ForwardToDeadLetterQueue(self, request: pb.ForwardToDeadLetterQueueRequest,
+                                 context: grpc.ServicerContext) -> pb.ForwardToDeadLetterQueueResponse:
+        status = self._store.pop.forward_to_dead_letter_queue(*convert.receipt_request_from_pb(request))
+        return pb.ForwardToDeadLetterQueueResponse(status=convert.ack_status_to_pb(status))
 
     # -- arrivals --------------------------------------------------------------------------
     @rpc_errors

@@ -1,0 +1,487 @@
+"""PopService: what a consumer group's receive / ack needs, kept in the store (RocketMQ 5 pop).
+
+The broker frontend is stateless: ReceiveMessage becomes ``pop``, AckMessage ``ack``,
+ChangeInvisibleDuration ``change_invisible_duration`` and ForwardMessageToDeadLetterQueue
+``forward_to_dead_letter_queue`` (protocol-v2.md §5.8-§5.11, §7). No gRPC here.
+
+Per (group, source topic, queue) the service keeps a ``_QueueState``::
+
+    committed  <=  done / in flight / to redeliver  <  cursor  <=  ConsumeQueue max offset
+
+* ``committed`` is the group's offset in consumerOffset.json. It only moves over the
+  contiguous prefix of finished offsets (acked, tag-filtered, revived into the retry topic,
+  sent to the DLQ), so every offset not finished lies at or above it: after a restart (all
+  in-flight state is memory) the group reads again from ``committed`` and every unfinished
+  message is delivered again (at least once). Finished offsets above an unfinished one may be
+  delivered again too.
+* ``cursor`` (one per requested topic, see the retry queue below) is where the next pop reads;
+  it runs ahead of ``committed`` by at most ``POP_WINDOW_OFFSETS_MAX`` offsets.
+* A group new to a queue starts at offset 0 (the queue's min offset if retention removed it):
+  RocketMQ's pop starts a new group at the end *unless the queue's data is still in memory*,
+  which on a fresh broker means "from the beginning"; pyrmq always starts at the beginning.
+* A committed offset changed by someone else (CommitConsumerOffset, a deleted topic) resets
+  the queue's pop state: its in-flight handles die.
+
+Queue id -1 reads every read queue of the topic, then the group's retry topic ``%RETRY%{group}``
+queue 0, round robin from a start that rotates per (group, topic). The retry queue holds the
+retries of every topic the group consumes; each record names its original topic in
+``RETRY_TOPIC``, and a pop for topic T only takes T's retries (one cursor per topic).
+
+FIFO pops (``fifo`` or the group's consume_message_orderly) lock the queue for the group while
+any popped message of it is in flight. Redelivery after the invisible time (retry topic, FIFO
+same offset, DLQ after retry_max_times + 1 deliveries): ``pop_revive``.
+
+Receipt handles (format in ``pop_revive``) name one delivery: a handle from an earlier delivery,
+an earlier change of invisible time or an earlier store process never acks a later one.
+
+Locking: ``_lock`` guards all state. Puts into the retry and DLQ topics happen outside it (a
+SYNC flush wait must not stall pops): the entry is ``claimed`` first so no handle can ack it
+meanwhile. Order: ``_lock -> topic/group/offset table locks``; arrival listeners are called
+without ``_lock``.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from services.store.format.commitlog_format import MessageRecord, decode_record, tags_code
+from services.store.format.properties_format import RETRY_TOPIC
+from services.store.metadata import (
+    SubscriptionGroupConfig, retry_topic, validate_group_name, validate_topic_name)
+from services.store.model import GetStatus
+from services.store.pop_revive import (
+    REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
+
+if TYPE_CHECKING:
+    from services.store.store import FileStore
+
+log = logging.getLogger(__name__)
+
+POP_BATCH_MAX = 32                        # messages per pop (the proxy clamps batch_size to 32)
+INVISIBLE_MS_MAX = 24 * 3600 * 1000       # the proxy allows 12 h; the store accepts up to a day
+POP_WINDOW_OFFSETS_MAX = 100_000          # cursor - committed per queue (bounds the done set)
+POP_READ_ROUNDS_MAX = 64                  # get_messages calls per queue per pop
+assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
+
+
+class PopStatus(enum.Enum):
+    FOUND = "FOUND"            # at least one message
+    NO_MESSAGE = "NO_MESSAGE"  # nothing available now: long-poll on arrivals in ``examined``
+
+
+class AckStatus(enum.Enum):
+    OK = "OK"
+    # Malformed, unknown, superseded (a later delivery or change of invisible time), expired,
+    # or for another group / topic.
+    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
+    # forward_to_dead_letter_queue only: the DLQ put failed; the message stays in flight and
+    # the handle stays valid.
+    DLQ_PUT_FAILED = "DLQ_PUT_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class PoppedMessage:
+    raw: bytes              # the CommitLog record, as get_messages returns it
+    topic: str              # the original topic (RETRY_TOPIC of a retry copy)
+    source_topic: str       # where the record lives: ``topic`` or ``%RETRY%{group}``
+    queue_id: int           # of source_topic
+    queue_offset: int       # of source_topic
+    delivery_attempt: int   # >= 1
+    receipt_handle: str
+
+    @property
+    def record(self) -> MessageRecord:
+        """The decoded record (its ``topic`` is ``source_topic``)."""
+        return decode_record(self.raw, 0, len(self.raw), check_crc=False)
+
+
+@dataclass(slots=True)
+class PopResult:
+    status: PopStatus
+    messages: list[PoppedMessage] = field(default_factory=list)
+    # (topic, queue id) looked at, in order: a long-polling broker waits for an arrival in one
+    # of them (the store also announces a FIFO queue that unlocks).
+    examined: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _QueueState:
+    committed: int
+    seen: int                                   # consumer_offsets value last read or written
+    cursors: dict[str, int] = field(default_factory=dict)       # requested topic -> next offset
+    done: set[int] = field(default_factory=set)                 # finished offsets > committed
+    in_flight: dict[int, InFlight] = field(default_factory=dict)
+    redeliver: dict[int, InFlight] = field(default_factory=dict)  # FIFO, expired: deliver again
+
+
+@dataclass(frozen=True, slots=True)
+class _PopRequest:
+    group: str
+    topic: str
+    max_count: int
+    invisible_ms: int
+    tags_codes: frozenset[int] | None
+    fifo: bool
+    max_deliveries: int
+    now_ms: int
+
+
+def _check_names(group: str, topic: str) -> None:
+    reason = validate_group_name(group) or validate_topic_name(topic)
+    if reason:
+        raise ValueError(reason)
+
+
+class PopService:
+    def __init__(self, store: FileStore, revive_interval_ms: int = REVIVE_INTERVAL_MS) -> None:
+        self._store = store
+        self._clock = store.clock
+        self._lock = threading.Lock()
+        self._queues: dict[QueueKey, _QueueState] = {}
+        self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
+        self._sequence = 0
+        self._incarnation = secrets.token_hex(4)
+        self._rotation: dict[tuple[str, str], int] = {}
+        self._group_cache: dict[str, SubscriptionGroupConfig] = {}
+        self._group_cache_version = -1
+        self.revive = ReviveService(self, store, revive_interval_ms)
+
+    # -- API ------------------------------------------------------------------------------------
+    def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
+            tags_codes: frozenset[int] | None = None, fifo: bool = False) -> PopResult:
+        """Up to ``max_count`` (at most 32) messages, invisible to the group for ``invisible_ms``."""
+        self._check_running()
+        _check_names(group, topic)
+        if queue_id < -1:
+            raise ValueError(f"queue_id must be -1 (any) or a queue id, not {queue_id}")
+        if max_count < 1:
+            raise ValueError(f"max_count must be positive, not {max_count}")
+        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
+            raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
+        config = self.group_config(group)
+        request = _PopRequest(group, topic, min(max_count, POP_BATCH_MAX), invisible_ms, tags_codes,
+                              fifo or config.consume_message_orderly, max_deliveries(config),
+                              self._clock.now_ms())
+        out: list[PoppedMessage] = []
+        examined: list[tuple[str, int]] = []
+        with self._lock:
+            for source, qid in self._queues_to_scan_locked(group, topic, queue_id):
+                if len(out) >= request.max_count:
+                    break
+                examined.append((source, qid))
+                self._pop_queue_locked(request, source, qid, out)
+        return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> AckStatus:
+        self._check_running()
+        with self._lock:
+            entry = self._find_locked(group, topic, receipt_handle, self._clock.now_ms())
+            if entry is None:
+                return AckStatus.INVALID_RECEIPT_HANDLE
+            unlocked = self._finish_locked(entry)
+        self.revive.announce([unlocked])
+        return AckStatus.OK
+
+    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
+                                  invisible_ms: int) -> tuple[AckStatus, str]:
+        """Make the message visible again ``invisible_ms`` from now; the old handle dies."""
+        self._check_running()
+        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
+            raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
+        now = self._clock.now_ms()
+        with self._lock:
+            entry = self._find_locked(group, topic, receipt_handle, now)
+            if entry is None:
+                return AckStatus.INVALID_RECEIPT_HANDLE, ""
+            self._issue_locked(entry, now, invisible_ms)
+            return AckStatus.OK, entry.handle
+
+    def forward_to_dead_letter_queue(self, group: str, topic: str, receipt_handle: str) -> AckStatus:
+        """Put the message into ``%DLQ%{group}`` now, then ack it."""
+        self._check_running()
+        with self._lock:
+            entry = self._find_locked(group, topic, receipt_handle, self._clock.now_ms())
+            if entry is None:
+                return AckStatus.INVALID_RECEIPT_HANDLE
+            entry.claimed = True
+            entry.to_dlq = True
+        ok = self.revive.move(entry)
+        self.revive.announce([self.settle(entry, ok, retry_at_ms=None)])
+        return AckStatus.OK if ok else AckStatus.DLQ_PUT_FAILED
+
+    def group_config(self, group: str, create: bool = True) -> SubscriptionGroupConfig:
+        """The group's config; an unknown group is created with defaults (RocketMQ's
+        autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
+        groups = self._store.groups
+        version = groups.data_version.counter
+        if version != self._group_cache_version:
+            self._group_cache = {g.group_name: g for g in groups.list()}
+            self._group_cache_version = version
+        config = self._group_cache.get(group)
+        if config is None:
+            config = groups.get(group)  # created since the cache was filled?
+        if config is None:
+            config = SubscriptionGroupConfig(group_name=group)
+            if create:
+                config = groups.create_or_update(config)
+                log.info("subscription group %s created with defaults on its first pop", group)
+        return config
+
+    def in_flight_count(self) -> int:
+        with self._lock:
+            return sum(len(s.in_flight) for s in self._queues.values())
+
+    # -- pop ------------------------------------------------------------------------------------
+    def _queues_to_scan_locked(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
+        if queue_id >= 0:
+            return [(topic, queue_id)]
+        config = self._store.topics.get(topic)
+        queues = [(topic, q) for q in range(config.read_queue_nums if config else 0)]
+        retry = retry_topic(group)
+        if topic != retry:
+            queues.append((retry, 0))
+        if not queues:
+            return []
+        rotation_key = (group, topic)
+        start = self._rotation.get(rotation_key, 0)
+        self._rotation[rotation_key] = start + 1
+        start %= len(queues)
+        return queues[start:] + queues[:start]
+
+    def _pop_queue_locked(self, req: _PopRequest, source: str, queue_id: int, out: list[PoppedMessage]) -> None:
+        key = (req.group, source, queue_id)
+        state = self._state_locked(key)
+        self._expire_fifo_locked(state, req.now_ms, req.max_deliveries)
+        if req.fifo and state.in_flight:
+            return  # locked: a popped message of this queue is still in flight for the group
+        for offset in sorted(state.redeliver):
+            if len(out) >= req.max_count:
+                return
+            previous = state.redeliver[offset]
+            if previous.topic != req.topic:
+                continue
+            del state.redeliver[offset]
+            raw = self._read_raw(source, queue_id, offset)
+            if raw is None:
+                self._mark_done_locked(state, offset)  # removed by retention meanwhile
+                continue
+            self._deliver_locked(req, state, key, offset, raw, previous.topic, previous.delivery_attempt + 1, out)
+        self._read_new_locked(req, state, key, out)
+        self._advance_locked(key, state)
+
+    def _read_new_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey,
+                         out: list[PoppedMessage]) -> None:
+        _, source, queue_id = key
+        from_retry = source != req.topic
+        filter_codes = None if from_retry else req.tags_codes  # the retry queue is filtered here
+        for _ in range(POP_READ_ROUNDS_MAX):
+            cursor = max(state.cursors.get(req.topic, state.committed), state.committed)
+            want = min(req.max_count - len(out), POP_WINDOW_OFFSETS_MAX - (cursor - state.committed))
+            if want <= 0:
+                return
+            result = self._store.get_messages(source, queue_id, cursor, want, tags_codes=filter_codes)
+            status = result.status
+            if status is GetStatus.OFFSET_TOO_SMALL:
+                self._skip_to_locked(key, state, result.min_offset)
+                continue
+            if status is GetStatus.OFFSET_OVERFLOW_BADLY:
+                log.warning("%s: offset %d is beyond the queue's max %d; resetting to it", key, cursor,
+                            result.max_offset)
+                self._reset_locked(key, state, result.max_offset, commit=True)
+                return
+            if status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+                return  # caught up, or an empty / unknown queue
+            returned: set[int] = set()
+            for raw in result.raw_messages:
+                rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
+                offset = rec.queue_offset
+                returned.add(offset)
+                topic = rec.properties.get(RETRY_TOPIC, source) if from_retry else source
+                if topic != req.topic:
+                    continue  # another topic's retry: left for that topic's cursor
+                if offset in state.done or offset in state.in_flight or offset in state.redeliver:
+                    continue
+                if from_retry and req.tags_codes is not None and tags_code(rec) not in req.tags_codes:
+                    self._mark_done_locked(state, offset)
+                    continue
+                self._deliver_locked(req, state, key, offset, raw, topic, rec.reconsume_times + 1, out)
+            for offset in range(cursor, result.next_begin_offset):
+                if offset not in returned and offset not in state.in_flight and offset not in state.redeliver:
+                    self._mark_done_locked(state, offset)  # tag did not match (acked), or removed
+            state.cursors[req.topic] = result.next_begin_offset
+            if result.next_begin_offset >= result.max_offset or result.next_begin_offset == cursor:
+                return
+
+    def _deliver_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey, offset: int,
+                        raw: bytes, topic: str, attempt: int, out: list[PoppedMessage]) -> None:
+        entry = InFlight(key, offset, topic, req.fifo, attempt, "", 0, 0, 0, 0)
+        state.in_flight[offset] = entry
+        self._issue_locked(entry, req.now_ms, req.invisible_ms)
+        out.append(PoppedMessage(raw, topic, key[1], key[2], offset, attempt, entry.handle))
+
+    def _read_raw(self, source: str, queue_id: int, offset: int) -> bytes | None:
+        result = self._store.get_messages(source, queue_id, offset, 1)
+        if result.status is not GetStatus.FOUND:
+            return None
+        raw = result.raw_messages[0]
+        rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
+        return raw if rec.queue_offset == offset else None
+
+    def read_record(self, entry: InFlight) -> MessageRecord | None:
+        """The record an in-flight entry names; None if retention removed it."""
+        _, source, queue_id = entry.key
+        raw = self._read_raw(source, queue_id, entry.queue_offset)
+        return None if raw is None else decode_record(raw, 0, len(raw), check_crc=False)
+
+    # -- per-queue state ------------------------------------------------------------------------
+    def _state_locked(self, key: QueueKey) -> _QueueState:
+        group, source, queue_id = key
+        seen = self._store.consumer_offsets.query_offset(group, source, queue_id)
+        state = self._queues.get(key)
+        if state is None:
+            state = self._queues[key] = _QueueState(committed=max(seen, 0), seen=seen)
+        elif seen != state.seen:
+            log.info("%s: committed offset changed from %d to %d outside pop; pop state reset",
+                     key, state.seen, seen)
+            self._reset_locked(key, state, max(seen, 0), commit=False)
+            state.seen = seen
+        return state
+
+    def _reset_locked(self, key: QueueKey, state: _QueueState, offset: int, commit: bool) -> None:
+        state.committed = offset
+        state.cursors.clear()
+        state.done.clear()
+        state.in_flight.clear()
+        state.redeliver.clear()
+        if commit:
+            self._commit_locked(key, state)
+
+    def _skip_to_locked(self, key: QueueKey, state: _QueueState, min_offset: int) -> None:
+        """Retention removed everything below ``min_offset``: nothing there can be delivered."""
+        if min_offset <= state.committed:
+            return
+        state.committed = min_offset
+        state.done = {o for o in state.done if o >= min_offset}
+        for cursor_topic, cursor in state.cursors.items():
+            state.cursors[cursor_topic] = max(cursor, min_offset)
+        self._advance_locked(key, state)
+        self._commit_locked(key, state)
+
+    def _mark_done_locked(self, state: _QueueState, offset: int) -> None:
+        if offset >= state.committed:
+            state.done.add(offset)
+
+    def _advance_locked(self, key: QueueKey, state: _QueueState) -> None:
+        committed = state.committed
+        done = state.done
+        while committed in done:
+            done.remove(committed)
+            committed += 1
+        if committed != state.committed:
+            state.committed = committed
+            self._commit_locked(key, state)
+
+    def _commit_locked(self, key: QueueKey, state: _QueueState) -> None:
+        group, source, queue_id = key
+        self._store.consumer_offsets.commit_offset(group, source, queue_id, state.committed)
+        state.seen = state.committed
+
+    # -- in-flight entries ----------------------------------------------------------------------
+    def _issue_locked(self, entry: InFlight, now_ms: int, invisible_ms: int) -> None:
+        """A new handle for ``entry`` (delivery or change of invisible time), scheduled for revive."""
+        self._sequence += 1
+        entry.sequence = self._sequence
+        entry.pop_time_ms = now_ms
+        entry.invisible_ms = invisible_ms
+        entry.revive_at_ms = now_ms + invisible_ms
+        entry.handle = ReceiptHandle(entry.key[1], entry.key[2], entry.queue_offset, now_ms, invisible_ms,
+                                     self._incarnation, entry.sequence).encode()
+        self._schedule.push(entry)
+
+    def _live_entries_locked(self) -> list[InFlight]:
+        return [e for s in self._queues.values() for e in s.in_flight.values() if not e.claimed]
+
+    def _find_locked(self, group: str, topic: str, receipt_handle: str, now_ms: int) -> InFlight | None:
+        """The live, unexpired entry ``receipt_handle`` names for ``group``, or None."""
+        handle = ReceiptHandle.decode(receipt_handle)
+        if handle is None or handle.expire_ms <= now_ms:
+            return None
+        state = self._queues.get((group, handle.source_topic, handle.queue_id))
+        entry = state.in_flight.get(handle.queue_offset) if state is not None else None
+        if entry is None or entry.claimed or entry.handle != receipt_handle:
+            return None
+        if topic not in (entry.topic, handle.source_topic):
+            return None
+        return entry
+
+    def _finish_locked(self, entry: InFlight) -> QueueKey | None:
+        """The entry's offset is done; returns its queue's key if that unlocked a FIFO queue."""
+        state = self._queues.get(entry.key)
+        if state is None or state.in_flight.get(entry.queue_offset) is not entry:
+            return None  # the queue's pop state was reset meanwhile
+        del state.in_flight[entry.queue_offset]
+        self._mark_done_locked(state, entry.queue_offset)
+        self._advance_locked(entry.key, state)
+        return entry.key if entry.fifo and not state.in_flight else None
+
+    def _expire_fifo_locked(self, state: _QueueState, now_ms: int, deliveries_max: int) -> None:
+        """Move expired FIFO entries with deliveries left to ``redeliver`` (the revive service
+        would do the same a little later); exhausted ones wait for it to go to the DLQ."""
+        if not state.in_flight:
+            return
+        for offset, entry in list(state.in_flight.items()):
+            if (entry.fifo and not entry.claimed and entry.revive_at_ms <= now_ms
+                    and entry.delivery_attempt < deliveries_max):
+                del state.in_flight[offset]
+                state.redeliver[offset] = entry
+
+    # -- revive hooks (pop_revive.ReviveService) --------------------------------------------------
+    def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]:
+        """Claim the entries whose revive time passed: (entries to re-put, FIFO queues unlocked).
+
+        An expired FIFO entry with deliveries left is only moved to ``redeliver`` (no put).
+        """
+        work: list[InFlight] = []
+        unlocked: list[QueueKey] = []
+        with self._lock:
+            for revive_at, sequence, key, offset in self._schedule.pop_due(now_ms):
+                state = self._queues.get(key)
+                entry = state.in_flight.get(offset) if state is not None else None
+                if (entry is None or entry.sequence != sequence or entry.revive_at_ms != revive_at
+                        or entry.claimed):
+                    continue  # acked, changed, reset or already claimed: a stale heap item
+                deliveries_max = max_deliveries(self.group_config(entry.group, create=False))
+                if entry.fifo and entry.delivery_attempt < deliveries_max:
+                    del state.in_flight[offset]
+                    state.redeliver[offset] = entry
+                    if not state.in_flight:
+                        unlocked.append(key)
+                    continue
+                entry.claimed = True
+                entry.to_dlq = entry.delivery_attempt >= deliveries_max
+                work.append(entry)
+        return work, unlocked
+
+    def settle(self, entry: InFlight, ok: bool, retry_at_ms: int | None) -> QueueKey | None:
+        """After a claimed entry's put: done if ``ok``, else unclaimed (and revived again at
+        ``retry_at_ms`` if given). Returns the FIFO queue it unlocked, if any."""
+        with self._lock:
+            if ok:
+                return self._finish_locked(entry)
+            entry.claimed = False
+            entry.to_dlq = False
+            if retry_at_ms is not None:
+                entry.revive_at_ms = retry_at_ms
+            state = self._queues.get(entry.key)
+            if state is not None and state.in_flight.get(entry.queue_offset) is entry:
+                self._schedule.push(entry)
+            return None
+
+    def _check_running(self) -> None:
+        if not self._store.running:
+            from services.store.store import StoreNotRunningError
+            raise StoreNotRunningError("the store is not running")
