@@ -2,7 +2,8 @@
 
 Services are rows of ``SERVICES``, started in table order (a later service may depend on an
 earlier one), each one only after the previous printed its ready line, and stopped in reverse
-order. Adding the broker, scheduler or transaction checker is adding a row.
+order. Adding the scheduler or transaction checker is adding a row; a row's arguments may use
+the key=value pairs of an earlier service's ready line (``ns.ready["store"]["grpc"]``).
 
 A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
@@ -39,10 +40,22 @@ class ServiceSpec:
     args: Callable[[argparse.Namespace], list[str]]  # command line from ``pyrmq up``'s options
 
 
+def _broker_metrics_port(ns: argparse.Namespace) -> int:
+    """--broker-metrics-port, else next to the store's (0 and -1 carry over: any free / off)."""
+    if ns.broker_metrics_port is not None:
+        return ns.broker_metrics_port
+    return ns.metrics_port if ns.metrics_port <= 0 else ns.metrics_port + 1
+
+
+# ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
+# row can use the address that service actually bound (the broker gets the store's).
 SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("store", "services.store", lambda ns: [
         "--data-dir", str(ns.data_dir), "--host", ns.host, "--port", str(ns.store_port),
         "--metrics-port", str(ns.metrics_port)]),
+    ServiceSpec("broker", "services.broker", lambda ns: [
+        "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
+        "--metrics-port", str(_broker_metrics_port(ns))]),
 )
 
 
@@ -125,6 +138,7 @@ def up(ns: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     children: list[Child] = []
+    ns.ready = {}
     for spec in SERVICES:
         child = Child(spec, spec.args(ns), wake)
         children.append(child)
@@ -143,9 +157,11 @@ def up(ns: argparse.Namespace) -> int:
             log.error("%s exited with code %s before it was ready", spec.name, child.process.wait())
             _stop_all(children, signal.SIGTERM)
             return 1
+        assert child.ready_line is not None
+        ns.ready[spec.name] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
 
     summary = " ".join(f"{c.spec.name} {c.ready_line}" for c in children)
-    print(f"pyrmq up: {summary} (client port {ns.port} is unused until the broker exists)", flush=True)
+    print(f"pyrmq up: {summary} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
 
     while not received:
         wake.wait(POLL_INTERVAL_S)
@@ -168,13 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--data-dir", type=Path, default=Path("./data"),
                            help="data directory shared by the services (default %(default)s)")
     up_parser.add_argument("--port", type=int, default=8081,
-                           help="client (broker) port, for RocketMQ v2 gRPC clients; unused until the "
-                                "broker service exists (default %(default)s)")
+                           help="client (broker) port, for RocketMQ v2 gRPC clients, 0 for any free one "
+                                "(default %(default)s)")
     up_parser.add_argument("--host", default="127.0.0.1", help="listen address of the services (default %(default)s)")
     up_parser.add_argument("--store-port", type=int, default=10911,
                            help="store gRPC port, 0 for any free one (default %(default)s)")
     up_parser.add_argument("--metrics-port", type=int, default=9101,
                            help="store Prometheus port on 127.0.0.1, 0 for any free one (default %(default)s)")
+    up_parser.add_argument("--broker-metrics-port", type=int, default=None,
+                           help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, "
+                                "-1 off)")
     up_parser.set_defaults(run=up)
     return parser
 

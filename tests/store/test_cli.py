@@ -108,7 +108,7 @@ def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, proce
 def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes: list[Process]) -> None:
     data_dir = tmp_path / "data"
     up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir),
-                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
     processes.append(up)
     ready = up.wait_line(UP_READY)
     assert ready["data"] == str((data_dir / "store").resolve())
@@ -122,10 +122,10 @@ def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes
 
 def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
     up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
     processes.append(up)
     up.wait_line(UP_READY)
-    [child_pid] = _children_of(up.popen.pid)
+    child_pid = _store_child_of(up.popen.pid)
     os.kill(child_pid, signal.SIGKILL)
     assert up.popen.wait(EXIT_TIMEOUT_S) != 0
     assert "store exited unexpectedly" in up.log()
@@ -133,10 +133,10 @@ def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: 
 
 def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:
     up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
     processes.append(up)
     up.wait_line(UP_READY)
-    [child_pid] = _children_of(up.popen.pid)
+    child_pid = _store_child_of(up.popen.pid)
     os.kill(up.popen.pid, signal.SIGKILL)
     up.popen.wait(EXIT_TIMEOUT_S)
     deadline = time.monotonic() + EXIT_TIMEOUT_S
@@ -150,6 +150,13 @@ def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: li
         time.sleep(0.05)
     stat = Path(f"/proc/{child_pid}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _store_child_of(parent_pid: int) -> int:
+    """The `-m services.store` child of ``parent_pid`` (`pyrmq up` also runs the broker)."""
+    [pid] = [pid for pid in _children_of(parent_pid)
+             if b"services.store" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return pid
 
 
 def _children_of(parent_pid: int) -> list[int]:

@@ -1,0 +1,130 @@
+"""``python -m services.broker``: command line -> BrokerConfig -> gRPC server.
+
+Waits for the store to serve, then prints exactly one line on stdout once the broker accepts
+RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
+
+    pyrmq-broker ready grpc=127.0.0.1:8081 metrics=http://127.0.0.1:9102/metrics store=127.0.0.1:10911 endpoint=127.0.0.1:8081
+
+``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
+as the Python client's ``ClientConfiguration`` endpoints). Logs go to stderr. SIGTERM or
+SIGINT stops the server (in-flight calls get a grace period) and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from services.broker.config import BrokerConfig
+from services.broker.errors import StoreCallError
+from services.broker.metrics import BrokerMetrics, MetricsHttpServer
+from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.broker.rpc.server import BrokerServer, build_server
+
+log = logging.getLogger("services.broker")
+
+READY_PREFIX = "pyrmq-broker ready"
+STOP_GRACE_S = 5.0
+SIGNAL_POLL_INTERVAL_S = 0.2
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = BrokerConfig()
+    parser = argparse.ArgumentParser(prog="python -m services.broker",
+                                     description="Run the pyrmq broker (RocketMQ v2 gRPC frontend).")
+    parser.add_argument("--host", default=defaults.host, help="gRPC listen address (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port,
+                        help="gRPC port for RocketMQ clients, 0 for any free one (default %(default)s)")
+    parser.add_argument("--store-address", default=defaults.store_address,
+                        help="the store service, HOST:PORT (default %(default)s)")
+    parser.add_argument("--metrics-port", type=int, default=9102,
+                        help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
+                             "(default %(default)s)")
+    parser.add_argument("--advertised-host", default="",
+                        help="host routes tell clients to connect to (default: the listen host)")
+    parser.add_argument("--broker-name", default=defaults.broker_name, help="(default %(default)s)")
+    parser.add_argument("--no-auto-create-topic", action="store_true",
+                        help="answer TOPIC_NOT_FOUND for unknown topics instead of creating them")
+    parser.add_argument("--auto-create-topic-type", default=defaults.auto_create_topic_message_type,
+                        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+                        help="message type of auto-created topics (default %(default)s)")
+    parser.add_argument("--store-connect-timeout-ms", type=int, default=defaults.store_connect_timeout_ms,
+                        help="give up (exit 1) if the store does not serve within this time (default %(default)s)")
+    parser.add_argument("--no-put-coalescing", action="store_true",
+                        help="one store PutMessages per message instead of one per batch of concurrent sends")
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    return BrokerConfig(
+        host=args.host, port=args.port, store_address=args.store_address,
+        advertised_host=args.advertised_host, broker_name=args.broker_name,
+        auto_create_topic_enable=not args.no_auto_create_topic,
+        auto_create_topic_message_type=args.auto_create_topic_type,
+        store_connect_timeout_ms=args.store_connect_timeout_ms, put_coalescing_enable=not args.no_put_coalescing)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
+
+    # The handler only records the signal (see services/store/__main__.py for why).
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000)
+    broker: BrokerServer | None = None
+    metrics_http: MetricsHttpServer | None = None
+    try:
+        log.info("waiting for the store at %s", config.store_address)
+        if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
+            log.info("stopped before the store was ready")
+            return 0
+        metrics = BrokerMetrics()
+        broker = build_server(config, store, metrics=metrics)
+        if args.metrics_port >= 0:
+            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
+        broker.start()
+        grpc_address = f"[{config.host}]:{broker.port}" if ":" in config.host else f"{config.host}:{broker.port}"
+        host, port = broker.endpoint
+        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        metrics_url = metrics_http.url if metrics_http else "off"
+        log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
+        print(f"{READY_PREFIX} grpc={grpc_address} metrics={metrics_url} store={config.store_address} "
+              f"endpoint={endpoint}", flush=True)
+        idle = threading.Event()  # never set: an interruptible sleep
+        while not received:
+            idle.wait(SIGNAL_POLL_INTERVAL_S)
+        log.info("received %s, stopping", signal.Signals(received[0]).name)
+    except (OSError, StoreCallError) as exc:  # a port that cannot be bound; no store
+        log.error("broker failed: %s", exc)
+        return 1
+    except Exception:
+        log.exception("broker failed")
+        return 1
+    finally:
+        if broker is not None:
+            broker.stop(STOP_GRACE_S)
+            log.info("gRPC server stopped")
+        if metrics_http is not None:
+            metrics_http.close()
+        store.close()
+        log.info("broker stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

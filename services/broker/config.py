@@ -1,0 +1,115 @@
+"""BrokerConfig: every setting of the broker service, with its default, in one frozen class.
+
+Units are in the names (style rule 8). Defaults are the RocketMQ 5 proxy's where it has one
+(``ProxyConfig``: maxMessageSize, userPropertyMaxNum, maxUserPropertySize,
+maxMessageGroupSize, maxDelayTimeMills, maxTransactionRecoverySecond, the settings it replies
+on Telemetry). Built from the command line only in ``__main__``.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+MIB = 1 << 20
+# Customized backoff of a consumer group with the default retry policy (RocketMQ's
+# messageDelayLevel from level 3 on: 1s 5s 10s 30s 1m ... 2h).
+CONSUMER_RETRY_DELAYS_MS_DEFAULT = (
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000)
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    # -- network ---------------------------------------------------------------------------
+    host: str = "127.0.0.1"                   # gRPC listen address
+    port: int = 8081                          # gRPC port for RocketMQ v2 clients; 0 = any free one
+    advertised_host: str = ""                 # host put in routes; "" = host (127.0.0.1 for a wildcard)
+    advertised_port: int = 0                  # port put in routes; 0 = the bound port
+    store_address: str = "127.0.0.1:10911"    # the store service, host:port
+    broker_name: str = "broker-a"             # Broker.name in routes and recall handles
+    cluster_name: str = "DefaultCluster"      # CLUSTER property written on every message
+    grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
+    grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
+    telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
+    store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
+    # -- topics ----------------------------------------------------------------------------
+    auto_create_topic_enable: bool = True     # QueryRoute/SendMessage create unknown topics
+    auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
+    auto_create_topic_message_type: str = "MIXED"  # so FIFO/DELAY/TRANSACTION sends work out of the box
+    topic_cache_ttl_ms: int = 3_000           # how long a topic config read from the store is reused
+    topic_cache_miss_ttl_ms: int = 1_000      # how long "no such topic" is remembered (auto-create off)
+    # -- send limits (ProxyConfig defaults) --------------------------------------------------
+    body_size_max_bytes: int = 4 * MIB        # maxMessageSize; also publishing.max_body_size
+    user_property_count_max: int = 128        # userPropertyMaxNum
+    user_properties_size_max_bytes: int = 16 * 1024  # maxUserPropertySize: keys+values+tag+keys
+    message_group_size_max_bytes: int = 64    # maxMessageGroupSize (a group of 64 bytes is refused)
+    delivery_delay_max_ms: int = 24 * 3_600_000    # maxDelayTimeMills: deliver at most 1 day ahead
+    transaction_recovery_max_s: int = 3_600   # maxTransactionRecoverySecond
+    timer_precision_ms: int = 1_000           # timerPrecisionMs: TIMER_OUT_MS rounding
+    # -- the send path ---------------------------------------------------------------------
+    send_timeout_ms: int = 3_000              # a SendMessage waits at most this long for its put
+    store_rpc_timeout_ms: int = 5_000         # deadline of one PutMessages (or other) store call
+    put_coalescing_enable: bool = True        # one PutMessages per batch of concurrent sends
+    put_batch_messages_max: int = 256         # messages per coalesced PutMessages
+    put_batch_bytes_max: int = 16 * MIB       # body bytes per coalesced PutMessages
+    put_queue_messages_max: int = 16_384      # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS
+    put_queue_bytes_max: int = 256 * MIB      # body bytes waiting for the dispatcher
+    # -- settings replied on Telemetry (GrpcClientSettingsManager) --------------------------
+    producer_max_attempts: int = 3
+    producer_backoff_initial_ms: int = 10
+    producer_backoff_max_ms: int = 1_000
+    producer_backoff_multiplier: float = 2.0
+    validate_message_type: bool = True        # enableTopicMessageTypeCheck
+    consumer_receive_batch_size: int = 32     # grpcClientConsumerMaxBatchSize
+    consumer_long_polling_timeout_ms: int = 20_000
+    consumer_retry_delays_ms: tuple[int, ...] = CONSUMER_RETRY_DELAYS_MS_DEFAULT
+    # -- consumer limits (used by the consumer step) ----------------------------------------
+    long_polling_timeout_ms_min: int = 5_000
+    long_polling_timeout_ms_max: int = 20_000
+    invisible_duration_ms_min: int = 10_000
+    invisible_duration_ms_max: int = 12 * 3_600_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 0xFFFF or not 0 <= self.advertised_port <= 0xFFFF:
+            raise ValueError("ports must be in [0, 65535]")
+        split_host_port(self.store_address)
+        if self.auto_create_topic_message_type not in MESSAGE_TYPES:
+            raise ValueError(f"auto_create_topic_message_type must be one of {MESSAGE_TYPES}")
+        positive = ("grpc_workers_max", "telemetry_streams_max", "auto_create_topic_queue_nums",
+                    "body_size_max_bytes", "send_timeout_ms", "store_rpc_timeout_ms",
+                    "put_batch_messages_max", "put_batch_bytes_max", "put_queue_messages_max",
+                    "put_queue_bytes_max", "timer_precision_ms", "producer_max_attempts")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        # Streams hold a worker thread for their lifetime: leave workers for unary calls.
+        if self.telemetry_streams_max > self.grpc_workers_max // 2:
+            raise ValueError("telemetry_streams_max must be at most half of grpc_workers_max")
+        # A message of the largest body must fit one gRPC message and one store batch.
+        if self.grpc_message_size_max_bytes < self.body_size_max_bytes + MIB:
+            raise ValueError("grpc_message_size_max_bytes must exceed body_size_max_bytes by 1 MiB")
+        if self.put_batch_bytes_max < self.body_size_max_bytes:
+            raise ValueError("put_batch_bytes_max must hold one message of the largest body")
+
+    def advertised_endpoint(self, bound_port: int) -> tuple[str, int]:
+        """(host, port) that routes tell clients to connect to."""
+        host = self.advertised_host or ("127.0.0.1" if self.host in WILDCARD_HOSTS else self.host)
+        return host, self.advertised_port or bound_port
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ValueError if malformed."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 0xFFFF:
+        raise ValueError(f"address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port_text)
+
+
+def address_scheme(host: str) -> str:
+    """"IPv4", "IPv6" or "DOMAIN_NAME": the v2 AddressScheme of a route endpoint host."""
+    try:
+        return "IPv4" if ipaddress.ip_address(host).version == 4 else "IPv6"
+    except ValueError:
+        return "DOMAIN_NAME"

@@ -1,0 +1,270 @@
+"""SendMessage: validate, map a v2 message onto a store record, pick the queue, put, answer.
+
+Mapping (protocol-v2.md §6.2, RocketMQ 5 proxy ``SendMessageActivity.buildMessageProperty``
+plus the broker's put hooks):
+
+| v2 field | store record |
+|---|---|
+| user_properties | copied verbatim |
+| tag | ``TAGS`` |
+| keys | ``KEYS``, joined with one space |
+| message_id | ``UNIQ_KEY`` (the response's message_id; ``transaction_id`` for transactions) |
+| message_type TRANSACTION | ``TRAN_MSG=true`` (+ ``CHECK_IMMUNITY_TIME_IN_SECONDS`` from orphaned_transaction_recovery_duration) |
+| delivery_timestamp | ``TIMER_DELIVER_MS`` (epoch ms) |
+| delivery_attempt | ``RECONSUME_TIME`` (``0`` for a fresh send) |
+| (topic) | ``PGROUP`` = topic: the proxy's producer group, used for transaction checks |
+| message_group | ``__SHARDINGKEY`` |
+| trace_context | ``TRACE_CONTEXT`` |
+| born_host | ``__BORNHOST`` (the peer address when blank); the record's born host is the peer |
+| born_timestamp | ``BORN_TIMESTAMP`` (ms) and the record's born timestamp (now when absent) |
+| body_encoding GZIP | sysflag COMPRESSED |
+| (broker) | ``CLUSTER`` = cluster name |
+
+Then the broker's put hooks (store-format.md §10, §11), which park messages that must not be
+visible yet in system topics for the scheduler and the transaction checker:
+
+* DELAY with a delivery time in the future: topic ``rmq_sys_wheel_timer`` queue 0, plus
+  ``TIMER_OUT_MS`` (rounded down to ``timer_precision_ms``; a time exactly on a tick moves one
+  tick earlier, as RocketMQ does), ``REAL_TOPIC``, ``REAL_QID``. The receipt gets a
+  ``recall_handle``. A time in the past is stored normally (delivered at once).
+* TRANSACTION: topic ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, plus ``__transactionId__`` = UNIQ_KEY,
+  ``REAL_TOPIC``, ``REAL_QID``; transaction type NOT (RocketMQ 4.3+ half messages).
+
+The write queue is chosen here (``queue_selection``), never by the client.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+
+from services.broker import validation
+from services.broker.clock import Clock
+from services.broker.config import BrokerConfig
+from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
+from services.broker.model import (
+    BodyEncoding, IncomingMessage, MessageType, PutOutcome, PutStatus, SendReceipt, StoreMessage, TopicInfo)
+from services.broker.queue_selection import RoundRobin, fifo_queue_id
+from services.broker.store_client import PendingPut, PutSink
+from services.broker.topics import TopicRegistry
+from services.store.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, PROP_CRC_RESERVED_LEN, SYSFLAG_COMPRESSED
+from services.store.metadata import TIMER_TOPIC, TRANS_HALF_TOPIC
+
+log = logging.getLogger(__name__)
+
+# Room left in the 32767-byte properties string for what the put hooks add (REAL_TOPIC,
+# REAL_QID, TIMER_OUT_MS / __transactionId__) and the store's CRC trailer.
+_HOOK_PROPERTIES_RESERVE_BYTES = 3 * 32 + 127 + 128 + PROP_CRC_RESERVED_LEN
+
+# Store outcome -> the v2 code of the message's SendResultEntry (the proxy's mapping, store statuses named).
+PUT_STATUS_CODES: dict[PutStatus, Code] = {
+    PutStatus.PUT_OK: Code.OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,   # appended, not yet on disk
+    PutStatus.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: Code.INTERNAL_SERVER_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.TOPIC_ILLEGAL: Code.ILLEGAL_TOPIC,
+    PutStatus.TOPIC_NOT_FOUND: Code.TOPIC_NOT_FOUND,
+    PutStatus.QUEUE_ID_ILLEGAL: Code.INTERNAL_SERVER_ERROR,         # stale queue count; a retry re-reads it
+    PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
+    PutStatus.UNKNOWN_ERROR: Code.INTERNAL_SERVER_ERROR,
+}
+assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
+_STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_NOT_FOUND})
+
+
+def recall_handle(topic: str, broker_name: str, timer_out_ms: int, message_id: str) -> str:
+    """RocketMQ's RecallMessageHandle.HandleV1: URL-safe Base64 of "v1 topic broker ts id"."""
+    raw = f"v1 {topic} {broker_name} {timer_out_ms + 1} {message_id}"
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+
+
+def timer_out_ms(deliver_ms: int, precision_ms: int) -> int:
+    """The wheel tick of a delivery time (HookUtils: on a tick -> one tick earlier, else floor)."""
+    if deliver_ms % precision_ms == 0:
+        return deliver_ms - precision_ms
+    return deliver_ms // precision_ms * precision_ms
+
+
+def response_code(receipts: list[SendReceipt]) -> int:
+    """The top-level status: the entries' code if they agree, else MULTIPLE_RESULTS."""
+    codes = {r.code for r in receipts}
+    return codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+
+
+# (transaction id, real topic, outcome of the half message's put): transaction.HalfMessageTable.
+HalfStored = Callable[[str, str, PutOutcome], None]
+
+
+class Producer:
+    def __init__(self, config: BrokerConfig, topics: TopicRegistry, sink: PutSink, clock: Clock,
+                 on_half_stored: HalfStored | None = None) -> None:
+        self._config = config
+        self._topics = topics
+        self._sink = sink
+        self._clock = clock
+        self._on_half_stored = on_half_stored
+        self._round_robin = RoundRobin()
+
+    def send(self, messages: list[IncomingMessage], peer_address: str, timeout_s: float) -> list[SendReceipt]:
+        """One receipt per message. Raises BrokerError when the request fails as a whole.
+
+        ``peer_address`` is the client's "ip:port" ("" if unknown); ``timeout_s`` bounds the
+        wait for the store (the caller's remaining deadline).
+        """
+        if not messages:
+            raise RequestError("no message to send", Code.MESSAGE_CORRUPTED)
+        first = messages[0]
+        validation.validate_topic(first.topic)
+        now_ms = self._clock.now_ms()
+        built: list[tuple[IncomingMessage, MessageType, dict[str, str]]] = []
+        for message in messages:
+            if message.topic != first.topic or message.topic_namespace != first.topic_namespace:
+                raise RequestError("topic in message is not same", Code.MESSAGE_CORRUPTED)
+            message_type, properties = self.build_properties(message, peer_address, now_ms)
+            built.append((message, message_type, properties))
+
+        topic = self._topics.get(first.topic)
+        if not topic.writable or topic.write_queue_nums <= 0:
+            raise ForbiddenError(f"topic {topic.name} is not writable", Code.FORBIDDEN)
+        for _, message_type, _ in built:
+            validation.validate_topic_accepts(topic.name, topic.message_type, message_type)
+        queue_id = self.select_queue(topic, messages)
+
+        deadline_s = self._clock.monotonic_s() + timeout_s
+        submitted: list[tuple[IncomingMessage, MessageType, str, PendingPut | BrokerError]] = []
+        for message, message_type, properties in built:
+            record, handle = self.to_store_message(message, message_type, properties, queue_id, peer_address, now_ms)
+            try:
+                pending: PendingPut | BrokerError = self._sink.submit(record)
+            except BrokerError as exc:  # queue full or shutting down: this message is not sent
+                pending = exc
+            submitted.append((message, message_type, handle, pending))
+        return [self._receipt(topic, message, message_type, handle, pending, deadline_s)
+                for message, message_type, handle, pending in submitted]
+
+    # -- mapping -------------------------------------------------------------------------------
+    def build_properties(self, message: IncomingMessage, peer_address: str,
+                         now_ms: int) -> tuple[MessageType, dict[str, str]]:
+        """Validate one message (in the proxy's order) and build its store properties."""
+        config = self._config
+        validation.validate_body(message.body, config.body_size_max_bytes)
+        user_size = validation.validate_user_properties(message.user_properties, config.user_property_count_max)
+        properties = dict(message.user_properties)
+        validation.validate_tag(message.tag)
+        if message.tag:
+            properties["TAGS"] = message.tag
+            user_size += validation.utf8_len(message.tag)
+        for key in message.keys:
+            validation.validate_key(key)
+            user_size += validation.utf8_len(key)
+        if user_size > config.user_properties_size_max_bytes:
+            raise RequestError(f"the total size of user property is too large, max is "
+                               f"{config.user_properties_size_max_bytes}", Code.MESSAGE_PROPERTIES_TOO_LARGE)
+        keys = " ".join(key for key in message.keys if key)
+        if keys:
+            properties["KEYS"] = keys
+        validation.validate_message_id(message.message_id)
+        properties["UNIQ_KEY"] = message.message_id
+        if message.message_type is MessageType.TRANSACTION:
+            properties["TRAN_MSG"] = "true"
+            if message.orphaned_transaction_recovery_s is not None:
+                validation.validate_transaction_recovery(message.orphaned_transaction_recovery_s,
+                                                         config.transaction_recovery_max_s)
+                properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(message.orphaned_transaction_recovery_s)
+        if message.delivery_timestamp_ms is not None:
+            validation.validate_delivery_timestamp(message.delivery_timestamp_ms, now_ms,
+                                                   config.delivery_delay_max_ms)
+            properties["TIMER_DELIVER_MS"] = str(message.delivery_timestamp_ms)
+        properties["RECONSUME_TIME"] = str(message.delivery_attempt)
+        properties["PGROUP"] = message.topic
+        if message.message_group:
+            validation.validate_message_group(message.message_group, config.message_group_size_max_bytes)
+            properties["__SHARDINGKEY"] = message.message_group
+        if message.trace_context:
+            if validation.has_control_character(message.trace_context):
+                raise RequestError("trace context cannot contain control character", Code.BAD_REQUEST)
+            properties["TRACE_CONTEXT"] = message.trace_context
+        born_host = message.born_host
+        if validation.is_blank(born_host) or validation.has_control_character(born_host):
+            born_host = peer_address
+        if born_host:
+            properties["__BORNHOST"] = born_host
+        if message.born_timestamp_ms is not None:
+            properties["BORN_TIMESTAMP"] = str(message.born_timestamp_ms)
+        properties["CLUSTER"] = config.cluster_name
+        if message.lite_topic or message.priority is not None or message.message_type in (
+                MessageType.LITE, MessageType.PRIORITY):
+            raise RequestError("lite and priority messages are not supported by this broker", Code.UNSUPPORTED)
+        message_type = validation.effective_message_type(message)
+        self._check_properties_size(properties)
+        return message_type, properties
+
+    @staticmethod
+    def _check_properties_size(properties: dict[str, str]) -> None:
+        """(pyrmq) The store refuses a properties string over 32767 bytes, batch and all."""
+        size = sum(validation.utf8_len(k) + validation.utf8_len(v) + 2 for k, v in properties.items())
+        if size + _HOOK_PROPERTIES_RESERVE_BYTES > PROPERTIES_SIZE_MAX_BYTES:
+            raise RequestError(f"message properties take {size} bytes, more than the store can hold",
+                               Code.MESSAGE_PROPERTIES_TOO_LARGE)
+
+    def select_queue(self, topic: TopicInfo, messages: list[IncomingMessage]) -> int:
+        """FIFO: hash of the message group; otherwise round-robin. One queue per request."""
+        groups = {m.message_group for m in messages}
+        if len(groups) == 1 and (group := groups.pop()):
+            return fifo_queue_id(group, topic.write_queue_nums)
+        return self._round_robin.next_queue_id(topic.name, topic.write_queue_nums)
+
+    def to_store_message(self, message: IncomingMessage, message_type: MessageType, properties: dict[str, str],
+                         queue_id: int, peer_address: str, now_ms: int) -> tuple[StoreMessage, str]:
+        """The record to put (after the put hooks) and its recall handle ("" if none)."""
+        record = StoreMessage(
+            topic=message.topic, queue_id=queue_id, body=message.body, properties=properties,
+            sys_flag=SYSFLAG_COMPRESSED if message.body_encoding is BodyEncoding.GZIP else 0,
+            born_timestamp_ms=message.born_timestamp_ms if message.born_timestamp_ms is not None else now_ms,
+            born_host=peer_address, reconsume_times=message.delivery_attempt)
+        handle = ""
+        if message_type is MessageType.TRANSACTION:
+            properties["__transactionId__"] = message.message_id
+            self._park(record, TRANS_HALF_TOPIC)
+        elif message.delivery_timestamp_ms is not None and message.delivery_timestamp_ms > now_ms:
+            tick_ms = timer_out_ms(message.delivery_timestamp_ms, self._config.timer_precision_ms)
+            properties["TIMER_OUT_MS"] = str(tick_ms)
+            self._park(record, TIMER_TOPIC)
+            handle = recall_handle(message.topic, self._config.broker_name, tick_ms, message.message_id)
+        return record, handle
+
+    @staticmethod
+    def _park(record: StoreMessage, system_topic: str) -> None:
+        record.properties["REAL_TOPIC"] = record.topic
+        record.properties["REAL_QID"] = str(record.queue_id)
+        record.topic = system_topic
+        record.queue_id = 0
+        record.allow_system_topic = True
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def _receipt(self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str,
+                 pending: PendingPut | BrokerError, deadline_s: float) -> SendReceipt:
+        try:
+            if isinstance(pending, BrokerError):
+                raise pending
+            outcome = pending.wait(deadline_s - self._clock.monotonic_s())
+        except BrokerError as exc:
+            return SendReceipt(code=exc.code, status_message=exc.message)
+        return self._receipt_for(topic, message, message_type, handle, outcome)
+
+    def _receipt_for(self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str,
+                     outcome: PutOutcome) -> SendReceipt:
+        if outcome.ok:
+            if message_type is MessageType.TRANSACTION and self._on_half_stored is not None:
+                self._on_half_stored(message.message_id, topic.name, outcome)
+            return SendReceipt(
+                code=Code.OK, status_message="OK", message_id=message.message_id,
+                transaction_id=message.message_id if message_type is MessageType.TRANSACTION else "",
+                offset=outcome.queue_offset, recall_handle=handle)
+        if outcome.status in _STALE_TOPIC_STATUSES:
+            self._topics.invalidate(topic.name)
+        log.warning("store refused a message of topic %s: %s %s", topic.name, outcome.status.name, outcome.error)
+        return SendReceipt(code=PUT_STATUS_CODES[outcome.status],
+                           status_message=f"send message failed, store status {outcome.status.name}: {outcome.error}")

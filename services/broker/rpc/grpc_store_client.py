@@ -1,0 +1,171 @@
+"""GrpcStoreClient: ``StoreClient`` over the store's gRPC API (``pyrmq.store.v1.Store``).
+
+One channel, shared by every broker thread (grpc channels are thread-safe and multiplex
+calls). gRPC failures become ``StoreCallError``: DEADLINE_EXCEEDED -> PROXY_TIMEOUT (the
+outcome is unknown), anything else -> INTERNAL_SERVER_ERROR; the store's INVALID_ARGUMENT
+(a field the broker should have checked) -> BAD_REQUEST.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pyrmq.store.v1 import store_pb2 as pb
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+
+from services.broker.clock import Clock, SystemClock
+from services.broker.errors import Code, RequestError, StoreCallError
+from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
+
+log = logging.getLogger(__name__)
+
+STORE_SERVICE = "pyrmq.store.v1.Store"
+_PUT_STATUS = {pb.PutStatus.Value(s.name): s for s in PutStatus}
+HEALTH_POLL_INTERVAL_S = 0.2
+HEALTH_CHECK_TIMEOUT_S = 0.5  # per attempt, so a stop request is noticed quickly
+_IDLE = threading.Event()  # never set: an interruptible sleep
+
+
+def _call_error(exc: grpc.RpcError, what: str) -> Exception:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return StoreCallError(f"store did not answer {what} in time", Code.PROXY_TIMEOUT)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return RequestError(f"store refused {what}: {details}", Code.BAD_REQUEST)
+    name = code.name if code is not None else "UNKNOWN"
+    return StoreCallError(f"store failed {what}: {name} {details}", Code.INTERNAL_SERVER_ERROR)
+
+
+class GrpcStoreClient:
+    def __init__(self, address: str, rpc_timeout_s: float = 5.0) -> None:
+        self.address = address
+        self._timeout_s = rpc_timeout_s
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
+        self._stub = pb_grpc.StoreStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def wait_ready(self, timeout_s: float, clock: Clock | None = None,
+                   give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Block until the store reports SERVING (True), or ``give_up()`` (False).
+
+        StoreCallError after timeout_s.
+        """
+        clock = clock or SystemClock()
+        health = health_pb2_grpc.HealthStub(self._channel)
+        deadline_s = clock.monotonic_s() + timeout_s
+        last_error = "no answer"
+        while True:
+            if give_up():
+                return False
+            remaining_s = deadline_s - clock.monotonic_s()
+            if remaining_s <= 0:
+                raise StoreCallError(f"store at {self.address} not serving after {timeout_s:.0f} s: {last_error}")
+            try:
+                response = health.Check(health_pb2.HealthCheckRequest(service=STORE_SERVICE),
+                                        timeout=min(remaining_s, HEALTH_CHECK_TIMEOUT_S), wait_for_ready=True)
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+                last_error = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+            except grpc.RpcError as exc:
+                last_error = f"{exc.code().name} {exc.details()}"
+            _IDLE.wait(min(HEALTH_POLL_INTERVAL_S, max(0.0, deadline_s - clock.monotonic_s())))
+
+    # -- messages -------------------------------------------------------------------------------
+    def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+        request = pb.PutMessagesRequest(allow_system_topics=allow_system_topics)
+        add = request.messages.add
+        for message in messages:
+            out = add()
+            out.topic = message.topic
+            out.queue_id = message.queue_id
+            out.body = message.body
+            out.properties.update(message.properties)
+            if message.sys_flag:
+                out.sys_flag = message.sys_flag
+            if message.flag:
+                out.flag = message.flag
+            out.born_timestamp_ms = message.born_timestamp_ms
+            if message.born_host:
+                out.born_host = message.born_host
+            if message.reconsume_times:
+                out.reconsume_times = message.reconsume_times
+            if message.prepared_transaction_offset:
+                out.prepared_transaction_offset = message.prepared_transaction_offset
+        try:
+            response = self._stub.PutMessages(request, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "PutMessages") from None
+        status_of = _PUT_STATUS
+        return [PutOutcome(status_of[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
+                for r in response.results]
+
+    def look_message(self, phy_offset: int) -> StoredMessage | None:
+        try:
+            record = self._stub.LookMessageByPhyOffset(pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset),
+                                                       timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                return None
+            raise _call_error(exc, "LookMessageByPhyOffset") from None
+        return _stored(record)
+
+    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
+        try:
+            response = self._stub.QueryMessagesByKey(
+                pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "QueryMessagesByKey") from None
+        return [_stored(record) for record in response.messages]
+
+    # -- topics and groups ----------------------------------------------------------------------
+    def get_topic(self, name: str) -> TopicInfo | None:
+        try:
+            config = self._stub.GetTopic(pb.GetTopicRequest(topic_name=name), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                return None
+            raise _call_error(exc, "GetTopic") from None
+        return _topic_info(config)
+
+    def create_topic(self, topic: TopicInfo) -> TopicInfo:
+        config = pb.TopicConfig(topic_name=topic.name, read_queue_nums=topic.read_queue_nums,
+                                write_queue_nums=topic.write_queue_nums, perm=topic.perm,
+                                message_type=pb.MessageType.Value(topic.message_type))
+        try:
+            stored = self._stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=config),
+                                                    timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "CreateOrUpdateTopic") from None
+        return _topic_info(stored)
+
+    def get_group(self, name: str) -> GroupInfo | None:
+        try:
+            config = self._stub.GetGroup(pb.GetGroupRequest(group_name=name), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                return None
+            raise _call_error(exc, "GetGroup") from None
+        return GroupInfo(name=config.group_name, consume_message_orderly=config.consume_message_orderly,
+                         retry_max_times=config.retry_max_times)
+
+
+def _stored(record: pb.Message) -> StoredMessage:
+    return StoredMessage(
+        topic=record.topic, queue_id=record.queue_id, body=record.body, properties=dict(record.properties),
+        queue_offset=record.queue_offset, phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms, reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset)
+
+
+def _topic_info(config: pb.TopicConfig) -> TopicInfo:
+    return TopicInfo(name=config.topic_name, read_queue_nums=config.read_queue_nums,
+                     write_queue_nums=config.write_queue_nums, perm=config.perm,
+                     message_type=pb.MessageType.Name(config.message_type))

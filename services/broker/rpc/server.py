@@ -1,0 +1,116 @@
+"""Build the broker's gRPC server: MessagingService, grpc health and server reflection.
+
+``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
+``StoreClient`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
+bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``stop`` reports
+NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
+with a grace period, then drains the send queue.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.broker.clock import Clock, SystemClock
+from services.broker.config import BrokerConfig
+from services.broker.metrics import BrokerMetrics
+from services.broker.model import PutOutcome
+from services.broker.producer import Producer
+from services.broker.route import RouteService
+from services.broker.rpc.servicer import MessagingServicer
+from services.broker.rpc.telemetry_stream import TelemetryStreams
+from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, StoreClient
+from services.broker.telemetry import ClientRegistry, TelemetryService
+from services.broker.topics import TopicRegistry
+from services.broker.transaction import HalfMessageTable, HalfRef, TransactionService
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = s.DESCRIPTOR.services_by_name["MessagingService"].full_name  # apache.rocketmq.v2.MessagingService
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass
+class BrokerServer:
+    server: grpc.Server
+    port: int                          # bound port
+    endpoint: tuple[str, int]          # advertised in routes
+    servicer: MessagingServicer
+    sink: PutSink
+    topics: TopicRegistry
+    telemetry: TelemetryService
+    health: health.HealthServicer
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.servicer.close()
+        self.server.stop(grace_s).wait()
+        self.sink.close()
+
+
+def build_sink(config: BrokerConfig, store: StoreClient) -> PutSink:
+    if not config.put_coalescing_enable:
+        return DirectPutSink(store.put_messages)
+    coalescer = PutCoalescer(store.put_messages, batch_messages_max=config.put_batch_messages_max,
+                             batch_bytes_max=config.put_batch_bytes_max,
+                             queue_messages_max=config.put_queue_messages_max,
+                             queue_bytes_max=config.put_queue_bytes_max)
+    coalescer.start()
+    return coalescer
+
+
+def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None = None,
+                 metrics: BrokerMetrics | None = None) -> BrokerServer:
+    clock = clock or SystemClock()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.grpc_workers_max, thread_name_prefix="broker-rpc"),
+        interceptors=[metrics.interceptor] if metrics else [],
+        options=[("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
+                 ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
+                 ("grpc.so_reuseport", 0)])
+    try:
+        port = server.add_insecure_port(_address(config.host, config.port))
+    except RuntimeError:  # grpc's "Failed to bind"
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot bind the broker's gRPC port at {_address(config.host, config.port)} (in use?)")
+
+    endpoint = config.advertised_endpoint(port)
+    topics = TopicRegistry(config, store, clock)
+    sink = build_sink(config, store)
+    telemetry = TelemetryService(config, store, ClientRegistry(), clock)
+    halves = HalfMessageTable()
+
+    def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
+        halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
+
+    servicer = MessagingServicer(
+        RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
+        TransactionService(store, sink, halves, clock), telemetry,
+        TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000)
+    s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+
+    if metrics is not None:
+        metrics.watch(sink.stats,
+                      lambda: len(telemetry.registry))
+    log.info("broker gRPC server bound to %s, advertising %s", _address(config.host, port), _address(*endpoint))
+    return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer)

@@ -1,0 +1,74 @@
+"""v2 ``Status`` building and the one place broker errors become responses.
+
+Errors are in-band (protocol-v2.md §1): every response carries ``status`` with a non-zero
+code (Py raises on a missing one, §10.1) and the gRPC status stays OK. ``in_band`` wraps a
+unary servicer method: ``BrokerError`` -> its code, anything else -> INTERNAL_SERVER_ERROR
+(logged with its traceback, a bug). Only Telemetry uses real gRPC status codes.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
+
+from services.broker.errors import BrokerError, Code
+
+log = logging.getLogger(__name__)
+
+# Pair assertion: our Code is the proto's, name for name, value for value.
+assert {c.name: c.value for c in Code} == dict(d.Code.items()), "errors.Code drifted from definition.proto"
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+
+def status(code: int, message: str | None = None) -> d.Status:
+    return d.Status(code=code, message=message if message is not None else Code(code).name)
+
+
+OK_STATUS = status(Code.OK, "OK")
+
+
+def client_id_of(context: grpc.ServicerContext) -> str:
+    for key, value in context.invocation_metadata():
+        if key == CLIENT_ID_HEADER:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return ""
+
+
+def peer_address(context: grpc.ServicerContext) -> str:
+    """``ipv4:1.2.3.4:5`` -> ``1.2.3.4:5``, ``ipv6:[::1]:5`` -> ``[::1]:5``; else ""."""
+    peer = context.peer() or ""
+    scheme, _, address = peer.partition(":")
+    return address if scheme in ("ipv4", "ipv6") else ""
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Method], Method]:
+    """Answer ``response_type(status=...)`` for errors raised by a unary method.
+
+    Also refuses a call without ``x-mq-client-id`` with CLIENT_ID_REQUIRED, as the proxy does
+    (unless ``require_client_id`` is false).
+    """
+    def decorate(method: Method) -> Method:
+        name = method.__name__
+
+        @functools.wraps(method)
+        def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                if require_client_id and not client_id_of(context):
+                    raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+                return method(self, request, context)
+            except BrokerError as exc:
+                return response_type(status=status(exc.code, exc.message))
+            except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+                log.exception("MessagingService.%s failed", name)
+                return response_type(status=status(Code.INTERNAL_SERVER_ERROR,
+                                                   f"internal error: {type(exc).__name__}: {exc}"))
+        return wrapper  # type: ignore[return-value]
+    return decorate

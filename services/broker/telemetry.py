@@ -1,0 +1,169 @@
+"""Client sessions and the settings handshake (Telemetry, Heartbeat, NotifyClientTermination).
+
+Settings (protocol-v2.md §5.3). Each client opens one Telemetry stream per broker endpoint
+and writes its ``Settings``; the server answers every settings command, on the same stream,
+with ``status OK`` and the client's settings merged with the server's decisions, and keeps the
+stream open (pitfalls §10.2-4). ``settings_for`` makes those decisions; ``rpc/convert.py``
+merges them into the client's message. Values are the proxy's defaults:
+
+* producer: ``publishing.max_body_size`` = body limit (4 MiB), ``validate_message_type``,
+  ``backoff_policy`` = max 3 attempts, exponential 10 ms .. 1 s x2 (Node crashes without it);
+* consumer: ``receive_batch_size`` 32, ``long_polling_timeout`` 20 s, ``fifo`` from the
+  group's ``consume_message_orderly``, ``backoff_policy`` = ``retry_max_times + 1`` attempts
+  with the customized 1 s .. 2 h delays (the default group retry policy).
+
+Sessions. ``ClientRegistry`` keeps one ``ClientSession`` per client id with a live stream:
+its type, the topics it publishes (producer group = topic, as in the proxy), its consumer
+group, and ``push`` to write a server command (RecoverOrphanedTransactionCommand, ...) onto
+its stream. A session ends with its stream; a newer stream of the same client replaces it.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.broker.clock import Clock
+from services.broker.config import BrokerConfig
+from services.broker.errors import Code, RequestError
+from services.broker.model import ClientType, GroupInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """What a client's Settings command says about itself."""
+
+    client_type: ClientType
+    publishing_topics: tuple[str, ...] | None = None   # None: no publishing block
+    subscription_group: str | None = None              # None: no subscription block
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicySettings:
+    max_attempts: int
+    exponential: tuple[int, int, float] | None = None  # (initial ms, max ms, multiplier)
+    customized_ms: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The server's part of a settings reply."""
+
+    backoff: RetryPolicySettings
+    max_body_size: int | None = None          # publishing only
+    validate_message_type: bool | None = None
+    fifo: bool | None = None                  # subscription only
+    receive_batch_size: int | None = None
+    long_polling_timeout_ms: int | None = None
+
+
+class GroupSource(Protocol):
+    def get_group(self, name: str) -> GroupInfo | None: ...
+
+
+@dataclass(eq=False)
+class ClientSession:
+    """One client's live Telemetry stream."""
+
+    client_id: str
+    push: Callable[[Any], bool]               # enqueue a server command; False if the stream is gone
+    opened_ms: int
+    client_type: ClientType = ClientType.CLIENT_TYPE_UNSPECIFIED
+    producer_topics: frozenset[str] = field(default_factory=frozenset)
+    group: str | None = None
+    last_seen_ms: int = 0
+
+
+class ClientRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, ClientSession] = {}
+
+    def register(self, session: ClientSession) -> ClientSession | None:
+        """Make ``session`` the client's live one; the one it replaces, if any."""
+        with self._lock:
+            previous = self._sessions.get(session.client_id)
+            self._sessions[session.client_id] = session
+        return previous if previous is not session else None
+
+    def unregister(self, session: ClientSession) -> None:
+        """Forget ``session`` (its stream ended) unless a newer stream replaced it."""
+        with self._lock:
+            if self._sessions.get(session.client_id) is session:
+                del self._sessions[session.client_id]
+
+    def get(self, client_id: str) -> ClientSession | None:
+        with self._lock:
+            return self._sessions.get(client_id)
+
+    def sessions(self) -> list[ClientSession]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    def producers_of(self, topic: str) -> list[ClientSession]:
+        """Live producers that publish ``topic``: where transaction checks for it can go."""
+        with self._lock:
+            return [s for s in self._sessions.values()
+                    if s.client_type is ClientType.PRODUCER and topic in s.producer_topics]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+class TelemetryService:
+    def __init__(self, config: BrokerConfig, groups: GroupSource, registry: ClientRegistry, clock: Clock) -> None:
+        self._config = config
+        self._groups = groups
+        self.registry = registry
+        self._clock = clock
+
+    def settings_for(self, settings: ClientSettings) -> ServerSettings:
+        """The server's decisions for a settings command (may read the group from the store)."""
+        config = self._config
+        if settings.publishing_topics is not None:
+            return ServerSettings(
+                backoff=RetryPolicySettings(
+                    max_attempts=config.producer_max_attempts,
+                    exponential=(config.producer_backoff_initial_ms, config.producer_backoff_max_ms,
+                                 config.producer_backoff_multiplier)),
+                max_body_size=config.body_size_max_bytes, validate_message_type=config.validate_message_type)
+        if settings.subscription_group is not None:
+            group = self._groups.get_group(settings.subscription_group) if settings.subscription_group else None
+            if group is None:
+                group = GroupInfo(name=settings.subscription_group)
+            return ServerSettings(
+                backoff=RetryPolicySettings(max_attempts=group.retry_max_times + 1,
+                                            customized_ms=config.consumer_retry_delays_ms),
+                fifo=group.consume_message_orderly, receive_batch_size=config.consumer_receive_batch_size,
+                long_polling_timeout_ms=config.consumer_long_polling_timeout_ms)
+        raise RequestError("settings must carry publishing or subscription", Code.BAD_REQUEST)
+
+    def open_session(self, client_id: str, push: Callable[[Any], bool]) -> ClientSession:
+        now_ms = self._clock.now_ms()
+        return ClientSession(client_id=client_id, push=push, opened_ms=now_ms, last_seen_ms=now_ms)
+
+    def apply_settings(self, session: ClientSession, settings: ClientSettings) -> None:
+        """Record what the client said and make its session the live one."""
+        session.client_type = settings.client_type
+        session.producer_topics = frozenset(settings.publishing_topics or ())
+        session.group = settings.subscription_group
+        session.last_seen_ms = self._clock.now_ms()
+        self.registry.register(session)
+
+    def close_session(self, session: ClientSession) -> None:
+        self.registry.unregister(session)
+
+    def heartbeat(self, client_id: str) -> None:
+        session = self.registry.get(client_id)
+        if session is not None:
+            session.last_seen_ms = self._clock.now_ms()
+
+    def terminate(self, client_id: str) -> None:
+        """NotifyClientTermination: nothing to release for producers; always succeeds.
+
+        The client closes its stream right after, which ends the session; the consumer step
+        will release the client's in-flight messages here.
+        """
+        self.heartbeat(client_id)

@@ -1,0 +1,184 @@
+"""EndTransaction: commit or roll back a half message (protocol-v2.md §5.5, §9; store-format.md §11).
+
+SendMessage parks a TRANSACTION message in ``RMQ_SYS_TRANS_HALF_TOPIC`` (producer.py) and
+remembers where (``HalfMessageTable``, like the proxy's in-memory transaction table). Then:
+
+* COMMIT: append the half message to its real topic and queue (``REAL_TOPIC``/``REAL_QID``)
+  with transaction type COMMIT and ``prepared_transaction_offset`` = the half's phy offset,
+  properties as the half's (RocketMQ keeps REAL_TOPIC/REAL_QID/TRAN_MSG on disk), then write
+  the op record;
+* ROLLBACK: only the op record;
+* op record: topic ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``, body = the half queue
+  offsets each followed by "," (RocketMQ 5's batched format). It tells the transaction checker
+  the half is resolved; the checker re-appends unresolved halves, so every copy found is listed.
+* UNSPECIFIED: nothing (the proxy maps it to UNKNOWN, a no-op).
+
+Idempotent (a client commit and a check answer may both arrive, §5.5): resolutions are
+remembered per transaction id, concurrent ones for the same id are serialised, and a commit
+whose record already exists in the real topic (found through the index, e.g. after a broker
+restart) is not appended twice. A half the broker cannot find is INVALID_TRANSACTION_ID.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.broker import validation
+from services.broker.clock import Clock
+from services.broker.errors import Code, RequestError, StoreCallError
+from services.broker.model import PutOutcome, StoredMessage, StoreMessage
+from services.broker.producer import PUT_STATUS_CODES
+from services.broker.store_client import PutSink
+from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
+from services.store.metadata import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+
+log = logging.getLogger(__name__)
+
+OP_TAG = "d"              # TransactionalMessageUtil.REMOVE_TAG
+HALF_COPIES_MAX = 32      # half copies looked up per transaction (the checker re-appends at most 15)
+LOCK_STRIPES = 64
+
+
+class Resolution(enum.IntEnum):
+    """``apache.rocketmq.v2.TransactionResolution``."""
+
+    TRANSACTION_RESOLUTION_UNSPECIFIED = 0
+    COMMIT = 1
+    ROLLBACK = 2
+
+
+@dataclass(frozen=True, slots=True)
+class HalfRef:
+    topic: str           # the real topic
+    phy_offset: int      # of the half record
+    queue_offset: int    # in RMQ_SYS_TRANS_HALF_TOPIC
+
+
+class _Bounded(OrderedDict):
+    """An insertion-ordered dict that forgets its oldest entries beyond ``capacity``."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def put(self, key: str, value: object) -> None:
+        with self._lock:
+            self[key] = value
+            self.move_to_end(key)
+            while len(self) > self._capacity:
+                self.popitem(last=False)
+
+    def lookup(self, key: str) -> object | None:
+        with self._lock:
+            return self.get(key)
+
+
+class HalfMessageTable:
+    """transaction id -> where SendMessage put its half message (bounded; oldest forgotten)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._table = _Bounded(capacity)
+
+    def remember(self, transaction_id: str, ref: HalfRef) -> None:
+        self._table.put(transaction_id, ref)
+
+    def get(self, transaction_id: str) -> HalfRef | None:
+        ref = self._table.lookup(transaction_id)
+        return ref if isinstance(ref, HalfRef) else None
+
+
+class TransactionStore(Protocol):
+    def look_message(self, phy_offset: int) -> StoredMessage | None: ...
+    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]: ...
+
+
+class TransactionService:
+    def __init__(self, store: TransactionStore, sink: PutSink, halves: HalfMessageTable, clock: Clock,
+                 resolved_capacity: int = 100_000) -> None:
+        self._store = store
+        self._sink = sink
+        self._halves = halves
+        self._clock = clock
+        self._resolved = _Bounded(resolved_capacity)
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+
+    def end_transaction(self, topic: str, transaction_id: str, resolution: Resolution, timeout_s: float) -> None:
+        validation.validate_topic(topic)
+        if validation.is_blank(transaction_id):
+            raise RequestError("transaction id cannot be empty", Code.INVALID_TRANSACTION_ID)
+        if resolution is Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED:
+            return  # "unknown": the checker will ask again
+        deadline_s = self._clock.monotonic_s() + timeout_s
+        with self._stripes[hash(transaction_id) % LOCK_STRIPES]:
+            done = self._resolved.lookup(transaction_id)
+            if done is not None:
+                if done is not resolution:
+                    log.warning("transaction %s already resolved as %s, ignoring %s",
+                                transaction_id, done.name, resolution.name)  # type: ignore[attr-defined]
+                return
+            halves = self._find_halves(topic, transaction_id)
+            if not halves:
+                raise RequestError(f"no half message for transaction {transaction_id} of topic {topic}",
+                                   Code.INVALID_TRANSACTION_ID)
+            latest = max(halves, key=lambda h: h.queue_offset)
+            if resolution is Resolution.COMMIT and not self._already_committed(topic, transaction_id, halves):
+                self._put(commit_record(latest), deadline_s)
+            self._put(op_record(sorted(h.queue_offset for h in halves), self._clock.now_ms()), deadline_s)
+            self._resolved.put(transaction_id, resolution)
+
+    def _find_halves(self, topic: str, transaction_id: str) -> list[StoredMessage]:
+        found: dict[int, StoredMessage] = {}
+        ref = self._halves.get(transaction_id)
+        if ref is not None:
+            record = self._store.look_message(ref.phy_offset)
+            if record is not None and _is_half_of(record, topic, transaction_id):
+                found[record.phy_offset] = record
+        # Copies re-appended by the checker, or a half sent before this broker (re)started.
+        for record in self._store.query_messages_by_key(TRANS_HALF_TOPIC, transaction_id, HALF_COPIES_MAX):
+            if _is_half_of(record, topic, transaction_id):
+                found[record.phy_offset] = record
+        return list(found.values())
+
+    def _already_committed(self, topic: str, transaction_id: str, halves: list[StoredMessage]) -> bool:
+        half_offsets = {h.phy_offset for h in halves}
+        return any(r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
+                   and r.prepared_transaction_offset in half_offsets
+                   for r in self._store.query_messages_by_key(topic, transaction_id, HALF_COPIES_MAX))
+
+    def _put(self, record: StoreMessage, deadline_s: float) -> PutOutcome:
+        outcome = self._sink.submit(record).wait(deadline_s - self._clock.monotonic_s())
+        if not outcome.ok:
+            raise StoreCallError(f"store refused the {record.topic} record: {outcome.status.name} {outcome.error}",
+                                 PUT_STATUS_CODES[outcome.status])
+        return outcome
+
+
+def _is_half_of(record: StoredMessage, topic: str, transaction_id: str) -> bool:
+    props = record.properties
+    return (record.topic == TRANS_HALF_TOPIC and props.get("REAL_TOPIC") == topic
+            and props.get("__transactionId__", props.get("UNIQ_KEY")) == transaction_id)
+
+
+def commit_record(half: StoredMessage) -> StoreMessage:
+    """The half message, back in its real topic and queue, with transaction type COMMIT."""
+    try:
+        real_topic, real_queue_id = half.properties["REAL_TOPIC"], int(half.properties["REAL_QID"])
+    except (KeyError, ValueError):
+        raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID") from None
+    return StoreMessage(
+        topic=real_topic, queue_id=real_queue_id, body=half.body, properties=dict(half.properties),
+        sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT_TYPE, flag=half.flag,
+        born_timestamp_ms=half.born_timestamp_ms, born_host=half.born_host, reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.phy_offset)
+
+
+def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
+    """An op record: "these half queue offsets are resolved"."""
+    body = "".join(f"{offset}," for offset in half_queue_offsets).encode("ascii")
+    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"WAIT": "true", "TAGS": OP_TAG},
+                        born_timestamp_ms=now_ms, allow_system_topic=True)

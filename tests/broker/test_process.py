@@ -1,0 +1,131 @@
+"""``python -m services.broker`` and ``pyrmq up`` as real processes, driven by the official client."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+
+from tests.broker.conftest import METADATA
+from tests.broker.test_official_client import run_client
+from tests.broker.test_rpc import wait_stored
+from tests.store.test_cli import Process, processes, start_store  # noqa: F401 - fixture
+
+BROKER_READY = re.compile(
+    r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$")
+UP_READY = re.compile(
+    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
+    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) \(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
+needs_client = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                                  reason="rocketmq-python-client not installed")
+
+
+def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+    _, store_ready = start_store(processes, tmp_path / "data", tmp_path)
+    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--store-address",
+                      store_ready["grpc"], "--metrics-port", "0"], tmp_path)
+    processes.append(broker)
+    ready = broker.wait_line(BROKER_READY)
+    assert ready["store"] == store_ready["grpc"] and ready["endpoint"] == ready["grpc"]
+    with grpc.insecure_channel(ready["grpc"]) as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        route = s_grpc.MessagingServiceStub(channel).QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=METADATA, timeout=10)
+        assert route.status.code == 20000
+    assert broker.stop(signal.SIGTERM) == 0, broker.log()
+    assert "broker stopped" in broker.log()
+
+
+def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--store-address", "127.0.0.1:1",
+                      "--metrics-port", "-1", "--store-connect-timeout-ms", "1500"], tmp_path)
+    processes.append(broker)
+    assert broker.popen.wait(60) == 1
+    assert broker.lines.get(timeout=10) is None  # stdout closed without a ready line
+    deadline = time.monotonic() + 10
+    while "not serving after" not in broker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)  # stderr is read by another thread
+    assert "not serving after" in broker.log()
+
+
+@needs_client
+def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path,
+                                                                processes: list[Process]) -> None:  # noqa: F811
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    ready = up.wait_line(UP_READY)
+    assert ready["broker_store"] == ready["store"] and ready["clients"] == ready["endpoint"]
+    assert ready["endpoint"].startswith("127.0.0.1:")
+    [result], _ = run_client(tmp_path, ready["clients"], [
+        {"topic": "UpTopic", "body": "through pyrmq up", "keys": ["up-1"]}], topics=("UpTopic",))
+    assert result["ok"], result
+    with grpc.insecure_channel(ready["store"]) as channel:
+        [record] = wait_stored(pb_grpc.StoreStub(channel), "UpTopic", "up-1")
+    assert record.body == b"through pyrmq up"
+    assert up.stop(signal.SIGINT) == 0, up.log()
+    assert "[broker]" not in up.log() and "[store]" not in up.log()  # children print only their ready lines
+
+
+def _child_pids(parent_pid: int) -> dict[str, int]:
+    """{"store": pid, "broker": pid} of ``pyrmq up``'s children, from /proc (Linux)."""
+    children = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid and b"-m" in cmdline:
+            children[cmdline[cmdline.index(b"-m") + 1].decode().rsplit(".", 1)[-1]] = int(pid)
+    return children
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F811
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    up.wait_line(UP_READY)
+    return up
+
+
+def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+    up = _start_up(tmp_path, processes)
+    children = _child_pids(up.popen.pid)
+    assert set(children) == {"store", "broker"}
+    os.kill(children["store"], signal.SIGKILL)
+    assert up.popen.wait(60) != 0
+    assert "store exited unexpectedly" in up.log()
+    assert _gone(children["broker"])
+
+
+def test_children_stop_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+    up = _start_up(tmp_path, processes)
+    children = _child_pids(up.popen.pid)
+    os.kill(up.popen.pid, signal.SIGKILL)
+    up.popen.wait(60)
+    deadline = time.monotonic() + 60
+    while not all(_gone(pid) for pid in children.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in children.values())

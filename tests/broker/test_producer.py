@@ -1,0 +1,185 @@
+"""The producer core: property mapping (protocol-v2 §6.2), queue selection, put hooks, outcomes."""
+from __future__ import annotations
+
+import base64
+from collections import Counter
+
+import pytest
+
+from services.broker.clock import ManualClock
+from services.broker.config import BrokerConfig
+from services.broker.errors import Code
+from services.broker.model import BodyEncoding, IncomingMessage, MessageType, PutStatus, TopicInfo
+from services.broker.producer import Producer, recall_handle, response_code, timer_out_ms
+from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
+from services.broker.store_client import DirectPutSink
+from services.broker.topics import TopicRegistry
+from services.store.format.java_compat import java_string_hash
+
+NOW_MS = 1_700_000_000_123
+PEER = "10.1.2.3:50123"
+MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
+
+
+def make_producer(fake_store, **config) -> Producer:
+    cfg = BrokerConfig(**config)
+    clock = ManualClock(NOW_MS)
+    return Producer(cfg, TopicRegistry(cfg, fake_store, clock), DirectPutSink(fake_store.put_messages), clock)
+
+
+def send(fake_store, *messages, **config):
+    return make_producer(fake_store, **config).send(list(messages), PEER, 3.0)
+
+
+def normal(**fields) -> IncomingMessage:
+    values = dict(topic="TopicTest", body=b"hello", message_id=MESSAGE_ID, message_type=MessageType.NORMAL,
+                  born_timestamp_ms=1_700_000_000_000, born_host="192.168.0.7")
+    values.update(fields)
+    return IncomingMessage(**values)
+
+
+def test_normal_message_properties(fake_store):
+    [receipt] = send(fake_store, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
+    assert receipt.code == Code.OK and receipt.message_id == MESSAGE_ID and receipt.transaction_id == ""
+    [record] = fake_store.put_messages_sent
+    assert record.topic == "TopicTest" and record.body == b"hello" and record.sys_flag == 0
+    assert record.properties == {
+        "color": "red", "TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": MESSAGE_ID,
+        "RECONSUME_TIME": "0", "PGROUP": "TopicTest", "__BORNHOST": "192.168.0.7",
+        "BORN_TIMESTAMP": "1700000000000", "CLUSTER": "DefaultCluster"}
+    assert record.born_timestamp_ms == 1_700_000_000_000 and record.born_host == PEER
+    assert not record.allow_system_topic
+
+
+def test_optional_fields_absent_and_fallbacks(fake_store):
+    send(fake_store, normal(born_timestamp_ms=None, born_host="", tag=None, keys=[], delivery_attempt=2,
+                            trace_context="00-abc-01", body_encoding=BodyEncoding.GZIP), cluster_name="c1")
+    [record] = fake_store.put_messages_sent
+    assert "TAGS" not in record.properties and "KEYS" not in record.properties
+    assert "BORN_TIMESTAMP" not in record.properties and record.born_timestamp_ms == NOW_MS
+    assert record.properties["__BORNHOST"] == PEER  # blank born_host -> the peer, as the proxy does
+    assert record.properties["RECONSUME_TIME"] == "2" and record.reconsume_times == 2
+    assert record.properties["TRACE_CONTEXT"] == "00-abc-01"
+    assert record.properties["CLUSTER"] == "c1"
+    assert record.sys_flag == 0x1  # COMPRESSED for GZIP bodies
+
+
+def test_empty_keys_are_skipped_when_joining(fake_store):
+    send(fake_store, normal(keys=["a", "", "b"]))
+    assert fake_store.put_messages_sent[0].properties["KEYS"] == "a b"
+
+
+def test_fifo_message(fake_store):
+    [receipt] = send(fake_store, normal(message_type=MessageType.FIFO, message_group="order-42"))
+    [record] = fake_store.put_messages_sent
+    assert receipt.code == Code.OK
+    assert record.properties["__SHARDINGKEY"] == "order-42"
+    assert record.queue_id == fifo_queue_id("order-42", 8)
+
+
+def test_delay_message_in_the_future_is_parked_in_the_timer_topic(fake_store):
+    deliver_ms = NOW_MS + 10_500
+    [receipt] = send(fake_store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=deliver_ms))
+    [record] = fake_store.put_messages_sent
+    assert record.topic == "rmq_sys_wheel_timer" and record.queue_id == 0 and record.allow_system_topic
+    props = record.properties
+    assert props["TIMER_DELIVER_MS"] == str(deliver_ms)
+    assert props["TIMER_OUT_MS"] == str(deliver_ms // 1000 * 1000)
+    assert props["REAL_TOPIC"] == "TopicTest" and 0 <= int(props["REAL_QID"]) < 8
+    raw = base64.urlsafe_b64decode(receipt.recall_handle).decode()
+    assert raw == f"v1 TopicTest broker-a {deliver_ms // 1000 * 1000 + 1} {MESSAGE_ID}"
+
+
+def test_delay_message_in_the_past_is_stored_normally(fake_store):
+    [receipt] = send(fake_store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS - 1))
+    [record] = fake_store.put_messages_sent
+    assert record.topic == "TopicTest" and record.properties["TIMER_DELIVER_MS"] == str(NOW_MS - 1)
+    assert "TIMER_OUT_MS" not in record.properties and receipt.recall_handle == ""
+
+
+def test_timer_rounding_is_rocketmqs():
+    assert timer_out_ms(5_000, 1000) == 4_000      # on a tick: one tick earlier
+    assert timer_out_ms(5_001, 1000) == 5_000
+    assert timer_out_ms(5_999, 1000) == 5_000
+
+
+def test_transaction_half_message(fake_store):
+    [receipt] = send(fake_store, normal(message_type=MessageType.TRANSACTION, orphaned_transaction_recovery_s=30))
+    [record] = fake_store.put_messages_sent
+    assert receipt.code == Code.OK and receipt.transaction_id == MESSAGE_ID == receipt.message_id
+    assert record.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and record.queue_id == 0 and record.allow_system_topic
+    assert record.sys_flag == 0  # half messages are stored with transaction type NOT (RocketMQ 4.3+)
+    props = record.properties
+    assert props["TRAN_MSG"] == "true" and props["PGROUP"] == "TopicTest"
+    assert props["__transactionId__"] == MESSAGE_ID and props["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "30"
+    assert props["REAL_TOPIC"] == "TopicTest" and 0 <= int(props["REAL_QID"]) < 8
+
+
+def test_round_robin_over_write_queues(fake_store):
+    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 4, 6, "NORMAL")
+    producer = make_producer(fake_store)
+    for _ in range(8):
+        producer.send([normal()], PEER, 3.0)
+    assert [m.queue_id for m in fake_store.put_messages_sent] == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_fifo_hash_is_stable_spread_and_javas():
+    # Java: "hello".hashCode() == 99162322; Guava's golden values are checked in test_queue_selection.
+    assert java_string_hash("hello") == 99162322
+    assert fifo_queue_id("hello", 8) == guava_consistent_hash(99162322, 8)
+    groups = [f"order-{i}" for i in range(4000)]
+    ids = [fifo_queue_id(g, 8) for g in groups]
+    assert ids == [fifo_queue_id(g, 8) for g in groups]
+    assert min(Counter(ids).values()) > 400  # every queue gets a fair share
+    # Consistent hashing: growing 8 -> 9 queues moves about 1/9 of the groups, all to the new queue.
+    moved = [(a, fifo_queue_id(g, 9)) for g, a in zip(groups, ids) if fifo_queue_id(g, 9) != a]
+    assert all(new == 8 for _, new in moved) and len(moved) < len(groups) / 6
+
+
+def test_round_robin_counts_per_topic():
+    rr = RoundRobin()
+    assert [rr.next_queue_id("a", 3) for _ in range(4)] == [0, 1, 2, 0]
+    assert rr.next_queue_id("b", 3) == 0
+
+
+def test_store_outcomes_map_to_codes(fake_store):
+    statuses = iter([PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.UNKNOWN_ERROR])
+    fake_store.outcome = lambda message: next(statuses)
+    codes = [send(fake_store, normal())[0].code for _ in range(3)]
+    assert codes == [Code.MASTER_PERSISTENCE_TIMEOUT, Code.TOO_MANY_REQUESTS, Code.INTERNAL_SERVER_ERROR]
+
+
+def test_a_stale_queue_count_invalidates_the_topic_cache(fake_store):
+    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 8, 6, "NORMAL")
+    fake_store.outcome = lambda message: PutStatus.QUEUE_ID_ILLEGAL
+    producer = make_producer(fake_store)
+    producer.send([normal()], PEER, 3.0)
+    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 2, 2, 6, "NORMAL")
+    fake_store.outcome = None
+    for _ in range(4):
+        producer.send([normal()], PEER, 3.0)
+    assert {m.queue_id for m in fake_store.put_messages_sent[1:]} == {0, 1}
+
+
+def test_batch_request_goes_to_one_queue_and_reports_each_message(fake_store):
+    fake_store.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
+    receipts = send(fake_store, normal(), normal(body=b"bad"), normal())
+    assert [r.code for r in receipts] == [Code.OK, Code.INTERNAL_SERVER_ERROR, Code.OK]
+    assert response_code(receipts) == Code.MULTIPLE_RESULTS
+    assert len({m.queue_id for m in fake_store.put_messages_sent}) == 1
+    assert response_code(receipts[:1]) == Code.OK
+
+
+def test_auto_created_topic_takes_the_configured_type(fake_store):
+    send(fake_store, normal(), auto_create_topic_message_type="NORMAL", auto_create_topic_queue_nums=4)
+    assert fake_store.topics["TopicTest"] == TopicInfo("TopicTest", 4, 4, 6, "NORMAL")
+
+
+def test_recall_handle_format():
+    handle = recall_handle("T", "broker-a", 1000, "ID")
+    assert base64.urlsafe_b64decode(handle) == b"v1 T broker-a 1001 ID"
+
+
+@pytest.mark.parametrize("queue_nums", [1, 3, 8, 16])
+def test_fifo_queue_in_range(queue_nums):
+    assert all(0 <= fifo_queue_id(f"g{i}", queue_nums) < queue_nums for i in range(200))

@@ -1,0 +1,309 @@
+"""The broker's gRPC face, raw v2 requests from our own stubs, against a real store.
+
+Store and broker servers run in-process on 127.0.0.1:0 (conftest). What the store holds is
+read back through the store's gRPC API.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pyrmq.store.v1 import store_pb2 as pb
+
+from services.broker.queue_selection import fifo_queue_id
+from tests.broker.conftest import CLIENT_ID, METADATA
+
+MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
+
+
+def message(topic="TopicTest", body=b"hello", message_id=MESSAGE_ID, user_properties=None, **system) -> d.Message:
+    system.setdefault("message_type", d.NORMAL)
+    system.setdefault("body_encoding", d.IDENTITY)
+    return d.Message(topic=d.Resource(name=topic), body=body, user_properties=user_properties or {},
+                     system_properties=d.SystemProperties(message_id=message_id, **system))
+
+
+def send(v2, *messages, metadata=METADATA) -> s.SendMessageResponse:
+    return v2.SendMessage(s.SendMessageRequest(messages=list(messages)), metadata=metadata, timeout=10)
+
+
+def stored(store_stub, topic, queue_id, offset=0) -> list[pb.Message]:
+    got = store_stub.GetMessages(pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset),
+                                 timeout=10)
+    return list(got.messages)
+
+
+def wait_stored(store_stub, topic, key, count=1) -> list[pb.Message]:
+    deadline = time.monotonic() + 10
+    while True:  # the index is built by the store's reput thread, just after the put returns
+        found = store_stub.QueryMessagesByKey(pb.QueryMessagesByKeyRequest(topic=topic, key=key), timeout=10).messages
+        if len(found) >= count or time.monotonic() > deadline:
+            return list(found)
+        time.sleep(0.02)
+
+
+# -- QueryRoute ---------------------------------------------------------------------------------
+
+def test_query_route(broker, v2):
+    response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(resource_namespace="", name="TopicTest")),
+                             metadata=METADATA, timeout=10)
+    assert response.status.code == d.OK
+    queues = response.message_queues
+    assert [q.id for q in queues] == list(range(8))
+    for q in queues:
+        assert q.topic.name == "TopicTest" and q.permission == d.READ_WRITE
+        assert (q.broker.name, q.broker.id) == ("broker-a", 0)
+        assert q.broker.endpoints.scheme == d.IPv4
+        assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", broker.port)]
+        assert list(q.accept_message_types) == [d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION]
+
+
+def test_query_route_errors(make_broker, v2):
+    response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=METADATA, timeout=10)
+    assert response.status.code == d.ILLEGAL_TOPIC and not response.message_queues
+    strict = make_broker(auto_create_topic_enable=False)
+    with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as channel:
+        response = s_grpc.MessagingServiceStub(channel).QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="NoSuchTopic")), metadata=METADATA, timeout=10)
+    assert response.status.code == d.TOPIC_NOT_FOUND
+
+
+def test_route_accept_types_follow_a_topic_created_in_the_store(v2, store_stub):
+    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
+        topic_name="FifoTopic", read_queue_nums=2, write_queue_nums=2, message_type=pb.FIFO)), timeout=10)
+    response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="FifoTopic")), metadata=METADATA, timeout=10)
+    assert [list(q.accept_message_types) for q in response.message_queues] == [[d.FIFO], [d.FIFO]]
+
+
+# -- SendMessage --------------------------------------------------------------------------------
+
+def test_send_lands_in_the_store_with_its_properties(v2, store_stub):
+    born = Timestamp(seconds=1_700_000_000)
+    response = send(v2, message(user_properties={"color": "red"}, tag="TagA", keys=["order-1", "order-2"],
+                                born_timestamp=born, born_host="192.168.0.7"))
+    assert response.status.code == d.OK, response
+    [entry] = response.entries
+    assert entry.status.code == d.OK and entry.message_id == MESSAGE_ID and entry.transaction_id == ""
+    [record] = wait_stored(store_stub, "TopicTest", MESSAGE_ID)
+    assert record.body == b"hello" and record.queue_offset == entry.offset
+    for key, value in {"color": "red", "TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": MESSAGE_ID,
+                       "PGROUP": "TopicTest", "CLUSTER": "DefaultCluster", "__BORNHOST": "192.168.0.7",
+                       "BORN_TIMESTAMP": "1700000000000", "RECONSUME_TIME": "0"}.items():
+        assert record.properties[key] == value, key
+    assert record.born_timestamp_ms == 1_700_000_000_000 and record.born_host.startswith("127.0.0.1:")
+    assert [m.body for m in stored(store_stub, "TopicTest", record.queue_id, record.queue_offset)][:1] == [b"hello"]
+    by_key = wait_stored(store_stub, "TopicTest", "order-2")
+    assert [m.properties["UNIQ_KEY"] for m in by_key] == [MESSAGE_ID]
+
+
+def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub):
+    for i in range(6):
+        group = f"order-{i % 2}"
+        response = send(v2, message(topic="FifoSends", body=f"{group}/{i}".encode(), message_id=f"ID{i}",
+                                    message_type=d.FIFO, message_group=group))
+        assert response.status.code == d.OK
+    for group in ("order-0", "order-1"):
+        bodies = [m.body.decode() for m in stored(store_stub, "FifoSends", fifo_queue_id(group, 8))]
+        assert [b for b in bodies if b.startswith(group)] == [f"{group}/{i}" for i in range(6) if f"order-{i % 2}" == group]
+
+
+@pytest.mark.parametrize("build,code", [
+    (lambda: [], d.MESSAGE_CORRUPTED),
+    (lambda: [message(topic="RMQ_SYS_TRANS_HALF_TOPIC")], d.ILLEGAL_TOPIC),
+    (lambda: [message(topic="SCHEDULE_TOPIC_XXXX")], d.ILLEGAL_TOPIC),
+    (lambda: [message(topic="bad topic")], d.ILLEGAL_TOPIC),
+    (lambda: [message(body=b"")], d.MESSAGE_BODY_EMPTY),
+    (lambda: [message(body=b"x" * (4 * 1024 * 1024 + 1))], d.MESSAGE_BODY_TOO_LARGE),
+    (lambda: [message(tag="a|b")], d.ILLEGAL_MESSAGE_TAG),
+    (lambda: [message(tag="  ")], d.ILLEGAL_MESSAGE_TAG),
+    (lambda: [message(keys=["\t"])], d.ILLEGAL_MESSAGE_KEY),
+    (lambda: [message(user_properties={"UNIQ_KEY": "x"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (lambda: [message(user_properties={"TIMER_DELIVER_MS": "1"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (lambda: [message(message_id="")], d.ILLEGAL_MESSAGE_ID),
+    (lambda: [message(message_type=d.FIFO, message_group="g" * 64)], d.ILLEGAL_MESSAGE_GROUP),
+    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()) + 2 * 86400))],
+     d.ILLEGAL_DELIVERY_TIME),
+    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=1, nanos=-5))],
+     d.ILLEGAL_DELIVERY_TIME),
+    (lambda: [message(message_type=d.TRANSACTION, orphaned_transaction_recovery_duration=Duration(seconds=7200))],
+     d.BAD_REQUEST),
+    (lambda: [message(message_type=d.FIFO)], d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (lambda: [message(), message(topic="Other")], d.MESSAGE_CORRUPTED),
+    (lambda: [message(lite_topic="lite")], d.UNSUPPORTED),
+])
+def test_server_side_rules(v2, build, code):
+    response = send(v2, *build())
+    assert response.status.code == code, response.status
+    assert response.status.message
+
+
+def test_topic_not_found_when_auto_create_is_off(make_broker):
+    strict = make_broker(auto_create_topic_enable=False)
+    with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as channel:
+        response = send(s_grpc.MessagingServiceStub(channel), message(topic="NeverCreated"))
+    assert response.status.code == d.TOPIC_NOT_FOUND
+
+
+def test_topic_type_conflict(v2, store_stub):
+    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
+        topic_name="NormalOnly", message_type=pb.NORMAL)), timeout=10)
+    response = send(v2, message(topic="NormalOnly", message_type=d.FIFO, message_group="g"))
+    assert response.status.code == d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+def test_client_id_is_required(v2):
+    response = send(v2, message(), metadata=())
+    assert response.status.code == d.CLIENT_ID_REQUIRED
+
+
+def test_a_4_mib_body_fits_the_grpc_limits(v2, store_stub):
+    body = b"y" * (4 * 1024 * 1024)
+    response = send(v2, message(topic="BigBodies", body=body, message_id="BIG"))
+    assert response.status.code == d.OK, response.status
+    [record] = wait_stored(store_stub, "BigBodies", "BIG")
+    assert record.body == body
+
+
+def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_stub):
+    deliver = Timestamp(seconds=int(time.time()) + 60)
+    delayed = send(v2, message(topic="Parked", message_id="DELAYED", message_type=d.DELAY, delivery_timestamp=deliver))
+    half = send(v2, message(topic="Parked", message_id="HALF", message_type=d.TRANSACTION))
+    assert delayed.status.code == half.status.code == d.OK
+    assert delayed.entries[0].recall_handle and half.entries[0].transaction_id == "HALF"
+    [timer] = wait_stored(store_stub, "rmq_sys_wheel_timer", "DELAYED")
+    assert timer.properties["REAL_TOPIC"] == "Parked" and timer.properties["TIMER_DELIVER_MS"] == str(deliver.seconds * 1000)
+    assert timer.properties["TIMER_OUT_MS"] == str(deliver.seconds * 1000 - 1000)
+    [halfrec] = wait_stored(store_stub, "RMQ_SYS_TRANS_HALF_TOPIC", "HALF")
+    assert halfrec.properties["TRAN_MSG"] == "true" and halfrec.properties["__transactionId__"] == "HALF"
+    assert all(stored(store_stub, "Parked", q) == [] for q in range(8))  # nothing visible yet
+
+
+def test_concurrent_sends_share_store_calls(broker, v2, store_stub):
+    before = broker.sink.stats()
+    futures = [v2.SendMessage.future(s.SendMessageRequest(messages=[message(topic="Burst", message_id=f"B{i}")]),
+                                     metadata=METADATA, timeout=10) for i in range(64)]
+    assert all(f.result().status.code == d.OK for f in futures)
+    after = broker.sink.stats()
+    assert after.messages - before.messages == 64
+    assert after.put_calls - before.put_calls < 64
+
+
+# -- Telemetry, Heartbeat, NotifyClientTermination -------------------------------------------
+
+class Stream:
+    """A Telemetry call driven from a queue of commands."""
+
+    def __init__(self, v2, metadata=METADATA) -> None:
+        self.outbound: queue.Queue = queue.Queue()
+        self.replies: queue.Queue = queue.Queue()
+        self.call = v2.Telemetry(iter(self.outbound.get, None), metadata=metadata)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for reply in self.call:
+                self.replies.put(reply)
+        except grpc.RpcError as exc:
+            self.replies.put(exc)
+        self.replies.put(None)
+
+    def send(self, command: s.TelemetryCommand):
+        self.outbound.put(command)
+        return self.replies.get(timeout=10)
+
+
+def producer_settings(*topics) -> s.TelemetryCommand:
+    return s.TelemetryCommand(settings=d.Settings(
+        client_type=d.PRODUCER, access_point=d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=1)]),
+        request_timeout=Duration(seconds=3),
+        publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics], max_body_size=134217728,
+                                validate_message_type=True),
+        user_agent=d.UA(language=d.PYTHON, version="5.1.2"), metric=d.Metric(on=False)))
+
+
+def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
+    stream = Stream(v2)
+    reply = stream.send(producer_settings("TopicTest"))
+    assert reply.status.code == d.OK
+    settings = reply.settings
+    assert settings.client_type == d.PRODUCER and [r.name for r in settings.publishing.topics] == ["TopicTest"]
+    assert settings.publishing.max_body_size == 4194304 and settings.publishing.validate_message_type
+    backoff = settings.backoff_policy
+    assert backoff.max_attempts == 3 and backoff.WhichOneof("strategy") == "exponential_backoff"
+    assert backoff.exponential_backoff.initial == Duration(nanos=10_000_000)
+    assert backoff.exponential_backoff.max == Duration(seconds=1) and backoff.exponential_backoff.multiplier == 2
+    assert settings.metric.on is False and settings.user_agent.version == "5.1.2"
+    assert [sess.client_id for sess in broker.telemetry.registry.producers_of("TopicTest")] == [CLIENT_ID]
+    # The stream is still open: a second settings command gets a second reply.
+    assert stream.send(producer_settings("TopicTest", "Other")).status.code == d.OK
+    assert [sess.client_id for sess in broker.telemetry.registry.producers_of("Other")] == [CLIENT_ID]
+    # The server can push a command onto it (how transaction checks will reach the producer).
+    session = broker.telemetry.registry.get(CLIENT_ID)
+    session.push(s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+        transaction_id="TX")))
+    assert stream.replies.get(timeout=10).recover_orphaned_transaction_command.transaction_id == "TX"
+    stream.call.cancel()
+    deadline = time.monotonic() + 10
+    while broker.telemetry.registry.get(CLIENT_ID) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert broker.telemetry.registry.get(CLIENT_ID) is None
+
+
+def test_consumer_settings_reply(v2, store_stub):
+    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(
+        group_name="OrderlyGroup", consume_message_orderly=True, retry_max_times=4)), timeout=10)
+    stream = Stream(v2)
+    reply = stream.send(s.TelemetryCommand(settings=d.Settings(
+        client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name="OrderlyGroup")))))
+    assert reply.status.code == d.OK
+    sub = reply.settings.subscription
+    assert sub.fifo and sub.receive_batch_size == 32 and sub.long_polling_timeout == Duration(seconds=20)
+    backoff = reply.settings.backoff_policy
+    assert backoff.max_attempts == 5 and backoff.WhichOneof("strategy") == "customized_backoff"
+    assert [x.seconds for x in backoff.customized_backoff.next][:4] == [1, 5, 10, 30]
+    stream.call.cancel()
+
+
+def test_settings_without_publishing_or_subscription_close_the_stream(v2):
+    stream = Stream(v2)
+    error = stream.send(s.TelemetryCommand(settings=d.Settings(client_type=d.PRODUCER)))
+    assert isinstance(error, grpc.RpcError) and error.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_heartbeat_and_termination_are_ok(v2):
+    assert v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA, timeout=10).status.code == d.OK
+    response = v2.NotifyClientTermination(s.NotifyClientTerminationRequest(), metadata=METADATA, timeout=10)
+    assert response.status.code == d.OK
+    # Node aborts its shutdown on a failed termination: OK even without a client id.
+    assert v2.NotifyClientTermination(s.NotifyClientTerminationRequest(), timeout=10).status.code == d.OK
+    assert v2.Heartbeat(s.HeartbeatRequest(), timeout=10).status.code == d.CLIENT_ID_REQUIRED
+
+
+# -- not yet implemented, but always with a status ------------------------------------------------
+
+def test_consumer_rpcs_answer_not_implemented(v2):
+    replies = list(v2.ReceiveMessage(s.ReceiveMessageRequest(group=d.Resource(name="G")), metadata=METADATA,
+                                     timeout=10))
+    assert [r.status.code for r in replies] == [d.NOT_IMPLEMENTED]
+    for call, request in [(v2.AckMessage, s.AckMessageRequest()),
+                          (v2.ChangeInvisibleDuration, s.ChangeInvisibleDurationRequest()),
+                          (v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
+                          (v2.QueryAssignment, s.QueryAssignmentRequest()),
+                          (v2.RecallMessage, s.RecallMessageRequest())]:
+        assert call(request, metadata=METADATA, timeout=10).status.code == d.NOT_IMPLEMENTED
+
+
+def test_health_and_reflection(broker):
+    with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10)
+    assert response.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,0 +1,182 @@
+"""PutCoalescer: concurrent sends share one PutMessages; one bad message cannot sink a batch."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from services.broker.errors import Code, FlowControlError, StoreCallError
+from services.broker.model import PutOutcome, PutStatus, StoreMessage
+from services.broker.store_client import DirectPutSink, PendingPut, PutCoalescer
+
+
+def msg(i: int, body: bytes = b"x", system: bool = False) -> StoreMessage:
+    return StoreMessage(topic="T", queue_id=0, body=body, properties={"UNIQ_KEY": str(i)}, allow_system_topic=system)
+
+
+class GatedStore:
+    """Records calls; the first call blocks until ``gate`` is set (so a queue can build up)."""
+
+    def __init__(self, refuse_if=None) -> None:
+        self.calls: list[tuple[list[str], bool]] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.refuse_if = refuse_if
+
+    def put(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+        self.calls.append(([m.properties["UNIQ_KEY"] for m in messages], allow_system_topics))
+        self.entered.set()
+        self.gate.wait(5)
+        if self.refuse_if and any(self.refuse_if(m) for m in messages):
+            error = "message 1 of the batch: bad; nothing written"
+            return [PutOutcome(PutStatus.MESSAGE_ILLEGAL, error=error) for _ in messages]
+        return [PutOutcome(PutStatus.PUT_OK, queue_offset=int(m.properties["UNIQ_KEY"])) for m in messages]
+
+
+def test_queued_sends_go_out_as_one_put_in_order():
+    store = GatedStore()
+    coalescer = PutCoalescer(store.put)
+    first = coalescer.submit(msg(0))
+    runner = threading.Thread(target=coalescer.run_once)
+    runner.start()
+    assert store.entered.wait(5)            # put #1 (message 0) is in flight ...
+    rest = [coalescer.submit(msg(i)) for i in range(1, 11)]  # ... while 10 more queue up
+    store.gate.set()
+    runner.join()
+    assert coalescer.run_once() == 10
+    assert store.calls == [(["0"], False), ([str(i) for i in range(1, 11)], False)]
+    assert [p.wait(1).queue_offset for p in [first, *rest]] == list(range(11))
+    stats = coalescer.stats()
+    assert (stats.put_calls, stats.messages, stats.batches, stats.batch_messages_max) == (2, 11, 2, 10)
+
+
+def test_dispatcher_thread_coalesces_concurrent_senders():
+    store = GatedStore()
+    store.gate.set()
+    coalescer = PutCoalescer(store.put)
+    coalescer.start()
+    try:
+        barrier = threading.Barrier(32)
+        results: list[int] = []
+
+        def sender(i: int) -> None:
+            barrier.wait()
+            results.append(coalescer.submit(msg(i)).wait(5).queue_offset)
+
+        threads = [threading.Thread(target=sender, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == list(range(32))
+        assert len(store.calls) < 32  # typically 2-4 calls for 32 concurrent sends
+    finally:
+        coalescer.close()
+
+
+def test_batches_respect_message_and_byte_limits():
+    store = GatedStore()
+    store.gate.set()
+    coalescer = PutCoalescer(store.put, batch_messages_max=3, batch_bytes_max=10, queue_messages_max=100)
+    for i in range(5):
+        coalescer.submit(msg(i))
+    coalescer.submit(msg(5, body=b"x" * 9))
+    coalescer.submit(msg(6, body=b"x" * 10))  # a message of the full size still goes, alone
+    while coalescer.run_once():
+        pass
+    assert [ids for ids, _ in store.calls] == [["0", "1", "2"], ["3", "4"], ["5"], ["6"]]
+
+
+def test_system_topic_writes_are_never_batched_with_client_messages():
+    store = GatedStore()
+    store.gate.set()
+    coalescer = PutCoalescer(store.put)
+    for i, system in enumerate([False, False, True, True, False]):
+        coalescer.submit(msg(i, system=system))
+    while coalescer.run_once():
+        pass
+    assert store.calls == [(["0", "1"], False), (["2", "3"], True), (["4"], False)]
+
+
+def test_a_batch_refused_as_a_whole_is_re_put_one_by_one():
+    store = GatedStore(refuse_if=lambda m: m.properties["UNIQ_KEY"] == "1")
+    store.gate.set()
+    coalescer = PutCoalescer(store.put)
+    pending = [coalescer.submit(msg(i)) for i in range(3)]
+    coalescer.run_once()
+    outcomes = [p.wait(1) for p in pending]
+    assert [o.status for o in outcomes] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
+    assert [ids for ids, _ in store.calls] == [["0", "1", "2"], ["0"], ["1"], ["2"]]
+    assert coalescer.stats().isolated_batches == 1
+
+
+def test_store_failure_fails_every_waiter_of_the_batch():
+    def broken(messages, allow):
+        raise StoreCallError("store unreachable")
+
+    coalescer = PutCoalescer(broken)
+    pending = [coalescer.submit(msg(i)) for i in range(3)]
+    coalescer.run_once()
+    for p in pending:
+        with pytest.raises(StoreCallError):
+            p.wait(1)
+
+
+def test_a_bug_in_the_store_client_fails_the_batch_and_keeps_the_dispatcher():
+    calls = []
+
+    def buggy(messages, allow):
+        calls.append(len(messages))
+        if len(calls) == 1:
+            raise KeyError("oops")
+        return [PutOutcome(PutStatus.PUT_OK) for _ in messages]
+
+    coalescer = PutCoalescer(buggy)
+    first = coalescer.submit(msg(0))
+    coalescer.run_once()
+    with pytest.raises(StoreCallError, match="KeyError"):
+        first.wait(1)
+    second = coalescer.submit(msg(1))
+    coalescer.run_once()
+    assert second.wait(1).ok
+
+
+def test_full_queue_is_flow_control():
+    coalescer = PutCoalescer(GatedStore().put, batch_messages_max=2, queue_messages_max=2, queue_bytes_max=100)
+    coalescer.submit(msg(0))
+    coalescer.submit(msg(1))
+    with pytest.raises(FlowControlError) as caught:
+        coalescer.submit(msg(2))
+    assert caught.value.code == Code.TOO_MANY_REQUESTS
+    big = PutCoalescer(GatedStore().put, queue_bytes_max=100)
+    big.submit(msg(0, body=b"x" * 150))  # alone it may exceed the byte bound ...
+    with pytest.raises(FlowControlError):
+        big.submit(msg(1, body=b"x"))    # ... but nothing joins it
+
+
+def test_wait_times_out_with_proxy_timeout():
+    pending = PendingPut(msg(0))
+    with pytest.raises(StoreCallError) as caught:
+        pending.wait(0.01)
+    assert caught.value.code == Code.PROXY_TIMEOUT
+
+
+def test_close_drains_then_refuses():
+    store = GatedStore()
+    store.gate.set()
+    coalescer = PutCoalescer(store.put)
+    pending = [coalescer.submit(msg(i)) for i in range(5)]
+    coalescer.start()
+    coalescer.close()
+    assert all(p.wait(1).ok for p in pending)
+    with pytest.raises(StoreCallError):
+        coalescer.submit(msg(9))
+
+
+def test_direct_sink_puts_each_message_alone():
+    store = GatedStore()
+    store.gate.set()
+    sink = DirectPutSink(store.put)
+    assert sink.submit(msg(0)).wait(0).ok and sink.submit(msg(1)).wait(0).ok
+    assert [ids for ids, _ in store.calls] == [["0"], ["1"]]
+    assert sink.stats().put_calls == 2

@@ -1,0 +1,147 @@
+"""Settings decisions, client sessions and routes: the core, without gRPC."""
+from __future__ import annotations
+
+import pytest
+
+from services.broker.clock import ManualClock
+from services.broker.config import BrokerConfig, address_scheme
+from services.broker.errors import BrokerError, Code
+from services.broker.model import ClientType, GroupInfo, MessageType, TopicInfo
+from services.broker.route import RouteService, queue_permission
+from services.broker.telemetry import ClientRegistry, ClientSettings, TelemetryService
+from services.broker.topics import TopicRegistry
+
+
+def service(fake_store) -> TelemetryService:
+    return TelemetryService(BrokerConfig(), fake_store, ClientRegistry(), ManualClock())
+
+
+def test_producer_settings(fake_store):
+    server = service(fake_store).settings_for(ClientSettings(ClientType.PRODUCER, publishing_topics=("T",)))
+    assert server.max_body_size == 4 * 1024 * 1024 and server.validate_message_type is True
+    assert server.backoff.max_attempts == 3 and server.backoff.exponential == (10, 1000, 2.0)
+    assert server.backoff.customized_ms is None and server.fifo is None
+
+
+def test_consumer_settings_follow_the_group(fake_store):
+    fake_store.groups["G"] = GroupInfo("G", consume_message_orderly=True, retry_max_times=5)
+    telemetry = service(fake_store)
+    server = telemetry.settings_for(ClientSettings(ClientType.PUSH_CONSUMER, subscription_group="G"))
+    assert server.fifo is True and server.receive_batch_size == 32 and server.long_polling_timeout_ms == 20_000
+    assert server.backoff.max_attempts == 6 and server.backoff.customized_ms[:3] == (1000, 5000, 10000)
+    unknown = telemetry.settings_for(ClientSettings(ClientType.SIMPLE_CONSUMER, subscription_group="nope"))
+    assert unknown.fifo is False and unknown.backoff.max_attempts == 17 and len(unknown.backoff.customized_ms) == 18
+
+
+def test_settings_without_publishing_or_subscription_are_a_bad_request(fake_store):
+    with pytest.raises(BrokerError) as caught:
+        service(fake_store).settings_for(ClientSettings(ClientType.PRODUCER))
+    assert caught.value.code == Code.BAD_REQUEST
+
+
+def test_registry_tracks_producers_and_replaces_streams(fake_store):
+    telemetry = service(fake_store)
+    pushed: list[object] = []
+    first = telemetry.open_session("c1", lambda cmd: pushed.append(cmd) or True)
+    telemetry.apply_settings(first, ClientSettings(ClientType.PRODUCER, publishing_topics=("A", "B")))
+    other = telemetry.open_session("c2", lambda cmd: True)
+    telemetry.apply_settings(other, ClientSettings(ClientType.SIMPLE_CONSUMER, subscription_group="G"))
+    assert [s.client_id for s in telemetry.registry.producers_of("A")] == ["c1"]
+    assert telemetry.registry.producers_of("C") == []
+    telemetry.registry.producers_of("B")[0].push("command")
+    assert pushed == ["command"]
+    # The client reconnects: the new stream replaces the old; the old one ending changes nothing.
+    second = telemetry.open_session("c1", lambda cmd: True)
+    telemetry.apply_settings(second, ClientSettings(ClientType.PRODUCER, publishing_topics=("A",)))
+    telemetry.close_session(first)
+    assert telemetry.registry.get("c1") is second and len(telemetry.registry) == 2
+    telemetry.close_session(second)
+    assert telemetry.registry.get("c1") is None
+
+
+def test_heartbeat_refreshes_liveness(fake_store):
+    clock = ManualClock(1000)
+    telemetry = TelemetryService(BrokerConfig(), fake_store, ClientRegistry(), clock)
+    session = telemetry.open_session("c1", lambda cmd: True)
+    telemetry.apply_settings(session, ClientSettings(ClientType.PRODUCER, publishing_topics=()))
+    clock.advance_ms(5000)
+    telemetry.heartbeat("c1")
+    telemetry.heartbeat("unknown")  # no session: nothing to do, no error
+    assert session.last_seen_ms == 6000
+
+
+def routes(fake_store, **config) -> RouteService:
+    cfg = BrokerConfig(**config)
+    return RouteService(TopicRegistry(cfg, fake_store, ManualClock()), "broker-a", ("127.0.0.1", 8081))
+
+
+def test_route_of_an_auto_created_topic(fake_store):
+    route = routes(fake_store).query_route("TopicTest")
+    assert (route.broker_name, route.broker_id) == ("broker-a", 0)
+    assert (route.endpoint_scheme, route.endpoint_host, route.endpoint_port) == ("IPv4", "127.0.0.1", 8081)
+    assert [q.queue_id for q in route.queues] == list(range(8))
+    assert {q.permission for q in route.queues} == {"READ_WRITE"}
+    assert route.accept_message_types == (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,
+                                          MessageType.TRANSACTION)
+
+
+@pytest.mark.parametrize("topic_type,accepted", [
+    ("NORMAL", (MessageType.NORMAL,)), ("FIFO", (MessageType.FIFO,)), ("DELAY", (MessageType.DELAY,)),
+    ("TRANSACTION", (MessageType.TRANSACTION,))])
+def test_route_accept_types_follow_the_topic(fake_store, topic_type, accepted):
+    fake_store.topics["T"] = TopicInfo("T", 4, 4, 6, topic_type)
+    assert routes(fake_store).query_route("T").accept_message_types == accepted
+
+
+def test_queue_permissions():
+    uneven = TopicInfo("T", read_queue_nums=4, write_queue_nums=2, perm=6, message_type="NORMAL")
+    assert [queue_permission(i, uneven) for i in range(4)] == ["READ_WRITE", "READ_WRITE", "READ", "READ"]
+    write_only = TopicInfo("T", 2, 3, perm=2, message_type="NORMAL")
+    assert [queue_permission(i, write_only) for i in range(3)] == ["WRITE"] * 3
+    closed = TopicInfo("T", 2, 2, perm=0, message_type="NORMAL")
+    assert queue_permission(0, closed) == "NONE"
+
+
+def test_route_errors(fake_store):
+    with pytest.raises(BrokerError) as caught:
+        routes(fake_store).query_route("SCHEDULE_TOPIC_XXXX")
+    assert caught.value.code == Code.ILLEGAL_TOPIC
+    with pytest.raises(BrokerError) as caught:
+        routes(fake_store, auto_create_topic_enable=False).query_route("Missing")
+    assert caught.value.code == Code.TOPIC_NOT_FOUND
+    assert "Missing" not in fake_store.topics
+
+
+def test_topic_cache_expires(fake_store):
+    clock = ManualClock(0)
+    registry = TopicRegistry(BrokerConfig(auto_create_topic_enable=False), fake_store, clock)
+    with pytest.raises(BrokerError):
+        registry.get("T")
+    fake_store.topics["T"] = TopicInfo("T", 8, 8, 6, "FIFO")
+    with pytest.raises(BrokerError):
+        registry.get("T")  # "absent" is remembered for topic_cache_miss_ttl_ms
+    clock.advance_ms(1000)
+    assert registry.get("T").message_type == "FIFO"
+    fake_store.topics["T"] = TopicInfo("T", 8, 8, 6, "NORMAL")
+    assert registry.get("T").message_type == "FIFO"
+    clock.advance_ms(3000)
+    assert registry.get("T").message_type == "NORMAL"
+
+
+def test_address_schemes():
+    assert [address_scheme(h) for h in ("127.0.0.1", "::1", "broker.local")] == ["IPv4", "IPv6", "DOMAIN_NAME"]
+
+
+def test_advertised_endpoint():
+    assert BrokerConfig(host="0.0.0.0").advertised_endpoint(9000) == ("127.0.0.1", 9000)
+    assert BrokerConfig(advertised_host="mq.example", advertised_port=443).advertised_endpoint(9000) == (
+        "mq.example", 443)
+
+
+def test_config_checks():
+    with pytest.raises(ValueError):
+        BrokerConfig(store_address="nohost")
+    with pytest.raises(ValueError):
+        BrokerConfig(auto_create_topic_message_type="LITE")
+    with pytest.raises(ValueError):
+        BrokerConfig(grpc_workers_max=10, telemetry_streams_max=8)

@@ -1,0 +1,149 @@
+"""EndTransaction: commit / rollback of half messages, idempotency (core on FakeStore; raw v2 on real servers)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+
+from services.broker.clock import ManualClock
+from services.broker.config import BrokerConfig
+from services.broker.errors import BrokerError, Code
+from services.broker.model import IncomingMessage, MessageType, StoreMessage
+from services.broker.producer import Producer
+from services.broker.store_client import DirectPutSink
+from services.broker.topics import TopicRegistry
+from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
+from tests.broker.conftest import METADATA
+from tests.broker.test_rpc import message, send, stored, wait_stored
+
+COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
+
+
+def services(fake_store, remember=True):
+    config, clock = BrokerConfig(), ManualClock()
+    sink = DirectPutSink(fake_store.put_messages)
+    halves = HalfMessageTable()
+
+    def on_half(tid, topic, outcome):
+        if remember:
+            halves.remember(tid, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
+
+    producer = Producer(config, TopicRegistry(config, fake_store, clock), sink, clock, on_half)
+    return producer, TransactionService(fake_store, sink, halves, clock)
+
+
+def send_half(producer, message_id="TX1", topic="TxTopic"):
+    [receipt] = producer.send([IncomingMessage(topic=topic, body=b"money", message_id=message_id,
+                                               message_type=MessageType.TRANSACTION, tag="T")], "", 3.0)
+    assert receipt.code == Code.OK and receipt.transaction_id == message_id
+    return receipt
+
+
+def in_topic(fake_store, topic):
+    return [r for r in fake_store.records.values() if r.topic == topic]
+
+
+@pytest.mark.parametrize("remember", [True, False], ids=["from the half table", "from the index"])
+def test_commit_appends_to_the_real_queue_and_writes_an_op_record(fake_store, remember):
+    producer, transactions = services(fake_store, remember)
+    send_half(producer)
+    [half] = in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+    transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
+    [committed] = in_topic(fake_store, "TxTopic")
+    assert committed.queue_id == int(half.properties["REAL_QID"]) and committed.body == b"money"
+    assert committed.sys_flag & 0xC == 0x8 and committed.prepared_transaction_offset == half.phy_offset
+    assert committed.properties == half.properties  # RocketMQ keeps the half's properties on disk
+    [op] = in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    assert op.queue_id == 0 and op.body == f"{half.queue_offset},".encode() and op.properties["TAGS"] == "d"
+
+
+def test_rollback_writes_only_the_op_record(fake_store):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    transactions.end_transaction("TxTopic", "TX1", ROLLBACK, 3.0)
+    assert in_topic(fake_store, "TxTopic") == []
+    assert len(in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+
+
+def test_duplicate_and_conflicting_resolutions_are_idempotent(fake_store):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    for resolution in (COMMIT, COMMIT, ROLLBACK):  # client commit, then a check answer, then nonsense
+        transactions.end_transaction("TxTopic", "TX1", resolution, 3.0)
+    assert len(in_topic(fake_store, "TxTopic")) == 1
+    assert len(in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+
+
+def test_a_commit_found_in_the_index_after_a_restart_is_not_repeated(fake_store):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
+    _, restarted = services(fake_store)  # empty half table and resolved set
+    restarted.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
+    assert len(in_topic(fake_store, "TxTopic")) == 1
+
+
+def test_every_half_copy_is_listed_in_the_op_record(fake_store):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    [half] = in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+    # The transaction checker re-appends an unresolved half (same properties, new offsets).
+    fake_store.put_messages([producer_copy(half)], True)
+    transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
+    [op] = in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    assert op.body == b"0,1,"
+    [committed] = in_topic(fake_store, "TxTopic")
+    assert committed.prepared_transaction_offset == max(
+        r.phy_offset for r in in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC"))
+
+
+def producer_copy(half):
+    return StoreMessage(topic=half.topic, queue_id=0, body=half.body, properties=dict(half.properties),
+                        allow_system_topic=True)
+
+
+@pytest.mark.parametrize("topic,tid,code", [
+    ("TxTopic", "", Code.INVALID_TRANSACTION_ID),
+    ("TxTopic", "UNKNOWN", Code.INVALID_TRANSACTION_ID),
+    ("OtherTopic", "TX1", Code.INVALID_TRANSACTION_ID),
+    ("RMQ_SYS_TRANS_HALF_TOPIC", "TX1", Code.ILLEGAL_TOPIC),
+])
+def test_end_transaction_errors(fake_store, topic, tid, code):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    with pytest.raises(BrokerError) as caught:
+        transactions.end_transaction(topic, tid, COMMIT, 3.0)
+    assert caught.value.code == code
+
+
+def test_unspecified_resolution_does_nothing(fake_store):
+    producer, transactions = services(fake_store)
+    send_half(producer)
+    calls = len(fake_store.calls)
+    transactions.end_transaction("TxTopic", "TX1", Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED, 3.0)
+    assert len(fake_store.calls) == calls
+
+
+def end(v2, topic, tid, resolution, source=d.SOURCE_CLIENT):
+    return v2.EndTransaction(s.EndTransactionRequest(topic=d.Resource(name=topic), message_id=tid, transaction_id=tid,
+                                                     resolution=resolution, source=source), metadata=METADATA, timeout=10)
+
+
+def test_end_transaction_over_grpc(v2, store_stub):
+    assert send(v2, message(topic="TxRaw", message_id="TXC", message_type=d.TRANSACTION)).status.code == d.OK
+    assert send(v2, message(topic="TxRaw", message_id="TXR", message_type=d.TRANSACTION)).status.code == d.OK
+    assert all(stored(store_stub, "TxRaw", q) == [] for q in range(8))  # invisible before commit
+    assert end(v2, "TxRaw", "TXC", d.COMMIT).status.code == d.OK
+    assert end(v2, "TxRaw", "TXC", d.COMMIT, d.SOURCE_SERVER_CHECK).status.code == d.OK  # duplicate: OK
+    assert end(v2, "TxRaw", "TXR", d.ROLLBACK).status.code == d.OK
+    assert end(v2, "TxRaw", "NOPE", d.COMMIT).status.code == d.INVALID_TRANSACTION_ID
+    [committed] = wait_stored(store_stub, "TxRaw", "TXC")
+    assert committed.sys_flag & 0xC == 0x8 and committed.body == b"hello"
+    assert [m.properties["UNIQ_KEY"] for q in range(8) for m in stored(store_stub, "TxRaw", q)] == ["TXC"]
+    deadline = time.monotonic() + 10
+    while len(stored(store_stub, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ops = stored(store_stub, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)
+    assert [m.properties["TAGS"] for m in ops] == ["d", "d"]
