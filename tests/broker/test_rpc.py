@@ -288,18 +288,19 @@ def test_heartbeat_and_termination_are_ok(v2):
     assert v2.Heartbeat(s.HeartbeatRequest(), timeout=10).status.code == d.CLIENT_ID_REQUIRED
 
 
-# -- not yet implemented, but always with a status ------------------------------------------------
+# -- consumer RPCs: empty requests are refused in band; RecallMessage is not implemented -------
 
-def test_consumer_rpcs_answer_not_implemented(v2):
+def test_empty_consumer_requests_answer_a_status(v2):
     replies = list(v2.ReceiveMessage(s.ReceiveMessageRequest(group=d.Resource(name="G")), metadata=METADATA,
                                      timeout=10))
-    assert [r.status.code for r in replies] == [d.NOT_IMPLEMENTED]
+    assert [r.status.code for r in replies if r.HasField("status")] == [d.ILLEGAL_TOPIC]
+    assert replies[-1].HasField("delivery_timestamp")
     for call, request in [(v2.AckMessage, s.AckMessageRequest()),
                           (v2.ChangeInvisibleDuration, s.ChangeInvisibleDurationRequest()),
                           (v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
-                          (v2.QueryAssignment, s.QueryAssignmentRequest()),
-                          (v2.RecallMessage, s.RecallMessageRequest())]:
-        assert call(request, metadata=METADATA, timeout=10).status.code == d.NOT_IMPLEMENTED
+                          (v2.QueryAssignment, s.QueryAssignmentRequest())]:
+        assert call(request, metadata=METADATA, timeout=10).status.code == d.ILLEGAL_CONSUMER_GROUP
+    assert v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA, timeout=10).status.code == d.NOT_IMPLEMENTED
 
 
 def test_health_and_reflection(broker):

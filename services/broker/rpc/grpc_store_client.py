@@ -17,6 +17,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.clock import Clock, SystemClock
+from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 
@@ -24,7 +25,10 @@ log = logging.getLogger(__name__)
 
 STORE_SERVICE = "pyrmq.store.v1.Store"
 _PUT_STATUS = {pb.PutStatus.Value(s.name): s for s in PutStatus}
+_ACK_RESULT = {pb.ACK_OK: AckResult.OK, pb.INVALID_RECEIPT_HANDLE: AckResult.INVALID_RECEIPT_HANDLE,
+               pb.DLQ_PUT_FAILED: AckResult.DLQ_PUT_FAILED}
 HEALTH_POLL_INTERVAL_S = 0.2
+WATCH_RETRY_INTERVAL_S = 0.5
 HEALTH_CHECK_TIMEOUT_S = 0.5  # per attempt, so a stop request is noticed quickly
 _IDLE = threading.Event()  # never set: an interruptible sleep
 
@@ -124,6 +128,68 @@ class GrpcStoreClient:
             raise _call_error(exc, "QueryMessagesByKey") from None
         return [_stored(record) for record in response.messages]
 
+    # -- pop consumption ------------------------------------------------------------------------
+    def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
+                     tags_codes, fifo: bool) -> PopOutcome:
+        request = pb.PopMessagesRequest(group=group, topic=topic, queue_id=queue_id, max_count=max_count,
+                                        invisible_duration_ms=invisible_ms, tags_codes=list(tags_codes), fifo=fifo)
+        try:
+            response = self._stub.PopMessages(request, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "PopMessages") from None
+        except ValueError as exc:  # grpc: the channel is closed (the broker is stopping)
+            raise StoreCallError(f"store client closed: {exc}") from None
+        return PopOutcome([_delivery(m) for m in response.messages],
+                          frozenset(q.topic for q in response.examined_queues))
+
+    def ack_message(self, group: str, topic: str, handle: str) -> AckResult:
+        try:
+            response = self._stub.AckMessage(pb.AckMessageRequest(group=group, topic=topic, receipt_handle=handle),
+                                             timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "AckMessage") from None
+        return _ack_result(response.status)
+
+    def change_invisible_duration(self, group: str, topic: str, handle: str,
+                                  invisible_ms: int) -> tuple[AckResult, str]:
+        try:
+            response = self._stub.ChangeInvisibleDuration(pb.ChangeInvisibleDurationRequest(
+                group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms),
+                timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "ChangeInvisibleDuration") from None
+        return _ack_result(response.status), response.receipt_handle
+
+    def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult:
+        try:
+            response = self._stub.ForwardToDeadLetterQueue(pb.ForwardToDeadLetterQueueRequest(
+                group=group, topic=topic, receipt_handle=handle), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "ForwardToDeadLetterQueue") from None
+        return _ack_result(response.status)
+
+    def watch_arrivals(self, on_arrivals: Callable[[list[str]], None], on_restart: Callable[[], None],
+                       stopped: threading.Event) -> None:
+        """Follow the store's WatchArrivals stream (every topic) until ``stopped``: call
+        ``on_arrivals(topics)`` per batch, ``on_restart()`` after every (re)connect (arrivals
+        may have been missed meanwhile). Runs on the caller's thread."""
+        while not stopped.is_set():
+            call = self._stub.WatchArrivals(pb.WatchArrivalsRequest(), wait_for_ready=True)
+            self._watch_call = call
+            try:
+                on_restart()
+                for batch in call:
+                    on_arrivals([a.topic for a in batch.arrivals])
+            except grpc.RpcError as exc:
+                if not stopped.is_set():
+                    log.debug("WatchArrivals ended: %s", exc.code())
+            stopped.wait(WATCH_RETRY_INTERVAL_S)
+
+    def stop_watching(self) -> None:
+        call = getattr(self, "_watch_call", None)
+        if call is not None:
+            call.cancel()
+
     # -- topics and groups ----------------------------------------------------------------------
     def get_topic(self, name: str) -> TopicInfo | None:
         try:
@@ -154,6 +220,23 @@ class GrpcStoreClient:
             raise _call_error(exc, "GetGroup") from None
         return GroupInfo(name=config.group_name, consume_message_orderly=config.consume_message_orderly,
                          retry_max_times=config.retry_max_times)
+
+
+def _delivery(popped: pb.PoppedMessage) -> Delivery:
+    record = popped.message
+    return Delivery(
+        topic=record.topic, body=record.body, properties=dict(record.properties), queue_id=popped.queue_id,
+        queue_offset=popped.queue_offset, delivery_attempt=max(1, popped.delivery_attempt),
+        receipt_handle=popped.receipt_handle, sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host, store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
+        offset_msg_id=record.offset_msg_id)
+
+
+def _ack_result(status: int) -> AckResult:
+    result = _ACK_RESULT.get(status)
+    if result is None:
+        raise StoreCallError(f"store answered an unknown ack status {status}")
+    return result
 
 
 def _stored(record: pb.Message) -> StoredMessage:

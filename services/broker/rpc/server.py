@@ -9,8 +9,10 @@ with a grace period, then drains the send queue.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from apache.rocketmq.v2 import service_pb2 as s
@@ -20,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.broker.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
+from services.broker.consumer import ArrivalHub, ConsumerService
 from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
 from services.broker.producer import Producer
@@ -50,13 +53,18 @@ class BrokerServer:
     topics: TopicRegistry
     telemetry: TelemetryService
     health: health.HealthServicer
+    hub: ArrivalHub = field(default_factory=ArrivalHub)
+    watch_start: Callable[[], None] = lambda: None
+    watch_stop: Callable[[], None] = lambda: None
 
     def start(self) -> None:
         self.server.start()
+        self.watch_start()
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
+        self.watch_stop()
         self.server.stop(grace_s).wait()
         self.sink.close()
 
@@ -93,6 +101,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     sink = build_sink(config, store)
     telemetry = TelemetryService(config, store, ClientRegistry(), clock)
     halves = HalfMessageTable()
+    hub = ArrivalHub()
+    watch_start, watch_stop = arrival_watch(store, hub)
 
     def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
@@ -100,7 +110,9 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     servicer = MessagingServicer(
         RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
         TransactionService(store, sink, halves, clock), telemetry,
-        TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000)
+        TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000,
+        consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
+        clock=clock)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
 
     health_servicer = health.HealthServicer()
@@ -113,4 +125,25 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         metrics.watch(sink.stats,
                       lambda: len(telemetry.registry))
     log.info("broker gRPC server bound to %s, advertising %s", _address(config.host, port), _address(*endpoint))
-    return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer)
+    return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub,
+                        watch_start, watch_stop)
+
+
+def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(start, stop) of the thread that follows the store's WatchArrivals stream into ``hub``
+    (one stream for the whole broker; parked ReceiveMessage calls wait on the hub)."""
+    watch = getattr(store, "watch_arrivals", None)
+    if watch is None:  # a store double without arrivals: long polls simply wait out their time
+        return (lambda: None), (lambda: None)
+    stopped = threading.Event()
+    thread = threading.Thread(target=watch, args=(hub.notify, hub.notify_all, stopped),
+                              name="arrival-watch", daemon=True)
+
+    def stop() -> None:
+        stopped.set()
+        getattr(store, "stop_watching", lambda: None)()
+        hub.notify_all()
+        if thread.is_alive():
+            thread.join(2.0)
+
+    return thread.start, stop

@@ -5,28 +5,35 @@ Every unary method is wrapped by ``status.in_band``: errors come back in the res
 CLIENT_ID_REQUIRED. No broker logic lives here (style rule 5).
 
 Consumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-ForwardMessageToDeadLetterQueue, QueryAssignment) answer NOT_IMPLEMENTED until
-``services/broker/consumer.py`` lands: each of them becomes "convert, call
-``self._consumer``, convert", like SendMessage. RecallMessage (needs the scheduler) and the
-offset RPCs answer NOT_IMPLEMENTED too (the clients never call the offset RPCs);
+ForwardMessageToDeadLetterQueue, QueryAssignment) are "convert (``consumer_convert``), call
+``self._consumer`` (``services/broker/consumer.py``), convert". ReceiveMessage is a stream:
+errors become a status element plus a delivery_timestamp element, and the stream always ends.
+RecallMessage (needs the scheduler) and the
+offset RPCs answer NOT_IMPLEMENTED (the clients never call the offset RPCs);
 SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import logging
+
 import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from services.broker.errors import Code, UnsupportedError
+from services.broker.clock import Clock, SystemClock
+from services.broker.consumer import ConsumerService
+from services.broker.errors import BrokerError, Code, UnsupportedError
 from services.broker.producer import Producer
 from services.broker.route import RouteService
-from services.broker.rpc import convert
+from services.broker.rpc import consumer_convert, convert
 from services.broker.rpc.status import OK_STATUS, client_id_of, in_band, peer_address, status
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
+
+log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_MARGIN_S = 0.05  # answer this much before the client's deadline
 
@@ -37,7 +44,10 @@ def _not_implemented(what: str) -> UnsupportedError:
 
 class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(self, routes: RouteService, producer: Producer, transactions: TransactionService,
-                 telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float) -> None:
+                 telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
+                 consumer: ConsumerService | None = None, clock: Clock | None = None) -> None:
+        self._consumer = consumer
+        self._clock = clock or SystemClock()
         self._routes = routes
         self._producer = producer
         self._transactions = transactions
@@ -46,8 +56,10 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._send_timeout_s = send_timeout_s
 
     def close(self) -> None:
-        """End every Telemetry stream (before the server stops)."""
+        """End every Telemetry stream and parked receive (before the server stops)."""
         self._streams.close_all()
+        if self._consumer is not None:
+            self._consumer.close()
 
     # -- routes and clients ---------------------------------------------------------------------
     @in_band(s.QueryRouteResponse)
@@ -92,31 +104,56 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def RecallMessage(self, request: s.RecallMessageRequest, context: grpc.ServicerContext) -> s.RecallMessageResponse:
         raise _not_implemented("RecallMessage")
 
-    # -- consumer (services/broker/consumer.py, next step) ---------------------------------------
+    # -- consumer (services/broker/consumer.py) -------------------------------------------------
+    def _consumer_service(self) -> ConsumerService:
+        if self._consumer is None:
+            raise _not_implemented("consumption")
+        return self._consumer
+
     @in_band(s.QueryAssignmentResponse)
     def QueryAssignment(self, request: s.QueryAssignmentRequest,
                         context: grpc.ServicerContext) -> s.QueryAssignmentResponse:
-        raise _not_implemented("QueryAssignment")
+        route = self._consumer_service().query_assignment(request.group.name, request.topic.name)
+        return consumer_convert.assignment_response(request.topic, route)
 
     def ReceiveMessage(self, request: s.ReceiveMessageRequest,
                        context: grpc.ServicerContext) -> Iterator[s.ReceiveMessageResponse]:
         # A stream must always end with a status element and terminate (pitfall §10.16).
-        yield s.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED,
-                                                     "ReceiveMessage is not implemented by this broker yet"))
+        try:
+            if not client_id_of(context):
+                raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+            receive = consumer_convert.receive_request(request, context.time_remaining())
+            receive.alive = context.is_active
+            result = self._consumer_service().receive(receive)
+            responses = consumer_convert.receive_responses(result.messages, self._clock.now_ms())
+        except BrokerError as exc:
+            responses = consumer_convert.receive_error(exc.code, exc.message, self._clock.now_ms())
+        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+            log.exception("ReceiveMessage failed")
+            responses = consumer_convert.receive_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}",
+                                                       self._clock.now_ms())
+        yield from responses
 
     @in_band(s.AckMessageResponse)
     def AckMessage(self, request: s.AckMessageRequest, context: grpc.ServicerContext) -> s.AckMessageResponse:
-        raise _not_implemented("AckMessage")
+        results = self._consumer_service().ack(request.group.name, request.topic.name,
+                                               [entry.receipt_handle for entry in request.entries])
+        return consumer_convert.ack_response(request, results)
 
     @in_band(s.ChangeInvisibleDurationResponse)
     def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
                                 context: grpc.ServicerContext) -> s.ChangeInvisibleDurationResponse:
-        raise _not_implemented("ChangeInvisibleDuration")
+        handle = self._consumer_service().change_invisible_duration(
+            request.group.name, request.topic.name, request.receipt_handle,
+            consumer_convert.change_invisible_ms(request))
+        return s.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=handle)
 
     @in_band(s.ForwardMessageToDeadLetterQueueResponse)
     def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
                                         context: grpc.ServicerContext) -> s.ForwardMessageToDeadLetterQueueResponse:
-        raise _not_implemented("ForwardMessageToDeadLetterQueue")
+        self._consumer_service().forward_to_dead_letter_queue(request.group.name, request.topic.name,
+                                                              request.receipt_handle)
+        return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
     # -- never called by the official clients ----------------------------------------------------
     def PullMessage(self, request: s.PullMessageRequest,

@@ -1,0 +1,447 @@
+"""ConsumerService: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue and QueryAssignment (protocol-v2.md §5.7-§5.11, §7). No gRPC here.
+
+The broker keeps no consumption state: every pop, ack and change of invisible time is one
+store call (``PopStore``; the store's PopService keeps offsets, in-flight handles, revives
+into ``%RETRY%<group>`` and moves to ``%DLQ%<group>`` after ``retry_max_times + 1``
+deliveries).
+
+Receive
+-------
+validate group / topic (ILLEGAL_CONSUMER_GROUP, ILLEGAL_TOPIC, TOPIC_NOT_FOUND) -> invisible
+time -> filter -> polling time, then loop until the polling time is used up:
+
+* ``park`` on the ``ArrivalHub`` for the topic and the group's retry topic *before* popping
+  (an arrival between the pop and the wait is not lost);
+* pop with queue id -1 (every read queue plus the retry topic, as the proxy does; the
+  request's queue id is ignored, FIFO too). FIFO: the client's ``subscription.fifo`` comes
+  from our settings reply, i.e. from the group's ``consume_message_orderly``, and the store's
+  PopService ORs that same group setting into the pop's ``fifo`` flag itself, so the broker
+  saves a GetGroup per receive and passes ``ReceiveRequest.fifo`` (False from v2 requests);
+* messages whose real TAGS do not match the expression (a tags-code collision) are acked and
+  dropped; if nothing is left, wait for an arrival (or the rest of the polling time) and pop
+  again.
+
+Invisible time: ``invisible_ms`` in [10 s, 12 h], else ILLEGAL_INVISIBLE_TIME. ``auto_renew``
+without an invisible duration (push consumers): ``AUTO_RENEW_INVISIBLE_MS`` (60 s) and **no
+server-side renewal** (deliberate simplification): a push consumer whose listener takes
+longer than 60 s sees the message redelivered; it acks with the handle it holds, which stays
+valid until the redelivery.
+
+Polling time: the request's long polling timeout (or the remaining deadline), clamped to
+[5 s, 20 s] and to the remaining gRPC deadline minus ``DEADLINE_MARGIN_MS``; a deadline
+less than 5 s away is ILLEGAL_POLLING_TIME.
+
+Topics: an unknown topic is auto-created like on send when auto-create is on (the proxy
+answers TOPIC_NOT_FOUND); clients query its route first anyway.
+
+Filters: TAG ``*`` (or empty) accepts everything, ``a || b`` the listed tags (tags codes are
+Java ``String.hashCode``, as in the ConsumeQueue). SQL92: ILLEGAL_FILTER_EXPRESSION (no
+property-filter support yet; never evaluated).
+"""
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from services.broker import validation
+from services.broker.clock import Clock
+from services.broker.config import address_scheme
+from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
+from services.broker.model import GroupInfo, MessageType, TopicInfo
+from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
+from services.store.format.java_compat import java_string_hash
+from services.store.metadata import is_system_group, retry_topic, validate_group_name
+
+INVISIBLE_MS_MIN = 10_000
+INVISIBLE_MS_MAX = 12 * 3600 * 1000
+AUTO_RENEW_INVISIBLE_MS = 60_000
+POLLING_MS_MIN = 5_000
+POLLING_MS_MAX = 20_000
+DEADLINE_MARGIN_MS = 100
+BATCH_DEFAULT = 32
+BATCH_MAX = 32
+ALIVE_CHECK_S = 1.0   # a parked receive checks this often whether its caller is still there
+POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
+
+# Properties never handed to consumers as user properties: the proxy's reserved set, the keys
+# the broker writes, and the classic bookkeeping keys (protocol-v2.md §6.2).
+_INTERNAL_KEYS = validation.RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
+    "WAIT", "CLUSTER", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "TRANSACTION_CHECK_TIMES", "POP_CK",
+    "1ST_POP_TIME", "MSG_TYPE", "TRACE_ON"})
+_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", "__CRC32#", "TIMER_", "POP_")
+
+
+class FilterType(enum.Enum):
+    TAG = "TAG"
+    SQL = "SQL"
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One popped message as the store returned it (topic = the original topic)."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    queue_id: int
+    queue_offset: int
+    delivery_attempt: int
+    receipt_handle: str
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    store_timestamp_ms: int = 0
+    store_host: str = ""
+    offset_msg_id: str = ""
+
+
+@dataclass(slots=True)
+class PopOutcome:
+    messages: list[Delivery]
+    examined_topics: frozenset[str] = frozenset()
+
+
+class AckResult(enum.Enum):
+    OK = "OK"
+    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
+    DLQ_PUT_FAILED = "DLQ_PUT_FAILED"
+
+
+class PopStore(Protocol):
+    """The store's pop RPCs. Failures to reach the store raise StoreCallError."""
+
+    def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
+                     tags_codes: Iterable[int], fifo: bool) -> PopOutcome: ...
+    def ack_message(self, group: str, topic: str, handle: str) -> AckResult: ...
+    def change_invisible_duration(self, group: str, topic: str, handle: str,
+                                  invisible_ms: int) -> tuple[AckResult, str]: ...
+    def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult: ...
+    def get_group(self, name: str) -> GroupInfo | None: ...
+
+
+class TopicSource(Protocol):
+    def get(self, name: str) -> TopicInfo: ...
+
+
+# -- long polling ---------------------------------------------------------------------------------
+
+class Parked:
+    """One waiting receiver: set by ``ArrivalHub.notify`` for any of its topics."""
+
+    __slots__ = ("topics", "event")
+
+    def __init__(self, topics: frozenset[str]) -> None:
+        self.topics = topics
+        self.event = threading.Event()
+
+
+class ArrivalHub:
+    """Fans the broker's one WatchArrivals stream out to parked receivers.
+
+    ``notify(topics)`` is called by the watch thread; receivers ``park`` before popping and
+    ``unpark`` when done. ``notify_all`` wakes everyone (the watch stream restarted: arrivals
+    may have been missed).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, set[Parked]] = {}
+
+    def park(self, topics: Iterable[str]) -> Parked:
+        parked = Parked(frozenset(topics))
+        with self._lock:
+            for topic in parked.topics:
+                self._by_topic.setdefault(topic, set()).add(parked)
+        return parked
+
+    def unpark(self, parked: Parked) -> None:
+        with self._lock:
+            for topic in parked.topics:
+                waiting = self._by_topic.get(topic)
+                if waiting is not None:
+                    waiting.discard(parked)
+                    if not waiting:
+                        del self._by_topic[topic]
+
+    def notify(self, topics: Iterable[str]) -> None:
+        with self._lock:
+            woken = [p for t in set(topics) for p in self._by_topic.get(t, ())]
+        for parked in woken:
+            parked.event.set()
+
+    def notify_all(self) -> None:
+        with self._lock:
+            woken = [p for waiting in self._by_topic.values() for p in waiting]
+        for parked in woken:
+            parked.event.set()
+
+    def parked_count(self) -> int:
+        with self._lock:
+            return len({p for waiting in self._by_topic.values() for p in waiting})
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ReceiveRequest:
+    group: str
+    topic: str
+    filter_type: FilterType = FilterType.TAG
+    filter_expression: str = "*"
+    batch_size: int = 0
+    invisible_ms: int | None = None       # None: field absent
+    auto_renew: bool = False
+    long_polling_ms: int | None = None    # None: field absent
+    deadline_remaining_ms: int | None = None  # None: no gRPC deadline
+    fifo: bool = False                    # the client's subscription says FIFO
+    alive: Callable[[], bool] = lambda: True  # False once the caller cancelled the call
+
+
+@dataclass(slots=True)
+class ReceiveResult:
+    messages: list[Delivery] = field(default_factory=list)
+
+
+def validate_group(name: str) -> None:
+    reason = validate_group_name(name)
+    if reason:
+        raise RequestError(reason, Code.ILLEGAL_CONSUMER_GROUP)
+    if is_system_group(name):
+        raise RequestError(f"cannot use system group: {name}", Code.ILLEGAL_CONSUMER_GROUP)
+
+
+def parse_tag_filter(filter_type: FilterType, expression: str) -> frozenset[str] | None:
+    """The accepted tags, or None for "every message"."""
+    if filter_type is FilterType.SQL:
+        raise RequestError("SQL92 filter expressions are not supported by this broker",
+                           Code.ILLEGAL_FILTER_EXPRESSION)
+    text = expression.strip()
+    if not text or text == "*":
+        return None
+    tags = frozenset(t.strip() for t in text.split("||")) - {""}
+    if not tags:
+        raise RequestError(f"illegal tag expression {expression!r}", Code.ILLEGAL_FILTER_EXPRESSION)
+    if "*" in tags:
+        return None
+    return tags
+
+
+def tags_codes(tags: frozenset[str] | None) -> list[int]:
+    return [] if tags is None else sorted(java_string_hash(t) for t in tags)
+
+
+def polling_ms(long_polling_ms: int | None, deadline_remaining_ms: int | None) -> int:
+    if deadline_remaining_ms is not None and deadline_remaining_ms < POLLING_MS_MIN:
+        raise RequestError(f"the request deadline ({deadline_remaining_ms} ms) is shorter than the "
+                           f"minimum polling time {POLLING_MS_MIN} ms", Code.ILLEGAL_POLLING_TIME)
+    wanted = long_polling_ms if long_polling_ms is not None else (
+        deadline_remaining_ms if deadline_remaining_ms is not None else POLLING_MS_MAX)
+    wanted = min(max(wanted, POLLING_MS_MIN), POLLING_MS_MAX)
+    if deadline_remaining_ms is not None:
+        wanted = min(wanted, deadline_remaining_ms - DEADLINE_MARGIN_MS)
+    return max(0, wanted)
+
+
+def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool) -> int:
+    if invisible_ms is None:
+        if auto_renew:
+            return AUTO_RENEW_INVISIBLE_MS
+        raise RequestError("invisible_duration is required", Code.ILLEGAL_INVISIBLE_TIME)
+    if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
+        raise RequestError(f"invisible_duration must be in [{INVISIBLE_MS_MIN}, {INVISIBLE_MS_MAX}] ms, "
+                           f"not {invisible_ms}", Code.ILLEGAL_INVISIBLE_TIME)
+    return invisible_ms
+
+
+def batch_size(requested: int) -> int:
+    return BATCH_DEFAULT if requested <= 0 else min(requested, BATCH_MAX)
+
+
+# -- delivered messages ----------------------------------------------------------------------------
+
+def is_internal_property(key: str) -> bool:
+    return key in _INTERNAL_KEYS or key.startswith(_INTERNAL_PREFIXES)
+
+
+def user_properties(properties: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in properties.items() if not is_internal_property(k)}
+
+
+def delivered_message_type(properties: dict[str, str]) -> MessageType:
+    """protocol-v2.md §6.1: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
+    if properties.get("TRAN_MSG", "").lower() == "true":
+        return MessageType.TRANSACTION
+    if any(k in properties for k in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")):
+        return MessageType.DELAY
+    if "__SHARDINGKEY" in properties:
+        return MessageType.FIFO
+    return MessageType.NORMAL
+
+
+def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -> int | None:
+    for key, base in (("TIMER_DELIVER_MS", 0), ("TIMER_DELAY_SEC", None)):
+        value = properties.get(key)
+        if value is None:
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            continue
+        return number if base is not None else store_timestamp_ms + number * 1000
+    return None
+
+
+def message_id(delivery: Delivery) -> str:
+    return delivery.properties.get("UNIQ_KEY") or delivery.offset_msg_id
+
+
+def keys_of(properties: dict[str, str]) -> list[str]:
+    return [k for k in properties.get("KEYS", "").split(" ") if k]
+
+
+# -- the service ---------------------------------------------------------------------------------
+
+class ConsumerService:
+    def __init__(self, store: PopStore, topics: TopicSource, hub: ArrivalHub, clock: Clock,
+                 broker_name: str, endpoint: tuple[str, int]) -> None:
+        self._store = store
+        self._topics = topics
+        self._hub = hub
+        self._clock = clock
+        self._broker_name = broker_name
+        self._endpoint = endpoint
+        self._closed = False
+
+    def close(self) -> None:
+        """Release parked receivers (they answer MESSAGE_NOT_FOUND); no more pops."""
+        self._closed = True
+        self._hub.notify_all()
+
+    def _check(self, group: str, topic: str) -> TopicInfo:
+        validate_group(group)
+        validation.validate_topic(topic)
+        return self._topics.get(topic)
+
+    def receive(self, request: ReceiveRequest) -> ReceiveResult:
+        self._check(request.group, request.topic)
+        invisible = receive_invisible_ms(request.invisible_ms, request.auto_renew)
+        tags = parse_tag_filter(request.filter_type, request.filter_expression)
+        codes = tags_codes(tags)
+        poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
+        count = batch_size(request.batch_size)
+        deadline = self._clock.monotonic_s() + poll_ms / 1000
+        watched = (request.topic, retry_topic(request.group))
+        for _ in range(POP_ROUNDS_MAX):
+            if self._closed:
+                return ReceiveResult()
+            parked = self._hub.park(watched)
+            try:
+                outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
+                                                   codes, request.fifo)
+                found = self._drop_mismatched(request, tags, outcome.messages)
+                if found:
+                    return ReceiveResult(found)
+                remaining_s = deadline - self._clock.monotonic_s()
+                if remaining_s <= 0:
+                    return ReceiveResult()
+                if not self._wait(parked, deadline, request.alive):
+                    return ReceiveResult()  # the caller went away: pop nothing more for it
+            finally:
+                self._hub.unpark(parked)
+            if self._clock.monotonic_s() >= deadline and not self._closed:
+                # One last look: the wake-up may have come right at the end.
+                outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
+                                                   codes, request.fifo)
+                return ReceiveResult(self._drop_mismatched(request, tags, outcome.messages))
+        return ReceiveResult()
+
+    def _wait(self, parked: Parked, deadline: float, alive: Callable[[], bool]) -> bool:
+        """Wait for an arrival or the deadline; False if the caller is gone (checked every
+        ``ALIVE_CHECK_S``) or the service closed."""
+        while not parked.event.is_set():
+            remaining_s = deadline - self._clock.monotonic_s()
+            if remaining_s <= 0:
+                break
+            parked.event.wait(min(remaining_s, ALIVE_CHECK_S))
+            if self._closed or not alive():
+                return False
+        return not self._closed
+
+    def _drop_mismatched(self, request: ReceiveRequest, tags: frozenset[str] | None,
+                         messages: list[Delivery]) -> list[Delivery]:
+        if tags is None:
+            return messages
+        kept = []
+        for delivery in messages:
+            if delivery.properties.get("TAGS") in tags:
+                kept.append(delivery)
+            else:  # a tags-code collision: not for this subscription
+                self._store.ack_message(request.group, delivery.topic, delivery.receipt_handle)
+        return kept
+
+    # -- ack / nack / DLQ ---------------------------------------------------------------------
+    def ack(self, group: str, topic: str, handles: list[str]) -> list[tuple[Code, str]]:
+        """One (code, message) per handle, in order."""
+        self._check(group, topic)
+        results = []
+        for handle in handles:
+            try:
+                if not handle:
+                    raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
+                result = self._store.ack_message(group, topic, handle)
+            except BrokerError as exc:
+                results.append((exc.code, exc.message))
+                continue
+            results.append(_ack_code(result))
+        return results
+
+    def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """The new receipt handle."""
+        self._check(group, topic)
+        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
+            raise RequestError(f"invisible_duration must be in [0, {INVISIBLE_MS_MAX}] ms, not {invisible_ms}",
+                               Code.ILLEGAL_INVISIBLE_TIME)
+        if not handle:
+            raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
+        result, new_handle = self._store.change_invisible_duration(group, topic, handle, invisible_ms)
+        code, message = _ack_code(result)
+        if code is not Code.OK:
+            raise BrokerError(message, code)
+        return new_handle
+
+    def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> None:
+        self._check(group, topic)
+        if not handle:
+            raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
+        code, message = _ack_code(self._store.forward_to_dead_letter_queue(group, topic, handle))
+        if code is not Code.OK:
+            raise BrokerError(message, code)
+
+    # -- assignments -------------------------------------------------------------------------
+    def query_assignment(self, group: str, topic_name: str) -> Route:
+        """Non-FIFO group: one "any queue" (-1) assignment for this broker; FIFO: one per read queue."""
+        topic = self._check(group, topic_name)
+        if not topic.readable or topic.read_queue_nums <= 0:
+            raise ForbiddenError("no readable queue", Code.FORBIDDEN)
+        info = self._store.get_group(group)
+        permission = "READ_WRITE" if topic.writable else "READ"
+        if info is not None and info.consume_message_orderly:
+            queues = tuple(RouteQueue(i, permission) for i in range(topic.read_queue_nums))
+        else:
+            queues = (RouteQueue(-1, permission),)
+        host, port = self._endpoint
+        return Route(topic=topic.name, broker_name=self._broker_name, broker_id=MASTER_BROKER_ID,
+                     endpoint_scheme=address_scheme(host), endpoint_host=host, endpoint_port=port,
+                     queues=queues, accept_message_types=())
+
+
+def _ack_code(result: AckResult) -> tuple[Code, str]:
+    if result is AckResult.OK:
+        return Code.OK, "OK"
+    if result is AckResult.INVALID_RECEIPT_HANDLE:
+        return Code.INVALID_RECEIPT_HANDLE, "receipt handle is invalid or expired"
+    return Code.INTERNAL_SERVER_ERROR, "could not write the dead-letter copy; retry"

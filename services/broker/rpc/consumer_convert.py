@@ -1,0 +1,123 @@
+"""``apache.rocketmq.v2`` protobuf <-> consumer core (``services/broker/consumer.py``).
+
+Delivered messages follow protocol-v2.md §6.1 (delivery side) and §6.4: MD5 uppercase hex
+body digest, body encoding IDENTITY (GZIP when the record's sysflag says compressed),
+delivery_attempt >= 1, receipt handle, queue id / offset, internal properties filtered out.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from google.protobuf import timestamp_pb2
+
+from services.broker import consumer
+from services.broker.consumer import Delivery, FilterType, ReceiveRequest
+from services.broker.errors import Code, RequestError
+from services.broker.route import Route
+from services.broker.rpc.convert import route_response
+from services.broker.rpc.status import OK_STATUS, status
+
+COMPRESSED_FLAG = 0x1
+_FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
+
+
+def _duration_ms(value, what: str, code: Code) -> int:
+    if value.seconds < 0 or value.nanos < 0:
+        raise RequestError(f"{what} must not be negative", code)
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def receive_request(request: s.ReceiveMessageRequest, deadline_remaining_s: float | None) -> ReceiveRequest:
+    expression = request.filter_expression
+    filter_type = _FILTER_TYPES.get(expression.type)
+    if filter_type is None:
+        raise RequestError(f"unknown filter type {expression.type}", Code.ILLEGAL_FILTER_EXPRESSION)
+    return ReceiveRequest(
+        group=request.group.name, topic=request.message_queue.topic.name, filter_type=filter_type,
+        filter_expression=expression.expression if request.HasField("filter_expression") else "*",
+        batch_size=request.batch_size,
+        invisible_ms=(_duration_ms(request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME)
+                      if request.HasField("invisible_duration") else None),
+        auto_renew=request.auto_renew,
+        long_polling_ms=(_duration_ms(request.long_polling_timeout, "long_polling_timeout",
+                                      Code.ILLEGAL_POLLING_TIME)
+                         if request.HasField("long_polling_timeout") else None),
+        deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000))
+
+
+def timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
+
+
+def delivered_message(delivery: Delivery) -> d.Message:
+    props = delivery.properties
+    out = d.Message(topic=d.Resource(name=delivery.topic), body=delivery.body)
+    out.user_properties.update(consumer.user_properties(props))
+    sp = out.system_properties
+    if "TAGS" in props:
+        sp.tag = props["TAGS"]
+    sp.keys.extend(consumer.keys_of(props))
+    sp.message_id = consumer.message_id(delivery)
+    sp.body_digest.type = d.MD5
+    sp.body_digest.checksum = hashlib.md5(delivery.body).hexdigest().upper()
+    sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
+    sp.message_type = int(consumer.delivered_message_type(props))
+    sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
+    sp.born_host = props.get("__BORNHOST") or delivery.born_host
+    sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))
+    sp.store_host = delivery.store_host
+    deliver_at = consumer.delivery_timestamp_ms(props, delivery.store_timestamp_ms)
+    if deliver_at is not None:
+        sp.delivery_timestamp.CopyFrom(timestamp(deliver_at))
+    sp.receipt_handle = delivery.receipt_handle
+    sp.queue_id = delivery.queue_id
+    sp.queue_offset = delivery.queue_offset
+    sp.delivery_attempt = max(1, delivery.delivery_attempt)
+    if "__SHARDINGKEY" in props:
+        sp.message_group = props["__SHARDINGKEY"]
+    if "TRACE_CONTEXT" in props:
+        sp.trace_context = props["TRACE_CONTEXT"]
+    if "DLQ_ORIGIN_TOPIC" in props and "DLQ_ORIGIN_MESSAGE_ID" in props:
+        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
+        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
+    return out
+
+
+def receive_responses(messages: list[Delivery], now_ms: int) -> list[s.ReceiveMessageResponse]:
+    if messages:
+        head = [s.ReceiveMessageResponse(status=OK_STATUS)]
+        head += [s.ReceiveMessageResponse(message=delivered_message(m)) for m in messages]
+    else:
+        head = [s.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))]
+    return head + [s.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms))]
+
+
+def receive_error(code: int, message: str, now_ms: int) -> list[s.ReceiveMessageResponse]:
+    return [s.ReceiveMessageResponse(status=status(code, message)),
+            s.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms))]
+
+
+def ack_response(request: s.AckMessageRequest, results: list[tuple[Code, str]]) -> s.AckMessageResponse:
+    codes = {code for code, _ in results}
+    if len(codes) == 1:
+        [(code, message)] = results[:1]
+        top = status(code, message)
+    elif not codes:
+        top = OK_STATUS
+    else:
+        top = status(Code.MULTIPLE_RESULTS, "entries have different results")
+    return s.AckMessageResponse(status=top, entries=[
+        s.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                status=status(code, message))
+        for entry, (code, message) in zip(request.entries, results)])
+
+
+def change_invisible_ms(request: s.ChangeInvisibleDurationRequest) -> int:
+    return _duration_ms(request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME)
+
+
+def assignment_response(topic: d.Resource, route: Route) -> s.QueryAssignmentResponse:
+    queues = route_response(topic, route).message_queues
+    return s.QueryAssignmentResponse(status=OK_STATUS, assignments=[d.Assignment(message_queue=q) for q in queues])

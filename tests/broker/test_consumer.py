@@ -1,0 +1,201 @@
+"""Consumer core (services/broker/consumer.py) and its v2 mapping, with an in-memory pop store."""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+
+from services.broker import consumer
+from services.broker.clock import SystemClock
+from services.broker.consumer import (
+    AckResult, ArrivalHub, ConsumerService, Delivery, FilterType, PopOutcome, ReceiveRequest)
+from services.broker.errors import BrokerError, Code
+from services.broker.model import GroupInfo, MessageType, TopicInfo
+from services.broker.rpc import consumer_convert
+from services.store.format.java_compat import java_string_hash
+
+
+def delivery(body=b"x", handle="h1", **props) -> Delivery:
+    return Delivery(topic="T", body=body, properties=props, queue_id=2, queue_offset=7, delivery_attempt=1,
+                    receipt_handle=handle, born_timestamp_ms=1_700_000_000_123, born_host="10.0.0.1:5000",
+                    store_timestamp_ms=1_700_000_001_000, store_host="10.0.0.2:10911", offset_msg_id="0A0000")
+
+
+# -- pure functions ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expression, tags", [
+    ("*", None), ("", None), ("  ", None), ("TagA", {"TagA"}), ("TagA || TagB", {"TagA", "TagB"}),
+    (" a ||b|| ", {"a", "b"}), ("a || *", None)])
+def test_tag_filter(expression, tags):
+    parsed = consumer.parse_tag_filter(FilterType.TAG, expression)
+    assert parsed == (None if tags is None else frozenset(tags))
+
+
+def test_tag_filter_errors_and_codes():
+    with pytest.raises(BrokerError) as err:
+        consumer.parse_tag_filter(FilterType.SQL, "a > 1")
+    assert err.value.code is Code.ILLEGAL_FILTER_EXPRESSION
+    with pytest.raises(BrokerError) as err:
+        consumer.parse_tag_filter(FilterType.TAG, "||")
+    assert err.value.code is Code.ILLEGAL_FILTER_EXPRESSION
+    assert consumer.tags_codes(frozenset({"TagA"})) == [java_string_hash("TagA")]
+    assert consumer.tags_codes(None) == []
+
+
+def test_polling_invisible_and_batch_rules():
+    assert consumer.polling_ms(None, None) == 20_000
+    assert consumer.polling_ms(1_000, 30_000) == 5_000
+    assert consumer.polling_ms(60_000, 30_000) == 20_000
+    assert consumer.polling_ms(20_000, 10_000) == 9_900
+    with pytest.raises(BrokerError) as err:
+        consumer.polling_ms(20_000, 4_999)
+    assert err.value.code is Code.ILLEGAL_POLLING_TIME
+    assert consumer.receive_invisible_ms(None, auto_renew=True) == consumer.AUTO_RENEW_INVISIBLE_MS
+    assert consumer.receive_invisible_ms(10_000, auto_renew=False) == 10_000
+    for bad in (None, 9_999, 12 * 3600 * 1000 + 1):
+        with pytest.raises(BrokerError) as err:
+            consumer.receive_invisible_ms(bad, auto_renew=False)
+        assert err.value.code is Code.ILLEGAL_INVISIBLE_TIME
+    assert [consumer.batch_size(n) for n in (-1, 0, 1, 32, 33)] == [32, 32, 1, 32, 32]
+
+
+def test_user_properties_drop_internal_keys():
+    props = {"color": "red", "TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U", "__SHARDINGKEY": "g", "TRACE_CONTEXT": "t",
+             "__transactionId__": "x", "CHECK_IMMUNITY_TIME_IN_SECONDS": "5", "RETRY_TOPIC": "T",
+             "ORIGIN_MESSAGE_ID": "o", "DLQ_ORIGIN_TOPIC": "T", "DLQ_ORIGIN_MESSAGE_ID": "m", "REAL_TOPIC": "T",
+             "REAL_QID": "1", "WAIT": "true", "CLUSTER": "c", "__CRC32#": "1", "PGROUP": "p", "__BORNHOST": "h",
+             "BORN_TIMESTAMP": "1", "TIMER_DELIVER_MS": "1", "1ST_POP_TIME": "1", "RECONSUME_TIME": "1",
+             "size": "L"}
+    assert consumer.user_properties(props) == {"color": "red", "size": "L"}
+
+
+def test_message_type_and_delivery_time():
+    assert consumer.delivered_message_type({}) is MessageType.NORMAL
+    assert consumer.delivered_message_type({"__SHARDINGKEY": "g"}) is MessageType.FIFO
+    assert consumer.delivered_message_type({"TIMER_DELIVER_MS": "5"}) is MessageType.DELAY
+    assert consumer.delivered_message_type({"TRAN_MSG": "true", "__SHARDINGKEY": "g"}) is MessageType.TRANSACTION
+    assert consumer.delivery_timestamp_ms({"TIMER_DELIVER_MS": "123"}, 0) == 123
+    assert consumer.delivery_timestamp_ms({"TIMER_DELAY_SEC": "3"}, 1000) == 4000
+    assert consumer.delivery_timestamp_ms({}, 1000) is None
+
+
+def test_delivered_message_fields():
+    message = consumer_convert.delivered_message(delivery(
+        b"body", TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="ID1", __SHARDINGKEY="g1", TIMER_DELIVER_MS="1700000005000",
+        DLQ_ORIGIN_TOPIC="T0", DLQ_ORIGIN_MESSAGE_ID="ID0", TRACE_CONTEXT="tc", color="red"))
+    sp = message.system_properties
+    assert message.topic.name == "T" and message.body == b"body" and dict(message.user_properties) == {"color": "red"}
+    assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == "ID1"
+    assert sp.body_digest.type == d.MD5 and sp.body_digest.checksum == hashlib.md5(b"body").hexdigest().upper()
+    assert sp.body_encoding == d.IDENTITY and sp.message_type == d.DELAY
+    assert sp.born_timestamp.seconds == 1_700_000_000 and sp.born_timestamp.nanos == 123_000_000
+    assert sp.born_host == "10.0.0.1:5000" and sp.store_host == "10.0.0.2:10911"
+    assert sp.delivery_timestamp.seconds == 1_700_000_005 and sp.receipt_handle == "h1"
+    assert (sp.queue_id, sp.queue_offset, sp.delivery_attempt) == (2, 7, 1)
+    assert sp.message_group == "g1" and sp.trace_context == "tc"
+    assert sp.dead_letter_queue.topic == "T0" and sp.dead_letter_queue.message_id == "ID0"
+    plain = consumer_convert.delivered_message(delivery(__BORNHOST="1.2.3.4"))
+    assert plain.system_properties.message_id == "0A0000" and plain.system_properties.born_host == "1.2.3.4"
+    assert not plain.system_properties.HasField("tag") and not plain.system_properties.HasField("delivery_timestamp")
+
+
+def test_ack_response_status():
+    request = s.AckMessageRequest(entries=[s.AckMessageEntry(message_id="a", receipt_handle="1"),
+                                           s.AckMessageEntry(message_id="b", receipt_handle="2")])
+    same = consumer_convert.ack_response(request, [(Code.INVALID_RECEIPT_HANDLE, "x")] * 2)
+    assert same.status.code == Code.INVALID_RECEIPT_HANDLE
+    mixed = consumer_convert.ack_response(request, [(Code.OK, "OK"), (Code.INVALID_RECEIPT_HANDLE, "x")])
+    assert mixed.status.code == Code.MULTIPLE_RESULTS and [e.message_id for e in mixed.entries] == ["a", "b"]
+
+
+# -- the service with an in-memory pop store ---------------------------------------------------------
+
+class FakePopStore:
+    def __init__(self) -> None:
+        self.queue: list[Delivery] = []
+        self.acked: list[str] = []
+        self.pops = 0
+        self.groups: dict[str, GroupInfo] = {}
+
+    def pop_messages(self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo) -> PopOutcome:
+        self.pops += 1
+        taken, self.queue = self.queue[:max_count], self.queue[max_count:]
+        return PopOutcome(taken)
+
+    def ack_message(self, group, topic, handle) -> AckResult:
+        self.acked.append(handle)
+        return AckResult.OK if handle.startswith("h") else AckResult.INVALID_RECEIPT_HANDLE
+
+    def change_invisible_duration(self, group, topic, handle, invisible_ms):
+        return (AckResult.OK, handle + "'") if handle.startswith("h") else (AckResult.INVALID_RECEIPT_HANDLE, "")
+
+    def forward_to_dead_letter_queue(self, group, topic, handle):
+        return AckResult.DLQ_PUT_FAILED
+
+    def get_group(self, name):
+        return self.groups.get(name)
+
+
+class Topics:
+    def get(self, name: str) -> TopicInfo:
+        return TopicInfo(name, 4, 4, 6, "MIXED")
+
+
+def service(store: FakePopStore, hub: ArrivalHub | None = None) -> ConsumerService:
+    return ConsumerService(store, Topics(), hub or ArrivalHub(), SystemClock(), "broker-a", ("127.0.0.1", 8081))
+
+
+def test_tag_collisions_are_acked_and_dropped():
+    store = FakePopStore()
+    store.queue = [delivery(handle="h-a", TAGS="TagA"), delivery(handle="h-z", TAGS="Other")]
+    result = service(store).receive(ReceiveRequest("G", "T", filter_expression="TagA", invisible_ms=30_000))
+    assert [m.receipt_handle for m in result.messages] == ["h-a"] and store.acked == ["h-z"]
+
+
+def test_parked_receive_wakes_on_arrival():
+    store, hub = FakePopStore(), ArrivalHub()
+
+    def arrive():
+        store.queue.append(delivery(handle="h-late"))
+        hub.notify(["%RETRY%G"])
+
+    threading.Timer(0.3, arrive).start()
+    started = time.monotonic()
+    result = service(store, hub).receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000))
+    assert [m.receipt_handle for m in result.messages] == ["h-late"] and time.monotonic() - started < 3
+    assert hub.parked_count() == 0
+
+
+def test_ack_change_dlq_and_assignment():
+    store = FakePopStore()
+    svc = service(store)
+    assert svc.ack("G", "T", ["h1", "bad", ""]) == [
+        (Code.OK, "OK"), (Code.INVALID_RECEIPT_HANDLE, "receipt handle is invalid or expired"),
+        (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty")]
+    assert svc.change_invisible_duration("G", "T", "h1", 0) == "h1'"
+    for call, code in [(lambda: svc.change_invisible_duration("G", "T", "bad", 10), Code.INVALID_RECEIPT_HANDLE),
+                       (lambda: svc.change_invisible_duration("G", "T", "h1", -1), Code.ILLEGAL_INVISIBLE_TIME),
+                       (lambda: svc.forward_to_dead_letter_queue("G", "T", "h1"), Code.INTERNAL_SERVER_ERROR),
+                       (lambda: svc.ack("", "T", ["h1"]), Code.ILLEGAL_CONSUMER_GROUP),
+                       (lambda: svc.ack("G", "", ["h1"]), Code.ILLEGAL_TOPIC)]:
+        with pytest.raises(BrokerError) as err:
+            call()
+        assert err.value.code is code
+    assert [q.queue_id for q in svc.query_assignment("G", "T").queues] == [-1]
+    store.groups["F"] = GroupInfo("F", consume_message_orderly=True)
+    assert [q.queue_id for q in svc.query_assignment("F", "T").queues] == [0, 1, 2, 3]
+
+
+def test_a_cancelled_receive_stops_waiting_without_popping_again():
+    store = FakePopStore()
+    alive = threading.Event()
+    alive.set()
+    threading.Timer(0.2, alive.clear).start()
+    started = time.monotonic()
+    result = service(store).receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000,
+                                                   alive=alive.is_set))
+    assert result.messages == [] and store.pops == 1 and time.monotonic() - started < 2.5

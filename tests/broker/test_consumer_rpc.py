@@ -1,0 +1,165 @@
+"""Consumer RPCs over raw v2 requests against the real store and broker servers."""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from google.protobuf.duration_pb2 import Duration
+from pyrmq.store.v1 import store_pb2 as pb
+
+from tests.broker.conftest import METADATA
+from tests.broker.test_rpc import message, send
+
+
+def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, timeout=10, batch_size=32,
+            filter_type=d.TAG, **extra) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
+    request = s.ReceiveMessageRequest(
+        group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=0),
+        filter_expression=d.FilterExpression(type=filter_type, expression=expression), batch_size=batch_size,
+        long_polling_timeout=Duration(seconds=polling_s), **extra)
+    if invisible_s is not None:
+        request.invisible_duration.CopyFrom(Duration(seconds=invisible_s))
+    replies = list(v2.ReceiveMessage(request, metadata=METADATA, timeout=timeout))
+    [status] = [r.status for r in replies if r.HasField("status")]
+    return status, [r.message for r in replies if r.HasField("message")], replies
+
+
+def ack(v2, topic, handle, group="G1") -> s.AckMessageResponse:
+    return v2.AckMessage(s.AckMessageRequest(group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[
+        s.AckMessageEntry(message_id="x", receipt_handle=handle)]), metadata=METADATA, timeout=10)
+
+
+def change(v2, topic, handle, seconds, group="G1") -> s.ChangeInvisibleDurationResponse:
+    return v2.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
+        group=d.Resource(name=group), topic=d.Resource(name=topic), receipt_handle=handle,
+        invisible_duration=Duration(seconds=seconds), message_id="x"), metadata=METADATA, timeout=10)
+
+
+def send_ok(v2, *messages):
+    response = send(v2, *messages)
+    assert response.status.code == d.OK, response
+
+
+def test_receive_maps_the_message_and_ack(v2):
+    send_ok(v2, message("CTopic", body=b"payload", tag="TagA", keys=["k1", "k2"], user_properties={"color": "red"}))
+    status, [got], replies = receive(v2, "CTopic")
+    assert status.code == d.OK and replies[0].HasField("status") and replies[-1].HasField("delivery_timestamp")
+    sp = got.system_properties
+    assert got.topic.name == "CTopic" and got.body == b"payload"
+    assert dict(got.user_properties) == {"color": "red"}
+    assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == message().system_properties.message_id
+    assert sp.body_digest.type == d.MD5 and sp.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
+    assert sp.body_encoding == d.IDENTITY and sp.message_type == d.NORMAL and sp.delivery_attempt == 1
+    assert sp.receipt_handle and sp.store_host and sp.store_timestamp.seconds > 0 and sp.born_host
+    assert ack(v2, "CTopic", sp.receipt_handle).status.code == d.OK
+    # acked: nothing more for the group; a stale handle is 40013
+    assert ack(v2, "CTopic", sp.receipt_handle).status.code == d.INVALID_RECEIPT_HANDLE
+    started = time.monotonic()
+    status, messages, replies = receive(v2, "CTopic", polling_s=5)
+    assert status.code == d.MESSAGE_NOT_FOUND and not messages and replies[-1].HasField("delivery_timestamp")
+    assert 4.5 < time.monotonic() - started < 8
+
+
+def test_tag_filter(v2):
+    for tag in ("TagA", "TagB", "TagC"):
+        send_ok(v2, message("FTopic", body=tag.encode(), tag=tag, message_id=f"ID-{tag}"))
+    status, messages, _ = receive(v2, "FTopic", expression="TagA || TagC")
+    assert status.code == d.OK and sorted(m.body for m in messages) == [b"TagA", b"TagC"]
+
+
+def test_fifo_group_and_delivery_fields(v2):
+    send_ok(v2, message("GTopic", message_type=d.FIFO, message_group="order-1", tag="T"))
+    status, [got], _ = receive(v2, "GTopic")
+    assert got.system_properties.message_group == "order-1" and got.system_properties.message_type == d.FIFO
+    assert "__SHARDINGKEY" not in got.user_properties
+
+
+def test_long_poll_wakes_on_arrival(v2):
+    sender = threading.Timer(1.0, lambda: send_ok(v2, message("WTopic", body=b"late")))
+    sender.start()
+    started = time.monotonic()
+    status, messages, _ = receive(v2, "WTopic", polling_s=15, timeout=20)
+    sender.join()
+    assert status.code == d.OK and [m.body for m in messages] == [b"late"]
+    assert time.monotonic() - started < 5
+
+
+def test_change_invisible_duration_then_ack_with_the_new_handle(v2):
+    send_ok(v2, message("NTopic"))
+    _, [got], _ = receive(v2, "NTopic")
+    old = got.system_properties.receipt_handle
+    response = change(v2, "NTopic", old, 30)
+    assert response.status.code == d.OK and response.receipt_handle and response.receipt_handle != old
+    assert ack(v2, "NTopic", old).status.code == d.INVALID_RECEIPT_HANDLE
+    assert ack(v2, "NTopic", response.receipt_handle).status.code == d.OK
+
+
+def test_redelivery_after_change_to_zero(v2):
+    send_ok(v2, message("RTopic", body=b"again"))
+    _, [got], _ = receive(v2, "RTopic")
+    assert change(v2, "RTopic", got.system_properties.receipt_handle, 0).status.code == d.OK
+    status, messages, _ = receive(v2, "RTopic", polling_s=10, timeout=15)  # revive runs every second
+    assert status.code == d.OK and [m.body for m in messages] == [b"again"]
+    assert messages[0].system_properties.delivery_attempt == 2
+    assert messages[0].system_properties.message_id == got.system_properties.message_id
+
+
+def test_error_codes(v2):
+    send_ok(v2, message("ETopic"))
+    assert receive(v2, "ETopic", invisible_s=5)[0].code == d.ILLEGAL_INVISIBLE_TIME
+    assert receive(v2, "ETopic", invisible_s=13 * 3600)[0].code == d.ILLEGAL_INVISIBLE_TIME
+    assert receive(v2, "ETopic", invisible_s=None)[0].code == d.ILLEGAL_INVISIBLE_TIME
+    assert receive(v2, "ETopic", filter_type=d.SQL, expression="a > 1")[0].code == d.ILLEGAL_FILTER_EXPRESSION
+    assert receive(v2, "ETopic", timeout=3)[0].code == d.ILLEGAL_POLLING_TIME
+    assert receive(v2, "ETopic", group="bad group!")[0].code == d.ILLEGAL_CONSUMER_GROUP
+    assert ack(v2, "ETopic", "not-a-handle").status.code == d.INVALID_RECEIPT_HANDLE
+    assert change(v2, "ETopic", "not-a-handle", 10).status.code == d.INVALID_RECEIPT_HANDLE
+    assert change(v2, "ETopic", "not-a-handle", 13 * 3600).status.code == d.ILLEGAL_INVISIBLE_TIME
+    dlq = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
+        group=d.Resource(name="G1"), topic=d.Resource(name="ETopic"), receipt_handle="nope"),
+        metadata=METADATA, timeout=10)
+    assert dlq.status.code == d.INVALID_RECEIPT_HANDLE
+
+
+def test_ack_with_several_entries(v2):
+    send_ok(v2, message("MTopic"))
+    _, [got], _ = receive(v2, "MTopic")
+    response = v2.AckMessage(s.AckMessageRequest(
+        group=d.Resource(name="G1"), topic=d.Resource(name="MTopic"), entries=[
+            s.AckMessageEntry(message_id="a", receipt_handle=got.system_properties.receipt_handle),
+            s.AckMessageEntry(message_id="b", receipt_handle="bogus")]), metadata=METADATA, timeout=10)
+    assert response.status.code == d.MULTIPLE_RESULTS
+    assert [e.status.code for e in response.entries] == [d.OK, d.INVALID_RECEIPT_HANDLE]
+
+
+def test_forward_to_dead_letter_queue(v2, store_stub):
+    send_ok(v2, message("DTopic", body=b"dead"))
+    _, [got], _ = receive(v2, "DTopic")
+    response = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
+        group=d.Resource(name="G1"), topic=d.Resource(name="DTopic"),
+        receipt_handle=got.system_properties.receipt_handle, message_id=got.system_properties.message_id,
+        delivery_attempt=1, max_delivery_attempts=3), metadata=METADATA, timeout=10)
+    assert response.status.code == d.OK
+    dead = store_stub.GetMessages(pb.GetMessagesRequest(topic="%DLQ%G1", queue_id=0, queue_offset=0), timeout=10)
+    assert [m.body for m in dead.messages] == [b"dead"]
+
+
+def test_query_assignment(v2, store_stub):
+    send_ok(v2, message("ATopic"))
+
+    def assignments(group):
+        response = v2.QueryAssignment(s.QueryAssignmentRequest(
+            topic=d.Resource(name="ATopic"), group=d.Resource(name=group)), metadata=METADATA, timeout=10)
+        assert response.status.code == d.OK, response.status
+        return [a.message_queue for a in response.assignments]
+
+    [queue] = assignments("PlainGroup")
+    assert queue.id == -1 and queue.topic.name == "ATopic" and queue.broker.endpoints.addresses
+    assert queue.permission in (d.READ, d.READ_WRITE)
+    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(
+        group_name="FifoGroup", consume_message_orderly=True)), timeout=10)
+    queues = assignments("FifoGroup")
+    assert [q.id for q in queues] == list(range(len(queues))) and len(queues) >= 1
