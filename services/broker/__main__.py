@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
+from services.process import StopSignals, configure_logging, format_address
 from services.broker.config import BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics, MetricsHttpServer
@@ -27,7 +26,6 @@ log = logging.getLogger("services.broker")
 
 READY_PREFIX = "pyrmq-broker ready"
 STOP_GRACE_S = 5.0
-SIGNAL_POLL_INTERVAL_S = 0.2
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,8 +65,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     args = parse_args(argv)
     try:
         config = config_from_args(args)
@@ -76,14 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("bad configuration: %s", exc)
         return 2
 
-    # The handler only records the signal (see services/store/__main__.py for why).
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    received = StopSignals()
 
     store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000)
     broker: BrokerServer | None = None
@@ -98,17 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.metrics_port >= 0:
             metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
         broker.start()
-        grpc_address = f"[{config.host}]:{broker.port}" if ":" in config.host else f"{config.host}:{broker.port}"
-        host, port = broker.endpoint
-        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        grpc_address = format_address(config.host, broker.port)
+        endpoint = format_address(*broker.endpoint)
         metrics_url = metrics_http.url if metrics_http else "off"
         log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
         print(f"{READY_PREFIX} grpc={grpc_address} metrics={metrics_url} store={config.store_address} "
               f"endpoint={endpoint}", flush=True)
-        idle = threading.Event()  # never set: an interruptible sleep
-        while not received:
-            idle.wait(SIGNAL_POLL_INTERVAL_S)
-        log.info("received %s, stopping", signal.Signals(received[0]).name)
+        log.info("received %s, stopping", received.wait())
     except (OSError, StoreCallError) as exc:  # a port that cannot be bound; no store
         log.error("broker failed: %s", exc)
         return 1

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
+from services.process import StopSignals, configure_logging, format_address
 from services.store.config import FlushMode, StoreConfig
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.rpc.server import build_server, stop_server
@@ -26,7 +25,6 @@ log = logging.getLogger("services.store")
 
 READY_PREFIX = "pyrmq-store ready"
 STOP_GRACE_S = 5.0
-SIGNAL_POLL_INTERVAL_S = 0.2
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -53,13 +51,12 @@ def config_from_args(args: argparse.Namespace) -> StoreConfig:
         optional["commitlog_file_size_bytes"] = args.commitlog_file_size_bytes
     return StoreConfig(
         store_root=args.data_dir.resolve() / "store", flush_mode=FlushMode[args.flush_mode],
-        store_host=f"[{advertised_host}]:{args.port}" if ":" in advertised_host else f"{advertised_host}:{args.port}",
+        store_host=format_address(advertised_host, args.port),
         **optional)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     args = parse_args(argv)
     try:
         config = config_from_args(args)
@@ -67,15 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("bad configuration: %s", exc)
         return 2
 
-    # The handler only records the signal: taking a lock (Event.set, logging) inside a handler
-    # can deadlock the main thread it interrupted, so the main thread polls the list instead.
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    received = StopSignals()
 
     store = FileStore(config)
     log.info("starting store at %s (flush %s)", config.store_root, config.flush_mode.name)
@@ -94,14 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.metrics_port >= 0:
             metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
         server.start()
-        grpc_address = f"[{args.host}]:{port}" if ":" in args.host else f"{args.host}:{port}"
+        grpc_address = format_address(args.host, port)
         metrics_url = metrics_http.url if metrics_http else "off"
         log.info("store serving gRPC on %s, metrics %s", grpc_address, metrics_url)
         print(f"{READY_PREFIX} grpc={grpc_address} metrics={metrics_url} data={config.store_root}", flush=True)
-        idle = threading.Event()  # never set: an interruptible sleep
-        while not received:
-            idle.wait(SIGNAL_POLL_INTERVAL_S)
-        log.info("received %s, stopping", signal.Signals(received[0]).name)
+        log.info("received %s, stopping", received.wait())
     except OSError as exc:  # a port that cannot be bound
         log.error("store service failed: %s", exc)
         return 1

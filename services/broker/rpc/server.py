@@ -20,6 +20,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.process import format_address
 from services.broker.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerService
@@ -37,10 +38,6 @@ from services.broker.transaction import HalfMessageTable, HalfRef, TransactionSe
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = s.DESCRIPTOR.services_by_name["MessagingService"].full_name  # apache.rocketmq.v2.MessagingService
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass
@@ -90,11 +87,11 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
                  ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.so_reuseport", 0)])
     try:
-        port = server.add_insecure_port(_address(config.host, config.port))
+        port = server.add_insecure_port(format_address(config.host, config.port))
     except RuntimeError:  # grpc's "Failed to bind"
         port = 0
     if port == 0:
-        raise OSError(f"cannot bind the broker's gRPC port at {_address(config.host, config.port)} (in use?)")
+        raise OSError(f"cannot bind the broker's gRPC port at {format_address(config.host, config.port)} (in use?)")
 
     endpoint = config.advertised_endpoint(port)
     topics = TopicRegistry(config, store, clock)
@@ -124,7 +121,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     if metrics is not None:
         metrics.watch(sink.stats,
                       lambda: len(telemetry.registry))
-    log.info("broker gRPC server bound to %s, advertising %s", _address(config.host, port), _address(*endpoint))
+    log.info("broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint))
     return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub,
                         watch_start, watch_stop)
 

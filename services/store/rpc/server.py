@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
+from services.process import format_address
 from services.store.metrics import StoreMetrics
 from services.store.rpc.servicer import WATCHERS_MAX, StoreCore, StoreServicer
 
@@ -30,10 +31,6 @@ assert MAX_WORKERS_DEFAULT > WATCHERS_MAX, "watch streams must leave workers for
 
 # server -> what to do before server.stop(): the returned grpc.Server has no room for it.
 _BEFORE_STOP: weakref.WeakKeyDictionary[grpc.Server, Callable[[], None]] = weakref.WeakKeyDictionary()
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
@@ -59,18 +56,18 @@ def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
     try:
-        bound_port = server.add_insecure_port(_address(host, port))
+        bound_port = server.add_insecure_port(format_address(host, port))
     except RuntimeError:  # grpc's "Failed to bind": in use, or not a local address
         bound_port = 0
     if bound_port == 0:
-        raise OSError(f"cannot bind the store's gRPC port at {_address(host, port)} (in use?)")
+        raise OSError(f"cannot bind the store's gRPC port at {format_address(host, port)} (in use?)")
 
     def before_stop() -> None:
         health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING from now on
         servicer.close()
 
     _BEFORE_STOP[server] = before_stop
-    log.info("store gRPC server bound to %s", _address(host, bound_port))
+    log.info("store gRPC server bound to %s", format_address(host, bound_port))
     return server, bound_port
 
 
