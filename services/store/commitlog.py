@@ -27,7 +27,7 @@ from services.store.clock import Clock
 from services.store.config import StoreConfig
 from services.store.format.commitlog_format import (
     BLANK, BLANK_RECORD_SIZE_BYTES, HEADERS, MAGIC_V1, MAGIC_V2, PROP_CRC_PREFIX, PROP_CRC_RESERVED_LEN,
-    SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK,
+    SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
     TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
     host_from_string, tags_code)
 from services.store.format.properties_format import encode_properties_checked
@@ -40,15 +40,6 @@ log = logging.getLogger(__name__)
 
 DISPATCH_BACKLOG_MAX = 262_144
 _INT16_PACK = struct.Struct(">h").pack  # above this the put path stops recording; reput parses instead
-
-
-def queue_key(topic: str, queue_id: int) -> str:
-    return f"{topic}-{queue_id}"
-
-
-def dispatches(sys_flag: int) -> bool:
-    """Only transaction types NOT (0) and COMMIT (0x8) get a ConsumeQueue unit."""
-    return sys_flag & SYSFLAG_TRANSACTION_MASK in (0x0, 0x8)
 
 
 class CommitLog:

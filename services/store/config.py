@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.store.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
-from services.store.format.consume_queue_format import CQ_UNIT_SIZE_BYTES, CQ_UNITS_PER_FILE
+from services.store.format.consume_queue_format import CQ_UNITS_PER_FILE
 
 DELAY_LEVELS_DEFAULT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -69,10 +69,6 @@ class StoreConfig:
             raise ValueError("disk_max_used_space_ratio must be in (0, 1]")
         if self.flush_interval_ms <= 0 or self.sync_flush_timeout_ms <= 0:
             raise ValueError("flush intervals and timeouts must be positive")
-
-    @property
-    def consume_queue_file_size_bytes(self) -> int:
-        return self.consume_queue_units_per_file * CQ_UNIT_SIZE_BYTES
 
     @property
     def record_size_max_bytes(self) -> int:

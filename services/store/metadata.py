@@ -74,10 +74,6 @@ def dlq_topic(group: str) -> str:
     return DLQ_TOPIC_PREFIX + group
 
 
-def revive_topic(cluster_name: str) -> str:
-    return REVIVE_TOPIC_PREFIX + cluster_name
-
-
 def validate_topic_name(name: str) -> str | None:
     """None if legal (TopicValidator.validateTopic), else the reason."""
     if not name or name.isspace():
