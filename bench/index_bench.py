@@ -4,9 +4,8 @@ the default file geometry (5M slots, 20M entries).
 
     python bench/index_bench.py [--records 200000] [--batch 1 32 256 4096] [--repeat 3]
 
-``legacy build_index`` is the code before build_index_batch (kept here as the baseline): one
-IndexFile.put_key_hash per key, which rewrites the header each time, and the key hash as a dot
-product with powers of 31.
+The per-record code before build_index_batch measured 350-385k keys/s (bench/RESULTS.md,
+2026-11-22); it is not kept here, to keep one copy of the put logic.
 
 Each record has a UNIQ_KEY (32 hex chars, random as a UUID's) and KEYS "order-N": two IndexFile
 keys per record, as an official client sends a message with one business key. Store timestamps
@@ -16,7 +15,6 @@ as wall-clock keys/s and as CPU time per key (steadier on a busy machine).
 from __future__ import annotations
 
 import argparse
-import operator
 import random
 import sys
 import tempfile
@@ -26,8 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.store.clock import ManualClock  # noqa: E402
-from services.store.format.index_format import (  # noqa: E402
-    _POW31, _POW31_DESC, HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT, index_key_hash_from_u32)
+from services.store.format.index_format import HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT  # noqa: E402
 from services.store.index_service import IndexService  # noqa: E402
 from services.store.model import DispatchRequest  # noqa: E402
 
@@ -44,55 +41,14 @@ def make_requests(n: int) -> list[DispatchRequest]:
             for i in range(n)]
 
 
-def _legacy_hash(prefix_hash_u32: int, text: str) -> int:
-    """java_hash_extend_u32 before the int(..., 31) path (keys of <= 256 ASCII chars here)."""
-    units = text.encode("ascii")
-    n = len(units)
-    return (prefix_hash_u32 * _POW31[n] + sum(map(operator.mul, units, _POW31_DESC[n]))) & 0xFFFFFFFF
-
-
-def legacy_build_index(service: IndexService, topic: str, keys: str, uniq_key: str,
-                       phy_offset: int, store_timestamp_ms: int, sys_flag: int) -> None:
-    """IndexService.build_index as it was before build_index_batch."""
-    with service._lock:
-        files = service._files
-        index_file = files[-1] if files else None
-        partial = False
-        if index_file is not None:
-            end_phy_offset = index_file.end_phy_offset
-            if phy_offset < end_phy_offset:
-                return
-            partial = phy_offset == end_phy_offset and (end_phy_offset > 0 or index_file.index_count > 1)
-        if sys_flag & 0xC == 0xC:
-            return
-        prefix_hash = service._prefix_hashes.get(topic)
-        if prefix_hash is None:
-            prefix_hash = service._prefix_hash(topic)
-        for key in (uniq_key, *keys.split(" ")) if keys else (uniq_key,):
-            if not key:
-                continue
-            key_hash = index_key_hash_from_u32(_legacy_hash(prefix_hash, key))
-            if partial and service._has_entry_locked(key_hash, phy_offset):
-                continue
-            if index_file is None or not index_file.put_key_hash(key_hash, phy_offset,
-                                                                 store_timestamp_ms):
-                index_file = service._roll_locked()
-                index_file.put_key_hash(key_hash, phy_offset, store_timestamp_ms)
-
-
 def run(requests: list[DispatchRequest], batch: int | str) -> tuple[float, float]:
-    """(wall, CPU) seconds to index ``requests``: per record with ``"legacy"`` or ``"one"``
-    (build_index), else with build_index_batch in batches of ``batch``."""
+    """(wall, CPU) seconds to index ``requests``: per record with ``"one"`` (build_index), else
+    with build_index_batch in batches of ``batch``."""
     with tempfile.TemporaryDirectory(prefix="index-bench-") as tmp:
         service = IndexService(Path(tmp) / "index", HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT,
                                ManualClock(T0))
         try:
-            if batch == "legacy":
-                start, cpu_start = time.perf_counter(), time.process_time()
-                for r in requests:
-                    legacy_build_index(service, r.topic, r.keys, r.uniq_key, r.phy_offset,
-                                       r.store_timestamp_ms, r.sys_flag)
-            elif batch == "one":
+            if batch == "one":
                 build = service.build_index
                 start, cpu_start = time.perf_counter(), time.process_time()
                 for r in requests:
@@ -119,7 +75,7 @@ def main() -> None:
     requests = make_requests(args.records)
     keys = 2 * len(requests)
     print(f"{args.records} records x 2 keys (UNIQ_KEY 32 hex + order-N), best of {args.repeat}")
-    modes = [("legacy build_index", "legacy"), ("build_index", "one")]
+    modes = [("build_index", "one")]
     modes += [(f"build_index_batch({b})", b) for b in args.batch]
     for label, batch in modes:
         runs = [run(requests, batch) for _ in range(args.repeat)]

@@ -238,6 +238,12 @@ class IndexFile:
     def closed(self) -> bool:
         return self._mm is None
 
+    def put_state(self) -> tuple:
+        """What an inlined put loop keeps in locals: (mapping, entries position, index_count,
+        begin/end timestamp, begin/end phy offset, hash_slot_count)."""
+        return (self._mm, self._entries_pos, self.index_count, self.begin_timestamp_ms,
+                self.end_timestamp_ms, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count)
+
     def header(self) -> IndexHeader:
         """The in-memory header (index_count as RocketMQ keeps it, >= 1)."""
         return IndexHeader(self.begin_timestamp_ms, self.end_timestamp_ms, self.begin_phy_offset,

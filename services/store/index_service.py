@@ -176,19 +176,9 @@ class IndexService(NumpyIndexBatch):
         prefix_hash = 0
         files = self._files
         index_file = files[-1] if files else None
-        if index_file is not None:
-            mm = index_file._mm
-            entries_pos = index_file._entries_pos
-            index_count = index_file.index_count
-            begin_timestamp_ms = index_file.begin_timestamp_ms
-            end_timestamp_ms = index_file.end_timestamp_ms
-            begin_phy_offset = index_file.begin_phy_offset
-            end_phy_offset = index_file.end_phy_offset
-            hash_slot_count = index_file.hash_slot_count
-        else:
-            mm = None
-            entries_pos = index_count = begin_timestamp_ms = end_timestamp_ms = 0
-            begin_phy_offset = end_phy_offset = hash_slot_count = 0
+        (mm, entries_pos, index_count, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset,
+         end_phy_offset, hash_slot_count) = (index_file.put_state() if index_file is not None
+                                             else (None, 0, 0, 0, 0, 0, 0, 0))
         dirty = False  # the locals hold puts not yet in index_file's attributes and header
         try:
             for req in requests:
@@ -244,14 +234,8 @@ class IndexService(NumpyIndexBatch):
                                           index_count)
                             dirty = False
                         index_file = self._roll_locked()  # header pre-set from the old file's end
-                        mm = index_file._mm
-                        entries_pos = index_file._entries_pos
-                        index_count = index_file.index_count
-                        begin_timestamp_ms = index_file.begin_timestamp_ms
-                        end_timestamp_ms = index_file.end_timestamp_ms
-                        begin_phy_offset = index_file.begin_phy_offset
-                        end_phy_offset = index_file.end_phy_offset
-                        hash_slot_count = index_file.hash_slot_count
+                        (mm, entries_pos, index_count, begin_timestamp_ms, end_timestamp_ms,
+                         begin_phy_offset, end_phy_offset, hash_slot_count) = index_file.put_state()
                     # -- IndexFile.put_key_hash, inlined (keep the two in step)
                     slot_pos = slots_pos + (key_hash % hash_slot_num) * slot_size
                     prev_index = slot_unpack_from(mm, slot_pos)[0]

@@ -28,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +36,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.store.test_cli import STORE_READY, Process
+from tests.procs import STORE_READY, Process
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +169,6 @@ def spawn(data_dir: Path, flush_mode: str) -> tuple[Process, str, float]:
                        "--commitlog-file-size-bytes", str(SEGMENT_SIZE_BYTES)], REPO_ROOT)
     ready = process.wait_line(STORE_READY)
     return process, ready["grpc"], t0
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 # -- the checker -------------------------------------------------------------------------------

@@ -191,14 +191,18 @@ class GrpcStoreClient:
             call.cancel()
 
     # -- topics and groups ----------------------------------------------------------------------
-    def get_topic(self, name: str) -> TopicInfo | None:
+    def _get_or_none(self, method: str, request):
+        """Call a Get* RPC; the store's NOT_FOUND means None."""
         try:
-            config = self._stub.GetTopic(pb.GetTopicRequest(topic_name=name), timeout=self._timeout_s)
+            return getattr(self._stub, method)(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
             if exc.code() is grpc.StatusCode.NOT_FOUND:
                 return None
-            raise _call_error(exc, "GetTopic") from None
-        return _topic_info(config)
+            raise _call_error(exc, method) from None
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name))
+        return None if config is None else _topic_info(config)
 
     def create_topic(self, topic: TopicInfo) -> TopicInfo:
         config = pb.TopicConfig(topic_name=topic.name, read_queue_nums=topic.read_queue_nums,
@@ -212,12 +216,9 @@ class GrpcStoreClient:
         return _topic_info(stored)
 
     def get_group(self, name: str) -> GroupInfo | None:
-        try:
-            config = self._stub.GetGroup(pb.GetGroupRequest(group_name=name), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:
-                return None
-            raise _call_error(exc, "GetGroup") from None
+        config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
+        if config is None:
+            return None
         return GroupInfo(name=config.group_name, consume_message_orderly=config.consume_message_orderly,
                          retry_max_times=config.retry_max_times)
 

@@ -1,0 +1,66 @@
+"""Service processes for tests: start one, read its stdout for the ready line with a timeout,
+stop or kill it. The `processes` fixture (tests/conftest.py) kills whatever a test started."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+READY_TIMEOUT_S = 60
+EXIT_TIMEOUT_S = 30
+STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+)$")
+
+
+class Process:
+    """A child process whose stdout lines are read by a thread, so waits can time out."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.popen.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.popen.stderr, self.stderr.append), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, sink) -> None:
+        for line in stream:
+            sink(line.rstrip("\n"))
+        stream.close()
+        sink(None)
+
+    def wait_line(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        while True:
+            try:
+                line = self.lines.get(timeout=READY_TIMEOUT_S)
+            except queue.Empty:
+                raise AssertionError(f"no ready line; stderr:\n{self.log()}") from None
+            if line is None:
+                raise AssertionError(f"exited {self.popen.wait()} before ready; stderr:\n{self.log()}")
+            if match := pattern.match(line):
+                return match
+
+    def stop(self, signum: int) -> int:
+        self.popen.send_signal(signum)
+        return self.popen.wait(EXIT_TIMEOUT_S)
+
+    def log(self) -> str:
+        return "\n".join(line for line in self.stderr if line is not None)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Process, re.Match[str]]:
+    process = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir),
+                       "--port", "0", "--metrics-port", "0",
+                       "--commitlog-file-size-bytes", str(1 << 20)], cwd)
+    processes.append(process)
+    return process, process.wait_line(STORE_READY)
