@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 from pyrmq.store.v1 import store_pb2 as pb
 
 from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import message, send
+from tests.broker.test_rpc import message, send, stored
 
 
 def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, timeout=10, batch_size=32,
@@ -143,8 +143,7 @@ def test_forward_to_dead_letter_queue(v2, store_stub):
         receipt_handle=got.system_properties.receipt_handle, message_id=got.system_properties.message_id,
         delivery_attempt=1, max_delivery_attempts=3), metadata=METADATA, timeout=10)
     assert response.status.code == d.OK
-    dead = store_stub.GetMessages(pb.GetMessagesRequest(topic="%DLQ%G1", queue_id=0, queue_offset=0), timeout=10)
-    assert [m.body for m in dead.messages] == [b"dead"]
+    assert [m.body for m in stored(store_stub, "%DLQ%G1", 0, at_least=1)] == [b"dead"]
 
 
 def test_query_assignment(v2, store_stub):

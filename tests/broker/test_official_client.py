@@ -65,6 +65,8 @@ def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, tm
                 for i in range(4) for group in ("order-A", "order-B", "order-C")]
     results, _ = run_client(tmp_path, f"127.0.0.1:{broker.port}", messages, topics=("ClientFifo",))
     assert all(r["ok"] for r in results), results
+    for result in results:  # the store's reput thread dispatches just after each put returns
+        assert wait_stored(store_stub, "ClientFifo", result["message_id"])
     for group in ("order-A", "order-B", "order-C"):
         queue_id = fifo_queue_id(group, 8)
         bodies = [m.body.decode() for m in stored(store_stub, "ClientFifo", queue_id)]

@@ -36,10 +36,16 @@ def send(v2, *messages, metadata=METADATA) -> s.SendMessageResponse:
     return v2.SendMessage(s.SendMessageRequest(messages=list(messages)), metadata=metadata, timeout=10)
 
 
-def stored(store_stub, topic, queue_id, offset=0) -> list[pb.Message]:
-    got = store_stub.GetMessages(pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset),
-                                 timeout=10)
-    return list(got.messages)
+def stored(store_stub, topic, queue_id, offset=0, at_least=0) -> list[pb.Message]:
+    """The queue's messages from ``offset``; waits (up to 10 s) until at least ``at_least`` are dispatched,
+    since the store's reput thread fills the ConsumeQueue just after a put returns."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = store_stub.GetMessages(pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset),
+                                     timeout=10)
+        if len(got.messages) >= at_least or time.monotonic() > deadline:
+            return list(got.messages)
+        time.sleep(0.02)
 
 
 def wait_stored(store_stub, topic, key, count=1) -> list[pb.Message]:
@@ -111,6 +117,7 @@ def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub):
         response = send(v2, message(topic="FifoSends", body=f"{group}/{i}".encode(), message_id=f"ID{i}",
                                     message_type=d.FIFO, message_group=group))
         assert response.status.code == d.OK
+    wait_stored(store_stub, "FifoSends", "ID5")  # dispatch follows CommitLog order: the last one in means all are
     for group in ("order-0", "order-1"):
         bodies = [m.body.decode() for m in stored(store_stub, "FifoSends", fifo_queue_id(group, 8))]
         assert [b for b in bodies if b.startswith(group)] == [f"{group}/{i}" for i in range(6) if f"order-{i % 2}" == group]
