@@ -2,20 +2,29 @@
 
 * ``pyrmq_broker_*`` from the core's counters, read at scrape time: store PutMessages calls,
   messages put, coalesced batches, the largest batch, sends waiting, live client sessions;
-* ``pyrmq_broker_rpc_latency_seconds{method, code}``: every MessagingService call (a
-  Telemetry stream is timed until it ends). ``code`` is the gRPC code, which is OK for
-  in-band v2 errors.
+* ``pyrmq_broker_rpc_latency_seconds{method, code}``: every call (a stream is timed until
+  it ends). ``code`` is the v2 in-band ``Code`` name the response carries (``OK``,
+  ``TOPIC_NOT_FOUND`` ...; a stream: its last status), else the gRPC code name;
+* ``pyrmq_broker_messages_in_total{topic, message_type}`` and
+  ``pyrmq_broker_throughput_in_bytes_total{topic}``: messages accepted by SendMessage (body
+  bytes); ``pyrmq_broker_messages_out_total{topic, consumer_group}`` and
+  ``pyrmq_broker_throughput_out_bytes_total{topic, consumer_group}``: messages handed out by
+  ReceiveMessage (redeliveries count again), as RocketMQ 5's rocketmq_messages_in/out_total.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from apache.rocketmq.v2 import definition_pb2 as d
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from services.broker.clock import Clock, SystemClock
+from services.broker.errors import Code
+from services.broker.model import IncomingMessage, MessageType, SendReceipt
 from services.broker.store_client import CoalescerStats
 from services.store.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
 
@@ -59,13 +68,57 @@ class BrokerStatsCollector(Collector):
         return list(self._families(None, None))
 
 
+def in_band_code(response: Any) -> str | None:
+    """The v2 ``Code`` name in a response's ``status`` (None: it has none, e.g. grpc health)."""
+    descriptor = getattr(response, "DESCRIPTOR", None)
+    if descriptor is None or "status" not in descriptor.fields_by_name or not response.HasField("status"):
+        return None
+    code = response.status.code
+    return d.Code.Name(code) if code in d.Code.values() else str(code)
+
+
+def effective_type(message: IncomingMessage) -> str:
+    """The type a message was sent as: what the client said, else what its fields imply."""
+    if message.message_type is not MessageType.MESSAGE_TYPE_UNSPECIFIED:
+        return message.message_type.name
+    if message.message_group is not None:
+        return MessageType.FIFO.name
+    return MessageType.DELAY.name if message.delivery_timestamp_ms is not None else MessageType.NORMAL.name
+
+
+class TrafficMetrics:
+    """Messages and bytes in and out, by topic (``model.TrafficObserver``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._messages_in = Counter("pyrmq_broker_messages_in", "Messages accepted by SendMessage.",
+                                   ["topic", "message_type"], registry=registry)
+        self._bytes_in = Counter("pyrmq_broker_throughput_in_bytes", "Body bytes accepted by SendMessage.",
+                                ["topic"], registry=registry)
+        self._messages_out = Counter("pyrmq_broker_messages_out", "Messages handed out by ReceiveMessage.",
+                                    ["topic", "consumer_group"], registry=registry)
+        self._bytes_out = Counter("pyrmq_broker_throughput_out_bytes", "Body bytes handed out by ReceiveMessage.",
+                                 ["topic", "consumer_group"], registry=registry)
+
+    def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
+        for message, receipt in zip(messages, receipts):
+            if receipt.code == Code.OK:
+                self._messages_in.labels(message.topic, effective_type(message)).inc()
+                self._bytes_in.labels(message.topic).inc(len(message.body))
+
+    def messages_out(self, group: str, deliveries: Sequence[Any]) -> None:
+        for delivery in deliveries:
+            self._messages_out.labels(delivery.topic, group).inc()
+            self._bytes_out.labels(delivery.topic, group).inc(len(delivery.body))
+
+
 class BrokerMetrics:
     def __init__(self, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
         self.rpc_latency = Histogram(
-            "pyrmq_broker_rpc_latency_seconds", "Time to serve one MessagingService call, by method and code.",
+            "pyrmq_broker_rpc_latency_seconds", "Time to serve one call, by method and (in-band) code.",
             ["method", "code"], buckets=RPC_LATENCY_BUCKETS_S, registry=self.registry)
-        self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock())
+        self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock(), in_band_code)
+        self.traffic = TrafficMetrics(self.registry)
 
     def watch(self, coalescer_stats: Callable[[], CoalescerStats | None], sessions: Callable[[], int]) -> None:
         self.registry.register(BrokerStatsCollector(coalescer_stats, sessions))

@@ -7,7 +7,9 @@ and RocketMQ's store vocabulary (``queue_offset``, ``phy_offset``) on the store 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from services.store.model import PutStatus
 
@@ -161,3 +163,13 @@ class PutOutcome:
 
 __all__ = ["BodyEncoding", "ClientType", "GroupInfo", "IncomingMessage", "MessageType",
            "PutOutcome", "PutStatus", "SendReceipt", "StoreMessage", "StoredMessage", "TopicInfo"]
+
+
+class TrafficObserver(Protocol):
+    """Told what crossed the broker (the metrics implement it; tests may count)."""
+
+    def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
+        """One SendMessage: the messages and their receipts, pairwise (only OK ones count)."""
+
+    def messages_out(self, group: str, deliveries: Sequence[Any]) -> None:
+        """One ReceiveMessage answer: ``consumer.Delivery`` items handed to ``group``."""

@@ -97,44 +97,61 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
     streaming RPC is timed from its start until its last response (or its cancellation).
     """
 
-    def __init__(self, rpc_latency: Histogram, clock: Clock) -> None:
+    def __init__(self, rpc_latency: Histogram, clock: Clock,
+                 in_band_code: Callable[[Any], str | None] | None = None) -> None:
         self._rpc_latency = rpc_latency
         self._clock = clock
+        # A protocol with in-band errors (apache.rocketmq.v2) names the code a response
+        # carries; None: the response carries none, the gRPC code counts.
+        self._in_band_code = in_band_code
 
     def _observe(self, method: str, context: grpc.ServicerContext, started_s: float,
-                 failed: BaseException | None) -> None:
+                 failed: BaseException | None, in_band: str | None = None) -> None:
         code = context.code()  # set by context.abort / set_code; None means OK
         if code is None:
             if isinstance(failed, GeneratorExit):
                 code = grpc.StatusCode.CANCELLED
             else:
                 code = grpc.StatusCode.UNKNOWN if failed is not None else grpc.StatusCode.OK
-        self._rpc_latency.labels(method, code.name).observe(self._clock.monotonic_s() - started_s)
+        label = in_band if in_band is not None and code is grpc.StatusCode.OK else code.name
+        self._rpc_latency.labels(method, label).observe(self._clock.monotonic_s() - started_s)
 
     def _wrap_unary_response(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        in_band_code = self._in_band_code
+
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             started_s = self._clock.monotonic_s()
             failed: BaseException | None = None
+            in_band: str | None = None
             try:
-                return behavior(request, context)
+                response = behavior(request, context)
+                if in_band_code is not None:
+                    in_band = in_band_code(response)
+                return response
             except BaseException as exc:
                 failed = exc
                 raise
             finally:
-                self._observe(method, context, started_s, failed)
+                self._observe(method, context, started_s, failed, in_band)
         return wrapped
 
     def _wrap_stream_response(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        in_band_code = self._in_band_code
+
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             started_s = self._clock.monotonic_s()
             failed: BaseException | None = None
+            in_band: str | None = None  # the last code a response of the stream carried
             try:
-                yield from behavior(request, context)
+                for response in behavior(request, context):
+                    if in_band_code is not None:
+                        in_band = in_band_code(response) or in_band
+                    yield response
             except BaseException as exc:
                 failed = exc
                 raise
             finally:
-                self._observe(method, context, started_s, failed)
+                self._observe(method, context, started_s, failed, in_band)
         return wrapped
 
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],

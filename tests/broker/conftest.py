@@ -19,6 +19,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.config import BrokerConfig
+from services.broker.metrics import BrokerMetrics
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
 from services.broker.rpc.server import BrokerServer, build_server
@@ -119,10 +120,10 @@ def store_stub(store_address: str) -> Iterator[pb_grpc.StoreStub]:
 def make_broker(store_address: str) -> Iterator[Callable[..., BrokerServer]]:
     started: list[tuple[BrokerServer, GrpcStoreClient]] = []
 
-    def make(**overrides) -> BrokerServer:
+    def make(metrics: BrokerMetrics | None = None, **overrides) -> BrokerServer:
         config = BrokerConfig(**{"port": 0, "store_address": store_address, **overrides})
         client = GrpcStoreClient(config.store_address)
-        broker = build_server(config, client)
+        broker = build_server(config, client, metrics=metrics)
         broker.start()
         started.append((broker, client))
         return broker

@@ -109,7 +109,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         TransactionService(store, sink, halves, clock), telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000,
         consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
-        clock=clock)
+        clock=clock, traffic=metrics.traffic if metrics is not None else None)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
 
     health_servicer = health.HealthServicer()

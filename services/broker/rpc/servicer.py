@@ -25,6 +25,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService
 from services.broker.errors import BrokerError, Code, UnsupportedError
+from services.broker.model import TrafficObserver
 from services.broker.producer import Producer
 from services.broker.route import RouteService
 from services.broker.rpc import consumer_convert, convert
@@ -45,8 +46,10 @@ def _not_implemented(what: str) -> UnsupportedError:
 class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(self, routes: RouteService, producer: Producer, transactions: TransactionService,
                  telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
-                 consumer: ConsumerService | None = None, clock: Clock | None = None) -> None:
+                 consumer: ConsumerService | None = None, clock: Clock | None = None,
+                 traffic: TrafficObserver | None = None) -> None:
         self._consumer = consumer
+        self._traffic = traffic
         self._clock = clock or SystemClock()
         self._routes = routes
         self._producer = producer
@@ -90,8 +93,10 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @in_band(s.SendMessageResponse)
     def SendMessage(self, request: s.SendMessageRequest, context: grpc.ServicerContext) -> s.SendMessageResponse:
-        receipts = self._producer.send(convert.incoming_messages(request), peer_address(context),
-                                       self._timeout_s(context))
+        messages = convert.incoming_messages(request)
+        receipts = self._producer.send(messages, peer_address(context), self._timeout_s(context))
+        if self._traffic is not None:
+            self._traffic.messages_in(messages, receipts)
         return convert.send_response(receipts)
 
     @in_band(s.EndTransactionResponse)
@@ -125,6 +130,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             receive = consumer_convert.receive_request(request, context.time_remaining())
             receive.alive = context.is_active
             result = self._consumer_service().receive(receive)
+            if self._traffic is not None and result.messages:
+                self._traffic.messages_out(request.group.name, result.messages)
             responses = consumer_convert.receive_responses(result.messages, self._clock.now_ms())
         except BrokerError as exc:
             responses = consumer_convert.receive_error(exc.code, exc.message, self._clock.now_ms())
