@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
 from services.process import StopSignals, configure_logging, format_address
+from services.store.checkpoint import StoreLockedError
 from services.store.config import FlushMode, StoreConfig
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.rpc.server import build_server, stop_server
@@ -37,6 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=9101,
                         help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
                              "(default %(default)s)")
+    parser.add_argument("--lock-wait-ms", type=int, default=10_000,
+                        help="how long to wait for a store process that still holds the data directory's lock "
+                             "(one killed a moment ago) before giving up (default %(default)s)")
     parser.add_argument("--flush-mode", choices=[m.name for m in FlushMode], default=FlushMode.ASYNC.name,
                         help="ASYNC: flush every interval; SYNC: a put returns after fdatasync (default %(default)s)")
     parser.add_argument("--commitlog-file-size-bytes", type=int, default=None,
@@ -55,6 +60,22 @@ def config_from_args(args: argparse.Namespace) -> StoreConfig:
         **optional)
 
 
+def start_when_unlocked(store: FileStore, wait_s: float, received: StopSignals) -> None:
+    """``store.start()``, waiting up to ``wait_s`` while another process still holds the root's
+    lock: a store killed a moment ago (kill -9 of ``pyrmq up``, a container restart) may not
+    have exited yet. A stop signal ends the wait."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            store.start()
+            return
+        except StoreLockedError:
+            if time.monotonic() >= deadline or received:
+                raise
+            log.info("store root is locked by another process; waiting for it to exit")
+            time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
     args = parse_args(argv)
@@ -69,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     store = FileStore(config)
     log.info("starting store at %s (flush %s)", config.store_root, config.flush_mode.name)
     try:
-        store.start()
+        start_when_unlocked(store, args.lock_wait_ms / 1000, received)
     except Exception:
         log.exception("store failed to start")
         store.shutdown()

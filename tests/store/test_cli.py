@@ -106,3 +106,24 @@ def _children_of(parent_pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid:
             children.append(int(pid))
     return children
+
+
+def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Path, processes: list[Process]) -> None:
+    data_dir = tmp_path / "data"
+    first, _ = start_store(processes, data_dir, tmp_path)
+    impatient = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
+                         "--metrics-port", "-1", "--lock-wait-ms", "300"], tmp_path)
+    processes.append(impatient)
+    assert impatient.popen.wait(EXIT_TIMEOUT_S) == 1
+    deadline = time.monotonic() + 10
+    while "is in use by another process" not in impatient.log() and time.monotonic() < deadline:
+        time.sleep(0.05)  # stderr is read by another thread
+    assert "is in use by another process" in impatient.log()
+
+    patient = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
+                       "--metrics-port", "-1", "--lock-wait-ms", "30000"], tmp_path)
+    processes.append(patient)
+    time.sleep(0.5)  # it is waiting on the lock now
+    first.popen.kill()  # a kill -9: the lock goes with the process
+    patient.wait_line(STORE_READY)
+    assert patient.stop(signal.SIGTERM) == 0, patient.log()
