@@ -110,6 +110,7 @@ CASES = [
 @pytest.mark.parametrize("fields,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_send_rule_gives_exact_code(fake_store, fields, expected):
     assert code_of(fake_store, [message(**fields)]) == expected
+    assert len(fake_store.put_messages_sent) == (1 if expected == Code.OK else 0)  # refused: nothing written
 
 
 def test_empty_message_list_is_message_corrupted(fake_store):
