@@ -1,19 +1,27 @@
-"""Broker benchmark: raw v2 SendMessage, one 1 KiB message per request, through a real broker
-and store (two child processes), with 1 and 8 requests in flight.
+"""Broker benchmark: real broker and store child processes, driven over raw v2 gRPC (and the
+official Python client), printing msgs/s, p50/p99 latency and server CPU-µs per message.
 
-    python bench/broker_bench.py [--messages N] [--in-flight 1 8] [--runs 3] [--modes coalesced direct]
+    python bench/broker_bench.py [--scenarios send1 send32 consume client] [--messages N] [--runs 3]
 
-Prints, per (mode, in-flight): msgs/s, p50 and p99 latency, broker and store CPU-µs per
-message, and messages per store PutMessages call (the send coalescing ratio). ``direct`` runs
-the broker with ``--no-put-coalescing`` (one PutMessages per message) for comparison. Each
-figure is the median of ``--runs`` runs; the load generator is one process, one channel, one
-thread per request in flight (as an application using the official client would be).
-Targets (performance.md §5.2): 1 in flight >= 800 msg/s, p99 <= 5 ms; 8 in flight >= 1.5 k msg/s,
-p99 <= 15 ms.
+Scenarios (the issue's list):
+
+* ``send1``: SendMessage with one 1 KiB message per request, ``--in-flight`` requests at once
+  (default 1 and 8; one thread per request in flight on one channel);
+* ``send32``: SendMessage with 32 messages per request, one request in flight;
+* ``consume``: the topic is filled first, then ReceiveMessage batches of 32 each followed by one
+  AckMessage carrying all 32 receipts; latency is one receive+ack round;
+* ``client``: the official rocketmq-python-client's blocking ``Producer.send`` in a subprocess
+  (its stubs clash with ours): its rate only.
+
+Latency is per request (send32: per 32 messages). CPU is the broker and store processes' user +
+system time over the measured run divided by messages. Each figure is the median of ``--runs``
+runs, each on a fresh data directory. Targets (issue 3): send1 in flight 1 >= 1,000 msgs/s with
+p99 <= 3 ms, in flight 8 >= 2,000 msgs/s; send32 >= 30,000 msgs/s; consume >= 20,000 msgs/s.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -22,8 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,11 +42,14 @@ import grpc  # noqa: E402
 from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
 from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
+from google.protobuf.duration_pb2 import Duration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+)")
 TOPIC = "BenchTopic"
+GROUP = "BenchGroup"
 METADATA = (("x-mq-client-id", "broker-bench@1"),)
+SEND_SCRIPT = ROOT / "tests" / "broker" / "clients" / "send.py"
 
 
 def start(args: list[str]) -> tuple[subprocess.Popen, re.Match[str]]:
@@ -56,29 +69,49 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scrape(url: str, name: str) -> float:
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    match = re.search(rf"^{name} (\S+)$", text, re.M)
-    return float(match.group(1)) if match else 0.0
+@dataclass
+class Cluster:
+    store: subprocess.Popen
+    broker: subprocess.Popen
+    endpoint: str
+
+    def cpu_s(self) -> tuple[float, float]:
+        return proc_cpu_s(self.broker.pid), proc_cpu_s(self.store.pid)
 
 
-def request(body: bytes, i: int) -> s.SendMessageRequest:
-    return s.SendMessageRequest(messages=[d.Message(
-        topic=d.Resource(name=TOPIC), body=body, system_properties=d.SystemProperties(
-            tag="TagA", keys=[f"order-{i}"], message_id=uuid.uuid4().hex.upper(), message_type=d.NORMAL,
-            body_encoding=d.IDENTITY, born_host="127.0.0.1"))])
+@contextmanager
+def cluster(broker_flags: list[str]):
+    with tempfile.TemporaryDirectory(prefix="broker-bench-") as tmp:
+        store, store_ready = start(["services.store", "--data-dir", tmp, "--port", "0", "--metrics-port", "-1"])
+        broker, broker_ready = start(["services.broker", "--port", "0", "--store-address", store_ready["grpc"],
+                                      "--metrics-port", "-1", *broker_flags])
+        try:
+            yield Cluster(store, broker, broker_ready["grpc"])
+        finally:
+            for proc in (broker, store):
+                proc.terminate()
+                proc.wait(30)
 
 
-def load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, body: bytes) -> tuple[float, list[float]]:
+def message(body: bytes, i: int) -> d.Message:
+    return d.Message(topic=d.Resource(name=TOPIC), body=body, system_properties=d.SystemProperties(
+        tag="TagA", keys=[f"order-{i}"], message_id=uuid.uuid4().hex.upper(), message_type=d.NORMAL,
+        body_encoding=d.IDENTITY, born_host="127.0.0.1"))
+
+
+def send_load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_request: int,
+              body: bytes) -> tuple[float, list[float]]:
+    """Send ``n`` messages; (elapsed s, sorted request latencies)."""
     latencies: list[float] = []
     lock = threading.Lock()
+    requests = n // per_request
 
     def caller(k: int) -> None:
         mine = []
-        for i in range(k, n, in_flight):
-            req = request(body, i)
+        for r in range(k, requests, in_flight):
+            request = s.SendMessageRequest(messages=[message(body, r * per_request + j) for j in range(per_request)])
             started = time.perf_counter()
-            response = stub.SendMessage(req, metadata=METADATA, timeout=10)
+            response = stub.SendMessage(request, metadata=METADATA, timeout=30)
             mine.append(time.perf_counter() - started)
             if response.status.code != d.OK:
                 raise SystemExit(f"send failed: {response.status}")
@@ -94,51 +127,129 @@ def load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, body: bytes)
     return time.perf_counter() - started, sorted(latencies)
 
 
-def run_mode(mode: str, messages: int, in_flights: list[int], runs: int, body_bytes: int) -> None:
-    body = os.urandom(body_bytes)
-    for in_flight in in_flights:
-        rows = []
-        for _ in range(runs):
-            with tempfile.TemporaryDirectory(prefix="broker-bench-") as tmp:
-                store, store_ready = start(["services.store", "--data-dir", tmp, "--port", "0", "--metrics-port", "-1"])
-                broker_args = ["services.broker", "--port", "0", "--store-address", store_ready["grpc"],
-                               "--metrics-port", "0"] + (["--no-put-coalescing"] if mode == "direct" else [])
-                broker, broker_ready = start(broker_args)
-                try:
-                    with grpc.insecure_channel(broker_ready["grpc"]) as channel:
-                        stub = s_grpc.MessagingServiceStub(channel)
-                        load(stub, 300, in_flight, body)  # warm-up: topic creation, channels, caches
-                        calls0 = scrape(broker_ready["metrics"], "pyrmq_broker_store_put_calls_total")
-                        cpu0 = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                        elapsed, lat = load(stub, messages, in_flight, body)
-                        cpu1 = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                        calls = scrape(broker_ready["metrics"], "pyrmq_broker_store_put_calls_total") - calls0
-                    rows.append((messages / elapsed, lat[len(lat) // 2] * 1e3, lat[int(len(lat) * 0.99)] * 1e3,
-                                 (cpu1[0] - cpu0[0]) / messages * 1e6, (cpu1[1] - cpu0[1]) / messages * 1e6,
-                                 messages / calls if calls else 0.0))
-                finally:
-                    for proc in (broker, store):
-                        proc.terminate()
-                        proc.wait(30)
-        med = [statistics.median(col) for col in zip(*rows)]
-        spread = f"[{min(r[0] for r in rows):,.0f}-{max(r[0] for r in rows):,.0f}]"
-        print(f"{mode:<9} in_flight={in_flight}  {med[0]:>6,.0f} msgs/s {spread:<13} p50 {med[1]:5.2f} ms  "
-              f"p99 {med[2]:5.2f} ms  broker {med[3]:4.0f} CPU-us/msg  store {med[4]:4.0f} CPU-us/msg  "
-              f"{med[5]:4.2f} msgs/PutMessages", flush=True)
+def consume_load(stub: s_grpc.MessagingServiceStub, n: int) -> tuple[float, list[float]]:
+    """Receive ``n`` messages in batches of 32, acking each batch in one AckMessage."""
+    request = s.ReceiveMessageRequest(
+        group=d.Resource(name=GROUP), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
+        filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=32,
+        invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=5), auto_renew=False)
+    latencies: list[float] = []
+    got = 0
+    started = time.perf_counter()
+    while got < n:
+        begun = time.perf_counter()
+        messages = [r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
+                    if r.HasField("message")]
+        if not messages:
+            raise SystemExit(f"consume stalled after {got} of {n} messages")
+        ack = stub.AckMessage(s.AckMessageRequest(
+            group=request.group, topic=d.Resource(name=TOPIC),
+            entries=[s.AckMessageEntry(message_id=m.system_properties.message_id,
+                                       receipt_handle=m.system_properties.receipt_handle) for m in messages]),
+            metadata=METADATA, timeout=30)
+        if ack.status.code != d.OK:
+            raise SystemExit(f"ack failed: {ack.status}")
+        latencies.append(time.perf_counter() - begun)
+        got += len(messages)
+    return time.perf_counter() - started, sorted(latencies)
+
+
+@dataclass
+class Row:
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    broker_us: float
+    store_us: float
+
+
+def measured(c: Cluster, n: int, run: Callable[[], tuple[float, list[float]]]) -> Row:
+    cpu0 = c.cpu_s()
+    elapsed, lat = run()
+    cpu1 = c.cpu_s()
+    return Row(n / elapsed, lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
+               (cpu1[0] - cpu0[0]) / n * 1e6, (cpu1[1] - cpu0[1]) / n * 1e6)
+
+
+def scenario_send(c: Cluster, n: int, in_flight: int, per_request: int, body: bytes) -> Row:
+    with grpc.insecure_channel(c.endpoint) as channel:
+        stub = s_grpc.MessagingServiceStub(channel)
+        send_load(stub, 320, in_flight, per_request, body)  # warm-up: topic creation, channels, caches
+        return measured(c, n, lambda: send_load(stub, n, in_flight, per_request, body))
+
+
+def scenario_consume(c: Cluster, n: int, body: bytes) -> Row:
+    with grpc.insecure_channel(c.endpoint) as channel:
+        stub = s_grpc.MessagingServiceStub(channel)
+        send_load(stub, -(-(n + 320) // 32) * 32, 4, 32, body)  # whole requests of 32
+        consume_load(stub, 320)  # warm-up
+        return measured(c, n, lambda: consume_load(stub, n))
+
+
+def scenario_client(c: Cluster, n: int, body_bytes: int) -> Row:
+    job = {"endpoint": c.endpoint, "topics": [TOPIC],
+           "messages": [{"topic": TOPIC, "body_size": body_bytes, "tag": "TagA"} for _ in range(n)]}
+    env = dict(os.environ, HOME=tempfile.mkdtemp(prefix="bench-client-home-"))
+    cpu0 = c.cpu_s()
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(SEND_SCRIPT), json.dumps(job)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    elapsed = time.perf_counter() - started  # includes the client's start-up and shutdown
+    cpu1 = c.cpu_s()
+    ok = sum(1 for line in done.stdout.splitlines() if line.startswith('{"ok": true'))
+    if ok != n:
+        raise SystemExit(f"official client sent {ok} of {n}: {done.stderr[-2000:]}")
+    return Row(n / elapsed, 0.0, 0.0, (cpu1[0] - cpu0[0]) / n * 1e6, (cpu1[1] - cpu0[1]) / n * 1e6)
+
+
+def report(name: str, rows: list[Row]) -> None:
+    med = Row(*(statistics.median(getattr(r, f) for r in rows) for f in Row.__dataclass_fields__))
+    spread = f"[{min(r.rate for r in rows):,.0f}-{max(r.rate for r in rows):,.0f}]"
+    latency = f"p50 {med.p50_ms:6.2f} ms  p99 {med.p99_ms:6.2f} ms" if med.p99_ms else f"{'(latency n/a)':<29}"
+    print(f"{name:<22} {med.rate:>8,.0f} msgs/s {spread:<17} {latency}  broker {med.broker_us:5.0f} CPU-us/msg  "
+          f"store {med.store_us:5.0f} CPU-us/msg", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=3000)
-    parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--scenarios", nargs="+", choices=["send1", "send32", "consume", "client"],
+                        default=["send1", "send32", "consume", "client"])
+    parser.add_argument("--messages", type=int, default=3000, help="per send1 run (x10 for send32 and consume)")
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8], help="send1 requests in flight")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--body-bytes", type=int, default=1024)
-    parser.add_argument("--modes", nargs="+", choices=["coalesced", "direct"], default=["coalesced", "direct"])
+    parser.add_argument("--broker-flag", action="append", default=[],
+                        help="extra flag for the broker process, e.g. --broker-flag=--no-put-coalescing")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.messages} x {args.body_bytes} B "
-          f"per run, median of {args.runs}", flush=True)
-    for mode in args.modes:
-        run_mode(mode, args.messages, args.in_flight, args.runs, args.body_bytes)
+    body = os.urandom(args.body_bytes)
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.body_bytes} B bodies, "
+          f"median of {args.runs} runs", flush=True)
+    for name in args.scenarios:
+        if name == "send1":
+            for in_flight in args.in_flight:
+                rows = []
+                for _ in range(args.runs):
+                    with cluster(args.broker_flag) as c:
+                        rows.append(scenario_send(c, args.messages, in_flight, 1, body))
+                report(f"send1 in_flight={in_flight}", rows)
+        elif name == "send32":
+            rows = []
+            for _ in range(args.runs):
+                with cluster(args.broker_flag) as c:
+                    rows.append(scenario_send(c, args.messages * 10, 1, 32, body))
+            report("send32 in_flight=1", rows)
+        elif name == "consume":
+            rows = []
+            for _ in range(args.runs):
+                with cluster(args.broker_flag) as c:
+                    rows.append(scenario_consume(c, args.messages * 10, body))
+            report("consume 32+batched ack", rows)
+        else:
+            rows = []
+            for _ in range(args.runs):
+                with cluster(args.broker_flag) as c:
+                    rows.append(scenario_client(c, min(args.messages, 1000), args.body_bytes))
+            report("official client send", rows)
 
 
 if __name__ == "__main__":
