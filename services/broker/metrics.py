@@ -71,8 +71,10 @@ class BrokerStatsCollector(Collector):
 def in_band_code(response: Any) -> str | None:
     """The v2 ``Code`` name in a response's ``status`` (None: it has none, e.g. grpc health)."""
     descriptor = getattr(response, "DESCRIPTOR", None)
-    if descriptor is None or "status" not in descriptor.fields_by_name or not response.HasField("status"):
-        return None
+    field = descriptor.fields_by_name.get("status") if descriptor is not None else None
+    if field is None or field.message_type is None or field.message_type.full_name != d.Status.DESCRIPTOR.full_name \
+            or not response.HasField("status"):
+        return None  # no v2 Status (grpc health's ``status`` is an enum)
     code = response.status.code
     return d.Code.Name(code) if code in d.Code.values() else str(code)
 

@@ -64,3 +64,13 @@ def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics):
     assert sample(metrics, "pyrmq_broker_throughput_out_bytes_total", topic="MTopic", consumer_group="MGroup") == 8
     assert b'pyrmq_broker_messages_out_total{consumer_group="MGroup",topic="MTopic"} 2.0' in generate_latest(
         metrics.registry)
+
+
+def test_calls_without_a_v2_status_keep_the_grpc_code(make_broker, metrics):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    broker = make_broker(metrics=metrics)
+    with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check",
+                  code="OK") == 1
