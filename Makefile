@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test soak bench clean-gen
+.PHONY: setup run test soak bench clean-gen node-clients
 
-setup: $(STAMP) $(GEN_STAMP)
+setup: $(STAMP) $(GEN_STAMP) node-clients
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -21,6 +21,19 @@ $(STAMP): pyproject.toml
 $(GEN_STAMP): $(PROTOS) $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=protos --pyi_out=protos --grpc_python_out=protos $(PROTOS)
 	@touch $(GEN_STAMP)
+
+# The official Node.js client for tests/broker/test_nodejs_client.py, if node and npm exist (the
+# tests skip without it). Reinstalled when package-lock.json changes; a failed install warns only.
+NODE_CLIENTS := tests/broker/clients/node
+node-clients:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  stamp=$(NODE_CLIENTS)/node_modules/.pyrmq-installed; \
+	  if [ ! -f $$stamp ] || [ $(NODE_CLIENTS)/package-lock.json -nt $$stamp ]; then \
+	    echo "npm ci in $(NODE_CLIENTS)"; \
+	    if (cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error); then touch $$stamp; \
+	    else rm -rf $(NODE_CLIENTS)/node_modules; echo "warning: npm ci failed; Node.js client tests will skip" >&2; fi; \
+	  fi; \
+	fi
 
 run: setup
 	$(VENV)/bin/pyrmq up

@@ -1,4 +1,5 @@
-"""``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process.
+"""``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process;
+``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``).
 
 Services are rows of ``SERVICES``, started in table order (a later service may depend on an
 earlier one), each one only after the previous printed its ready line, and stopped in reverse
@@ -23,6 +24,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from services.admin.cli import add_commands as add_admin_commands
 
 log = logging.getLogger("pyrmq")
 
@@ -195,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, "
                                 "-1 off)")
     up_parser.set_defaults(run=up)
+    add_admin_commands(commands)
     return parser
 
 

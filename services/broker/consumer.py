@@ -9,7 +9,8 @@ deliveries).
 Receive
 -------
 validate group / topic (ILLEGAL_CONSUMER_GROUP, ILLEGAL_TOPIC, TOPIC_NOT_FOUND) -> invisible
-time -> filter -> polling time, then loop until the polling time is used up:
+time -> filter (a bad one fails before any wait) -> polling time, then loop until the polling
+time is used up:
 
 * ``park`` on the ``ArrivalHub`` for the topic and the group's retry topic *before* popping
   (an arrival between the pop and the wait is not lost);
@@ -20,7 +21,7 @@ time -> filter -> polling time, then loop until the polling time is used up:
   saves a GetGroup per receive and passes ``ReceiveRequest.fifo`` (False from v2 requests);
 * messages whose real TAGS do not match the expression (a tags-code collision) are acked and
   dropped; if nothing is left, wait for an arrival (or the rest of the polling time) and pop
-  again.
+  again. (SQL92 filtering is exact in the store: nothing to drop here.)
 
 Invisible time: ``invisible_ms`` in [10 s, 12 h], else ILLEGAL_INVISIBLE_TIME. ``auto_renew``
 without an invisible duration (push consumers): ``AUTO_RENEW_INVISIBLE_MS`` (60 s) and **no
@@ -35,9 +36,15 @@ less than 5 s away is ILLEGAL_POLLING_TIME.
 Topics: an unknown topic is auto-created like on send when auto-create is on (the proxy
 answers TOPIC_NOT_FOUND); clients query its route first anyway.
 
-Filters: TAG ``*`` (or empty) accepts everything, ``a || b`` the listed tags (tags codes are
-Java ``String.hashCode``, as in the ConsumeQueue). SQL92: ILLEGAL_FILTER_EXPRESSION (no
-property-filter support yet; never evaluated).
+Filters (``parse_filter``): TAG ``*`` (or empty) accepts everything, ``a || b`` the listed tags
+(tags codes are Java ``String.hashCode``, as in the ConsumeQueue). SQL92 (``a > 5 AND color =
+'red'``, RocketMQ's grammar over the message properties, ``TAGS`` included): compiled here with
+``services.store.sql_filter.compile_sql`` only to validate it (a bad expression is
+ILLEGAL_FILTER_EXPRESSION, naming the position), then passed as text to the store's pop, which
+evaluates it on every candidate message, retry copies included, and finishes the messages that do
+not match as if acked: they are never delivered to this group, not even later. Only a TRUE result
+matches; a comparison with an absent property (or one that does not parse as the literal's number)
+is UNKNOWN, and so is its NOT.
 """
 from __future__ import annotations
 
@@ -55,6 +62,7 @@ from services.broker.model import GroupInfo, MessageType, TopicInfo
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.store.format.java_compat import java_string_hash
 from services.store.metadata import is_system_group, retry_topic, validate_group_name
+from services.store.sql_filter import SqlFilterError, compile_sql
 
 INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000
@@ -115,7 +123,8 @@ class PopStore(Protocol):
     """The store's pop RPCs. Failures to reach the store raise StoreCallError."""
 
     def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                     tags_codes: Iterable[int], fifo: bool) -> PopOutcome: ...
+                     tags_codes: Iterable[int], fifo: bool, sql_expression: str = "") -> PopOutcome:
+        """``sql_expression``: a SQL92 filter already validated by ``compile_sql``, or "" for none."""
     def ack_message(self, group: str, topic: str, handle: str) -> AckResult: ...
     def change_invisible_duration(self, group: str, topic: str, handle: str,
                                   invisible_ms: int) -> tuple[AckResult, str]: ...
@@ -214,11 +223,24 @@ def validate_group(name: str) -> None:
         raise RequestError(f"cannot use system group: {name}", Code.ILLEGAL_CONSUMER_GROUP)
 
 
-def parse_tag_filter(filter_type: FilterType, expression: str) -> frozenset[str] | None:
-    """The accepted tags, or None for "every message"."""
+@dataclass(frozen=True, slots=True)
+class Filter:
+    tags: frozenset[str] | None = None   # TAG: the accepted tags; None: every message
+    sql_expression: str = ""             # SQL92: evaluated by the store's pop; "": none
+
+
+def parse_filter(filter_type: FilterType, expression: str) -> Filter:
     if filter_type is FilterType.SQL:
-        raise RequestError("SQL92 filter expressions are not supported by this broker",
-                           Code.ILLEGAL_FILTER_EXPRESSION)
+        try:
+            compile_sql(expression)
+        except SqlFilterError as exc:
+            raise RequestError(f"illegal SQL92 filter expression: {exc}", Code.ILLEGAL_FILTER_EXPRESSION) from None
+        return Filter(sql_expression=expression)
+    return Filter(tags=parse_tag_filter(expression))
+
+
+def parse_tag_filter(expression: str) -> frozenset[str] | None:
+    """The accepted tags, or None for "every message"."""
     text = expression.strip()
     if not text or text == "*":
         return None
@@ -329,7 +351,8 @@ class ConsumerService:
     def receive(self, request: ReceiveRequest) -> ReceiveResult:
         self._check(request.group, request.topic)
         invisible = receive_invisible_ms(request.invisible_ms, request.auto_renew)
-        tags = parse_tag_filter(request.filter_type, request.filter_expression)
+        message_filter = parse_filter(request.filter_type, request.filter_expression)
+        tags, sql = message_filter.tags, message_filter.sql_expression
         codes = tags_codes(tags)
         poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
         count = batch_size(request.batch_size)
@@ -341,7 +364,7 @@ class ConsumerService:
             parked = self._hub.park(watched)
             try:
                 outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
-                                                   codes, request.fifo)
+                                                   codes, request.fifo, sql_expression=sql)
                 found = self._drop_mismatched(request, tags, outcome.messages)
                 if found:
                     return ReceiveResult(found)
@@ -355,7 +378,7 @@ class ConsumerService:
             if self._clock.monotonic_s() >= deadline and not self._closed:
                 # One last look: the wake-up may have come right at the end.
                 outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
-                                                   codes, request.fifo)
+                                                   codes, request.fifo, sql_expression=sql)
                 return ReceiveResult(self._drop_mismatched(request, tags, outcome.messages))
         return ReceiveResult()
 

@@ -9,7 +9,7 @@ Per (group, source topic, queue) the service keeps a ``_QueueState``::
     committed  <=  done / in flight / to redeliver  <  cursor  <=  ConsumeQueue max offset
 
 * ``committed`` is the group's offset in consumerOffset.json. It only moves over the
-  contiguous prefix of finished offsets (acked, tag-filtered, revived into the retry topic,
+  contiguous prefix of finished offsets (acked, filtered out, revived into the retry topic,
   sent to the DLQ), so every offset not finished lies at or above it: after a restart (all
   in-flight state is memory) the group reads again from ``committed`` and every unfinished
   message is delivered again (at least once). Finished offsets above an unfinished one may be
@@ -26,6 +26,11 @@ Queue id -1 reads every read queue of the topic, then the group's retry topic ``
 queue 0, round robin from a start that rotates per (group, topic). The retry queue holds the
 retries of every topic the group consumes; each record names its original topic in
 ``RETRY_TOPIC``, and a pop for topic T only takes T's retries (one cursor per topic).
+
+Filters: ``tags_codes`` (tags hash codes, checked on the ConsumeQueue for the topic's own
+queues and on the record for retry copies) and ``sql_expression`` (a SQL92 property filter,
+``sql_filter``, evaluated on every record's properties, retry copies included). A message
+either filter rejects is finished on the spot, exactly like an acked one.
 
 FIFO pops (``fifo`` or the group's consume_message_orderly) lock the queue for the group while
 any popped message of it is in flight. Redelivery after the invisible time (retry topic, FIFO
@@ -55,6 +60,7 @@ from services.store.metadata import (
 from services.store.model import GetStatus
 from services.store.pop_revive import (
     REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
+from services.store.sql_filter import SqlFilter, compile_sql
 
 if TYPE_CHECKING:
     from services.store.store import FileStore
@@ -125,6 +131,7 @@ class _PopRequest:
     max_count: int
     invisible_ms: int
     tags_codes: frozenset[int] | None
+    sql: SqlFilter | None
     fifo: bool
     max_deliveries: int
     now_ms: int
@@ -152,8 +159,11 @@ class PopService:
 
     # -- API ------------------------------------------------------------------------------------
     def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-            tags_codes: frozenset[int] | None = None, fifo: bool = False) -> PopResult:
-        """Up to ``max_count`` (at most 32) messages, invisible to the group for ``invisible_ms``."""
+            tags_codes: frozenset[int] | None = None, fifo: bool = False,
+            sql_expression: str = "") -> PopResult:
+        """Up to ``max_count`` (at most 32) messages, invisible to the group for ``invisible_ms``.
+
+        ``sql_expression``: "" for none; a bad one raises ``SqlFilterError`` (a ValueError)."""
         self._check_running()
         _check_names(group, topic)
         if queue_id < -1:
@@ -162,8 +172,9 @@ class PopService:
             raise ValueError(f"max_count must be positive, not {max_count}")
         if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
             raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
+        sql = compile_sql(sql_expression) if sql_expression else None
         config = self.group_config(group)
-        request = _PopRequest(group, topic, min(max_count, POP_BATCH_MAX), invisible_ms, tags_codes,
+        request = _PopRequest(group, topic, min(max_count, POP_BATCH_MAX), invisible_ms, tags_codes, sql,
                               fifo or config.consume_message_orderly, max_deliveries(config),
                               self._clock.now_ms())
         out: list[PoppedMessage] = []
@@ -305,8 +316,9 @@ class PopService:
                     continue  # another topic's retry: left for that topic's cursor
                 if offset in state.done or offset in state.in_flight or offset in state.redeliver:
                     continue
-                if from_retry and req.tags_codes is not None and tags_code(rec) not in req.tags_codes:
-                    self._mark_done_locked(state, offset)
+                if ((from_retry and req.tags_codes is not None and tags_code(rec) not in req.tags_codes)
+                        or (req.sql is not None and not req.sql.matches(rec.properties))):
+                    self._mark_done_locked(state, offset)  # filtered out: finished like an ack
                     continue
                 self._deliver_locked(req, state, key, offset, raw, topic, rec.reconsume_times + 1, out)
             for offset in range(cursor, result.next_begin_offset):

@@ -31,16 +31,18 @@ def delivery(body=b"x", handle="h1", **props) -> Delivery:
     ("*", None), ("", None), ("  ", None), ("TagA", {"TagA"}), ("TagA || TagB", {"TagA", "TagB"}),
     (" a ||b|| ", {"a", "b"}), ("a || *", None)])
 def test_tag_filter(expression, tags):
-    parsed = consumer.parse_tag_filter(FilterType.TAG, expression)
-    assert parsed == (None if tags is None else frozenset(tags))
+    parsed = consumer.parse_filter(FilterType.TAG, expression)
+    assert parsed == consumer.Filter(tags=None if tags is None else frozenset(tags))
 
 
 def test_tag_filter_errors_and_codes():
+    assert consumer.parse_filter(FilterType.SQL, "a > 1") == consumer.Filter(sql_expression="a > 1")
+    for bad in ("a >", "", "a = NULL"):
+        with pytest.raises(BrokerError) as err:
+            consumer.parse_filter(FilterType.SQL, bad)
+        assert err.value.code is Code.ILLEGAL_FILTER_EXPRESSION and "position" in err.value.message
     with pytest.raises(BrokerError) as err:
-        consumer.parse_tag_filter(FilterType.SQL, "a > 1")
-    assert err.value.code is Code.ILLEGAL_FILTER_EXPRESSION
-    with pytest.raises(BrokerError) as err:
-        consumer.parse_tag_filter(FilterType.TAG, "||")
+        consumer.parse_filter(FilterType.TAG, "||")
     assert err.value.code is Code.ILLEGAL_FILTER_EXPRESSION
     assert consumer.tags_codes(frozenset({"TagA"})) == [java_string_hash("TagA")]
     assert consumer.tags_codes(None) == []
@@ -121,7 +123,8 @@ class FakePopStore:
         self.pops = 0
         self.groups: dict[str, GroupInfo] = {}
 
-    def pop_messages(self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo) -> PopOutcome:
+    def pop_messages(self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo,
+                     sql_expression="") -> PopOutcome:
         self.pops += 1
         taken, self.queue = self.queue[:max_count], self.queue[max_count:]
         return PopOutcome(taken)

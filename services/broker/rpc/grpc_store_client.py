@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.broker.admin import MessageView
 from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, RequestError, StoreCallError
@@ -130,9 +131,10 @@ class GrpcStoreClient:
 
     # -- pop consumption ------------------------------------------------------------------------
     def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                     tags_codes, fifo: bool) -> PopOutcome:
+                     tags_codes, fifo: bool, sql_expression: str = "") -> PopOutcome:
         request = pb.PopMessagesRequest(group=group, topic=topic, queue_id=queue_id, max_count=max_count,
-                                        invisible_duration_ms=invisible_ms, tags_codes=list(tags_codes), fifo=fifo)
+                                        invisible_duration_ms=invisible_ms, tags_codes=list(tags_codes), fifo=fifo,
+                                        sql_expression=sql_expression)
         try:
             response = self._stub.PopMessages(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
@@ -223,6 +225,89 @@ class GrpcStoreClient:
                          retry_max_times=config.retry_max_times)
 
 
+    # -- admin (services/broker/admin.py: AdminStore) ------------------------------------------
+    def list_topics(self) -> list[TopicInfo]:
+        try:
+            response = self._stub.ListTopics(pb.ListTopicsRequest(), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "ListTopics") from None
+        return [_topic_info(config) for config in response.topics]
+
+    def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
+        """Read-modify-write of the full config, so fields the broker does not model (perm,
+        other attributes, filter type) keep their stored values."""
+        config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name)) or pb.TopicConfig(topic_name=name)
+        if queue_nums:
+            config.read_queue_nums = config.write_queue_nums = queue_nums
+        config.message_type = pb.MessageType.Value(message_type)
+        try:
+            stored = self._stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=config),
+                                                    timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "CreateOrUpdateTopic") from None
+        return _topic_info(stored)
+
+    def delete_topic(self, name: str) -> bool:
+        try:
+            response = self._stub.DeleteTopic(pb.DeleteTopicRequest(topic_name=name), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "DeleteTopic") from None
+        return response.existed
+
+    def list_groups(self) -> list[GroupInfo]:
+        try:
+            response = self._stub.ListGroups(pb.ListGroupsRequest(), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "ListGroups") from None
+        return [_group_info(config) for config in response.groups]
+
+    def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
+        """Read-modify-write of the full config, as update_topic."""
+        config = (self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
+                  or pb.SubscriptionGroupConfig(group_name=name))
+        config.consume_message_orderly = fifo
+        config.retry_max_times = retry_max_times
+        try:
+            stored = self._stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=config),
+                                                    timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "CreateOrUpdateGroup") from None
+        return _group_info(stored)
+
+    def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
+        try:
+            response = self._stub.GetGroupOffsets(pb.GetGroupOffsetsRequest(group=group), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "GetGroupOffsets") from None
+        return [(o.topic, o.queue_id, o.offset) for o in response.offsets]
+
+    def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        try:
+            response = self._stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id),
+                                                  timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "GetQueueOffsets") from None
+        return response.min_offset, response.max_offset
+
+    def find_messages_by_key(self, topic: str, key: str, max_num: int) -> list[MessageView]:
+        try:
+            response = self._stub.QueryMessagesByKey(
+                pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "QueryMessagesByKey") from None
+        return [_message_view(record) for record in response.messages]
+
+    def find_message_by_offset_msg_id(self, offset_msg_id: str) -> MessageView | None:
+        """None when no record starts there (NOT_FOUND) or the id does not decode (INVALID_ARGUMENT)."""
+        try:
+            record = self._stub.LookMessageByOffsetMsgId(
+                pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=offset_msg_id), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                return None
+            raise _call_error(exc, "LookMessageByOffsetMsgId") from None
+        return _message_view(record)
+
 def _delivery(popped: pb.PoppedMessage) -> Delivery:
     record = popped.message
     return Delivery(
@@ -253,3 +338,16 @@ def _topic_info(config: pb.TopicConfig) -> TopicInfo:
     return TopicInfo(name=config.topic_name, read_queue_nums=config.read_queue_nums,
                      write_queue_nums=config.write_queue_nums, perm=config.perm,
                      message_type=pb.MessageType.Name(config.message_type))
+
+
+def _group_info(config: pb.SubscriptionGroupConfig) -> GroupInfo:
+    return GroupInfo(name=config.group_name, consume_message_orderly=config.consume_message_orderly,
+                     retry_max_times=config.retry_max_times)
+
+
+def _message_view(record: pb.Message) -> MessageView:
+    return MessageView(
+        topic=record.topic, queue_id=record.queue_id, queue_offset=record.queue_offset, phy_offset=record.phy_offset,
+        offset_msg_id=record.offset_msg_id, body=record.body, properties=dict(record.properties),
+        born_timestamp_ms=record.born_timestamp_ms, store_timestamp_ms=record.store_timestamp_ms,
+        born_host=record.born_host, store_host=record.store_host, reconsume_times=record.reconsume_times)

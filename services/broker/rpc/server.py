@@ -1,4 +1,4 @@
-"""Build the broker's gRPC server: MessagingService, grpc health and server reflection.
+"""Build the broker's gRPC server: MessagingService, Admin, grpc health and server reflection.
 
 ``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
 ``StoreClient`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
@@ -28,6 +28,7 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
 from services.broker.producer import Producer
 from services.broker.route import RouteService
+from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
 from services.broker.rpc.servicer import MessagingServicer
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, StoreClient
@@ -111,12 +112,14 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+    add_admin_service(server, store, topics.invalidate)  # type: ignore[arg-type]
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection((SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                        server)
 
     if metrics is not None:
         metrics.watch(sink.stats,

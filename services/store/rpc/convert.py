@@ -281,7 +281,7 @@ def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
                 max_count=request.max_count or POP_MAX_COUNT_DEFAULT,
                 invisible_ms=request.invisible_duration_ms,
                 tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
-                fifo=request.fifo)
+                fifo=request.fifo, sql_expression=request.sql_expression)
 
 
 def pop_result_to_pb(result: PopResult) -> pb.PopMessagesResponse:

@@ -4,8 +4,8 @@ Run in a subprocess (its apache.rocketmq.v2 stubs clash with ours in one process
 
     python consume.py '{"endpoint": "127.0.0.1:8081", "mode": "simple", "group": "G", "topic": "T", ...}'
 
-Job fields: mode ("simple" or "push"), group, topic, expression (TAG, default "*"),
-count (stop after this many deliveries), deadline_s (give up after this long), await_s
+Job fields: mode ("simple" or "push"), group, topic, expression (default "*"), filter_type
+("TAG", the default, or "SQL": expression is a SQL92 property filter), count (stop after this many deliveries), deadline_s (give up after this long), await_s
 (simple: long polling seconds), invisible_s (simple), action (simple, per delivery):
 "ack", "change_then_ack" (change_invisible_duration 15 s, then ack with the new handle),
 "none" (never ack: redelivered later), "none_then_ack" (ack only deliveries with attempt > 1).
@@ -20,6 +20,7 @@ import time
 
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, MessageListener,
                       PushConsumer, SimpleConsumer)
+from rocketmq.grpc_protocol import FilterType
 
 
 def describe(message, acked=None, error=None):
@@ -33,9 +34,13 @@ def emit(record):
     print(json.dumps(record), flush=True)
 
 
+def subscription(job):
+    filter_type = {"TAG": FilterType.TAG, "SQL": FilterType.SQL}[job.get("filter_type", "TAG")]
+    return {job["topic"]: FilterExpression(job.get("expression", "*"), filter_type)}
+
+
 def run_simple(job, config):
-    consumer = SimpleConsumer(config, job["group"], {job["topic"]: FilterExpression(job.get("expression", "*"))},
-                              await_duration=job.get("await_s", 5))
+    consumer = SimpleConsumer(config, job["group"], subscription(job), await_duration=job.get("await_s", 5))
     consumer.startup()
     delivered = 0
     end = time.monotonic() + job.get("deadline_s", 60)
@@ -84,8 +89,7 @@ class Recorder(MessageListener):
 def run_push(job, config):
     recorder = Recorder()
     recorder.count = job.get("count", 1)
-    consumer = PushConsumer(config, job["group"], recorder,
-                            {job["topic"]: FilterExpression(job.get("expression", "*"))})
+    consumer = PushConsumer(config, job["group"], recorder, subscription(job))
     consumer.startup()
     try:
         recorder.enough.wait(job.get("deadline_s", 60))

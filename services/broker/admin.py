@@ -1,0 +1,297 @@
+"""AdminService: operators' calls on topics, consumer groups, consumer progress and messages
+(``pyrmq.admin.v1.Admin``; no gRPC here, ``rpc/admin_servicer.py`` is the shell).
+
+The broker keeps nothing: each call is a few store calls through ``AdminStore`` (implemented
+by ``rpc/grpc_store_client.GrpcStoreClient``). Names are checked with the rules the send and
+receive paths use (``validation.validate_topic``, ``consumer.validate_group``: RocketMQ's
+TopicValidator, system topics and groups refused), so nothing created here is refused later.
+
+Creates are create-or-update, like RocketMQ's ``updateTopic`` / ``updateSubGroup``, but a value
+the caller leaves unset keeps the stored one (a new topic or group takes the default): calling
+``create_topic("Orders", "FIFO")`` on a 16-queue topic must not shrink it to 8 queues and strand
+the messages of queues 8-15. Fields this API does not expose (permission, other attributes)
+are never changed.
+
+Consumer progress (RocketMQ's ``consumerProgress``): for each topic the group has committed
+offsets in (or the one asked for), for each read queue, the queue's min and max offset and the
+group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: a group
+without an offset in a queue starts at its min offset (the store's pop engine does), and
+messages below the min offset are gone, not pending. In-flight (popped, unacked) counts are not
+reported: the store API does not expose them.
+
+Message lookup: by key, the store's IndexFile (topic + a KEYS word or a UNIQ_KEY); by id, the
+client's id is a UNIQ_KEY (indexed too) and an offset message id (32 or 56 hex characters)
+names a CommitLog offset. A 4.x UNIQ_KEY is also 32 hex characters, so an id is tried both
+ways; without a topic, every non-system topic's index is searched (one store call per topic).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from services.broker.consumer import validate_group
+from services.broker.errors import Code, NotFoundError, RequestError
+from services.broker.model import GroupInfo, TopicInfo
+from services.broker.validation import validate_key, validate_message_id, validate_topic
+from services.store.metadata import is_system_group, is_system_topic, validate_group_name, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+TOPIC_QUEUE_NUMS_DEFAULT = 8           # mqadmin updateTopic's -r / -w default
+TOPIC_QUEUE_NUMS_MAX = 1024
+MAX_DELIVERY_ATTEMPTS_DEFAULT = 17     # RocketMQ's 16 retries (retryMaxTimes) + the first delivery
+MAX_DELIVERY_ATTEMPTS_MAX = 1000
+QUERY_MESSAGES_DEFAULT = 32
+QUERY_MESSAGES_MAX = 64                # the store's IndexFile query cap (maxMsgsNumBatch)
+KEY_SEPARATOR = " "                    # MessageConst.KEY_SEPARATOR, between the words of KEYS
+# An offset message id: store host (IPv4 4 + port 4, or IPv6 16 + port 4) + phy offset 8, in hex.
+_OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
+
+__all__ = ["AdminService", "AdminStore", "ConsumerProgress", "MessageView", "QueueProgress",
+           "is_system_group", "is_system_topic"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """A stored message as operators see it."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phy_offset: int
+    offset_msg_id: str
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp_ms: int = 0
+    store_timestamp_ms: int = 0
+    born_host: str = ""
+    store_host: str = ""
+    reconsume_times: int = 0
+
+    @property
+    def message_id(self) -> str:
+        """The client's message id (UNIQ_KEY), "" if the producer set none."""
+        return self.properties.get("UNIQ_KEY", "")
+
+    @property
+    def tag(self) -> str:
+        return self.properties.get("TAGS", "")
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get("KEYS", "").split(KEY_SEPARATOR) if k]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    topic: str
+    queue_id: int
+    min_offset: int
+    broker_offset: int       # the queue's max offset (next to be written)
+    consumer_offset: int     # the group's next offset to consume; -1: none committed
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerProgress:
+    group: str
+    queues: list[QueueProgress]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+
+class AdminStore(Protocol):
+    """The store calls the admin service makes. Failures raise BrokerError (StoreCallError)."""
+
+    def get_topic(self, name: str) -> TopicInfo | None: ...
+    def list_topics(self) -> list[TopicInfo]: ...
+
+    def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
+        """Create or update: set the type and, unless ``queue_nums`` is 0, the read and write
+        queue nums; keep every other field."""
+
+    def delete_topic(self, name: str) -> bool:
+        """Whether the topic existed."""
+
+    def get_group(self, name: str) -> GroupInfo | None: ...
+    def list_groups(self) -> list[GroupInfo]: ...
+
+    def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
+        """Create or update: set consume_message_orderly and retry_max_times, keep other fields."""
+
+    def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
+        """Every committed (topic, queue_id, offset) of the group."""
+
+    def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of one queue; (0, 0) for a queue that never held a message."""
+
+    def find_messages_by_key(self, topic: str, key: str, max_num: int) -> list[MessageView]: ...
+
+    def find_message_by_offset_msg_id(self, offset_msg_id: str) -> MessageView | None:
+        """The record the id names; None if there is none or the id does not decode."""
+
+
+class AdminService:
+    """``on_topic_changed(name)`` is called after a topic is created, updated or deleted (the
+    broker drops its cached config, so sends see the change at once)."""
+
+    def __init__(self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None) -> None:
+        self._store = store
+        self._on_topic_changed = on_topic_changed
+
+    # -- topics ----------------------------------------------------------------------------
+    def create_topic(self, name: str, message_type: str = "", queue_nums: int = 0) -> tuple[TopicInfo, bool]:
+        """(the stored topic, whether it is new). Unset ("" / 0) values keep the stored ones."""
+        validate_topic(name)
+        if message_type and message_type not in TOPIC_MESSAGE_TYPES:
+            raise RequestError(f"message type must be one of {', '.join(TOPIC_MESSAGE_TYPES)}, not {message_type}")
+        if queue_nums and not 1 <= queue_nums <= TOPIC_QUEUE_NUMS_MAX:
+            raise RequestError(f"queue count must be in [1, {TOPIC_QUEUE_NUMS_MAX}], not {queue_nums}")
+        existing = self._store.get_topic(name)
+        if existing is None:
+            message_type = message_type or "NORMAL"
+            queue_nums = queue_nums or TOPIC_QUEUE_NUMS_DEFAULT
+        else:  # 0 queues: the stored read and write counts stay (they may differ, e.g. mid-shrink)
+            message_type = message_type or existing.message_type
+        topic = self._store.update_topic(name, queue_nums, message_type)
+        self._on_topic_changed(name)
+        log.info("%s topic %s (%s, %d queues)", "created" if existing is None else "updated", name,
+                 topic.message_type, topic.write_queue_nums)
+        return topic, existing is None
+
+    def list_topics(self, include_system: bool = False) -> list[TopicInfo]:
+        topics = self._store.list_topics()
+        return sorted((t for t in topics if include_system or not is_system_topic(t.name)), key=lambda t: t.name)
+
+    def delete_topic(self, name: str) -> None:
+        validate_topic(name)
+        existed = self._store.delete_topic(name)
+        self._on_topic_changed(name)
+        if not existed:
+            raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
+        log.info("deleted topic %s", name)
+
+    # -- groups ----------------------------------------------------------------------------
+    def create_group(self, name: str, fifo: bool | None = None,
+                     max_delivery_attempts: int = 0) -> tuple[GroupInfo, bool]:
+        """(the stored group, whether it is new). Unset (None / 0) values keep the stored ones."""
+        validate_group(name)
+        if max_delivery_attempts and not 1 <= max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS_MAX:
+            raise RequestError(f"max delivery attempts must be in [1, {MAX_DELIVERY_ATTEMPTS_MAX}], "
+                               f"not {max_delivery_attempts}")
+        existing = self._store.get_group(name)
+        if fifo is None:
+            fifo = existing.consume_message_orderly if existing is not None else False
+        if max_delivery_attempts:
+            retry_max_times = max_delivery_attempts - 1
+        else:
+            retry_max_times = existing.retry_max_times if existing is not None else MAX_DELIVERY_ATTEMPTS_DEFAULT - 1
+        group = self._store.update_group(name, fifo, retry_max_times)
+        log.info("%s group %s (fifo=%s, %d deliveries)", "created" if existing is None else "updated", name,
+                 group.consume_message_orderly, group.retry_max_times + 1)
+        return group, existing is None
+
+    def list_groups(self, include_system: bool = False) -> list[GroupInfo]:
+        groups = self._store.list_groups()
+        return sorted((g for g in groups if include_system or not is_system_group(g.name)), key=lambda g: g.name)
+
+    # -- consumer progress -------------------------------------------------------------------
+    def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:
+        _check_group_name(group)
+        if self._store.get_group(group) is None:
+            raise NotFoundError(f"consumer group {group} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
+        committed: dict[str, dict[int, int]] = {}
+        for offset_topic, queue_id, offset in self._store.group_offsets(group):
+            committed.setdefault(offset_topic, {})[queue_id] = offset
+        if topic:
+            self._require_topic(topic)
+            topics = [topic]
+        else:
+            topics = sorted(committed)
+        queues = []
+        for name in topics:
+            info = self._store.get_topic(name)  # None: deleted since; report the committed queues
+            offsets = committed.get(name, {})
+            for queue_id in sorted(set(range(info.read_queue_nums if info else 0)) | set(offsets)):
+                min_offset, max_offset = self._store.queue_offsets(name, queue_id)
+                consumer_offset = offsets.get(queue_id, -1)
+                lag = max(0, max_offset - max(consumer_offset, min_offset))
+                queues.append(QueueProgress(name, queue_id, min_offset, max_offset, consumer_offset, lag))
+        return ConsumerProgress(group, queues)
+
+    # -- messages ----------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int = 0) -> list[MessageView]:
+        """Messages of ``topic`` with ``key`` (a KEYS word or a UNIQ_KEY); [] if none."""
+        if not topic:
+            raise RequestError("a topic is required to query by key", Code.ILLEGAL_TOPIC)
+        if not key:
+            raise RequestError("the key must not be empty", Code.ILLEGAL_MESSAGE_KEY)
+        validate_key(key)
+        max_num = _query_limit(max_num)
+        self._require_topic(topic)
+        return sorted(self._store.find_messages_by_key(topic, key, max_num), key=_commitlog_order)
+
+    def query_by_id(self, message_id: str, topic: str = "", max_num: int = 0) -> list[MessageView]:
+        """The message(s) with this id (copies in retry / DLQ topics share it); NotFoundError if
+        none. ``topic`` narrows a client-id search to one topic."""
+        validate_message_id(message_id)
+        max_num = _query_limit(max_num)
+        if topic:
+            self._require_topic(topic)
+            found = self._by_uniq_key(topic, message_id, max_num)
+        else:
+            found = []
+        if not found and _OFFSET_MSG_ID.fullmatch(message_id):
+            record = self._store.find_message_by_offset_msg_id(message_id.upper())
+            if record is not None and (not topic or record.topic == topic):
+                found = [record]
+        if not found and not topic:
+            for info in self.list_topics():
+                found += self._by_uniq_key(info.name, message_id, max_num - len(found))
+                if len(found) >= max_num:
+                    break
+        if not found:
+            where = f" in topic {topic}" if topic else ""
+            raise NotFoundError(f"no message with id {message_id}{where}", Code.MESSAGE_NOT_FOUND)
+        return sorted(found, key=_commitlog_order)
+
+    def _by_uniq_key(self, topic: str, message_id: str, max_num: int) -> list[MessageView]:
+        # The index also holds KEYS words: a producer key equal to some id must not match.
+        return [m for m in self._store.find_messages_by_key(topic, message_id, max_num) if m.message_id == message_id]
+
+    def _require_topic(self, name: str) -> None:
+        _check_topic_name(name)
+        if self._store.get_topic(name) is None:
+            raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
+
+
+def _check_topic_name(name: str) -> None:
+    """Lookups accept any legal name (system ones too); creates use the stricter checks."""
+    reason = validate_topic_name(name)
+    if reason:
+        raise RequestError(reason, Code.ILLEGAL_TOPIC)
+
+
+def _check_group_name(name: str) -> None:
+    reason = validate_group_name(name)
+    if reason:
+        raise RequestError(reason, Code.ILLEGAL_CONSUMER_GROUP)
+
+
+def _commitlog_order(message: MessageView) -> int:
+    """Oldest first (the index answers newest first)."""
+    return message.phy_offset
+
+
+def _query_limit(max_num: int) -> int:
+    if not max_num:
+        return QUERY_MESSAGES_DEFAULT
+    if not 1 <= max_num <= QUERY_MESSAGES_MAX:
+        raise RequestError(f"max messages must be in [1, {QUERY_MESSAGES_MAX}], not {max_num}")
+    return max_num

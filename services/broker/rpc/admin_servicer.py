@@ -1,0 +1,141 @@
+"""AdminServicer: the gRPC face of ``admin.AdminService`` (``pyrmq.admin.v1.Admin``).
+
+Each method converts the request, calls the core, converts back. Unlike MessagingService,
+errors are real gRPC status codes, mapped in one table (``_STATUS``) by ``admin_errors``:
+
+| core error | gRPC status |
+|---|---|
+| ``RequestError`` (bad name, type, count; the store refused a field) | INVALID_ARGUMENT |
+| ``NotFoundError`` (topic, group, message) | NOT_FOUND |
+| ``StoreCallError`` with PROXY_TIMEOUT | DEADLINE_EXCEEDED |
+| ``StoreCallError`` (store unreachable or failing), other ``BrokerError`` | UNAVAILABLE |
+| anything else (a bug; logged with its traceback) | INTERNAL |
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from pyrmq.admin.v1 import admin_pb2 as pb
+from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
+
+from services.broker.admin import (AdminService, AdminStore, MessageView, QueueProgress, is_system_group,
+                                   is_system_topic)
+from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
+from services.broker.model import GroupInfo, TopicInfo
+
+log = logging.getLogger(__name__)
+
+ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Admin"].full_name  # pyrmq.admin.v1.Admin
+_STATUS: tuple[tuple[type[BrokerError], grpc.StatusCode], ...] = (
+    (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (BrokerError, grpc.StatusCode.UNAVAILABLE),
+)
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def status_of(exc: BrokerError) -> grpc.StatusCode:
+    if exc.code is Code.PROXY_TIMEOUT:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    return next(code for kind, code in _STATUS if isinstance(exc, kind))
+
+
+def admin_errors(method: Method) -> Method:
+    """Abort the call with the status ``_STATUS`` gives a raised error."""
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except BrokerError as exc:
+            context.abort(status_of(exc), exc.message)
+        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer INTERNAL
+            log.exception("Admin.%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    return wrapper  # type: ignore[return-value]
+
+
+class AdminServicer(pb_grpc.AdminServicer):
+    def __init__(self, admin: AdminService) -> None:
+        self._admin = admin
+
+    @admin_errors
+    def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.CreateTopicResponse:
+        message_type = "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else \
+            pb.MessageType.Name(request.message_type)
+        topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)
+        return pb.CreateTopicResponse(topic=_topic(topic), created=created)
+
+    @admin_errors
+    def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(topics=[_topic(t) for t in self._admin.list_topics(request.include_system)])
+
+    @admin_errors
+    def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:
+        self._admin.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @admin_errors
+    def CreateGroup(self, request: pb.CreateGroupRequest, context: grpc.ServicerContext) -> pb.CreateGroupResponse:
+        fifo = request.fifo if request.HasField("fifo") else None
+        group, created = self._admin.create_group(request.name, fifo, request.max_delivery_attempts)
+        return pb.CreateGroupResponse(group=_group(group), created=created)
+
+    @admin_errors
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        return pb.ListGroupsResponse(groups=[_group(g) for g in self._admin.list_groups(request.include_system)])
+
+    @admin_errors
+    def GetConsumerProgress(self, request: pb.GetConsumerProgressRequest,
+                            context: grpc.ServicerContext) -> pb.GetConsumerProgressResponse:
+        progress = self._admin.consumer_progress(request.group, request.topic)
+        return pb.GetConsumerProgressResponse(group=progress.group, queues=[_queue(q) for q in progress.queues],
+                                              total_lag=progress.total_lag)
+
+    @admin_errors
+    def QueryMessages(self, request: pb.QueryMessagesRequest,
+                      context: grpc.ServicerContext) -> pb.QueryMessagesResponse:
+        if request.key and request.message_id:
+            raise RequestError("query by key or by message id, not both")
+        if request.message_id:
+            found = self._admin.query_by_id(request.message_id, request.topic, request.max_num)
+        else:
+            found = self._admin.query_by_key(request.topic, request.key, request.max_num)
+        return pb.QueryMessagesResponse(messages=[_message(m) for m in found])
+
+
+def add_admin_service(server: grpc.Server, store: AdminStore,
+                      on_topic_changed: Callable[[str], None] = lambda name: None) -> AdminServicer:
+    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store``."""
+    servicer = AdminServicer(AdminService(store, on_topic_changed))
+    pb_grpc.add_AdminServicer_to_server(servicer, server)
+    return servicer
+
+
+def _topic(topic: TopicInfo) -> pb.Topic:
+    return pb.Topic(name=topic.name, message_type=pb.MessageType.Value(topic.message_type),
+                    read_queue_nums=topic.read_queue_nums, write_queue_nums=topic.write_queue_nums, perm=topic.perm,
+                    system=is_system_topic(topic.name))
+
+
+def _group(group: GroupInfo) -> pb.Group:
+    return pb.Group(name=group.name, fifo=group.consume_message_orderly,
+                    max_delivery_attempts=group.retry_max_times + 1, system=is_system_group(group.name))
+
+
+def _queue(queue: QueueProgress) -> pb.QueueProgress:
+    return pb.QueueProgress(topic=queue.topic, queue_id=queue.queue_id, min_offset=queue.min_offset,
+                            broker_offset=queue.broker_offset, consumer_offset=queue.consumer_offset, lag=queue.lag)
+
+
+def _message(message: MessageView) -> pb.MessageRecord:
+    return pb.MessageRecord(
+        topic=message.topic, queue_id=message.queue_id, queue_offset=message.queue_offset,
+        phy_offset=message.phy_offset, message_id=message.message_id, offset_msg_id=message.offset_msg_id,
+        tag=message.tag, keys=message.keys, born_timestamp_ms=message.born_timestamp_ms,
+        store_timestamp_ms=message.store_timestamp_ms, born_host=message.born_host, store_host=message.store_host,
+        reconsume_times=message.reconsume_times, properties=message.properties, body=message.body)

@@ -1,0 +1,178 @@
+"""The admin commands end to end: ``python -m services.cli topic|group|consumer|message ...`` run as
+subprocesses against a real broker and store (in this process, on 127.0.0.1:0; one pair for the
+module, so each test uses its own names)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from pyrmq.store.v1 import store_pb2 as pb
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+
+from services.broker.config import BrokerConfig
+from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.broker.rpc.server import build_server
+from services.store.clock import SystemClock
+from services.store.rpc.server import build_server as build_store_server
+from services.store.rpc.server import stop_server
+from services.store.store import FileStore
+from tests.broker.test_admin import put, wait_indexed
+from tests.store.conftest import small_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, pb_grpc.StoreStub]]:
+    """(broker endpoint, store stub)."""
+    store = FileStore(small_config(tmp_path_factory.mktemp("admin-cli") / "store",
+                                   commitlog_file_size_bytes=64 << 20), SystemClock())
+    store.start()
+    store_server, store_port = build_store_server(store, "127.0.0.1", 0)
+    store_server.start()
+    client = GrpcStoreClient(f"127.0.0.1:{store_port}")
+    broker = build_server(BrokerConfig(port=0, store_address=f"127.0.0.1:{store_port}"), client)
+    broker.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{store_port}") as channel:
+            yield f"127.0.0.1:{broker.port}", pb_grpc.StoreStub(channel)
+    finally:
+        broker.stop(1.0)
+        client.close()
+        stop_server(store_server, 1.0)
+        store.shutdown()
+
+
+@pytest.fixture
+def endpoint(servers) -> str:
+    return servers[0]
+
+
+@pytest.fixture
+def store_stub(servers) -> pb_grpc.StoreStub:
+    return servers[1]
+
+
+def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S)
+
+
+def ok(*args: str) -> str:
+    done = pyrmq(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def ok_json(*args: str):
+    return json.loads(ok(*args, "--json"))
+
+
+def fails(code: int, *args: str) -> str:
+    """The one-line error on stderr of a command that must exit with ``code``."""
+    done = pyrmq(*args)
+    assert done.returncode == code, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 or code == 2, done.stderr  # 2: argparse adds its usage
+    return done.stderr
+
+
+def test_topic_create_list_delete(endpoint):
+    assert ok("topic", "create", "CliOrders", "--type", "fifo", "--queues", "4", "--endpoint", endpoint) == \
+        "Created topic CliOrders: FIFO, 4 queues.\n"
+    again = ok_json("topic", "create", "CliOrders", "--type", "TRANSACTION", "--endpoint", endpoint)
+    assert again == {"created": False, "topic": {"name": "CliOrders", "message_type": "TRANSACTION",
+                                                  "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6,
+                                                  "system": False}}
+    table = ok("topic", "list", "--endpoint", endpoint)
+    assert "TOPIC" in table and "TYPE" in table
+    [row] = [line.split() for line in table.splitlines() if "CliOrders" in line]
+    assert row == ["CliOrders", "TRANSACTION", "4", "4", "read-write"]
+    topics = ok_json("topic", "list", "--endpoint", endpoint)["topics"]
+    assert "CliOrders" in [t["name"] for t in topics]
+
+    assert ok("topic", "delete", "CliOrders", "--endpoint", endpoint) == "Deleted topic CliOrders.\n"
+    assert "CliOrders" not in [t["name"] for t in ok_json("topic", "list", "--endpoint", endpoint)["topics"]]
+    assert fails(3, "topic", "delete", "CliOrders", "--endpoint", endpoint) == \
+        "pyrmq: error: topic CliOrders does not exist\n"
+
+
+def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):
+    error = fails(2, "topic", "create", "bad/name", "--type", "NORMAL", "--endpoint", endpoint)
+    assert error.startswith("pyrmq: error: The specified topic: bad/name, contains illegal characters")
+    assert "system topic" in fails(2, "topic", "create", "TBW102", "--type", "NORMAL", "--endpoint", endpoint)
+
+
+def test_group_create_and_list(endpoint):
+    assert ok("group", "create", "CliGroup", "--fifo", "--max-delivery-attempts", "5", "--endpoint", endpoint) == \
+        "Created group CliGroup: FIFO, 5 delivery attempts before the DLQ.\n"
+    assert ok_json("group", "create", "CliGroup", "--endpoint", endpoint) == {
+        "created": False, "group": {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False}}
+    [row] = [line.split() for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "CliGroup" in line]
+    assert row == ["CliGroup", "yes", "5"]
+    groups = ok_json("group", "list", "--endpoint", endpoint)["groups"]
+    assert {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False} in groups
+    assert "illegal characters" in fails(2, "group", "create", "bad group", "--endpoint", endpoint)
+
+
+def test_consumer_progress(endpoint, store_stub):
+    ok("topic", "create", "CliProgress", "--type", "NORMAL", "--queues", "2", "--endpoint", endpoint)
+    ok("group", "create", "CliConsumers", "--endpoint", endpoint)
+    for i in range(3):
+        put(store_stub, "CliProgress", 0, f"CliProgress-{i}")
+    store_stub.CommitConsumerOffset(pb.CommitConsumerOffsetRequest(
+        group="CliConsumers", topic="CliProgress", queue_id=0, offset=1), timeout=10)
+    wait_indexed(store_stub, "CliProgress", "CliProgress-2")
+
+    table = ok("consumer", "progress", "CliConsumers", "--endpoint", endpoint)
+    rows = [line.split() for line in table.splitlines() if line.strip().startswith("CliProgress")]
+    assert rows == [["CliProgress", "0", "0", "3", "1", "2"], ["CliProgress", "1", "0", "0", "-", "0"]]
+    assert "Total lag: 2" in table
+    document = ok_json("consumer", "progress", "CliConsumers", "--topic", "CliProgress", "--endpoint", endpoint)
+    assert document["group"] == "CliConsumers" and document["total_lag"] == 2
+    assert document["queues"][0] == {"topic": "CliProgress", "queue_id": 0, "min_offset": 0, "broker_offset": 3,
+                                     "consumer_offset": 1, "lag": 2}
+
+    assert fails(3, "consumer", "progress", "CliNobody", "--endpoint", endpoint) == \
+        "pyrmq: error: consumer group CliNobody does not exist\n"
+
+
+def test_message_query_by_key_and_id(endpoint, store_stub):
+    ok("topic", "create", "CliMessages", "--type", "NORMAL", "--endpoint", endpoint)
+    client_id = "01C0FFEE0000000146A20B13E206000007"
+    result = put(store_stub, "CliMessages", 3, client_id, keys="cli-order-7", body=b"hello admin")
+    wait_indexed(store_stub, "CliMessages", "cli-order-7")
+
+    table = ok("message", "query", "--topic", "CliMessages", "--key", "cli-order-7", "--endpoint", endpoint)
+    [row] = [line.split() for line in table.splitlines() if client_id in line]
+    assert row[:6] == [client_id, "CliMessages", "3", "0", "TagA", "cli-order-7"] and row[-2:] == ["hello", "admin"]
+    [message] = ok_json("message", "query", "--topic", "CliMessages", "--key", "cli-order-7",
+                        "--endpoint", endpoint)["messages"]
+    assert (message["message_id"], message["offset_msg_id"], message["body_text"], message["body_base64"]) == (
+        client_id, result.offset_msg_id, "hello admin", "aGVsbG8gYWRtaW4=")
+    assert "No message of topic CliMessages has key nothing" in ok(
+        "message", "query", "--topic", "CliMessages", "--key", "nothing", "--endpoint", endpoint)
+
+    details = ok("message", "query", "--id", client_id, "--endpoint", endpoint)
+    assert "Offset message ID" in details and result.offset_msg_id in details and "hello admin" in details
+    [by_offset_id] = ok_json("message", "query", "--id", result.offset_msg_id, "--endpoint", endpoint)["messages"]
+    assert by_offset_id["message_id"] == client_id
+    assert fails(3, "message", "query", "--id", "01NOPE", "--endpoint", endpoint) == \
+        "pyrmq: error: no message with id 01NOPE\n"
+
+
+def test_usage_errors_exit_2(endpoint):
+    assert "--key needs --topic" in fails(2, "message", "query", "--key", "k", "--endpoint", endpoint)
+    assert "--type" in fails(2, "topic", "create", "T", "--endpoint", endpoint)
+    assert "must be at least 1" in fails(2, "topic", "create", "T", "--type", "NORMAL", "--queues", "0")
+
+
+def test_unreachable_endpoint_exits_4():
+    error = fails(4, "topic", "list", "--endpoint", "127.0.0.1:1", "--timeout", "5")
+    assert error.startswith("pyrmq: error: 127.0.0.1:1: UNAVAILABLE")
