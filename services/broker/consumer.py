@@ -125,7 +125,7 @@ class PopStore(Protocol):
     def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
                      tags_codes: Iterable[int], fifo: bool, sql_expression: str = "") -> PopOutcome:
         """``sql_expression``: a SQL92 filter already validated by ``compile_sql``, or "" for none."""
-    def ack_message(self, group: str, topic: str, handle: str) -> AckResult: ...
+    def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]: ...
     def change_invisible_duration(self, group: str, topic: str, handle: str,
                                   invisible_ms: int) -> tuple[AckResult, str]: ...
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult: ...
@@ -399,28 +399,31 @@ class ConsumerService:
         if tags is None:
             return messages
         kept = []
+        mismatched: dict[str, list[str]] = {}
         for delivery in messages:
             if delivery.properties.get("TAGS") in tags:
                 kept.append(delivery)
             else:  # a tags-code collision: not for this subscription
-                self._store.ack_message(request.group, delivery.topic, delivery.receipt_handle)
+                mismatched.setdefault(delivery.topic, []).append(delivery.receipt_handle)
+        for topic, handles in mismatched.items():
+            self._store.ack_messages(request.group, topic, handles)
         return kept
 
     # -- ack / nack / DLQ ---------------------------------------------------------------------
     def ack(self, group: str, topic: str, handles: list[str]) -> list[tuple[Code, str]]:
         """One (code, message) per handle, in order."""
         self._check(group, topic)
-        results = []
-        for handle in handles:
+        results: list[tuple[Code, str] | None] = [
+            None if handle else (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty") for handle in handles]
+        sent = [i for i, result in enumerate(results) if result is None]
+        if sent:  # one store call for the whole request
             try:
-                if not handle:
-                    raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
-                result = self._store.ack_message(group, topic, handle)
+                outcomes = [_ack_code(r) for r in self._store.ack_messages(group, topic, [handles[i] for i in sent])]
             except BrokerError as exc:
-                results.append((exc.code, exc.message))
-                continue
-            results.append(_ack_code(result))
-        return results
+                outcomes = [(exc.code, exc.message)] * len(sent)
+            for i, outcome in zip(sent, outcomes):
+                results[i] = outcome
+        return [r for r in results if r is not None]
 
     def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """The new receipt handle."""

@@ -188,14 +188,25 @@ class PopService:
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> AckStatus:
+        return self.ack_many(group, topic, [receipt_handle])[0]
+
+    def ack_many(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckStatus]:
+        """``ack`` of each handle, in order, under one lock acquisition."""
         self._check_running()
+        statuses: list[AckStatus] = []
+        unlocked: list[QueueKey | None] = []
         with self._lock:
-            entry = self._find_locked(group, topic, receipt_handle, self._clock.now_ms())
-            if entry is None:
-                return AckStatus.INVALID_RECEIPT_HANDLE
-            unlocked = self._finish_locked(entry)
-        self.revive.announce([unlocked])
-        return AckStatus.OK
+            now = self._clock.now_ms()
+            for handle in receipt_handles:
+                entry = self._find_locked(group, topic, handle, now)
+                if entry is None:
+                    statuses.append(AckStatus.INVALID_RECEIPT_HANDLE)
+                    continue
+                unlocked.append(self._finish_locked(entry))
+                statuses.append(AckStatus.OK)
+        if unlocked:
+            self.revive.announce(unlocked)
+        return statuses
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
                                   invisible_ms: int) -> tuple[AckStatus, str]:

@@ -129,9 +129,9 @@ class FakePopStore:
         taken, self.queue = self.queue[:max_count], self.queue[max_count:]
         return PopOutcome(taken)
 
-    def ack_message(self, group, topic, handle) -> AckResult:
-        self.acked.append(handle)
-        return AckResult.OK if handle.startswith("h") else AckResult.INVALID_RECEIPT_HANDLE
+    def ack_messages(self, group, topic, handles) -> list[AckResult]:
+        self.acked.extend(handles)
+        return [AckResult.OK if h.startswith("h") else AckResult.INVALID_RECEIPT_HANDLE for h in handles]
 
     def change_invisible_duration(self, group, topic, handle, invisible_ms):
         return (AckResult.OK, handle + "'") if handle.startswith("h") else (AckResult.INVALID_RECEIPT_HANDLE, "")

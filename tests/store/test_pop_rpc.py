@@ -181,3 +181,22 @@ def test_pop_on_a_stopped_store_is_unavailable(served: Served) -> None:
     with pytest.raises(grpc.RpcError) as error:
         served.pop()
     assert error.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_ack_messages_acks_many_in_one_call_with_a_status_each(served: Served) -> None:
+    served.put(*(message(f"m{i}".encode(), queue_id=i % 2) for i in range(5)))
+    popped = served.pop(max_count=5).messages
+    assert len(popped) == 5
+    handles = [m.receipt_handle for m in popped]
+    response = served.stub.AckMessages(pb.AckMessagesRequest(
+        group=GROUP, topic=TOPIC, receipt_handles=[handles[0], "bogus", *handles[1:], handles[0]]),
+        timeout=RPC_TIMEOUT_S)
+    assert list(response.statuses) == [pb.ACK_OK, pb.INVALID_RECEIPT_HANDLE, *[pb.ACK_OK] * 4,
+                                       pb.INVALID_RECEIPT_HANDLE]  # the repeat is already acked
+    served.clock.advance_ms(INVISIBLE_MS + 1)
+    served.revive()
+    assert list(served.pop(max_count=5).messages) == []  # all acked: nothing comes back
+    with pytest.raises(grpc.RpcError) as too_many:
+        served.stub.AckMessages(pb.AckMessagesRequest(group=GROUP, topic=TOPIC, receipt_handles=["x"] * 1025),
+                                timeout=RPC_TIMEOUT_S)
+    assert too_many.value.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -144,13 +144,15 @@ class GrpcStoreClient:
         return PopOutcome([_delivery(m) for m in response.messages],
                           frozenset(q.topic for q in response.examined_queues))
 
-    def ack_message(self, group: str, topic: str, handle: str) -> AckResult:
+    def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         try:
-            response = self._stub.AckMessage(pb.AckMessageRequest(group=group, topic=topic, receipt_handle=handle),
-                                             timeout=self._timeout_s)
+            response = self._stub.AckMessages(pb.AckMessagesRequest(group=group, topic=topic,
+                                                                    receipt_handles=handles), timeout=self._timeout_s)
         except grpc.RpcError as exc:
-            raise _call_error(exc, "AckMessage") from None
-        return _ack_result(response.status)
+            raise _call_error(exc, "AckMessages") from None
+        if len(response.statuses) != len(handles):
+            raise StoreCallError(f"store answered {len(response.statuses)} ack statuses for {len(handles)} handles")
+        return [_ack_result(status) for status in response.statuses]
 
     def change_invisible_duration(self, group: str, topic: str, handle: str,
                                   invisible_ms: int) -> tuple[AckResult, str]:

@@ -304,5 +304,17 @@ def receipt_request_from_pb(request: Any) -> tuple[str, str, str]:
     return request.group, request.topic, request.receipt_handle
 
 
+ACK_MESSAGES_HANDLES_MAX = 1024
+
+
+def receipts_request_from_pb(request: Any) -> tuple[str, str, list[str]]:
+    """(group, topic, receipt handles) of an AckMessages request."""
+    _group_and_topic(request)
+    if len(request.receipt_handles) > ACK_MESSAGES_HANDLES_MAX:
+        raise ValueError(f"at most {ACK_MESSAGES_HANDLES_MAX} receipt handles per call, "
+                         f"got {len(request.receipt_handles)}")
+    return request.group, request.topic, list(request.receipt_handles)
+
+
 def ack_status_to_pb(status: AckStatus) -> int:
     return _ACK_STATUS_TO_PB[status]

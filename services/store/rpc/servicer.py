@@ -277,6 +277,12 @@ class StoreServicer(pb_grpc.StoreServicer):
         return pb.AckMessageResponse(status=convert.ack_status_to_pb(status))
 
     @rpc_errors
+    def AckMessages(self, request: pb.AckMessagesRequest, context: grpc.ServicerContext) -> pb.AckMessagesResponse:
+        group, topic, handles = convert.receipts_request_from_pb(request)
+        statuses = self._store.pop.ack_many(group, topic, handles)
+        return pb.AckMessagesResponse(statuses=[convert.ack_status_to_pb(s) for s in statuses])
+
+    @rpc_errors
     def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest,
                                 context: grpc.ServicerContext) -> pb.ChangeInvisibleDurationResponse:
         if request.invisible_duration_ms < 0:
