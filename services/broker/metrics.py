@@ -9,7 +9,11 @@
   ``pyrmq_broker_throughput_in_bytes_total{topic}``: messages accepted by SendMessage (body
   bytes); ``pyrmq_broker_messages_out_total{topic, consumer_group}`` and
   ``pyrmq_broker_throughput_out_bytes_total{topic, consumer_group}``: messages handed out by
-  ReceiveMessage (redeliveries count again), as RocketMQ 5's rocketmq_messages_in/out_total.
+  ReceiveMessage (redeliveries count again), as RocketMQ 5's rocketmq_messages_in/out_total;
+* ``pyrmq_broker_consumer_lag_messages{consumer_group, topic}`` and
+  ``pyrmq_broker_consumer_inflight_messages{consumer_group, topic}``: asked of the store
+  (GetConsumerStats) at scrape time, since the broker keeps no state; a store that does not
+  answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape.
 """
 from __future__ import annotations
 
@@ -113,6 +117,40 @@ class TrafficMetrics:
             self._bytes_out.labels(delivery.topic, group).inc(len(delivery.body))
 
 
+CONSUMER_STATS_TIMEOUT_S = 2.0
+ConsumerStatsSource = Callable[[float], list[tuple[str, str, int, int]]]
+
+
+class ConsumerStatsCollector(Collector):
+    """Consumer lag and in-flight messages by group and topic, read from the store per scrape."""
+
+    def __init__(self, source: ConsumerStatsSource) -> None:
+        self._source = source
+
+    def _families(self, stats: list[tuple[str, str, int, int]]) -> list[Metric]:
+        lag = GaugeMetricFamily("pyrmq_broker_consumer_lag_messages",
+                                "Messages a consumer group has not acknowledged yet (in-flight included).",
+                                labels=["consumer_group", "topic"])
+        inflight = GaugeMetricFamily("pyrmq_broker_consumer_inflight_messages",
+                                     "Messages received by a consumer group and not yet acknowledged.",
+                                     labels=["consumer_group", "topic"])
+        for group, topic, lag_messages, inflight_messages in stats:
+            lag.add_metric([group, topic], lag_messages)
+            inflight.add_metric([group, topic], inflight_messages)
+        return [lag, inflight]
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            stats = self._source(CONSUMER_STATS_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the store is away
+            log.warning("consumer stats unavailable from the store for this scrape", exc_info=True)
+            return []
+        return self._families(stats)
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families([])
+
+
 class BrokerMetrics:
     def __init__(self, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
@@ -122,8 +160,11 @@ class BrokerMetrics:
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock(), in_band_code)
         self.traffic = TrafficMetrics(self.registry)
 
-    def watch(self, coalescer_stats: Callable[[], CoalescerStats | None], sessions: Callable[[], int]) -> None:
+    def watch(self, coalescer_stats: Callable[[], CoalescerStats | None], sessions: Callable[[], int],
+              consumer_stats: ConsumerStatsSource | None = None) -> None:
         self.registry.register(BrokerStatsCollector(coalescer_stats, sessions))
+        if consumer_stats is not None:
+            self.registry.register(ConsumerStatsCollector(consumer_stats))
 
 
 __all__ = ["BrokerMetrics", "MetricsHttpServer"]

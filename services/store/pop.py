@@ -208,6 +208,15 @@ class PopService:
             self.revive.announce(unlocked)
         return statuses
 
+    def in_flight_counts(self) -> dict[tuple[str, str], int]:
+        """(group, source topic) -> deliveries popped and neither acked nor expired yet."""
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for (group, topic, _), state in self._queues.items():
+                if state.in_flight:
+                    counts[(group, topic)] = counts.get((group, topic), 0) + len(state.in_flight)
+        return counts
+
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
                                   invisible_ms: int) -> tuple[AckStatus, str]:
         """Make the message visible again ``invisible_ms`` from now; the old handle dies."""

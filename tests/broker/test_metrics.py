@@ -74,3 +74,15 @@ def test_calls_without_a_v2_status_keep_the_grpc_code(make_broker, metrics):
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
     assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check",
                   code="OK") == 1
+
+
+def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics):
+    send_ok(v2m, *(message("LagTopic", body=b"x", message_id=f"LAG{i}") for i in range(5)))
+    got: list = []
+    while len(got) < 3:
+        got += receive(v2m, "LagTopic", group="LagGroup", batch_size=3 - len(got))[1]
+    assert ack(v2m, "LagTopic", got[0].system_properties.receipt_handle, group="LagGroup").status.code == d.OK
+    # 5 sent, 1 acked: 4 not acknowledged, 2 of them in flight
+    assert sample(metrics, "pyrmq_broker_consumer_lag_messages", consumer_group="LagGroup", topic="LagTopic") == 4
+    assert sample(metrics, "pyrmq_broker_consumer_inflight_messages", consumer_group="LagGroup",
+                  topic="LagTopic") == 2

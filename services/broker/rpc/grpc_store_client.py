@@ -144,6 +144,14 @@ class GrpcStoreClient:
         return PopOutcome([_delivery(m) for m in response.messages],
                           frozenset(q.topic for q in response.examined_queues))
 
+    def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
+        """(group, topic, lag messages, in-flight messages) of every consumer group."""
+        try:
+            response = self._stub.GetConsumerStats(pb.GetConsumerStatsRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "GetConsumerStats") from None
+        return [(s.group, s.topic, s.lag_messages, s.inflight_messages) for s in response.stats]
+
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         try:
             response = self._stub.AckMessages(pb.AckMessagesRequest(group=group, topic=topic,

@@ -123,7 +123,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
 
     if metrics is not None:
         metrics.watch(sink.stats,
-                      lambda: len(telemetry.registry))
+                      lambda: len(telemetry.registry),
+                      getattr(store, "consumer_stats", None))
     log.info("broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint))
     return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub,
                         watch_start, watch_stop)

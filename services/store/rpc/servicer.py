@@ -19,6 +19,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from prometheus_client import Histogram
 
+from services.store.consumer_stats import consumer_stats
 from services.store.model import Arrival
 from services.store.rpc import convert
 from services.store.rpc.status import TooManyWatchersError, check_put_batch, rpc_errors
@@ -265,6 +266,14 @@ class StoreServicer(pb_grpc.StoreServicer):
     @rpc_errors
     def GetStats(self, request: pb.GetStatsRequest, context: grpc.ServicerContext) -> pb.StoreStats:
         return convert.stats_to_pb(self._store.stats())
+
+    @rpc_errors
+    def GetConsumerStats(self, request: pb.GetConsumerStatsRequest,
+                         context: grpc.ServicerContext) -> pb.GetConsumerStatsResponse:
+        return pb.GetConsumerStatsResponse(stats=[
+            pb.ConsumerStats(group=s.group, topic=s.topic, lag_messages=s.lag_messages,
+                             inflight_messages=s.inflight_messages)
+            for s in consumer_stats(self._store, request.group)])
 
     # -- pop consumption (statuses are data; only bad arguments fail the call) --------------
     @rpc_errors

@@ -1,0 +1,45 @@
+"""Per (consumer group, topic) consumption figures: lag and in-flight messages.
+
+* ``lag_messages``: over the queues the group has committed on, the messages at or above its
+  committed offset (``max_offset - max(committed, min_offset)``), as RocketMQ 5's
+  ``rocketmq_consumer_lag_messages``: in-flight messages are part of the lag;
+* ``inflight_messages``: deliveries popped and not yet acked or expired (the pop service's
+  memory; 0 after a store restart until the group pops again).
+
+The group's retry topic ``%RETRY%{group}`` appears as its own topic. No gRPC here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from services.store.consumer_offsets import TOPIC_GROUP_SEPARATOR
+
+if TYPE_CHECKING:
+    from services.store.store import FileStore
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    group: str
+    topic: str
+    lag_messages: int
+    inflight_messages: int
+
+
+def consumer_stats(store: FileStore, group: str = "") -> list[ConsumerStats]:
+    """Every (group, topic) with committed offsets or messages in flight, sorted; ``group``
+    limits it to one group."""
+    lag: dict[tuple[str, str], int] = {}
+    for key, queues in store.consumer_offsets.offset_table().items():
+        topic, _, owner = key.rpartition(TOPIC_GROUP_SEPARATOR)
+        if not topic or (group and owner != group):
+            continue
+        total = 0
+        for queue_id, committed in queues.items():
+            max_offset = store.max_offset_in_queue(topic, queue_id)
+            total += max(0, max_offset - max(committed, store.min_offset_in_queue(topic, queue_id)))
+        lag[(owner, topic)] = total
+    in_flight = {k: v for k, v in store.pop.in_flight_counts().items() if not group or k[0] == group}
+    return [ConsumerStats(g, t, lag.get((g, t), 0), in_flight.get((g, t), 0))
+            for g, t in sorted(lag.keys() | in_flight.keys())]
