@@ -2,16 +2,17 @@
 
 * ``pyrmq_broker_*`` from the core's counters, read at scrape time: store PutMessages calls,
   messages put, coalesced batches, the largest batch, sends waiting, live client sessions;
-* ``pyrmq_broker_rpc_latency_seconds{method, code}``: every call (a stream is timed until
+* ``rocketmq_rpc_latency_seconds{method, code}``: every call (a stream is timed until
   it ends). ``code`` is the v2 in-band ``Code`` name the response carries (``OK``,
   ``TOPIC_NOT_FOUND`` ...; a stream: its last status), else the gRPC code name;
-* ``pyrmq_broker_messages_in_total{topic, message_type}`` and
-  ``pyrmq_broker_throughput_in_bytes_total{topic}``: messages accepted by SendMessage (body
-  bytes); ``pyrmq_broker_messages_out_total{topic, consumer_group}`` and
-  ``pyrmq_broker_throughput_out_bytes_total{topic, consumer_group}``: messages handed out by
-  ReceiveMessage (redeliveries count again), as RocketMQ 5's rocketmq_messages_in/out_total;
-* ``pyrmq_broker_consumer_lag_messages{consumer_group, topic}`` and
-  ``pyrmq_broker_consumer_inflight_messages{consumer_group, topic}``: asked of the store
+* ``rocketmq_messages_in_total{topic, message_type}`` and
+  ``rocketmq_throughput_in_total{topic}``: messages accepted by SendMessage (body
+  bytes); ``rocketmq_messages_out_total{topic, consumer_group}`` and
+  ``rocketmq_throughput_out_total{topic, consumer_group}``: messages handed out by
+  ReceiveMessage (redeliveries count again). Names are RocketMQ 5's (``BrokerMetricsConstant``;
+  its throughput counters are in bytes); the RPC histogram adds Prometheus' unit suffix;
+* ``rocketmq_consumer_lag_messages{consumer_group, topic}`` and
+  ``rocketmq_consumer_inflight_messages{consumer_group, topic}``: asked of the store
   (GetConsumerStats) at scrape time, since the broker keeps no state; a store that does not
   answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape.
 """
@@ -96,13 +97,13 @@ class TrafficMetrics:
     """Messages and bytes in and out, by topic (``model.TrafficObserver``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._messages_in = Counter("pyrmq_broker_messages_in", "Messages accepted by SendMessage.",
+        self._messages_in = Counter("rocketmq_messages_in", "Messages accepted by SendMessage.",
                                    ["topic", "message_type"], registry=registry)
-        self._bytes_in = Counter("pyrmq_broker_throughput_in_bytes", "Body bytes accepted by SendMessage.",
+        self._bytes_in = Counter("rocketmq_throughput_in", "Body bytes accepted by SendMessage.",
                                 ["topic"], registry=registry)
-        self._messages_out = Counter("pyrmq_broker_messages_out", "Messages handed out by ReceiveMessage.",
+        self._messages_out = Counter("rocketmq_messages_out", "Messages handed out by ReceiveMessage.",
                                     ["topic", "consumer_group"], registry=registry)
-        self._bytes_out = Counter("pyrmq_broker_throughput_out_bytes", "Body bytes handed out by ReceiveMessage.",
+        self._bytes_out = Counter("rocketmq_throughput_out", "Body bytes handed out by ReceiveMessage.",
                                  ["topic", "consumer_group"], registry=registry)
 
     def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
@@ -128,10 +129,10 @@ class ConsumerStatsCollector(Collector):
         self._source = source
 
     def _families(self, stats: list[tuple[str, str, int, int]]) -> list[Metric]:
-        lag = GaugeMetricFamily("pyrmq_broker_consumer_lag_messages",
+        lag = GaugeMetricFamily("rocketmq_consumer_lag_messages",
                                 "Messages a consumer group has not acknowledged yet (in-flight included).",
                                 labels=["consumer_group", "topic"])
-        inflight = GaugeMetricFamily("pyrmq_broker_consumer_inflight_messages",
+        inflight = GaugeMetricFamily("rocketmq_consumer_inflight_messages",
                                      "Messages received by a consumer group and not yet acknowledged.",
                                      labels=["consumer_group", "topic"])
         for group, topic, lag_messages, inflight_messages in stats:
@@ -155,7 +156,7 @@ class BrokerMetrics:
     def __init__(self, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
         self.rpc_latency = Histogram(
-            "pyrmq_broker_rpc_latency_seconds", "Time to serve one call, by method and (in-band) code.",
+            "rocketmq_rpc_latency_seconds", "Time to serve one call, by method and (in-band) code.",
             ["method", "code"], buckets=RPC_LATENCY_BUCKETS_S, registry=self.registry)
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock(), in_band_code)
         self.traffic = TrafficMetrics(self.registry)

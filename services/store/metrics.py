@@ -91,7 +91,7 @@ class StoreStatsCollector(Collector):
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):
-    """Observes ``pyrmq_store_rpc_latency_seconds{method, code}`` for every RPC.
+    """Observes ``rocketmq_rpc_latency_seconds{method, code}`` for every RPC.
 
     ``method`` is the full gRPC path (``/pyrmq.store.v1.Store/PutMessages``): a fixed set. A
     streaming RPC is timed from its start until its last response (or its cancellation).
@@ -186,7 +186,7 @@ class StoreMetrics:
             "pyrmq_store_put_latency_seconds", "Time to serve one PutMessages batch.",
             buckets=PUT_LATENCY_BUCKETS_S, registry=self.registry)
         self.rpc_latency = Histogram(
-            "pyrmq_store_rpc_latency_seconds", "Time to serve one gRPC call, by method and code.",
+            "rocketmq_rpc_latency_seconds", "Time to serve one gRPC call, by method and code.",
             ["method", "code"], buckets=RPC_LATENCY_BUCKETS_S, registry=self.registry)
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock())
 

@@ -36,13 +36,13 @@ def sample(metrics: BrokerMetrics, name: str, **labels: str) -> float:
 def test_rpc_latency_is_labelled_with_the_in_band_code(v2m, metrics):
     send_ok(v2m, message("MTopic", body=b"12345"))
     assert send(v2m, message("bad topic!")).status.code == d.ILLEGAL_TOPIC
-    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method=SEND, code="OK") == 1
-    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method=SEND, code="ILLEGAL_TOPIC") == 1
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=SEND, code="OK") == 1
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=SEND, code="ILLEGAL_TOPIC") == 1
     status, _, _ = receive(v2m, "EmptyTopic", polling_s=1)  # a stream: labelled with its status element
     assert status.code == d.MESSAGE_NOT_FOUND
-    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method=RECEIVE, code="MESSAGE_NOT_FOUND") == 1
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE, code="MESSAGE_NOT_FOUND") == 1
     assert receive(v2m, "EmptyTopic", group="bad group!")[0].code == d.ILLEGAL_CONSUMER_GROUP
-    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method=RECEIVE,
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE,
                   code="ILLEGAL_CONSUMER_GROUP") == 1
 
 
@@ -50,19 +50,19 @@ def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics):
     send_ok(v2m, message("MTopic", body=b"12345"), message("MTopic", body=b"678", message_id="ID2"))
     send_ok(v2m, message("MFifo", body=b"f", message_id="ID3", message_type=d.FIFO, message_group="g"))
     assert send(v2m, message("bad topic!")).status.code == d.ILLEGAL_TOPIC  # refused: not counted
-    assert sample(metrics, "pyrmq_broker_messages_in_total", topic="MTopic", message_type="NORMAL") == 2
-    assert sample(metrics, "pyrmq_broker_throughput_in_bytes_total", topic="MTopic") == 8
-    assert sample(metrics, "pyrmq_broker_messages_in_total", topic="MFifo", message_type="FIFO") == 1
-    assert sample(metrics, "pyrmq_broker_messages_in_total", topic="bad topic!", message_type="NORMAL") == 0
+    assert sample(metrics, "rocketmq_messages_in_total", topic="MTopic", message_type="NORMAL") == 2
+    assert sample(metrics, "rocketmq_throughput_in_total", topic="MTopic") == 8
+    assert sample(metrics, "rocketmq_messages_in_total", topic="MFifo", message_type="FIFO") == 1
+    assert sample(metrics, "rocketmq_messages_in_total", topic="bad topic!", message_type="NORMAL") == 0
 
     _, got, _ = receive(v2m, "MTopic", group="MGroup")
     while len(got) < 2:
         got += receive(v2m, "MTopic", group="MGroup")[1]
     assert all(ack(v2m, "MTopic", m.system_properties.receipt_handle, group="MGroup").status.code == d.OK
                for m in got)
-    assert sample(metrics, "pyrmq_broker_messages_out_total", topic="MTopic", consumer_group="MGroup") == 2
-    assert sample(metrics, "pyrmq_broker_throughput_out_bytes_total", topic="MTopic", consumer_group="MGroup") == 8
-    assert b'pyrmq_broker_messages_out_total{consumer_group="MGroup",topic="MTopic"} 2.0' in generate_latest(
+    assert sample(metrics, "rocketmq_messages_out_total", topic="MTopic", consumer_group="MGroup") == 2
+    assert sample(metrics, "rocketmq_throughput_out_total", topic="MTopic", consumer_group="MGroup") == 8
+    assert b'rocketmq_messages_out_total{consumer_group="MGroup",topic="MTopic"} 2.0' in generate_latest(
         metrics.registry)
 
 
@@ -72,7 +72,7 @@ def test_calls_without_a_v2_status_keep_the_grpc_code(make_broker, metrics):
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    assert sample(metrics, "pyrmq_broker_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check",
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check",
                   code="OK") == 1
 
 
@@ -83,6 +83,6 @@ def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics):
         got += receive(v2m, "LagTopic", group="LagGroup", batch_size=3 - len(got))[1]
     assert ack(v2m, "LagTopic", got[0].system_properties.receipt_handle, group="LagGroup").status.code == d.OK
     # 5 sent, 1 acked: 4 not acknowledged, 2 of them in flight
-    assert sample(metrics, "pyrmq_broker_consumer_lag_messages", consumer_group="LagGroup", topic="LagTopic") == 4
-    assert sample(metrics, "pyrmq_broker_consumer_inflight_messages", consumer_group="LagGroup",
+    assert sample(metrics, "rocketmq_consumer_lag_messages", consumer_group="LagGroup", topic="LagTopic") == 4
+    assert sample(metrics, "rocketmq_consumer_inflight_messages", consumer_group="LagGroup",
                   topic="LagTopic") == 2

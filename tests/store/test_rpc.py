@@ -331,7 +331,7 @@ def test_metrics_endpoint_after_a_put(served: Served) -> None:
                  "pyrmq_store_put_messages_total 1.0", "pyrmq_store_put_bytes_total",
                  "pyrmq_store_put_latency_seconds_bucket", "pyrmq_store_put_latency_seconds_count 1.0"):
         assert name in text, name
-    assert 'pyrmq_store_rpc_latency_seconds_count{code="OK",method="/pyrmq.store.v1.Store/PutMessages"} 1.0' in text
+    assert 'rocketmq_rpc_latency_seconds_count{code="OK",method="/pyrmq.store.v1.Store/PutMessages"} 1.0' in text
     assert 'code="NOT_FOUND",method="/pyrmq.store.v1.Store/GetTopic"' in text
 
 
