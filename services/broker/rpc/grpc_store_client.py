@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -55,6 +56,15 @@ class GrpcStoreClient:
 
     def close(self) -> None:
         self._channel.close()
+
+    def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """One unary store RPC; a gRPC failure becomes the broker error ``_call_error`` picks."""
+        try:
+            return getattr(self._stub, method)(request, timeout=self._timeout_s if timeout_s is None else timeout_s)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, method) from None
+        except ValueError as exc:  # grpc: the channel is closed (the broker is stopping)
+            raise StoreCallError(f"store client closed: {exc}") from None
 
     def wait_ready(self, timeout_s: float, clock: Clock | None = None,
                    give_up: Callable[[], bool] = lambda: False) -> bool:
@@ -103,30 +113,17 @@ class GrpcStoreClient:
                 out.reconsume_times = message.reconsume_times
             if message.prepared_transaction_offset:
                 out.prepared_transaction_offset = message.prepared_transaction_offset
-        try:
-            response = self._stub.PutMessages(request, timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "PutMessages") from None
+        response = self._call("PutMessages", request)
         status_of = _PUT_STATUS
         return [PutOutcome(status_of[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
                 for r in response.results]
 
     def look_message(self, phy_offset: int) -> StoredMessage | None:
-        try:
-            record = self._stub.LookMessageByPhyOffset(pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset),
-                                                       timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND:
-                return None
-            raise _call_error(exc, "LookMessageByPhyOffset") from None
-        return _stored(record)
+        record = self._get_or_none("LookMessageByPhyOffset", pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset))
+        return None if record is None else _stored(record)
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
-        try:
-            response = self._stub.QueryMessagesByKey(
-                pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "QueryMessagesByKey") from None
+        response = self._call("QueryMessagesByKey", pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num))
         return [_stored(record) for record in response.messages]
 
     # -- pop consumption ------------------------------------------------------------------------
@@ -135,49 +132,30 @@ class GrpcStoreClient:
         request = pb.PopMessagesRequest(group=group, topic=topic, queue_id=queue_id, max_count=max_count,
                                         invisible_duration_ms=invisible_ms, tags_codes=list(tags_codes), fifo=fifo,
                                         sql_expression=sql_expression)
-        try:
-            response = self._stub.PopMessages(request, timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "PopMessages") from None
-        except ValueError as exc:  # grpc: the channel is closed (the broker is stopping)
-            raise StoreCallError(f"store client closed: {exc}") from None
+        response = self._call("PopMessages", request)
         return PopOutcome([_delivery(m) for m in response.messages],
                           frozenset(q.topic for q in response.examined_queues))
 
     def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
         """(group, topic, lag messages, in-flight messages) of every consumer group."""
-        try:
-            response = self._stub.GetConsumerStats(pb.GetConsumerStatsRequest(), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "GetConsumerStats") from None
+        response = self._call("GetConsumerStats", pb.GetConsumerStatsRequest(), timeout_s)
         return [(s.group, s.topic, s.lag_messages, s.inflight_messages) for s in response.stats]
 
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
-        try:
-            response = self._stub.AckMessages(pb.AckMessagesRequest(group=group, topic=topic,
-                                                                    receipt_handles=handles), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "AckMessages") from None
+        response = self._call("AckMessages", pb.AckMessagesRequest(group=group, topic=topic, receipt_handles=handles))
         if len(response.statuses) != len(handles):
             raise StoreCallError(f"store answered {len(response.statuses)} ack statuses for {len(handles)} handles")
         return [_ack_result(status) for status in response.statuses]
 
     def change_invisible_duration(self, group: str, topic: str, handle: str,
                                   invisible_ms: int) -> tuple[AckResult, str]:
-        try:
-            response = self._stub.ChangeInvisibleDuration(pb.ChangeInvisibleDurationRequest(
-                group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms),
-                timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "ChangeInvisibleDuration") from None
+        response = self._call("ChangeInvisibleDuration", pb.ChangeInvisibleDurationRequest(
+            group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms))
         return _ack_result(response.status), response.receipt_handle
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult:
-        try:
-            response = self._stub.ForwardToDeadLetterQueue(pb.ForwardToDeadLetterQueueRequest(
-                group=group, topic=topic, receipt_handle=handle), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "ForwardToDeadLetterQueue") from None
+        response = self._call("ForwardToDeadLetterQueue", pb.ForwardToDeadLetterQueueRequest(
+            group=group, topic=topic, receipt_handle=handle))
         return _ack_result(response.status)
 
     def watch_arrivals(self, on_arrivals: Callable[[list[str]], None], on_restart: Callable[[], None],
@@ -220,11 +198,7 @@ class GrpcStoreClient:
         config = pb.TopicConfig(topic_name=topic.name, read_queue_nums=topic.read_queue_nums,
                                 write_queue_nums=topic.write_queue_nums, perm=topic.perm,
                                 message_type=pb.MessageType.Value(topic.message_type))
-        try:
-            stored = self._stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=config),
-                                                    timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "CreateOrUpdateTopic") from None
+        stored = self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config))
         return _topic_info(stored)
 
     def get_group(self, name: str) -> GroupInfo | None:
@@ -237,10 +211,7 @@ class GrpcStoreClient:
 
     # -- admin (services/broker/admin.py: AdminStore) ------------------------------------------
     def list_topics(self) -> list[TopicInfo]:
-        try:
-            response = self._stub.ListTopics(pb.ListTopicsRequest(), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "ListTopics") from None
+        response = self._call("ListTopics", pb.ListTopicsRequest())
         return [_topic_info(config) for config in response.topics]
 
     def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
@@ -250,25 +221,15 @@ class GrpcStoreClient:
         if queue_nums:
             config.read_queue_nums = config.write_queue_nums = queue_nums
         config.message_type = pb.MessageType.Value(message_type)
-        try:
-            stored = self._stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=config),
-                                                    timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "CreateOrUpdateTopic") from None
+        stored = self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config))
         return _topic_info(stored)
 
     def delete_topic(self, name: str) -> bool:
-        try:
-            response = self._stub.DeleteTopic(pb.DeleteTopicRequest(topic_name=name), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "DeleteTopic") from None
+        response = self._call("DeleteTopic", pb.DeleteTopicRequest(topic_name=name))
         return response.existed
 
     def list_groups(self) -> list[GroupInfo]:
-        try:
-            response = self._stub.ListGroups(pb.ListGroupsRequest(), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "ListGroups") from None
+        response = self._call("ListGroups", pb.ListGroupsRequest())
         return [_group_info(config) for config in response.groups]
 
     def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
@@ -277,34 +238,19 @@ class GrpcStoreClient:
                   or pb.SubscriptionGroupConfig(group_name=name))
         config.consume_message_orderly = fifo
         config.retry_max_times = retry_max_times
-        try:
-            stored = self._stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=config),
-                                                    timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "CreateOrUpdateGroup") from None
+        stored = self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config))
         return _group_info(stored)
 
     def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
-        try:
-            response = self._stub.GetGroupOffsets(pb.GetGroupOffsetsRequest(group=group), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "GetGroupOffsets") from None
+        response = self._call("GetGroupOffsets", pb.GetGroupOffsetsRequest(group=group))
         return [(o.topic, o.queue_id, o.offset) for o in response.offsets]
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
-        try:
-            response = self._stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id),
-                                                  timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "GetQueueOffsets") from None
+        response = self._call("GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id))
         return response.min_offset, response.max_offset
 
     def find_messages_by_key(self, topic: str, key: str, max_num: int) -> list[MessageView]:
-        try:
-            response = self._stub.QueryMessagesByKey(
-                pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num), timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            raise _call_error(exc, "QueryMessagesByKey") from None
+        response = self._call("QueryMessagesByKey", pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num))
         return [_message_view(record) for record in response.messages]
 
     def find_message_by_offset_msg_id(self, offset_msg_id: str) -> MessageView | None:
