@@ -79,6 +79,7 @@ class ClientRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sessions: dict[str, ClientSession] = {}
+        self._turn = 0  # rotates transaction checks over a group's producers
 
     def register(self, session: ClientSession) -> ClientSession | None:
         """Make ``session`` the client's live one; the one it replaces, if any."""
@@ -106,6 +107,21 @@ class ClientRegistry:
         with self._lock:
             return [s for s in self._sessions.values()
                     if s.client_type is ClientType.PRODUCER and topic in s.producer_topics]
+
+    def push_to_producer(self, group: str, command: Any) -> str | None:
+        """Write ``command`` on the stream of one live producer of ``group`` (v2 producers'
+        group is the topic they publish); the producers take turns. The client id of the
+        producer it went to, or None if none is connected (or every stream just ended)."""
+        producers = self.producers_of(group)
+        if not producers:
+            return None
+        with self._lock:
+            self._turn += 1
+            start = self._turn % len(producers)
+        for session in producers[start:] + producers[:start]:
+            if session.push(command):
+                return session.client_id
+        return None
 
     def __len__(self) -> int:
         with self._lock:

@@ -13,10 +13,24 @@ remembers where (``HalfMessageTable``, like the proxy's in-memory transaction ta
   the half is resolved; the checker re-appends unresolved halves, so every copy found is listed.
 * UNSPECIFIED: nothing (the proxy maps it to UNKNOWN, a no-op).
 
+Stateless: the half is found through the store, never only in memory. ``HalfMessageTable``
+(filled by SendMessage and by CheckTransaction) names one copy by CommitLog offset, read at
+once without waiting for dispatch; the store's IndexFile (``RMQ_SYS_TRANS_HALF_TOPIC`` +
+``__transactionId__``/UNIQ_KEY) finds every copy, also after a broker restart or when the
+answer to a check arrives at a broker that never saw the send.
+
 Idempotent (a client commit and a check answer may both arrive, §5.5): resolutions are
-remembered per transaction id, concurrent ones for the same id are serialised, and a commit
-whose record already exists in the real topic (found through the index, e.g. after a broker
-restart) is not appended twice. A half the broker cannot find is INVALID_TRANSACTION_ID.
+remembered per transaction id with the half copies their op records cover, concurrent ones
+for the same id are serialised, and a commit whose record already exists in the real topic
+(found through the index, e.g. after a broker restart) is not appended twice. A repeated
+resolution only writes an op record for copies the checker appended since (so they are not
+checked again), and never a second commit. A half the broker cannot find is
+INVALID_TRANSACTION_ID (unless the id was resolved here before: OK).
+
+CheckTransaction (``TransactionCheckRelay``, served on the admin port for services/txcheck):
+remember where the checker's half copy is, then write the RecoverOrphanedTransactionCommand
+on the Telemetry stream of one live producer of the half's group; the producer answers with
+EndTransaction (source SERVER_CHECK), handled above.
 """
 from __future__ import annotations
 
@@ -92,6 +106,12 @@ class HalfMessageTable:
         return ref if isinstance(ref, HalfRef) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    resolution: Resolution
+    covered: frozenset[int]   # half queue offsets listed in the op records written
+
+
 class TransactionStore(Protocol):
     def look_message(self, phy_offset: int) -> StoredMessage | None: ...
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]: ...
@@ -116,20 +136,26 @@ class TransactionService:
         deadline_s = self._clock.monotonic_s() + timeout_s
         with self._stripes[hash(transaction_id) % LOCK_STRIPES]:
             done = self._resolved.lookup(transaction_id)
-            if done is not None:
-                if done is not resolution:
-                    log.warning("transaction %s already resolved as %s, ignoring %s",
-                                transaction_id, done.name, resolution.name)  # type: ignore[attr-defined]
-                return
             halves = self._find_halves(topic, transaction_id)
             if not halves:
+                if isinstance(done, _Resolved):
+                    return
                 raise RequestError(f"no half message for transaction {transaction_id} of topic {topic}",
                                    Code.INVALID_TRANSACTION_ID)
-            latest = max(halves, key=lambda h: h.queue_offset)
-            if resolution is Resolution.COMMIT and not self._already_committed(topic, transaction_id, halves):
-                self._put(commit_record(latest), deadline_s)
-            self._put(op_record(sorted(h.queue_offset for h in halves), self._clock.now_ms()), deadline_s)
-            self._resolved.put(transaction_id, resolution)
+            offsets = frozenset(h.queue_offset for h in halves)
+            if isinstance(done, _Resolved):
+                if done.resolution is not resolution:
+                    log.warning("transaction %s already resolved as %s, ignoring %s",
+                                transaction_id, done.resolution.name, resolution.name)
+                if offsets <= done.covered:
+                    return
+                # Copies the checker appended after the resolution: cover them, commit nothing.
+                offsets |= done.covered
+                resolution = done.resolution
+            elif resolution is Resolution.COMMIT and not self._already_committed(topic, transaction_id, halves):
+                self._put(commit_record(max(halves, key=lambda h: h.queue_offset)), deadline_s)
+            self._put(op_record(sorted(offsets), self._clock.now_ms()), deadline_s)
+            self._resolved.put(transaction_id, _Resolved(resolution, offsets))
 
     def _find_halves(self, topic: str, transaction_id: str) -> list[StoredMessage]:
         found: dict[int, StoredMessage] = {}
@@ -182,3 +208,25 @@ def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
     body = "".join(f"{offset}," for offset in half_queue_offsets).encode("ascii")
     return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"WAIT": "true", "TAGS": OP_TAG},
                         born_timestamp_ms=now_ms, allow_system_topic=True)
+
+
+class ProducerChannels(Protocol):
+    def push_to_producer(self, group: str, command: object) -> str | None: ...
+
+
+class TransactionCheckRelay:
+    """CheckTransaction: hand a transaction check to one live producer of the group."""
+
+    def __init__(self, producers: ProducerChannels, halves: HalfMessageTable) -> None:
+        self._producers = producers
+        self._halves = halves
+
+    def relay(self, group: str, transaction_id: str, half: HalfRef, command: object) -> str | None:
+        """The client id the command went to; None if no producer of ``group`` is connected."""
+        for what, value in (("producer group", group), ("transaction id", transaction_id), ("topic", half.topic)):
+            if validation.is_blank(value):
+                raise RequestError(f"{what} cannot be empty", Code.BAD_REQUEST)
+        if half.phy_offset < 0 or half.queue_offset < 0:
+            raise RequestError("the half message's offsets cannot be negative", Code.BAD_REQUEST)
+        self._halves.remember(transaction_id, half)  # the answer reads this copy directly
+        return self._producers.push_to_producer(group, command)

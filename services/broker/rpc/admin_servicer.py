@@ -10,6 +10,10 @@ errors are real gRPC status codes, mapped in one table (``_STATUS``) by ``admin_
 | ``StoreCallError`` with PROXY_TIMEOUT | DEADLINE_EXCEEDED |
 | ``StoreCallError`` (store unreachable or failing), other ``BrokerError`` | UNAVAILABLE |
 | anything else (a bug; logged with its traceback) | INTERNAL |
+
+CheckTransaction (internal, for services/txcheck) turns the half record into the v2
+``Message`` a consumer would receive (topic = REAL_TOPIC, internal properties filtered, MD5
+digest) and hands a ``RecoverOrphanedTransactionCommand`` to ``transaction.TransactionCheckRelay``.
 """
 from __future__ import annotations
 
@@ -22,10 +26,16 @@ import grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+
 from services.broker.admin import (AdminService, AdminStore, MessageView, QueueProgress, is_system_group,
                                    is_system_topic)
+from services.broker.consumer import Delivery
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
 from services.broker.model import GroupInfo, TopicInfo
+from services.broker.rpc.consumer_convert import delivered_message
+from services.broker.transaction import HalfRef, TransactionCheckRelay
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +70,9 @@ def admin_errors(method: Method) -> Method:
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, admin: AdminService) -> None:
+    def __init__(self, admin: AdminService, checks: TransactionCheckRelay | None = None) -> None:
         self._admin = admin
+        self._checks = checks
 
     @admin_errors
     def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.CreateTopicResponse:
@@ -108,10 +119,40 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.QueryMessagesResponse(messages=[_message(m) for m in found])
 
 
+    @admin_errors
+    def CheckTransaction(self, request: pb.CheckTransactionRequest,
+                         context: grpc.ServicerContext) -> pb.CheckTransactionResponse:
+        if self._checks is None:  # a broker without client sessions (admin-only test set-ups)
+            return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
+        half = request.half
+        command = s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+            message=check_message(request), transaction_id=request.transaction_id))
+        client_id = self._checks.relay(request.producer_group, request.transaction_id,
+                                       HalfRef(request.topic, half.phy_offset, half.queue_offset), command)
+        if client_id is None:
+            return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
+        return pb.CheckTransactionResponse(status=pb.SENT, client_id=client_id)
+
+
+def check_message(request: pb.CheckTransactionRequest) -> d.Message:
+    """The half message as the producer's checker sees it: in its real topic and queue."""
+    half = request.half
+    properties = dict(half.properties)
+    properties.setdefault("UNIQ_KEY", request.message_id)
+    real_qid = properties.get("REAL_QID", "")
+    return delivered_message(Delivery(
+        topic=request.topic, body=half.body, properties=properties,
+        queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id, queue_offset=half.queue_offset,
+        delivery_attempt=1, receipt_handle="", sys_flag=request.sys_flag, born_timestamp_ms=half.born_timestamp_ms,
+        born_host=half.born_host, store_timestamp_ms=half.store_timestamp_ms, store_host=half.store_host,
+        offset_msg_id=half.offset_msg_id))
+
+
 def add_admin_service(server: grpc.Server, store: AdminStore,
-                      on_topic_changed: Callable[[str], None] = lambda name: None) -> AdminServicer:
-    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store``."""
-    servicer = AdminServicer(AdminService(store, on_topic_changed))
+                      on_topic_changed: Callable[[str], None] = lambda name: None,
+                      checks: TransactionCheckRelay | None = None) -> AdminServicer:
+    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction)."""
+    servicer = AdminServicer(AdminService(store, on_topic_changed), checks)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

@@ -34,7 +34,7 @@ from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, StoreClient
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
-from services.broker.transaction import HalfMessageTable, HalfRef, TransactionService
+from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_admin_service(server, store, topics.invalidate)  # type: ignore[arg-type]
+    add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]
+                      checks=TransactionCheckRelay(telemetry.registry, halves))
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,0 +1,53 @@
+"""TxCheckConfig: every setting of the transaction checker, units in the names, RocketMQ 5's
+defaults (``BrokerConfig.transactionTimeOut`` / ``transactionCheckInterval`` /
+``transactionCheckMax``; store-format.md §11). Built from the command line only in
+``__main__.py``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.process import format_address
+
+
+@dataclass(frozen=True)
+class TxCheckConfig:
+    store_address: str = "127.0.0.1:10911"              # the store service, HOST:PORT
+    broker_addresses: tuple[str, ...] = ("127.0.0.1:8081",)  # brokers that relay checks to producers
+    host: str = "127.0.0.1"                             # gRPC health listen address
+    port: int = 10914                                   # gRPC health port; 0: any free one
+    transaction_timeout_ms: int = 6_000                 # transactionTimeOut: a half younger than this is not checked
+    check_interval_ms: int = 30_000                     # transactionCheckInterval (5.x): one pass per interval
+    check_max: int = 15                                 # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
+    half_retention_ms: int = 72 * 3_600_000             # fileReservedTime: an older half is discarded, not checked
+    pass_duration_max_ms: int = 60_000                  # MAX_PROCESS_TIME_LIMIT: one pass stops after this long
+    pass_halves_max: int = 100_000                      # half records examined per pass (then the pass continues)
+    read_batch_max: int = 32                            # records per GetMessages (RocketMQ pulls 32)
+    tracked_copies_max: int = 100_000                   # check copies remembered for results / no-producer refunds
+    store_rpc_timeout_ms: int = 5_000                   # per store call
+    broker_rpc_timeout_ms: int = 3_000                  # per CheckTransaction call
+    store_connect_timeout_ms: int = 30_000              # give up if the store does not serve within this time
+    retry_after_failure_ms: int = 1_000                 # wait after a pass failed (store unreachable)
+
+    def __post_init__(self) -> None:
+        positive = ("transaction_timeout_ms", "check_interval_ms", "check_max", "half_retention_ms",
+                    "pass_duration_max_ms", "pass_halves_max", "read_batch_max", "tracked_copies_max",
+                    "store_rpc_timeout_ms", "broker_rpc_timeout_ms", "store_connect_timeout_ms",
+                    "retry_after_failure_ms")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if not self.store_address:
+            raise ValueError("store_address must not be empty")
+        if not self.broker_addresses or not all(self.broker_addresses):
+            raise ValueError("at least one broker address is required")
+        if self.read_batch_max > 1024:
+            raise ValueError("read_batch_max must be at most 1024 (the store caps reads)")
+        # A half is discarded before its first check if retention is not longer than the timeout.
+        if self.half_retention_ms <= self.transaction_timeout_ms:
+            raise ValueError("half_retention_ms must exceed transaction_timeout_ms")
+
+    @property
+    def listen_address(self) -> str:
+        return format_address(self.host, self.port)
