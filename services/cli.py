@@ -3,8 +3,10 @@
 
 Services are rows of ``SERVICES``, started in table order (a later service may depend on an
 earlier one), each one only after the previous printed its ready line, and stopped in reverse
-order. Adding the scheduler or transaction checker is adding a row; a row's arguments may use
-the key=value pairs of an earlier service's ready line (``ns.ready["store"]["grpc"]``).
+order: store, broker, txcheck (transaction checks). Adding a service is adding a row; a row's
+arguments may use the key=value pairs of an earlier service's ready line
+(``ns.ready["store"]["grpc"]``). Helper services take ports beside the store's: txcheck
+gRPC (health) store port + 3, metrics store metrics port + 3.
 
 A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
@@ -47,7 +49,12 @@ def _broker_metrics_port(ns: argparse.Namespace) -> int:
     """--broker-metrics-port, else next to the store's (0 and -1 carry over: any free / off)."""
     if ns.broker_metrics_port is not None:
         return ns.broker_metrics_port
-    return ns.metrics_port if ns.metrics_port <= 0 else ns.metrics_port + 1
+    return _beside(ns.metrics_port, 1)
+
+
+def _beside(port: int, step: int) -> int:
+    """A helper service's port ``step`` above a base port; 0 (any free) and -1 (off) carry over."""
+    return port if port <= 0 else port + step
 
 
 # ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
@@ -59,6 +66,9 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("broker", "services.broker", lambda ns: [
         "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
         "--metrics-port", str(_broker_metrics_port(ns))]),
+    ServiceSpec("txcheck", "services.txcheck", lambda ns: [
+        "--store-address", ns.ready["store"]["grpc"], "--broker-address", ns.ready["broker"]["grpc"],
+        "--port", str(_beside(ns.store_port, 3)), "--metrics-port", str(_beside(ns.metrics_port, 3))]),
 )
 
 
