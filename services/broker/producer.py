@@ -38,7 +38,7 @@ import base64
 import logging
 from collections.abc import Callable
 
-from services.broker import validation
+from services.broker import recall, validation
 from services.broker.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
@@ -242,6 +242,22 @@ class Producer:
         record.topic = system_topic
         record.queue_id = 0
         record.allow_system_topic = True
+
+    # -- recall (services/broker/recall.py) --------------------------------------------------
+    def recall(self, topic_name: str, handle_text: str, peer_address: str, timeout_s: float) -> str:
+        """RecallMessage: put the DELETE marker for a delayed message; its message id."""
+        validation.validate_topic(topic_name)
+        topic = self._topics.get(topic_name, create=False)
+        handle = recall.decode_handle(handle_text)
+        now_ms = self._clock.now_ms()
+        timestamp_ms = recall.check_recall(self._config, topic, handle, now_ms)
+        marker = recall.marker_message(self._config, handle, timestamp_ms,
+                                       timer_out_ms(timestamp_ms, self._config.timer_precision_ms), peer_address, now_ms)
+        outcome = self._sink.submit(marker).wait(timeout_s)
+        error = recall.recall_outcome_error(outcome.status, outcome.error, PUT_STATUS_CODES)
+        if error is not None:
+            raise error
+        return handle.message_id
 
     # -- outcomes ----------------------------------------------------------------------------
     def _receipt(self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str,

@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 from pyrmq.store.v1 import store_pb2 as pb
 
 from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import message, send, stored
+from tests.broker.test_rpc import message, send, stored, wait_stored
 
 
 def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, timeout=10, batch_size=32,
@@ -63,9 +63,10 @@ def test_receive_maps_the_message_and_ack(v2):
     assert 4.5 < time.monotonic() - started < 8
 
 
-def test_tag_filter(v2):
+def test_tag_filter(v2, store_stub):
     for tag in ("TagA", "TagB", "TagC"):
         send_ok(v2, message("FTopic", body=tag.encode(), tag=tag, message_id=f"ID-{tag}"))
+    assert wait_stored(store_stub, "FTopic", "ID-TagC")  # all dispatched: one receive sees both
     status, messages, _ = receive(v2, "FTopic", expression="TagA || TagC")
     assert status.code == d.OK and sorted(m.body for m in messages) == [b"TagA", b"TagC"]
 

@@ -295,7 +295,7 @@ def test_heartbeat_and_termination_are_ok(v2):
     assert v2.Heartbeat(s.HeartbeatRequest(), timeout=10).status.code == d.CLIENT_ID_REQUIRED
 
 
-# -- consumer RPCs: empty requests are refused in band; RecallMessage is not implemented -------
+# -- consumer RPCs and RecallMessage: empty requests are refused in band ----------------------
 
 def test_empty_consumer_requests_answer_a_status(v2):
     replies = list(v2.ReceiveMessage(s.ReceiveMessageRequest(group=d.Resource(name="G")), metadata=METADATA,
@@ -307,7 +307,7 @@ def test_empty_consumer_requests_answer_a_status(v2):
                           (v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
                           (v2.QueryAssignment, s.QueryAssignmentRequest())]:
         assert call(request, metadata=METADATA, timeout=10).status.code == d.ILLEGAL_CONSUMER_GROUP
-    assert v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA, timeout=10).status.code == d.NOT_IMPLEMENTED
+    assert v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA, timeout=10).status.code == d.ILLEGAL_TOPIC
 
 
 def test_health_and_reflection(broker):

@@ -22,6 +22,7 @@ from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
+from services.broker.offsets import GetOutcome, GetStatus
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,39 @@ class GrpcStoreClient:
                 return None
             raise _call_error(exc, "LookMessageByOffsetMsgId") from None
         return _message_view(record)
+
+    # -- offset-based pulls (services/broker/offsets.py: OffsetStore) -----------------------------
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                     tags_codes: list[int]) -> GetOutcome:
+        response = self._call("GetMessages", pb.GetMessagesRequest(
+            topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=max_count, max_bytes=max_bytes,
+            tags_codes=tags_codes))
+        return GetOutcome(GetStatus[pb.GetStatus.Name(response.status)], [_pulled(m) for m in response.messages],
+                          response.next_begin_offset, response.min_offset, response.max_offset)
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        response = self._call("GetOffsetByTimestamp", pb.GetOffsetByTimestampRequest(
+            topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms))
+        return response.queue_offset
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._call("CommitConsumerOffset", pb.CommitConsumerOffsetRequest(
+            group=group, topic=topic, queue_id=queue_id, offset=offset))
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        response = self._call("QueryConsumerOffset", pb.QueryConsumerOffsetRequest(
+            group=group, topic=topic, queue_id=queue_id))
+        return response.offset
+
+
+def _pulled(record: pb.Message) -> Delivery:
+    return Delivery(
+        topic=record.topic, body=record.body, properties=dict(record.properties), queue_id=record.queue_id,
+        queue_offset=record.queue_offset, delivery_attempt=record.reconsume_times + 1, receipt_handle="",
+        sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
+        offset_msg_id=record.offset_msg_id)
+
 
 def _delivery(popped: pb.PoppedMessage) -> Delivery:
     record = popped.message

@@ -8,8 +8,10 @@ Consumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue, QueryAssignment) are "convert (``consumer_convert``), call
 ``self._consumer`` (``services/broker/consumer.py``), convert". ReceiveMessage is a stream:
 errors become a status element plus a delivery_timestamp element, and the stream always ends.
-RecallMessage (needs the scheduler) and the
-offset RPCs answer NOT_IMPLEMENTED (the clients never call the offset RPCs);
+RecallMessage puts a recall marker for the scheduler (``Producer.recall``). The
+offset RPCs (PullMessage, QueryOffset, UpdateOffset, GetOffset; pull clients such as the Spark
+connector use them) are "convert (``offsets_convert``), call ``OffsetService``
+(``services/broker/offsets.py``), convert";
 SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
 """
 from __future__ import annotations
@@ -107,7 +109,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @in_band(s.RecallMessageResponse)
     def RecallMessage(self, request: s.RecallMessageRequest, context: grpc.ServicerContext) -> s.RecallMessageResponse:
-        raise _not_implemented("RecallMessage")
+        message_id = self._producer.recall(request.topic.name, request.recall_handle, peer_address(context),
+                                           self._timeout_s(context))
+        return s.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     # -- consumer (services/broker/consumer.py) -------------------------------------------------
     def _consumer_service(self) -> ConsumerService:
@@ -162,22 +166,48 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                                                               request.receipt_handle)
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
-    # -- never called by the official clients ----------------------------------------------------
+    # -- offset-based pulls (services/broker/offsets.py); the official clients never call them ---
+    def _offset_service(self):
+        """The offset RPCs' core (services/broker/offsets.py), built on first use from the
+        consumer service's store, topics and arrival hub."""
+        from services.broker.offsets import OffsetService
+        offsets = getattr(self, "_offsets", None)
+        if offsets is None:
+            consumer = self._consumer_service()
+            offsets = self._offsets = OffsetService(consumer._store, consumer._topics, consumer._hub,  # type: ignore[arg-type]
+                                                    self._clock, consumer._broker_name)
+        return offsets
+
     def PullMessage(self, request: s.PullMessageRequest,
                     context: grpc.ServicerContext) -> Iterator[s.PullMessageResponse]:
-        yield s.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not implemented"))
+        from services.broker.rpc import offsets_convert
+        # Like ReceiveMessage: errors in-band, and the stream always ends.
+        try:
+            if not client_id_of(context):
+                raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+            pull = offsets_convert.pull_request(request, context.time_remaining(), context.is_active)
+            responses = offsets_convert.pull_responses(self._offset_service().pull(pull))
+        except BrokerError as exc:
+            responses = offsets_convert.pull_error(exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+            log.exception("PullMessage failed")
+            responses = offsets_convert.pull_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
+        yield from responses
 
     @in_band(s.UpdateOffsetResponse)
     def UpdateOffset(self, request: s.UpdateOffsetRequest, context: grpc.ServicerContext) -> s.UpdateOffsetResponse:
-        raise _not_implemented("UpdateOffset")
+        from services.broker.rpc import offsets_convert
+        return offsets_convert.update_offset(self._offset_service(), request)
 
     @in_band(s.GetOffsetResponse)
     def GetOffset(self, request: s.GetOffsetRequest, context: grpc.ServicerContext) -> s.GetOffsetResponse:
-        raise _not_implemented("GetOffset")
+        from services.broker.rpc import offsets_convert
+        return offsets_convert.get_offset(self._offset_service(), request)
 
     @in_band(s.QueryOffsetResponse)
     def QueryOffset(self, request: s.QueryOffsetRequest, context: grpc.ServicerContext) -> s.QueryOffsetResponse:
-        raise _not_implemented("QueryOffset")
+        from services.broker.rpc import offsets_convert
+        return offsets_convert.query_offset(self._offset_service(), request)
 
     @in_band(s.SyncLiteSubscriptionResponse)
     def SyncLiteSubscription(self, request: s.SyncLiteSubscriptionRequest,

@@ -27,6 +27,8 @@ from services.store.rpc.status import TooManyWatchersError, check_put_batch, rpc
 WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
 WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)
 WATCH_POLL_INTERVAL_S = 1.0        # how often an idle stream checks that its client is alive
+LOOK_RAW_RECORDS_MAX = 1024        # LookRawMessages: records per call
+LOOK_RAW_BYTES_MAX = 64 << 20      # LookRawMessages: bytes per call
 
 
 class ArrivalWatcher:
@@ -101,6 +103,7 @@ class StoreCore(Protocol):
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
     pop: Any  # PopService
+    commitlog: Any  # read_bytes(phy_offset, size), for LookRawMessages
 
     def add_arrival_listener(self, listener: Callable[[list[Arrival]], None]) -> Callable[[], None]: ...
     def delete_topic(self, topic: str) -> bool: ...
@@ -328,3 +331,22 @@ class StoreServicer(pb_grpc.StoreServicer):
             unsubscribe()
             with self._watchers_lock:
                 self._watchers.discard(watcher)
+
+    # -- raw records ----------------------------------------------------------------------------
+    @rpc_errors
+    def GetRawMessages(self, request: pb.GetMessagesRequest, context: grpc.ServicerContext) -> pb.GetRawMessagesResponse:
+        result = self._store.get_messages(**convert.get_request_from_pb(request))
+        return pb.GetRawMessagesResponse(
+            status=pb.GetStatus.Value(result.status.name), records=result.raw_messages,
+            next_begin_offset=result.next_begin_offset, min_offset=result.min_offset, max_offset=result.max_offset)
+
+    @rpc_errors
+    def LookRawMessages(self, request: pb.LookRawMessagesRequest,
+                        context: grpc.ServicerContext) -> pb.LookRawMessagesResponse:
+        offsets, sizes = list(request.phy_offsets), list(request.sizes)
+        if (len(offsets) != len(sizes) or len(offsets) > LOOK_RAW_RECORDS_MAX or sum(sizes) > LOOK_RAW_BYTES_MAX
+                or any(value < 0 for value in offsets) or any(value <= 0 for value in sizes)):
+            raise ValueError(f"phy_offsets and sizes must pair up: at most {LOOK_RAW_RECORDS_MAX} records, "
+                             f"{LOOK_RAW_BYTES_MAX} bytes, no negative offset or size")
+        read = self._store.commitlog.read_bytes
+        return pb.LookRawMessagesResponse(records=[read(offset, size) or b"" for offset, size in zip(offsets, sizes)])

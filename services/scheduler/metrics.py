@@ -1,0 +1,104 @@
+"""Prometheus metrics of the scheduler process (own registry; read from ``stats()`` at scrape).
+
+| metric | kind | meaning |
+|---|---|---|
+| ``pyrmq_scheduler_timer_enqueued_total`` | counter | rmq_sys_wheel_timer messages written to the TimerLog (recall markers included) |
+| ``pyrmq_scheduler_timer_delivered_total`` | counter | timer messages put into their real topic |
+| ``pyrmq_scheduler_timer_rolled_total`` | counter | far-future timers re-put into rmq_sys_wheel_timer (ROLL) |
+| ``pyrmq_scheduler_timer_recall_markers_total`` | counter | recall (DELETE) markers enqueued |
+| ``pyrmq_scheduler_timer_recalled_total`` | counter | timers skipped because a recall named them |
+| ``pyrmq_scheduler_timer_dropped_total`` | counter | timers that could not be delivered (missing record, bad properties, refused) |
+| ``pyrmq_scheduler_timer_duplicates_total`` | counter | timers delivered again after a crash although their first put may have landed |
+| ``pyrmq_scheduler_timer_pending`` | gauge | timers not yet delivered (approximate) |
+| ``pyrmq_scheduler_timer_enqueue_lag`` | gauge | rmq_sys_wheel_timer messages not yet enqueued |
+| ``pyrmq_scheduler_timer_active_units`` | gauge | units held in memory for the slots being delivered |
+| ``pyrmq_scheduler_timer_read_time_ms`` | gauge | the wheel's read pointer (every earlier slot is delivered) |
+| ``pyrmq_scheduler_timer_lateness_seconds`` | histogram | put completed minus the requested delivery time |
+| ``pyrmq_scheduler_delay_delivered_total`` / ``_dropped_total`` / ``_duplicates_total`` | counter | the same for delay levels |
+| ``pyrmq_scheduler_delay_offset{level}`` / ``pyrmq_scheduler_delay_lag{level}`` | gauge | per level: next SCHEDULE_TOPIC_XXXX offset, messages behind |
+| ``pyrmq_scheduler_delay_lateness_seconds`` | histogram | put completed minus store time + level delay |
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from services.scheduler.timer_stats import HistogramSnapshot
+
+log = logging.getLogger(__name__)
+
+# (name, kind, help, field of TimerStats). Counters get "_total" from prometheus_client.
+TIMER_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("pyrmq_scheduler_timer_enqueued", "counter", "Timer messages written to the TimerLog.", "enqueued"),
+    ("pyrmq_scheduler_timer_delivered", "counter", "Timer messages put into their real topic.", "delivered"),
+    ("pyrmq_scheduler_timer_rolled", "counter", "Far-future timers re-put into rmq_sys_wheel_timer.", "rolled"),
+    ("pyrmq_scheduler_timer_recall_markers", "counter", "Recall markers enqueued.", "recall_markers"),
+    ("pyrmq_scheduler_timer_recalled", "counter", "Timers skipped because they were recalled.", "recalled"),
+    ("pyrmq_scheduler_timer_dropped", "counter", "Timers that could not be delivered.", "dropped"),
+    ("pyrmq_scheduler_timer_duplicates", "counter",
+     "Timers delivered again after a crash although their first put may have landed.", "duplicates"),
+    ("pyrmq_scheduler_timer_pending", "gauge", "Timers not yet delivered (approximate).", "pending"),
+    ("pyrmq_scheduler_timer_enqueue_lag", "gauge", "rmq_sys_wheel_timer messages not yet enqueued.", "enqueue_lag"),
+    ("pyrmq_scheduler_timer_active_units", "gauge", "Units in memory for the slots being delivered.",
+     "active_units"),
+    ("pyrmq_scheduler_timer_read_time_ms", "gauge", "The wheel's read pointer, ms since the epoch.",
+     "read_time_ms"),
+)
+DELAY_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("pyrmq_scheduler_delay_delivered", "counter", "Delay-level messages put into their real topic.", "delivered"),
+    ("pyrmq_scheduler_delay_dropped", "counter", "Delay-level messages discarded.", "dropped"),
+    ("pyrmq_scheduler_delay_duplicates", "counter",
+     "Delay-level messages delivered again after a crash although their first put may have landed.",
+     "duplicates"),
+)
+
+
+def _histogram(name: str, help_text: str, snapshot: HistogramSnapshot) -> HistogramMetricFamily:
+    buckets = [(str(bound), float(count)) for bound, count in snapshot.buckets]
+    buckets.append(("+Inf", float(snapshot.count)))
+    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=snapshot.sum_s)
+
+
+class SchedulerStatsCollector(Collector):
+    def __init__(self, stats: Callable[[], object]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            stats = self._stats()
+        except Exception:  # noqa: BLE001 - a scrape must not fail while the scheduler stops
+            log.warning("scheduler stats failed during a scrape", exc_info=True)
+            return []
+        return list(self._families(stats))
+
+    def _families(self, stats) -> Iterator[Metric]:
+        for source, table in ((stats.timer, TIMER_METRICS), (stats.delay, DELAY_METRICS)):
+            for name, kind, help_text, field in table:
+                family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, help_text)
+                family.add_metric([], getattr(source, field))
+                yield family
+        yield _histogram("pyrmq_scheduler_timer_lateness_seconds",
+                         "Delivery of a timer message (put completed) minus its requested time.", stats.timer.lateness)
+        yield _histogram("pyrmq_scheduler_delay_lateness_seconds",
+                         "Delivery of a delay-level message minus its store time + level delay.", stats.delay.lateness)
+        offsets = GaugeMetricFamily("pyrmq_scheduler_delay_offset", "Next SCHEDULE_TOPIC_XXXX offset per level.",
+                                    labels=["level"])
+        lags = GaugeMetricFamily("pyrmq_scheduler_delay_lag", "SCHEDULE_TOPIC_XXXX messages behind, per level.",
+                                 labels=["level"])
+        for index, (offset, lag) in enumerate(zip(stats.delay.offsets, stats.delay.lags)):
+            offsets.add_metric([str(index + 1)], offset)
+            lags.add_metric([str(index + 1)], lag)
+        yield offsets
+        yield lags
+
+
+class SchedulerMetrics:
+    """Every metric of one scheduler process, in its own registry."""
+
+    def __init__(self, stats: Callable[[], object]) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(SchedulerStatsCollector(stats))
