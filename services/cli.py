@@ -3,10 +3,11 @@
 
 Services are rows of ``SERVICES``, started in table order (a later service may depend on an
 earlier one), each one only after the previous printed its ready line, and stopped in reverse
-order: store, broker, txcheck (transaction checks). Adding a service is adding a row; a row's
-arguments may use the key=value pairs of an earlier service's ready line
-(``ns.ready["store"]["grpc"]``). Helper services take ports beside the store's: txcheck
-gRPC (health) store port + 3, metrics store metrics port + 3.
+order: store, broker, scheduler (delay and timer delivery), txcheck (transaction checks).
+Adding a service is adding a row; a row's arguments may use the key=value pairs of an earlier
+service's ready line (``ns.ready["store"]["grpc"]``). Helper services take ports beside the
+store's: scheduler gRPC (health) store port + 4 and metrics store metrics port + 2; txcheck
+gRPC store port + 3 and metrics + 3.
 
 A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
@@ -66,6 +67,9 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("broker", "services.broker", lambda ns: [
         "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
         "--metrics-port", str(_broker_metrics_port(ns))]),
+    ServiceSpec("scheduler", "services.scheduler", lambda ns: [
+        "--data-dir", str(ns.data_dir), "--store-address", ns.ready["store"]["grpc"],
+        "--port", str(_beside(ns.store_port, 4)), "--metrics-port", str(_beside(ns.metrics_port, 2))]),
     ServiceSpec("txcheck", "services.txcheck", lambda ns: [
         "--store-address", ns.ready["store"]["grpc"], "--broker-address", ns.ready["broker"]["grpc"],
         "--port", str(_beside(ns.store_port, 3)), "--metrics-port", str(_beside(ns.metrics_port, 3))]),

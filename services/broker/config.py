@@ -45,7 +45,9 @@ class BrokerConfig:
     user_property_count_max: int = 128        # userPropertyMaxNum
     user_properties_size_max_bytes: int = 16 * 1024  # maxUserPropertySize: keys+values+tag+keys
     message_group_size_max_bytes: int = 64    # maxMessageGroupSize (a group of 64 bytes is refused)
-    delivery_delay_max_ms: int = 24 * 3_600_000    # maxDelayTimeMills: deliver at most 1 day ahead
+    # How far ahead a delivery time may be (the proxy's maxDelayTimeMills is 1 day; the scheduler's
+    # timer wheel rolls, so pyrmq takes 30 days, its timer_max_delay_ms).
+    delivery_delay_max_ms: int = 30 * 24 * 3_600_000
     transaction_recovery_max_s: int = 3_600   # maxTransactionRecoverySecond
     timer_precision_ms: int = 1_000           # timerPrecisionMs: TIMER_OUT_MS rounding
     # -- the send path ---------------------------------------------------------------------

@@ -134,8 +134,8 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
         {"topic": "NodeTopic", "body_size": BODY_SIZE_MAX + 1},
         # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
         {"topic": "NodeOnlyNormal", "body": "x", "message_group": "g"},
-        # 2 days ahead: ILLEGAL_DELIVERY_TIME from the server (the client retries it 3 times)
-        {"topic": "NodeTopic", "body": "x", "delay_ms": 2 * 86_400_000},
+        # 31 days ahead: ILLEGAL_DELIVERY_TIME from the server (the client retries it 3 times)
+        {"topic": "NodeTopic", "body": "x", "delay_ms": 31 * 86_400_000},
         # a delay message (Node sends millisecond delivery timestamps) is parked on the timer topic
         {"topic": "NodeTopic", "body": "later", "delivery_timestamp_ms": deliver_ms},
         # Node names queue 0 in every send; the server picks the queue itself (round robin)

@@ -84,8 +84,8 @@ def test_client_side_and_server_side_refusals(make_broker, store_stub, tmp_path)
         {"topic": "ClientTopic", "body_size": 4 * 1024 * 1024 + 1},
         # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
         {"topic": "OnlyNormal", "body": "x", "message_group": "g"},
-        # delivery_timestamp is in seconds for the Py client; 2 days ahead is refused by the server
-        {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 2 * 86400},
+        # delivery_timestamp is in seconds for the Py client; 31 days ahead is refused by the server
+        {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 31 * 86400},
         # a system topic passes the client's name check; the server's route query refuses it
         {"topic": "TBW102", "body": "x"},
     ], topics=("ClientTopic", "OnlyNormal"))

@@ -113,7 +113,7 @@ def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F81
 def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = _start_up(tmp_path, processes)
     children = _child_pids(up.popen.pid)
-    assert set(children) == {"store", "broker", "txcheck"}
+    assert set(children) == {"store", "broker", "scheduler", "txcheck"}
     os.kill(children["store"], signal.SIGKILL)
     assert up.popen.wait(60) != 0
     assert "store exited unexpectedly" in up.log()

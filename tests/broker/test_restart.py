@@ -114,3 +114,23 @@ def test_cluster_restart_keeps_messages_and_consumer_progress(tmp_path: Path, pr
         assert delivered == expected, rest
         assert nothing_left(endpoint, "UpRestart", "UpGroup")
     assert up.stop(signal.SIGTERM) == 0, up.log()
+
+
+def test_pyrmq_up_delivers_a_delayed_message_not_before_its_time(tmp_path: Path, processes: list[Process]):
+    import time
+    up, endpoint = start_up(tmp_path, processes)
+    deliver_s = int(time.time()) + 3  # the Python client takes whole seconds
+    try:
+        [sent] = produce(tmp_path, endpoint, "UpDelay", [{"body": "later", "delivery_timestamp": deliver_s}])
+    except AssertionError:
+        raise AssertionError(up.log()) from None
+    found: list[d.Message] = []
+    for v2 in stub(endpoint):
+        deadline = time.time() + 30
+        while not found and time.time() < deadline:
+            found = receive(v2, "UpDelay", group="UpDelayGroup", polling_s=2)[1]
+        arrived_s = time.time()
+        assert [m.body for m in found] == [b"later"] and found[0].system_properties.message_id == sent["message_id"]
+        assert arrived_s >= deliver_s  # the scheduler never delivers early
+        assert ack(v2, "UpDelay", found[0].system_properties.receipt_handle, group="UpDelayGroup").status.code == d.OK
+    assert up.stop(signal.SIGTERM) == 0, up.log()
