@@ -6,9 +6,18 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test soak bench clean-gen node-clients
+.PHONY: setup run test soak bench clean-gen node-clients java-check
 
-setup: $(STAMP) $(GEN_STAMP) node-clients
+setup: $(STAMP) $(GEN_STAMP) node-clients java-check
+
+# The Spark pipeline (pipeline/, its tests and bench/spark_bench.py) needs Java >= 17. Without it
+# set-up still succeeds; the Spark tests skip, saying why.
+java-check:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "warning: Java >= 17 not found (java -version: '$${v:-none}'); the Spark pipeline and its tests need it." >&2; \
+	  echo "         install it with: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)" >&2; \
+	fi
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)

@@ -189,13 +189,13 @@ def scenario_consume(c: Cluster, n: int, body: bytes) -> Row:
 def scenario_client(c: Cluster, n: int, body_bytes: int) -> Row:
     job = {"endpoint": c.endpoint, "topics": [TOPIC],
            "messages": [{"topic": TOPIC, "body_size": body_bytes, "tag": "TagA"} for _ in range(n)]}
-    env = dict(os.environ, HOME=tempfile.mkdtemp(prefix="bench-client-home-"))
-    cpu0 = c.cpu_s()
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(SEND_SCRIPT), json.dumps(job)], capture_output=True, text=True,
-                          env=env, timeout=600)
-    elapsed = time.perf_counter() - started  # includes the client's start-up and shutdown
-    cpu1 = c.cpu_s()
+    with tempfile.TemporaryDirectory(prefix="bench-client-home-") as home:
+        cpu0 = c.cpu_s()
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, str(SEND_SCRIPT), json.dumps(job)], capture_output=True, text=True,
+                              env=dict(os.environ, HOME=home), timeout=600)
+        elapsed = time.perf_counter() - started  # includes the client's start-up and shutdown
+        cpu1 = c.cpu_s()
     ok = sum(1 for line in done.stdout.splitlines() if line.startswith('{"ok": true'))
     if ok != n:
         raise SystemExit(f"official client sent {ok} of {n}: {done.stderr[-2000:]}")

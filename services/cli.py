@@ -194,6 +194,17 @@ def up(ns: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+def _pipeline(ns: argparse.Namespace) -> int:
+    """``pyrmq pipeline JOB ...`` is ``python -m pipeline.jobs JOB ...`` (pyspark is imported
+    only here, so the services never need it)."""
+    try:
+        from pipeline.jobs.cli import main as pipeline_main
+    except ImportError as exc:
+        log.error("the Spark pipeline is not installed (pip install -e '.[spark]'): %s", exc)
+        return 2
+    return int(pipeline_main(ns.job_args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrmq", description="pyrmq: a RocketMQ-compatible message broker.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -213,11 +224,19 @@ def build_parser() -> argparse.ArgumentParser:
                                 "-1 off)")
     up_parser.set_defaults(run=up)
     add_admin_commands(commands)
+    pipeline_parser = commands.add_parser(
+        "pipeline", help="Spark jobs over a store's files: export, rebuild, audit, stats (needs the spark extra)",
+        add_help=False)
+    pipeline_parser.add_argument("job_args", nargs=argparse.REMAINDER)
+    pipeline_parser.set_defaults(run=_pipeline)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:  # every later argument is the job's, --help included
+        return _pipeline(argparse.Namespace(job_args=argv[1:]))
     ns = build_parser().parse_args(argv)
     return int(ns.run(ns))
 

@@ -176,3 +176,14 @@ def test_usage_errors_exit_2(endpoint):
 def test_unreachable_endpoint_exits_4():
     error = fails(4, "topic", "list", "--endpoint", "127.0.0.1:1", "--timeout", "5")
     assert error.startswith("pyrmq: error: 127.0.0.1:1: UNAVAILABLE")
+
+
+def test_pyrmq_pipeline_runs_the_pipeline_jobs_cli() -> None:
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "services.cli", "pipeline", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert "pipeline.jobs {export|rebuild|audit|stats}" in done.stdout + done.stderr  # the jobs' own usage
+    bad = subprocess.run([sys.executable, "-m", "services.cli", "pipeline", "no-such-job"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2

@@ -137,7 +137,7 @@ def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub):
     (lambda: [message(user_properties={"TIMER_DELIVER_MS": "1"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (lambda: [message(message_id="")], d.ILLEGAL_MESSAGE_ID),
     (lambda: [message(message_type=d.FIFO, message_group="g" * 64)], d.ILLEGAL_MESSAGE_GROUP),
-    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()) + 2 * 86400))],
+    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()) + 31 * 86400))],
      d.ILLEGAL_DELIVERY_TIME),
     (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=1, nanos=-5))],
      d.ILLEGAL_DELIVERY_TIME),

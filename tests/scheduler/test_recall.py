@@ -79,7 +79,7 @@ def test_recall_parks_a_delete_marker_in_the_same_slot(fake_store):
     ("Delayed", handle_for(broker="broker-b"), NOW_MS, Code.BAD_REQUEST),
     # the slot began (now >= TIMER_OUT_MS + 1): too late, as RocketMQ's "timestamp invalid"
     ("Delayed", handle_for(), timer_out_ms(DELIVER_MS, 1000) + 1, Code.ILLEGAL_DELIVERY_TIME),
-    ("Delayed", handle_for(deliver_ms=NOW_MS + 3 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
+    ("Delayed", handle_for(deliver_ms=NOW_MS + 31 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
 ])
 def test_recall_refusals(fake_store, topic, handle, now_ms, code):
     with pytest.raises(BrokerError) as raised:

@@ -26,6 +26,7 @@ from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerService
 from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
+from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
 from services.broker.route import RouteService
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
@@ -110,7 +111,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         TransactionService(store, sink, halves, clock), telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000,
         consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
-        clock=clock, traffic=metrics.traffic if metrics is not None else None)
+        clock=clock, traffic=metrics.traffic if metrics is not None else None,
+        offsets=OffsetService(store, topics, hub, clock, config.broker_name))  # type: ignore[arg-type]
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
     add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]
                       checks=TransactionCheckRelay(telemetry.registry, halves))

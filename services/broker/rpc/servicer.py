@@ -28,10 +28,11 @@ from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService
 from services.broker.errors import BrokerError, Code, UnsupportedError
 from services.broker.model import TrafficObserver
+from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
 from services.broker.route import RouteService
-from services.broker.rpc import consumer_convert, convert
-from services.broker.rpc.status import OK_STATUS, client_id_of, in_band, peer_address, status
+from services.broker.rpc import consumer_convert, convert, offsets_convert
+from services.broker.rpc.status import OK_STATUS, client_id_of, in_band, peer_address
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
@@ -49,8 +50,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(self, routes: RouteService, producer: Producer, transactions: TransactionService,
                  telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
                  consumer: ConsumerService | None = None, clock: Clock | None = None,
-                 traffic: TrafficObserver | None = None) -> None:
+                 traffic: TrafficObserver | None = None, offsets: OffsetService | None = None) -> None:
         self._consumer = consumer
+        self._offsets = offsets
         self._traffic = traffic
         self._clock = clock or SystemClock()
         self._routes = routes
@@ -167,20 +169,13 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
     # -- offset-based pulls (services/broker/offsets.py); the official clients never call them ---
-    def _offset_service(self):
-        """The offset RPCs' core (services/broker/offsets.py), built on first use from the
-        consumer service's store, topics and arrival hub."""
-        from services.broker.offsets import OffsetService
-        offsets = getattr(self, "_offsets", None)
-        if offsets is None:
-            consumer = self._consumer_service()
-            offsets = self._offsets = OffsetService(consumer._store, consumer._topics, consumer._hub,  # type: ignore[arg-type]
-                                                    self._clock, consumer._broker_name)
-        return offsets
+    def _offset_service(self) -> OffsetService:
+        if self._offsets is None:
+            raise _not_implemented("offset-based pulls")
+        return self._offsets
 
     def PullMessage(self, request: s.PullMessageRequest,
                     context: grpc.ServicerContext) -> Iterator[s.PullMessageResponse]:
-        from services.broker.rpc import offsets_convert
         # Like ReceiveMessage: errors in-band, and the stream always ends.
         try:
             if not client_id_of(context):
@@ -196,17 +191,14 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @in_band(s.UpdateOffsetResponse)
     def UpdateOffset(self, request: s.UpdateOffsetRequest, context: grpc.ServicerContext) -> s.UpdateOffsetResponse:
-        from services.broker.rpc import offsets_convert
         return offsets_convert.update_offset(self._offset_service(), request)
 
     @in_band(s.GetOffsetResponse)
     def GetOffset(self, request: s.GetOffsetRequest, context: grpc.ServicerContext) -> s.GetOffsetResponse:
-        from services.broker.rpc import offsets_convert
         return offsets_convert.get_offset(self._offset_service(), request)
 
     @in_band(s.QueryOffsetResponse)
     def QueryOffset(self, request: s.QueryOffsetRequest, context: grpc.ServicerContext) -> s.QueryOffsetResponse:
-        from services.broker.rpc import offsets_convert
         return offsets_convert.query_offset(self._offset_service(), request)
 
     @in_band(s.SyncLiteSubscriptionResponse)

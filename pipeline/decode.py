@@ -1,0 +1,383 @@
+"""CommitLog and ConsumeQueue files -> Arrow record batches, decoded with numpy.
+
+The record layout is the store's (``services/store/format/commitlog_format.py``, byte table
+there): this module builds numpy dtypes from its ``HEADERS`` structs and asserts they agree,
+and ``decode_record`` there is the reference these decoders are tested against.
+
+Decoding one batch of a segment:
+
+1. **Walk** the TOTALSIZE chain from a record boundary (``walk``): 8 bytes per record, the only
+   per-record Python step (~0.5 µs). It stops at the blank end-of-segment record, at bytes
+   that are not a record (the unwritten tail of the last segment is zeros), or at ``stop``.
+2. **Headers**: one fancy index copies the fixed header of every record into an ``(n, 88)``
+   array viewed as a packed big-endian structured dtype: every fixed field at once. Records
+   with IPv6 hosts (SYSFLAG 0x10 / 0x20) have longer headers; each host combination present
+   in the batch is decoded with its own dtype.
+3. **Variable parts**: body, topic and properties are gathered with ``arrow_util.gather``
+   (one ``repeat`` + ``arange`` index per column) straight into Arrow buffers; properties are
+   parsed into a map plus TAGS / KEYS / UNIQ_KEY without a Python loop
+   (``arrow_util.parse_properties``); hosts are formatted once per distinct address.
+
+Splitting a segment (``find_record_start``): every record stores its own phy offset
+(PHYSICALOFFSET at +28), so a reader given an arbitrary byte range finds the first record
+that starts in it by looking for the magic code and checking that field: no driver-side walk
+is needed to cut a 1 GiB segment into partitions. A split owns the records that *start* in
+``[from, to)``.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+import struct
+import zlib
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline import arrow_util as au
+from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, arrow_schema
+from services.store.config import DELAY_LEVELS_DEFAULT, parse_delay_levels
+from services.store.format.commitlog_format import (
+    HEADERS, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PHY_OFFSET_POS, PROP_CRC_PREFIX, PROP_CRC_RESERVED_LEN,
+    SCHEDULE_TOPIC, SYSFLAG_POS, decode_record, tags_code)
+from services.store.format.java_compat import java_string_hash
+from services.store.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
+
+BATCH_ROWS_DEFAULT = 32_768
+SEGMENT_NAME_LENGTH = 20  # 20-digit start offset
+
+
+def _header_dtype(born_v6: bool, store_v6: bool) -> np.dtype:
+    ip = lambda v6: "V16" if v6 else "V4"  # noqa: E731
+    return np.dtype([
+        ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+        ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+        ("born_ip", ip(born_v6)), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", ip(store_v6)),
+        ("store_port", ">i4"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
+
+
+# HEADER_DTYPES[sys_flag >> 4 & 3], exactly as HEADERS (pair assertion with the store's structs).
+HEADER_DTYPES = [_header_dtype(False, False), _header_dtype(True, False), _header_dtype(False, True),
+                 _header_dtype(True, True)]
+for _dtype, _struct in zip(HEADER_DTYPES, HEADERS):
+    assert _dtype.itemsize == _struct.size, (_dtype.itemsize, _struct.size)
+assert HEADER_DTYPES[0].fields["phy_offset"][1] == PHY_OFFSET_POS
+assert HEADER_DTYPES[0].fields["sys_flag"][1] == SYSFLAG_POS
+
+_SIZE_MAGIC = struct.Struct(">iI")
+_PHY = struct.Struct(">q")
+_HEADER_MIN = HEADERS[0].size
+_MAGICS = (MAGIC_V1, MAGIC_V2)
+_CRC_PREFIX = np.frombuffer(PROP_CRC_PREFIX, np.uint8)
+_POW10 = 10 ** np.arange(10, dtype=np.int64)
+
+
+class CorruptSegment(ValueError):
+    """A record's length arithmetic does not add up (the message names the phy offset)."""
+
+
+def walk(buf, pos: int, limit: int, stop: int, max_records: int) -> tuple[list[int], int, str]:
+    """Record starts from the boundary ``pos``: (starts, next position, why it stopped).
+
+    Stops before ``max_records``, at the first record starting at or after ``stop``
+    ("stop"), at the blank record ("blank"), or where no valid record starts ("end").
+    """
+    starts: list[int] = []
+    unpack = _SIZE_MAGIC.unpack_from
+    while len(starts) < max_records:
+        if pos >= stop:
+            return starts, pos, "stop"
+        if limit - pos < 8:
+            return starts, pos, "end"
+        size, magic = unpack(buf, pos)
+        if magic == MAGIC_BLANK:
+            return starts, pos, "blank"
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < _HEADER_MIN or size > limit - pos:
+            return starts, pos, "end"
+        starts.append(pos)
+        pos += size
+    return starts, pos, "more"
+
+
+_MAGIC_BYTES = tuple(m.to_bytes(4, "big") for m in (*_MAGICS, MAGIC_BLANK))
+SEARCH_WINDOW_BYTES = 64 << 10
+
+
+def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
+    """The first position >= ``pos`` where a record whose PHYSICALOFFSET names that position
+    starts (or the blank record that ends the segment); ``limit`` if there is none. Searches
+    in growing windows, so a magic code that never occurs costs a window, not the segment."""
+    window = SEARCH_WINDOW_BYTES
+    while pos < limit:
+        end = min(limit, pos + 4 + window)
+        candidates = [p for p in (buf.find(m, pos + 4, end) for m in _MAGIC_BYTES) if p >= 0]
+        if not candidates:
+            pos = max(pos + 1, end - 8)  # a magic may straddle the window's end
+            window *= 2
+            continue
+        found = min(candidates) - 4
+        size, magic = _SIZE_MAGIC.unpack_from(buf, found)
+        if magic == MAGIC_BLANK:
+            if size == limit - found:
+                return found
+        elif found + PHY_OFFSET_POS + 8 <= limit and _PHY.unpack_from(buf, found + PHY_OFFSET_POS)[0] == base_offset + found:
+            return found
+        pos = found + 1
+    return limit
+
+
+def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
+    """"ip:port" strings, formatted once per distinct address (usually one or a few)."""
+    ip_bytes = np.ascontiguousarray(ip).view(np.uint8).reshape(len(port), -1)
+    keys = np.concatenate([ip_bytes, port.astype(">i4").view(np.uint8).reshape(-1, 4)], axis=1)
+    width = keys.shape[1]
+    flat = keys.view(">u8").ravel() if width == 8 else keys.view(f"V{width}").ravel()
+    if len(flat) and (flat == flat[0]).all():
+        uniq, inverse = flat[:1], None
+    else:
+        uniq, inverse = np.unique(flat, return_inverse=True)
+    texts = []
+    for key in uniq:
+        raw = int(key).to_bytes(8, "big") if width == 8 else bytes(key)
+        addr, port_value = raw[:-4], int.from_bytes(raw[-4:], "big", signed=True)
+        family = socket.AF_INET if len(addr) == 4 else socket.AF_INET6
+        text = socket.inet_ntop(family, addr)
+        texts.append(f"{text}:{port_value}" if len(addr) == 4 else f"[{text}]:{port_value}")
+    if inverse is None:
+        return au.constant_strings(texts[0], len(flat))
+    return pa.array(texts, pa.string()).take(pa.array(inverse.astype(np.int32)))
+
+
+def _fields(a: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
+    """Every fixed header field of the records at ``starts``, native int arrays."""
+    count = len(starts)
+    combos = (a[starts + SYSFLAG_POS + 3] >> 4) & 3  # the v6 bits are in SYSFLAG's low byte
+    present = np.unique(combos)
+    out: dict[str, object] = {}
+    for combo in present:
+        dtype = HEADER_DTYPES[combo]
+        rows = np.flatnonzero(combos == combo) if len(present) > 1 else None
+        picked = starts if rows is None else starts[rows]
+        header = au.windows(a, dtype.itemsize, picked).view(dtype).ravel()
+        for name in dtype.names:
+            column = header[name]
+            if name.endswith("_ip"):
+                if rows is None:
+                    out[name] = [(column, None)]
+                else:
+                    out.setdefault(name, []).append((column, rows))
+                continue
+            if name not in out:
+                out[name] = np.empty(count, column.dtype.newbyteorder("="))
+            target = out[name]
+            if rows is None:
+                target[:] = column
+            else:
+                target[rows] = column
+    out["header_size"] = np.array([d.itemsize for d in HEADER_DTYPES], np.int64)[combos]
+    return out
+
+
+def _host_column(parts, ports: np.ndarray) -> pa.Array:
+    if len(parts) == 1 and parts[0][1] is None:
+        return _hosts(parts[0][0], ports)
+    arrays, order = [], []
+    for column, rows in parts:
+        arrays.append(_hosts(column, ports[rows]))
+        order.append(rows)
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    return pa.concat_arrays(arrays).take(pa.array(inverse.astype(np.int32)))
+
+
+ALL_COLUMNS = tuple(name for name, _ in COMMITLOG_COLUMNS)
+_PROPERTY_COLUMNS = {"properties", "tags", "keys", "uniqKey", "tagsCode"}
+DELAY_LEVEL_MILLIS_DEFAULT = parse_delay_levels(DELAY_LEVELS_DEFAULT)
+
+
+def _tags_codes(buf, starts: np.ndarray, topics: pa.Array, tags: pa.Array,
+                delay_level_millis: tuple[int, ...]) -> pa.Array:
+    """The ConsumeQueue tags code of every record, as the store computes it (``tags_code``):
+    the Java hash of each distinct tag once; records of SCHEDULE_TOPIC_XXXX (whose code is a
+    delivery time) through the store's own function."""
+    import pyarrow.compute as pc
+    encoded = tags.dictionary_encode()
+    hashes = np.array([java_string_hash(t) if t else 0 for t in encoded.dictionary.to_pylist()] or [0], np.int64)
+    codes = hashes[pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)]
+    codes[~pc.is_valid(tags).to_numpy(zero_copy_only=False)] = 0
+    for row in np.flatnonzero(pc.equal(topics, SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)):
+        record = decode_record(buf, int(starts[row]), len(buf), check_crc=False, read_body=False)
+        codes[row] = tags_code(record, delay_level_millis)
+    return pa.array(codes, pa.int64())
+
+
+def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segment: str,
+                 verify_crc: bool = False, columns: tuple[str, ...] = ALL_COLUMNS,
+                 delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT) -> pa.RecordBatch:
+    """One Arrow batch of ``columns`` (of ``COMMITLOG_COLUMNS``, in that order) for the records
+    starting at ``starts`` in ``a`` (the segment's bytes as uint8; ``buf`` the same bytes, for
+    CRCs); ``base_offset`` is the phy offset of ``a[0]``. Only the requested columns are
+    decoded (the length arithmetic of every record is always checked)."""
+    count = len(starts)
+    f = _fields(a, starts)
+    total = f["total_size"].astype(np.int64)
+    body_starts = starts + f["header_size"]
+    body_len = f["body_len"].astype(np.int64)
+    ends = starts + total
+    # Every length is checked before it is used to read, so a damaged record cannot make the
+    # decoder read outside its own bytes; the batch then fails naming the first such record.
+    bad = (body_len < 0) | (body_starts + body_len + 3 > ends)
+    body_len[bad] = 0
+    v2 = f["magic"] == MAGIC_V2
+    topic_len_pos = body_starts + body_len
+    topic_len = a[topic_len_pos].astype(np.int8).astype(np.int64)  # v1: signed byte
+    if v2.any():
+        hi = a[topic_len_pos[v2]].astype(np.int64)
+        lo = a[topic_len_pos[v2] + 1].astype(np.int64)
+        topic_len[v2] = ((hi << 8) | lo).astype(np.int16)
+    topic_starts = topic_len_pos + np.where(v2, 2, 1)
+    bad |= (topic_len < 0) | (topic_starts + topic_len + 2 > ends)
+    topic_len[bad] = 0
+    props_len_pos = topic_starts + topic_len
+    props_len = ((a[props_len_pos].astype(np.int64) << 8) | a[props_len_pos + 1]).astype(np.int16).astype(np.int64)
+    props_starts = props_len_pos + 2
+    bad |= (props_len < 0) | (props_starts + props_len != ends)
+    if bad.any():
+        where = base_offset + int(starts[np.flatnonzero(bad)[0]])
+        raise CorruptSegment(f"{segment}: record at phy offset {where}: length arithmetic does not add up")
+    # The whole-record CRC trailer ("__CRC32#" 0x01 <10 digits> 0x02) is not a user property.
+    has_trailer = props_len >= PROP_CRC_RESERVED_LEN
+    rows = np.flatnonzero(has_trailer)
+    if len(rows):
+        probe = au.windows(a, len(_CRC_PREFIX), ends[rows] - PROP_CRC_RESERVED_LEN)
+        has_trailer[rows] = (probe == _CRC_PREFIX).all(axis=1)
+    user_props_len = props_len - np.where(has_trailer, PROP_CRC_RESERVED_LEN, 0)
+
+    wanted = set(columns)
+    out: dict[str, pa.Array] = {}
+    if wanted & _PROPERTY_COLUMNS:
+        prop_values, prop_offsets = au.gather(a, props_starts, user_props_len)
+        out["properties"], out["tags"], out["keys"], out["uniqKey"] = au.parse_properties(
+            prop_values, prop_offsets, want_map="properties" in wanted)
+    if "topic" in wanted or "tagsCode" in wanted:
+        topic_values, topic_offsets = au.gather(a, topic_starts, topic_len)
+        out["topic"] = au.safe_strings(au.string_array(topic_values, topic_offsets))
+    if "tagsCode" in wanted:
+        out["tagsCode"] = _tags_codes(buf, starts, out["topic"], out["tags"], delay_level_millis)
+    if "body" in wanted:
+        out["body"] = au.binary_array(*au.gather(a, body_starts, body_len))
+    if "crcValid" in wanted:
+        out["crcValid"] = (pa.array(_check_crcs(buf, a, starts, ends, body_starts, body_len, f["body_crc"],
+                                                has_trailer), pa.bool_())
+                           if verify_crc else pa.nulls(count, pa.bool_()))
+    to_us = lambda ms: pa.array(ms.astype(np.int64) * 1000, pa.timestamp("us", tz="UTC"))  # noqa: E731
+    simple = {
+        "commitLogOffset": lambda: pa.array(base_offset + starts, pa.int64()),
+        "totalSize": lambda: pa.array(f["total_size"], pa.int32()),
+        "magicCode": lambda: pa.array(f["magic"].view(np.int32), pa.int32()),
+        "bodyCrc": lambda: pa.array(f["body_crc"], pa.int32()),
+        "queueId": lambda: pa.array(f["queue_id"], pa.int32()),
+        "flag": lambda: pa.array(f["flag"], pa.int32()),
+        "queueOffset": lambda: pa.array(f["queue_offset"], pa.int64()),
+        "sysFlag": lambda: pa.array(f["sys_flag"], pa.int32()),
+        "bornTimestamp": lambda: to_us(f["born_ts"]),
+        "bornHost": lambda: _host_column(f["born_ip"], f["born_port"]),
+        "storeTimestamp": lambda: to_us(f["store_ts"]),
+        "storeHost": lambda: _host_column(f["store_ip"], f["store_port"]),
+        "reconsumeTimes": lambda: pa.array(f["reconsume"], pa.int32()),
+        "preparedTransactionOffset": lambda: pa.array(f["prepared"], pa.int64()),
+        "segment": lambda: au.constant_strings(segment, count),
+    }
+    arrays = [out[name] if name in out else simple[name]() for name in columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=commitlog_schema(columns))
+
+
+@lru_cache(maxsize=64)
+def commitlog_schema(columns: tuple[str, ...]) -> pa.Schema:
+    full = arrow_schema(COMMITLOG_COLUMNS)
+    return pa.schema([full.field(name) for name in columns])
+
+
+def _check_crcs(buf, a, starts, ends, body_starts, body_len, body_crc, has_trailer) -> np.ndarray:
+    """Body CRC (crc32 & 0x7FFFFFFF, 0 for an empty body) and, where the trailer is present,
+    the whole-record CRC (digits least-significant first) of every record."""
+    view = memoryview(buf)
+    crc32 = zlib.crc32
+    body = np.fromiter((crc32(view[s:s + n]) & 0x7FFFFFFF if n else 0
+                        for s, n in zip(body_starts.tolist(), body_len.tolist())), np.int64, len(starts))
+    valid = body == body_crc.astype(np.int64)
+    rows = np.flatnonzero(has_trailer)
+    if len(rows):
+        digits = au.windows(a, 10, ends[rows] - 11).astype(np.int64) - ord("0")
+        stored = (digits * _POW10).sum(axis=1)
+        whole = np.fromiter((crc32(view[s:e - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+                             for s, e in zip(starts[rows].tolist(), ends[rows].tolist())), np.int64, len(rows))
+        valid[rows] &= whole == stored
+    view.release()
+    return valid
+
+
+# -- files ------------------------------------------------------------------------------------
+
+def segment_files(path: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(start phy offset, path) of each CommitLog segment under a store root or commitlog dir."""
+    root = Path(path)
+    directory = root / "commitlog" if (root / "commitlog").is_dir() else root
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no CommitLog directory at {root} (expected STORE_ROOT/commitlog)")
+    return sorted((int(p.name), p) for p in directory.iterdir()
+                  if p.is_file() and len(p.name) == SEGMENT_NAME_LENGTH and p.name.isdigit())
+
+
+def read_segment(path: Path, file_from_offset: int, from_offset: int | None = None, to_offset: int | None = None,
+                 batch_rows: int = BATCH_ROWS_DEFAULT, verify_crc: bool = False,
+                 columns: tuple[str, ...] = ALL_COLUMNS,
+                 delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT) -> Iterator[pa.RecordBatch]:
+    """Batches of the records of one segment that start in [from_offset, to_offset) (phy
+    offsets; default the whole segment). A range not starting at the segment start is
+    re-synchronised with ``find_record_start``."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            a = np.frombuffer(mm, np.uint8)
+            try:
+                pos = 0 if from_offset is None else max(0, from_offset - file_from_offset)
+                if pos > 0:
+                    pos = find_record_start(mm, pos, size, file_from_offset)
+                stop = size if to_offset is None else max(0, min(size, to_offset - file_from_offset))
+                while True:
+                    starts, pos, why = walk(mm, pos, size, stop, batch_rows)
+                    if starts:
+                        yield decode_batch(mm, a, np.array(starts, np.int64), file_from_offset, path.name,
+                                           verify_crc, columns, delay_level_millis)
+                    if why != "more":
+                        break
+            finally:
+                del a
+
+
+def read_consume_queue(path: Path, topic: str, queue_id: int, file_from_offset: int,
+                       batch_rows: int = 262_144) -> Iterator[pa.RecordBatch]:
+    """Batches of the valid units of one ConsumeQueue file (it ends at the first unit that is
+    not valid, ``phy_offset < 0 or size <= 0``; blank units before a queue's start are
+    skipped)."""
+    data = np.fromfile(path, dtype=CQ_DTYPE)
+    bad = np.flatnonzero((data["phy_offset"] < 0) | (data["size"] <= 0))
+    count = int(bad[0]) if len(bad) else len(data)
+    first_offset = file_from_offset // CQ_UNIT_SIZE_BYTES
+    schema = arrow_schema(CONSUMEQUEUE_COLUMNS)
+    for begin in range(0, count, batch_rows):
+        units = data[begin:min(count, begin + batch_rows)]
+        keep = ~((units["phy_offset"] == 0) & (units["size"] == 0x7FFFFFFF))  # the blank unit
+        units = units[keep]
+        offsets = (first_offset + begin + np.flatnonzero(keep)).astype(np.int64)
+        n = len(units)
+        yield pa.RecordBatch.from_arrays([
+            au.constant_strings(topic, n), pa.array(np.full(n, queue_id, np.int32)), pa.array(offsets),
+            pa.array(units["phy_offset"].astype(np.int64)), pa.array(units["size"].astype(np.int32)),
+            pa.array(units["tags_code"].astype(np.int64))], schema=schema)

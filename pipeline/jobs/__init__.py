@@ -1,0 +1,1 @@
+"""Offline Spark jobs over a store root's files: export, rebuild, audit, stats (``cli.py``)."""

@@ -1,0 +1,107 @@
+"""Pipeline test fixtures: one session-scoped local[2] SparkSession (spark.md §7.1).
+
+Tests that need Spark take the ``spark`` fixture and are marked ``spark``; without pyspark or
+without Java >= 17 they skip with the reason. Everything the Python workers touch must be a
+real file or a real server on 127.0.0.1 (they cannot see this process's memory), and the
+project must be importable in them: PYTHONPATH is set to the repository root.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+JAVA_MIN = 17
+
+
+def java_major() -> int | None:
+    java = shutil.which("java") or (os.environ.get("JAVA_HOME") and str(Path(os.environ["JAVA_HOME"]) / "bin" / "java"))
+    if not java:
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def spark_missing() -> str | None:
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark not installed (pip install -e '.[spark]')"
+    major = java_major()
+    if major is None or major < JAVA_MIN:
+        return (f"Java >= {JAVA_MIN} is needed for Spark (found {major or 'none'}); "
+                "install it: apt-get install -y openjdk-17-jre-headless")
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    reason = spark_missing()
+    if reason:
+        pytest.skip(reason)
+    os.environ["PYSPARK_PYTHON"] = sys.executable          # gotcha 2: the workers' interpreter
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # gotcha 3: importable in workers
+    from pyspark.sql import SparkSession
+    tmp = tmp_path_factory.mktemp("spark")
+    session = (SparkSession.builder.master("local[2]").appName("pyrmq-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.local.dir", str(tmp / "local"))
+               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .config("spark.python.worker.faulthandler.enabled", "true")
+               .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    import pipeline
+    pipeline.register(session)
+    yield session
+    for query in session.streams.active:  # a failed streaming test must not hang the session
+        query.stop()
+    session.stop()
+
+
+BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+)$")
+
+
+def start_cluster(data_dir: Path, started: list) -> str:
+    """A store and a broker as subprocesses on 127.0.0.1 (the Spark workers reach them like any
+    client); returns the broker's endpoint."""
+    from tests.procs import Process, start_store
+    _, ready = start_store(started, data_dir, ROOT)
+    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
+                      "--store-address", ready["grpc"]], ROOT)
+    started.append(broker)
+    return broker.wait_line(BROKER_READY)["endpoint"]
+
+
+@pytest.fixture(scope="module")
+def cluster(spark, tmp_path_factory):
+    """A store + broker for one test module (after the SparkSession: the JVM is up first)."""
+    started: list = []
+    try:
+        yield start_cluster(tmp_path_factory.mktemp("cluster"), started)
+    finally:
+        for process in started:
+            process.kill()

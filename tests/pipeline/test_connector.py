@@ -1,0 +1,236 @@
+"""The "rocketmq" source and sink against a real store + broker (subprocesses on 127.0.0.1)."""
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+
+from pipeline.client import Client, RouteQueue
+from pipeline.offsets import to_json
+
+pytestmark = pytest.mark.spark
+BROKER = "broker-a"
+CHUNK = 8  # messages per SendMessage: the broker puts one request in one queue, round robin
+
+
+def send(endpoint: str, topic: str, count: int, start: int = 0, tags=("TagA",)) -> list[str]:
+    client = Client((endpoint,))
+    ids = []
+    for first in range(start, start + count, CHUNK):
+        batch = []
+        for i in range(first, min(start + count, first + CHUNK)):
+            sp = d.SystemProperties(message_id=f"T-{topic}-{i:05d}", message_type=d.NORMAL, body_encoding=d.IDENTITY,
+                                    tag=tags[i % len(tags)], keys=[f"key-{i}"])
+            batch.append(d.Message(topic=d.Resource(name=topic), body=b"body-%d" % i, system_properties=sp,
+                                   user_properties={"n": str(i)}))
+        client.send(batch)
+        ids += [m.system_properties.message_id for m in batch]
+    deadline = time.monotonic() + 20  # the store dispatches to ConsumeQueues just after the put
+    while sum(end_offsets(endpoint, topic).values()) < start + count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return ids
+
+
+def end_offsets(endpoint: str, topic: str) -> dict:
+    client = Client((endpoint,))
+    return {(q.topic, q.broker, q.queue_id): client.query_offset(q, d.END) for q in client.route(topic)}
+
+
+def source(spark, endpoint, **options):
+    reader = spark.read.format("rocketmq").option("endpoints", endpoint)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_path):
+    from tests.broker.test_official_client import run_client
+    sent_from = datetime.now(timezone.utc)
+    specs = [{"topic": "SparkRead", "body": f"msg-{i}", "tag": "TagA" if i % 2 else "TagB", "keys": [f"k{i}", "kk"],
+              "properties": {"n": str(i), "color": "red"}} for i in range(30)]
+    results, _ = run_client(tmp_path, cluster, specs, topics=("SparkRead",))
+    sent_until = datetime.now(timezone.utc)
+    assert all(r["ok"] for r in results)
+    by_id = {r["message_id"]: spec for r, spec in zip(results, specs)}
+    rows = source(spark, cluster, subscribe="SparkRead").collect()
+    assert len(rows) == 30 and {r["messageId"] for r in rows} == set(by_id)
+    for row in rows:
+        spec = by_id[row["messageId"]]
+        assert row["body"] == spec["body"].encode() and row["tags"] == spec["tag"]
+        assert sorted(row["keys"]) == sorted(spec["keys"])  # the client keeps keys in a set
+        assert row["properties"] == spec["properties"] and row["topic"] == "SparkRead" and row["brokerName"] == BROKER
+        assert row["messageType"] == "NORMAL" and row["deliveryAttempt"] == 1 and row["messageGroup"] is None
+        assert sent_from.timestamp() - 5 <= row["storeTimestamp"].timestamp() <= sent_until.timestamp() + 5
+        assert row["storeHost"] and row["bornHost"]
+    per_queue: dict[int, list[int]] = {}
+    for row in rows:
+        per_queue.setdefault(row["queueId"], []).append(row["queueOffset"])
+    ends = end_offsets(cluster, "SparkRead")
+    for queue_id, offsets in per_queue.items():
+        assert sorted(offsets) == list(range(ends[("SparkRead", BROKER, queue_id)]))
+    tagged = source(spark, cluster, subscribe="SparkRead", subExpression="TagA").collect()
+    assert sorted(r["body"] for r in tagged) == sorted(s["body"].encode() for s in specs if s["tag"] == "TagA")
+
+
+def test_offset_ranges_are_exact(spark, cluster):
+    send(cluster, "SparkRange", 64)
+    ends = end_offsets(cluster, "SparkRange")
+    assert sum(ends.values()) == 64 and ends[("SparkRange", BROKER, 0)] >= 5
+    rows = source(spark, cluster, assign='{"SparkRange":{"broker-a":[0,1]}}',
+                  startingOffsets='{"SparkRange":{"broker-a":{"1":-2,"0":2}}}',
+                  endingOffsets='{"SparkRange":{"broker-a":{"0":5,"1":3}}}').collect()
+    assert sorted((r["queueId"], r["queueOffset"]) for r in rows) == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
+    two_level = source(spark, cluster, assign='{"SparkRange":[0]}', startingOffsets='{"SparkRange":{"0":1}}',
+                       endingOffsets='{"SparkRange":{"0":2}}').collect()
+    assert [(r["queueId"], r["queueOffset"]) for r in two_level] == [(0, 1)]
+    everything = source(spark, cluster, subscribe="SparkRange", minPartitions="20")
+    assert everything.rdd.getNumPartitions() >= 20 and everything.count() == 64
+    future = int(time.time() * 1000) + 3_600_000
+    assert source(spark, cluster, subscribe="SparkRange", startingTimestamp=str(future)).count() == 0
+    for options, message in [({"startingOffsets": "latest"}, "'startingOffsets': 'latest' is not allowed"),
+                             ({"endingOffsets": '{"SparkRange":{"broker-a":{"0":-2}}}'}, "-2 \\(earliest\\)"),
+                             ({"startingOffsets": '{"Other":{"broker-a":{"0":1}}}'}, "not subscribed")]:
+        with pytest.raises(Exception, match=message):
+            source(spark, cluster, subscribe="SparkRange", **options).collect()
+
+
+def stream(spark, endpoint, checkpoint, out, **options):
+    reader = spark.readStream.format("rocketmq").option("endpoints", endpoint)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (reader.load().writeStream.format("parquet").option("path", str(out))
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
+
+def get_offset(endpoint: str, group: str, queue: RouteQueue) -> int:
+    with grpc.insecure_channel(endpoint) as channel:
+        response = s_grpc.MessagingServiceStub(channel).GetOffset(s.GetOffsetRequest(
+            group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=queue.topic),
+                                                                        id=queue.queue_id)),
+            metadata=(("x-mq-client-id", "tests"),), timeout=10)
+    assert response.status.code == d.OK, response.status
+    return response.offset
+
+
+def test_stream_rate_limit_and_restart_without_duplicates(spark, cluster, tmp_path):
+    send(cluster, "SparkStream", 100)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    options = dict(subscribe="SparkStream", startingOffsets="earliest", maxOffsetsPerTrigger="30",
+                   consumerGroup="spark-lag")
+    query = stream(spark, cluster, checkpoint, out, **options)
+    assert query.awaitTermination(180) is not False and query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 100 and max(sizes) <= 30 and len(sizes) >= 4
+    ends = end_offsets(cluster, "SparkStream")
+    assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == json.loads(to_json(ends))
+    queue = Client((cluster,)).route("SparkStream")[0]
+    # Spark commits a batch's end to the source when it plans the next batch: the group's offset
+    # trails the last micro-batch (monitoring only; the checkpoint is the truth).
+    assert 0 < get_offset(cluster, "spark-lag", queue) <= ends[(queue.topic, queue.broker, queue.queue_id)]
+
+    send(cluster, "SparkStream", 30, start=100)
+    again = stream(spark, cluster, checkpoint, out, **options)
+    assert again.awaitTermination(180) is not False and again.exception() is None
+    assert sum(p["numInputRows"] for p in again.recentProgress) == 30
+    written = spark.read.parquet(str(out))
+    assert written.count() == 130
+    assert written.groupBy("brokerName", "queueId", "queueOffset").count().where("count > 1").count() == 0
+    assert {r[0] for r in written.select("body").collect()} == {b"body-%d" % i for i in range(130)}
+
+
+def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
+    send(cluster, "SparkIdle", 16)
+    checkpoint = tmp_path / "checkpoint"
+    query = (spark.readStream.format("rocketmq").option("endpoints", cluster).option("subscribe", "SparkIdle")
+             .option("startingOffsets", "earliest").load()
+             .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        logged = len(list((checkpoint / "offsets").iterdir()))
+        time.sleep(3)   # ~30 triggers with nothing new
+        assert len(list((checkpoint / "offsets").iterdir())) == logged
+        send(cluster, "SparkIdle", 8, start=16)
+        query.processAllAvailable()
+        assert len(list((checkpoint / "offsets").iterdir())) > logged
+    finally:
+        query.stop()
+
+
+def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
+    from pyspark.sql import functions as F
+    rows = [(f"payload-{i}", "TagS", [f"k{i}"], {"i": str(i)}, "NotUsed") for i in range(50)]
+    df = spark.createDataFrame(rows, "body string, tags string, keys array<string>, "
+                                     "properties map<string,string>, topic string")
+    df.write.format("rocketmq").option("endpoints", cluster).option("topic", "SinkOut").mode("append").save()
+    back = source(spark, cluster, subscribe="SinkOut").dropDuplicates(["messageId"]).collect()
+    assert sorted(r["body"].decode() for r in back) == sorted(r[0] for r in rows)
+    assert all(r["tags"] == "TagS" and r["properties"] == {"i": r["body"].decode().split("-")[1]} for r in back)
+    assert all(r["keys"] == [f"k{r['properties']['i']}"] for r in back)
+    assert source(spark, cluster, subscribe="NotUsed").count() == 0   # the option overrode the column
+    with pytest.raises(Exception, match="'body' column"):
+        spark.createDataFrame([("x",)], "payload string").write.format("rocketmq") \
+            .option("endpoints", cluster).option("topic", "SinkOut").mode("append").save()
+
+    send(cluster, "SinkStreamIn", 40)
+    query = (spark.readStream.format("rocketmq").option("endpoints", cluster).option("subscribe", "SinkStreamIn")
+             .option("startingOffsets", "earliest").load()
+             .select("body", "tags", "keys", "properties", F.lit("SinkStreamOut").alias("topic"))
+             .writeStream.format("rocketmq").option("endpoints", cluster)
+             .option("checkpointLocation", str(tmp_path / "sink-checkpoint")).trigger(availableNow=True).start())
+    assert query.awaitTermination(180) is not False and query.exception() is None
+    copied = source(spark, cluster, subscribe="SinkStreamOut").dropDuplicates(["messageId"])
+    assert sorted(r[0] for r in copied.select("body").collect()) == sorted(b"body-%d" % i for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def lossy_cluster(spark, tmp_path_factory):
+    """A store whose first CommitLog segment is gone, as after retention: queue 0 of LossTopic
+    starts past offset 0."""
+    from services.store.clock import SystemClock
+    from services.store.config import StoreConfig
+    from services.store.format.commitlog_format import MessageRecord
+    from services.store.store import FileStore
+    from tests.pipeline.conftest import start_cluster
+    data_dir = tmp_path_factory.mktemp("lossy")
+    store = FileStore(StoreConfig(store_root=data_dir / "store", commitlog_file_size_bytes=1 << 20), SystemClock())
+    store.start()
+    try:
+        for first in range(0, 2400, 400):
+            store.put_messages([MessageRecord(topic="LossTopic", queue_id=0, body=b"%06d" % i + b"x" * 1000,
+                                              properties={"UNIQ_KEY": f"L{i:06d}"}) for i in range(first, first + 400)])
+        store.reput.run_once()
+    finally:
+        store.shutdown()
+    (data_dir / "store" / "commitlog" / f"{0:020d}").unlink()
+    started: list = []
+    try:
+        yield start_cluster(data_dir, started)
+    finally:
+        for process in started:
+            process.kill()
+
+
+def test_fail_on_data_loss_both_ways(spark, lossy_cluster, tmp_path):
+    queue = RouteQueue("LossTopic", BROKER, 0, lossy_cluster)
+    earliest = Client((lossy_cluster,)).query_offset(queue, d.BEGINNING)
+    end = Client((lossy_cluster,)).query_offset(queue, d.END)
+    assert 0 < earliest < end == 2400
+    options = dict(assign='{"LossTopic":{"broker-a":[0]}}', startingOffsets='{"LossTopic":{"broker-a":{"0":0}}}')
+    with pytest.raises(Exception, match="were removed"):
+        source(spark, lossy_cluster, **options).count()
+    rows = source(spark, lossy_cluster, failOnDataLoss="false", **options).select("queueOffset")
+    assert rows.count() == end - earliest and rows.agg({"queueOffset": "min"}).first()[0] == earliest
+
+    failing = stream(spark, lossy_cluster, tmp_path / "c1", tmp_path / "o1", **options)
+    with pytest.raises(Exception, match="offsets 0..[0-9]+ were removed"):
+        failing.awaitTermination(120)
+    tolerant = stream(spark, lossy_cluster, tmp_path / "c2", tmp_path / "o2", failOnDataLoss="false", **options)
+    assert tolerant.awaitTermination(120) is not False and tolerant.exception() is None
+    assert spark.read.parquet(str(tmp_path / "o2")).count() == end - earliest
