@@ -1,13 +1,12 @@
 """``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process;
 ``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``).
 
-Services are rows of ``SERVICES``, started in table order (a later service may depend on an
-earlier one), each one only after the previous printed its ready line, and stopped in reverse
-order: store, broker, scheduler (delay and timer delivery), txcheck (transaction checks).
-Adding a service is adding a row; a row's arguments may use the key=value pairs of an earlier
-service's ready line (``ns.ready["store"]["grpc"]``). Helper services take ports beside the
-store's: scheduler gRPC (health) store port + 4 and metrics store metrics port + 2; txcheck
-gRPC store port + 3 and metrics + 3.
+``pyrmq compose`` prints deploy/docker-compose.yml and ``pyrmq health HOST:PORT`` checks one
+service's gRPC health (the containers' HEALTHCHECK).
+
+Services are rows of ``services/topology.SERVICES`` (store, broker, scheduler, txcheck), started
+in table order, each one only after the previous printed its ready line, and stopped in reverse
+order; a row's arguments may use the key=value pairs of an earlier service's ready line.
 
 A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
@@ -24,11 +23,11 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from services.admin.cli import add_commands as add_admin_commands
+from services.topology import SERVICES, ServiceSpec
+from services.compose import render_compose
 
 log = logging.getLogger("pyrmq")
 
@@ -37,43 +36,6 @@ STOP_TIMEOUT_S = 30.0       # per child, after the signal; then it is killed
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    name: str                                        # "store"; ready line is "pyrmq-store ready ..."
-    module: str                                      # run as ``python -m module``
-    args: Callable[[argparse.Namespace], list[str]]  # command line from ``pyrmq up``'s options
-
-
-def _broker_metrics_port(ns: argparse.Namespace) -> int:
-    """--broker-metrics-port, else next to the store's (0 and -1 carry over: any free / off)."""
-    if ns.broker_metrics_port is not None:
-        return ns.broker_metrics_port
-    return _beside(ns.metrics_port, 1)
-
-
-def _beside(port: int, step: int) -> int:
-    """A helper service's port ``step`` above a base port; 0 (any free) and -1 (off) carry over."""
-    return port if port <= 0 else port + step
-
-
-# ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
-# row can use the address that service actually bound (the broker gets the store's).
-SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("store", "services.store", lambda ns: [
-        "--data-dir", str(ns.data_dir), "--host", ns.host, "--port", str(ns.store_port),
-        "--metrics-port", str(ns.metrics_port)]),
-    ServiceSpec("broker", "services.broker", lambda ns: [
-        "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
-        "--metrics-port", str(_broker_metrics_port(ns))]),
-    ServiceSpec("scheduler", "services.scheduler", lambda ns: [
-        "--data-dir", str(ns.data_dir), "--store-address", ns.ready["store"]["grpc"],
-        "--port", str(_beside(ns.store_port, 4)), "--metrics-port", str(_beside(ns.metrics_port, 2))]),
-    ServiceSpec("txcheck", "services.txcheck", lambda ns: [
-        "--store-address", ns.ready["store"]["grpc"], "--broker-address", ns.ready["broker"]["grpc"],
-        "--port", str(_beside(ns.store_port, 3)), "--metrics-port", str(_beside(ns.metrics_port, 3))]),
-)
 
 
 def _die_with_parent() -> None:
@@ -194,6 +156,26 @@ def up(ns: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+def _print(text: str) -> int:
+    sys.stdout.write(text)
+    return 0
+
+
+def _health(ns: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    try:
+        with grpc.insecure_channel(ns.address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                              timeout=ns.timeout)
+    except grpc.RpcError as exc:
+        print(f"{ns.address}: {exc.code().name}", file=sys.stderr)
+        return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(f"{ns.address}: {status}")
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def _pipeline(ns: argparse.Namespace) -> int:
     """``pyrmq pipeline JOB ...`` is ``python -m pipeline.jobs JOB ...`` (pyspark is imported
     only here, so the services never need it)."""
@@ -222,7 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--broker-metrics-port", type=int, default=None,
                            help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, "
                                 "-1 off)")
+    up_parser.add_argument("--metrics-host", default="127.0.0.1",
+                           help="listen address of every service's Prometheus endpoint (default %(default)s)")
+    up_parser.add_argument("--advertised-host", default="",
+                           help="host the broker names in routes (default: its listen address)")
     up_parser.set_defaults(run=up)
+    compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")
+    compose_parser.set_defaults(run=lambda ns: _print(render_compose()))
+    health_parser = commands.add_parser("health", help="exit 0 if the gRPC service at HOST:PORT is SERVING")
+    health_parser.add_argument("address", metavar="HOST:PORT")
+    health_parser.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
+    health_parser.set_defaults(run=_health)
     add_admin_commands(commands)
     pipeline_parser = commands.add_parser(
         "pipeline", help="Spark jobs over a store's files: export, rebuild, audit, stats (needs the spark extra)",

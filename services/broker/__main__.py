@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=9102,
                         help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
                              "(default %(default)s)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
     parser.add_argument("--advertised-host", default="",
                         help="host routes tell clients to connect to (default: the listen host)")
     parser.add_argument("--broker-name", default=defaults.broker_name, help="(default %(default)s)")
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics = BrokerMetrics()
         broker = build_server(config, store, metrics=metrics)
         if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
+            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port, args.metrics_host)
         broker.start()
         grpc_address = format_address(config.host, broker.port)
         endpoint = format_address(*broker.endpoint)

@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=9103,
                         help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
                              "(default %(default)s)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
     parser.add_argument("--store-connect-timeout-ms", type=int, default=30_000,
                         help="give up (exit 1) if the store does not serve within this time (default %(default)s)")
     parser.add_argument("--lock-wait-ms", type=int, default=10_000,
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         started = True
         metrics = SchedulerMetrics(service.stats)
         if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
+            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port, args.metrics_host)
         health = HealthServer(args.host, args.port)
         health.start()
         grpc_address = format_address(args.host, health.port)

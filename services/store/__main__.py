@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=9101,
                         help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
                              "(default %(default)s)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
     parser.add_argument("--lock-wait-ms", type=int, default=10_000,
                         help="how long to wait for a store process that still holds the data directory's lock "
                              "(one killed a moment ago) before giving up (default %(default)s)")
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server, port = build_server(store, args.host, args.port, metrics=metrics)
         if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port)
+            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port, args.metrics_host)
         server.start()
         grpc_address = format_address(args.host, port)
         metrics_url = metrics_http.url if metrics_http else "off"

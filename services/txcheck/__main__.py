@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=9104,
                         help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
                              "(default %(default)s)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
     parser.add_argument("--transaction-timeout-ms", type=int, default=defaults.transaction_timeout_ms,
                         help="check a half message older than this (default %(default)s)")
     parser.add_argument("--check-interval-ms", type=int, default=defaults.check_interval_ms,
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         checker = HalfMessageChecker(config, store, producers, clock)
         health = HealthServer(config.host, config.port)
         if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(TxCheckMetrics(checker.stats).registry, args.metrics_port)
+            metrics_http = MetricsHttpServer(TxCheckMetrics(checker.stats).registry, args.metrics_port, args.metrics_host)
         service = CheckService(checker, config, on_health=health.set_serving)
         health.start()
         service.start()

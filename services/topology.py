@@ -1,0 +1,65 @@
+"""The pyrmq services and how each one starts: the one table both ``pyrmq up`` (local child
+processes) and ``pyrmq compose`` (deploy/docker-compose.yml) read, so the two cannot drift.
+
+A row's ``args`` builds the command line after ``python -m <module>`` from a namespace:
+``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``store_port``,
+``metrics_port``, ``broker_metrics_port`` (None: beside the store's), ``advertised_host`` ("":
+the broker's own choice) and ``ready`` (service name -> the key=value pairs of its ready line;
+``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
+names). Helper services take ports beside the store's: scheduler gRPC (health) store port + 4
+and metrics store metrics port + 2; txcheck gRPC + 3 and metrics + 3; the broker's metrics + 1.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str                                        # "store"; ready line is "pyrmq-store ready ..."
+    module: str                                      # run as ``python -m module``
+    args: Callable[[argparse.Namespace], list[str]]  # command line from the namespace
+    grpc_port: Callable[[argparse.Namespace], int]   # where its gRPC health service listens
+    metrics_port: Callable[[argparse.Namespace], int]
+
+
+def _beside(port: int, step: int) -> int:
+    """A helper service's port ``step`` above a base port; 0 (any free) and -1 (off) carry over."""
+    return port if port <= 0 else port + step
+
+
+def _broker_metrics_port(ns: argparse.Namespace) -> int:
+    """--broker-metrics-port, else next to the store's (0 and -1 carry over: any free / off)."""
+    if ns.broker_metrics_port is not None:
+        return ns.broker_metrics_port
+    return _beside(ns.metrics_port, 1)
+
+
+def _advertised(ns: argparse.Namespace) -> list[str]:
+    return ["--advertised-host", ns.advertised_host] if ns.advertised_host else []
+
+
+# ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
+# row can use the address that service actually bound (the broker gets the store's).
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("store", "services.store", lambda ns: [
+        "--data-dir", str(ns.data_dir), "--host", ns.host, "--port", str(ns.store_port),
+        "--metrics-host", ns.metrics_host, "--metrics-port", str(ns.metrics_port)],
+        lambda ns: ns.store_port, lambda ns: ns.metrics_port),
+    ServiceSpec("broker", "services.broker", lambda ns: [
+        "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
+        "--metrics-host", ns.metrics_host, "--metrics-port", str(_broker_metrics_port(ns)), *_advertised(ns)],
+        lambda ns: ns.port, _broker_metrics_port),
+    ServiceSpec("scheduler", "services.scheduler", lambda ns: [
+        "--data-dir", str(ns.data_dir), "--store-address", ns.ready["store"]["grpc"], "--host", ns.host,
+        "--port", str(_beside(ns.store_port, 4)), "--metrics-host", ns.metrics_host,
+        "--metrics-port", str(_beside(ns.metrics_port, 2))],
+        lambda ns: _beside(ns.store_port, 4), lambda ns: _beside(ns.metrics_port, 2)),
+    ServiceSpec("txcheck", "services.txcheck", lambda ns: [
+        "--store-address", ns.ready["store"]["grpc"], "--broker-address", ns.ready["broker"]["grpc"],
+        "--host", ns.host, "--port", str(_beside(ns.store_port, 3)), "--metrics-host", ns.metrics_host,
+        "--metrics-port", str(_beside(ns.metrics_port, 3))],
+        lambda ns: _beside(ns.store_port, 3), lambda ns: _beside(ns.metrics_port, 3)),
+)

@@ -1,0 +1,84 @@
+"""deploy/: the compose file is what the service table renders, parses as compose expects, and its
+services' own command lines make a working cluster when run as local processes on loopback."""
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+import yaml
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+
+from services.compose import render_compose, scrape_targets
+from services.topology import SERVICES
+from tests.broker.test_consumer_rpc import receive, send_ok
+from tests.broker.test_rpc import message
+from tests.procs import Process
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")
+
+
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def test_the_compose_file_is_the_rendered_service_table() -> None:
+    assert (DEPLOY / "docker-compose.yml").read_text() == render_compose(), \
+        "regenerate it: pyrmq compose > deploy/docker-compose.yml"
+
+
+def test_compose_structure() -> None:
+    doc = compose()
+    services = doc["services"]
+    assert set(services) == {spec.name for spec in SERVICES} | {"prometheus"}
+    assert "pyrmq-data" in doc["volumes"]
+    for spec in SERVICES:
+        service = services[spec.name]
+        assert service["command"][:3] == ["python", "-m", spec.module]
+        assert service["healthcheck"]["test"][:3] == ["CMD", "pyrmq", "health"]
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in services and condition == {"condition": "service_healthy"}
+    assert services["broker"]["ports"] == ["8081:8081"]
+    assert services["store"]["volumes"] == ["pyrmq-data:/data"]
+
+
+def test_prometheus_scrapes_every_service() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = {job["job_name"].removeprefix("pyrmq-"): job["static_configs"][0]["targets"][0]
+               for job in config["scrape_configs"]}
+    assert targets == scrape_targets()
+
+
+def test_dockerfile_runs_as_non_root_with_a_health_check() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert re.search(r"^USER pyrmq$", text, re.M) and "HEALTHCHECK" in text and "grpc_tools.protoc" in text
+
+
+def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes: list[Process]) -> None:
+    """Each compose service's own command line, with its service names pointed at 127.0.0.1."""
+    doc = compose()
+    started = {}
+    for spec in SERVICES:  # compose starts them in dependency order, as the table lists them
+        command = [sys.executable if part == "python" else part for part in doc["services"][spec.name]["command"]]
+        command = [str(tmp_path / "data") if part == "/data" else part for part in command]
+        command = [re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", part) for part in command]
+        process = Process(command, tmp_path)
+        processes.append(process)
+        ready = process.wait_line(READY)
+        assert ready["name"] == spec.name
+        started[spec.name] = process
+        health = doc["services"][spec.name]["healthcheck"]["test"]
+        checked = Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
+        assert checked.popen.wait(60) == 0, checked.log()
+    with grpc.insecure_channel("127.0.0.1:8081") as channel:
+        v2 = s_grpc.MessagingServiceStub(channel)
+        send_ok(v2, message("ComposeTopic", body=b"through compose's command lines"))
+        status, got, _ = receive(v2, "ComposeTopic", group="ComposeGroup")
+        assert status.code == d.OK and [m.body for m in got] == [b"through compose's command lines"]
+    for spec in reversed(SERVICES):
+        assert started[spec.name].stop(signal.SIGTERM) == 0, started[spec.name].log()
