@@ -5,7 +5,8 @@ In compose each service runs in its own container of the one image (deploy/Docke
 on 0.0.0.0 at the ports ``pyrmq up`` would use by default, reaches the others by service name,
 and keeps its files on the named volume ``pyrmq-data`` (store and scheduler). Every service has a
 HEALTHCHECK through ``pyrmq health``; the broker and the helpers wait for the store to be healthy,
-txcheck also for the broker. Prometheus scrapes every service (deploy/prometheus/prometheus.yml).
+txcheck also for the broker. Prometheus scrapes every service (deploy/prometheus/prometheus.yml)
+and Grafana shows deploy/grafana/dashboards/pyrmq.json (provisioned, anonymous viewers).
 ``pyrmq compose > deploy/docker-compose.yml`` regenerates the file; a test keeps them equal.
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ from services.topology import SERVICES
 
 IMAGE = "pyrmq:latest"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
+GRAFANA_IMAGE = "grafana/grafana:11.1.0"
+GRAFANA_PORT = 3000
 DATA_VOLUME = "pyrmq-data"
 CLIENT_PORT = 8081
 STORE_PORT = 10911
@@ -65,6 +68,14 @@ def render_compose() -> str:
               "    volumes:", "      - ./prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro",
               "    ports:", f'      - "{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"',
               "    depends_on:", "      broker:", "        condition: service_healthy",
+              "  grafana:",
+              f"    image: {GRAFANA_IMAGE}",
+              "    environment:", "      GF_AUTH_ANONYMOUS_ENABLED: \"true\"",
+              "      GF_AUTH_ANONYMOUS_ORG_ROLE: Viewer",
+              "    volumes:", "      - ./grafana/provisioning:/etc/grafana/provisioning:ro",
+              "      - ./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+              "    ports:", f'      - "{GRAFANA_PORT}:{GRAFANA_PORT}"',
+              "    depends_on:", "      prometheus:", "        condition: service_started",
               "volumes:", f"  {DATA_VOLUME}: {{}}", ""]
     return "\n".join(lines)
 

@@ -2,9 +2,11 @@
 services' own command lines make a working cluster when run as local processes on loopback."""
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -34,7 +36,7 @@ def test_the_compose_file_is_the_rendered_service_table() -> None:
 def test_compose_structure() -> None:
     doc = compose()
     services = doc["services"]
-    assert set(services) == {spec.name for spec in SERVICES} | {"prometheus"}
+    assert set(services) == {spec.name for spec in SERVICES} | {"prometheus", "grafana"}
     assert "pyrmq-data" in doc["volumes"]
     for spec in SERVICES:
         service = services[spec.name]
@@ -82,3 +84,39 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         assert status.code == d.OK and [m.body for m in got] == [b"through compose's command lines"]
     for spec in reversed(SERVICES):
         assert started[spec.name].stop(signal.SIGTERM) == 0, started[spec.name].log()
+
+
+def dashboard_metrics() -> set[str]:
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "pyrmq.json").read_text())
+    assert dashboard["uid"] and dashboard["panels"]
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    return {name for expr in exprs for name in re.findall(r"\b(?:rocketmq|pyrmq)_[a-z_]+", expr)}
+
+
+def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
+    source = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    [datasource] = source["datasources"]
+    assert datasource["url"] == "http://prometheus:9090" and datasource["uid"] == "pyrmq-prometheus"
+    dashboards = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "pyrmq.yml").read_text())
+    assert dashboards["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    assert len(dashboard_metrics()) >= 15
+
+
+def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processes: list[Process]) -> None:
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"), "--port", "0",
+                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    processes.append(up)
+    ready = up.wait_line(re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"))
+    urls = re.findall(r"metrics=(http\S+)", ready.group(0))
+    assert len(urls) == len(SERVICES)
+    with grpc.insecure_channel(ready["clients"]) as channel:  # traffic, so per-topic series exist
+        v2 = s_grpc.MessagingServiceStub(channel)
+        send_ok(v2, message("DashTopic", body=b"x", message_id="DASH1"), message("DashTopic", message_id="DASH2"))
+        got = []
+        while len(got) < 1:
+            got += receive(v2, "DashTopic", group="DashGroup", batch_size=1)[1]
+    exported = "\n".join(urllib.request.urlopen(url, timeout=10).read().decode() for url in urls)
+    names = set(re.findall(r"^([a-z_:]+)(?:\{| )", exported, re.M))
+    missing = sorted(metric for metric in dashboard_metrics() if metric not in names)
+    assert not missing, missing
+    assert up.stop(signal.SIGTERM) == 0, up.log()
