@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
@@ -23,6 +22,7 @@ from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.offsets import GetOutcome, GetStatus
+from services.rpc.health import NotServingError, wait_serving
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,7 @@ STORE_SERVICE = "pyrmq.store.v1.Store"
 _PUT_STATUS = {pb.PutStatus.Value(s.name): s for s in PutStatus}
 _ACK_RESULT = {pb.ACK_OK: AckResult.OK, pb.INVALID_RECEIPT_HANDLE: AckResult.INVALID_RECEIPT_HANDLE,
                pb.DLQ_PUT_FAILED: AckResult.DLQ_PUT_FAILED}
-HEALTH_POLL_INTERVAL_S = 0.2
 WATCH_RETRY_INTERVAL_S = 0.5
-HEALTH_CHECK_TIMEOUT_S = 0.5  # per attempt, so a stop request is noticed quickly
-_IDLE = threading.Event()  # never set: an interruptible sleep
 
 
 def _call_error(exc: grpc.RpcError, what: str) -> Exception:
@@ -74,24 +71,10 @@ class GrpcStoreClient:
         StoreCallError after timeout_s.
         """
         clock = clock or SystemClock()
-        health = health_pb2_grpc.HealthStub(self._channel)
-        deadline_s = clock.monotonic_s() + timeout_s
-        last_error = "no answer"
-        while True:
-            if give_up():
-                return False
-            remaining_s = deadline_s - clock.monotonic_s()
-            if remaining_s <= 0:
-                raise StoreCallError(f"store at {self.address} not serving after {timeout_s:.0f} s: {last_error}")
-            try:
-                response = health.Check(health_pb2.HealthCheckRequest(service=STORE_SERVICE),
-                                        timeout=min(remaining_s, HEALTH_CHECK_TIMEOUT_S), wait_for_ready=True)
-                if response.status == health_pb2.HealthCheckResponse.SERVING:
-                    return True
-                last_error = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-            except grpc.RpcError as exc:
-                last_error = f"{exc.code().name} {exc.details()}"
-            _IDLE.wait(min(HEALTH_POLL_INTERVAL_S, max(0.0, deadline_s - clock.monotonic_s())))
+        try:
+            return wait_serving(self._channel, STORE_SERVICE, timeout_s, clock.monotonic_s, give_up)
+        except NotServingError as exc:
+            raise StoreCallError(f"store at {self.address} {exc}") from None
 
     # -- messages -------------------------------------------------------------------------------
     def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:

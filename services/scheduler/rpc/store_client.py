@@ -11,10 +11,10 @@ import threading
 from collections.abc import Callable
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.rpc.health import NotServingError, wait_serving
 from services.scheduler.clock import Clock, SystemClock
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import GetResult, GetStatus, OutgoingMessage, PutOutcome, PutStatus, StoredRecord
@@ -24,11 +24,9 @@ log = logging.getLogger(__name__)
 
 STORE_SERVICE = "pyrmq.store.v1.Store"
 LOOK_BATCH_RECORDS_MAX = 1024       # the store's limit per LookRawMessages
-HEALTH_POLL_INTERVAL_S = 0.2
 WATCH_RETRY_INTERVAL_S = 0.5
 _PUT_STATUS = {pb.PutStatus.Value(status.name): status for status in PutStatus}
 _GET_STATUS = {pb.GetStatus.Value(status.name): status for status in GetStatus}
-_IDLE = threading.Event()  # never set: an interruptible sleep
 
 
 def _unavailable(exc: grpc.RpcError, what: str) -> StoreUnavailableError:
@@ -67,23 +65,10 @@ class GrpcSchedulerStore:
         """Block until the store reports SERVING (True) or ``give_up()`` (False);
         StoreUnavailableError after ``timeout_s``."""
         clock = clock or SystemClock()
-        health = health_pb2_grpc.HealthStub(self._channel)
-        deadline_s = clock.monotonic_s() + timeout_s
-        last_error = "no answer"
-        while not give_up():
-            remaining_s = deadline_s - clock.monotonic_s()
-            if remaining_s <= 0:
-                raise StoreUnavailableError(f"store at {self.address} not serving after {timeout_s:.0f} s: {last_error}")
-            try:
-                response = health.Check(health_pb2.HealthCheckRequest(service=STORE_SERVICE),
-                                        timeout=min(remaining_s, 0.5), wait_for_ready=True)
-                if response.status == health_pb2.HealthCheckResponse.SERVING:
-                    return True
-                last_error = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-            except grpc.RpcError as exc:
-                last_error = f"{exc.code().name} {exc.details()}"
-            _IDLE.wait(HEALTH_POLL_INTERVAL_S)
-        return False
+        try:
+            return wait_serving(self._channel, STORE_SERVICE, timeout_s, clock.monotonic_s, give_up)
+        except NotServingError as exc:
+            raise StoreUnavailableError(f"store at {self.address} {exc}") from None
 
     # -- messages -------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetResult:

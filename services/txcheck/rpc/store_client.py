@@ -7,14 +7,13 @@ the store's ``MessageRecord``.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.rpc.health import NotServingError, wait_serving
 from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.txcheck.clock import Clock
 from services.txcheck.model import CHECK_GROUP, Appended, Page, StoreUnavailable
@@ -22,8 +21,6 @@ from services.txcheck.model import CHECK_GROUP, Appended, Page, StoreUnavailable
 log = logging.getLogger(__name__)
 
 STORE_SERVICE = "pyrmq.store.v1.Store"
-HEALTH_POLL_INTERVAL_S = 0.2
-HEALTH_CHECK_TIMEOUT_S = 0.5
 
 
 class GrpcTxStore:
@@ -40,24 +37,10 @@ class GrpcTxStore:
     def wait_ready(self, timeout_s: float, clock: Clock, give_up: Callable[[], bool] = lambda: False) -> bool:
         """Block until the store reports SERVING (True), or ``give_up()`` (False);
         StoreUnavailable after ``timeout_s``."""
-        health = health_pb2_grpc.HealthStub(self._channel)
-        deadline_s = clock.monotonic_s() + timeout_s
-        idle = threading.Event()  # never set: an interruptible sleep
-        last_error = "no answer"
-        while not give_up():
-            remaining_s = deadline_s - clock.monotonic_s()
-            if remaining_s <= 0:
-                raise StoreUnavailable(f"store at {self.address} not serving after {timeout_s:.0f} s: {last_error}")
-            try:
-                response = health.Check(health_pb2.HealthCheckRequest(service=STORE_SERVICE),
-                                        timeout=min(remaining_s, HEALTH_CHECK_TIMEOUT_S), wait_for_ready=True)
-                if response.status == health_pb2.HealthCheckResponse.SERVING:
-                    return True
-                last_error = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-            except grpc.RpcError as exc:
-                last_error = f"{exc.code().name} {exc.details()}"
-            idle.wait(HEALTH_POLL_INTERVAL_S)
-        return False
+        try:
+            return wait_serving(self._channel, STORE_SERVICE, timeout_s, clock.monotonic_s, give_up)
+        except NotServingError as exc:
+            raise StoreUnavailable(f"store at {self.address} {exc}") from None
 
     def _call(self, method: str, request):
         try:
