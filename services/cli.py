@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 
 from services.admin.cli import add_commands as add_admin_commands
+from services.admin.client_cli import add_commands as add_client_commands
+from services.admin.status import add_commands as add_status_commands
 from services.topology import SERVICES, ServiceSpec
 from services.compose import render_compose
 
@@ -216,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
     health_parser.set_defaults(run=_health)
     add_admin_commands(commands)
+    add_status_commands(commands)
+    add_client_commands(commands)
     pipeline_parser = commands.add_parser(
         "pipeline", help="Spark jobs over a store's files: export, rebuild, audit, stats (needs the spark extra)",
         add_help=False)
