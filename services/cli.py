@@ -18,18 +18,27 @@ a child exits on its own, ``up`` stops the others and exits non-zero.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TextIO
+
+from services import settings
+from services.broker.config import SETTINGS as BROKER_SETTINGS
+from services.settings import CONFIG_ENV
+from services.store.config import SETTINGS as STORE_SETTINGS
 
 from services.admin.cli import add_commands as add_admin_commands
 from services.admin.client_cli import add_commands as add_client_commands
 from services.admin.status import add_commands as add_status_commands
-from services.topology import SERVICES, ServiceSpec
+from services.topology import SERVICES, ServiceSpec, service_environment
 from services.compose import render_compose
+from services.config_cli import add_commands as add_config_commands
 
 log = logging.getLogger("pyrmq")
 
@@ -54,14 +63,16 @@ def _die_with_parent() -> None:
 class Child:
     """One running service: its process, and a thread reading its stdout for the ready line."""
 
-    def __init__(self, spec: ServiceSpec, args: list[str], wake: threading.Event) -> None:
+    def __init__(self, spec: ServiceSpec, env: dict[str, str], wake: threading.Event,
+                 log_path: Path | None = None) -> None:
         self.spec = spec
         self.ready_line: str | None = None
         self.ready = threading.Event()
         self._wake = wake
+        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", spec.module, *args], stdout=subprocess.PIPE, text=True, bufsize=1,
-            preexec_fn=_die_with_parent)
+            [sys.executable, "-m", spec.module], stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
+            env={**os.environ, **env}, preexec_fn=_die_with_parent)
         self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
         self._reader.start()
 
@@ -91,6 +102,9 @@ class Child:
             log.error("%s did not stop within %.0f s, killing it", self.spec.name, STOP_TIMEOUT_S)
             self.process.kill()
             return self.process.wait()
+        finally:
+            if self._log is not None:
+                self._log.close()
 
 
 def _stop_all(children: list[Child], signum: int) -> bool:
@@ -106,9 +120,41 @@ def _stop_all(children: list[Child], signum: int) -> bool:
     return clean
 
 
+def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Fill the flags ``up`` was not given from the config file and the environment ([store]
+    data_dir, host, port, metrics_host, metrics_port; [broker] port, metrics_port,
+    advertised_host), then the defaults. Returns the environment every child gets besides its
+    row's settings (PYRMQ_CONFIG when --config is given). SettingsError for a bad file or value."""
+    environ = dict(os.environ if environ is None else environ)
+    if ns.config:
+        environ[CONFIG_ENV] = str(Path(ns.config).resolve())
+    # Under `up` the store's data_dir is not required: ./data unless the file or environment say.
+    store_settings = {**STORE_SETTINGS, "data_dir": dataclasses.replace(STORE_SETTINGS["data_dir"], default=Path("data"))}
+    store = settings.values(settings.resolve("store", store_settings, {}, environ))
+    broker_set = settings.resolve("broker", BROKER_SETTINGS, {}, environ)
+    broker = settings.values(broker_set)
+    fill = {"data_dir": store["data_dir"], "host": store["host"], "store_port": store["port"],
+            "metrics_host": store["metrics_host"], "metrics_port": store["metrics_port"],
+            "port": broker["port"], "advertised_host": broker["advertised_host"]}
+    for key, value in fill.items():
+        if getattr(ns, key) is None:
+            setattr(ns, key, value)
+    if ns.broker_metrics_port is None and broker_set["metrics_port"].source != "default":
+        ns.broker_metrics_port = broker["metrics_port"]
+    return {CONFIG_ENV: environ[CONFIG_ENV]} if ns.config else {}
+
+
 def up(ns: argparse.Namespace) -> int:
-    ns.data_dir = ns.data_dir.resolve()
+    try:
+        shared_env = resolve_up(ns)
+    except settings.SettingsError as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
+    ns.data_dir = Path(ns.data_dir).resolve()
     ns.data_dir.mkdir(parents=True, exist_ok=True)
+    if ns.log_dir is not None:
+        ns.log_dir = Path(ns.log_dir).resolve()
+        ns.log_dir.mkdir(parents=True, exist_ok=True)
     wake = threading.Event()
     received: list[int] = []
 
@@ -121,7 +167,8 @@ def up(ns: argparse.Namespace) -> int:
     children: list[Child] = []
     ns.ready = {}
     for spec in SERVICES:
-        child = Child(spec, spec.args(ns), wake)
+        child = Child(spec, {**shared_env, **service_environment(spec, ns)}, wake,
+                      ns.log_dir / f"{spec.name}.log" if ns.log_dir else None)
         children.append(child)
         polls_left = int(READY_TIMEOUT_S / POLL_INTERVAL_S)
         while not child.ready.is_set() and not received and not child.exited():
@@ -143,6 +190,7 @@ def up(ns: argparse.Namespace) -> int:
 
     summary = " ".join(f"{c.spec.name} {c.ready_line}" for c in children)
     print(f"pyrmq up: {summary} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
+    print_cluster(ns, sys.stdout)
 
     while not received:
         wake.wait(POLL_INTERVAL_S)
@@ -156,6 +204,26 @@ def up(ns: argparse.Namespace) -> int:
     clean = _stop_all(children, received[0])
     log.info("all services stopped")
     return 0 if clean else 1
+
+
+def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
+    """For people, after the ready line: where each service listens, its metrics, data and logs."""
+    ready = ns.ready
+    rows = [("service", "gRPC", "metrics", "data", "log")]
+    for spec in SERVICES:
+        data = ready[spec.name].get("data", "")
+        log_file = str(ns.log_dir / f"{spec.name}.log") if ns.log_dir else "stderr of pyrmq up"
+        rows.append((spec.name, ready[spec.name]["grpc"], ready[spec.name]["metrics"], data, log_file))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    config = os.environ.get(CONFIG_ENV) if not ns.config else str(Path(ns.config).resolve())
+    lines += ["", f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
+                  f"(e.g. ClientConfiguration(\"{ready['broker']['endpoint']}\", Credentials()))",
+              f"  data directory:   {ns.data_dir}",
+              f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
+              "  stop with Ctrl-C (SIGINT) or SIGTERM", ""]
+    out.write("\n".join(lines) + "\n")
+    out.flush()
 
 
 def _print(text: str) -> int:
@@ -193,23 +261,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrmq", description="pyrmq: a RocketMQ-compatible message broker.")
     commands = parser.add_subparsers(dest="command", required=True)
     up_parser = commands.add_parser("up", help="run every pyrmq service until SIGINT/SIGTERM")
-    up_parser.add_argument("--data-dir", type=Path, default=Path("./data"),
-                           help="data directory shared by the services (default %(default)s)")
-    up_parser.add_argument("--port", type=int, default=8081,
+    up_parser.add_argument("--config", metavar="FILE", default=None,
+                           help="TOML settings file for every service (default: $PYRMQ_CONFIG if set)")
+    up_parser.add_argument("--data-dir", type=Path, default=None,
+                           help="data directory shared by the services (default: [store] data_dir, else ./data)")
+    up_parser.add_argument("--log-dir", type=Path, default=None,
+                           help="write each service's log to LOG_DIR/<service>.log (default: this stderr)")
+    up_parser.add_argument("--port", type=int, default=None,
                            help="client (broker) port, for RocketMQ v2 gRPC clients, 0 for any free one "
-                                "(default %(default)s)")
-    up_parser.add_argument("--host", default="127.0.0.1", help="listen address of the services (default %(default)s)")
-    up_parser.add_argument("--store-port", type=int, default=10911,
-                           help="store gRPC port, 0 for any free one (default %(default)s)")
-    up_parser.add_argument("--metrics-port", type=int, default=9101,
-                           help="store Prometheus port on 127.0.0.1, 0 for any free one (default %(default)s)")
+                                "(default: [broker] port, else 8081)")
+    up_parser.add_argument("--host", default=None,
+                           help="listen address of the services (default: [store] host, else 127.0.0.1)")
+    up_parser.add_argument("--store-port", type=int, default=None,
+                           help="store gRPC port, 0 for any free one (default: [store] port, else 10911)")
+    up_parser.add_argument("--metrics-port", type=int, default=None,
+                           help="store Prometheus port, 0 for any free one (default: [store] metrics_port, "
+                                "else 9101); the other services' are beside it")
     up_parser.add_argument("--broker-metrics-port", type=int, default=None,
                            help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, "
                                 "-1 off)")
-    up_parser.add_argument("--metrics-host", default="127.0.0.1",
-                           help="listen address of every service's Prometheus endpoint (default %(default)s)")
-    up_parser.add_argument("--advertised-host", default="",
-                           help="host the broker names in routes (default: its listen address)")
+    up_parser.add_argument("--metrics-host", default=None,
+                           help="listen address of every service's Prometheus endpoint (default: [store] "
+                                "metrics_host, else 127.0.0.1)")
+    up_parser.add_argument("--advertised-host", default=None,
+                           help="host the broker names in routes (default: [broker] advertised_host, else its "
+                                "listen address)")
     up_parser.set_defaults(run=up)
     compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")
     compose_parser.set_defaults(run=lambda ns: _print(render_compose()))
@@ -217,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser.add_argument("address", metavar="HOST:PORT")
     health_parser.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
     health_parser.set_defaults(run=_health)
+    add_config_commands(commands)
     add_admin_commands(commands)
     add_status_commands(commands)
     add_client_commands(commands)

@@ -1,5 +1,6 @@
 """deploy/docker-compose.yml, rendered from the same service table ``pyrmq up`` starts
-(``services/topology.py``): one source of truth for every service's command line.
+(``services/topology.py``): one source of truth for how every service starts: ``python -m <module>`` with its settings as
+``PYRMQ_<SERVICE>_<KEY>`` environment variables (the names of the README's settings table).
 
 In compose each service runs in its own container of the one image (deploy/Dockerfile), listens
 on 0.0.0.0 at the ports ``pyrmq up`` would use by default, reaches the others by service name,
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.topology import SERVICES
+from services.topology import SERVICES, service_environment
 
 IMAGE = "pyrmq:latest"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
@@ -25,6 +26,7 @@ CLIENT_PORT = 8081
 STORE_PORT = 10911
 METRICS_PORT = 9101
 PROMETHEUS_PORT = 9090
+BROKER_SCALE_MAX = 4  # host ports 8081-8084 for up to four brokers (`--scale broker=N`)
 DEPENDS = {"store": (), "broker": ("store",), "scheduler": ("store",), "txcheck": ("store", "broker")}
 USES_DATA = frozenset({"store", "scheduler"})
 
@@ -50,12 +52,14 @@ def render_compose() -> str:
         lines += [f"  {spec.name}:",
                   f"    image: {IMAGE}",
                   "    build:", "      context: ..", "      dockerfile: deploy/Dockerfile",
-                  f"    command: {_flow(['python', '-m', spec.module, *spec.args(ns)])}",
-                  "    stop_grace_period: 30s"]
+                  f"    command: {_flow(['python', '-m', spec.module])}",
+                  "    environment:"]
+        lines += [f"      {name}: {json.dumps(value)}" for name, value in service_environment(spec, ns).items()]
+        lines.append("    stop_grace_period: 30s")
         if spec.name in USES_DATA:
             lines += ["    volumes:", f"      - {DATA_VOLUME}:/data"]
-        if spec.name == "broker":
-            lines += ["    ports:", f'      - "{CLIENT_PORT}:{CLIENT_PORT}"']
+        if spec.name == "broker":  # a range, so `docker compose up --scale broker=N` can publish each one
+            lines += ["    ports:", f'      - "{CLIENT_PORT}-{CLIENT_PORT + BROKER_SCALE_MAX - 1}:{CLIENT_PORT}"']
         if DEPENDS[spec.name]:
             lines.append("    depends_on:")
             for dependency in DEPENDS[spec.name]:

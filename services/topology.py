@@ -1,7 +1,9 @@
 """The pyrmq services and how each one starts: the one table both ``pyrmq up`` (local child
 processes) and ``pyrmq compose`` (deploy/docker-compose.yml) read, so the two cannot drift.
 
-A row's ``args`` builds the command line after ``python -m <module>`` from a namespace:
+A service starts as ``python -m <module>`` with its settings in the environment
+(``PYRMQ_<SERVICE>_<KEY>``, services/settings.py): a row's ``settings`` gives those that place
+it in the cluster (addresses, ports, data directory) from a namespace:
 ``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``store_port``,
 ``metrics_port``, ``broker_metrics_port`` (None: beside the store's), ``advertised_host`` ("":
 the broker's own choice) and ``ready`` (service name -> the key=value pairs of its ready line;
@@ -15,12 +17,14 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.settings import env_name
+
 
 @dataclass(frozen=True)
 class ServiceSpec:
     name: str                                        # "store"; ready line is "pyrmq-store ready ..."
     module: str                                      # run as ``python -m module``
-    args: Callable[[argparse.Namespace], list[str]]  # command line from the namespace
+    settings: Callable[[argparse.Namespace], dict[str, object]]  # setting name -> value, from the namespace
     grpc_port: Callable[[argparse.Namespace], int]   # where its gRPC health service listens
     metrics_port: Callable[[argparse.Namespace], int]
 
@@ -37,29 +41,34 @@ def _broker_metrics_port(ns: argparse.Namespace) -> int:
     return _beside(ns.metrics_port, 1)
 
 
-def _advertised(ns: argparse.Namespace) -> list[str]:
-    return ["--advertised-host", ns.advertised_host] if ns.advertised_host else []
+def _advertised(ns: argparse.Namespace) -> dict[str, str]:
+    return {"advertised_host": ns.advertised_host} if ns.advertised_host else {}
 
 
 # ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
 # row can use the address that service actually bound (the broker gets the store's).
 SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("store", "services.store", lambda ns: [
-        "--data-dir", str(ns.data_dir), "--host", ns.host, "--port", str(ns.store_port),
-        "--metrics-host", ns.metrics_host, "--metrics-port", str(ns.metrics_port)],
+    ServiceSpec("store", "services.store", lambda ns: {
+        "data_dir": ns.data_dir, "host": ns.host, "port": ns.store_port,
+        "metrics_host": ns.metrics_host, "metrics_port": ns.metrics_port},
         lambda ns: ns.store_port, lambda ns: ns.metrics_port),
-    ServiceSpec("broker", "services.broker", lambda ns: [
-        "--host", ns.host, "--port", str(ns.port), "--store-address", ns.ready["store"]["grpc"],
-        "--metrics-host", ns.metrics_host, "--metrics-port", str(_broker_metrics_port(ns)), *_advertised(ns)],
+    ServiceSpec("broker", "services.broker", lambda ns: {
+        "host": ns.host, "port": ns.port, "store_address": ns.ready["store"]["grpc"],
+        "metrics_host": ns.metrics_host, "metrics_port": _broker_metrics_port(ns), **_advertised(ns)},
         lambda ns: ns.port, _broker_metrics_port),
-    ServiceSpec("scheduler", "services.scheduler", lambda ns: [
-        "--data-dir", str(ns.data_dir), "--store-address", ns.ready["store"]["grpc"], "--host", ns.host,
-        "--port", str(_beside(ns.store_port, 4)), "--metrics-host", ns.metrics_host,
-        "--metrics-port", str(_beside(ns.metrics_port, 2))],
+    ServiceSpec("scheduler", "services.scheduler", lambda ns: {
+        "data_dir": ns.data_dir, "store_address": ns.ready["store"]["grpc"], "host": ns.host,
+        "port": _beside(ns.store_port, 4), "metrics_host": ns.metrics_host,
+        "metrics_port": _beside(ns.metrics_port, 2)},
         lambda ns: _beside(ns.store_port, 4), lambda ns: _beside(ns.metrics_port, 2)),
-    ServiceSpec("txcheck", "services.txcheck", lambda ns: [
-        "--store-address", ns.ready["store"]["grpc"], "--broker-address", ns.ready["broker"]["grpc"],
-        "--host", ns.host, "--port", str(_beside(ns.store_port, 3)), "--metrics-host", ns.metrics_host,
-        "--metrics-port", str(_beside(ns.metrics_port, 3))],
+    ServiceSpec("txcheck", "services.txcheck", lambda ns: {
+        "store_address": ns.ready["store"]["grpc"], "broker_addresses": ns.ready["broker"]["grpc"],
+        "host": ns.host, "port": _beside(ns.store_port, 3), "metrics_host": ns.metrics_host,
+        "metrics_port": _beside(ns.metrics_port, 3)},
         lambda ns: _beside(ns.store_port, 3), lambda ns: _beside(ns.metrics_port, 3)),
 )
+
+
+def service_environment(spec: ServiceSpec, ns: argparse.Namespace) -> dict[str, str]:
+    """The row's settings as the environment variables the service reads (PYRMQ_STORE_PORT=...)."""
+    return {env_name(spec.name, key): str(value) for key, value in spec.settings(ns).items()}

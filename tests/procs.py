@@ -18,8 +18,8 @@ STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<met
 class Process:
     """A child process whose stdout lines are read by a thread, so waits can time out."""
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()

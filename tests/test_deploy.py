@@ -40,18 +40,25 @@ def test_compose_structure() -> None:
     assert "pyrmq-data" in doc["volumes"]
     for spec in SERVICES:
         service = services[spec.name]
-        assert service["command"][:3] == ["python", "-m", spec.module]
+        assert service["command"] == ["python", "-m", spec.module]
+        assert all(name.startswith(f"PYRMQ_{spec.name.upper()}_") for name in service["environment"])
         assert service["healthcheck"]["test"][:3] == ["CMD", "pyrmq", "health"]
         for dependency, condition in service.get("depends_on", {}).items():
             assert dependency in services and condition == {"condition": "service_healthy"}
-    assert services["broker"]["ports"] == ["8081:8081"]
+    assert services["broker"]["ports"] == ["8081-8084:8081"]  # `--scale broker=N` publishes each one
     assert services["store"]["volumes"] == ["pyrmq-data:/data"]
 
 
 def test_prometheus_scrapes_every_service() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    targets = {job["job_name"].removeprefix("pyrmq-"): job["static_configs"][0]["targets"][0]
-               for job in config["scrape_configs"]}
+    targets = {}
+    for job in config["scrape_configs"]:
+        if "dns_sd_configs" in job:  # every replica of a scaled service (docker's DNS answers them all)
+            sd = job["dns_sd_configs"][0]
+            assert sd["type"] == "A"
+            targets[job["job_name"].removeprefix("pyrmq-")] = f"{sd['names'][0]}:{sd['port']}"
+        else:
+            targets[job["job_name"].removeprefix("pyrmq-")] = job["static_configs"][0]["targets"][0]
     assert targets == scrape_targets()
 
 
@@ -62,14 +69,16 @@ def test_dockerfile_runs_as_non_root_with_a_health_check() -> None:
 
 
 def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes: list[Process]) -> None:
-    """Each compose service's own command line, with its service names pointed at 127.0.0.1."""
+    """Each compose service's own command line and environment, with its service names pointed
+    at 127.0.0.1 and the volume at a temporary directory."""
     doc = compose()
     started = {}
     for spec in SERVICES:  # compose starts them in dependency order, as the table lists them
         command = [sys.executable if part == "python" else part for part in doc["services"][spec.name]["command"]]
-        command = [str(tmp_path / "data") if part == "/data" else part for part in command]
-        command = [re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", part) for part in command]
-        process = Process(command, tmp_path)
+        env = {name: str(tmp_path / "data") if value == "/data" else
+               re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", value)
+               for name, value in doc["services"][spec.name]["environment"].items()}
+        process = Process(command, tmp_path, env)
         processes.append(process)
         ready = process.wait_line(READY)
         assert ready["name"] == spec.name

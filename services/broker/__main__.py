@@ -16,7 +16,8 @@ import logging
 import sys
 
 from services.process import StopSignals, configure_logging, format_address
-from services.broker.config import BrokerConfig
+from services.broker.config import SETTINGS, BrokerConfig
+from services.settings import settings_from_args, settings_parser
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics, MetricsHttpServer
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
@@ -28,49 +29,24 @@ READY_PREFIX = "pyrmq-broker ready"
 STOP_GRACE_S = 5.0
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = BrokerConfig()
-    parser = argparse.ArgumentParser(prog="python -m services.broker",
-                                     description="Run the pyrmq broker (RocketMQ v2 gRPC frontend).")
-    parser.add_argument("--host", default=defaults.host, help="gRPC listen address (default %(default)s)")
-    parser.add_argument("--port", type=int, default=defaults.port,
-                        help="gRPC port for RocketMQ clients, 0 for any free one (default %(default)s)")
-    parser.add_argument("--store-address", default=defaults.store_address,
-                        help="the store service, HOST:PORT (default %(default)s)")
-    parser.add_argument("--metrics-port", type=int, default=9102,
-                        help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
-                             "(default %(default)s)")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
-    parser.add_argument("--advertised-host", default="",
-                        help="host routes tell clients to connect to (default: the listen host)")
-    parser.add_argument("--broker-name", default=defaults.broker_name, help="(default %(default)s)")
-    parser.add_argument("--no-auto-create-topic", action="store_true",
+def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -> BrokerConfig:
+    """BrokerConfig from the command line, the environment and the config file (services/settings.py);
+    SettingsError (a ValueError) if a setting is unknown, malformed or missing."""
+    parser = settings_parser("broker", SETTINGS, "python -m services.broker",
+                             "Run the pyrmq broker (RocketMQ v2 gRPC frontend).")
+    parser.add_argument("--no-auto-create-topic", dest="auto_create_topic_enable", action="store_const",
+                        const="false", default=argparse.SUPPRESS,
                         help="answer TOPIC_NOT_FOUND for unknown topics instead of creating them")
-    parser.add_argument("--auto-create-topic-type", default=defaults.auto_create_topic_message_type,
-                        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
-                        help="message type of auto-created topics (default %(default)s)")
-    parser.add_argument("--store-connect-timeout-ms", type=int, default=defaults.store_connect_timeout_ms,
-                        help="give up (exit 1) if the store does not serve within this time (default %(default)s)")
-    parser.add_argument("--no-put-coalescing", action="store_true",
+    parser.add_argument("--no-put-coalescing", dest="put_coalescing_enable", action="store_const",
+                        const="false", default=argparse.SUPPRESS,
                         help="one store PutMessages per message instead of one per batch of concurrent sends")
-    return parser.parse_args(argv)
-
-
-def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    return BrokerConfig(
-        host=args.host, port=args.port, store_address=args.store_address,
-        advertised_host=args.advertised_host, broker_name=args.broker_name,
-        auto_create_topic_enable=not args.no_auto_create_topic,
-        auto_create_topic_message_type=args.auto_create_topic_type,
-        store_connect_timeout_ms=args.store_connect_timeout_ms, put_coalescing_enable=not args.no_put_coalescing)
+    return BrokerConfig(**settings_from_args("broker", SETTINGS, parser.parse_args(argv), environ))
 
 
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
-    args = parse_args(argv)
     try:
-        config = config_from_args(args)
+        config = load_config(argv)
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2
@@ -87,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         metrics = BrokerMetrics()
         broker = build_server(config, store, metrics=metrics)
-        if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(metrics.registry, args.metrics_port, args.metrics_host)
+        if config.metrics_port >= 0:
+            metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
         broker.start()
         grpc_address = format_address(config.host, broker.port)
         endpoint = format_address(*broker.endpoint)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from services.settings import settings_of
+
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 MIB = 1 << 20
 # Customized backoff of a consumer group with the default retry policy (RocketMQ's
@@ -24,9 +26,9 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 class BrokerConfig:
     # -- network ---------------------------------------------------------------------------
     host: str = "127.0.0.1"                   # gRPC listen address
-    port: int = 8081                          # gRPC port for RocketMQ v2 clients; 0 = any free one
-    advertised_host: str = ""                 # host put in routes; "" = host (127.0.0.1 for a wildcard)
-    advertised_port: int = 0                  # port put in routes; 0 = the bound port
+    port: int = 8081                          # gRPC port for RocketMQ v2 clients; 0: any free one
+    advertised_host: str = ""                 # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
+    advertised_port: int = 0                  # port routes tell clients to connect to; 0: the bound port
     store_address: str = "127.0.0.1:10911"    # the store service, host:port
     broker_name: str = "broker-a"             # Broker.name in routes and recall handles
     cluster_name: str = "DefaultCluster"      # CLUSTER property written on every message
@@ -34,22 +36,24 @@ class BrokerConfig:
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
     telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
+    metrics_host: str = "127.0.0.1"           # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
     # -- topics ----------------------------------------------------------------------------
-    auto_create_topic_enable: bool = True     # QueryRoute/SendMessage create unknown topics
+    auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
     auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
-    auto_create_topic_message_type: str = "MIXED"  # so FIFO/DELAY/TRANSACTION sends work out of the box
+    auto_create_topic_message_type: str = "MIXED"  # message type of an auto-created topic (MIXED: any, so FIFO/DELAY/TRANSACTION sends work out of the box)
     topic_cache_ttl_ms: int = 3_000           # how long a topic config read from the store is reused
     topic_cache_miss_ttl_ms: int = 1_000      # how long "no such topic" is remembered (auto-create off)
     # -- send limits (ProxyConfig defaults) --------------------------------------------------
-    body_size_max_bytes: int = 4 * MIB        # maxMessageSize; also publishing.max_body_size
-    user_property_count_max: int = 128        # userPropertyMaxNum
-    user_properties_size_max_bytes: int = 16 * 1024  # maxUserPropertySize: keys+values+tag+keys
-    message_group_size_max_bytes: int = 64    # maxMessageGroupSize (a group of 64 bytes is refused)
-    # How far ahead a delivery time may be (the proxy's maxDelayTimeMills is 1 day; the scheduler's
-    # timer wheel rolls, so pyrmq takes 30 days, its timer_max_delay_ms).
-    delivery_delay_max_ms: int = 30 * 24 * 3_600_000
-    transaction_recovery_max_s: int = 3_600   # maxTransactionRecoverySecond
-    timer_precision_ms: int = 1_000           # timerPrecisionMs: TIMER_OUT_MS rounding
+    body_size_max_bytes: int = 4 * MIB        # largest message body a producer may send (maxMessageSize; told to clients)
+    user_property_count_max: int = 128        # user properties per message at most (userPropertyMaxNum)
+    user_properties_size_max_bytes: int = 16 * 1024  # bytes of user property keys and values, tag and keys (maxUserPropertySize)
+    message_group_size_max_bytes: int = 64    # a message group must be shorter than this (maxMessageGroupSize)
+    # (The proxy's maxDelayTimeMills is 1 day; the scheduler's timer wheel rolls, so pyrmq takes
+    # 30 days, its timer_max_delay_ms.)
+    delivery_delay_max_ms: int = 30 * 24 * 3_600_000  # how far ahead a delivery time may be
+    transaction_recovery_max_s: int = 3_600   # longest transaction recovery time a producer may ask for (maxTransactionRecoverySecond)
+    timer_precision_ms: int = 1_000           # delivery times are rounded to this (timerPrecisionMs); must equal the scheduler's
     # -- the send path ---------------------------------------------------------------------
     send_timeout_ms: int = 3_000              # a SendMessage waits at most this long for its put
     store_rpc_timeout_ms: int = 5_000         # deadline of one PutMessages (or other) store call
@@ -59,19 +63,19 @@ class BrokerConfig:
     put_queue_messages_max: int = 16_384      # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS
     put_queue_bytes_max: int = 256 * MIB      # body bytes waiting for the dispatcher
     # -- settings replied on Telemetry (GrpcClientSettingsManager) --------------------------
-    producer_max_attempts: int = 3
-    producer_backoff_initial_ms: int = 10
-    producer_backoff_max_ms: int = 1_000
-    producer_backoff_multiplier: float = 2.0
-    validate_message_type: bool = True        # enableTopicMessageTypeCheck
-    consumer_receive_batch_size: int = 32     # grpcClientConsumerMaxBatchSize
-    consumer_long_polling_timeout_ms: int = 20_000
-    consumer_retry_delays_ms: tuple[int, ...] = CONSUMER_RETRY_DELAYS_MS_DEFAULT
+    producer_max_attempts: int = 3            # producers: attempts per send (told to clients)
+    producer_backoff_initial_ms: int = 10     # producers: first retry backoff
+    producer_backoff_max_ms: int = 1_000      # producers: longest retry backoff
+    producer_backoff_multiplier: float = 2.0  # producers: backoff growth per attempt
+    validate_message_type: bool = True        # refuse a message whose type the topic does not accept (enableTopicMessageTypeCheck)
+    consumer_receive_batch_size: int = 32     # consumers: messages per receive at most (grpcClientConsumerMaxBatchSize)
+    consumer_long_polling_timeout_ms: int = 20_000  # consumers: long-polling timeout told to clients
+    consumer_retry_delays_ms: tuple[int, ...] = CONSUMER_RETRY_DELAYS_MS_DEFAULT  # consumers: redelivery backoff per attempt (1s,5s,10s,30s,1m ... 2h)
     # -- consumer limits (used by the consumer step) ----------------------------------------
-    long_polling_timeout_ms_min: int = 5_000
-    long_polling_timeout_ms_max: int = 20_000
-    invisible_duration_ms_min: int = 10_000
-    invisible_duration_ms_max: int = 12 * 3_600_000
+    long_polling_timeout_ms_min: int = 5_000   # a receive's long-polling timeout is raised to at least this
+    long_polling_timeout_ms_max: int = 20_000  # and cut to at most this
+    invisible_duration_ms_min: int = 10_000    # shortest invisible duration a consumer may ask for
+    invisible_duration_ms_max: int = 12 * 3_600_000  # longest invisible duration a consumer may ask for
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 0xFFFF or not 0 <= self.advertised_port <= 0xFFFF:
@@ -115,3 +119,11 @@ def address_scheme(host: str) -> str:
         return "IPv4" if ipaddress.ip_address(host).version == 4 else "IPv6"
     except ValueError:
         return "DOMAIN_NAME"
+
+
+# The settings of ``python -m services.broker`` (services/settings.py): every BrokerConfig field.
+SETTINGS = settings_of(BrokerConfig, flags={
+    **{name: "--" + name.replace("_", "-") for name in (
+        "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name",
+        "store_connect_timeout_ms")},
+    "auto_create_topic_message_type": "--auto-create-topic-type"})

@@ -13,6 +13,7 @@ from pathlib import Path
 from services.scheduler.format.delaycheck_format import LEVELS_MAX
 from services.scheduler.format.timerlog_format import BLANK_SIZE_BYTES, UNIT_SIZE_BYTES
 from services.scheduler.format.timerwheel_format import SLOTS_TOTAL_DEFAULT
+from services.settings import REQUIRED, Setting, settings_of
 from services.store.config import DELAY_LEVELS_DEFAULT, parse_delay_levels
 
 DAY_MS = 86_400_000
@@ -23,6 +24,12 @@ MIB = 1 << 20
 class SchedulerConfig:
     root: Path                                    # <data-dir>/scheduler: timerlog/, timerwheel, config/
     store_address: str = "127.0.0.1:10911"        # the store service, host:port
+    host: str = "127.0.0.1"                       # gRPC (health) listen address
+    port: int = 10915                             # gRPC (health) port; 0: any free one
+    metrics_host: str = "127.0.0.1"               # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9103                      # Prometheus /metrics port; 0: any free one, -1: off
+    store_connect_timeout_ms: int = 30_000        # at start-up, give up if the store does not serve within this time
+    lock_wait_ms: int = 10_000                    # at start-up, wait this long for a scheduler that still holds the directory
     store_rpc_timeout_ms: int = 10_000            # deadline of one store call
     store_retry_backoff_ms: int = 500             # wait after a failed store call
     # -- timer wheel (RocketMQ 5 timer messages) --------------------------------------------
@@ -111,3 +118,20 @@ class SchedulerConfig:
     def wheel_span_ms(self) -> int:
         """Time the whole ring covers (two windows)."""
         return 2 * self.timer_wheel_slots * self.timer_precision_ms
+
+
+# The settings of ``python -m services.scheduler`` (services/settings.py): SchedulerConfig's
+# fields with data_dir in place of root (DATA_DIR/scheduler).
+SETTINGS = settings_of(
+    SchedulerConfig, exclude=("root",),
+    extra=(Setting("data_dir", Path, REQUIRED,
+                   "data directory shared with the store; the scheduler's files are in DATA_DIR/scheduler"),),
+    flags={name: "--" + name.replace("_", "-") for name in (
+        "data_dir", "store_address", "host", "port", "metrics_host", "metrics_port", "store_connect_timeout_ms",
+        "lock_wait_ms", "timer_precision_ms", "timer_max_delay_ms", "timerlog_file_size_bytes", "delay_levels")})
+
+
+def config_from_settings(values: dict) -> SchedulerConfig:
+    """SchedulerConfig from resolved SETTINGS values."""
+    values = dict(values)
+    return SchedulerConfig(root=Path(values.pop("data_dir")).resolve() / "scheduler", **values)

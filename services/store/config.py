@@ -7,6 +7,7 @@ from pathlib import Path
 
 from services.store.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
 from services.store.format.consume_queue_format import CQ_UNITS_PER_FILE
+from services.settings import REQUIRED, Setting, settings_of
 
 DELAY_LEVELS_DEFAULT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -25,38 +26,45 @@ class FlushMode(enum.Enum):
 @dataclass(frozen=True)
 class StoreConfig:
     store_root: Path                                  # RocketMQ's storePathRootDir (…/store)
-    commitlog_file_size_bytes: int = 1 << 30          # mappedFileSizeCommitLog
-    consume_queue_units_per_file: int = CQ_UNITS_PER_FILE  # 300,000 x 20 B
-    flush_mode: FlushMode = FlushMode.ASYNC
-    flush_interval_ms: int = 500                      # flushIntervalCommitLog (ASYNC)
-    flush_least_pages: int = 4                        # flushCommitLogLeastPages
-    flush_thorough_interval_ms: int = 10_000          # flushCommitLogThoroughInterval
-    sync_flush_timeout_ms: int = 5_000                # syncFlushTimeout (SYNC)
-    flush_consume_queue_interval_ms: int = 1_000      # flushIntervalConsumeQueue
-    checkpoint_interval_ms: int = 1_000
-    body_size_max_bytes: int = BODY_SIZE_MAX_BYTES    # maxMessageSize (a body limit)
-    check_crc_on_recover: bool = True                 # checkCRCOnRecover
-    append_prop_crc: bool = True                      # enabledAppendPropCRC: whole-record CRC trailer
-    allow_truncate_corrupt: bool = False              # recovery may drop a damaged record followed by valid ones
-    message_index_enable: bool = True                 # build the IndexFile
-    index_hash_slot_num: int = 5_000_000              # maxHashSlotNum
-    index_num_max: int = 20_000_000                   # maxIndexNum
-    file_reserved_time_hours: float = 72.0            # fileReservedTime
-    disk_max_used_space_ratio: float = 0.75           # diskMaxUsedSpaceRatio: delete expired files above it
-    disk_space_clean_forcibly_ratio: float = 0.85     # delete even unexpired files above it
-    disk_space_warning_level_ratio: float = 0.90      # refuse writes above it
-    clean_resource_interval_ms: int = 10_000          # cleanResourceInterval
-    delete_file_batch_max: int = 10                   # deleteFileBatchMax
-    delay_levels: str = DELAY_LEVELS_DEFAULT          # messageDelayLevel
-    auto_create_topic_enable: bool = True             # a put to an unknown topic creates it
-    default_topic_queue_nums: int = 8                 # queues of an auto-created topic
-    store_host: str = "127.0.0.1:10911"               # written into every record (offset msg ids)
-    broker_name: str = "broker-a"
-    cluster_name: str = "DefaultCluster"
+    # -- the process -------------------------------------------------------------------------
+    host: str = "127.0.0.1"                           # gRPC listen address
+    port: int = 10911                                 # gRPC port; 0: any free one
+    metrics_host: str = "127.0.0.1"                   # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9101                          # Prometheus /metrics port; 0: any free one, -1: off
+    lock_wait_ms: int = 10_000                        # at start-up, wait this long for a store that still holds the directory's lock (one killed a moment ago)
+    # -- files -------------------------------------------------------------------------------
+    commitlog_file_size_bytes: int = 1 << 30          # size of one CommitLog segment file (mappedFileSizeCommitLog)
+    consume_queue_units_per_file: int = CQ_UNITS_PER_FILE  # 20-byte units per ConsumeQueue file (300,000)
+    flush_mode: FlushMode = FlushMode.ASYNC           # ASYNC: flush every interval, a put returns from the page cache; SYNC: a put returns after fdatasync (flushDiskType)
+    flush_interval_ms: int = 500                      # ASYNC: how often the CommitLog is flushed (flushIntervalCommitLog)
+    flush_least_pages: int = 4                        # ASYNC: flush only once this many 4 KiB pages are dirty (flushCommitLogLeastPages)
+    flush_thorough_interval_ms: int = 10_000          # ASYNC: flush whatever is dirty at least this often (flushCommitLogThoroughInterval)
+    sync_flush_timeout_ms: int = 5_000                # SYNC: a put whose flush takes longer answers FLUSH_DISK_TIMEOUT (syncFlushTimeout)
+    flush_consume_queue_interval_ms: int = 1_000      # how often ConsumeQueue and IndexFile are flushed (flushIntervalConsumeQueue)
+    checkpoint_interval_ms: int = 1_000               # how often the checkpoint file is written
+    body_size_max_bytes: int = BODY_SIZE_MAX_BYTES    # largest message body the store accepts (maxMessageSize)
+    check_crc_on_recover: bool = True                 # recovery checks each record's body CRC (checkCRCOnRecover)
+    append_prop_crc: bool = True                      # append a whole-record CRC property to every record (enabledAppendPropCRC)
+    allow_truncate_corrupt: bool = False              # recovery may drop a damaged record that valid ones follow (else it refuses to start)
+    message_index_enable: bool = True                 # build the IndexFile (lookups by key and id) (messageIndexEnable)
+    index_hash_slot_num: int = 5_000_000              # hash slots per IndexFile (maxHashSlotNum)
+    index_num_max: int = 20_000_000                   # entries per IndexFile (maxIndexNum)
+    file_reserved_time_hours: float = 72.0            # CommitLog segments older than this are deleted (fileReservedTime)
+    disk_max_used_space_ratio: float = 0.75           # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)
+    disk_space_clean_forcibly_ratio: float = 0.85     # above this disk use, even unexpired files are deleted (oldest first)
+    disk_space_warning_level_ratio: float = 0.90      # above this disk use, puts are refused
+    clean_resource_interval_ms: int = 10_000          # how often retention runs (cleanResourceInterval)
+    delete_file_batch_max: int = 10                   # segments deleted per retention pass at most (deleteFileBatchMax)
+    delay_levels: str = DELAY_LEVELS_DEFAULT          # the delay levels, level N is the Nth (messageDelayLevel); must match the scheduler's
+    auto_create_topic_enable: bool = True             # a put to an unknown topic creates it (autoCreateTopicEnable)
+    default_topic_queue_nums: int = 8                 # queues of an auto-created topic (defaultTopicQueueNums)
+    store_host: str = "127.0.0.1:10911"               # host:port written into every record (offset message ids)
+    broker_name: str = "broker-a"                     # the broker name (brokerName) in routes, metrics and message ids
+    cluster_name: str = "DefaultCluster"              # the cluster name (brokerClusterName), a label of every metric
     # Pre-fault new segments through the mapping (RocketMQ's warmMappedFile). Off by default:
     # measured here, warming a 1 GiB segment takes 1.7 s of page faults under the GIL, stalling
     # puts; segments are fallocate'd instead (1 ms), which already avoids SIGBUS on a full disk.
-    warm_mapped_files: bool = False
+    warm_mapped_files: bool = False                   # pre-fault each new CommitLog segment (warmMappedFile); off: fallocate only
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store_root", Path(self.store_root))
@@ -110,3 +118,23 @@ class StoreConfig:
 
 
 assert BLANK_RECORD_SIZE_BYTES == 8
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+# The settings of ``python -m services.store`` (services/settings.py): StoreConfig's fields, with
+# data_dir in place of store_root (DATA_DIR/store) and store_host derived from host and port.
+SETTINGS = settings_of(
+    StoreConfig, exclude=("store_root", "store_host"),
+    extra=(Setting("data_dir", Path, REQUIRED,
+                   "data directory shared by the store and the scheduler; the store's files are in DATA_DIR/store"),),
+    flags={name: "--" + name.replace("_", "-") for name in (
+        "data_dir", "host", "port", "metrics_host", "metrics_port", "lock_wait_ms", "flush_mode",
+        "commitlog_file_size_bytes")})
+
+
+def config_from_settings(values: dict) -> StoreConfig:
+    """StoreConfig from resolved SETTINGS values."""
+    values = dict(values)
+    data_dir = Path(values.pop("data_dir")).resolve()
+    advertised = "127.0.0.1" if values["host"] in WILDCARD_HOSTS else values["host"]
+    store_host = f"[{advertised}]:{values['port']}" if ":" in advertised else f"{advertised}:{values['port']}"
+    return StoreConfig(store_root=data_dir / "store", store_host=store_host, **values)

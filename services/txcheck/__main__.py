@@ -10,13 +10,13 @@ kill -9 at any moment is safe too (progress is in the store: README.md, "Crash s
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 from services.process import StopSignals, configure_logging, format_address
 from services.txcheck.clock import SystemClock
-from services.txcheck.config import TxCheckConfig
+from services.settings import settings_from_args, settings_parser
+from services.txcheck.config import SETTINGS, TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.metrics import MetricsHttpServer, TxCheckMetrics
 from services.txcheck.model import StoreUnavailable
@@ -31,48 +31,17 @@ READY_PREFIX = "pyrmq-txcheck ready"
 STOP_GRACE_S = 2.0
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = TxCheckConfig()
-    parser = argparse.ArgumentParser(prog="python -m services.txcheck",
-                                     description="Run the pyrmq transaction checker.")
-    parser.add_argument("--store-address", default=defaults.store_address,
-                        help="the store service, HOST:PORT (default %(default)s)")
-    parser.add_argument("--broker-address", action="append", default=None,
-                        help="a broker that relays checks to producers, HOST:PORT; repeat for several, or "
-                             "separate with commas (default 127.0.0.1:8081)")
-    parser.add_argument("--host", default=defaults.host, help="gRPC health listen address (default %(default)s)")
-    parser.add_argument("--port", type=int, default=defaults.port,
-                        help="gRPC health port, 0 for any free one (default %(default)s)")
-    parser.add_argument("--metrics-port", type=int, default=9104,
-                        help="Prometheus /metrics port on 127.0.0.1, 0 for any free one, -1 to disable "
-                             "(default %(default)s)")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="Prometheus /metrics listen address (default %(default)s: loopback only, the endpoint is unauthenticated)")
-    parser.add_argument("--transaction-timeout-ms", type=int, default=defaults.transaction_timeout_ms,
-                        help="check a half message older than this (default %(default)s)")
-    parser.add_argument("--check-interval-ms", type=int, default=defaults.check_interval_ms,
-                        help="one check pass per interval (default %(default)s)")
-    parser.add_argument("--check-max", type=int, default=defaults.check_max,
-                        help="checks before a half message goes to TRANS_CHECK_MAX_TIME_TOPIC (default %(default)s)")
-    parser.add_argument("--store-connect-timeout-ms", type=int, default=defaults.store_connect_timeout_ms,
-                        help="give up (exit 1) if the store does not serve within this time (default %(default)s)")
-    return parser.parse_args(argv)
-
-
-def config_from_args(args: argparse.Namespace) -> TxCheckConfig:
-    brokers = tuple(a.strip() for value in (args.broker_address or ["127.0.0.1:8081"])
-                    for a in value.split(",") if a.strip())
-    return TxCheckConfig(
-        store_address=args.store_address, broker_addresses=brokers, host=args.host, port=args.port,
-        transaction_timeout_ms=args.transaction_timeout_ms, check_interval_ms=args.check_interval_ms,
-        check_max=args.check_max, store_connect_timeout_ms=args.store_connect_timeout_ms)
+def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -> TxCheckConfig:
+    """TxCheckConfig from the command line, the environment and the config file
+    (services/settings.py); SettingsError (a ValueError) if a setting is unknown or malformed."""
+    parser = settings_parser("txcheck", SETTINGS, "python -m services.txcheck", "Run the pyrmq transaction checker.")
+    return TxCheckConfig(**settings_from_args("txcheck", SETTINGS, parser.parse_args(argv), environ))
 
 
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
-    args = parse_args(argv)
     try:
-        config = config_from_args(args)
+        config = load_config(argv)
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2
@@ -91,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         checker = HalfMessageChecker(config, store, producers, clock)
         health = HealthServer(config.host, config.port)
-        if args.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(TxCheckMetrics(checker.stats).registry, args.metrics_port, args.metrics_host)
+        if config.metrics_port >= 0:
+            metrics_http = MetricsHttpServer(TxCheckMetrics(checker.stats).registry, config.metrics_port,
+                                             config.metrics_host)
         service = CheckService(checker, config, on_health=health.set_serving)
         health.start()
         service.start()

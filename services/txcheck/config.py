@@ -7,14 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.process import format_address
+from services.settings import settings_of
 
 
 @dataclass(frozen=True)
 class TxCheckConfig:
     store_address: str = "127.0.0.1:10911"              # the store service, HOST:PORT
-    broker_addresses: tuple[str, ...] = ("127.0.0.1:8081",)  # brokers that relay checks to producers
+    broker_addresses: tuple[str, ...] = ("127.0.0.1:8081",)  # brokers that relay checks to producers, comma-separated
     host: str = "127.0.0.1"                             # gRPC health listen address
     port: int = 10914                                   # gRPC health port; 0: any free one
+    metrics_host: str = "127.0.0.1"                     # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9104                            # Prometheus /metrics port; 0: any free one, -1: off
     transaction_timeout_ms: int = 6_000                 # transactionTimeOut: a half younger than this is not checked
     check_interval_ms: int = 30_000                     # transactionCheckInterval (5.x): one pass per interval
     check_max: int = 15                                 # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
@@ -51,3 +54,11 @@ class TxCheckConfig:
     @property
     def listen_address(self) -> str:
         return format_address(self.host, self.port)
+
+
+# The settings of ``python -m services.txcheck`` (services/settings.py): every TxCheckConfig field.
+SETTINGS = settings_of(TxCheckConfig, flags={
+    **{name: "--" + name.replace("_", "-") for name in (
+        "store_address", "host", "port", "metrics_host", "metrics_port", "transaction_timeout_ms",
+        "check_interval_ms", "check_max", "store_connect_timeout_ms")},
+    "broker_addresses": "--broker-address"})

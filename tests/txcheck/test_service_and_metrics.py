@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from services.broker.transaction import Resolution
-from services.txcheck.__main__ import config_from_args, parse_args
+from services.txcheck.__main__ import load_config
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.metrics import TxCheckMetrics
 from services.txcheck.model import CheckOutcome
@@ -75,10 +75,10 @@ def test_bad_configurations_are_refused(overrides):
 
 
 def test_command_line():
-    config = config_from_args(parse_args(["--store-address", "s:1", "--broker-address", "b:1,b:2",
-                                          "--broker-address", "b:3", "--check-interval-ms", "500"]))
+    config = load_config(["--store-address", "s:1", "--broker-address", "b:1,b:2",
+                          "--broker-address", "b:3", "--check-interval-ms", "500"], environ={})
     assert config.broker_addresses == ("b:1", "b:2", "b:3") and config.check_interval_ms == 500
-    assert config_from_args(parse_args([])).broker_addresses == ("127.0.0.1:8081",)
+    assert load_config([], environ={}).broker_addresses == ("127.0.0.1:8081",)
 
 
 def exit_and_log(process: Process) -> tuple[int, str]:
