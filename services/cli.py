@@ -72,7 +72,10 @@ class Child:
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             [sys.executable, "-m", spec.module], stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
-            env={**os.environ, **env}, preexec_fn=_die_with_parent)
+            env={**os.environ, **env}, preexec_fn=_die_with_parent,
+            # Its own process group: a terminal's Ctrl-C reaches only `up`, which forwards one
+            # signal (a second SIGINT during the child's interpreter shutdown would kill it, -2).
+            process_group=0)
         self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
         self._reader.start()
 

@@ -18,10 +18,13 @@ STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<met
 class Process:
     """A child process whose stdout lines are read by a thread, so waits can time out."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                 own_group: bool = False) -> None:
+        """``own_group``: in a new process group, as a shell's foreground job (a terminal's
+        Ctrl-C is ``os.killpg(popen.pid, SIGINT)``)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+                                      stderr=subprocess.PIPE, text=True, process_group=0 if own_group else None)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, args=(self.popen.stdout, self.lines.put), daemon=True).start()

@@ -56,6 +56,18 @@ def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes
     assert "[store]" not in up.log()  # the child printed nothing but its ready line
 
 
+def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: list[Process]) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group; the children are in their
+    own group, so each gets exactly one SIGINT (from `up`) and exits 0."""
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
+                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path, own_group=True)
+    processes.append(up)
+    up.wait_line(UP_READY)
+    os.killpg(up.popen.pid, signal.SIGINT)
+    assert up.popen.wait(EXIT_TIMEOUT_S) == 0, up.log()
+    assert "exited with code" not in up.log()
+
+
 def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
     up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
                   "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
