@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import grpc
+import jsonschema
 import yaml
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
@@ -31,6 +35,27 @@ def compose() -> dict:
 def test_the_compose_file_is_the_rendered_service_table() -> None:
     assert (DEPLOY / "docker-compose.yml").read_text() == render_compose(), \
         "regenerate it: pyrmq compose > deploy/docker-compose.yml"
+
+
+def test_compose_file_is_valid_against_the_compose_specification() -> None:
+    """The Compose Specification's own JSON schema (tests/data/compose-spec.json, from
+    compose-spec/compose-spec@170098ba, Apache-2.0), since CI has no Docker engine."""
+    schema = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose()), key=lambda e: list(e.path))
+    assert not errors, [f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors]
+    broken = dict(compose(), services={"store": {"image": "x", "comand": ["python"]}})  # a typo
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken))  # the schema does check
+
+
+def test_docker_compose_config_accepts_the_file_where_installed(tmp_path: Path) -> None:
+    """`docker compose config` / `docker-compose config` (Debian's package) when present; the
+    YAML must at least round-trip to the same document either way."""
+    assert yaml.safe_load(yaml.safe_dump(compose())) == compose()
+    for command in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(command[0]) and subprocess.run([*command, "version"], capture_output=True).returncode == 0:
+            result = subprocess.run([*command, "-f", str(DEPLOY / "docker-compose.yml"), "config", "--quiet"],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
 
 
 def test_compose_structure() -> None:
@@ -86,6 +111,11 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         health = doc["services"][spec.name]["healthcheck"]["test"]
         checked = Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
         assert checked.popen.wait(60) == 0, checked.log()
+        with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
+            reply = next(reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        listed = {service.name for service in reply.list_services_response.service}
+        assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
     with grpc.insecure_channel("127.0.0.1:8081") as channel:
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("ComposeTopic", body=b"through compose's command lines"))

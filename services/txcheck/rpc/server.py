@@ -1,4 +1,4 @@
-"""The transaction checker's gRPC server: the standard health service only.
+"""The transaction checker's gRPC server: the standard health service and server reflection.
 
 Service names ``""`` and ``pyrmq.txcheck`` report SERVING while the last check pass succeeded,
 NOT_SERVING while the store fails the passes (and from ``stop`` on).
@@ -9,6 +9,7 @@ from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from services.process import format_address
 
@@ -30,6 +31,7 @@ class HealthServer:
             raise OSError(f"cannot bind the txcheck gRPC port at {address} (in use?)")
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.set_serving(True)
 
     def set_serving(self, serving: bool) -> None:
