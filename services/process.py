@@ -4,6 +4,8 @@ Used by the ``__main__`` of each service (store, broker; later scheduler and txc
 """
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import signal
 import sys
@@ -13,9 +15,38 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SIGNAL_POLL_INTERVAL_S = 0.2
 
 
-def configure_logging() -> None:
-    """One line per event on stderr (stdout carries only the ready line)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (for Loki, Elasticsearch, ``docker logs | jq``): ts (ISO-8601,
+    UTC, ms), level, logger, message, service, and exc (the traceback) when there is one."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+        out = {"ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "level": record.levelname,
+               "logger": record.name, "message": record.getMessage(), "service": self.service}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(service: str = "pyrmq", level: str = "INFO", log_format: str = "text") -> None:
+    """One line per event on stderr (stdout carries only the ready line): ``text`` for people,
+    ``json`` for log collectors. Called once at start (defaults) and again with the service's
+    settings once they are read."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log_format must be one of {LOG_FORMATS}, got {log_format!r}")
+    if level.upper() not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {level!r}")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service) if log_format == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def format_address(host: str, port: int) -> str:

@@ -3,6 +3,7 @@ service; unknown keys and bad values refused with their source named; the README
 rendered catalogue; a service and ``pyrmq up`` started from a config file use it."""
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
@@ -187,3 +188,23 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
     assert {p.name for p in (tmp_path / "logs").iterdir()} == {"store.log", "broker.log", "scheduler.log",
                                                                 "txcheck.log"}
     assert "store service stopped" in (tmp_path / "logs" / "store.log").read_text()
+
+
+def test_json_logs_are_one_object_per_line(tmp_path: Path, processes: list[Process]) -> None:
+    store = Process([sys.executable, "-m", "services.store", "--data-dir", str(tmp_path), "--port", "0",
+                     "--metrics-port", "-1"], tmp_path, {"PYRMQ_STORE_LOG_FORMAT": "json"})
+    processes.append(store)
+    store.wait_line(re.compile(r"^pyrmq-store ready "))
+    assert store.stop(signal.SIGTERM) == 0
+    lines = [json.loads(line) for line in store.log().splitlines() if line.startswith("{")]
+    events = [line["message"] for line in lines if line["logger"] == "services.store"]
+    assert all(set(line) >= {"ts", "level", "logger", "message", "service"} for line in lines)
+    assert {line["service"] for line in lines} == {"store"}
+    assert events[0].startswith("starting store") and "store service stopped" in events
+    assert any(e.startswith("store serving gRPC") for e in events) and any(e.startswith("received SIGTERM") for e in events)
+
+
+def test_a_bad_log_level_is_a_bad_configuration(tmp_path: Path, processes: list[Process]) -> None:
+    txcheck = Process([sys.executable, "-m", "services.txcheck"], tmp_path, {"PYRMQ_TXCHECK_LOG_LEVEL": "LOUD"})
+    processes.append(txcheck)
+    assert txcheck.popen.wait(60) == 2

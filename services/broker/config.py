@@ -38,6 +38,8 @@ class BrokerConfig:
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
     metrics_host: str = "127.0.0.1"           # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                   # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                  # text: one line per event for people; json: one JSON object per line
     # -- topics ----------------------------------------------------------------------------
     auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
     auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         config = load_config(argv)
+        configure_logging("scheduler", config.log_level, config.log_format)
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2

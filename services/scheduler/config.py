@@ -28,6 +28,8 @@ class SchedulerConfig:
     port: int = 10915                             # gRPC (health) port; 0: any free one
     metrics_host: str = "127.0.0.1"               # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9103                      # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                       # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                      # text: one line per event for people; json: one JSON object per line
     store_connect_timeout_ms: int = 30_000        # at start-up, give up if the store does not serve within this time
     lock_wait_ms: int = 10_000                    # at start-up, wait this long for a scheduler that still holds the directory
     store_rpc_timeout_ms: int = 10_000            # deadline of one store call

@@ -32,6 +32,8 @@ class StoreConfig:
     metrics_host: str = "127.0.0.1"                   # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9101                          # Prometheus /metrics port; 0: any free one, -1: off
     lock_wait_ms: int = 10_000                        # at start-up, wait this long for a store that still holds the directory's lock (one killed a moment ago)
+    log_level: str = "INFO"                           # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                          # text: one line per event for people; json: one JSON object per line
     # -- files -------------------------------------------------------------------------------
     commitlog_file_size_bytes: int = 1 << 30          # size of one CommitLog segment file (mappedFileSizeCommitLog)
     consume_queue_units_per_file: int = CQ_UNITS_PER_FILE  # 20-byte units per ConsumeQueue file (300,000)

@@ -18,6 +18,8 @@ class TxCheckConfig:
     port: int = 10914                                   # gRPC health port; 0: any free one
     metrics_host: str = "127.0.0.1"                     # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9104                            # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                             # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                            # text: one line per event for people; json: one JSON object per line
     transaction_timeout_ms: int = 6_000                 # transactionTimeOut: a half younger than this is not checked
     check_interval_ms: int = 30_000                     # transactionCheckInterval (5.x): one pass per interval
     check_max: int = 15                                 # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
