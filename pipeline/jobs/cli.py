@@ -20,7 +20,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
 from rich.table import Table
 
 console = Console()
@@ -87,6 +89,18 @@ def session(args: argparse.Namespace, app: str):
     return spark
 
 
+class RateColumn(ProgressColumn):
+    """Completed units per second, e.g. ``12.5 tasks/s`` (blank until rich has a speed)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.1f} {self.unit}/s")
+
+
 @contextmanager
 def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
     """Show tasks done / total of Spark's running stages until the block ends."""
@@ -95,7 +109,8 @@ def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
         return
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn("tasks"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task(description, total=None)
 
