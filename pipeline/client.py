@@ -4,15 +4,13 @@ Only what the connector needs: QueryRoute, QueryOffset, PullMessage, SendMessage
 UpdateOffset, over one channel per endpoint and process (``_channels``, created lazily: the
 reader and writer objects are pickled to the tasks and must not hold a channel, spark.md
 gotcha 4). Every call sends ``x-mq-client-id``; a response whose status is not OK raises
-``BrokerCallError`` with the v2 code. Look-ups (route, offsets) are retried
-``fetchOffset.numRetries`` times on UNAVAILABLE / DEADLINE_EXCEEDED.
+``BrokerCallError`` with the v2 code (both from services/admin/v2_client.py, the CLI's client).
+Look-ups (route, offsets) are retried ``fetchOffset.numRetries`` times on UNAVAILABLE /
+DEADLINE_EXCEEDED.
 """
 from __future__ import annotations
 
-import os
-import socket
 import threading
-import uuid
 from dataclasses import dataclass
 
 import grpc
@@ -22,7 +20,9 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.duration_pb2 import Duration
 
-CLIENT_ID = f"{socket.gethostname()}@{os.getpid()}@spark-rocketmq@{uuid.uuid4().hex[:8]}"
+from services.admin.v2_client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
+
+CLIENT_ID = new_client_id("spark-rocketmq")
 LOOKUP_TIMEOUT_S = 30.0
 SEND_TIMEOUT_S = 60.0
 OK = d.OK
@@ -32,15 +32,6 @@ _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 _READABLE = (d.READ, d.READ_WRITE)
-
-
-class BrokerCallError(RuntimeError):
-    """The broker answered a non-OK status (``code``), or could not be reached."""
-
-    def __init__(self, what: str, code: int, message: str) -> None:
-        name = d.Code.Name(code) if code in d.Code.values() else str(code)
-        super().__init__(f"{what}: {name} ({code}) {message}")
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -60,8 +51,7 @@ def _stub(endpoint: str) -> s_grpc.MessagingServiceStub:
                 # SingleThreadedUnaryStream: a PullMessage stream is read on the calling thread,
                 # not handed over from gRPC's thread per message (measured: ~2x less client CPU).
                 channel = _channels[endpoint] = grpc.insecure_channel(endpoint, options=[
-                    ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
-                    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
+                    *CHANNEL_OPTIONS, (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
     return s_grpc.MessagingServiceStub(channel)
 
 
@@ -73,12 +63,7 @@ def close_all() -> None:
 
 
 def _metadata() -> tuple[tuple[str, str], ...]:
-    return (("x-mq-client-id", CLIENT_ID), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
-
-
-def _check(what: str, status: d.Status) -> None:
-    if status.code != OK:
-        raise BrokerCallError(what, status.code, status.message)
+    return metadata(CLIENT_ID)
 
 
 class Client:
@@ -102,7 +87,7 @@ class Client:
                 last = exc
                 threading.Event().wait(self.retry_interval_s * (attempt + 1))
                 continue
-            _check(what, response.status)
+            check(what, response.status)
             return response
         raise BrokerCallError(what, d.INTERNAL_SERVER_ERROR, f"broker unreachable at {targets}: {last}")
 
@@ -154,7 +139,7 @@ class Client:
         response = self._unary(f"SendMessage {messages[0].topic.name}", "SendMessage",
                                s.SendMessageRequest(messages=messages), endpoint, SEND_TIMEOUT_S)
         for entry in response.entries:
-            _check(f"SendMessage {messages[0].topic.name}", entry.status)
+            check(f"SendMessage {messages[0].topic.name}", entry.status)
         return list(response.entries)
 
     def update_offset(self, group: str, queue: RouteQueue, offset: int) -> None:

@@ -1,5 +1,8 @@
 """``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process;
-``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``).
+``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``),
+``pyrmq status`` the cluster at a glance (``services/admin/status.py``), ``pyrmq send|consume|
+bench`` try a topic by hand (``services/admin/client_cli.py``) and ``pyrmq config`` shows the
+settings (``services/config_cli.py``).
 
 ``pyrmq compose`` prints deploy/docker-compose.yml and ``pyrmq health HOST:PORT`` checks one
 service's gRPC health (the containers' HEALTHCHECK).

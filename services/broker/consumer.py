@@ -256,31 +256,49 @@ def tags_codes(tags: frozenset[str] | None) -> list[int]:
     return [] if tags is None else sorted(java_string_hash(t) for t in tags)
 
 
-def polling_ms(long_polling_ms: int | None, deadline_remaining_ms: int | None) -> int:
-    if deadline_remaining_ms is not None and deadline_remaining_ms < POLLING_MS_MIN:
+@dataclass(frozen=True)
+class ConsumerLimits:
+    """The bounds a receive is held to (BrokerConfig: invisible_duration_ms_min/max,
+    long_polling_timeout_ms_min/max, consumer_receive_batch_size)."""
+    invisible_ms_min: int = INVISIBLE_MS_MIN
+    invisible_ms_max: int = INVISIBLE_MS_MAX
+    polling_ms_min: int = POLLING_MS_MIN
+    polling_ms_max: int = POLLING_MS_MAX
+    batch_max: int = BATCH_MAX
+
+
+DEFAULT_LIMITS = ConsumerLimits()
+
+
+def polling_ms(long_polling_ms: int | None, deadline_remaining_ms: int | None,
+               limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
+    low, high = limits.polling_ms_min, limits.polling_ms_max
+    if deadline_remaining_ms is not None and deadline_remaining_ms < low:
         raise RequestError(f"the request deadline ({deadline_remaining_ms} ms) is shorter than the "
-                           f"minimum polling time {POLLING_MS_MIN} ms", Code.ILLEGAL_POLLING_TIME)
+                           f"minimum polling time {low} ms", Code.ILLEGAL_POLLING_TIME)
     wanted = long_polling_ms if long_polling_ms is not None else (
-        deadline_remaining_ms if deadline_remaining_ms is not None else POLLING_MS_MAX)
-    wanted = min(max(wanted, POLLING_MS_MIN), POLLING_MS_MAX)
+        deadline_remaining_ms if deadline_remaining_ms is not None else high)
+    wanted = min(max(wanted, low), high)
     if deadline_remaining_ms is not None:
         wanted = min(wanted, deadline_remaining_ms - DEADLINE_MARGIN_MS)
     return max(0, wanted)
 
 
-def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool) -> int:
+def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool,
+                         limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
     if invisible_ms is None:
         if auto_renew:
             return AUTO_RENEW_INVISIBLE_MS
         raise RequestError("invisible_duration is required", Code.ILLEGAL_INVISIBLE_TIME)
-    if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
-        raise RequestError(f"invisible_duration must be in [{INVISIBLE_MS_MIN}, {INVISIBLE_MS_MAX}] ms, "
-                           f"not {invisible_ms}", Code.ILLEGAL_INVISIBLE_TIME)
+    low, high = limits.invisible_ms_min, limits.invisible_ms_max
+    if not low <= invisible_ms <= high:
+        raise RequestError(f"invisible_duration must be in [{low}, {high}] ms, not {invisible_ms}",
+                           Code.ILLEGAL_INVISIBLE_TIME)
     return invisible_ms
 
 
-def batch_size(requested: int) -> int:
-    return BATCH_DEFAULT if requested <= 0 else min(requested, BATCH_MAX)
+def batch_size(requested: int, limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
+    return min(BATCH_DEFAULT, limits.batch_max) if requested <= 0 else min(requested, limits.batch_max)
 
 
 # -- delivered messages ----------------------------------------------------------------------------
@@ -329,8 +347,9 @@ def keys_of(properties: dict[str, str]) -> list[str]:
 
 class ConsumerService:
     def __init__(self, store: PopStore, topics: TopicSource, hub: ArrivalHub, clock: Clock,
-                 broker_name: str, endpoint: tuple[str, int]) -> None:
+                 broker_name: str, endpoint: tuple[str, int], limits: ConsumerLimits = DEFAULT_LIMITS) -> None:
         self._store = store
+        self._limits = limits
         self._topics = topics
         self._hub = hub
         self._clock = clock
@@ -350,12 +369,12 @@ class ConsumerService:
 
     def receive(self, request: ReceiveRequest) -> ReceiveResult:
         self._check(request.group, request.topic)
-        invisible = receive_invisible_ms(request.invisible_ms, request.auto_renew)
+        invisible = receive_invisible_ms(request.invisible_ms, request.auto_renew, self._limits)
         message_filter = parse_filter(request.filter_type, request.filter_expression)
         tags, sql = message_filter.tags, message_filter.sql_expression
         codes = tags_codes(tags)
-        poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
-        count = batch_size(request.batch_size)
+        poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms, self._limits)
+        count = batch_size(request.batch_size, self._limits)
         deadline = self._clock.monotonic_s() + poll_ms / 1000
         watched = (request.topic, retry_topic(request.group))
         for _ in range(POP_ROUNDS_MAX):
@@ -428,9 +447,9 @@ class ConsumerService:
     def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """The new receipt handle."""
         self._check(group, topic)
-        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
-            raise RequestError(f"invisible_duration must be in [0, {INVISIBLE_MS_MAX}] ms, not {invisible_ms}",
-                               Code.ILLEGAL_INVISIBLE_TIME)
+        if not 0 <= invisible_ms <= self._limits.invisible_ms_max:
+            raise RequestError(f"invisible_duration must be in [0, {self._limits.invisible_ms_max}] ms, "
+                               f"not {invisible_ms}", Code.ILLEGAL_INVISIBLE_TIME)
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
         result, new_handle = self._store.change_invisible_duration(group, topic, handle, invisible_ms)

@@ -202,3 +202,15 @@ def test_a_cancelled_receive_stops_waiting_without_popping_again():
     result = service(store).receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000,
                                                    alive=alive.is_set))
     assert result.messages == [] and store.pops == 1 and time.monotonic() - started < 2.5
+
+
+def test_limits_come_from_the_broker_settings() -> None:
+    limits = consumer.ConsumerLimits(invisible_ms_min=1_000, invisible_ms_max=5_000, polling_ms_min=100,
+                                     polling_ms_max=2_000, batch_max=64)
+    assert consumer.receive_invisible_ms(1_000, False, limits) == 1_000
+    with pytest.raises(BrokerError) as info:
+        consumer.receive_invisible_ms(5_001, False, limits)
+    assert info.value.code == Code.ILLEGAL_INVISIBLE_TIME
+    assert consumer.polling_ms(50, None, limits) == 100 and consumer.polling_ms(9_000, None, limits) == 2_000
+    assert consumer.batch_size(100, limits) == 64 and consumer.batch_size(0, limits) == 32
+    assert consumer.batch_size(100) == 32  # the defaults: RocketMQ's 32

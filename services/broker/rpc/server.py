@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from services.process import format_address
 from services.broker.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
-from services.broker.consumer import ArrivalHub, ConsumerService
+from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
 from services.broker.offsets import OffsetService
@@ -110,7 +110,10 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
         TransactionService(store, sink, halves, clock), telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000,
-        consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint),  # type: ignore[arg-type]
+        consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint, ConsumerLimits(
+            invisible_ms_min=config.invisible_duration_ms_min, invisible_ms_max=config.invisible_duration_ms_max,
+            polling_ms_min=config.long_polling_timeout_ms_min, polling_ms_max=config.long_polling_timeout_ms_max,
+            batch_max=config.consumer_receive_batch_size)),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None,
         offsets=OffsetService(store, topics, hub, clock, config.broker_name))  # type: ignore[arg-type]
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
