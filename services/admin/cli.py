@@ -10,6 +10,8 @@
     pyrmq message query --topic T --key K
     pyrmq message query --id ID [--topic T]
 
+(``pyrmq status`` is in status.py, ``pyrmq send|consume|bench`` in client_cli.py.)
+
 Every command takes ``--endpoint HOST:PORT`` (the broker, default 127.0.0.1:8081),
 ``--timeout SECONDS`` and ``--json``. Output is a table for people; ``--json`` prints one JSON
 document on stdout instead (numbers as numbers, bodies as base64, times as ms since the epoch).

@@ -17,7 +17,14 @@ offsets in (or the one asked for), for each read queue, the queue's min and max 
 group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: a group
 without an offset in a queue starts at its min offset (the store's pop engine does), and
 messages below the min offset are gone, not pending. In-flight (popped, unacked) counts are not
-reported: the store API does not expose them.
+reported there.
+
+Cluster status (``pyrmq status``): every topic with its queues' min and max offsets (messages
+stored: the sum of ``max_offset - min_offset``) and, per consumer group and topic, the
+consumer-progress queues above plus the messages in flight (the store's GetConsumerStats).
+One store call per queue of every topic and one per group; a queue is read once even if
+several groups consume it. The groups are the store's subscription groups and every group the
+store has offsets or messages in flight for (a v2 consumer's group need not be created first).
 
 Message lookup: by key, the store's IndexFile (topic + a KEYS word or a UNIQ_KEY); by id, the
 client's id is a UNIQ_KEY (indexed too) and an offset message id (32 or 56 hex characters)
@@ -51,8 +58,10 @@ KEY_SEPARATOR = " "                    # MessageConst.KEY_SEPARATOR, between the
 # An offset message id: store host (IPv4 4 + port 4, or IPv6 16 + port 4) + phy offset 8, in hex.
 _OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 
-__all__ = ["AdminService", "AdminStore", "ConsumerProgress", "MessageView", "QueueProgress",
-           "is_system_group", "is_system_topic"]
+CONSUMER_STATS_TIMEOUT_S = 5.0        # the store's GetConsumerStats walks every offset: allow it time
+
+__all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus", "MessageView",
+           "QueueOffsets", "QueueProgress", "TopicStatus", "is_system_group", "is_system_topic"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +115,42 @@ class ConsumerProgress:
         return sum(q.lag for q in self.queues)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    queue_id: int
+    min_offset: int
+    max_offset: int          # next to be written; 0: the queue never held a message
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    topic: TopicInfo
+    queues: list[QueueOffsets]
+
+    @property
+    def message_count(self) -> int:
+        return sum(max(0, q.max_offset - q.min_offset) for q in self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTopicStatus:
+    group: str
+    topic: str               # "": the group has consumed nothing yet
+    queues: list[QueueProgress]
+    inflight_messages: int
+
+    @property
+    def lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    store_address: str       # "": unknown (a store double)
+    topics: list[TopicStatus]
+    groups: list[GroupTopicStatus]
+
+
 class AdminStore(Protocol):
     """The store calls the admin service makes. Failures raise BrokerError (StoreCallError)."""
 
@@ -131,6 +176,9 @@ class AdminStore(Protocol):
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of one queue; (0, 0) for a queue that never held a message."""
 
+    def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
+        """(group, topic, lag messages, in-flight messages) of every consumer group."""
+
     def find_messages_by_key(self, topic: str, key: str, max_num: int) -> list[MessageView]: ...
 
     def find_message_by_offset_msg_id(self, offset_msg_id: str) -> MessageView | None:
@@ -139,11 +187,14 @@ class AdminStore(Protocol):
 
 class AdminService:
     """``on_topic_changed(name)`` is called after a topic is created, updated or deleted (the
-    broker drops its cached config, so sends see the change at once)."""
+    broker drops its cached config, so sends see the change at once). ``store_address`` is
+    only reported (cluster status)."""
 
-    def __init__(self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None) -> None:
+    def __init__(self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None,
+                 store_address: str = "") -> None:
         self._store = store
         self._on_topic_changed = on_topic_changed
+        self._store_address = store_address
 
     # -- topics ----------------------------------------------------------------------------
     def create_topic(self, name: str, message_type: str = "", queue_nums: int = 0) -> tuple[TopicInfo, bool]:
@@ -206,9 +257,7 @@ class AdminService:
         _check_group_name(group)
         if self._store.get_group(group) is None:
             raise NotFoundError(f"consumer group {group} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
-        committed: dict[str, dict[int, int]] = {}
-        for offset_topic, queue_id, offset in self._store.group_offsets(group):
-            committed.setdefault(offset_topic, {})[queue_id] = offset
+        committed = self._committed_offsets(group)
         if topic:
             self._require_topic(topic)
             topics = [topic]
@@ -216,14 +265,46 @@ class AdminService:
             topics = sorted(committed)
         queues = []
         for name in topics:
-            info = self._store.get_topic(name)  # None: deleted since; report the committed queues
-            offsets = committed.get(name, {})
-            for queue_id in sorted(set(range(info.read_queue_nums if info else 0)) | set(offsets)):
-                min_offset, max_offset = self._store.queue_offsets(name, queue_id)
-                consumer_offset = offsets.get(queue_id, -1)
-                lag = max(0, max_offset - max(consumer_offset, min_offset))
-                queues.append(QueueProgress(name, queue_id, min_offset, max_offset, consumer_offset, lag))
+            # None: deleted since; report the committed queues
+            queues += _progress(name, self._store.get_topic(name), committed.get(name, {}), self._store.queue_offsets)
         return ConsumerProgress(group, queues)
+
+    def _committed_offsets(self, group: str) -> dict[str, dict[int, int]]:
+        """topic -> queue id -> the group's committed offset."""
+        committed: dict[str, dict[int, int]] = {}
+        for topic, queue_id, offset in self._store.group_offsets(group):
+            committed.setdefault(topic, {})[queue_id] = offset
+        return committed
+
+    # -- cluster status ----------------------------------------------------------------------
+    def cluster_status(self, include_system: bool = False) -> ClusterStatus:
+        """Every topic's queue offsets and every (group, topic)'s lag and in-flight count."""
+        read: dict[tuple[str, int], tuple[int, int]] = {}
+
+        def queue_offsets(topic: str, queue_id: int) -> tuple[int, int]:
+            if (topic, queue_id) not in read:
+                read[(topic, queue_id)] = self._store.queue_offsets(topic, queue_id)
+            return read[(topic, queue_id)]
+
+        topics = {t.name: t for t in self.list_topics(include_system)}
+        topic_status = [TopicStatus(info, [QueueOffsets(q, *queue_offsets(name, q))
+                                           for q in range(max(info.read_queue_nums, info.write_queue_nums))])
+                        for name, info in topics.items()]
+        in_flight: dict[str, dict[str, int]] = {g.name: {} for g in self.list_groups(include_system)}
+        for group, topic, _lag, count in self._store.consumer_stats(CONSUMER_STATS_TIMEOUT_S):
+            if include_system or not is_system_group(group):
+                in_flight.setdefault(group, {})[topic] = count
+        groups = []
+        for group in sorted(in_flight):
+            committed = self._committed_offsets(group)
+            names = sorted(committed.keys() | in_flight[group].keys())
+            if not names:
+                groups.append(GroupTopicStatus(group, "", [], 0))
+            for name in names:
+                info = topics[name] if name in topics else self._store.get_topic(name)
+                queues = _progress(name, info, committed.get(name, {}), queue_offsets)
+                groups.append(GroupTopicStatus(group, name, queues, in_flight[group].get(name, 0)))
+        return ClusterStatus(self._store_address, topic_status, groups)
 
     # -- messages ----------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int = 0) -> list[MessageView]:
@@ -269,6 +350,19 @@ class AdminService:
         _check_topic_name(name)
         if self._store.get_topic(name) is None:
             raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
+
+
+def _progress(topic: str, info: TopicInfo | None, committed: dict[int, int],
+              queue_offsets: Callable[[str, int], tuple[int, int]]) -> list[QueueProgress]:
+    """The group's progress in each read queue of ``topic`` and each queue it has an offset in
+    (``committed``: queue id -> offset). ``lag = max_offset - max(consumer_offset, min_offset)``."""
+    queues = []
+    for queue_id in sorted(set(range(info.read_queue_nums if info else 0)) | set(committed)):
+        min_offset, max_offset = queue_offsets(topic, queue_id)
+        consumer_offset = committed.get(queue_id, -1)
+        lag = max(0, max_offset - max(consumer_offset, min_offset))
+        queues.append(QueueProgress(topic, queue_id, min_offset, max_offset, consumer_offset, lag))
+    return queues
 
 
 def _check_topic_name(name: str) -> None:

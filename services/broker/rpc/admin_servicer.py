@@ -29,8 +29,8 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
-from services.broker.admin import (AdminService, AdminStore, MessageView, QueueProgress, is_system_group,
-                                   is_system_topic)
+from services.broker.admin import (AdminService, AdminStore, ClusterStatus, MessageView, QueueProgress,
+                                   is_system_group, is_system_topic)
 from services.broker.consumer import Delivery
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
 from services.broker.model import GroupInfo, TopicInfo
@@ -108,6 +108,11 @@ class AdminServicer(pb_grpc.AdminServicer):
                                               total_lag=progress.total_lag)
 
     @admin_errors
+    def GetClusterStatus(self, request: pb.GetClusterStatusRequest,
+                         context: grpc.ServicerContext) -> pb.GetClusterStatusResponse:
+        return _cluster_status(self._admin.cluster_status(request.include_system))
+
+    @admin_errors
     def QueryMessages(self, request: pb.QueryMessagesRequest,
                       context: grpc.ServicerContext) -> pb.QueryMessagesResponse:
         if request.key and request.message_id:
@@ -152,7 +157,8 @@ def add_admin_service(server: grpc.Server, store: AdminStore,
                       on_topic_changed: Callable[[str], None] = lambda name: None,
                       checks: TransactionCheckRelay | None = None) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction)."""
-    servicer = AdminServicer(AdminService(store, on_topic_changed), checks)
+    # The gRPC store client knows where the store is (GetClusterStatus reports it).
+    servicer = AdminServicer(AdminService(store, on_topic_changed, getattr(store, "address", "")), checks)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 
@@ -171,6 +177,17 @@ def _group(group: GroupInfo) -> pb.Group:
 def _queue(queue: QueueProgress) -> pb.QueueProgress:
     return pb.QueueProgress(topic=queue.topic, queue_id=queue.queue_id, min_offset=queue.min_offset,
                             broker_offset=queue.broker_offset, consumer_offset=queue.consumer_offset, lag=queue.lag)
+
+
+def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
+    return pb.GetClusterStatusResponse(
+        store_address=status.store_address,
+        topics=[pb.TopicStatus(topic=_topic(t.topic), message_count=t.message_count,
+                               queues=[pb.QueueOffsets(queue_id=q.queue_id, min_offset=q.min_offset,
+                                                       max_offset=q.max_offset) for q in t.queues])
+                for t in status.topics],
+        groups=[pb.GroupTopicStatus(group=g.group, topic=g.topic, queues=[_queue(q) for q in g.queues], lag=g.lag,
+                                    inflight_messages=g.inflight_messages) for g in status.groups])
 
 
 def _message(message: MessageView) -> pb.MessageRecord:

@@ -1,0 +1,209 @@
+"""``pyrmq status`` end to end: a whole cluster started by ``pyrmq up`` on loopback (one for the
+module, on free ports placed as topology.py places them, so status finds the scheduler, the
+transaction checker and every metrics endpoint by its defaults), messages sent and partly
+consumed through MessagingService, then ``services.cli.main(["status", ...])``."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from pyrmq.admin.v1 import admin_pb2 as pb
+from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
+from pyrmq.store.v1 import store_pb2, store_pb2_grpc
+
+from services import cli
+from services.admin import status
+from tests.broker.test_consumer_rpc import ack, receive, send_ok
+from tests.broker.test_rpc import message
+from tests.procs import Process
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPIC, GROUP = "StatusTopic", "StatusGroup"
+SENT = 10
+UP_READY = re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    endpoint: str          # the broker
+    store_port: int
+    metrics_port: int      # the store's; the others' are beside it
+    consumed: int          # of the SENT messages, received and acked by GROUP
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports that are free on 127.0.0.1 now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65_535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def wait_message_count(endpoint: str, topic: str, count: int) -> None:
+    """The store dispatches (fills ConsumeQueues) just after a put returns."""
+    deadline = time.monotonic() + 10
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = pb_grpc.AdminStub(channel)
+        while True:
+            topics = stub.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=10).topics
+            if [t.message_count for t in topics if t.topic.name == topic] == [count]:
+                return
+            assert time.monotonic() < deadline, f"{topic} does not hold {count} messages: {topics}"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("status")
+    store_port, metrics_port, broker_port = free_ports(5), free_ports(4), free_ports(1)
+    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp / "data"),
+                  "--port", str(broker_port), "--store-port", str(store_port),
+                  "--metrics-port", str(metrics_port)], ROOT)
+    try:
+        endpoint = up.wait_line(UP_READY)["clients"]
+        with grpc.insecure_channel(endpoint) as channel:
+            v2 = s_grpc.MessagingServiceStub(channel)
+            send_ok(v2, *[message(TOPIC, body=b"m%d" % i, message_id=f"STATUS{i:04d}") for i in range(SENT)])
+            wait_message_count(endpoint, TOPIC, SENT)
+            _, got, _ = receive(v2, TOPIC, group=GROUP, batch_size=4)
+            assert 0 < len(got) <= 4
+            for m in got:
+                assert ack(v2, TOPIC, m.system_properties.receipt_handle, group=GROUP).status.code == 20000
+        yield Cluster(endpoint, store_port, metrics_port, len(got))
+        assert up.stop(signal.SIGTERM) == 0, up.log()
+    finally:
+        up.kill()
+
+
+def status_args(cluster: Cluster, *extra: str) -> list[str]:
+    return ["status", "--endpoint", cluster.endpoint, "--metrics-port", str(cluster.metrics_port),
+            "--timeout", "10", *extra]
+
+
+def run_status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
+    code, out, err = run_status(capsys, *status_args(cluster, "--json"))
+    assert code == 0, err
+    doc = json.loads(out)
+    services = {s["name"]: s for s in doc["services"]}
+    assert list(services) == ["store", "broker", "scheduler", "txcheck"]
+    for name, service in services.items():
+        assert service["status"] == "SERVING" and service["latency_ms"] >= 0, service
+        assert service["metrics_reachable"] is True, service
+    assert services["store"]["address"] == doc["store_address"] == f"127.0.0.1:{cluster.store_port}"
+    assert services["scheduler"]["address"] == f"127.0.0.1:{cluster.store_port + 4}"
+    assert services["txcheck"]["metrics_url"] == f"http://127.0.0.1:{cluster.metrics_port + 3}/metrics"
+
+    [topic] = [t for t in doc["topics"] if t["name"] == TOPIC]
+    assert (topic["message_count"], topic["max_offset"], topic["queue_nums"]) == (SENT, SENT, 8)
+    assert sum(q["max_offset"] - q["min_offset"] for q in topic["queues"]) == SENT
+    assert not any(t["system"] for t in doc["topics"])
+    [group] = [g for g in doc["groups"] if (g["group"], g["topic"]) == (GROUP, TOPIC)]
+    assert (group["lag"], group["inflight_messages"]) == (SENT - cluster.consumed, 0)
+    assert sum(q["lag"] for q in group["queues"]) == group["lag"]
+
+
+def test_all_adds_system_topics(cluster, capsys):
+    with grpc.insecure_channel(f"127.0.0.1:{cluster.store_port}") as channel:
+        store_pb2_grpc.StoreStub(channel).CreateOrUpdateTopic(store_pb2.CreateOrUpdateTopicRequest(
+            config=store_pb2.TopicConfig(topic_name="rmq_sys_status_test", read_queue_nums=1, write_queue_nums=1)),
+            timeout=10)
+    code, out, _ = run_status(capsys, *status_args(cluster, "--json"))
+    assert code == 0 and "rmq_sys_status_test" not in [t["name"] for t in json.loads(out)["topics"]]
+    code, out, _ = run_status(capsys, *status_args(cluster, "--json", "--all"))
+    assert code == 0
+    [system] = [t for t in json.loads(out)["topics"] if t["name"] == "rmq_sys_status_test"]
+    assert system["system"] and system["message_count"] == 0
+    code, out, _ = run_status(capsys, *status_args(cluster, "--all"))
+    assert code == 0 and "SYSTEM" in out
+
+
+def test_table(cluster, capsys):
+    code, out, err = run_status(capsys, *status_args(cluster))
+    assert code == 0 and err == ""
+    assert "Services" in out and "Topics" in out and "Consumer groups" in out
+    assert out.count("SERVING") == 4 and "DOWN" not in out
+    [topic_row] = [line.split() for line in out.splitlines() if line.split()[:1] == [TOPIC]]
+    assert topic_row == [TOPIC, "MIXED", "8", str(SENT), str(SENT)]
+    [group_row] = [line.split() for line in out.splitlines() if line.split()[:2] == [GROUP, TOPIC]]
+    assert group_row == [GROUP, TOPIC, str(SENT - cluster.consumed), "0"]
+
+
+def test_a_service_down_is_exit_4_and_the_rest_still_prints(cluster, capsys):
+    closed = f"127.0.0.1:{free_ports(1)}"
+    code, out, err = run_status(capsys, *status_args(cluster, "--json", "--txcheck", closed))
+    assert code == 4 and err == ""
+    doc = json.loads(out)
+    states = {s["name"]: s["status"] for s in doc["services"]}
+    assert states == {"store": "SERVING", "broker": "SERVING", "scheduler": "SERVING", "txcheck": "DOWN"}
+    [txcheck] = [s for s in doc["services"] if s["name"] == "txcheck"]
+    assert txcheck["address"] == closed and txcheck["error"].startswith("UNAVAILABLE")
+    assert [t["message_count"] for t in doc["topics"] if t["name"] == TOPIC] == [SENT]
+
+    code, out, _ = run_status(capsys, *status_args(cluster, "--txcheck", closed))
+    assert code == 4
+    assert "DOWN (UNAVAILABLE)" in out and TOPIC in out and GROUP in out
+
+
+def test_broker_down_still_reports_the_services(cluster, capsys):
+    closed = f"127.0.0.1:{free_ports(1)}"
+    store = f"127.0.0.1:{cluster.store_port}"
+    code, out, err = run_status(capsys, "status", "--endpoint", closed, "--store", store, "--metrics-port", "-1",
+                                "--json")
+    assert code == 4 and err.startswith("pyrmq: error: ") and len(err.splitlines()) == 1
+    doc = json.loads(out)
+    assert {s["name"]: s["status"] for s in doc["services"]} == {
+        "store": "SERVING", "broker": "DOWN", "scheduler": "SERVING", "txcheck": "SERVING"}
+    assert doc["topics"] is None and doc["groups"] is None and "UNAVAILABLE" in doc["error"]
+    assert all(s["metrics_url"] == "" and s["metrics_reachable"] is None for s in doc["services"])
+
+
+def test_watch_redraws_until_ctrl_c(cluster, capsys, monkeypatch):
+    waits: list[float] = []
+
+    def interrupt(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(status, "_wait", interrupt)
+    code, out, _ = run_status(capsys, *status_args(cluster, "--watch", "0.5"))
+    assert code == 0 and waits == [0.5, 0.5]
+    assert TOPIC in out and "Ctrl-C" in out
+
+
+def test_watch_and_json_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["status", "--watch", "1", "--json"])
+    assert caught.value.code == 2
+    assert "--watch" in capsys.readouterr().err
