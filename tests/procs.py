@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 READY_TIMEOUT_S = 60
@@ -51,6 +52,14 @@ class Process:
     def stop(self, signum: int) -> int:
         self.popen.send_signal(signum)
         return self.popen.wait(EXIT_TIMEOUT_S)
+
+    def wait_log(self, text: str, timeout_s: float = 10.0) -> str:
+        """The stderr so far, once it contains ``text`` or ``timeout_s`` passed (another thread
+        reads stderr, so it may lag the process's exit)."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.log()
 
     def log(self) -> str:
         return "\n".join(line for line in self.stderr if line is not None)

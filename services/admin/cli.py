@@ -261,12 +261,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``topic``, ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
     leaf sets ``run`` (namespace -> exit code)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--endpoint", default=DEFAULT_ENDPOINT, metavar="HOST:PORT",
-                        help="the broker's gRPC address (default %(default)s)")
-    common.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    common.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="give up on the broker after this long (default %(default)s)")
+    common = common_arguments()
 
     def leaf(parent: argparse._SubParsersAction, name: str, command: Command,
              help_text: str) -> argparse.ArgumentParser:
@@ -321,6 +316,29 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         if ns.key is not None and not ns.topic:
             query.error("--key needs --topic")
     query.set_defaults(check=check_query)
+
+
+def common_arguments(json_help: str = "print one JSON document instead of a table") -> argparse.ArgumentParser:
+    """``--endpoint``, ``--json`` and ``--timeout``, which every command against the broker takes
+    (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--endpoint", default=DEFAULT_ENDPOINT, metavar="HOST:PORT",
+                        help="the broker's gRPC address (default %(default)s)")
+    common.add_argument("--json", action="store_true", help=json_help)
+    common.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="give up on a call after this long (default %(default)s)")
+    return common
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number of seconds (or similar) above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return value
 
 
 def _positive(text: str) -> int:

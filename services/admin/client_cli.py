@@ -57,8 +57,8 @@ from rich.console import Console
 
 from services.admin import bench_cli
 from services.admin.cli import (
-    _EXIT_CODES, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_S, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
-    EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text)
+    _EXIT_CODES, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
+    EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text, common_arguments, positive_float)
 from services.admin.v2_client import (
     RECEIVE_BATCH_MAX, BrokerCallError, V2Client, build_message, long_polling_s, now_ms, timestamp_ms)
 
@@ -280,12 +280,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``send``, ``consume`` and ``bench`` to ``pyrmq``'s subcommands; each sets ``run``
     (namespace -> exit code)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--endpoint", default=DEFAULT_ENDPOINT, metavar="HOST:PORT",
-                        help="the broker's gRPC address (default %(default)s)")
-    common.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    common.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="give up on a call after this long (default %(default)s)")
+    common = common_arguments("print one JSON document instead of text")
 
     def command(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
@@ -337,7 +332,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     consumer.add_argument("--max", type=_positive, metavar="N", help="stop after N messages (default: no limit)")
     consumer.add_argument("--wait-seconds", type=_non_negative_float, default=5.0, metavar="S",
                           help="stop when nothing arrived for S seconds (at least 5; default %(default)s)")
-    consumer.add_argument("--invisible-seconds", type=_positive_float, default=30.0, metavar="S",
+    consumer.add_argument("--invisible-seconds", type=positive_float, default=30.0, metavar="S",
                           help="a received message stays hidden from the group this long unless acked "
                                "(10 s to 12 h; default %(default)s)")
     consumer.add_argument("--no-ack", action="store_true",
@@ -361,13 +356,6 @@ def _deliver_at(text: str) -> int:
         return round(datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
         raise argparse.ArgumentTypeError(f"neither ms since the epoch nor an ISO 8601 time: {text}") from None
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return value
 
 
 def _non_negative_float(text: str) -> float:

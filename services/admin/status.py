@@ -49,8 +49,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from services.admin.cli import (_EXIT_CODES, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_S, EXIT_ERROR, EXIT_OK,
-                                EXIT_UNREACHABLE, _error_line)
+from services.admin.cli import (_EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE,
+                                _error_line, common_arguments, positive_float)
 from services.process import format_address
 from services.topology import SERVICES
 
@@ -297,13 +297,9 @@ def _wait(seconds: float) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``status`` to ``pyrmq``'s subcommands."""
     help_text = "every service's health, the topics' queue depths and the consumer groups' lag"
-    parser = commands.add_parser("status", help=help_text, description=help_text)
-    parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, metavar="HOST:PORT",
-                        help="the broker's gRPC address (default %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="give up on the broker after this long (default %(default)s; health checks: at most "
-                             f"{HEALTH_TIMEOUT_S_MAX:g})")
+    parser = commands.add_parser("status", help=help_text, description=help_text,
+                                 parents=[common_arguments("print one JSON document instead of tables")],
+                                 epilog=f"Health checks wait at most {HEALTH_TIMEOUT_S_MAX:g} s.")
     parser.add_argument("--all", action="store_true", help="include system topics and groups")
     parser.add_argument("--store", metavar="HOST:PORT",
                         help="the store's gRPC address (default: the one the broker uses, else the broker's host, "
@@ -315,7 +311,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="PORT",
                         help="the store's Prometheus port; the broker's is + 1, the scheduler's + 2, txcheck's + 3 "
                              "(default %(default)s; -1: do not probe metrics)")
-    parser.add_argument("--watch", type=_positive_seconds, metavar="SECONDS",
+    parser.add_argument("--watch", type=positive_float, metavar="SECONDS",
                         help="redraw every SECONDS until Ctrl-C")
 
     def checked_run(ns: argparse.Namespace) -> int:
@@ -323,13 +319,3 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             parser.error("--watch draws tables; it cannot be used with --json")
         return run(ns)
     parser.set_defaults(run=checked_run)
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return value

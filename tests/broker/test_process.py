@@ -55,10 +55,7 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
     processes.append(broker)
     assert broker.popen.wait(60) == 1
     assert broker.lines.get(timeout=10) is None  # stdout closed without a ready line
-    deadline = time.monotonic() + 10
-    while "not serving after" not in broker.log() and time.monotonic() < deadline:
-        time.sleep(0.05)  # stderr is read by another thread
-    assert "not serving after" in broker.log()
+    assert "not serving after" in broker.wait_log("not serving after")
 
 
 @needs_client
