@@ -36,6 +36,7 @@ from services.store.format.properties_format import WAIT_STORE_MSG_OK, Propertie
 from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.metadata import TopicConfig, is_system_topic, validate_topic_name
+from services.store.auth_config import AuthConfigManager
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import (
     Arrival, DispatchRequest, GetResult, GetStatus, PutResult, PutStatus, StoreStats)
@@ -74,6 +75,7 @@ class FileStore(StoreReader):
         self.groups = SubscriptionGroupManager(config.config_dir, self.clock)
         self.consumer_offsets = ConsumerOffsetManager(config.config_dir, self.clock)
         self.delay_offsets = DelayOffsetManager(config.config_dir, self.clock)
+        self.auth = AuthConfigManager(config.config_dir, self.clock)
         self._listeners: list[Callable[[list[Arrival]], None]] = []
         self._services: list = []
         self._lock: StoreLock | None = None
@@ -114,7 +116,7 @@ class FileStore(StoreReader):
         abnormal = abort_file_exists(config.abort_path)
         if abnormal:
             log.warning("abort file found: the last stop was not clean; recovering")
-        for manager in (self.topics, self.groups, self.consumer_offsets, self.delay_offsets):
+        for manager in (self.topics, self.groups, self.consumer_offsets, self.delay_offsets, self.auth):
             manager.load()
         self.checkpoint = CheckpointFile(config.checkpoint_path)
         cp = self.checkpoint.loaded

@@ -13,6 +13,7 @@ from typing import Any
 
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, GetStatus, PutResult, PutStatus, StoreStats
@@ -318,3 +319,25 @@ def receipts_request_from_pb(request: Any) -> tuple[str, str, list[str]]:
 
 def ack_status_to_pb(status: AckStatus) -> int:
     return _ACK_STATUS_TO_PB[status]
+
+
+# -- users and ACLs ----------------------------------------------------------------------------------
+
+def user_to_pb(user: StoredUser) -> pb.AuthUser:
+    return pb.AuthUser(username=user.username, password=user.password, user_type=user.user_type,
+                       user_status=user.user_status)
+
+
+def user_from_pb(user: pb.AuthUser) -> StoredUser:
+    return StoredUser(user.username, user.password, user.user_type or "Normal", user.user_status or "enable")
+
+
+def acl_to_pb(acl: StoredAcl) -> pb.AuthAcl:
+    return pb.AuthAcl(username=acl.username, policies=[
+        pb.AuthPolicy(resource=p.resource, actions=list(p.actions), decision=p.decision, source_ips=list(p.source_ips))
+        for p in acl.policies])
+
+
+def acl_from_pb(acl: pb.AuthAcl) -> StoredAcl:
+    return StoredAcl(acl.username, tuple(StoredPolicy(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips))
+                                         for p in acl.policies))

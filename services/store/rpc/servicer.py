@@ -252,6 +252,29 @@ class StoreServicer(pb_grpc.StoreServicer):
         configs = sorted(self._store.groups.list(), key=lambda c: c.group_name)
         return pb.ListGroupsResponse(groups=[convert.group_to_pb(c) for c in configs])
 
+    # -- users and ACLs (config/auth.json) -----------------------------------------------------
+    @rpc_errors
+    def GetAuthConfig(self, request: pb.GetAuthConfigRequest, context: grpc.ServicerContext) -> pb.AuthConfig:
+        users, acls, version = self._store.auth.snapshot()
+        return pb.AuthConfig(users=[convert.user_to_pb(u) for u in users], acls=[convert.acl_to_pb(a) for a in acls],
+                             version=version)
+
+    @rpc_errors
+    def PutUser(self, request: pb.PutUserRequest, context: grpc.ServicerContext) -> pb.PutUserResponse:
+        return pb.PutUserResponse(created=self._store.auth.put_user(convert.user_from_pb(request.user)))
+
+    @rpc_errors
+    def DeleteUser(self, request: pb.DeleteUserRequest, context: grpc.ServicerContext) -> pb.DeleteUserResponse:
+        return pb.DeleteUserResponse(existed=self._store.auth.delete_user(request.username))
+
+    @rpc_errors
+    def PutAcl(self, request: pb.PutAclRequest, context: grpc.ServicerContext) -> pb.PutAclResponse:
+        try:
+            self._store.auth.put_acl(convert.acl_from_pb(request.acl))
+        except KeyError:
+            raise LookupError(f"no user {request.acl.username!r}") from None
+        return pb.PutAclResponse()
+
     # -- delay offsets and stats -----------------------------------------------------------
     @rpc_errors
     def GetDelayOffset(self, request: pb.GetDelayOffsetRequest,
