@@ -60,6 +60,7 @@ class ResourceType(enum.Enum):
     TOPIC = "Topic"
     GROUP = "Group"
     CLUSTER = "Cluster"
+    ANY = "Any"
 
 
 class ResourcePattern(enum.Enum):
@@ -114,9 +115,9 @@ class PolicyEntry:
 
     def matches(self, resource_type: ResourceType, name: str, action: Action,
                 source: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
+        if self.resource_type is not ResourceType.ANY and resource_type is not self.resource_type:
+            return False
         if self.pattern is not ResourcePattern.ANY:
-            if resource_type is not self.resource_type:
-                return False
             if self.pattern is ResourcePattern.LITERAL and name != self.resource_name:
                 return False
             if self.pattern is ResourcePattern.PREFIXED and not name.startswith(self.resource_name):
@@ -210,19 +211,21 @@ class Authorizer:
     def __init__(self, acls: Mapping[str, Acl]) -> None:
         self._acls = acls
 
-    def check(self, user: User, resources: Iterable[tuple[ResourceType, str]], action: Action, source: str) -> None:
-        """AccessDenied unless ``user`` may do ``action`` on every resource from ``source``."""
+    def check(self, user: User, resources: Iterable[tuple[ResourceType, str]], action: Action | tuple[Action, ...],
+              source: str) -> None:
+        """AccessDenied unless ``user`` may do ``action`` (one of them, for a tuple: QueryRoute
+        needs Pub or Sub) on every resource from ``source``."""
         if user.user_type is UserType.SUPER:
             return
         address = _address(source)
         acl = self._acls.get(user.username)
         entries = sorted(acl.policies if acl else (), key=PolicyEntry.specificity)
+        actions = action if isinstance(action, tuple) else (action,)
         for resource_type, name in resources:
-            decision = next((e.decision for e in entries if e.matches(resource_type, name, action, address)),
-                            Decision.DENY)
-            if decision is Decision.DENY:
-                raise AccessDenied(f"user {user.username!r} may not {action.value} {resource_type.value} {name!r}"
-                                   f"{f' from {address}' if address else ''}")
+            if not any(next((e.decision for e in entries if e.matches(resource_type, name, a, address)),
+                            Decision.DENY) is Decision.ALLOW for a in actions):
+                raise AccessDenied(f"user {user.username!r} may not {'/'.join(a.value for a in actions)} "
+                                   f"{resource_type.value} {name!r}{f' from {address}' if address else ''}")
 
 
 def _address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -235,3 +238,23 @@ def _address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | Non
         return ipaddress.ip_address(text)
     except ValueError:
         return None
+
+
+def parse_resource(text: str) -> tuple[ResourceType, str, ResourcePattern]:
+    """``Topic:orders`` (LITERAL), ``Topic:ord*`` (PREFIXED), ``Topic:*`` (any topic), ``*`` (anything)."""
+    if text == "*":
+        return ResourceType.ANY, "", ResourcePattern.ANY
+    kind, _, name = text.partition(":")
+    resource_type = ResourceType(kind)
+    if name == "*":
+        return resource_type, "", ResourcePattern.ANY
+    if name.endswith("*"):
+        return resource_type, name[:-1], ResourcePattern.PREFIXED
+    return resource_type, name, ResourcePattern.LITERAL
+
+
+def policy_entry(resource: str, actions: Iterable[str], decision: str, source_ips: Iterable[str] = ()) -> PolicyEntry:
+    """A stored policy (config/auth.json's words) as an entry."""
+    resource_type, name, pattern = parse_resource(resource)
+    return PolicyEntry(resource_type, name, pattern, frozenset(Action(a) for a in actions), Decision(decision),
+                       tuple(source_ips))

@@ -189,3 +189,20 @@ def test_a_super_user_bypasses_policies_and_every_resource_is_checked() -> None:
     with pytest.raises(AccessDenied, match="Group 'g2'"):
         authorizer.check(ALICE, [(ResourceType.TOPIC, "orders"), (ResourceType.GROUP, "g2")], Action.SUB,
                          "ipv4:1.2.3.4:5")
+
+
+@pytest.mark.parametrize("resource, name, kind, expected", [
+    ("Topic:orders", "orders", ResourceType.TOPIC, True), ("Topic:orders", "orders", ResourceType.GROUP, False),
+    ("Topic:ord*", "orders", ResourceType.TOPIC, True), ("Topic:ord*", "payments", ResourceType.TOPIC, False),
+    ("Topic:*", "anything", ResourceType.TOPIC, True), ("Topic:*", "g1", ResourceType.GROUP, False),
+    ("Group:*", "g1", ResourceType.GROUP, True), ("*", "anything", ResourceType.GROUP, True)])
+def test_stored_resources(resource: str, name: str, kind: ResourceType, expected: bool) -> None:
+    from services.broker.auth import policy_entry
+    assert allowed([policy_entry(resource, ["Pub"], "Allow")], name=name, kind=kind) is expected
+
+
+def test_one_of_several_actions_is_enough() -> None:
+    authorizer = Authorizer({"alice": Acl("alice", (entry(L, "orders", ALLOW, actions=(Action.SUB,)),))})
+    authorizer.check(ALICE, [(ResourceType.TOPIC, "orders")], (Action.PUB, Action.SUB), "ipv4:1.2.3.4:5")
+    with pytest.raises(AccessDenied, match="Pub/Sub"):
+        authorizer.check(ALICE, [(ResourceType.TOPIC, "other")], (Action.PUB, Action.SUB), "ipv4:1.2.3.4:5")
