@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -36,6 +37,8 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from services.admin.v2_client import Credentials, open_channel
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 DEFAULT_TIMEOUT_S = 10.0
@@ -242,7 +245,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
         if (check := getattr(ns, "check", None)) is not None:
             check(ns)  # argument rules argparse cannot express; exits 2 with the usage
         try:
-            with grpc.insecure_channel(ns.endpoint) as channel:
+            with channel_of(ns) as channel:
                 document, render = command(pb_grpc.AdminStub(channel), ns)
         except grpc.RpcError as exc:
             print(f"pyrmq: error: {_error_line(exc, ns.endpoint)}", file=sys.stderr)
@@ -327,7 +330,20 @@ def common_arguments(json_help: str = "print one JSON document instead of a tabl
     common.add_argument("--json", action="store_true", help=json_help)
     common.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="give up on a call after this long (default %(default)s)")
+    common.add_argument("--access-key", default=os.environ.get("PYRMQ_ACCESS_KEY", ""), metavar="AK",
+                        help="sign calls as this user, when the broker has authentication on "
+                             "(default $PYRMQ_ACCESS_KEY)")
+    common.add_argument("--secret-key", default=os.environ.get("PYRMQ_SECRET_KEY", ""), metavar="SK",
+                        help="the user's secret key (default $PYRMQ_SECRET_KEY; prefer the variable: "
+                             "a flag shows in the process list)")
+    common.add_argument("--tls", action="store_true", help="connect with TLS (the broker's tls_cert_path is set)")
+    common.add_argument("--ca-file", metavar="PEM", help="with --tls: trust this CA (default: the system's roots)")
     return common
+
+
+def channel_of(ns: argparse.Namespace) -> grpc.Channel:
+    """A channel to ``--endpoint`` with the command's TLS and credentials."""
+    return open_channel(ns.endpoint, Credentials(ns.access_key, ns.secret_key), ns.tls, ns.ca_file)
 
 
 def positive_float(text: str) -> float:

@@ -60,7 +60,7 @@ from services.admin.cli import (
     _EXIT_CODES, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
     EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text, common_arguments, positive_float)
 from services.admin.v2_client import (
-    RECEIVE_BATCH_MAX, BrokerCallError, V2Client, build_message, long_polling_s, now_ms, timestamp_ms)
+    RECEIVE_BATCH_MAX, BrokerCallError, Credentials, V2Client, build_message, long_polling_s, now_ms, timestamp_ms)
 
 EXIT_INTERRUPTED = 130
 BODY_PREVIEW_CHARS = 60
@@ -259,7 +259,8 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
                                                width=None if sys.stdout.isatty() else 1_000)
         code, error = EXIT_OK, None
         try:
-            with V2Client(ns.endpoint, ns.timeout) as client:
+            with V2Client(ns.endpoint, ns.timeout, credentials=Credentials(ns.access_key, ns.secret_key),
+                          tls=ns.tls, ca_file=ns.ca_file) as client:
                 command(client, ns, console, document)
         except BrokerCallError as exc:
             code, error = exit_code(exc.code), _broker_error_line(exc, ns)

@@ -50,7 +50,7 @@ from rich.table import Table
 from rich.text import Text
 
 from services.admin.cli import (_EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE,
-                                _error_line, common_arguments, positive_float)
+                                _error_line, channel_of, common_arguments, positive_float)
 from services.process import format_address
 from services.topology import SERVICES
 
@@ -101,7 +101,7 @@ def collect(ns: argparse.Namespace) -> Report:
     topics = groups = None
     reported_store, error, exit_code = "", "", EXIT_OK
     try:
-        with grpc.insecure_channel(ns.endpoint) as channel:
+        with channel_of(ns) as channel:
             response = pb_grpc.AdminStub(channel).GetClusterStatus(
                 pb.GetClusterStatusRequest(include_system=ns.all), timeout=ns.timeout)
     except grpc.RpcError as exc:
