@@ -11,8 +11,10 @@ broker, and the sink. Prints one line per figure.
   narrow schema (the columns a stats/rebuild job reads), one partition per segment and with
   ``splitSize`` 128 MiB. Also the decoder alone in this process, for reference.
 * ``stream``: a store and a broker (child processes) with ``--messages`` messages in 8 queues,
-  read by ``readStream.format("rocketmq")`` with ``Trigger.AvailableNow`` into ``noop``; and a
-  batch read of the same.
+  read by ``readStream.format("rocketmq")`` with ``Trigger.AvailableNow`` into ``noop``: with
+  PullRecords (``pullMethod`` records, the default; two batch sizes) and, once, with v2
+  PullMessage (``pullMethod`` messages) for comparison; and a batch read of the same. The
+  cluster's directory is removed afterwards.
 * ``sink``: ``--messages`` rows written with ``write.format("rocketmq")``.
 
 Targets (issue 6): commitlog source >= 500,000 records/s on local[2]; streaming read >= 20,000
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,35 +200,38 @@ def fill(endpoint: str, topic: str, count: int) -> float:
 
 
 def bench_stream(spark, args) -> None:
-    endpoint, processes = start_cluster(Path(tempfile.mkdtemp(dir=args.data_dir)))
+    cluster_dir = Path(tempfile.mkdtemp(dir=args.data_dir))
+    endpoint, processes = start_cluster(cluster_dir)
     try:
         rate = fill(endpoint, "StreamBench", args.messages)
         time.sleep(1)
         print(f"stream: {args.messages:,} messages of 100 B sent at {rate:,.0f} msgs/s (SendMessage, 256 per call)")
-        for pull in ("256", "1024"):
+        for method, pull in (("records", "256"), ("records", "1024"), ("messages", "1024")):
             def run():
                 with tempfile.TemporaryDirectory(dir=args.data_dir) as checkpoint:
                     query = (spark.readStream.format("rocketmq").option("endpoints", endpoint)
                              .option("subscribe", "StreamBench").option("startingOffsets", "earliest")
-                             .option("pullBatchSize", pull).load()
+                             .option("pullMethod", method).option("pullBatchSize", pull).load()
                              .writeStream.format("noop").option("checkpointLocation", checkpoint)
                              .trigger(availableNow=True).start())
                     query.awaitTermination()
                     rows = sum(p["numInputRows"] for p in query.recentProgress)
                     assert rows == args.messages, rows
-            elapsed = best(args.runs, run)
-            print(f"  readStream availableNow, pullBatchSize {pull}: {args.messages / elapsed:,.0f} msgs/s "
-                  f"({elapsed:.1f} s; {cpu_note(args.messages)}, broker and store included)")
+            elapsed = best(args.runs if method == "records" else 1, run)
+            print(f"  readStream availableNow, pullMethod {method}, pullBatchSize {pull}: "
+                  f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "
+                  "broker and store included)")
         elapsed = best(args.runs, lambda: spark.read.format("rocketmq").option("endpoints", endpoint)
                        .option("subscribe", "StreamBench").option("pullBatchSize", "1024").load()
                        .write.format("noop").mode("overwrite").save())
-        print(f"  batch read, pullBatchSize 1024: {args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; "
-              f"{cpu_note(args.messages)}, broker and store included)")
+        print(f"  batch read, pullMethod records, pullBatchSize 1024: {args.messages / elapsed:,.0f} msgs/s "
+              f"({elapsed:.1f} s; {cpu_note(args.messages)}, broker and store included)")
         if "sink" in args.only:
             bench_sink(spark, args, endpoint)
     finally:
         for process in processes:
             process.kill()
+        shutil.rmtree(cluster_dir, ignore_errors=True)
 
 
 def bench_sink(spark, args, endpoint: str) -> None:

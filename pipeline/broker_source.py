@@ -1,8 +1,12 @@
 """The "rocketmq" data source: topics through the broker, batch and streaming, read and write.
 
 Reads use the v2 offset RPCs (``services/broker/offsets.py``): QueryRoute for the queues,
-QueryOffset for earliest / latest / by-timestamp offsets, PullMessage for ``[start, end)`` of
-one queue. Options: ``pipeline/options.py``; offsets and their JSON: ``pipeline/offsets.py``.
+QueryOffset for earliest / latest / by-timestamp offsets; a task reads ``[start, end)`` of one
+queue with PullRecords (raw CommitLog records) or PullMessage (``pipeline/broker_read.py``).
+With ``subscribePattern`` the topics are the broker's non-system topics whose name matches
+(Admin/ListTopics), looked up at every planning step: a topic that starts matching later joins
+the next micro-batch from its earliest offset, like any new queue. Options:
+``pipeline/options.py``; offsets and their JSON: ``pipeline/offsets.py``.
 
 Exactly-once reads: a micro-batch is a pair of offset dicts (canonical JSON, in Spark's
 checkpoint) and a partition reads exactly ``[start, end)`` of its queue, dropping anything a
@@ -17,6 +21,7 @@ whose earliest offset is not 0: the query fails, naming the queue; with
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -26,17 +31,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import StructType
 
 from pipeline import offsets as off
+from pipeline.broker_read import DataLossError, lost, read_range  # noqa: F401 - DataLossError: public here too
 from pipeline.options import OptionError, SourceOptions, parse_sink_options, parse_source_options
 from pipeline.schema import BROKER_COLUMNS, ddl
 
 log = logging.getLogger(__name__)
 FORMAT = "rocketmq"
-BATCH_ROWS = 4096           # rows per Arrow batch a reader yields (several pulls)
 EARLIEST_POLICY, LATEST_POLICY, TIMESTAMP_POLICY = 0, 1, 2  # v2 QueryOffsetPolicy
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (failOnDataLoss=true)."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,19 @@ def _client(opts: SourceOptions):
     return Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
 
 
+def _topics(opts: SourceOptions) -> tuple[str, ...]:
+    """The subscribed topics; with subscribePattern, the broker's non-system topics whose whole
+    name matches (asked again at every call, so a new topic joins the next micro-batch)."""
+    if opts.subscribe_pattern is None:
+        return opts.topics
+    pattern = re.compile(opts.subscribe_pattern)
+    return tuple(t for t in _client(opts).list_topics() if pattern.fullmatch(t))
+
+
 def _route(opts: SourceOptions) -> dict[off.Queue, object]:
-    """Queue -> RouteQueue for the subscribed / assigned queues."""
+    """Queue -> RouteQueue for the subscribed / matching / assigned queues."""
     client = _client(opts)
-    routed = {(q.topic, q.broker, q.queue_id): q for topic in opts.topics for q in client.route(topic)}
+    routed = {(q.topic, q.broker, q.queue_id): q for topic in _topics(opts) for q in client.route(topic)}
     if opts.assign is None:
         return routed
     wanted = off.parse_assign(opts.assign)
@@ -74,7 +84,8 @@ def _resolve(opts: SourceOptions, queues: dict, spec: str, option: str, default_
     """Concrete offsets for ``queues`` from an option value (earliest / latest / JSON) or a
     timestamp (which takes precedence, as in Spark's Kafka source)."""
     client = _client(opts)
-    brokers = {t: sorted({b for (tt, b, _) in queues if tt == t}) for t in opts.topics}
+    topics = set(opts.topics) | {q[0] for q in queues}
+    brokers = {t: sorted({b for (tt, b, _) in queues if tt == t}) for t in topics}
     if by_timestamp is not None:
         stamps = off.resolve_brokers(off.parse_offsets(by_timestamp, option + "ByTimestamp", False), brokers, option)
         return {q: (client.query_offset(route, TIMESTAMP_POLICY, stamps[q]) if q in stamps
@@ -96,21 +107,15 @@ def _resolve(opts: SourceOptions, queues: dict, spec: str, option: str, default_
     return out
 
 
-def _lost(opts: SourceOptions, message: str) -> None:
-    if opts.fail_on_data_loss:
-        raise DataLossError(message + " (set failOnDataLoss=false to skip what is gone)")
-    log.warning("%s; failOnDataLoss=false: continuing", message)
-
-
 def _checked_start(opts: SourceOptions, queue: off.Queue, route, start: int | None) -> int:
     """``start``, or the earliest offset when ``start`` is gone (or None: a new queue)."""
     earliest = _client(opts).query_offset(route, EARLIEST_POLICY)
     if start is None:
         if earliest != 0:
-            _lost(opts, f"new queue {queue} starts at offset {earliest}, not 0: messages were removed")
+            lost(opts, f"new queue {queue} starts at offset {earliest}, not 0: messages were removed")
         return earliest
     if start < earliest:
-        _lost(opts, f"queue {queue}: offsets {start}..{earliest - 1} were removed (earliest is {earliest})")
+        lost(opts, f"queue {queue}: offsets {start}..{earliest - 1} were removed (earliest is {earliest})")
         return earliest
     return start
 
@@ -128,35 +133,6 @@ def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRa
         out += [QueueRange(r.topic, r.broker, r.queue_id, r.endpoint, lo, min(r.end, lo + step))
                 for lo in range(r.start, r.end, step)]
     return out
-
-
-def read_range(opts: SourceOptions, partition: QueueRange):
-    """Arrow batches of the messages of ``[start, end)`` of one queue."""
-    from pipeline.client import ILLEGAL_OFFSET, MESSAGE_NOT_FOUND, OK, BrokerCallError, Client, RouteQueue
-    from pipeline.messages import to_batch
-    client = Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
-    route = RouteQueue(partition.topic, partition.broker, partition.queue_id, partition.endpoint)
-    offset, end = partition.start, partition.end
-    pending = []
-    while offset < end:
-        code, text, messages, next_offset = client.pull(route, offset, min(opts.pull_batch_size, end - offset),
-                                                        opts.sub_expression, opts.pull_timeout_ms / 1000)
-        if code == ILLEGAL_OFFSET and next_offset > offset:
-            _lost(opts, f"queue {route.topic}/{route.broker}/{route.queue_id}: offsets {offset}.."
-                        f"{next_offset - 1} were removed while reading ({text})")
-        elif code not in (OK, MESSAGE_NOT_FOUND):
-            raise BrokerCallError(f"PullMessage {route.topic}/{route.queue_id}@{offset}", code, text)
-        elif next_offset <= offset:
-            _lost(opts, f"queue {route.topic}/{route.broker}/{route.queue_id}: ends at {offset}, "
-                        f"before the planned end {end} (truncated?)")
-            break
-        pending += [m for m in messages if offset <= m.system_properties.queue_offset < end]
-        offset = next_offset
-        if len(pending) >= BATCH_ROWS:
-            yield to_batch(route.broker, pending)
-            pending = []
-    if pending:
-        yield to_batch(route.broker, pending)
 
 
 class BatchReader(DataSourceReader):
@@ -216,7 +192,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {q: min(e, self._target.get(q, begin.get(q, 0))) for q, e in ends.items()}
         vanished = sorted(q for q in begin if q not in queues)
         if vanished:
-            _lost(self.options, f"queues {vanished} are no longer in the route")
+            lost(self.options, f"queues {vanished} are no longer in the route")
         # A new queue starts at its earliest offset (checked again in partitions()).
         client = _client(self.options)
         full_start = {q: begin[q] if q in begin else client.query_offset(queues[q], EARLIEST_POLICY) for q in ends}
@@ -239,7 +215,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for q, stop in finish.items():
             route = queues.get(q)
             if route is None:
-                _lost(opts, f"queue {q} is no longer in the route")
+                lost(opts, f"queue {q} is no longer in the route")
                 continue
             first = _checked_start(opts, q, route, begin.get(q))
             if stop > first:

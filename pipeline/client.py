@@ -1,7 +1,10 @@
-"""A small ``apache.rocketmq.v2.MessagingService`` client for the connector's driver and tasks.
+"""A small broker client for the connector's driver and tasks.
 
-Only what the connector needs: QueryRoute, QueryOffset, PullMessage, SendMessage and
-UpdateOffset, over one channel per endpoint and process (``_channels``, created lazily: the
+Only what the connector needs: ``apache.rocketmq.v2.MessagingService`` QueryRoute,
+QueryOffset, PullMessage, SendMessage and UpdateOffset; ``pyrmq.pull.v1.Pull`` PullRecords (raw
+CommitLog records; ``RecordsUnsupported`` when the broker does not serve it, e.g. another
+RocketMQ 5 proxy, remembered per endpoint); ``pyrmq.admin.v1.Admin`` ListTopics (read-only, for
+subscribePattern). One channel per endpoint and process (``_channels``, created lazily: the
 reader and writer objects are pickled to the tasks and must not hold a channel, spark.md
 gotcha 4). Every call sends ``x-mq-client-id``; a response whose status is not OK raises
 ``BrokerCallError`` with the v2 code (both from services/admin/v2_client.py, the CLI's client).
@@ -19,6 +22,8 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.duration_pb2 import Duration
+from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
+from pyrmq.pull.v1 import pull_pb2, pull_pb2_grpc
 
 from services.admin.v2_client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
 
@@ -28,10 +33,27 @@ SEND_TIMEOUT_S = 60.0
 OK = d.OK
 MESSAGE_NOT_FOUND = d.MESSAGE_NOT_FOUND
 ILLEGAL_OFFSET = d.ILLEGAL_OFFSET
+INTERNAL_SERVER_ERROR = d.INTERNAL_SERVER_ERROR
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 _READABLE = (d.READ, d.READ_WRITE)
+_no_records: set[str] = set()   # endpoints that answered PullRecords with UNIMPLEMENTED
+
+
+class RecordsUnsupported(RuntimeError):
+    """The broker at an endpoint does not serve pyrmq.pull.v1.Pull (use PullMessage)."""
+
+
+@dataclass(frozen=True)
+class RecordsReply:
+    """One PullRecords response."""
+
+    code: int
+    text: str
+    records: bytes          # whole CommitLog records, concatenated
+    count: int
+    next_offset: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,10 @@ class RouteQueue:
 
 
 def _stub(endpoint: str) -> s_grpc.MessagingServiceStub:
+    return s_grpc.MessagingServiceStub(_channel(endpoint))
+
+
+def _channel(endpoint: str) -> grpc.Channel:
     channel = _channels.get(endpoint)
     if channel is None:
         with _channels_lock:
@@ -52,10 +78,15 @@ def _stub(endpoint: str) -> s_grpc.MessagingServiceStub:
                 # not handed over from gRPC's thread per message (measured: ~2x less client CPU).
                 channel = _channels[endpoint] = grpc.insecure_channel(endpoint, options=[
                     *CHANNEL_OPTIONS, (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
-    return s_grpc.MessagingServiceStub(channel)
+    return channel
+
+
+def _filter(expression_type: str, expression: str) -> d.FilterExpression:
+    return d.FilterExpression(type=d.SQL if expression_type == "SQL92" else d.TAG, expression=expression)
 
 
 def close_all() -> None:
+    _no_records.clear()
     with _channels_lock:
         for channel in _channels.values():
             channel.close()
@@ -112,11 +143,12 @@ class Client:
         return self._unary(what, "QueryOffset", request, queue.endpoint).offset
 
     def pull(self, queue: RouteQueue, offset: int, batch_size: int, expression: str, timeout_s: float,
-             group: str = "spark-rocketmq", long_polling_ms: int = 0) -> tuple[int, str, list[d.Message], int]:
+             group: str = "spark-rocketmq", long_polling_ms: int = 0,
+             expression_type: str = "TAG") -> tuple[int, str, list[d.Message], int]:
         """(status code, status message, messages, next offset) of one PullMessage."""
         request = s.PullMessageRequest(group=d.Resource(name=group), message_queue=_message_queue(queue),
                                        offset=offset, batch_size=batch_size,
-                                       filter_expression=d.FilterExpression(type=d.TAG, expression=expression))
+                                       filter_expression=_filter(expression_type, expression))
         if long_polling_ms:
             request.long_polling_timeout.CopyFrom(Duration(seconds=long_polling_ms // 1000,
                                                            nanos=long_polling_ms % 1000 * 1_000_000))
@@ -134,6 +166,50 @@ class Client:
             raise BrokerCallError(f"PullMessage {queue.topic}/{queue.queue_id}@{offset}", d.INTERNAL_SERVER_ERROR,
                                   f"{exc.code().name} {exc.details()}") from None
         return code, text, messages, next_offset
+
+    def pull_records(self, queue: RouteQueue, offset: int, end: int, batch_size: int, expression_type: str,
+                     expression: str, timeout_s: float, max_bytes: int = 0):
+        """The responses of one PullRecords call over ``[offset, end)`` (RecordsReply each).
+
+        RecordsUnsupported when the broker does not serve it (said before any response)."""
+        if queue.endpoint in _no_records:
+            raise RecordsUnsupported(queue.endpoint)
+        request = pull_pb2.PullRecordsRequest(
+            topic=queue.topic, queue_id=queue.queue_id, broker_name=queue.broker, queue_offset=offset,
+            end_offset=end, max_msg_nums=batch_size, max_msg_bytes=max_bytes,
+            filter_expression=_filter(expression_type, expression))
+        what = f"PullRecords {queue.topic}/{queue.queue_id}@{offset}"
+        call = pull_pb2_grpc.PullStub(_channel(queue.endpoint)).PullRecords(request, metadata=_metadata(),
+                                                                            timeout=timeout_s)
+        try:
+            for reply in call:
+                yield RecordsReply(reply.status.code, reply.status.message, reply.records, reply.record_count,
+                                   reply.next_begin_offset)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                _no_records.add(queue.endpoint)
+                raise RecordsUnsupported(queue.endpoint) from None
+            raise BrokerCallError(what, d.INTERNAL_SERVER_ERROR, f"{exc.code().name} {exc.details()}") from None
+        finally:
+            call.cancel()  # a reader that stops early ends the stream (a no-op once it ended)
+
+    def list_topics(self) -> list[str]:
+        """Every non-system topic (pyrmq.admin.v1.Admin/ListTopics), sorted."""
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            target = self.endpoints[attempt % len(self.endpoints)]
+            try:
+                response = admin_pb2_grpc.AdminStub(_channel(target)).ListTopics(
+                    admin_pb2.ListTopicsRequest(), metadata=_metadata(), timeout=LOOKUP_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                if exc.code() not in _RETRIED:
+                    raise BrokerCallError("ListTopics", d.INTERNAL_SERVER_ERROR,
+                                          f"{exc.code().name} {exc.details()}") from None
+                last = exc
+                threading.Event().wait(self.retry_interval_s * (attempt + 1))
+                continue
+            return sorted(t.name for t in response.topics if not t.system)
+        raise BrokerCallError("ListTopics", d.INTERNAL_SERVER_ERROR, f"broker unreachable at {self.endpoints}: {last}")
 
     def send(self, messages: list[d.Message], endpoint: str | None = None) -> list[s.SendResultEntry]:
         response = self._unary(f"SendMessage {messages[0].topic.name}", "SendMessage",

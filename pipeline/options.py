@@ -7,8 +7,11 @@ the option and says what is allowed.
 | option | default | meaning |
 |---|---|---|
 | endpoints (alias nameServer) | required | broker gRPC endpoints ``host:port[;host:port]`` |
-| subscribe (alias topic) / assign | one of them | comma list of topics / ``{"T":{"broker":[0,1]}}`` |
-| subExpression | ``*`` | tag filter ``TagA || TagB`` |
+| subscribe (alias topic) | one of three | comma list of topics |
+| subscribePattern | one of three | regular expression over whole topic names (non-system; new matches join later) |
+| assign | one of three | ``{"T":{"broker":[0,1]}}`` |
+| subExpression | ``*`` | tag filter ``TagA || TagB``, or an SQL92 condition with expressionType SQL92 |
+| expressionType | TAG | TAG or SQL92: how subExpression reads |
 | startingOffsets | latest (stream), earliest (batch) | earliest / latest / offsets JSON |
 | startingTimestamp, startingOffsetsByTimestamp | — | epoch ms / ``{"T":{"broker":{"0":ms}}}``; before startingOffsets |
 | endingOffsets | latest | batch only: latest / offsets JSON |
@@ -16,8 +19,9 @@ the option and says what is allowed.
 | failOnDataLoss | true | offsets below the earliest (retention) or a vanished queue fail the query |
 | maxOffsetsPerTrigger | none | streaming admission control, split across queues |
 | minPartitions | none | split queue ranges so there are at least this many partitions |
-| pullBatchSize | 1024 | messages per PullMessage call (the broker's maximum) |
-| pullTimeoutMs | 120000 | gRPC deadline of one pull |
+| pullMethod | records | records: PullRecords (raw records; PullMessage if the broker lacks it); messages: PullMessage |
+| pullBatchSize | 1024 | records per PullRecords response / messages per PullMessage (1024 at most) |
+| pullTimeoutMs | 120000 | gRPC deadline of one pull call |
 | fetchOffset.numRetries, fetchOffset.retryIntervalMs | 3, 10 | retries of route / offset look-ups |
 | consumerGroup | none | commit each finished micro-batch's end with UpdateOffset (lag dashboards) |
 | topic (sink) | the ``topic`` column | sink: overrides the column |
@@ -26,6 +30,7 @@ the option and says what is allowed.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 PULL_BATCH_DEFAULT = 1024  # measured: 1.5x the read rate of 256 (bench/spark_bench.py)
 PULL_BATCH_MAX = 1024
 PULL_TIMEOUT_MS_DEFAULT = 120_000
+PULL_METHODS = ("records", "messages")
+EXPRESSION_TYPES = ("TAG", "SQL92")
 SEND_BATCH_DEFAULT = 256
 SEND_BATCH_MAX = 1024
 
@@ -92,7 +99,7 @@ def parse_endpoints(opts: dict[str, str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class SourceOptions:
     endpoints: tuple[str, ...]
-    topics: tuple[str, ...]               # subscribe (sorted), or the topics of assign
+    topics: tuple[str, ...]               # subscribe (sorted), or the topics of assign; () with a pattern
     assign: str | None                    # the assign JSON (parsed against the route later)
     sub_expression: str
     starting_offsets: str                 # "earliest" | "latest" | JSON
@@ -109,6 +116,9 @@ class SourceOptions:
     fetch_retries: int
     fetch_retry_interval_ms: int
     consumer_group: str | None
+    subscribe_pattern: str | None = None  # a regular expression over topic names (re.fullmatch)
+    expression_type: str = "TAG"          # TAG | SQL92 (subExpression)
+    pull_method: str = "records"          # records (PullRecords) | messages (PullMessage)
 
 
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -117,16 +127,22 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     opts = _lower(options)
     endpoints = parse_endpoints(opts)
     subscribe = _get(opts, "subscribe", "topic")
+    pattern = _get(opts, "subscribePattern")
     assign = _get(opts, "assign")
-    if _get(opts, "subscribePattern") is not None:
-        raise OptionError("option 'subscribePattern' is not supported; use 'subscribe' or 'assign'")
-    if (subscribe is None) == (assign is None):
-        raise OptionError("exactly one of the options 'subscribe' (comma-separated topics) or 'assign' "
-                          '({"topic": {"brokerName": [queueIds]}}) must be set')
+    given = [name for name, value in (("subscribe", subscribe), ("subscribePattern", pattern), ("assign", assign))
+             if value is not None]
+    if len(given) != 1:
+        raise OptionError("exactly one of the options 'subscribe' (comma-separated topics), 'subscribePattern' "
+                          "(a regular expression over topic names) or 'assign' "
+                          '({"topic": {"brokerName": [queueIds]}}) must be set'
+                          + (f"; got {' and '.join(repr(g) for g in given)}" if given else ""))
     if subscribe is not None:
         topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
         if not topics:
             raise OptionError("option 'subscribe' lists no topic")
+    elif pattern is not None:
+        topics = ()
+        check_pattern(pattern)
     else:
         topics = tuple(sorted({q[0] for q in parse_assign(assign)}))
     kind = "a streaming" if streaming else "a batch"
@@ -165,9 +181,14 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     max_per_trigger = parse_int(opts, "maxOffsetsPerTrigger", None)
     if max_per_trigger is not None and not streaming:
         log.warning("option 'maxOffsetsPerTrigger' is ignored by a batch query")
-    sub_expression = (_get(opts, "subExpression") or "*").strip() or "*"
-    if sub_expression != "*" and not [t for t in sub_expression.split("||") if t.strip()]:
-        raise OptionError(f"option 'subExpression': {sub_expression!r} is not a tag expression (TagA || TagB)")
+    expression_type = (_get(opts, "expressionType") or "TAG").strip().upper()
+    if expression_type not in EXPRESSION_TYPES:
+        raise OptionError(f"option 'expressionType' must be TAG or SQL92, got {expression_type!r}")
+    sub_expression = check_expression(_get(opts, "subExpression"), expression_type)
+    pull_method = (_get(opts, "pullMethod") or "records").strip().lower()
+    if pull_method not in PULL_METHODS:
+        raise OptionError(f"option 'pullMethod' must be 'records' (PullRecords) or 'messages' (PullMessage), "
+                          f"got {pull_method!r}")
     group = _get(opts, "consumerGroup")
     return SourceOptions(
         endpoints=endpoints, topics=topics, assign=assign, sub_expression=sub_expression,
@@ -180,7 +201,36 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         pull_timeout_ms=parse_int(opts, "pullTimeoutMs", PULL_TIMEOUT_MS_DEFAULT),
         fetch_retries=parse_int(opts, "fetchOffset.numRetries", 3, minimum=0),
         fetch_retry_interval_ms=parse_int(opts, "fetchOffset.retryIntervalMs", 10, minimum=0),
-        consumer_group=group.strip() if group and group.strip() else None)
+        consumer_group=group.strip() if group and group.strip() else None, subscribe_pattern=pattern,
+        expression_type=expression_type, pull_method=pull_method)
+
+
+def check_pattern(pattern: str) -> re.Pattern[str]:
+    """subscribePattern: Spark's Kafka source takes a Java regex matched against whole topic
+    names; Python's ``re`` reads the common syntax the same way."""
+    if not pattern.strip():
+        raise OptionError("option 'subscribePattern' is empty")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise OptionError(f"option 'subscribePattern': {pattern!r} is not a valid regular expression ({exc})") from None
+
+
+def check_expression(text: str | None, expression_type: str) -> str:
+    """subExpression, validated as the broker would (a bad one fails before any read)."""
+    if expression_type == "SQL92":
+        from services.store.sql_filter import SqlFilterError, compile_sql
+        if text is None or not text.strip():
+            raise OptionError("option 'subExpression' must be an SQL92 condition when expressionType is SQL92")
+        try:
+            compile_sql(text)
+        except SqlFilterError as exc:
+            raise OptionError(f"option 'subExpression': not an SQL92 condition: {exc}") from None
+        return text
+    expression = (text or "*").strip() or "*"
+    if expression != "*" and not [t for t in expression.split("||") if t.strip()]:
+        raise OptionError(f"option 'subExpression': {expression!r} is not a tag expression (TagA || TagB)")
+    return expression
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ PullMessage(group, queue, offset, batch_size, filter, long_polling_timeout)
       offset when ``offset`` is beyond the end.
 
     The group is only validated (a pull consumer's position is its own; UpdateOffset records
-    it). Filters: TAG (``*`` or ``a || b``, matched on the tags code like RocketMQ, then on
-    the real tag); SQL92 is not supported on pulls (UNSUPPORTED).
+    it). Filters (``consumer.parse_filter``; a bad one is ILLEGAL_FILTER_EXPRESSION): TAG (``*``
+    or ``a || b``, matched on the tags code like RocketMQ, then on the real tag); SQL92 over the
+    message's properties (TAGS included), TRUE only. Filtered-out messages are skipped, so
+    ``next_offset`` passes them.
 
 UpdateOffset(group, queue, offset) / GetOffset(group, queue)
     The group's committed offset (consumerOffset.json, the same table pop consumers and the
@@ -35,19 +37,26 @@ UpdateOffset(group, queue, offset) / GetOffset(group, queue)
 
 Queues: the topic must exist (no auto-create on reads) and the queue id be one of its read
 queues; a broker name, when given, must be this broker's.
+
+The read loop (``OffsetService.read``) is shared with ``raw_pull.py`` (pyrmq.pull.v1
+PullRecords: the same pulls answered with raw CommitLog records): park on the ArrivalHub
+*before* each store read (an arrival between the read and the wait is not lost), map the
+store's GetStatus, read on past filtered-out messages (at most ``PULL_ROUNDS_MAX`` store reads),
+wait only when caught up.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker import validation
 from services.broker.clock import Clock
 from services.broker.consumer import (
-    ArrivalHub, Delivery, FilterType, TopicSource, parse_tag_filter, tags_codes, validate_group)
-from services.broker.errors import Code, RequestError, UnsupportedError
+    ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
+from services.broker.errors import Code, RequestError
+from services.store.sql_filter import compile_sql
 
 PULL_BATCH_DEFAULT = 32
 PULL_BATCH_MAX = 1024
@@ -81,7 +90,9 @@ class GetStatus(enum.Enum):
 @dataclass(slots=True)
 class GetOutcome:
     status: GetStatus
-    messages: list[Delivery]          # receipt_handle "", delivery_attempt = reconsume times + 1
+    # get_messages: Deliveries (receipt_handle "", delivery_attempt = reconsume times + 1);
+    # get_raw_messages (raw_pull.py): whole CommitLog records as bytes.
+    messages: list
     next_begin_offset: int
     min_offset: int
     max_offset: int
@@ -118,7 +129,23 @@ class PullResult:
     code: Code
     message: str
     next_offset: int
-    messages: list[Delivery] = field(default_factory=list)
+    messages: list = field(default_factory=list)   # what the fetch returned and kept
+    min_offset: int = -1                           # the queue's, at the last read (-1: none)
+    max_offset: int = -1
+
+
+Fetch = Callable[[int], GetOutcome]  # queue offset -> one store read, exact filter applied
+
+
+def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool] | None:
+    """What a message's properties must satisfy beyond the store's tags-code match (None:
+    nothing): the real TAGS (tags codes collide), or the SQL92 condition."""
+    if message_filter.sql_expression:
+        return compile_sql(message_filter.sql_expression).matches
+    tags = message_filter.tags
+    if tags is None:
+        return None
+    return lambda properties: properties.get("TAGS") in tags
 
 
 class OffsetService:
@@ -180,44 +207,64 @@ class OffsetService:
         self.check_queue(request.topic, request.queue_id, request.broker_name)
         if request.offset < 0:
             raise RequestError(f"offset must not be negative, got {request.offset}", Code.ILLEGAL_OFFSET)
-        if request.filter_type is FilterType.SQL:
-            raise UnsupportedError("SQL92 filters are not supported on PullMessage; use TAG", Code.UNSUPPORTED)
-        tags = parse_tag_filter(request.filter_expression)
-        codes = tags_codes(tags)
+        message_filter = parse_filter(request.filter_type, request.filter_expression)
+        codes = tags_codes(message_filter.tags)
+        matches = exact_matcher(message_filter)
         count = PULL_BATCH_DEFAULT if request.batch_size <= 0 else min(request.batch_size, PULL_BATCH_MAX)
-        wait_ms = self._polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
+
+        def fetch(offset: int) -> GetOutcome:
+            got = self._store.get_messages(request.topic, request.queue_id, offset, count, PULL_BYTES_MAX, codes)
+            if matches is not None:
+                got.messages = [m for m in got.messages if matches(m.properties)]
+            return got
+
+        wait_ms = self.polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
+        return self.read(request.topic, request.offset, wait_ms, request.alive, fetch)
+
+    def read(self, topic: str, offset: int, wait_ms: int, alive: Callable[[], bool], fetch: Fetch,
+             end: int | None = None) -> PullResult:
+        """One pull: ``fetch`` from ``offset`` until something is kept (OK), the queue is
+        caught up (MESSAGE_NOT_FOUND, after waiting up to ``wait_ms`` for an arrival in
+        ``topic``), ``end`` is reached (MESSAGE_NOT_FOUND: all before it was filtered out; the
+        fetch must not read past ``end``), or the offset is gone (ILLEGAL_OFFSET)."""
         deadline = self._clock.monotonic_s() + wait_ms / 1000
-        offset = request.offset
+        low = high = -1
         for _ in range(PULL_ROUNDS_MAX):
-            parked = self._hub.park((request.topic,)) if wait_ms > 0 else None
+            if end is not None and offset >= end:
+                return PullResult(Code.MESSAGE_NOT_FOUND, "no matching message before the end offset", offset,
+                                  min_offset=low, max_offset=high)
+            parked = self._hub.park((topic,)) if wait_ms > 0 else None
             try:
-                got = self._store.get_messages(request.topic, request.queue_id, offset, count, PULL_BYTES_MAX, codes)
+                got = fetch(offset)
+                low, high = got.min_offset, got.max_offset
                 if got.status is GetStatus.OFFSET_TOO_SMALL:
                     return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is below the queue's min offset "
-                                      f"{got.min_offset} (removed by retention)", got.min_offset)
+                                      f"{got.min_offset} (removed by retention)", got.min_offset,
+                                      min_offset=low, max_offset=high)
                 if got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
                     return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is beyond the queue's max offset "
-                                      f"{got.max_offset}", got.max_offset)
-                messages = got.messages if tags is None else [
-                    m for m in got.messages if m.properties.get("TAGS") in tags]  # tags-code collisions
+                                      f"{got.max_offset}", got.max_offset, min_offset=low, max_offset=high)
                 if got.status is GetStatus.FOUND and got.next_begin_offset > offset:
                     offset = got.next_begin_offset
-                    if messages:
-                        return PullResult(Code.OK, "OK", offset, messages)
-                    continue  # only collisions: read on
+                    if got.messages:
+                        return PullResult(Code.OK, "OK", offset, got.messages, low, high)
+                    continue  # everything read was filtered out (tags-code collisions, SQL): read on
                 if got.status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING,
                                   GetStatus.OFFSET_FOUND_NULL) and got.next_begin_offset > offset:
                     offset = got.next_begin_offset  # everything read was filtered out or removed
                     continue
                 # Caught up (or an empty queue): wait for an arrival, then look again.
-                if parked is None or self._closed or not self._wait(parked, deadline, request.alive):
-                    return PullResult(Code.MESSAGE_NOT_FOUND, "no new message", offset)
+                if parked is None or self._closed or not self._wait(parked, deadline, alive):
+                    return PullResult(Code.MESSAGE_NOT_FOUND, "no new message", offset,
+                                      min_offset=low, max_offset=high)
             finally:
                 if parked is not None:
                     self._hub.unpark(parked)
-        return PullResult(Code.MESSAGE_NOT_FOUND, "no matching message yet", offset)
+        return PullResult(Code.MESSAGE_NOT_FOUND, "no matching message yet", offset, min_offset=low, max_offset=high)
 
-    def _polling_ms(self, long_polling_ms: int | None, deadline_remaining_ms: int | None) -> int:
+    def polling_ms(self, long_polling_ms: int | None, deadline_remaining_ms: int | None) -> int:
+        """How long a pull may wait: the request's time, at most ``POLLING_MS_MAX`` and the
+        deadline less ``DEADLINE_MARGIN_MS``; 0 when it asked for none."""
         if long_polling_ms is None or long_polling_ms <= 0:
             return 0
         wanted = min(long_polling_ms, POLLING_MS_MAX)

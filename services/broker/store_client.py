@@ -38,10 +38,13 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from services.broker.errors import BrokerError, Code, FlowControlError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
+
+if TYPE_CHECKING:
+    from services.broker.offsets import GetOutcome
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,10 @@ class StoreClient(Protocol):
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
         """Records of ``topic`` indexed under ``key`` (a KEYS word or a UNIQ_KEY)."""
+
+    def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                         tags_codes: list[int]) -> GetOutcome:
+        """GetRawMessages (PullRecords, ``raw_pull.py``): whole CommitLog records as bytes."""
 
     def get_topic(self, name: str) -> TopicInfo | None: ...
     def create_topic(self, topic: TopicInfo) -> TopicInfo: ...

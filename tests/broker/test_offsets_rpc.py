@@ -91,14 +91,20 @@ def test_pull_reads_a_range_and_reports_the_next_offset(broker, v2, store_stub):
     assert status.code == d.ILLEGAL_OFFSET and next_offset == 5
 
 
-def test_pull_tag_filter_skips_ahead(broker, v2, store_stub):
+def test_pull_tag_and_sql_filters_skip_ahead(broker, v2, store_stub):
     put(store_stub, "TagPull", 0, 9, tags=("TagA", "TagB", "TagC"))
     status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="TagB")
     assert status.code == d.OK and [m.body for m in messages] == [b"m1", b"m4", b"m7"] and next_offset == 9
     status, messages, next_offset = pull(v2, "TagPull", 0, 8, expression="TagB")
     assert status.code == d.MESSAGE_NOT_FOUND and next_offset == 9   # m8 is TagC: skipped
-    status, _, _ = pull(v2, "TagPull", 0, 0, expression="a > 1", filter_type=d.SQL)
-    assert status.code == d.UNSUPPORTED
+    status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="TAGS IN ('TagA', 'TagC') AND color = 'red'",
+                                         filter_type=d.SQL)
+    assert status.code == d.OK and [m.body for m in messages] == [b"m0", b"m2", b"m3", b"m5", b"m6", b"m8"]
+    assert next_offset == 9
+    status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="color = 'blue'", filter_type=d.SQL)
+    assert status.code == d.MESSAGE_NOT_FOUND and not messages and next_offset == 9   # all read, none matched
+    status, _, _ = pull(v2, "TagPull", 0, 0, expression="a >", filter_type=d.SQL)
+    assert status.code == d.ILLEGAL_FILTER_EXPRESSION
 
 
 def test_pull_long_polls_until_an_arrival(broker, v2, store_stub):

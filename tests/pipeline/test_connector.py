@@ -234,3 +234,55 @@ def test_fail_on_data_loss_both_ways(spark, lossy_cluster, tmp_path):
     tolerant = stream(spark, lossy_cluster, tmp_path / "c2", tmp_path / "o2", failOnDataLoss="false", **options)
     assert tolerant.awaitTermination(120) is not False and tolerant.exception() is None
     assert spark.read.parquet(str(tmp_path / "o2")).count() == end - earliest
+
+
+def rows_by_position(rows) -> list[dict]:
+    return sorted((r.asDict() for r in rows), key=lambda r: (r["topic"], r["queueId"], r["queueOffset"]))
+
+
+def test_stream_through_pull_records_equals_pull_message_and_sql_filters(spark, cluster, tmp_path):
+    send(cluster, "SparkRecords", 60, tags=("TagA", "TagB", "TagC"))
+    fifo = [d.Message(topic=d.Resource(name="SparkRecords"), body=b"fifo-%d" % i, user_properties={"n": str(100 + i)},
+                      system_properties=d.SystemProperties(message_id=f"F-{i:04d}", message_type=d.FIFO,
+                                                           body_encoding=d.IDENTITY, message_group=f"g{i % 2}"))
+            for i in range(6)]
+    Client((cluster,)).send(fifo)
+    deadline = time.monotonic() + 20
+    while sum(end_offsets(cluster, "SparkRecords").values()) < 66 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query = stream(spark, cluster, tmp_path / "checkpoint", tmp_path / "out", subscribe="SparkRecords",
+                   startingOffsets="earliest", pullBatchSize="7")
+    assert query.awaitTermination(180) is not False and query.exception() is None
+    streamed = rows_by_position(spark.read.parquet(str(tmp_path / "out")).collect())
+    pulled = rows_by_position(source(spark, cluster, subscribe="SparkRecords", pullMethod="messages").collect())
+    assert len(streamed) == 66 and streamed == pulled
+    groups = sorted(r["messageGroup"] for r in streamed if r["messageType"] == "FIFO")
+    assert groups == ["g0", "g0", "g0", "g1", "g1", "g1"]
+    sql = dict(subscribe="SparkRecords", expressionType="SQL92", subExpression="n >= 50 AND TAGS <> 'TagB'")
+    expected = sorted(r["messageId"] for r in streamed
+                      if int(r["properties"]["n"]) >= 50 and r["tags"] not in ("TagB", None))
+    for method in ("records", "messages"):
+        assert sorted(r["messageId"] for r in source(spark, cluster, pullMethod=method, **sql).collect()) == expected
+    with pytest.raises(Exception, match="'subExpression': not an SQL92 condition"):
+        source(spark, cluster, subscribe="SparkRecords", expressionType="SQL92", subExpression="n >").collect()
+
+
+def test_subscribe_pattern_follows_matching_topics(spark, cluster, tmp_path):
+    send(cluster, "PatOrders1", 16)
+    send(cluster, "PatOrders2", 8)
+    send(cluster, "PatOther", 8)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    options = dict(subscribePattern="PatOrders[0-9]+", startingOffsets="earliest")
+    query = stream(spark, cluster, checkpoint, out, **options)
+    assert query.awaitTermination(180) is not False and query.exception() is None
+    counts = {r["topic"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()}
+    assert counts == {"PatOrders1": 16, "PatOrders2": 8}
+    send(cluster, "PatOrders3", 8)            # a topic that starts matching later: read from its start
+    send(cluster, "PatOrders1", 8, start=16)
+    again = stream(spark, cluster, checkpoint, out, **options)
+    assert again.awaitTermination(180) is not False and again.exception() is None
+    counts = {r["topic"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()}
+    assert counts == {"PatOrders1": 24, "PatOrders2": 8, "PatOrders3": 8}
+    assert source(spark, cluster, subscribePattern="PatO.*").select("topic").distinct().count() == 4
+    with pytest.raises(Exception, match="exactly one of the options.*got 'subscribe' and 'subscribePattern'"):
+        source(spark, cluster, subscribe="PatOther", subscribePattern="Pat.*").collect()

@@ -30,6 +30,15 @@ def test_names_are_case_insensitive_and_aliases_work():
     assert not opts.fail_on_data_loss and opts.consumer_group == "g"
 
 
+def test_pattern_filter_and_pull_method_options():
+    opts = parse_source_options({"endpoints": "h:1", "subscribePattern": "Orders-.*", "expressionType": "sql92",
+                                 "subExpression": "amount > 5", "PULLMETHOD": "Messages"}, streaming=True)
+    assert opts.subscribe_pattern == "Orders-.*" and opts.topics == ()
+    assert opts.expression_type == "SQL92" and opts.sub_expression == "amount > 5" and opts.pull_method == "messages"
+    defaults = parse_source_options(BASE, streaming=True)
+    assert defaults.pull_method == "records" and defaults.expression_type == "TAG" and defaults.subscribe_pattern is None
+
+
 @pytest.mark.parametrize("options, streaming, message", [
     ({"subscribe": "T"}, False, "'endpoints' is required"),
     ({"endpoints": "nohost", "subscribe": "T"}, False, "'endpoints'"),
@@ -45,7 +54,14 @@ def test_names_are_case_insensitive_and_aliases_work():
     ({**BASE, "failOnDataLoss": "maybe"}, True, "'failOnDataLoss' must be true or false"),
     ({**BASE, "pullBatchSize": "5000"}, True, "'pullBatchSize' must be in \\[1, 1024\\]"),
     ({**BASE, "startingOffsets": "{oops"}, True, "'startingOffsets': not valid JSON"),
-    ({**BASE, "subscribePattern": "T.*"}, True, "'subscribePattern' is not supported"),
+    ({**BASE, "subscribePattern": "T.*"}, True, "exactly one of .* got 'subscribe' and 'subscribePattern'"),
+    ({"endpoints": "h:1", "subscribePattern": "T(["}, True, "'subscribePattern': 'T\\(\\[' is not a valid regular"),
+    ({"endpoints": "h:1", "subscribePattern": " "}, True, "'subscribePattern' is empty"),
+    ({**BASE, "expressionType": "SQL"}, True, "'expressionType' must be TAG or SQL92"),
+    ({**BASE, "expressionType": "SQL92"}, True, "'subExpression' must be an SQL92 condition"),
+    ({**BASE, "expressionType": "sql92", "subExpression": "a > 'x'"}, True, "'subExpression': not an SQL92"),
+    ({**BASE, "subExpression": "||"}, True, "'subExpression': '\\|\\|' is not a tag expression"),
+    ({**BASE, "pullMethod": "fast"}, True, "'pullMethod' must be 'records'"),
     ({"endpoints": "h:1", "subscribe": "A", "topic": "B"}, True, "aliases"),
 ])
 def test_validation_errors_name_the_option(options, streaming, message):

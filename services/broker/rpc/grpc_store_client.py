@@ -257,6 +257,15 @@ class GrpcStoreClient:
         return GetOutcome(GetStatus[pb.GetStatus.Name(response.status)], [_pulled(m) for m in response.messages],
                           response.next_begin_offset, response.min_offset, response.max_offset)
 
+    def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                         tags_codes: list[int]) -> GetOutcome:
+        """GetRawMessages (services/broker/raw_pull.py: RawStore): records as bytes."""
+        response = self._call("GetRawMessages", pb.GetMessagesRequest(
+            topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=max_count, max_bytes=max_bytes,
+            tags_codes=tags_codes))
+        return GetOutcome(GetStatus[pb.GetStatus.Name(response.status)], list(response.records),
+                          response.next_begin_offset, response.min_offset, response.max_offset)
+
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         response = self._call("GetOffsetByTimestamp", pb.GetOffsetByTimestampRequest(
             topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms))

@@ -1,4 +1,5 @@
-"""Build the broker's gRPC server: MessagingService, Admin, grpc health and server reflection.
+"""Build the broker's gRPC server: MessagingService, Pull (raw-record pulls), Admin, grpc health
+and server reflection.
 
 ``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
 ``StoreClient`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
@@ -28,8 +29,10 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
 from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
+from services.broker.raw_pull import RawPullService
 from services.broker.route import RouteService
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
+from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
 from services.broker.rpc.servicer import MessagingServicer
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, StoreClient
@@ -106,6 +109,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
+    offsets = OffsetService(store, topics, hub, clock, config.broker_name)  # type: ignore[arg-type]
     servicer = MessagingServicer(
         RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
         TransactionService(store, sink, halves, clock), telemetry,
@@ -115,17 +119,18 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
             polling_ms_min=config.long_polling_timeout_ms_min, polling_ms_max=config.long_polling_timeout_ms_max,
             batch_max=config.consumer_receive_batch_size)),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None,
-        offsets=OffsetService(store, topics, hub, clock, config.broker_name))  # type: ignore[arg-type]
+        offsets=offsets)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+    add_pull_service(server, RawPullService(offsets, store))  # type: ignore[arg-type]
     add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]
                       checks=TransactionCheckRelay(telemetry.registry, halves))
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for service in ("", SERVICE_NAME):
+    for service in ("", SERVICE_NAME, PULL_SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                        server)
+    reflection.enable_server_reflection((SERVICE_NAME, PULL_SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME,
+                                         reflection.SERVICE_NAME), server)
 
     if metrics is not None:
         metrics.watch(sink.stats,

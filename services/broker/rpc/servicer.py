@@ -67,6 +67,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._streams.close_all()
         if self._consumer is not None:
             self._consumer.close()
+        if self._offsets is not None:  # also ends parked PullRecords calls (raw_pull.py reads through it)
+            self._offsets.close()
 
     # -- routes and clients ---------------------------------------------------------------------
     @in_band(s.QueryRouteResponse)
