@@ -36,6 +36,7 @@ from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.settings import CONFIG_ENV
 from services.store.config import SETTINGS as STORE_SETTINGS
 
+from services.admin.acl_cli import add_commands as add_acl_commands
 from services.admin.cli import add_commands as add_admin_commands
 from services.admin.client_cli import add_commands as add_client_commands
 from services.admin.status import add_commands as add_status_commands
@@ -301,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser.set_defaults(run=_health)
     add_config_commands(commands)
     add_admin_commands(commands)
+    add_acl_commands(commands)
     add_status_commands(commands)
     add_client_commands(commands)
     pipeline_parser = commands.add_parser(

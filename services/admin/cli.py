@@ -18,7 +18,8 @@ document on stdout instead (numbers as numbers, bodies as base64, times as ms si
 
 Exit codes: 0 done; 1 any other error; 2 bad usage or an argument the broker refused
 (INVALID_ARGUMENT); 3 not found (NOT_FOUND); 4 the broker or its store could not be reached or
-did not answer (UNAVAILABLE, DEADLINE_EXCEEDED). Errors are one line on stderr.
+did not answer (UNAVAILABLE, DEADLINE_EXCEEDED); 5 not allowed: no or bad credentials
+(UNAUTHENTICATED) or a user the ACLs do not allow (PERMISSION_DENIED). Errors are one line on stderr.
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 BODY_PREVIEW_CHARS = 40
 _NUMERIC_COLUMNS = frozenset({"QUEUE", "READ QUEUES", "WRITE QUEUES", "MAX DELIVERY ATTEMPTS", "MIN OFFSET",
                               "BROKER OFFSET", "CONSUMER OFFSET", "QUEUE OFFSET", "LAG"})
-EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_DENIED = 0, 1, 2, 3, 4, 5
 _EXIT_CODES = {grpc.StatusCode.INVALID_ARGUMENT: EXIT_INVALID, grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
-               grpc.StatusCode.UNAVAILABLE: EXIT_UNREACHABLE, grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNREACHABLE}
+               grpc.StatusCode.UNAVAILABLE: EXIT_UNREACHABLE, grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNREACHABLE,
+               grpc.StatusCode.UNAUTHENTICATED: EXIT_DENIED, grpc.StatusCode.PERMISSION_DENIED: EXIT_DENIED}
 
 Document = dict[str, Any]
 Render = Callable[[Console], None]

@@ -35,7 +35,7 @@ Exit codes, as the admin commands': 0 done; 1 any other error; 2 bad usage or a 
 broker refused (ILLEGAL_TOPIC, ILLEGAL_FILTER_EXPRESSION ...: v2 codes 40000-43199 but for
 access, payment and flow control); 3 not found (TOPIC_NOT_FOUND: the topic does not exist and
 the broker does not create topics on demand); 4 the broker could not be reached or did not
-answer. Errors are one line on stderr; Ctrl-C exits 130.
+answer; 5 not allowed (UNAUTHORIZED: no or bad --access-key/--secret-key; FORBIDDEN: the ACLs). Errors are one line on stderr; Ctrl-C exits 130.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ from rich.console import Console
 
 from services.admin import bench_cli
 from services.admin.cli import (
-    _EXIT_CODES, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
+    _EXIT_CODES, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
     EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text, common_arguments, positive_float)
 from services.admin.v2_client import (
     RECEIVE_BATCH_MAX, BrokerCallError, Credentials, V2Client, build_message, long_polling_s, now_ms, timestamp_ms)
@@ -80,6 +80,8 @@ Command = Callable[[V2Client, argparse.Namespace, "Console | None", Document], N
 
 def exit_code(code: int) -> int:
     """The exit code for a v2 status code."""
+    if code in (d.UNAUTHORIZED, d.FORBIDDEN):
+        return EXIT_DENIED
     if code in _NOT_FOUND:
         return EXIT_NOT_FOUND
     if code in _NO_ANSWER:

@@ -141,7 +141,10 @@ def open_channel(endpoint: str, credentials: Credentials | None = None, tls: boo
     """A channel to ``endpoint``: TLS when asked (the system's roots, or ``ca_file``), every call
     signed when ``credentials`` has an access key."""
     if tls:
-        roots = open(ca_file, "rb").read() if ca_file else None  # noqa: SIM115
+        roots = None
+        if ca_file:
+            with open(ca_file, "rb") as pem:
+                roots = pem.read()
         channel = grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(roots), options=list(options))
     else:
         channel = grpc.insecure_channel(endpoint, options=list(options))

@@ -9,6 +9,7 @@ What a request needs, as RocketMQ 5's proxy asks (GrpcAuthorizationContextBuilde
     ChangeInvisibleDuration, ForwardMessageToDLQ,
     PullMessage, UpdateOffset, GetOffset
     QueryOffset                                         Sub on the topic
+    pyrmq.pull.v1.Pull/PullRecords                      Sub on the topic (and the group, if named)
     Heartbeat, NotifyClientTermination                  Sub on the group, when one is named
     Telemetry                                           authentication only
     pyrmq.admin.v1.Admin (but CheckTransaction)         a Super user
@@ -63,6 +64,8 @@ NEEDS: dict[str, Callable[[Any], Needs]] = {
     "Heartbeat": lambda r: (_group_if_named(r), Action.SUB),
     "NotifyClientTermination": lambda r: (_group_if_named(r), Action.SUB),
     "Telemetry": lambda r: ([], Action.SUB),
+    "PullRecords": lambda r: ([(TOPIC, r.topic)] + ([(GROUP, r.consumer_group)] if r.consumer_group else []),
+                              Action.SUB),
 }
 UNGUARDED = frozenset({"CheckTransaction"})
 

@@ -40,6 +40,14 @@ class BrokerConfig:
     metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
     log_level: str = "INFO"                   # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                  # text: one line per event for people; json: one JSON object per line
+    # -- security (reliability.md §4) ------------------------------------------------------
+    authentication_enabled: bool = False      # every client request must be signed by a user the store knows (authenticationEnabled)
+    authorization_enabled: bool = False       # and its ACL must allow it; needs authentication (authorizationEnabled)
+    init_authentication_user: str = ""        # USER:SECRET, created as a Super user at start if the store has no users (initAuthenticationUser)
+    auth_max_clock_skew_s: int = 0            # refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
+    auth_cache_ttl_ms: int = 3_000            # how long the store's users and ACLs are reused (another broker's change applies within it)
+    tls_cert_path: str = ""                   # PEM certificate chain: the client port serves TLS only (with tls_key_path)
+    tls_key_path: str = ""                    # PEM private key of tls_cert_path
     # -- topics ----------------------------------------------------------------------------
     auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
     auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
@@ -98,6 +106,12 @@ class BrokerConfig:
         # A message of the largest body must fit one gRPC message and one store batch.
         if self.grpc_message_size_max_bytes < self.body_size_max_bytes + MIB:
             raise ValueError("grpc_message_size_max_bytes must exceed body_size_max_bytes by 1 MiB")
+        if self.authorization_enabled and not self.authentication_enabled:
+            raise ValueError("authorization_enabled needs authentication_enabled (an unverified user could be anyone)")
+        if self.init_authentication_user and ":" not in self.init_authentication_user:
+            raise ValueError("init_authentication_user must be USER:SECRET")
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
+            raise ValueError("tls_cert_path and tls_key_path go together")
         if self.put_batch_bytes_max < self.body_size_max_bytes:
             raise ValueError("put_batch_bytes_max must hold one message of the largest body")
 

@@ -27,9 +27,11 @@ SEND_SCRIPT = Path(__file__).parent / "clients" / "send.py"
 CLIENT_TIMEOUT_S = 120
 
 
-def run_client(home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
-    """(one result per message, the settings the producer applied)."""
-    job = json.dumps({"endpoint": endpoint, "topics": list(topics), "messages": messages})
+def run_client(home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = (),
+               **options: object) -> tuple[list[dict], dict]:
+    """(one result per message, the settings the producer applied); ``options``: more job
+    fields (ak, sk, checker ...; clients/send.py)."""
+    job = json.dumps({"endpoint": endpoint, "topics": list(topics), "messages": messages, **options})
     # HOME: the client writes its log under ~/logs/rocketmq_python.
     env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
     done = subprocess.run([sys.executable, str(SEND_SCRIPT), job], capture_output=True, text=True, env=env,

@@ -29,6 +29,9 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
+from services.broker.access import AccessGuard
+from services.broker.acl_admin import AclAdmin, PolicyView
+from services.broker.auth import AccessDenied, AuthError
 from services.broker.admin import (AdminService, AdminStore, ClusterStatus, MessageView, QueueProgress,
                                    is_system_group, is_system_topic)
 from services.broker.consumer import Delivery
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 
 ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Admin"].full_name  # pyrmq.admin.v1.Admin
 _STATUS: tuple[tuple[type[BrokerError], grpc.StatusCode], ...] = (
+    (AuthError, grpc.StatusCode.UNAUTHENTICATED),
+    (AccessDenied, grpc.StatusCode.PERMISSION_DENIED),
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (BrokerError, grpc.StatusCode.UNAVAILABLE),
@@ -56,10 +61,13 @@ def status_of(exc: BrokerError) -> grpc.StatusCode:
 
 
 def admin_errors(method: Method) -> Method:
-    """Abort the call with the status ``_STATUS`` gives a raised error."""
+    """Check the caller (``self._guard``, when authentication is on), then abort the call with
+    the status ``_STATUS`` gives a raised error."""
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            if self._guard is not None:
+                self._guard.check(method.__name__, request, dict(context.invocation_metadata()), context.peer())
             return method(self, request, context)
         except BrokerError as exc:
             context.abort(status_of(exc), exc.message)
@@ -70,9 +78,45 @@ def admin_errors(method: Method) -> Method:
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, admin: AdminService, checks: TransactionCheckRelay | None = None) -> None:
+    def __init__(self, admin: AdminService, checks: TransactionCheckRelay | None = None,
+                 acl: AclAdmin | None = None, guard: AccessGuard | None = None) -> None:
         self._admin = admin
         self._checks = checks
+        self._acl = acl
+        self._guard = guard
+
+    # -- users and ACLs ----------------------------------------------------------------------------
+    def _acl_admin(self) -> AclAdmin:
+        if self._acl is None:
+            raise RequestError("this broker has no user and ACL store")
+        return self._acl
+
+    @admin_errors
+    def PutUser(self, request: pb.PutUserRequest, context: grpc.ServicerContext) -> pb.PutUserResponse:
+        return pb.PutUserResponse(created=self._acl_admin().put_user(
+            request.username, request.secret_key, request.super_user, request.disabled))
+
+    @admin_errors
+    def DeleteUser(self, request: pb.DeleteUserRequest, context: grpc.ServicerContext) -> pb.DeleteUserResponse:
+        self._acl_admin().delete_user(request.username)
+        return pb.DeleteUserResponse()
+
+    @admin_errors
+    def ListUsers(self, request: pb.ListUsersRequest, context: grpc.ServicerContext) -> pb.ListUsersResponse:
+        return pb.ListUsersResponse(users=[pb.User(username=u.username, user_type=u.user_type,
+                                                   user_status=u.user_status) for u in self._acl_admin().list_users()])
+
+    @admin_errors
+    def SetAcl(self, request: pb.SetAclRequest, context: grpc.ServicerContext) -> pb.SetAclResponse:
+        self._acl_admin().set_acl(request.acl.username, [
+            PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips)) for p in request.acl.policies])
+        return pb.SetAclResponse()
+
+    @admin_errors
+    def ListAcls(self, request: pb.ListAclsRequest, context: grpc.ServicerContext) -> pb.ListAclsResponse:
+        return pb.ListAclsResponse(acls=[pb.Acl(username=name, policies=[
+            pb.Policy(resource=p.resource, actions=list(p.actions), decision=p.decision, source_ips=list(p.source_ips))
+            for p in policies]) for name, policies in self._acl_admin().list_acls(request.username)])
 
     @admin_errors
     def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.CreateTopicResponse:
@@ -155,10 +199,13 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
 
 def add_admin_service(server: grpc.Server, store: AdminStore,
                       on_topic_changed: Callable[[str], None] = lambda name: None,
-                      checks: TransactionCheckRelay | None = None) -> AdminServicer:
-    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction)."""
+                      checks: TransactionCheckRelay | None = None, guard: AccessGuard | None = None) -> AdminServicer:
+    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
+    users and ACLs when the store client has them; ``guard``: authentication is on)."""
     # The gRPC store client knows where the store is (GetClusterStatus reports it).
-    servicer = AdminServicer(AdminService(store, on_topic_changed, getattr(store, "address", "")), checks)
+    acl = AclAdmin(store, guard.invalidate if guard else lambda: None) if hasattr(store, "auth_config") else None  # type: ignore[arg-type]
+    servicer = AdminServicer(AdminService(store, on_topic_changed, getattr(store, "address", "")), checks,
+                             acl=acl, guard=guard)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

@@ -16,10 +16,12 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.broker.access import AuthSnapshot, snapshot_of
+from services.broker.acl_admin import PolicyView
 from services.broker.admin import MessageView
 from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import AckResult, Delivery, PopOutcome
-from services.broker.errors import Code, RequestError, StoreCallError
+from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.offsets import GetOutcome, GetStatus
 from services.rpc.health import NotServingError, wait_serving
@@ -265,6 +267,35 @@ class GrpcStoreClient:
             tags_codes=tags_codes))
         return GetOutcome(GetStatus[pb.GetStatus.Name(response.status)], list(response.records),
                           response.next_begin_offset, response.min_offset, response.max_offset)
+
+    # -- users and ACLs (acl_admin.AuthStore; access.AccessGuard's load) -----------------------------
+    def auth_config(self) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, list[PolicyView]]], int]:
+        response = self._call("GetAuthConfig", pb.GetAuthConfigRequest())
+        return ([(u.username, u.password, u.user_type, u.user_status) for u in response.users],
+                [(a.username, [PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips))
+                               for p in a.policies]) for a in response.acls], response.version)
+
+    def auth_snapshot(self) -> AuthSnapshot:
+        users, acls, version = self.auth_config()
+        return snapshot_of(users, [(name, [(p.resource, p.actions, p.decision, p.source_ips) for p in policies])
+                                   for name, policies in acls], version)
+
+    def put_user(self, username: str, secret: str, user_type: str, user_status: str) -> bool:
+        return self._call("PutUser", pb.PutUserRequest(user=pb.AuthUser(
+            username=username, password=secret, user_type=user_type, user_status=user_status))).created
+
+    def delete_user(self, username: str) -> bool:
+        return self._call("DeleteUser", pb.DeleteUserRequest(username=username)).existed
+
+    def put_acl(self, username: str, policies: list[PolicyView]) -> None:
+        try:
+            self._stub.PutAcl(pb.PutAclRequest(acl=pb.AuthAcl(username=username, policies=[
+                pb.AuthPolicy(resource=p.resource, actions=list(p.actions), decision=p.decision,
+                              source_ips=list(p.source_ips)) for p in policies])), timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                raise NotFoundError(f"no user {username!r}", Code.NOT_FOUND) from None
+            raise _call_error(exc, "PutAcl") from None
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         response = self._call("GetOffsetByTimestamp", pb.GetOffsetByTimestampRequest(

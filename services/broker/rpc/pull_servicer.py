@@ -15,10 +15,11 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from pyrmq.pull.v1 import pull_pb2 as pb
 from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 
+from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
 from services.broker.errors import BrokerError, Code, RequestError
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
-from services.broker.rpc.status import status
+from services.broker.rpc.status import check_access, status
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,14 @@ def error_response(code: int, message: str) -> pb.PullRecordsResponse:
 
 
 class PullServicer(pb_grpc.PullServicer):
-    def __init__(self, service: RawPullService) -> None:
+    def __init__(self, service: RawPullService, guard: AccessGuard | None = None) -> None:
         self._service = service
+        self.guard = guard
 
     def PullRecords(self, request: pb.PullRecordsRequest,
                     context: grpc.ServicerContext) -> Iterator[pb.PullRecordsResponse]:
         try:
+            check_access(self.guard, "PullRecords", request, context)
             for result in self._service.pull(raw_pull_request(request, context.time_remaining(), context)):
                 yield response(result)
         except BrokerError as exc:
@@ -70,5 +73,5 @@ class PullServicer(pb_grpc.PullServicer):
             yield error_response(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def add_pull_service(server: grpc.Server, service: RawPullService) -> None:
-    pb_grpc.add_PullServicer_to_server(PullServicer(service), server)
+def add_pull_service(server: grpc.Server, service: RawPullService, guard: AccessGuard | None = None) -> None:
+    pb_grpc.add_PullServicer_to_server(PullServicer(service, guard), server)

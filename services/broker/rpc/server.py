@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from services.process import format_address
 from services.broker.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
+from services.broker.access import AccessGuard
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.metrics import BrokerMetrics
 from services.broker.model import PutOutcome
@@ -82,6 +83,28 @@ def build_sink(config: BrokerConfig, store: StoreClient) -> PutSink:
     return coalescer
 
 
+def tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials:
+    """TLS for the client port from PEM files (OSError if they cannot be read)."""
+    with open(config.tls_cert_path, "rb") as cert, open(config.tls_key_path, "rb") as key:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+
+
+def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
+    """The AccessGuard when authentication is on (None: every request passes, as upstream's
+    default), after creating ``init_authentication_user`` if the store has no users yet."""
+    if not config.authentication_enabled:
+        return None
+    if config.init_authentication_user:
+        name, _, secret = config.init_authentication_user.partition(":")
+        users, _, _ = store.auth_config()  # type: ignore[attr-defined]
+        if not users:
+            store.put_user(name, secret, "Super", "enable")  # type: ignore[attr-defined]
+            log.info("created the initial Super user %r (init_authentication_user)", name)
+    log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
+    return AccessGuard(store.auth_snapshot, clock, authorization=config.authorization_enabled,  # type: ignore[attr-defined]
+                       cache_ttl_ms=config.auth_cache_ttl_ms, max_clock_skew_s=config.auth_max_clock_skew_s)
+
+
 def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None = None,
                  metrics: BrokerMetrics | None = None) -> BrokerServer:
     clock = clock or SystemClock()
@@ -92,7 +115,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
                  ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.so_reuseport", 0)])
     try:
-        port = server.add_insecure_port(format_address(config.host, config.port))
+        port = server.add_secure_port(format_address(config.host, config.port), tls_credentials(config)) \
+            if config.tls_cert_path else server.add_insecure_port(format_address(config.host, config.port))
     except RuntimeError:  # grpc's "Failed to bind"
         port = 0
     if port == 0:
@@ -109,6 +133,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
+    guard = access_guard(config, store, clock)
     offsets = OffsetService(store, topics, hub, clock, config.broker_name)  # type: ignore[arg-type]
     servicer = MessagingServicer(
         RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
@@ -119,11 +144,11 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
             polling_ms_min=config.long_polling_timeout_ms_min, polling_ms_max=config.long_polling_timeout_ms_max,
             batch_max=config.consumer_receive_batch_size)),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None,
-        offsets=offsets)
+        offsets=offsets, guard=guard)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, RawPullService(offsets, store))  # type: ignore[arg-type]
+    add_pull_service(server, RawPullService(offsets, store), guard)  # type: ignore[arg-type]
     add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]
-                      checks=TransactionCheckRelay(telemetry.registry, halves))
+                      checks=TransactionCheckRelay(telemetry.registry, halves), guard=guard)
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

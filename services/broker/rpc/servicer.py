@@ -24,6 +24,7 @@ import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
+from services.broker.access import AccessGuard
 from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService
 from services.broker.errors import BrokerError, Code, UnsupportedError
@@ -32,7 +33,7 @@ from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
 from services.broker.route import RouteService
 from services.broker.rpc import consumer_convert, convert, offsets_convert
-from services.broker.rpc.status import OK_STATUS, client_id_of, in_band, peer_address
+from services.broker.rpc.status import OK_STATUS, check_access, client_id_of, in_band, peer_address
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
@@ -50,9 +51,11 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(self, routes: RouteService, producer: Producer, transactions: TransactionService,
                  telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
                  consumer: ConsumerService | None = None, clock: Clock | None = None,
-                 traffic: TrafficObserver | None = None, offsets: OffsetService | None = None) -> None:
+                 traffic: TrafficObserver | None = None, offsets: OffsetService | None = None,
+                 guard: AccessGuard | None = None) -> None:
         self._consumer = consumer
         self._offsets = offsets
+        self.guard = guard
         self._traffic = traffic
         self._clock = clock or SystemClock()
         self._routes = routes
@@ -82,6 +85,11 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     def Telemetry(self, request_iterator: Iterator[s.TelemetryCommand],
                   context: grpc.ServicerContext) -> Iterator[s.TelemetryCommand]:
+        try:
+            check_access(self.guard, "Telemetry", None, context)
+        except BrokerError as exc:  # a stream has no in-band status before its first command
+            context.abort(grpc.StatusCode.UNAUTHENTICATED if exc.code == Code.UNAUTHORIZED
+                          else grpc.StatusCode.PERMISSION_DENIED, exc.message)
         return self._streams.serve(client_id_of(context), request_iterator, context)
 
     @in_band(s.NotifyClientTerminationResponse, require_client_id=False)  # always OK (pitfall §10.20)
@@ -135,6 +143,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+            check_access(self.guard, "ReceiveMessage", request, context)
             receive = consumer_convert.receive_request(request, context.time_remaining())
             receive.alive = context.is_active
             result = self._consumer_service().receive(receive)
@@ -182,6 +191,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+            check_access(self.guard, "PullMessage", request, context)
             pull = offsets_convert.pull_request(request, context.time_remaining(), context.is_active)
             responses = offsets_convert.pull_responses(self._offset_service().pull(pull))
         except BrokerError as exc:

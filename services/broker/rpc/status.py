@@ -49,6 +49,13 @@ def peer_address(context: grpc.ServicerContext) -> str:
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
+def check_access(guard: Any, method: str, request: Any, context: grpc.ServicerContext) -> None:
+    """``guard.check`` (services/broker/access.py) when authentication is on: the caller's
+    headers and the connection's peer address, never a header's claim of one."""
+    if guard is not None:
+        guard.check(method, request, dict(context.invocation_metadata()), context.peer())
+
+
 def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Method], Method]:
     """Answer ``response_type(status=...)`` for errors raised by a unary method.
 
@@ -63,6 +70,7 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
             try:
                 if require_client_id and not client_id_of(context):
                     raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+                check_access(getattr(self, "guard", None), name, request, context)
                 return method(self, request, context)
             except BrokerError as exc:
                 return response_type(status=status(exc.code, exc.message))

@@ -4,7 +4,7 @@ Run in a subprocess (its apache.rocketmq.v2 stubs clash with ours in one process
 
     python consume.py '{"endpoint": "127.0.0.1:8081", "mode": "simple", "group": "G", "topic": "T", ...}'
 
-Job fields: mode ("simple" or "push"), group, topic, expression (default "*"), filter_type
+Job fields: ak, sk (credentials, default none), mode ("simple" or "push"), group, topic, expression (default "*"), filter_type
 ("TAG", the default, or "SQL": expression is a SQL92 property filter), count (stop after this many deliveries), deadline_s (give up after this long), await_s
 (simple: long polling seconds), invisible_s (simple), action (simple, per delivery):
 "ack", "change_then_ack" (change_invisible_duration 15 s, then ack with the new handle),
@@ -100,7 +100,8 @@ def run_push(job, config):
 
 def main():
     job = json.loads(sys.argv[1])
-    config = ClientConfiguration(job["endpoint"], Credentials(), request_timeout=job.get("timeout", 5))
+    config = ClientConfiguration(job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")),
+                                 request_timeout=job.get("timeout", 5))
     (run_push if job.get("mode") == "push" else run_simple)(job, config)
     emit({"done": True})
 

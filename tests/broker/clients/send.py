@@ -8,7 +8,7 @@ Message fields: topic, body (text) or body_size (bytes of "x"), tag, keys (list)
 properties (dict), message_group, delivery_timestamp (seconds, as the client takes it),
 transaction ("commit" or "rollback": send as a half message, then end the transaction;
 "open": send the half message and leave the transaction open, for the server's check).
-Job options: checker ("commit", the default, "rollback" or "unknown"): what the producer's
+Job options: ak, sk (credentials, default none); checker ("commit", the default, "rollback" or "unknown"): what the producer's
 TransactionChecker answers a server check (RecoverOrphanedTransactionCommand); linger_s: keep
 the producer running this long after the sends so it can answer checks; linger_checks: stop
 lingering once it answered this many checks.
@@ -78,7 +78,8 @@ def build(spec):
 def main():
     job = json.loads(sys.argv[1])
     checker = Checker(job.get("checker", "commit"))
-    producer = Producer(ClientConfiguration(job["endpoint"], Credentials(), request_timeout=job.get("timeout", 5)),
+    producer = Producer(ClientConfiguration(job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")),
+                                            request_timeout=job.get("timeout", 5)),
                         tuple(job.get("topics", ())), checker=checker)
     producer.startup()
     try:
