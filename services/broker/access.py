@@ -93,12 +93,13 @@ class AccessGuard:
     """The one check every guarded RPC runs first. ``load`` reads the store's users and ACLs."""
 
     def __init__(self, load: Callable[[], AuthSnapshot], clock: Clock, authorization: bool = True,
-                 cache_ttl_ms: int = 3_000, max_clock_skew_s: int = 0) -> None:
+                 cache_ttl_ms: int = 3_000, max_clock_skew_s: int = 0, local_time_tolerant: bool = True) -> None:
         self._load = load
         self._clock = clock
         self._authorization = authorization
         self._ttl_s = cache_ttl_ms / 1000
         self._skew_s = max_clock_skew_s
+        self._local_time_tolerant = local_time_tolerant
         self._lock = threading.Lock()
         self._snapshot: AuthSnapshot | None = None
         self._read_at = float("-inf")
@@ -125,7 +126,7 @@ class AccessGuard:
         if method in UNGUARDED:
             return None
         snapshot = self._current()
-        user = Authenticator(snapshot.users, self._clock, self._skew_s).authenticate(metadata)
+        user = Authenticator(snapshot.users, self._clock, self._skew_s, self._local_time_tolerant).authenticate(metadata)
         if not self._authorization:
             return user
         needs = NEEDS.get(method)

@@ -10,8 +10,12 @@ and the signature is ``hex(HMAC-SHA1(key=secret_key, msg=x-mq-date-time))``, com
 time and case-insensitively (Python sends lowercase hex, Java and Node uppercase). The user must
 exist and be enabled. Only the date-time is signed, so a header is a bearer token for as long as
 the key is valid: TLS is what protects it. ``max_clock_skew_s`` (off by default, as upstream)
-refuses a date-time too far from the broker's clock; any window under ~14 h breaks Java and
-Python clients on hosts not set to UTC, which format local time with a literal ``Z``.
+is a replay window: a date-time further than that from the broker's clock is refused. Java and
+Python clients format their host's *local* time with a literal ``Z``, so with
+``local_time_tolerant`` (the default) the skew is measured from the nearest time-zone offset
+(the UTC offsets in use, UTC-12..UTC+14): a client in any zone works, but replay is only
+narrowed (a captured header passes again near any zone offset from it, for up to ~26 h); off,
+the window is exact and clients must send UTC.
 
 Authorization: a SUPER user may do anything. A NORMAL user's policies are entries of
 (resource, pattern, actions, decision, source CIDRs); the entries that match a request's
@@ -42,6 +46,12 @@ AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+# A local time sent as UTC is off by its zone's offset: the UTC offsets in use (IANA tz database,
+# standard and daylight time), in minutes.
+ZONE_OFFSETS_MIN = (-720, -660, -600, -570, -540, -480, -420, -360, -300, -240, -210, -180, -150, -120, -60, 0,
+                    60, 120, 180, 210, 240, 270, 300, 330, 345, 360, 390, 420, 480, 525, 540, 570, 600, 630, 660,
+                    720, 765, 780, 825, 840)
+ZONE_OFFSETS_MS = tuple(minutes * 60_000 for minutes in ZONE_OFFSETS_MIN)
 # Headers the server sets itself; a client's copy is dropped before anything reads it.
 SERVER_DERIVED_HEADERS = ("rpc-remote-address", "x-mq-channel-id", "x-mq-authorization-ak")
 
@@ -170,10 +180,12 @@ def sign(secret_key: str, date_time: str) -> str:
 
 
 class Authenticator:
-    def __init__(self, users: Mapping[str, User], clock: Clock, max_clock_skew_s: int = 0) -> None:
+    def __init__(self, users: Mapping[str, User], clock: Clock, max_clock_skew_s: int = 0,
+                 local_time_tolerant: bool = True) -> None:
         self._users = users
         self._clock = clock
         self._max_skew_ms = max_clock_skew_s * 1000
+        self._zones = ZONE_OFFSETS_MS if local_time_tolerant else (0,)
 
     def authenticate(self, metadata: Mapping[str, str]) -> User:
         """The user a request's headers prove to be; AuthError otherwise."""
@@ -199,7 +211,8 @@ class Authenticator:
             sent = datetime.datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=datetime.timezone.utc)
         except ValueError:
             raise AuthError(f"{DATE_TIME} must look like 20261122T093015Z, not {date_time!r}") from None
-        skew_ms = abs(self._clock.now_ms() - int(sent.timestamp() * 1000))
+        raw_ms = int(sent.timestamp() * 1000) - self._clock.now_ms()
+        skew_ms = min(abs(raw_ms - zone) for zone in self._zones)
         if skew_ms > self._max_skew_ms:
             raise AuthError(f"{DATE_TIME} is {skew_ms // 1000} s from the broker's clock "
                             f"(at most {self._max_skew_ms // 1000} s)")

@@ -44,7 +44,8 @@ class BrokerConfig:
     authentication_enabled: bool = False      # every client request must be signed by a user the store knows (authenticationEnabled)
     authorization_enabled: bool = False       # and its ACL must allow it; needs authentication (authorizationEnabled)
     init_authentication_user: str = ""        # USER:SECRET, created as a Super user at start if the store has no users (initAuthenticationUser)
-    auth_max_clock_skew_s: int = 0            # refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
+    auth_max_clock_skew_s: int = 0            # replay window: refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
+    auth_local_time_tolerant: bool = True     # measure that skew from the nearest time-zone offset (Java/Python clients send local time marked Z)
     auth_cache_ttl_ms: int = 3_000            # how long the store's users and ACLs are reused (another broker's change applies within it)
     tls_cert_path: str = ""                   # PEM certificate chain: the client port serves TLS only (with tls_key_path)
     tls_key_path: str = ""                    # PEM private key of tls_cert_path

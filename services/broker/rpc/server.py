@@ -102,7 +102,8 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
             log.info("created the initial Super user %r (init_authentication_user)", name)
     log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
     return AccessGuard(store.auth_snapshot, clock, authorization=config.authorization_enabled,  # type: ignore[attr-defined]
-                       cache_ttl_ms=config.auth_cache_ttl_ms, max_clock_skew_s=config.auth_max_clock_skew_s)
+                       cache_ttl_ms=config.auth_cache_ttl_ms, max_clock_skew_s=config.auth_max_clock_skew_s,
+                       local_time_tolerant=config.auth_local_time_tolerant)
 
 
 def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None = None,
