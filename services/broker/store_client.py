@@ -24,7 +24,10 @@ dispatcher thread takes *whatever is queued* (up to ``batch_messages_max`` /
   alone so that only the culprit fails ("isolation");
 * bounded: at most ``queue_messages_max`` messages / ``queue_bytes_max`` body bytes wait;
   beyond that ``submit`` raises TOO_MANY_REQUESTS (RocketMQ's SYSTEM_BUSY), which clients
-  treat as flow control;
+  treat as flow control; and a send that waited longer than ``queue_wait_max_ms`` (RocketMQ's
+  waitTimeMillsInSendQueue, 200 ms) is refused the same way when the dispatcher reaches it,
+  before it is sent: under overload, excess sends fail fast and definitely instead of timing
+  out with an unknown outcome;
 * a batch holds messages with the same ``allow_system_topic`` flag only (the broker's own
   timer/half-message writes may go to system topics, client messages never).
 
@@ -87,11 +90,12 @@ class PendingPut:
     cheapest one-shot event CPython has.
     """
 
-    __slots__ = ("message", "size_bytes", "_done", "_outcome", "_error")
+    __slots__ = ("message", "size_bytes", "enqueued_s", "_done", "_outcome", "_error")
 
-    def __init__(self, message: StoreMessage) -> None:
+    def __init__(self, message: StoreMessage, enqueued_s: float = 0.0) -> None:
         self.message = message
         self.size_bytes = len(message.body)
+        self.enqueued_s = enqueued_s
         self._done = threading.Lock()
         self._done.acquire()
         self._outcome: PutOutcome | None = None
@@ -127,6 +131,7 @@ class CoalescerStats:
     isolated_batches: int     # batches refused as a whole and re-put one by one
     batch_messages_max: int   # the largest batch so far
     queued_messages: int      # waiting now
+    shed: int = 0             # refused TOO_MANY_REQUESTS after waiting longer than queue_wait_max_ms
 
 
 class PutSink(Protocol):
@@ -167,7 +172,8 @@ class PutCoalescer:
     tests may call ``run_once()`` instead."""
 
     def __init__(self, store_put: StorePut, batch_messages_max: int = 256, batch_bytes_max: int = 16 << 20,
-                 queue_messages_max: int = 16_384, queue_bytes_max: int = 256 << 20) -> None:
+                 queue_messages_max: int = 16_384, queue_bytes_max: int = 256 << 20,
+                 queue_wait_max_ms: int = 0, monotonic_s: Callable[[], float] = lambda: 0.0) -> None:
         assert batch_messages_max > 0 and batch_bytes_max > 0
         assert queue_messages_max >= batch_messages_max, "a full queue must hold at least one batch"
         self._store_put = store_put
@@ -175,6 +181,8 @@ class PutCoalescer:
         self._batch_bytes_max = batch_bytes_max
         self._queue_messages_max = queue_messages_max
         self._queue_bytes_max = queue_bytes_max
+        self._queue_wait_max_s = queue_wait_max_ms / 1000   # 0: off
+        self._monotonic_s = monotonic_s
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[PendingPut] = deque()
         self._queued_bytes = 0
@@ -187,10 +195,11 @@ class PutCoalescer:
         self._batches = 0
         self._isolated_batches = 0
         self._batch_messages_peak = 0
+        self._shed = 0
 
     # -- producers' side ---------------------------------------------------------------------
     def submit(self, message: StoreMessage) -> PendingPut:
-        pending = PendingPut(message)
+        pending = PendingPut(message, self._monotonic_s())
         with self._cond:
             if self._closed:
                 raise StoreCallError("the broker is shutting down")
@@ -242,11 +251,29 @@ class PutCoalescer:
                 self._idle = True
                 self._cond.wait(wait_s)
                 self._idle = False
-            if not self._queue:
-                return 0
-            batch = self._take_batch_locked()
-        self._put_batch(batch)
+            stale = self._shed_stale_locked()
+            batch = self._take_batch_locked() if self._queue else []
+        for pending in stale:
+            pending.fail(FlowControlError(
+                f"waited over {self._queue_wait_max_s * 1000:.0f} ms for the store; not sent "
+                "(TIMEOUT_CLEAN_QUEUE)", Code.TOO_MANY_REQUESTS))
+        if batch:
+            self._put_batch(batch)
         return len(batch)
+
+    def _shed_stale_locked(self) -> list[PendingPut]:
+        """Sends queued longer than ``queue_wait_max_ms`` (RocketMQ's waitTimeMillsInSendQueue):
+        refused before they reach the store, so their TOO_MANY_REQUESTS is a definite failure."""
+        if not self._queue_wait_max_s:
+            return []
+        stale: list[PendingPut] = []
+        cutoff = self._monotonic_s() - self._queue_wait_max_s
+        while self._queue and self._queue[0].enqueued_s < cutoff:
+            pending = self._queue.popleft()
+            self._queued_bytes -= pending.size_bytes
+            stale.append(pending)
+        self._shed += len(stale)
+        return stale
 
     def _take_batch_locked(self) -> list[PendingPut]:
         queue = self._queue
@@ -305,7 +332,8 @@ class PutCoalescer:
     def stats(self) -> CoalescerStats:
         return CoalescerStats(put_calls=self._put_calls, messages=self._messages, batches=self._batches,
                               isolated_batches=self._isolated_batches,
-                              batch_messages_max=self._batch_messages_peak, queued_messages=len(self._queue))
+                              batch_messages_max=self._batch_messages_peak, queued_messages=len(self._queue),
+                              shed=self._shed)
 
 
 def _refused_as_a_whole(outcomes: list[PutOutcome]) -> bool:

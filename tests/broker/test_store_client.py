@@ -180,3 +180,34 @@ def test_direct_sink_puts_each_message_alone():
     assert sink.submit(msg(0)).wait(0).ok and sink.submit(msg(1)).wait(0).ok
     assert [ids for ids, _ in store.calls] == [["0"], ["1"]]
     assert sink.stats().put_calls == 2
+
+
+def test_sends_waiting_past_the_limit_are_refused_unsent():
+    """RocketMQ's TIMEOUT_CLEAN_QUEUE: a send queued longer than queue_wait_max_ms is refused
+    with TOO_MANY_REQUESTS before it reaches the store (a definite failure), the rest go out."""
+    store = GatedStore()
+    store.gate.set()
+    now = [100.0]
+    coalescer = PutCoalescer(store.put, queue_wait_max_ms=200, monotonic_s=lambda: now[0])
+    old = [coalescer.submit(msg(i)) for i in range(3)]
+    now[0] += 0.150
+    fresh = [coalescer.submit(msg(i)) for i in range(3, 5)]
+    now[0] += 0.100                          # the first three waited 250 ms, the last two 100 ms
+    assert coalescer.run_once() == 2
+    for pending in old:
+        with pytest.raises(FlowControlError) as info:
+            pending.wait(1)
+        assert info.value.code == Code.TOO_MANY_REQUESTS and "TIMEOUT_CLEAN_QUEUE" in info.value.message
+    assert [p.wait(1).queue_offset for p in fresh] == [3, 4]
+    assert store.calls == [(["3", "4"], False)]  # the refused ones never reached the store
+    assert coalescer.stats().shed == 3 and coalescer.stats().queued_messages == 0
+
+
+def test_shedding_is_off_at_zero():
+    store = GatedStore()
+    store.gate.set()
+    now = [0.0]
+    coalescer = PutCoalescer(store.put, queue_wait_max_ms=0, monotonic_s=lambda: now[0])
+    pending = coalescer.submit(msg(7))
+    now[0] += 60
+    assert coalescer.run_once() == 1 and pending.wait(1).queue_offset == 7

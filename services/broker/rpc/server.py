@@ -72,13 +72,15 @@ class BrokerServer:
         self.sink.close()
 
 
-def build_sink(config: BrokerConfig, store: StoreClient) -> PutSink:
+def build_sink(config: BrokerConfig, store: StoreClient, clock: Clock | None = None) -> PutSink:
     if not config.put_coalescing_enable:
         return DirectPutSink(store.put_messages)
     coalescer = PutCoalescer(store.put_messages, batch_messages_max=config.put_batch_messages_max,
                              batch_bytes_max=config.put_batch_bytes_max,
                              queue_messages_max=config.put_queue_messages_max,
-                             queue_bytes_max=config.put_queue_bytes_max)
+                             queue_bytes_max=config.put_queue_bytes_max,
+                             queue_wait_max_ms=config.put_queue_wait_max_ms,
+                             monotonic_s=(clock or SystemClock()).monotonic_s)
     coalescer.start()
     return coalescer
 
@@ -125,7 +127,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
 
     endpoint = config.advertised_endpoint(port)
     topics = TopicRegistry(config, store, clock)
-    sink = build_sink(config, store)
+    sink = build_sink(config, store, clock)
     telemetry = TelemetryService(config, store, ClientRegistry(), clock)
     halves = HalfMessageTable()
     hub = ArrivalHub()
