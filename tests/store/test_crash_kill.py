@@ -358,7 +358,7 @@ def assert_restarts_fast(restarts: list[Restart]) -> None:
 
 
 def test_kill_9_under_sync_load_loses_nothing_acknowledged(tmp_path: Path, processes: list[Process]) -> None:
-    _, restarts = run_kill_cycles(tmp_path / "data", processes, "SYNC", cycles=3, writer_count=16)
+    _, restarts = run_kill_cycles(tmp_path / "data", processes, "SYNC", cycles=20, writer_count=16)
     assert_restarts_fast(restarts)
 
 
@@ -369,8 +369,8 @@ def test_kill_9_under_async_load_loses_nothing_acknowledged(tmp_path: Path, proc
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(7200)
 @pytest.mark.parametrize("flush_mode", ["SYNC", "ASYNC"])
 def test_kill_9_soak(tmp_path: Path, processes: list[Process], flush_mode: str) -> None:
-    _, restarts = run_kill_cycles(tmp_path / "data", processes, flush_mode, cycles=20, writer_count=32)
+    _, restarts = run_kill_cycles(tmp_path / "data", processes, flush_mode, cycles=200, writer_count=32)
     assert_restarts_fast(restarts)
