@@ -33,6 +33,7 @@ from typing import TextIO
 
 from services import settings
 from services.broker.config import SETTINGS as BROKER_SETTINGS
+from services.rpc.tls import TlsFiles, open_channel
 from services.settings import CONFIG_ENV
 from services.store.config import SETTINGS as STORE_SETTINGS
 
@@ -242,7 +243,8 @@ def _health(ns: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     try:
-        with grpc.insecure_channel(ns.address) as channel:
+        tls = TlsFiles(ns.ca_file or "", ns.cert_file or "", ns.key_file or "")
+        with open_channel(ns.address, tls) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
                                                               timeout=ns.timeout)
     except grpc.RpcError as exc:
@@ -299,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser = commands.add_parser("health", help="exit 0 if the gRPC service at HOST:PORT is SERVING")
     health_parser.add_argument("address", metavar="HOST:PORT")
     health_parser.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
+    health_parser.add_argument("--ca-file", metavar="PEM", help="connect with TLS, trusting this CA")
+    health_parser.add_argument("--cert-file", metavar="PEM", help="client certificate (a store with mutual TLS)")
+    health_parser.add_argument("--key-file", metavar="PEM", help="its private key")
     health_parser.set_defaults(run=_health)
     add_config_commands(commands)
     add_admin_commands(commands)

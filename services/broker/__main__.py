@@ -17,6 +17,7 @@ import sys
 
 from services.process import StopSignals, configure_logging, format_address
 from services.broker.config import SETTINGS, BrokerConfig
+from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics, MetricsHttpServer
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     received = StopSignals()
 
-    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000)
+    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
     broker: BrokerServer | None = None
     metrics_http: MetricsHttpServer | None = None
     try:

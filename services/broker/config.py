@@ -36,6 +36,9 @@ class BrokerConfig:
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
     telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
+    store_tls_ca_path: str = ""               # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""             # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""              # its private key
     metrics_host: str = "127.0.0.1"           # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
     log_level: str = "INFO"                   # DEBUG, INFO, WARNING or ERROR

@@ -16,6 +16,7 @@ import time
 
 from services.process import StopSignals, configure_logging, format_address
 from services.scheduler.config import SETTINGS, SchedulerConfig, config_from_settings
+from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
 from services.scheduler.errors import SchedulerLockedError, StoreUnavailableError
 from services.scheduler.metrics import SchedulerMetrics
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("bad configuration: %s", exc)
         return 2
     received = StopSignals()
-    store = GrpcSchedulerStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000)
+    store = GrpcSchedulerStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
     service = SchedulerService(config, store, watch=store.watch_arrivals)
     health: HealthServer | None = None
     metrics_http: MetricsHttpServer | None = None

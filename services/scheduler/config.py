@@ -31,6 +31,9 @@ class SchedulerConfig:
     log_level: str = "INFO"                       # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                      # text: one line per event for people; json: one JSON object per line
     store_connect_timeout_ms: int = 30_000        # at start-up, give up if the store does not serve within this time
+    store_tls_ca_path: str = ""                   # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""                 # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""                  # its private key
     lock_wait_ms: int = 10_000                    # at start-up, wait this long for a scheduler that still holds the directory
     store_rpc_timeout_ms: int = 10_000            # deadline of one store call
     store_retry_backoff_ms: int = 500             # wait after a failed store call

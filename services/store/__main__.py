@@ -16,6 +16,7 @@ import time
 
 from services.process import StopSignals, configure_logging, format_address
 from services.store.checkpoint import StoreLockedError
+from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
 from services.store.config import SETTINGS, StoreConfig, config_from_settings
 from services.store.metrics import MetricsHttpServer, StoreMetrics
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics_http: MetricsHttpServer | None = None
     server = None
     try:
-        server, port = build_server(store, config.host, config.port, metrics=metrics)
+        server, port = build_server(store, config.host, config.port, metrics=metrics, tls=TlsFiles(
+            config.tls_client_ca_path, config.tls_cert_path, config.tls_key_path))
         if config.metrics_port >= 0:
             metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
         server.start()

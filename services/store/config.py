@@ -31,6 +31,9 @@ class StoreConfig:
     port: int = 10911                                 # gRPC port; 0: any free one
     metrics_host: str = "127.0.0.1"                   # Prometheus /metrics listen address (unauthenticated: loopback by default)
     metrics_port: int = 9101                          # Prometheus /metrics port; 0: any free one, -1: off
+    tls_cert_path: str = ""                           # PEM certificate: the store port serves TLS only (with tls_key_path)
+    tls_key_path: str = ""                            # PEM private key of tls_cert_path
+    tls_client_ca_path: str = ""                      # with TLS: require client certificates signed by this CA (mutual TLS)
     lock_wait_ms: int = 10_000                        # at start-up, wait this long for a store that still holds the directory's lock (one killed a moment ago)
     log_level: str = "INFO"                           # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                          # text: one line per event for people; json: one JSON object per line

@@ -15,6 +15,7 @@ import sys
 
 from services.process import StopSignals, configure_logging, format_address
 from services.txcheck.clock import SystemClock
+from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
 from services.txcheck.config import SETTINGS, TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
@@ -49,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
 
     received = StopSignals()
     clock = SystemClock()
-    store = GrpcTxStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000)
-    producers = GrpcProducers(config.broker_addresses, rpc_timeout_s=config.broker_rpc_timeout_ms / 1000)
+    store = GrpcTxStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
+    producers = GrpcProducers(config.broker_addresses, rpc_timeout_s=config.broker_rpc_timeout_ms / 1000,
+                              tls=TlsFiles(config.broker_tls_ca_path))
     health: HealthServer | None = None
     metrics_http: MetricsHttpServer | None = None
     service: CheckService | None = None

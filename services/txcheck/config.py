@@ -31,6 +31,10 @@ class TxCheckConfig:
     store_rpc_timeout_ms: int = 5_000                   # per store call
     broker_rpc_timeout_ms: int = 3_000                  # per CheckTransaction call
     store_connect_timeout_ms: int = 30_000              # give up if the store does not serve within this time
+    store_tls_ca_path: str = ""                         # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""                       # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""                        # its private key
+    broker_tls_ca_path: str = ""                        # TLS to the brokers (their tls_cert_path is set): the CA their certificates chain to
     retry_after_failure_ms: int = 1_000                 # wait after a pass failed (store unreachable)
 
     def __post_init__(self) -> None:

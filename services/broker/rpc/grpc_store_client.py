@@ -16,6 +16,7 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.rpc.tls import TlsFiles, open_channel
 from services.broker.access import AuthSnapshot, snapshot_of
 from services.broker.acl_admin import PolicyView
 from services.broker.admin import MessageView
@@ -47,11 +48,10 @@ def _call_error(exc: grpc.RpcError, what: str) -> Exception:
 
 
 class GrpcStoreClient:
-    def __init__(self, address: str, rpc_timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
         self.address = address
         self._timeout_s = rpc_timeout_s
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
+        self._channel = open_channel(address, tls)
         self._stub = pb_grpc.StoreStub(self._channel)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
+from services.rpc.tls import TlsFiles, add_port
 from services.process import format_address
 from services.store.metrics import StoreMetrics
 from services.store.rpc.servicer import WATCHERS_MAX, StoreCore, StoreServicer
@@ -35,7 +36,7 @@ _BEFORE_STOP: weakref.WeakKeyDictionary[grpc.Server, Callable[[], None]] = weakr
 
 def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
                  max_workers: int = MAX_WORKERS_DEFAULT,
-                 metrics: StoreMetrics | None = None) -> tuple[grpc.Server, int]:
+                 metrics: StoreMetrics | None = None, tls: TlsFiles | None = None) -> tuple[grpc.Server, int]:
     """A server for ``store`` bound to ``host:port`` (not started) and the port it bound."""
     watchers_max = min(WATCHERS_MAX, max(1, max_workers // 2))
     servicer = StoreServicer(store, put_latency=metrics.put_latency if metrics else None,
@@ -56,7 +57,7 @@ def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
     try:
-        bound_port = server.add_insecure_port(format_address(host, port))
+        bound_port = add_port(server, format_address(host, port), tls)
     except RuntimeError:  # grpc's "Failed to bind": in use, or not a local address
         bound_port = 0
     if bound_port == 0:

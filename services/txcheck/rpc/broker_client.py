@@ -15,6 +15,7 @@ import grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
+from services.rpc.tls import TlsFiles, open_channel
 from services.store.format.commitlog_format import host_to_string
 from services.txcheck.model import CheckOutcome, CheckRequest
 
@@ -35,12 +36,11 @@ def check_request_to_pb(request: CheckRequest) -> pb.CheckTransactionRequest:
 
 
 class GrpcProducers:
-    def __init__(self, addresses: tuple[str, ...], rpc_timeout_s: float = 3.0) -> None:
+    def __init__(self, addresses: tuple[str, ...], rpc_timeout_s: float = 3.0, tls: TlsFiles | None = None) -> None:
         assert addresses, "at least one broker"
         self.addresses = addresses
         self._timeout_s = rpc_timeout_s
-        self._channels = [grpc.insecure_channel(a, options=[("grpc.max_send_message_length", -1)])
-                          for a in addresses]
+        self._channels = [open_channel(a, tls, options=[("grpc.max_send_message_length", -1)]) for a in addresses]
         self._stubs = [pb_grpc.AdminStub(c) for c in self._channels]
         self._turn = itertools.count()
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.rpc.tls import TlsFiles, open_channel
 from services.rpc.health import NotServingError, wait_serving
 from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.txcheck.clock import Clock
@@ -24,11 +25,10 @@ STORE_SERVICE = "pyrmq.store.v1.Store"
 
 
 class GrpcTxStore:
-    def __init__(self, address: str, rpc_timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
         self.address = address
         self._timeout_s = rpc_timeout_s
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
+        self._channel = open_channel(address, tls)
         self._stub = pb_grpc.StoreStub(self._channel)
 
     def close(self) -> None:

@@ -1,0 +1,55 @@
+"""TLS for the links between pyrmq's own services (store <- broker, scheduler, txcheck), an
+option (reliability.md §4.5): off by default, like RocketMQ's; on, it is TLS only on that port.
+
+Server side (``add_port``): ``cert_path`` + ``key_path`` serve TLS; with ``ca_path`` too, clients
+must present a certificate signed by that CA (mutual TLS), so only pyrmq's own services connect.
+Client side (``open_channel``): ``ca_path`` turns TLS on and is the CA the server's certificate
+must chain to (and name the address's host); ``cert_path`` + ``key_path`` are the client's
+certificate for mutual TLS.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+DEFAULT_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1))
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca_path: str = ""
+    cert_path: str = ""
+    key_path: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_path) != bool(self.key_path):
+            raise ValueError("a TLS certificate and its key go together")
+
+
+def _read(path: str) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def add_port(server: grpc.Server, address: str, tls: TlsFiles | None = None) -> int:
+    """Bind ``address`` (TLS when ``tls`` has a certificate); the port, 0 if it could not bind."""
+    if tls is None or not tls.cert_path:
+        return server.add_insecure_port(address)
+    credentials = grpc.ssl_server_credentials([(_read(tls.key_path), _read(tls.cert_path))],
+                                              root_certificates=_read(tls.ca_path),
+                                              require_client_auth=bool(tls.ca_path))
+    return server.add_secure_port(address, credentials)
+
+
+def open_channel(address: str, tls: TlsFiles | None = None,
+                 options: Sequence[tuple[str, Any]] = DEFAULT_OPTIONS) -> grpc.Channel:
+    """A channel to ``address``: TLS when ``tls`` names a CA, plaintext otherwise."""
+    if tls is None or not tls.ca_path:
+        return grpc.insecure_channel(address, options=list(options))
+    credentials = grpc.ssl_channel_credentials(_read(tls.ca_path), _read(tls.key_path), _read(tls.cert_path))
+    return grpc.secure_channel(address, credentials, options=list(options))

@@ -1,0 +1,87 @@
+"""TLS between pyrmq's own services (services/rpc/tls.py): a store that serves mutual TLS, and a
+broker and a scheduler that reach it with a CA and a client certificate, all as real processes
+configured through the environment. A plaintext or certificate-less client gets nothing."""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.rpc.tls import TlsFiles, open_channel
+from tests.broker.test_consumer_rpc import receive, send_ok
+from tests.broker.test_rpc import message
+from tests.procs import Process
+
+READY = re.compile(r"^pyrmq-(?P<name>\w+) ready grpc=(?P<grpc>\S+) ")
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(directory: Path) -> dict[str, str]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by the CA."""
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pyrmq-test-ca",
+            "-keyout", "ca.key", "-out", "ca.pem", cwd=directory)
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"), ("client", "")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=pyrmq-{name}", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", cwd=directory)
+        (directory / f"{name}.ext").write_text(extension + "\n" if extension else "basicConstraints=CA:FALSE\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext", cwd=directory)
+    return {name: str(directory / name) for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def health(address: str, tls: TlsFiles | None) -> int:
+    with open_channel(address, tls) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+
+
+def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, processes: list[Process]) -> None:
+    pki = make_pki(tmp_path)
+    store = Process([sys.executable, "-m", "services.store"], tmp_path, {
+        "PYRMQ_STORE_DATA_DIR": str(tmp_path / "data"), "PYRMQ_STORE_PORT": "0", "PYRMQ_STORE_METRICS_PORT": "-1",
+        "PYRMQ_STORE_TLS_CERT_PATH": pki["server.pem"], "PYRMQ_STORE_TLS_KEY_PATH": pki["server.key"],
+        "PYRMQ_STORE_TLS_CLIENT_CA_PATH": pki["ca.pem"]})
+    processes.append(store)
+    store_address = store.wait_line(READY)["grpc"]
+    client_tls = {"STORE_TLS_CA_PATH": pki["ca.pem"], "STORE_TLS_CERT_PATH": pki["client.pem"],
+                  "STORE_TLS_KEY_PATH": pki["client.key"]}
+    broker = Process([sys.executable, "-m", "services.broker"], tmp_path, {
+        "PYRMQ_BROKER_PORT": "0", "PYRMQ_BROKER_METRICS_PORT": "-1", "PYRMQ_BROKER_STORE_ADDRESS": store_address,
+        **{f"PYRMQ_BROKER_{k}": v for k, v in client_tls.items()}})
+    processes.append(broker)
+    broker_address = broker.wait_line(READY)["grpc"]
+    scheduler = Process([sys.executable, "-m", "services.scheduler"], tmp_path, {
+        "PYRMQ_SCHEDULER_DATA_DIR": str(tmp_path / "data"), "PYRMQ_SCHEDULER_PORT": "0",
+        "PYRMQ_SCHEDULER_METRICS_PORT": "-1", "PYRMQ_SCHEDULER_STORE_ADDRESS": store_address,
+        **{f"PYRMQ_SCHEDULER_{k}": v for k, v in client_tls.items()}})
+    processes.append(scheduler)
+    scheduler.wait_line(READY)
+
+    with grpc.insecure_channel(broker_address) as channel:  # through the broker, over the TLS link
+        v2 = s_grpc.MessagingServiceStub(channel)
+        send_ok(v2, message("TlsLinks", body=b"over mutual TLS"))
+        status, got, _ = receive(v2, "TlsLinks", group="TlsGroup")
+        assert status.code == d.OK and [m.body for m in got] == [b"over mutual TLS"]
+
+    full = TlsFiles(pki["ca.pem"], pki["client.pem"], pki["client.key"])
+    assert health(store_address, full) == health_pb2.HealthCheckResponse.SERVING
+    for refused in (None, TlsFiles(pki["ca.pem"])):  # plaintext; TLS without a client certificate
+        with pytest.raises(grpc.RpcError) as info:
+            health(store_address, refused)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    health_cli = Process([sys.executable, "-m", "services.cli", "health", store_address, "--ca-file", pki["ca.pem"],
+                          "--cert-file", pki["client.pem"], "--key-file", pki["client.key"]], tmp_path)
+    assert health_cli.popen.wait(60) == 0, health_cli.log()
+
+    for process in (scheduler, broker, store):
+        assert process.stop(signal.SIGTERM) == 0, process.log()
