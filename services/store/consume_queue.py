@@ -107,6 +107,26 @@ class ConsumeQueue:
         self.mfq.flushed_where = min(self.mfq.flushed_where, self.mfq.max_offset)
         self._reset_max_physic_offset()
 
+    def first_hole(self) -> int | None:
+        """The queue offset of the first unit that cannot be a record's (size 0, a negative or
+        non-increasing phy offset), or None. After a power cut a ConsumeQueue page can read back
+        as zeros while later pages survived; such a hole must never be served."""
+        previous = -1
+        for mf in self.mfq.files:
+            units = decode_units(mf.mm[:mf.wrote_position])
+            real = ~_is_blank(units)
+            phy, size = units["phy_offset"], units["size"]
+            bad = real & ((size <= 0) | (phy < 0))
+            if real.any():
+                real_phy = phy[real]
+                steps = np.concatenate(([real_phy[0] > previous], real_phy[1:] > real_phy[:-1]))
+                bad_steps = np.flatnonzero(real)[~steps]
+                bad[bad_steps] = True
+                previous = int(real_phy[-1])
+            if bad.any():
+                return mf.file_from_offset // CQ_UNIT_SIZE_BYTES + int(np.flatnonzero(bad)[0])
+        return None
+
     def _reset_max_physic_offset(self) -> None:
         self.max_physic_offset = -1
         for mf in reversed(self.mfq.files):
@@ -281,6 +301,10 @@ class ConsumeQueueStore:
 
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
+
+    def queues_with_holes(self) -> list[str]:
+        return [f"{cq.topic}-{cq.queue_id}@{hole}" for cq in self.queues.values()
+                if (hole := cq.first_hole()) is not None]
 
     def truncate_dirty(self, phy_offset: int) -> None:
         for cq in self.queues.values():

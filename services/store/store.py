@@ -135,10 +135,17 @@ class FileStore(StoreReader):
         self.reput.reput_from_offset = self.recovery.reput_from_offset
         lost = self._consume_queue_units_lost(cp)
         self.reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
-        if lost or not self._consume_queues_consistent():
+        holes = self.cq_store.queues_with_holes() if abnormal else []
+        if holes:
+            log.warning("ConsumeQueues with holes after an abnormal stop (%s): rebuilding them", ", ".join(holes[:5]))
+        if lost or holes or not self._consume_queues_consistent():
             self._rebuild_consume_queues()
         self.commitlog.queue_offset_table = self.cq_store.queue_offset_table()
         self.cq_store.correct_min_offsets(self.commitlog.min_offset)
+        # Recovery flushed the CommitLog to its end: record that before serving (the first
+        # checkpoint save is just below), so a power cut before the next save still knows which
+        # damage lies in the unflushed window (a torn tail) and which would be real corruption.
+        self.checkpoint.current.flushed_phy_offset = self.commitlog.flushed_where
         create_abort_file(config.abort_path)
         self._start_services()
         self.running = True
