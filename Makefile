@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test soak bench clean-gen node-clients java-check
+.PHONY: setup run test soak fuzz bench clean-gen node-clients java-check
 
 setup: $(STAMP) $(GEN_STAMP) node-clients java-check
 
@@ -52,6 +52,14 @@ test: setup
 
 soak: setup
 	$(PY) -m pytest -q -m slow
+
+# The long bad-input fuzz run (tests/badinput/README.md): 2,000 random requests per RPC and the
+# decoder properties, then atheris on the CommitLog decoder if it is installed (it is optional).
+FUZZ_EXAMPLES ?= 2000
+FUZZ_SECONDS ?= 300
+fuzz: setup
+	PYRMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -o timeout=0 tests/badinput/test_fuzz.py
+	PYTHONPATH=$(CURDIR) $(PY) tests/badinput/atheris_decoder.py -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=/tmp/pyrmq-fuzz-
 
 bench: setup
 	$(PY) bench/store_bench.py

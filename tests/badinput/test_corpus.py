@@ -1,0 +1,205 @@
+"""Run every corpus case (tests/badinput/corpus.py) against one real store + broker.
+
+Each case asserts: the exact answer (a v2 code in band, or a gRPC status code), never
+INTERNAL_SERVER_ERROR, and that nothing it names in ``unchanged`` moved (appended records,
+topics, groups, committed offsets). Then: raw truncated/garbage protobuf bytes on every
+method get a clean gRPC error and the servers keep serving; and the seed message the forged
+handles aimed at is still held by its consumer (its real handle still acks).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from pyrmq.admin.v1 import admin_pb2 as apb
+from pyrmq.store.v1 import store_pb2 as pb
+from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
+
+from tests.badinput.conftest import Cluster
+from tests.badinput.corpus import CASES, Case, InBand
+from tests.broker.conftest import METADATA
+
+V2_SERVICE = s.DESCRIPTOR.services_by_name["MessagingService"]
+ADMIN_SERVICE = apb.DESCRIPTOR.services_by_name["Admin"]
+STORE_SERVICE = pb.DESCRIPTOR.services_by_name["Store"]
+
+
+def stub_of(cluster: Cluster, service: str):
+    return {"v2": cluster.v2, "admin": cluster.admin, "store": cluster.store_stub}[service]
+
+
+def run_case(cluster: Cluster, case: Case):
+    """The answer: an int (v2 in-band code), a grpc.StatusCode, or InBand(store result status)."""
+    request = case.build(cluster.ctx)
+    metadata = case.metadata if case.metadata is not None else (METADATA if case.service == "v2" else ())
+    call = getattr(stub_of(cluster, case.service), case.rpc)
+    try:
+        if case.kind == "server_stream":
+            replies = list(call(request, metadata=metadata, timeout=case.timeout_s))
+            statuses = [r.status for r in replies if r.HasField("status")]
+            assert len(statuses) == 1, replies  # exactly one status element, and the stream ended
+            if case.rpc == "ReceiveMessage":
+                assert replies[-1].HasField("delivery_timestamp") and not any(r.HasField("message") for r in replies)
+            return statuses[0].code
+        if case.kind == "bidi_stream":
+            replies = list(call(iter(request), metadata=metadata, timeout=case.timeout_s))
+            assert replies, "a refused Telemetry stream answers a status or a gRPC error"
+            return replies[0].status.code
+        response = call(request, metadata=metadata, timeout=case.timeout_s)
+    except grpc.RpcError as exc:
+        return exc.code()
+    if case.service == "v2":
+        return response.status.code
+    if isinstance(case.expected, InBand):
+        if hasattr(response, "results"):
+            return InBand(response.results[-1].status)
+        return InBand(response.status)
+    return grpc.StatusCode.OK
+
+
+def _marks(case: Case):
+    return [pytest.mark.xfail(strict=True, reason=case.bug)] if case.bug else []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in CASES])
+def test_bad_request(cluster: Cluster, case: Case) -> None:
+    before = cluster.snapshot()
+    got = run_case(cluster, case)
+    after = cluster.snapshot()
+    assert got != d.INTERNAL_SERVER_ERROR and got != grpc.StatusCode.UNKNOWN, got
+    assert got == case.expected, f"{case.id}: got {_name(got)}, expected {_name(case.expected)}"
+    for part in case.unchanged:
+        assert after[part] == before[part], f"{case.id} changed {part}: {before[part]} -> {after[part]}"
+
+
+def _name(code) -> str:
+    if isinstance(code, int) and not isinstance(code, bool):
+        try:
+            return f"{d.Code.Name(code)} ({code})"
+        except ValueError:
+            return str(code)
+    return str(code)
+
+
+def test_the_corpus_is_big_and_covers_every_rpc() -> None:
+    assert len(CASES) >= 300
+    covered = {(c.service, c.rpc) for c in CASES}
+    for method in V2_SERVICE.methods:
+        assert ("v2", method.name) in covered, method.name
+
+
+# -- raw bytes: truncated and garbage protobuf ------------------------------------------------------
+
+def _valid_bytes() -> dict[str, bytes]:
+    """A valid serialized request per v2 method (to truncate)."""
+    from tests.broker.test_rpc import message
+    return {
+        "SendMessage": s.SendMessageRequest(messages=[message(tag="TagA", keys=["k"])]).SerializeToString(),
+        "QueryRoute": s.QueryRouteRequest(topic=d.Resource(name="TopicTest")).SerializeToString(),
+        "AckMessage": s.AckMessageRequest(group=d.Resource(name="G1"), topic=d.Resource(name="TopicTest"), entries=[
+            s.AckMessageEntry(message_id="m", receipt_handle="h")]).SerializeToString(),
+    }
+
+
+GARBAGE = {
+    "0xff x 64": b"\xff" * 64,
+    "bad wire type 7": b"\x0f\x01",
+    "length beyond end": b"\x0a\xff\xff\xff\xff\x0f" + b"a",
+    "varint 11 bytes": b"\x08" + b"\xff" * 11,
+    "field number 0": b"\x00\x01",
+    "group start without end": b"\x0b",
+    "random 1 KiB": random.Random(7).randbytes(1024),
+    "nested depth 200": b"\x0a\x02" * 200,
+    "invalid UTF-8 in string field": b"\x0a\x04\x0a\x02\xff\xfe",
+}
+ERROR_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT}
+
+
+def _raw(channel: grpc.Channel, path: str, payload: bytes, metadata=METADATA):
+    call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    return call(payload, metadata=metadata, timeout=10)
+
+
+@pytest.mark.parametrize("label", sorted(GARBAGE))
+def test_garbage_bytes_on_every_unary_method(cluster: Cluster, label: str) -> None:
+    before = cluster.snapshot()
+    payload = GARBAGE[label]
+    for service, channel in ((V2_SERVICE, cluster.broker_channel), (ADMIN_SERVICE, cluster.broker_channel),
+                             (STORE_SERVICE, cluster.store_channel)):
+        for method in service.methods:
+            if method.client_streaming or method.server_streaming:
+                continue
+            path = f"/{service.full_name}/{method.name}"
+            try:
+                reply = _raw(channel, path, payload)
+            except grpc.RpcError as exc:
+                # grpcio refuses an undecodable request itself (INTERNAL "Exception deserializing request!");
+                # bytes that happen to parse (proto3 is lenient) get the RPC's own refusal, never a bug.
+                assert exc.code() is not grpc.StatusCode.UNKNOWN, (path, exc.details())
+                if exc.code() is grpc.StatusCode.INTERNAL:
+                    assert "deserializ" in (exc.details() or ""), (path, exc.details())
+                continue
+            # Some bytes happen to parse (proto3 is lenient): then the answer must be a clean refusal.
+            if service is V2_SERVICE:
+                response = getattr(s, method.output_type.name).FromString(reply)
+                assert response.status.code not in (0, d.INTERNAL_SERVER_ERROR), (path, response.status)
+    assert cluster.snapshot() == before
+    assert cluster.healthy()
+
+
+@pytest.mark.parametrize("rpc", sorted(_valid_bytes()))
+def test_truncated_requests(cluster: Cluster, rpc: str) -> None:
+    before = cluster.snapshot()
+    data = _valid_bytes()[rpc]
+    path = f"/{V2_SERVICE.full_name}/{rpc}"
+    for cut in range(1, len(data)):
+        try:
+            reply = _raw(cluster.broker_channel, path, data[:cut])
+        except grpc.RpcError as exc:
+            assert exc.code() in ERROR_CODES, (cut, exc.code())
+            continue
+        response = getattr(s, V2_SERVICE.methods_by_name[rpc].output_type.name).FromString(reply)
+        assert response.status.code != d.INTERNAL_SERVER_ERROR, (cut, response.status)
+        if rpc == "SendMessage" and response.status.code == d.OK:
+            before = cluster.snapshot()  # a cut that still parses as a valid message may be stored
+    assert cluster.snapshot()["topics"] == before["topics"]
+    assert cluster.healthy()
+
+
+def test_garbage_on_streaming_methods(cluster: Cluster) -> None:
+    for name in ("ReceiveMessage", "PullMessage"):
+        call = cluster.broker_channel.unary_stream(f"/{V2_SERVICE.full_name}/{name}", request_serializer=None,
+                                                   response_deserializer=None)
+        for payload in GARBAGE.values():
+            with pytest.raises(grpc.RpcError) as caught:
+                list(call(payload, metadata=METADATA, timeout=10))
+            assert caught.value.code() in ERROR_CODES
+    telemetry = cluster.broker_channel.stream_stream(f"/{V2_SERVICE.full_name}/Telemetry", request_serializer=None,
+                                                     response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(telemetry(iter([b"\xff" * 16]), metadata=METADATA, timeout=10))
+    assert caught.value.code() in ERROR_CODES | {grpc.StatusCode.CANCELLED}
+    assert cluster.healthy()
+
+
+def test_oversized_grpc_message_is_resource_exhausted(cluster: Cluster) -> None:
+    """Beyond the broker's gRPC receive limit: a transport refusal, then business as usual."""
+    with pytest.raises(grpc.RpcError) as caught:
+        _raw(cluster.broker_channel, f"/{V2_SERVICE.full_name}/SendMessage", b"\x0a" + b"\xff" * (200 << 20))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert cluster.healthy()
+
+
+def test_zz_the_seed_message_survived_every_forged_handle(cluster: Cluster) -> None:
+    """Runs last (file order): the handles the corpus forged from G2's real one touched nothing."""
+    ack = cluster.v2.AckMessage(s.AckMessageRequest(
+        group=d.Resource(name="G2"), topic=d.Resource(name="OtherTopic"),
+        entries=[s.AckMessageEntry(message_id="SEED-1", receipt_handle=cluster.ctx["handle"])]),
+        metadata=METADATA, timeout=10)
+    assert ack.status.code == d.OK, ack.status
+    assert cluster.healthy()
