@@ -1,0 +1,117 @@
+"""kill -9 of the STORE process under send + receive load through the broker (SYNC flush); the
+broker, scheduler and txcheck stay up and must reconnect to the restarted store.
+
+Asserts (reliability.md §6 T0.8 / T1.1 through the whole stack): 0 acked lost (prefix, middle or
+suffix), 0 corrupt, 0 unexpected, 0 aborted, 0 FIFO order violations per message group, every
+delivered message consumer-acked after a drain; restart-to-first-OK p99 <= 5 s.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults.checker import History
+from tests.faults.cluster import Cluster
+from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
+from tests.procs import Process
+
+log = logging.getLogger(__name__)
+
+RTO_P99_MAX_S = 5.0                   # store ready line -> first OK send through the broker
+SPAWN_TO_FIRST_OK_MAX_S = 20.0        # store spawned -> first OK: includes the store's own start-up,
+                                      # slow on a loaded 2-core CI box (its own T0.8 bound is in
+                                      # tests/store/test_crash_kill.py)
+DRAIN_TIMEOUT_S = 40.0
+
+
+def start_cluster(tmp_path: Path, processes: list[Process], services=("store", "broker", "scheduler", "txcheck"),
+                  extra_args: dict[str, list[str]] | None = None, **env: str) -> Cluster:
+    cluster = Cluster(tmp_path / "data", processes, services=services, extra_args=extra_args or {},
+                      env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env}).start()
+    cluster.create_topic("FaultsNormal", "NORMAL")
+    cluster.create_topic("FaultsFifo", "FIFO")
+    cluster.create_group("FaultsGroup")
+    cluster.create_group("FaultsFifoGroup", fifo=True)
+    return cluster
+
+
+def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(s.outcome == "ok" and s.complete_t > after_t for s in list(history.sends.values())[-200:]):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no send acknowledged within {timeout_s} s")
+
+
+def first_ok_after(history: History, t: float) -> float:
+    """Completion time of the first ok send completed after ``t`` (wait_first_ok saw one)."""
+    return min(s.complete_t for s in list(history.sends.values()) if s.outcome == "ok" and s.complete_t > t)
+
+
+def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cycles: int,
+                      config: WorkloadConfig) -> tuple[Workload, Cluster]:
+    seed = seed_from_env()
+    rng = random.Random(f"{seed}/faults")
+    history = History(seed)
+    cluster = start_cluster(tmp_path, processes)
+    workload = Workload(cluster.endpoint, history, config).start()
+    repro = workload.repro(test_id)
+    ready_s: list[float] = []
+    ready_to_ok_s: list[float] = []
+    print(repro)
+    try:
+        wait_first_ok(history, 0.0)
+        for cycle in range(cycles):
+            time.sleep(rng.uniform(0.5, 2.0))
+            cluster.kill("store")
+            fault = history.fault(f"store#{cycle}")
+            time.sleep(rng.uniform(0.0, 0.5))
+            history.restarted(fault)
+            store = cluster.spawn("store")
+            wait_first_ok(history, fault.restart_t)
+            ready_s.append(store.ready_t - store.spawned_t)
+            ready_to_ok_s.append(max(0.0, first_ok_after(history, fault.restart_t) - store.ready_t))
+            assert not workload.errors, workload.errors
+        time.sleep(1.0)
+        workload.stop_sending()
+        drained = workload.drain(DRAIN_TIMEOUT_S)
+    finally:
+        workload.stop()
+    report = history.check()
+    log.info("%s", report.summary())
+    print(report.summary())
+    print("store spawn->ready s:", [round(x, 3) for x in ready_s], "ready->first OK s:",
+          [round(x, 3) for x in ready_to_ok_s])
+    problems = report.describe()
+    assert not workload.errors, f"{repro}\n{workload.errors}"
+    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
+    assert drained, f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}; unconsumed {report.unconsumed[:10]}"
+    assert report.acked > 0 and report.delivered >= report.acked
+    rto = report.rto_p99()
+    assert rto is not None and rto <= SPAWN_TO_FIRST_OK_MAX_S, f"{repro}\nspawn-to-first-OK p99 {rto}: {report.rto}"
+    ready_to_ok_s.sort()
+    p99 = ready_to_ok_s[min(len(ready_to_ok_s) - 1, int(len(ready_to_ok_s) * 0.99))]
+    assert p99 <= RTO_P99_MAX_S, f"{repro}\nstore-ready-to-first-OK p99 {p99:.3f} s: {ready_to_ok_s}"
+    return workload, cluster
+
+
+def test_kill_9_store_through_broker_sync(tmp_path: Path, processes: list[Process]) -> None:
+    """3 store kills under NORMAL + FIFO load; includes the FIFO order check (e)."""
+    _, cluster = kill_store_cycles(tmp_path, processes, "tests/faults/test_kill_store.py::"
+                                   "test_kill_9_store_through_broker_sync", cycles=3,
+                                   config=WorkloadConfig(producers=3, fifo_producers=2, consumers=2))
+    cluster.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kill_9_store_through_broker_soak(tmp_path: Path, processes: list[Process]) -> None:
+    _, cluster = kill_store_cycles(tmp_path, processes, "tests/faults/test_kill_store.py::"
+                                   "test_kill_9_store_through_broker_soak", cycles=20,
+                                   config=WorkloadConfig(producers=6, fifo_producers=4, consumers=3))
+    cluster.stop()
