@@ -56,6 +56,45 @@ def gather(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.n
     return a[index], offsets
 
 
+VIEW_MIN_MEAN_LENGTH = 24  # from this mean length on, ``gather_array`` copies in C++ (views)
+
+
+def gather_array(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind=None) -> pa.Array:
+    """The byte ranges ``a[s:s+n]`` as an Arrow binary (or ``kind``) array. Long ranges are
+    described as an Arrow ``binary_view`` array over ``a`` (16 bytes per row, no per-byte
+    index) that Arrow's cast copies into a plain binary array; short ones use ``gather``."""
+    kind = kind or pa.binary()
+    lengths = lengths.astype(np.int64, copy=False)
+    count = len(starts)
+    if (count == 0 or len(a) >= 1 << 31 or int(lengths.sum()) < VIEW_MIN_MEAN_LENGTH * count
+            or int(starts.max()) + 12 > len(a)):
+        return binary_array(*gather(a, starts, lengths), kind)
+    views = np.zeros((count, 16), np.uint8)
+    words = views.view(np.int32)
+    words[:, 0] = lengths
+    views[:, 4:8] = windows(a, 4, starts)  # the prefix of a long value
+    words[:, 3] = starts  # buffer 0, offset
+    small = np.flatnonzero(lengths <= 12)
+    if len(small):  # up to 12 bytes are inline, zero-padded
+        inline = windows(a, 12, starts[small])
+        inline[_BYTE_INDEX12 >= lengths[small, None]] = 0
+        views[small, 4:] = inline
+    array = pa.Array.from_buffers(pa.binary_view(), count, [None, pa.py_buffer(views), pa.py_buffer(a)])
+    array = array.cast(pa.binary())
+    return array if kind == pa.binary() else array.view(kind)
+
+
+def buffers_of(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(values as uint8, int64 offsets) of a binary array without nulls, as ``gather`` gives."""
+    _, offsets, values = array.buffers()
+    offsets = np.frombuffer(offsets, np.int32, len(array) + 1, array.offset * 4).astype(np.int64)
+    data = np.frombuffer(values, np.uint8) if values is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
+_BYTE_INDEX12 = np.arange(12)
+
+
 def binary_array(values: np.ndarray, offsets: np.ndarray, kind=None, valid: np.ndarray | None = None) -> pa.Array:
     """An Arrow binary/string array over ``values`` (uint8) and int64 offsets (< 2 GiB)."""
     kind = kind or pa.binary()

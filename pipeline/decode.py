@@ -6,15 +6,16 @@ and ``decode_record`` there is the reference these decoders are tested against.
 
 Decoding one batch of a segment:
 
-1. **Walk** the TOTALSIZE chain from a record boundary (``walk``): 8 bytes per record, the only
-   per-record Python step (~0.5 µs). It stops at the blank end-of-segment record, at bytes
-   that are not a record (the unwritten tail of the last segment is zeros), or at ``stop``.
+1. **Walk** the TOTALSIZE chain from a record boundary (``walk_array``: candidates found with
+   numpy, kept while each starts where the previous ends; ``walk``, 8 bytes per record in
+   Python, takes over where they do not link). It stops at the blank end-of-segment record, at
+   bytes that are not a record (the unwritten tail of the last segment is zeros), or at ``stop``.
 2. **Headers**: one fancy index copies the fixed header of every record into an ``(n, 88)``
    array viewed as a packed big-endian structured dtype: every fixed field at once. Records
    with IPv6 hosts (SYSFLAG 0x10 / 0x20) have longer headers; each host combination present
    in the batch is decoded with its own dtype.
-3. **Variable parts**: body, topic and properties are gathered with ``arrow_util.gather``
-   (one ``repeat`` + ``arange`` index per column) straight into Arrow buffers; properties are
+3. **Variable parts**: body, topic and properties are gathered with ``arrow_util.gather_array``
+   (Arrow copies long ranges through a ``binary_view``; short ones one numpy index); properties are
    parsed into a map plus TAGS / KEYS / UNIQ_KEY without a Python loop
    (``arrow_util.parse_properties``); hosts are formatted once per distinct address.
 
@@ -103,6 +104,72 @@ def walk(buf, pos: int, limit: int, stop: int, max_records: int) -> tuple[list[i
     return starts, pos, "more"
 
 
+_MAGIC_HI = MAGIC_V1 >> 8  # V1 and V2 differ only in their last byte
+assert MAGIC_V2 >> 8 == _MAGIC_HI
+_FAST_MIN_RECORDS = 64
+
+
+def walk_array(buf, a: np.ndarray, pos: int, limit: int, stop: int, max_records: int) -> tuple[np.ndarray, int, str]:
+    """``walk`` with numpy (the same starts, as int64, the same position and reason).
+
+    Within a window, every position holding a v1/v2 magic code and a plausible TOTALSIZE is
+    a candidate; the records are the prefix of candidates, from ``pos``, where each candidate
+    starts exactly where the previous one ends (the TOTALSIZE chain, checked link by link).
+    Wherever the chain leaves the candidates (a magic code inside a body, the window's end,
+    the blank record, the unwritten tail), ``walk`` itself takes the next few steps."""
+    parts: list[np.ndarray] = []
+    total = 0
+    mean_size = 512
+    slow = 0
+    while True:
+        remaining = max_records - total
+        if remaining <= 0 or pos >= stop or limit - pos < 8:
+            starts, pos, why = walk(buf, pos, limit, stop, remaining)
+            break
+        if slow:
+            starts, pos, why = walk(buf, pos, limit, stop, min(remaining, slow))
+            slow = 0
+        else:
+            window = min(16 << 20, max(64 << 10, remaining * mean_size * 17 // 16))
+            starts, pos = _chain(a, pos, min(limit, stop, pos + window), limit, remaining)
+            if len(starts) < _FAST_MIN_RECORDS:  # a short chain: let ``walk`` go on a while
+                slow = 16 if len(starts) else 1024
+            if len(starts) > 1:
+                mean_size = max(_HEADER_MIN, int(starts[-1] - starts[0]) // (len(starts) - 1))
+            why = "more"
+        if len(starts):
+            parts.append(np.asarray(starts, np.int64))
+            total += len(starts)
+        if why != "more":
+            break
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), pos, why
+
+
+def _chain(a: np.ndarray, pos: int, hi: int, limit: int, max_records: int) -> tuple[np.ndarray, int]:
+    """The records from ``pos`` whose starts are below ``hi``, as far as consecutive candidates
+    link up (none if ``pos`` is not a candidate), and the position after the last one."""
+    end = min(hi, limit - 7)  # a candidate p has its magic at p+4..p+8 <= limit
+    if end <= pos:
+        return _EMPTY_STARTS, pos
+    probe = a[pos + 5:end + 5]  # the magic's second byte
+    cand = np.flatnonzero(probe == (_MAGIC_HI >> 8) & 0xFF) + pos
+    if len(cand) == 0 or cand[0] != pos:
+        return _EMPTY_STARTS, pos
+    words = au.windows(a, 8, cand).view(">u4")
+    magic = words[:, 1]
+    size = words[:, 0].view(">i4").astype(np.int64)
+    ok = (((magic >> 8) == _MAGIC_HI) & (((magic & 0xFF) == (MAGIC_V1 & 0xFF)) | ((magic & 0xFF) == (MAGIC_V2 & 0xFF)))
+          & (size >= _HEADER_MIN) & (size <= limit - cand))
+    cand, size = cand[ok], size[ok]
+    if len(cand) == 0 or cand[0] != pos:
+        return _EMPTY_STARTS, pos
+    nxt = cand + size
+    broken = np.flatnonzero(nxt[:-1] != cand[1:])
+    count = min(int(broken[0]) + 1 if len(broken) else len(cand), max_records)
+    return cand[:count], int(nxt[count - 1])
+
+
+_EMPTY_STARTS = np.zeros(0, np.int64)
 _MAGIC_BYTES = tuple(m.to_bytes(4, "big") for m in (*_MAGICS, MAGIC_BLANK))
 SEARCH_WINDOW_BYTES = 64 << 10
 
@@ -113,6 +180,9 @@ def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
     in growing windows, so a magic code that never occurs costs a window, not the segment."""
     window = SEARCH_WINDOW_BYTES
     while pos < limit:
+        pos = _skip_zeros(buf, pos, limit)
+        if pos >= limit:
+            break
         end = min(limit, pos + 4 + window)
         candidates = [p for p in (buf.find(m, pos + 4, end) for m in _MAGIC_BYTES) if p >= 0]
         if not candidates:
@@ -128,6 +198,25 @@ def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
             return found
         pos = found + 1
     return limit
+
+
+def _skip_zeros(buf, pos: int, limit: int) -> int:
+    """``pos``, or past the zero bytes that follow it (the unwritten tail of the last segment,
+    where ``buf.find`` would be slow): every record starts with a TOTALSIZE that has a
+    non-zero byte among its 4, so none starts more than 3 bytes before the first non-zero."""
+    a = np.frombuffer(buf, np.uint8)
+    try:
+        step = 4096
+        while pos < limit:
+            end = min(limit, pos + step)
+            chunk = a[pos:end]
+            if np.count_nonzero(chunk):
+                return max(pos, pos + int(np.argmax(chunk != 0)) - 3)
+            pos = end
+            step = min(2 * step, 16 << 20)
+        return limit
+    finally:
+        del a
 
 
 def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
@@ -259,7 +348,7 @@ def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segme
     wanted = set(columns)
     out: dict[str, pa.Array] = {}
     if wanted & _PROPERTY_COLUMNS:
-        prop_values, prop_offsets = au.gather(a, props_starts, user_props_len)
+        prop_values, prop_offsets = au.buffers_of(au.gather_array(a, props_starts, user_props_len))
         out["properties"], out["tags"], out["keys"], out["uniqKey"] = au.parse_properties(
             prop_values, prop_offsets, want_map="properties" in wanted)
     if "topic" in wanted or "tagsCode" in wanted:
@@ -268,7 +357,7 @@ def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segme
     if "tagsCode" in wanted:
         out["tagsCode"] = _tags_codes(buf, starts, out["topic"], out["tags"], delay_level_millis)
     if "body" in wanted:
-        out["body"] = au.binary_array(*au.gather(a, body_starts, body_len))
+        out["body"] = au.gather_array(a, body_starts, body_len)
     if "crcValid" in wanted:
         out["crcValid"] = (pa.array(_check_crcs(buf, a, starts, ends, body_starts, body_len, f["body_crc"],
                                                 has_trailer), pa.bool_())
@@ -351,9 +440,9 @@ def read_segment(path: Path, file_from_offset: int, from_offset: int | None = No
                     pos = find_record_start(mm, pos, size, file_from_offset)
                 stop = size if to_offset is None else max(0, min(size, to_offset - file_from_offset))
                 while True:
-                    starts, pos, why = walk(mm, pos, size, stop, batch_rows)
-                    if starts:
-                        yield decode_batch(mm, a, np.array(starts, np.int64), file_from_offset, path.name,
+                    starts, pos, why = walk_array(mm, a, pos, size, stop, batch_rows)
+                    if len(starts):
+                        yield decode_batch(mm, a, starts, file_from_offset, path.name,
                                            verify_crc, columns, delay_level_millis)
                     if why != "more":
                         break

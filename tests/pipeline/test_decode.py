@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 pa = pytest.importorskip("pyarrow")
 
 from pipeline.decode import (  # noqa: E402
-    ALL_COLUMNS, CorruptSegment, decode_batch, find_record_start, read_consume_queue, read_segment, walk)
+    ALL_COLUMNS, CorruptSegment, decode_batch, find_record_start, read_consume_queue, read_segment, walk,
+    walk_array)
 from services.store.format.commitlog_format import (  # noqa: E402
     PROP_CRC_PREFIX, MessageRecord, decode_record, encode_blank, encode_record, fill_prop_crc,
     host_from_string, host_to_string, tags_code)
@@ -162,6 +163,54 @@ def test_find_record_start_resynchronises_anywhere():
     for position in range(0, starts[-1] + 1, 7):
         expected = next(s for s in starts if s >= position)
         assert find_record_start(log, position, len(log), 0) == expected
+
+
+def test_walk_array_is_walk():
+    """The numpy walk gives walk's starts, position and reason: bodies full of magic codes,
+    the blank record, unwritten zeros, ``stop`` and ``max_records`` anywhere."""
+    rng = random.Random(17)
+    records = [random_record(rng, i) for i in range(300)]
+    for record in records[::7]:
+        record.body = bytes.fromhex("daa320a7daa320ab") * rng.randrange(1, 9)
+    for record in records[3::11]:  # a whole record inside a body: a candidate that is no record
+        record.body = b"z" * rng.randrange(3) + encode_record(MessageRecord(topic="F", queue_id=0, body=b"f"))
+    log, starts = build_log(records, [rng.random() < 0.5 for _ in records])
+    cut = log[:starts[-1] + 30] + bytes(5000)
+    for buf in (log, cut):
+        a = np.frombuffer(buf, np.uint8)
+        cases = [(0, len(buf), 1 << 30), (starts[3], len(buf), 1 << 30), (0, starts[200], 1 << 30),
+                 (0, starts[200] + 1, 1 << 30), (starts[10], len(buf), 70), (5, len(buf), 10)]
+        cases += [(starts[rng.randrange(300)], rng.randrange(len(buf) + 1), rng.randrange(1, 400)) for _ in range(40)]
+        for pos, stop, most in cases:
+            expected = walk(buf, pos, len(buf), stop, most)
+            got = walk_array(buf, a, pos, len(buf), stop, most)
+            assert (got[0].tolist(), got[1], got[2]) == expected, (pos, stop, most)
+
+
+def test_gather_array_is_gather():
+    from pipeline import arrow_util as au
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, 5000, dtype=np.uint8)
+    for mean in (3, 40, 200):
+        lengths = np.minimum(rng.integers(0, 2 * mean, 300), 400)
+        lengths[:20] = np.arange(20)
+        starts = rng.integers(0, len(a) - lengths)
+        starts[-1], lengths[-1] = len(a) - 1, 1  # a range at the very end of ``a``
+        for tail in (False, True):
+            s, n = (starts, lengths) if tail else (starts[:-1], lengths[:-1])
+            got = au.gather_array(a, s, n)
+            assert got.type == pa.binary() and got.to_pylist() == [a[i:i + k].tobytes() for i, k in zip(s, n)]
+            values, offsets = au.buffers_of(got)
+            assert values[offsets[0]:offsets[-1]].tobytes() == b"".join(a[i:i + k].tobytes() for i, k in zip(s, n))
+
+
+def test_find_record_start_in_unwritten_zeros():
+    rng = random.Random(19)
+    log, starts = build_log([random_record(rng, i) for i in range(5)], [True] * 5)
+    cut = log[:starts[-1]] + bytes(1 << 20)
+    assert find_record_start(cut, starts[2] + 1, len(cut), 0) == starts[3]
+    assert find_record_start(cut, starts[4] + 1, len(cut), 0) == len(cut)
+    assert find_record_start(cut, starts[4] - 1, len(cut), 0) == len(cut)
 
 
 def test_find_record_start_across_a_long_gap():
