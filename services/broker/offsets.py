@@ -241,7 +241,8 @@ class OffsetService:
                     return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is below the queue's min offset "
                                       f"{got.min_offset} (removed by retention)", got.min_offset,
                                       min_offset=low, max_offset=high)
-                if got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+                if got.status is GetStatus.OFFSET_OVERFLOW_BADLY or (
+                        got.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > got.max_offset):
                     return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is beyond the queue's max offset "
                                       f"{got.max_offset}", got.max_offset, min_offset=low, max_offset=high)
                 if got.status is GetStatus.FOUND and got.next_begin_offset > offset:

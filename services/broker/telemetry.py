@@ -171,10 +171,12 @@ class TelemetryService:
     def close_session(self, session: ClientSession) -> None:
         self.registry.unregister(session)
 
-    def heartbeat(self, client_id: str) -> None:
+    def heartbeat(self, client_id: str) -> bool:
+        """Mark the client alive; False if it has no session (it never sent Settings)."""
         session = self.registry.get(client_id)
         if session is not None:
             session.last_seen_ms = self._clock.now_ms()
+        return session is not None
 
     def terminate(self, client_id: str) -> None:
         """NotifyClientTermination: nothing to release for producers; always succeeds.

@@ -15,7 +15,11 @@ from typing import Any
 
 import grpc
 
-DEFAULT_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1))
+# Reconnect quickly: a restarted store is back within seconds, and gRPC's default backoff (1 s,
+# x1.6 per failed attempt, up to 120 s) would leave its clients idle long after it serves again.
+DEFAULT_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+                   ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000))
 
 
 @dataclass(frozen=True)

@@ -287,7 +287,21 @@ def test_settings_without_publishing_or_subscription_close_the_stream(v2):
 
 
 def test_heartbeat_and_termination_are_ok(v2):
+    # Before its Settings a client is unknown (the proxy's UNRECOGNIZED_CLIENT_TYPE); after, OK.
+    assert v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA,
+                        timeout=10).status.code == d.UNRECOGNIZED_CLIENT_TYPE
+    from tests.broker.test_protocol_schema import producer_settings
+    settings_sent = threading.Event()
+
+    def commands():
+        yield s.TelemetryCommand(settings=producer_settings())
+        settings_sent.wait(10)
+
+    stream = v2.Telemetry(commands(), metadata=METADATA, timeout=10)
+    assert next(stream).HasField("settings")
     assert v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA, timeout=10).status.code == d.OK
+    settings_sent.set()
+    stream.cancel()
     response = v2.NotifyClientTermination(s.NotifyClientTerminationRequest(), metadata=METADATA, timeout=10)
     assert response.status.code == d.OK
     # Node aborts its shutdown on a failed termination: OK even without a client id.

@@ -60,6 +60,15 @@ def status_of(exc: BrokerError) -> grpc.StatusCode:
     return next(code for kind, code in _STATUS if isinstance(exc, kind))
 
 
+DETAILS_MAX_CHARS = 1_024
+
+
+def bounded_details(text: str) -> str:
+    """Error details travel in a gRPC trailer (8 KiB soft, 16 KiB hard limit): a message that
+    quotes a huge bad value must not turn the status into RESOURCE_EXHAUSTED."""
+    return text if len(text) <= DETAILS_MAX_CHARS else text[:DETAILS_MAX_CHARS - 20] + f"... ({len(text)} chars)"
+
+
 def admin_errors(method: Method) -> Method:
     """Check the caller (``self._guard``, when authentication is on), then abort the call with
     the status ``_STATUS`` gives a raised error."""
@@ -70,7 +79,7 @@ def admin_errors(method: Method) -> Method:
                 self._guard.check(method.__name__, request, dict(context.invocation_metadata()), context.peer())
             return method(self, request, context)
         except BrokerError as exc:
-            context.abort(status_of(exc), exc.message)
+            context.abort(status_of(exc), bounded_details(exc.message))
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer INTERNAL
             log.exception("Admin.%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -120,6 +129,8 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @admin_errors
     def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.CreateTopicResponse:
+        if request.message_type not in pb.MessageType.values():
+            raise RequestError(f"unknown message type {request.message_type}")
         message_type = "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else \
             pb.MessageType.Name(request.message_type)
         topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)

@@ -41,6 +41,7 @@ from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
 
+STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = s.DESCRIPTOR.services_by_name["MessagingService"].full_name  # apache.rocketmq.v2.MessagingService
@@ -68,7 +69,10 @@ class BrokerServer:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
         self.watch_stop()
-        self.server.stop(grace_s).wait()
+        # Bounded: a call that never finishes must not hang a SIGTERM shutdown (seen about once
+        # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
+        if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
+            log.warning("gRPC server not stopped %.0f s after the grace period; going on", STOP_WAIT_EXTRA_S)
         self.sink.close()
 
 

@@ -21,12 +21,13 @@ from collections.abc import Iterator
 import logging
 
 import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.access import AccessGuard
 from services.broker.clock import Clock, SystemClock
-from services.broker.consumer import ConsumerService
+from services.broker.consumer import ConsumerService, validate_group
 from services.broker.errors import BrokerError, Code, UnsupportedError
 from services.broker.model import TrafficObserver
 from services.broker.offsets import OffsetService
@@ -38,6 +39,7 @@ from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
 
+CONSUMER_TYPES = frozenset({d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER})
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_MARGIN_S = 0.05  # answer this much before the client's deadline
@@ -80,7 +82,12 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @in_band(s.HeartbeatResponse)
     def Heartbeat(self, request: s.HeartbeatRequest, context: grpc.ServicerContext) -> s.HeartbeatResponse:
-        self._telemetry.heartbeat(client_id_of(context))
+        if request.client_type in CONSUMER_TYPES and request.HasField("group"):
+            validate_group(request.group.name)
+        if not self._telemetry.heartbeat(client_id_of(context)):
+            # As the proxy: a client must send its Settings (Telemetry) before heartbeats.
+            raise BrokerError("no settings from this client yet: open Telemetry and send Settings first",
+                              Code.UNRECOGNIZED_CLIENT_TYPE)
         return s.HeartbeatResponse(status=OK_STATUS)
 
     def Telemetry(self, request_iterator: Iterator[s.TelemetryCommand],

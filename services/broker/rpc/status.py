@@ -35,7 +35,8 @@ OK_STATUS = status(Code.OK, "OK")
 def client_id_of(context: grpc.ServicerContext) -> str:
     for key, value in context.invocation_metadata():
         if key == CLIENT_ID_HEADER:
-            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+            text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+            return text if text.strip() else ""  # a blank id is no id (the proxy's isBlank)
     return ""
 
 

@@ -286,6 +286,9 @@ class StoreServicer(pb_grpc.StoreServicer):
                           context: grpc.ServicerContext) -> pb.UpdateDelayOffsetResponse:
         if request.offset < 0:
             raise ValueError(f"offset must not be negative, got {request.offset}")
+        levels = len(self._store.config.delay_level_millis)
+        if not 1 <= request.level <= levels:
+            raise ValueError(f"delay level must be in 1..{levels}, got {request.level}")
         self._store.delay_offsets.update(request.level, request.offset)
         return pb.UpdateDelayOffsetResponse()
 

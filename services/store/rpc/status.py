@@ -80,14 +80,19 @@ def check_put_batch(results: list[PutResult]) -> None:
         raise StoreUnavailableError(f"store refused the batch: {reason}")
 
 
+DETAILS_MAX_CHARS = 1_024
+
+
 def _abort(context: grpc.ServicerContext, method: str, exc: Exception) -> None:
     code = code_for_exception(exc)
     if code is Code.INTERNAL:
         log.exception("Store.%s failed", method)
         context.abort(code, f"internal error: {type(exc).__name__}: {exc}")
     # KeyError's str() quotes its argument; show the plain message instead.
-    detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-    context.abort(code, str(detail) or type(exc).__name__)
+    detail = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc) or type(exc).__name__
+    if len(detail) > DETAILS_MAX_CHARS:  # a trailer over gRPC's metadata limit would hide the code
+        detail = detail[:DETAILS_MAX_CHARS - 20] + f"... ({len(detail)} chars)"
+    context.abort(code, detail)
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
