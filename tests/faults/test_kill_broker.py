@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import History
-from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, start_cluster, wait_first_ok
+from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
 from tests.procs import Process
 
@@ -49,11 +49,7 @@ def kill_broker_cycles(tmp_path: Path, processes: list[Process], test_id: str, c
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:
         workload.stop()
-    report = history.check()
-    print(report.summary())
-    problems = report.describe()
-    assert not workload.errors, f"{repro}\n{workload.errors}"
-    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
+    report, problems = check_run(history, workload, cluster, repro)
     faults = [(f.name, round(f.fault_t, 2)) for f in history.faults]
     stuck = [(dl.message_id[-6:], dl.topic, dl.message_group, dl.attempt, round(dl.t, 2),
               dl.message_id in workload.skipped_acks) for dl in history.deliveries if dl.message_id in report.unconsumed]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import History
-from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, start_cluster, wait_first_ok
+from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
 from tests.procs import Process
 
@@ -51,11 +51,7 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:
         workload.stop()
-    report = history.check()
-    print(report.summary())
-    problems = report.describe()
-    assert not workload.errors, f"{repro}\n{workload.errors}"
-    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
+    report, problems = check_run(history, workload, cluster, repro)
     assert drained, f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}"
     extra = sum(report.duplicates_by_id.values())
     assert extra <= DELIVERY_BATCH * cycles, f"{repro}\n{extra} duplicate deliveries: {problems}"

@@ -7,19 +7,17 @@ delivered message consumer-acked after a drain; restart-to-first-OK p99 <= 5 s.
 """
 from __future__ import annotations
 
-import logging
 import random
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.faults.checker import History
+from tests.faults.checker import History, Report
 from tests.faults.cluster import Cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
 from tests.procs import Process
 
-log = logging.getLogger(__name__)
 
 RTO_P99_MAX_S = 5.0                   # store ready line -> first OK send through the broker
 SPAWN_TO_FIRST_OK_MAX_S = 20.0        # store spawned -> first OK: includes the store's own start-up,
@@ -37,6 +35,17 @@ def start_cluster(tmp_path: Path, processes: list[Process], services=("store", "
     cluster.create_group("FaultsGroup")
     cluster.create_group("FaultsFifoGroup", fifo=True)
     return cluster
+
+
+def check_run(history: History, workload: Workload, cluster: Cluster, repro: str) -> tuple[Report, str]:
+    """The checker's report of a finished run, printed; fails on workload errors or any
+    violation (lost, corrupt, unexpected, aborted, order, offsets), naming the repro."""
+    report = history.check()
+    print(report.summary())
+    problems = report.describe()
+    assert not workload.errors, f"{repro}\n{workload.errors}"
+    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
+    return report, problems
 
 
 def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> None:
@@ -82,14 +91,9 @@ def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cy
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:
         workload.stop()
-    report = history.check()
-    log.info("%s", report.summary())
-    print(report.summary())
     print("store spawn->ready s:", [round(x, 3) for x in ready_s], "ready->first OK s:",
           [round(x, 3) for x in ready_to_ok_s])
-    problems = report.describe()
-    assert not workload.errors, f"{repro}\n{workload.errors}"
-    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
+    report, problems = check_run(history, workload, cluster, repro)
     assert drained, f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}; unconsumed {report.unconsumed[:10]}"
     assert report.acked > 0 and report.delivered >= report.acked
     rto = report.rto_p99()
