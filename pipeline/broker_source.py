@@ -290,7 +290,11 @@ def _task_prefix(write_id: str) -> str:
     return f"{query}/{batch}/{context.partitionId()}"
 
 
-class BatchWriter(DataSourceArrowWriter):
+class _SinkWriter:
+    """What the batch and the streaming writer share: the columns to send, and sending a task's
+    Arrow batches (one write id per writer; with the task and row it makes each message's id,
+    so a retried task sends the same ids again)."""
+
     def __init__(self, options, schema: StructType) -> None:
         import uuid
         from pipeline.messages import sink_columns
@@ -301,21 +305,13 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator):
         return write_batches(self.options, self.columns, _task_prefix(self.write_id), iterator)
 
+
+class BatchWriter(_SinkWriter, DataSourceArrowWriter):
     def commit(self, messages) -> None:
         log.info("rocketmq sink: %d messages sent", sum(m.messages for m in messages if m is not None))
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options, schema: StructType) -> None:
-        import uuid
-        from pipeline.messages import sink_columns
-        self.options = dict(options)
-        self.columns = sink_columns(schema, parse_sink_options(options).topic)
-        self.write_id = uuid.uuid4().hex
-
-    def write(self, iterator):
-        return write_batches(self.options, self.columns, _task_prefix(self.write_id), iterator)
-
+class StreamWriter(_SinkWriter, DataSourceStreamArrowWriter):
     def commit(self, messages, batchId: int) -> None:
         log.info("rocketmq sink: batch %d, %d messages sent", batchId,
                  sum(m.messages for m in messages if m is not None))
