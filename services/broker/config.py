@@ -76,7 +76,7 @@ class BrokerConfig:
     put_batch_bytes_max: int = 16 * MIB       # body bytes per coalesced PutMessages
     put_queue_messages_max: int = 16_384      # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS
     put_queue_bytes_max: int = 256 * MIB      # body bytes waiting for the dispatcher
-    put_queue_wait_max_ms: int = 200          # a send waiting longer for the store is refused TOO_MANY_REQUESTS, unsent (waitTimeMillsInSendQueue); 0: off
+    put_queue_wait_max_ms: int = 200          # a send waiting longer for a gRPC worker or for the store is refused TOO_MANY_REQUESTS, unsent (waitTimeMillsInSendQueue); 0: off
     # -- settings replied on Telemetry (GrpcClientSettingsManager) --------------------------
     producer_max_attempts: int = 3            # producers: attempts per send (told to clients)
     producer_backoff_initial_ms: int = 10     # producers: first retry backoff

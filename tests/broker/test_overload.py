@@ -1,6 +1,7 @@
 """Overload (reliability.md §5, T1.12 in small): with the store slower than the offered load,
 excess sends are refused fast with TOO_MANY_REQUESTS, never time out, and none of the refused
-messages is stored; once the store is fast again every send succeeds."""
+messages is stored; once the store is fast again every send succeeds. Both places a send can
+wait are covered: the broker's send queue (PutCoalescer) and gRPC's worker pool (rpc/pool.py)."""
 from __future__ import annotations
 
 import threading
@@ -12,8 +13,10 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.broker.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.server import build_server
 from tests.broker.test_rpc import message, send
 
@@ -32,9 +35,21 @@ class SlowStore(GrpcStoreClient):
         return super().put_messages(messages, allow_system_topics)
 
 
-def test_excess_sends_are_refused_fast_and_definitely(store_address: str, store_stub) -> None:
+def stored_keys(store_stub) -> set[str]:  # noqa: ANN001
+    time.sleep(0.5)  # the store's reput thread dispatches just after a put returns
+    keys = set()
+    for queue_id in range(8):
+        keys |= {m.properties.get("KEYS") for m in store_stub.GetMessages(
+            pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000),
+            timeout=10).messages}
+    return keys
+
+
+def overload(config: BrokerConfig, store_address: str, store_stub, senders: int) -> tuple[list, object]:  # noqa: ANN001
+    """Send ``senders`` messages at once against a slow store; check refusals are fast, definite
+    and unstored, and that sends succeed again after; (results, broker servicer)."""
     store = SlowStore(store_address)
-    broker = build_server(BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200), store)
+    broker = build_server(config, store)
     broker.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
@@ -48,8 +63,8 @@ def test_excess_sends_are_refused_fast_and_definitely(store_address: str, store_
                                             message_id=f"0102FC0000000146A20B13E206{i:08X}"))
                 return response.status.code, time.monotonic() - started
 
-            with ThreadPoolExecutor(SENDERS) as pool:
-                results = list(pool.map(one, range(SENDERS)))
+            with ThreadPoolExecutor(senders) as pool:
+                results = list(pool.map(one, range(senders)))
             SlowStore.slow.clear()
             codes = [code for code, _ in results]
             ok = [i for i, (code, _) in enumerate(results) if code == d.OK]
@@ -59,17 +74,41 @@ def test_excess_sends_are_refused_fast_and_definitely(store_address: str, store_
             # A refusal comes within the queue-wait limit plus one slow put, far below the 3 s send timeout.
             assert max(s for _, s in refused) < 200 / 1000 + 2 * SLOW_PUT_S + 0.5, refused
             # Every OK is stored; no refused message is.
-            time.sleep(0.5)  # the store's reput thread dispatches just after a put returns
-            keys = set()
-            for queue_id in range(8):
-                keys |= {m.properties.get("KEYS") for m in store_stub.GetMessages(
-                    pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000),
-                    timeout=10).messages}
-            assert keys == {"warm"} | {f"k{i}" for i in ok}
+            assert stored_keys(store_stub) == {"warm"} | {f"k{i}" for i in ok}
             # Recovered: with the store fast again, sends succeed.
             assert all(send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK
                        for _ in range(5))
+            return results, broker.servicer
     finally:
         SlowStore.slow.clear()
         broker.stop(1.0)
         store.close()
+
+
+def test_excess_sends_are_refused_fast_and_definitely(store_address: str, store_stub) -> None:
+    overload(BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200),
+             store_address, store_stub, SENDERS)
+
+
+def test_sends_waiting_for_a_grpc_worker_are_refused_before_any_work(store_address: str, store_stub) -> None:
+    # Four workers, each held by a slow put: the other sends wait in gRPC's pool, not in the
+    # broker's send queue, and are refused as soon as a worker picks them up.
+    config = BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200, grpc_workers_max=4,
+                          telemetry_streams_max=2, put_coalescing_enable=False)
+    results, servicer = overload(config, store_address, store_stub, 24)
+    refused = sum(1 for code, _ in results if code == d.TOO_MANY_REQUESTS)
+    assert servicer.shed == refused > 0
+
+
+def test_timed_pool_reports_each_calls_wait_for_a_worker() -> None:
+    clock = ManualClock()
+    pool = TimedThreadPool(1, "timed", clock.monotonic_s)
+    release = threading.Event()
+    first = pool.submit(lambda: (release.wait(5), pool.waited_s())[1])
+    second = pool.submit(pool.waited_s)  # queued behind the first
+    clock.advance_ms(250)
+    release.set()
+    assert first.result(5) == 0.0
+    assert second.result(5) == 0.25
+    assert pool.waited_s() == 0.0  # off the pool
+    pool.shutdown()

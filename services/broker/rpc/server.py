@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
@@ -33,6 +32,7 @@ from services.broker.producer import Producer
 from services.broker.raw_pull import RawPullService
 from services.broker.route import RouteService
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
+from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
 from services.broker.rpc.servicer import MessagingServicer
 from services.broker.rpc.telemetry_stream import TelemetryStreams
@@ -115,8 +115,9 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
 def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None = None,
                  metrics: BrokerMetrics | None = None) -> BrokerServer:
     clock = clock or SystemClock()
+    pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.grpc_workers_max, thread_name_prefix="broker-rpc"),
+        pool,
         interceptors=[metrics.interceptor] if metrics else [],
         options=[("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
@@ -151,7 +152,8 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
             polling_ms_min=config.long_polling_timeout_ms_min, polling_ms_max=config.long_polling_timeout_ms_max,
             batch_max=config.consumer_receive_batch_size)),  # type: ignore[arg-type]
         clock=clock, traffic=metrics.traffic if metrics is not None else None,
-        offsets=offsets, guard=guard)
+        offsets=offsets, guard=guard, queue_wait_s=pool.waited_s,
+        queue_wait_max_s=config.put_queue_wait_max_ms / 1000)
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
     add_pull_service(server, RawPullService(offsets, store), guard)  # type: ignore[arg-type]
     add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]

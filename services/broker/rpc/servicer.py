@@ -16,7 +16,7 @@ SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import logging
 
@@ -28,7 +28,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from services.broker.access import AccessGuard
 from services.broker.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService, validate_group
-from services.broker.errors import BrokerError, Code, UnsupportedError
+from services.broker.errors import BrokerError, Code, FlowControlError, UnsupportedError
 from services.broker.model import TrafficObserver
 from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
@@ -54,8 +54,12 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                  telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
                  consumer: ConsumerService | None = None, clock: Clock | None = None,
                  traffic: TrafficObserver | None = None, offsets: OffsetService | None = None,
-                 guard: AccessGuard | None = None) -> None:
+                 guard: AccessGuard | None = None, queue_wait_s: Callable[[], float] = lambda: 0.0,
+                 queue_wait_max_s: float = 0.0) -> None:
         self._consumer = consumer
+        self._queue_wait_s = queue_wait_s          # how long this call waited for a gRPC worker
+        self._queue_wait_max_s = queue_wait_max_s  # 0: never shed
+        self.shed = 0
         self._offsets = offsets
         self.guard = guard
         self._traffic = traffic
@@ -114,11 +118,21 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @in_band(s.SendMessageResponse)
     def SendMessage(self, request: s.SendMessageRequest, context: grpc.ServicerContext) -> s.SendMessageResponse:
+        self._shed_if_stale()
         messages = convert.incoming_messages(request)
         receipts = self._producer.send(messages, peer_address(context), self._timeout_s(context))
         if self._traffic is not None:
             self._traffic.messages_in(messages, receipts)
         return convert.send_response(receipts)
+
+    def _shed_if_stale(self) -> None:
+        """Refuse, before any work, a send that waited too long for a worker (rpc/pool.py)."""
+        if self._queue_wait_max_s:
+            waited_s = self._queue_wait_s()
+            if waited_s > self._queue_wait_max_s:
+                self.shed += 1
+                raise FlowControlError(f"the broker is overloaded: this send waited {waited_s * 1000:.0f} ms for a "
+                                       f"worker (over {self._queue_wait_max_s * 1000:.0f} ms); not sent")
 
     @in_band(s.EndTransactionResponse)
     def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.ServicerContext) -> s.EndTransactionResponse:
