@@ -8,14 +8,17 @@ Send coalescing (``PutCoalescer``)
 The official clients send one message per SendMessage, and one store RPC costs about as much
 CPU as the SendMessage itself (performance.md §0: ~0.5 ms of server CPU per unary call, while
 a batch of 32 costs barely more than a batch of 1). So SendMessage handlers do not call the
-store: each ``submit``s its message to a queue and waits on its own ``PendingPut``; one
-dispatcher thread takes *whatever is queued* (up to ``batch_messages_max`` /
+store one by one: each ``submit``s its message to a queue and waits on its own ``PendingPut``;
+one dispatcher at a time takes *whatever is queued* (up to ``batch_messages_max`` /
 ``batch_bytes_max``), sends it as one PutMessages, and completes every waiter with its own
-``PutResult``. This is group commit at the RPC level:
+``PutResult``. This is group commit at the RPC level, leader/follower style:
 
-* no added wait: a lone send goes out at once (the dispatcher never sleeps hoping for more);
-  under load, sends arriving while a PutMessages is in flight form the next batch, so the
-  batch size grows by itself with concurrency (N concurrent sends -> ~1 store RPC);
+* no added wait and no thread hand-off for a lone send: a waiter that finds no PutMessages in
+  flight becomes the dispatcher itself (``lead``) and sends what is queued on its own thread
+  until its own message is done. Sends arriving while a PutMessages is in flight wait and form
+  the next batch, so the batch size grows by itself with concurrency (N concurrent sends -> ~1
+  store RPC). When a leader is done and sends are still queued, the dispatcher thread takes
+  over (it also sweeps the queue every second, should a sender never wait);
 * order: the queue is FIFO and a batch is appended in queue order, so two sends of one
   producer keep their order (a FIFO producer waits for each send anyway);
 * one bad message must not sink its batch: the store refuses a whole batch when one message
@@ -31,8 +34,8 @@ dispatcher thread takes *whatever is queued* (up to ``batch_messages_max`` /
 * a batch holds messages with the same ``allow_system_topic`` flag only (the broker's own
   timer/half-message writes may go to system topics, client messages never).
 
-Cost per message: one lock round trip to enqueue, one to complete, and the dispatcher's
-thread hand-off (tens of µs; bench/broker_bench.py measures it against direct puts).
+Cost per message: one lock round trip to enqueue, one to complete; under concurrency, a thread
+hand-off to the waiters (tens of µs; bench/broker_bench.py measures it against direct puts).
 """
 from __future__ import annotations
 
@@ -90,16 +93,22 @@ class PendingPut:
     cheapest one-shot event CPython has.
     """
 
-    __slots__ = ("message", "size_bytes", "enqueued_s", "_done", "_outcome", "_error")
+    __slots__ = ("message", "size_bytes", "enqueued_s", "lead", "_done", "_outcome", "_error")
 
-    def __init__(self, message: StoreMessage, enqueued_s: float = 0.0) -> None:
+    def __init__(self, message: StoreMessage, enqueued_s: float = 0.0,
+                 lead: Callable[[PendingPut], None] | None = None) -> None:
         self.message = message
         self.size_bytes = len(message.body)
         self.enqueued_s = enqueued_s
+        self.lead = lead  # called by ``wait`` first: the coalescer may let this thread send the batch
         self._done = threading.Lock()
         self._done.acquire()
         self._outcome: PutOutcome | None = None
         self._error: BrokerError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None or self._error is not None
 
     def complete(self, outcome: PutOutcome) -> None:
         self._outcome = outcome
@@ -115,6 +124,8 @@ class PendingPut:
         After a timeout the put may still happen: the client sees PROXY_TIMEOUT and retries
         with the same message id (protocol-v2.md §5.4), so a duplicate is possible.
         """
+        if self.lead is not None:
+            self.lead(self)
         if not self._done.acquire(timeout=max(0.0, timeout_s)):
             raise StoreCallError("timed out waiting for the store to append the message", Code.PROXY_TIMEOUT)
         if self._error is not None:
@@ -186,10 +197,11 @@ class PutCoalescer:
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[PendingPut] = deque()
         self._queued_bytes = 0
-        self._idle = False          # the dispatcher is waiting for work: notify it
+        self._idle = False          # the dispatcher thread is waiting for work: notify it
+        self._dispatching = False   # a batch is being sent (by a leader or the dispatcher thread)
         self._closed = False
         self._thread: threading.Thread | None = None
-        # Written by the dispatcher only.
+        # Written by whoever is dispatching (one at a time).
         self._put_calls = 0
         self._messages = 0
         self._batches = 0
@@ -199,7 +211,7 @@ class PutCoalescer:
 
     # -- producers' side ---------------------------------------------------------------------
     def submit(self, message: StoreMessage) -> PendingPut:
-        pending = PendingPut(message, self._monotonic_s())
+        pending = PendingPut(message, self._monotonic_s(), self.lead)
         with self._cond:
             if self._closed:
                 raise StoreCallError("the broker is shutting down")
@@ -210,10 +222,33 @@ class PutCoalescer:
                     f"{self._queued_bytes} bytes)", Code.TOO_MANY_REQUESTS)
             self._queue.append(pending)
             self._queued_bytes += pending.size_bytes
-            if self._idle:
+        return pending  # its sender's ``wait`` leads, or waits for the batch in flight
+
+    def lead(self, pending: PendingPut) -> None:
+        """Called by a waiter: while nobody else is sending, send what is queued on this thread,
+        batch after batch, until ``pending`` is done (or nothing is left for it to send)."""
+        while not pending.done:
+            with self._cond:
+                if self._dispatching or self._closed:
+                    return  # the batch in flight completes us, or the next one does
+                stale = self._shed_stale_locked()
+                batch = self._take_batch_locked() if self._queue else []
+                self._dispatching = bool(batch)
+            self._fail_stale(stale)
+            if not batch:
+                return
+            try:
+                self._put_batch(batch)
+            finally:
+                self._release()
+
+    def _release(self) -> None:
+        """End a dispatch; hand what is still queued to the dispatcher thread."""
+        with self._cond:
+            self._dispatching = False
+            if self._queue and self._idle:
                 self._idle = False
                 self._cond.notify()
-        return pending
 
     # -- the dispatcher --------------------------------------------------------------------
     def start(self) -> None:
@@ -245,21 +280,31 @@ class PutCoalescer:
                 log.exception("put dispatcher iteration failed")
 
     def run_once(self, wait_s: float = 0.0) -> int:
-        """Send one batch of what is queued (waiting up to wait_s for some); messages sent."""
+        """Send one batch of what is queued (waiting up to wait_s for some, or for a leader to
+        finish); messages sent."""
         with self._cond:
-            if not self._queue and not self._closed:
+            if (not self._queue or self._dispatching) and not self._closed:
                 self._idle = True
                 self._cond.wait(wait_s)
                 self._idle = False
+            if self._dispatching:
+                return 0
             stale = self._shed_stale_locked()
             batch = self._take_batch_locked() if self._queue else []
+            self._dispatching = bool(batch)
+        self._fail_stale(stale)
+        if batch:
+            try:
+                self._put_batch(batch)
+            finally:
+                self._release()
+        return len(batch)
+
+    def _fail_stale(self, stale: list[PendingPut]) -> None:
         for pending in stale:
             pending.fail(FlowControlError(
                 f"waited over {self._queue_wait_max_s * 1000:.0f} ms for the store; not sent "
                 "(TIMEOUT_CLEAN_QUEUE)", Code.TOO_MANY_REQUESTS))
-        if batch:
-            self._put_batch(batch)
-        return len(batch)
 
     def _shed_stale_locked(self) -> list[PendingPut]:
         """Sends queued longer than ``queue_wait_max_ms`` (RocketMQ's waitTimeMillsInSendQueue):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -53,7 +54,12 @@ def test_queued_sends_go_out_as_one_put_in_order():
 def test_dispatcher_thread_coalesces_concurrent_senders():
     store = GatedStore()
     store.gate.set()
-    coalescer = PutCoalescer(store.put)
+
+    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+        time.sleep(0.002)  # a store RPC takes time (without the GIL): others queue meanwhile
+        return store.put(messages, allow_system_topics)
+
+    coalescer = PutCoalescer(put)
     coalescer.start()
     try:
         barrier = threading.Barrier(32)
@@ -70,6 +76,57 @@ def test_dispatcher_thread_coalesces_concurrent_senders():
             t.join()
         assert sorted(results) == list(range(32))
         assert len(store.calls) < 32  # typically 2-4 calls for 32 concurrent sends
+    finally:
+        coalescer.close()
+
+
+def test_a_lone_send_is_put_on_its_own_thread():
+    # Leader/follower: with nothing in flight, the waiting sender sends its batch itself (no
+    # hand-off to the dispatcher thread, which is not even started here).
+    store = GatedStore()
+    store.gate.set()
+    coalescer = PutCoalescer(store.put)
+    threads: list[str] = []
+    original = store.put
+
+    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+        threads.append(threading.current_thread().name)
+        return original(messages, allow_system_topics)
+
+    store.put = put  # type: ignore[method-assign]
+    coalescer._store_put = put
+    pending = [coalescer.submit(msg(i)) for i in range(3)]
+    assert [p.wait(1).queue_offset for p in pending] == [0, 1, 2]
+    assert store.calls == [(["0", "1", "2"], False)]   # the first wait sent all three
+    assert threads == [threading.current_thread().name]
+
+
+def test_a_send_queued_behind_a_leader_is_sent_by_the_dispatcher():
+    store = GatedStore()
+    senders: list[str] = []
+
+    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+        senders.append(threading.current_thread().name)
+        return store.put(messages, allow_system_topics)
+
+    coalescer = PutCoalescer(put)
+    coalescer.start()
+    try:
+        first = coalescer.submit(msg(0))
+        leader = threading.Thread(target=first.wait, args=(5,), name="leader")
+        leader.start()
+        assert store.entered.wait(5)          # the leader's put is in flight ...
+        second = coalescer.submit(msg(1))     # ... this one queues behind it, and its sender
+        results: list[int] = []               # waits (a put is in flight: it does not lead)
+        follower = threading.Thread(target=lambda: results.append(second.wait(5).queue_offset), name="follower")
+        follower.start()
+        time.sleep(0.1)
+        store.gate.set()
+        leader.join(5)
+        follower.join(5)
+        assert results == [1]
+        assert store.calls == [(["0"], False), (["1"], False)]
+        assert senders == ["leader", "put-dispatcher"]
     finally:
         coalescer.close()
 
