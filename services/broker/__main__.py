@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     received = StopSignals()
 
     store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
+        put_stream=config.put_stream_enable)
     broker: BrokerServer | None = None
     metrics_http: MetricsHttpServer | None = None
     try:

@@ -72,6 +72,7 @@ class BrokerConfig:
     send_timeout_ms: int = 3_000              # a SendMessage waits at most this long for its put
     store_rpc_timeout_ms: int = 5_000         # deadline of one PutMessages (or other) store call
     put_coalescing_enable: bool = True        # one PutMessages per batch of concurrent sends
+    put_stream_enable: bool = True            # send those batches over one long-lived PutMessagesStream, not a unary call each
     put_batch_messages_max: int = 256         # messages per coalesced PutMessages
     put_batch_bytes_max: int = 16 * MIB       # body bytes per coalesced PutMessages
     put_queue_messages_max: int = 16_384      # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS

@@ -1,7 +1,8 @@
 """GrpcStoreClient: ``StoreClient`` over the store's gRPC API (``pyrmq.store.v1.Store``).
 
 One channel, shared by every broker thread (grpc channels are thread-safe and multiplex
-calls). gRPC failures become ``StoreCallError``: DEADLINE_EXCEEDED -> PROXY_TIMEOUT (the
+calls). Puts go over one long-lived PutMessagesStream (``put_stream.py``) unless
+``put_stream`` is off. gRPC failures become ``StoreCallError``: DEADLINE_EXCEEDED -> PROXY_TIMEOUT (the
 outcome is unknown), anything else -> INTERNAL_SERVER_ERROR; the store's INVALID_ARGUMENT
 (a field the broker should have checked) -> BAD_REQUEST.
 """
@@ -25,6 +26,7 @@ from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.offsets import GetOutcome, GetStatus
+from services.broker.rpc.put_stream import PutStream
 from services.rpc.health import NotServingError, wait_serving
 
 log = logging.getLogger(__name__)
@@ -48,13 +50,23 @@ def _call_error(exc: grpc.RpcError, what: str) -> Exception:
 
 
 class GrpcStoreClient:
-    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
+    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None,
+                 put_stream: bool = True) -> None:
         self.address = address
         self._timeout_s = rpc_timeout_s
         self._channel = open_channel(address, tls)
         self._stub = pb_grpc.StoreStub(self._channel)
+        unary_put = lambda request: self._stub.PutMessages(request, timeout=self._timeout_s)  # noqa: E731
+        self._put: Callable[[pb.PutMessagesRequest], Any] = unary_put
+        self._put_stream: PutStream | None = None
+        if put_stream:
+            self._put_stream = PutStream(self._stub.PutMessagesStream, unary_put, rpc_timeout_s,
+                                         SystemClock().monotonic_s)
+            self._put = self._put_stream.put
 
     def close(self) -> None:
+        if self._put_stream is not None:
+            self._put_stream.close()
         self._channel.close()
 
     def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
@@ -99,7 +111,12 @@ class GrpcStoreClient:
                 out.reconsume_times = message.reconsume_times
             if message.prepared_transaction_offset:
                 out.prepared_transaction_offset = message.prepared_transaction_offset
-        response = self._call("PutMessages", request)
+        try:
+            response = self._put(request)
+        except grpc.RpcError as exc:
+            raise _call_error(exc, "PutMessages") from None
+        except ValueError as exc:  # grpc: the channel is closed (the broker is stopping)
+            raise StoreCallError(f"store client closed: {exc}") from None
         status_of = _PUT_STATUS
         return [PutOutcome(status_of[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
                 for r in response.results]

@@ -136,7 +136,16 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     # -- messages ------------------------------------------------------------------------
     @rpc_errors
+    def PutMessagesStream(self, requests: Iterator[pb.PutMessagesRequest],
+                          context: grpc.ServicerContext) -> Iterator[pb.PutMessagesResponse]:
+        for request in requests:
+            yield self._put_messages(request)
+
+    @rpc_errors
     def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:
+        return self._put_messages(request)
+
+    def _put_messages(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
         records = convert.messages_from_pb(request.messages)
         timer = self._put_latency.time() if self._put_latency else contextlib.nullcontext()
         with timer:
