@@ -7,9 +7,11 @@ Scenarios (the issue's list):
 
 * ``send1``: SendMessage with one 1 KiB message per request, ``--in-flight`` requests at once
   (default 1 and 8; one thread per request in flight on one channel);
-* ``send32``: SendMessage with 32 messages per request, one request in flight;
+* ``send32``: SendMessage with 32 messages per request, ``--send32-in-flight`` requests at once
+  (default 1 and 4);
 * ``consume``: the topic is filled first, then ReceiveMessage batches of 32 each followed by one
-  AckMessage carrying all 32 receipts; latency is one receive+ack round;
+  AckMessage carrying all 32 receipts, ``--consumers`` such loops at once (default 1 and 4);
+  latency is one receive+ack round;
 * ``client``: the official rocketmq-python-client's blocking ``Producer.send`` in a subprocess
   (its stubs clash with ours): its rate only.
 
@@ -101,15 +103,16 @@ def message(body: bytes, i: int) -> d.Message:
 
 def send_load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_request: int,
               body: bytes) -> tuple[float, list[float]]:
-    """Send ``n`` messages; (elapsed s, sorted request latencies)."""
+    """Send ``n`` messages; (elapsed s, sorted request latencies). The requests are built before
+    the clock starts, so the client's protobuf work does not compete with the servers'."""
     latencies: list[float] = []
     lock = threading.Lock()
-    requests = n // per_request
+    requests = [s.SendMessageRequest(messages=[message(body, r * per_request + j) for j in range(per_request)])
+                for r in range(n // per_request)]
 
     def caller(k: int) -> None:
         mine = []
-        for r in range(k, requests, in_flight):
-            request = s.SendMessageRequest(messages=[message(body, r * per_request + j) for j in range(per_request)])
+        for request in requests[k::in_flight]:
             started = time.perf_counter()
             response = stub.SendMessage(request, metadata=METADATA, timeout=30)
             mine.append(time.perf_counter() - started)
@@ -127,30 +130,49 @@ def send_load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_req
     return time.perf_counter() - started, sorted(latencies)
 
 
-def consume_load(stub: s_grpc.MessagingServiceStub, n: int) -> tuple[float, list[float]]:
-    """Receive ``n`` messages in batches of 32, acking each batch in one AckMessage."""
+def consume_load(stub: s_grpc.MessagingServiceStub, n: int, consumers: int = 1) -> tuple[float, list[float]]:
+    """Receive ``n`` messages in batches of 32, acking each batch in one AckMessage, with
+    ``consumers`` receive-and-ack loops at once (a push consumer keeps several receives open)."""
     request = s.ReceiveMessageRequest(
         group=d.Resource(name=GROUP), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
         filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=32,
         invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=5), auto_renew=False)
     latencies: list[float] = []
-    got = 0
+    got = [0]
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def loop() -> None:
+        while True:
+            with lock:
+                if got[0] >= n or failures:
+                    return
+            begun = time.perf_counter()
+            messages = [r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
+                        if r.HasField("message")]
+            if not messages:
+                failures.append(f"consume stalled after {got[0]} of {n} messages")
+                return
+            ack = stub.AckMessage(s.AckMessageRequest(
+                group=request.group, topic=d.Resource(name=TOPIC),
+                entries=[s.AckMessageEntry(message_id=m.system_properties.message_id,
+                                           receipt_handle=m.system_properties.receipt_handle) for m in messages]),
+                metadata=METADATA, timeout=30)
+            if ack.status.code != d.OK:
+                failures.append(f"ack failed: {ack.status}")
+                return
+            with lock:
+                latencies.append(time.perf_counter() - begun)
+                got[0] += len(messages)
+
+    threads = [threading.Thread(target=loop) for _ in range(consumers)]
     started = time.perf_counter()
-    while got < n:
-        begun = time.perf_counter()
-        messages = [r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
-                    if r.HasField("message")]
-        if not messages:
-            raise SystemExit(f"consume stalled after {got} of {n} messages")
-        ack = stub.AckMessage(s.AckMessageRequest(
-            group=request.group, topic=d.Resource(name=TOPIC),
-            entries=[s.AckMessageEntry(message_id=m.system_properties.message_id,
-                                       receipt_handle=m.system_properties.receipt_handle) for m in messages]),
-            metadata=METADATA, timeout=30)
-        if ack.status.code != d.OK:
-            raise SystemExit(f"ack failed: {ack.status}")
-        latencies.append(time.perf_counter() - begun)
-        got += len(messages)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit(failures[0])
     return time.perf_counter() - started, sorted(latencies)
 
 
@@ -178,12 +200,12 @@ def scenario_send(c: Cluster, n: int, in_flight: int, per_request: int, body: by
         return measured(c, n, lambda: send_load(stub, n, in_flight, per_request, body))
 
 
-def scenario_consume(c: Cluster, n: int, body: bytes) -> Row:
+def scenario_consume(c: Cluster, n: int, body: bytes, consumers: int) -> Row:
     with grpc.insecure_channel(c.endpoint) as channel:
         stub = s_grpc.MessagingServiceStub(channel)
-        send_load(stub, -(-(n + 320) // 32) * 32, 4, 32, body)  # whole requests of 32
+        send_load(stub, -(-(n + 320 + 32 * consumers) // 32) * 32, 4, 32, body)  # whole requests of 32
         consume_load(stub, 320)  # warm-up
-        return measured(c, n, lambda: consume_load(stub, n))
+        return measured(c, n, lambda: consume_load(stub, n, consumers))
 
 
 def scenario_client(c: Cluster, n: int, body_bytes: int) -> Row:
@@ -216,6 +238,10 @@ def main() -> None:
                         default=["send1", "send32", "consume", "client"])
     parser.add_argument("--messages", type=int, default=3000, help="per send1 run (x10 for send32 and consume)")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8], help="send1 requests in flight")
+    parser.add_argument("--send32-in-flight", type=int, nargs="+", default=[1, 4],
+                        help="send32 requests in flight")
+    parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4],
+                        help="consume: receive-and-ack loops at once")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--broker-flag", action="append", default=[],
@@ -233,17 +259,19 @@ def main() -> None:
                         rows.append(scenario_send(c, args.messages, in_flight, 1, body))
                 report(f"send1 in_flight={in_flight}", rows)
         elif name == "send32":
-            rows = []
-            for _ in range(args.runs):
-                with cluster(args.broker_flag) as c:
-                    rows.append(scenario_send(c, args.messages * 10, 1, 32, body))
-            report("send32 in_flight=1", rows)
+            for in_flight in args.send32_in_flight:
+                rows = []
+                for _ in range(args.runs):
+                    with cluster(args.broker_flag) as c:
+                        rows.append(scenario_send(c, args.messages * 10, in_flight, 32, body))
+                report(f"send32 in_flight={in_flight}", rows)
         elif name == "consume":
-            rows = []
-            for _ in range(args.runs):
-                with cluster(args.broker_flag) as c:
-                    rows.append(scenario_consume(c, args.messages * 10, body))
-            report("consume 32+batched ack", rows)
+            for consumers in args.consumers:
+                rows = []
+                for _ in range(args.runs):
+                    with cluster(args.broker_flag) as c:
+                        rows.append(scenario_consume(c, args.messages * 10, body, consumers))
+                report(f"consume x{consumers} 32+ack", rows)
         else:
             rows = []
             for _ in range(args.runs):

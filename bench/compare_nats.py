@@ -20,7 +20,7 @@ Scenarios (1 KiB bodies, the same message count on both sides):
 * ``pipelined``: raw v2 SendMessage of 32 messages, 4 requests in flight (broker_bench's
   ``send_load``) vs ``js.publish_async`` with 4,000 pending; 10 x ``--messages``; latency is
   publish to ack per message, so mostly the window's queueing (128 vs 4,000 in flight);
-* ``consume``: pre-filled, then ReceiveMessage batches of 32 each acked by one AckMessage vs pull
+* ``consume``: pre-filled, then 4 loops of ReceiveMessage batches of 32 each acked by one AckMessage vs pull
   ``fetch(500)`` + ``msg.ack()`` per message (not confirmed by NATS; flushed at the end);
   10 x ``--messages``; latency is per round (32 messages for pyrmq, 500 for NATS);
 * ``e2e``: one producer at a fixed rate (``--rate``, default half pyrmq's median ``sync`` rate of
@@ -79,6 +79,7 @@ OFFICIAL_SEND = Path(__file__).resolve().parent / "clients" / "official_send.py"
 READY = re.compile(r"^pyrmq up: .*? endpoint=(\S+)", re.M)
 SCENARIOS = ["sync", "pipelined", "consume", "e2e"]
 PER_REQUEST, IN_FLIGHT, WINDOW = 32, 4, 4000
+CONSUMERS = 4  # pyrmq receive-and-ack loops at once (NATS fetches 500 at a time and acks without a reply)
 E2E_SECONDS, E2E_WARM = 10, 20
 STAMP = struct.Struct("<dI")  # e2e body head: perf_counter at send, message index
 GOALS = {("sync", "async"): 0.5, ("sync", "sync"): 0.5, ("pipelined", "async"): 1.5,
@@ -243,10 +244,10 @@ def pyrmq_pipelined(srv: Server, n: int, body: bytes, _rate: float) -> Row:
 def pyrmq_consume(srv: Server, n: int, body: bytes, _rate: float) -> Row:
     with grpc.insecure_channel(srv.endpoint) as channel:
         stub = s_grpc.MessagingServiceStub(channel)
-        send_load(stub, n + 10 * PER_REQUEST, IN_FLIGHT, PER_REQUEST, body)
+        send_load(stub, n + (10 + CONSUMERS) * PER_REQUEST, IN_FLIGHT, PER_REQUEST, body)
         consume_load(stub, 10 * PER_REQUEST)  # warm-up
         cpu0 = srv.cpu_s()
-        elapsed, latencies = consume_load(stub, n)
+        elapsed, latencies = consume_load(stub, n, CONSUMERS)
         return row(n, elapsed, latencies, srv.cpu_s() - cpu0)
 
 

@@ -73,15 +73,24 @@ class BrokerStatsCollector(Collector):
         return list(self._families(None, None))
 
 
+_CODE_NAMES = {value.number: value.name for value in d.Code.DESCRIPTOR.values}
+_HAS_V2_STATUS: dict[Any, bool] = {}  # response descriptor -> has a v2 ``Status status`` field
+
+
 def in_band_code(response: Any) -> str | None:
-    """The v2 ``Code`` name in a response's ``status`` (None: it has none, e.g. grpc health)."""
+    """The v2 ``Code`` name in a response's ``status`` (None: it has none, e.g. grpc health).
+    Runs for every response, streamed ones included: the descriptor check is cached."""
     descriptor = getattr(response, "DESCRIPTOR", None)
-    field = descriptor.fields_by_name.get("status") if descriptor is not None else None
-    if field is None or field.message_type is None or field.message_type.full_name != d.Status.DESCRIPTOR.full_name \
-            or not response.HasField("status"):
-        return None  # no v2 Status (grpc health's ``status`` is an enum)
+    has_status = _HAS_V2_STATUS.get(descriptor)
+    if has_status is None:
+        field = descriptor.fields_by_name.get("status") if descriptor is not None else None
+        has_status = _HAS_V2_STATUS[descriptor] = (  # grpc health's ``status`` is an enum
+            field is not None and field.message_type is not None
+            and field.message_type.full_name == d.Status.DESCRIPTOR.full_name)
+    if not has_status or not response.HasField("status"):
+        return None
     code = response.status.code
-    return d.Code.Name(code) if code in d.Code.values() else str(code)
+    return _CODE_NAMES.get(code) or str(code)
 
 
 def effective_type(message: IncomingMessage) -> str:
@@ -107,15 +116,25 @@ class TrafficMetrics:
                                  ["topic", "consumer_group"], registry=registry)
 
     def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
+        counts: dict[tuple[str, str], list[int]] = {}  # one label lookup per (topic, type) per call
         for message, receipt in zip(messages, receipts):
             if receipt.code == Code.OK:
-                self._messages_in.labels(message.topic, effective_type(message)).inc()
-                self._bytes_in.labels(message.topic).inc(len(message.body))
+                tally = counts.setdefault((message.topic, effective_type(message)), [0, 0])
+                tally[0] += 1
+                tally[1] += len(message.body)
+        for (topic, message_type), (count, size) in counts.items():
+            self._messages_in.labels(topic, message_type).inc(count)
+            self._bytes_in.labels(topic).inc(size)
 
     def messages_out(self, group: str, deliveries: Sequence[Any]) -> None:
+        counts: dict[str, list[int]] = {}
         for delivery in deliveries:
-            self._messages_out.labels(delivery.topic, group).inc()
-            self._bytes_out.labels(delivery.topic, group).inc(len(delivery.body))
+            tally = counts.setdefault(delivery.topic, [0, 0])
+            tally[0] += 1
+            tally[1] += len(delivery.body)
+        for topic, (count, size) in counts.items():
+            self._messages_out.labels(topic, group).inc(count)
+            self._bytes_out.labels(topic, group).inc(size)
 
 
 CONSUMER_STATS_TIMEOUT_S = 2.0

@@ -61,6 +61,8 @@ def has_control_character(text: str) -> bool:
 
 def is_blank(text: str) -> bool:
     """commons-lang ``StringUtils.isBlank``: empty or only Java whitespace."""
+    if text and not text[0].isspace():  # the common case, without a generator
+        return False
     return all(ch.isspace() and ch not in _NOT_JAVA_WHITESPACE for ch in text)
 
 
