@@ -92,6 +92,10 @@ def closed_loop(stub, seconds: float, senders: int) -> tuple[float, int]:
     return done[True] / seconds, done[True]
 
 
+def _grpc_name(value: int) -> str:
+    return next((c.name for c in grpc.StatusCode if c.value[0] == value), str(value))
+
+
 def stored(endpoint: str, topic: str) -> int:
     """Messages the store holds in ``topic`` (``pyrmq status --json``)."""
     out = subprocess.run([sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json",
@@ -186,26 +190,21 @@ def main() -> None:
             results: list = []
             open_loop(stub, offered, args.overload_s, args.threads, results)
             codes = Counter(code for _, code, _ in results)
-            ok_lat = sorted(took for _, code, took in results if code == d.OK)
-            shed_lat = sorted(took for _, code, took in results if code == d.TOO_MANY_REQUESTS)
             total = len(results)
             elapsed = max(at for at, _, _ in results)
             print(f"overload: offered {offered:,.0f}/s ({args.load_factor:g}x) for {args.overload_s:g} s -> "
                   f"{total:,} sends answered in {elapsed:.1f} s ({total / elapsed:,.0f}/s achieved; a generator "
                   f"that falls behind its schedule sends late)")
             for code, count in codes.most_common():
-                name = d.Code.Name(code) if code >= 0 else f"gRPC status {-code}"
-                print(f"  {name}: {count:,} ({100 * count / total:.1f} %)")
-            print(f"  accepted: {codes[d.OK] / elapsed:,.0f} msgs/s; latency p50 "
-                  f"{1000 * statistics.median(ok_lat) if ok_lat else 0:.1f} ms, p99 "
-                  f"{1000 * ok_lat[int(len(ok_lat) * 0.99)] if ok_lat else 0:.1f} ms")
-            if shed_lat:
-                print(f"  refused TOO_MANY_REQUESTS: p50 {1000 * statistics.median(shed_lat):.1f} ms, "
-                      f"p99 {1000 * shed_lat[int(len(shed_lat) * 0.99)]:.1f} ms")
-            excess = max(0, total - codes[d.OK])
-            timeouts = sum(c for code, c in codes.items() if code not in (d.OK, d.TOO_MANY_REQUESTS))
-            print(f"  excess refused as TOO_MANY_REQUESTS: {codes[d.TOO_MANY_REQUESTS]:,} of {excess:,}; "
-                  f"other outcomes (timeouts, errors): {timeouts:,}")
+                name = d.Code.Name(code) if code >= 0 else f"gRPC {_grpc_name(-code)}"
+                took = sorted(took for _, c, took in results if c == code)
+                print(f"  {name}: {count:,} ({100 * count / total:.1f} %), answered in p50 "
+                      f"{1000 * statistics.median(took):.1f} ms, p99 {1000 * took[int(len(took) * 0.99)]:.1f} ms")
+            print(f"  accepted: {codes[d.OK] / elapsed:,.0f} msgs/s")
+            refused = codes[d.TOO_MANY_REQUESTS] + codes[-grpc.StatusCode.UNAVAILABLE.value[0]]
+            timeouts = codes[-grpc.StatusCode.DEADLINE_EXCEEDED.value[0]]
+            print(f"  refused (TOO_MANY_REQUESTS, or UNAVAILABLE = HTTP/2 REFUSED_STREAM, never processed): "
+                  f"{refused:,}; timed out: {timeouts:,}; other: {total - codes[d.OK] - refused - timeouts:,}")
             sampling.set()
             print("  RSS MiB (before -> peak): " + ", ".join(
                 f"{name} {rss_before[name]:.0f} -> {rss_peak[name]:.0f}" for name in pids))

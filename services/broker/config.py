@@ -33,6 +33,7 @@ class BrokerConfig:
     broker_name: str = "broker-a"             # Broker.name in routes and recall handles
     cluster_name: str = "DefaultCluster"      # CLUSTER property written on every message
     grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
+    grpc_max_concurrent_streams: int = 128    # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
     telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
@@ -106,6 +107,8 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.grpc_max_concurrent_streams < 0:
+            raise ValueError("grpc_max_concurrent_streams must not be negative (0: no limit)")
         # Streams hold a worker thread for their lifetime: leave workers for unary calls.
         if self.telemetry_streams_max > self.grpc_workers_max // 2:
             raise ValueError("telemetry_streams_max must be at most half of grpc_workers_max")

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
@@ -98,6 +99,40 @@ def test_sends_waiting_for_a_grpc_worker_are_refused_before_any_work(store_addre
     results, servicer = overload(config, store_address, store_stub, 24)
     refused = sum(1 for code, _ in results if code == d.TOO_MANY_REQUESTS)
     assert servicer.shed == refused > 0
+
+
+def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(store_address: str,
+                                                                            store_stub) -> None:
+    store = SlowStore(store_address)
+    broker = build_server(BrokerConfig(port=0, store_address=store_address, grpc_max_concurrent_streams=4), store)
+    broker.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+            v2 = s_grpc.MessagingServiceStub(channel)
+            assert send(v2, message("Overload", body=b"warm-up", keys=["warm"])).status.code == d.OK
+            SlowStore.slow.set()
+            calls = [(i, time.monotonic(), v2.SendMessage.future(
+                s.SendMessageRequest(messages=[message("Overload", body=f"m{i}".encode(), keys=[f"k{i}"],
+                                                       message_id=f"0102FC0000000146A20B13E207{i:08X}")]),
+                metadata=(("x-mq-client-id", "overload@1"),), timeout=10)) for i in range(16)]
+            ok, refused = [], []
+            for i, sent, call in calls:
+                try:
+                    assert call.result().status.code in (d.OK, d.TOO_MANY_REQUESTS)
+                    if call.result().status.code == d.OK:
+                        ok.append(i)
+                except grpc.RpcError as exc:
+                    assert exc.code() is grpc.StatusCode.UNAVAILABLE, exc
+                    refused.append(i)
+            SlowStore.slow.clear()
+            assert refused and ok
+            # Not processed: exactly the OK sends are stored.
+            assert stored_keys(store_stub) == {"warm"} | {f"k{i}" for i in ok}
+            assert send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK
+    finally:
+        SlowStore.slow.clear()
+        broker.stop(1.0)
+        store.close()
 
 
 def test_timed_pool_reports_each_calls_wait_for_a_worker() -> None:

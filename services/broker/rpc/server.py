@@ -121,7 +121,12 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
         interceptors=[metrics.interceptor] if metrics else [],
         options=[("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
-                 ("grpc.so_reuseport", 0)])
+                 ("grpc.so_reuseport", 0),
+                 # Overload: without a cap, calls past what Python can take wait inside gRPC core
+                 # and are cancelled there after seconds; with it, excess calls are refused at
+                 # once (HTTP/2 REFUSED_STREAM: never processed, safe to retry).
+                 *([("grpc.max_concurrent_streams", config.grpc_max_concurrent_streams)]
+                   if config.grpc_max_concurrent_streams else [])])
     try:
         port = server.add_secure_port(format_address(config.host, config.port), tls_credentials(config)) \
             if config.tls_cert_path else server.add_insecure_port(format_address(config.host, config.port))
