@@ -51,7 +51,7 @@ test: setup
 	$(PY) -m pytest -q -m "not slow"
 
 soak: setup
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow -o faulthandler_timeout=0
 
 # The long bad-input fuzz run (tests/badinput/README.md): 2,000 random requests per RPC and the
 # decoder properties, then atheris on the CommitLog decoder if it is installed (it is optional).

@@ -204,7 +204,10 @@ class Producer:
     @staticmethod
     def _check_properties_size(properties: dict[str, str]) -> None:
         """(pyrmq) The store refuses a properties string over 32767 bytes, batch and all."""
-        size = sum(validation.utf8_len(k) + validation.utf8_len(v) + 2 for k, v in properties.items())
+        # The UTF-8 size of all keys and of all values, each joined once (not per entry: this
+        # runs for every message sent), plus a separator and a terminator per property.
+        size = validation.utf8_len("".join(properties)) + validation.utf8_len("".join(properties.values())) \
+            + 2 * len(properties)
         if size + _HOOK_PROPERTIES_RESERVE_BYTES > PROPERTIES_SIZE_MAX_BYTES:
             raise RequestError(f"message properties take {size} bytes, more than the store can hold",
                                Code.MESSAGE_PROPERTIES_TOO_LARGE)
