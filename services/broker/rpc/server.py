@@ -40,6 +40,7 @@ from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, S
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
+from services.rpc.decode import DecodeGuardInterceptor
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
         pool,
-        interceptors=[metrics.interceptor] if metrics else [],
+        interceptors=[*([metrics.interceptor] if metrics else []), DecodeGuardInterceptor()],
         options=[("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
                  ("grpc.so_reuseport", 0),

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.process import format_address
+from services.rpc.decode import DecodeGuardInterceptor
 
 SERVICE_NAME = "pyrmq.scheduler"   # the health service name probes ask for ("" works too)
 
@@ -20,7 +21,8 @@ SERVICE_NAME = "pyrmq.scheduler"   # the health service name probes ask for ("" 
 class HealthServer:
     def __init__(self, host: str, port: int) -> None:
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="scheduler-rpc"),
-                                  options=[("grpc.so_reuseport", 0)])
+                                  options=[("grpc.so_reuseport", 0)],
+                                  interceptors=[DecodeGuardInterceptor()])
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)

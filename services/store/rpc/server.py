@@ -21,6 +21,7 @@ from services.rpc.tls import TlsFiles, add_port
 from services.process import format_address
 from services.store.metrics import StoreMetrics
 from services.store.rpc.servicer import WATCHERS_MAX, StoreCore, StoreServicer
+from services.rpc.decode import DecodeGuardInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
                              watchers_max=watchers_max)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="store-rpc"),
-        interceptors=[metrics.interceptor] if metrics else [],
+        interceptors=[*([metrics.interceptor] if metrics else []), DecodeGuardInterceptor()],
         options=[("grpc.max_receive_message_length", MESSAGE_SIZE_MAX_BYTES),
                  ("grpc.max_send_message_length", MESSAGE_SIZE_MAX_BYTES),
                  ("grpc.so_reuseport", 0)])

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.process import format_address
+from services.rpc.decode import DecodeGuardInterceptor
 
 SERVICE_NAME = "pyrmq.txcheck"
 GRPC_WORKERS = 4
@@ -21,7 +22,8 @@ class HealthServer:
     def __init__(self, host: str, port: int) -> None:
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS,
                                                              thread_name_prefix="txcheck-rpc"),
-                                  options=[("grpc.so_reuseport", 0)])
+                                  options=[("grpc.so_reuseport", 0)],
+                                  interceptors=[DecodeGuardInterceptor()])
         address = format_address(host, port)
         try:
             self.port = self.server.add_insecure_port(address)
