@@ -60,7 +60,7 @@ from services.broker.config import address_scheme
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import GroupInfo, MessageType, TopicInfo
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
-from services.store.format.java_compat import java_string_hash
+from services.store.format.java_compat import java_string_hash_repeated
 from services.store.metadata import is_system_group, retry_topic, validate_group_name
 from services.store.sql_filter import SqlFilterError, compile_sql
 
@@ -253,7 +253,7 @@ def parse_tag_filter(expression: str) -> frozenset[str] | None:
 
 
 def tags_codes(tags: frozenset[str] | None) -> list[int]:
-    return [] if tags is None else sorted(java_string_hash(t) for t in tags)
+    return [] if tags is None else sorted(java_string_hash_repeated(t) for t in tags)
 
 
 @dataclass(frozen=True)

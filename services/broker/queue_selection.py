@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from services.store.format.java_compat import java_string_hash
+from services.store.format.java_compat import java_string_hash_repeated
 
 _LCG_MULTIPLIER = 2862933555777941757
 _U64 = (1 << 64) - 1
@@ -40,7 +40,7 @@ def guava_consistent_hash(key: int, buckets: int) -> int:
 
 
 def fifo_queue_id(message_group: str, write_queue_nums: int) -> int:
-    return guava_consistent_hash(java_string_hash(message_group), write_queue_nums)
+    return guava_consistent_hash(java_string_hash_repeated(message_group), write_queue_nums)
 
 
 class RoundRobin:

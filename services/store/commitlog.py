@@ -30,16 +30,18 @@ from services.store.format.commitlog_format import (
     SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
     TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
     host_from_string, tags_code)
-from services.store.format.properties_format import encode_properties_checked
-from services.store.format.java_compat import java_string_hash
+from services.store.format.properties_format import PropertiesError, encode_properties_checked
+from services.store.format.java_compat import java_string_hash_repeated
 from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 
 log = logging.getLogger(__name__)
 
-DISPATCH_BACKLOG_MAX = 262_144
-_INT16_PACK = struct.Struct(">h").pack  # above this the put path stops recording; reput parses instead
+DISPATCH_BACKLOG_MAX = 262_144  # above this the put path stops recording; reput parses instead
+_INT16_PACK = struct.Struct(">h").pack
+_HEADER_SIZES = tuple(header.size for header in HEADERS)
+_TOPIC_PART_V1_MAX = TOPIC_V1_LENGTH_MAX_BYTES + 1  # one length byte + the topic
 
 
 class CommitLog:
@@ -79,35 +81,56 @@ class CommitLog:
         return offset + size - offset % size
 
     # -- append -----------------------------------------------------------------------------
-    def prepare(self, rec: MessageRecord) -> tuple[MessageRecord, bytes, bytes]:
-        """Everything about a record that does not depend on its place in the log (done
-        outside the put lock): fills body_crc, sys_flag host bits, magic and total_size.
+    def prepare_batch(self, records: list[MessageRecord]) -> list[tuple[MessageRecord, bytes, bytes]]:
+        """Everything about each record that does not depend on its place in the log (done
+        outside the put lock): fills store_host, body_crc, sys_flag host bits, magic and
+        total_size.
 
-        Returns (record, topic part = length prefix + UTF-8 topic, properties bytes without the
-        length prefix and without the CRC trailer's 20 bytes). Raises PropertiesError for a
-        property name or value that cannot be encoded.
+        Returns one (record, topic part = length prefix + UTF-8 topic, properties bytes without
+        the length prefix and without the CRC trailer's 20 bytes) per record. Raises
+        PropertiesError, with ``index`` set to the record's position, for a property name or
+        value that cannot be encoded.
         """
-        topic_part = self._topic_parts.get(rec.topic)
-        if topic_part is None:
-            topic_bytes = rec.topic.encode("utf-8")
-            magic = choose_magic(topic_bytes)
-            prefix = struct.pack(">h", len(topic_bytes)) if magic == MAGIC_V2 else bytes((len(topic_bytes),))
-            topic_part = self._topic_parts.setdefault(rec.topic, prefix + topic_bytes)
-        rec.magic = MAGIC_V2 if len(topic_part) > TOPIC_V1_LENGTH_MAX_BYTES + 1 else MAGIC_V1
-        properties_bytes = encode_properties_checked(rec.properties)  # PropertiesError if bad
-        properties_len = len(properties_bytes)
-        if self.config.append_prop_crc:
-            properties_len += PROP_CRC_RESERVED_LEN
-        body = rec.body
-        rec.body_crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
-        sys_flag = rec.sys_flag & ~0x30
-        if len(rec.born_host[0]) == 16:
-            sys_flag |= SYSFLAG_BORNHOST_V6
-        sys_flag |= self._store_host_flag
-        rec.sys_flag = sys_flag
-        rec.total_size = (HEADERS[(sys_flag >> 4) & 3].size + len(body) + len(topic_part) + 2
-                          + properties_len)
-        return rec, topic_part, properties_bytes
+        topic_parts = self._topic_parts
+        store_host = self.store_host
+        host_flag = self._store_host_flag
+        prop_extra = PROP_CRC_RESERVED_LEN if self.config.append_prop_crc else 0
+        header_sizes = _HEADER_SIZES
+        crc32 = zlib.crc32
+        encode = encode_properties_checked
+        prepared = []
+        add = prepared.append
+        for rec in records:
+            topic_part = topic_parts.get(rec.topic)
+            if topic_part is None:
+                topic_part = self._topic_part(rec.topic)
+            try:
+                properties_bytes = encode(rec.properties)
+            except PropertiesError as exc:
+                exc.index = len(prepared)
+                raise
+            body = rec.body
+            sys_flag = rec.sys_flag & ~0x30 | host_flag
+            if len(rec.born_host[0]) == 16:
+                sys_flag |= SYSFLAG_BORNHOST_V6
+            rec.sys_flag = sys_flag
+            rec.store_host = store_host
+            rec.body_crc = crc32(body) & 0x7FFFFFFF if body else 0
+            rec.magic = MAGIC_V2 if len(topic_part) > _TOPIC_PART_V1_MAX else MAGIC_V1
+            rec.total_size = (header_sizes[(sys_flag >> 4) & 3] + len(body) + len(topic_part) + 2
+                              + len(properties_bytes) + prop_extra)
+            add((rec, topic_part, properties_bytes))
+        return prepared
+
+    def prepare(self, rec: MessageRecord) -> tuple[MessageRecord, bytes, bytes]:
+        """:meth:`prepare_batch` of one record."""
+        return self.prepare_batch([rec])[0]
+
+    def _topic_part(self, topic: str) -> bytes:
+        topic_bytes = topic.encode("utf-8")
+        magic = choose_magic(topic_bytes)
+        prefix = struct.pack(">h", len(topic_bytes)) if magic == MAGIC_V2 else bytes((len(topic_bytes),))
+        return self._topic_parts.setdefault(topic, prefix + topic_bytes)
 
     def append_batch(self, records: list[tuple[MessageRecord, bytes, bytes]]) -> None:
         """Append prepared records (see :meth:`prepare`) under one lock acquisition.
@@ -119,6 +142,7 @@ class CommitLog:
         backlog = self.dispatch_backlog
         record_backlog = len(backlog) < DISPATCH_BACKLOG_MAX
         prop_crc = self.config.append_prop_crc
+        prop_extra = PROP_CRC_RESERVED_LEN if prop_crc else 0
         store_ip, store_port = self.store_host
         join = b"".join
         crc32 = zlib.crc32
@@ -131,61 +155,66 @@ class CommitLog:
             table = self.queue_offset_table
             mf = self.mfq.last_file_for_append()
             mf.check_writable()
+            mm = mf.mm
+            pos = mf.wrote_position
+            base = mf.file_from_offset
             put_bytes = 0
-            for rec, topic_part, properties_bytes in records:
-                topic = rec.topic
-                queue_id = rec.queue_id
-                sys_flag = rec.sys_flag
-                key = f"{topic}-{queue_id}"
-                counted = sys_flag & 0xC in (0x0, 0x8)
-                queue_offset = table.get(key, 0) if counted else 0
-                size = rec.total_size
-                pos = mf.wrote_position
-                if size + BLANK_RECORD_SIZE_BYTES > file_size - pos:
-                    mf = self._close_segment_locked(mf, pos)
-                    pos = 0
-                phy_offset = mf.file_from_offset + pos
-                if pos + size > mf.populated_position:
-                    mf.populate_ahead(pos + size)
-                body = rec.body
-                born_ip, born_port = rec.born_host
-                data = join((
-                    HEADERS[(sys_flag >> 4) & 3].pack(
-                        size, rec.magic, rec.body_crc, queue_id, rec.flag, queue_offset, phy_offset,
-                        sys_flag, rec.born_timestamp_ms, born_ip, born_port, now, store_ip, store_port,
-                        rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
-                    body, topic_part,
-                    pack_len(size - len(body) - len(topic_part) - HEADERS[(sys_flag >> 4) & 3].size - 2),
-                    properties_bytes))
-                try:
-                    mm = mf.mm
-                    end = pos + len(data)
-                    mm[pos:end] = data
-                    if prop_crc:
-                        digits = (b"%d" % (crc32(data) & 0x7FFFFFFF))[::-1].ljust(10, b"0")
-                        mm[end:end + PROP_CRC_RESERVED_LEN] = PROP_CRC_PREFIX + digits + b"\x02"
-                except (OSError, ValueError, TypeError) as exc:
-                    mf.write_error = exc if isinstance(exc, OSError) else OSError(str(exc))
-                    raise mf.write_error
-                assert end + (PROP_CRC_RESERVED_LEN if prop_crc else 0) == pos + size, (pos, size)
-                mf.wrote_position = pos + size
-                rec.queue_offset = queue_offset
-                rec.phy_offset = phy_offset
-                rec.store_timestamp_ms = now
-                if counted:
-                    table[key] = queue_offset + 1
-                if record_backlog:
-                    props = rec.properties
-                    if topic == SCHEDULE_TOPIC:
-                        code = tags_code(rec, self.delay_level_millis)
-                    else:
-                        tags = props.get(TAGS)
-                        code = java_string_hash(tags) if tags else 0
-                    backlog.append(new_request(DispatchRequest, (
-                        topic, queue_id, phy_offset, size, code, now, queue_offset,
-                        props.get(KEYS, ""), props.get(UNIQ_KEY, ""), sys_flag,
-                        rec.prepared_transaction_offset)))
-                put_bytes += size
+            try:
+                for rec, topic_part, properties_bytes in records:
+                    topic = rec.topic
+                    queue_id = rec.queue_id
+                    sys_flag = rec.sys_flag
+                    key = f"{topic}-{queue_id}"
+                    counted = sys_flag & 0xC in (0x0, 0x8)
+                    queue_offset = table.get(key, 0) if counted else 0
+                    size = rec.total_size
+                    if size + BLANK_RECORD_SIZE_BYTES > file_size - pos:
+                        mf.wrote_position = pos
+                        mf = self._close_segment_locked(mf, pos)
+                        mm = mf.mm
+                        pos = 0
+                        base = mf.file_from_offset
+                    end = pos + size
+                    if end > mf.populated_position:
+                        mf.populate_ahead(end)
+                    phy_offset = base + pos
+                    body = rec.body
+                    born_ip, born_port = rec.born_host
+                    data = join((
+                        HEADERS[(sys_flag >> 4) & 3].pack(
+                            size, rec.magic, rec.body_crc, queue_id, rec.flag, queue_offset, phy_offset,
+                            sys_flag, rec.born_timestamp_ms, born_ip, born_port, now, store_ip, store_port,
+                            rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
+                        body, topic_part, pack_len(len(properties_bytes) + prop_extra), properties_bytes))
+                    try:
+                        if prop_crc:
+                            mm[end - PROP_CRC_RESERVED_LEN:end] = b"%b%b\x02" % (
+                                PROP_CRC_PREFIX, (b"%d" % (crc32(data) & 0x7FFFFFFF))[::-1].ljust(10, b"0"))
+                        mm[pos:end - prop_extra] = data  # IndexError if the sizes disagree
+                    except (OSError, ValueError, TypeError, IndexError) as exc:
+                        mf.write_error = exc if isinstance(exc, OSError) else OSError(str(exc))
+                        raise mf.write_error
+                    pos = end
+                    rec.queue_offset = queue_offset
+                    rec.phy_offset = phy_offset
+                    rec.store_timestamp_ms = now
+                    if counted:
+                        table[key] = queue_offset + 1
+                    if record_backlog:
+                        props = rec.properties
+                        if topic == SCHEDULE_TOPIC:
+                            code = tags_code(rec, self.delay_level_millis)
+                        else:
+                            tags = props.get(TAGS)
+                            code = java_string_hash_repeated(tags) if tags else 0
+                        backlog.append(new_request(DispatchRequest, (
+                            topic, queue_id, phy_offset, size, code, now, queue_offset,
+                            props.get(KEYS, ""), props.get(UNIQ_KEY, ""), sys_flag,
+                            rec.prepared_transaction_offset)))
+                    put_bytes += size
+            finally:
+                if pos > mf.wrote_position:
+                    mf.wrote_position = pos  # what was written, even when a later record failed
             self.put_bytes_total += put_bytes
             self.put_messages_total += len(records)
             self.last_store_timestamp_ms = now

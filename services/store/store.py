@@ -299,22 +299,11 @@ class FileStore(StoreReader):
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is not running") for _ in messages]
         if self.clean is not None and self.clean.disk_full:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="disk full: writes refused") for _ in messages]
-        prepared = []
-        topic_checks: dict[str, tuple[PutStatus | None, str, int]] = {}
-        for i, rec in enumerate(messages):
-            rec.store_host = self.commitlog.store_host
-            status, error = self._validate(rec, allow_system_topics, topic_checks)
-            if status is None:
-                try:
-                    item = self.commitlog.prepare(rec)
-                except PropertiesError as exc:
-                    status, error = PutStatus.MESSAGE_ILLEGAL, str(exc)
-                else:
-                    status, error = self._check_sizes(rec, len(item[2]))
-                    prepared.append(item)
-            if status is not None:
-                note = error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
-                return [PutResult(status, error=note) for _ in messages]
+        prepared, bad = self._prepare(messages, allow_system_topics)
+        if bad is not None:
+            i, status, error = bad
+            note = error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
+            return [PutResult(status, error=note) for _ in messages]
         if not prepared:
             return []
         try:
@@ -332,6 +321,44 @@ class FileStore(StoreReader):
         prefix = self.commitlog.store_host_prefix
         return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
                           "", prefix) for rec in messages]
+
+    def _prepare(self, messages: list[MessageRecord], allow_system_topics: bool
+                 ) -> tuple[list[tuple[MessageRecord, bytes, bytes]], tuple[int, PutStatus, str] | None]:
+        """The batch prepared for the CommitLog, and (index, status, error) of the first message
+        that cannot be stored (None: all can). Cheap checks run first for the whole batch; the
+        rare failing message is explained by :meth:`_validate` / :meth:`_check_sizes`."""
+        topic_checks: dict[str, tuple[PutStatus | None, str, int]] = {}
+        body_max = self.config.body_size_max_bytes
+        first_bad: tuple[int, PutStatus, str] | None = None
+        last_topic = None
+        write_queue_nums = 0
+        for i, rec in enumerate(messages):
+            if rec.topic != last_topic:
+                last_topic = rec.topic
+                check = topic_checks.get(last_topic)
+                if check is None:
+                    check = topic_checks[last_topic] = self._check_topic(last_topic, allow_system_topics)
+                write_queue_nums = check[2]
+            body = rec.body
+            if check[0] is not None or body is None or len(body) > body_max or not 0 <= rec.queue_id < write_queue_nums:
+                status, error = self._validate(rec, allow_system_topics, topic_checks)
+                if status is not None:
+                    first_bad = (i, status, error)
+                    messages = messages[:i]
+                    break
+        try:
+            prepared = self.commitlog.prepare_batch(messages)
+        except PropertiesError as exc:
+            first_bad = (exc.index, PutStatus.MESSAGE_ILLEGAL, str(exc))
+            prepared = self.commitlog.prepare_batch(messages[:exc.index])
+        properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self.config.append_prop_crc else 0)
+        record_max = min(self.config.record_size_max_bytes, self.config.commitlog_file_size_bytes - 8)
+        for i, (rec, _, properties_bytes) in enumerate(prepared):
+            if len(properties_bytes) > properties_max or rec.total_size > record_max:
+                status, error = self._check_sizes(rec, len(properties_bytes))
+                if status is not None:
+                    return prepared, (i, status, error)
+        return prepared, first_bad
 
     def _validate(self, rec: MessageRecord, allow_system_topics: bool,
                   topic_checks: dict[str, tuple[PutStatus | None, str, int]]) -> tuple[PutStatus | None, str]:

@@ -42,7 +42,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from services.store.format.java_compat import java_string_hash
+from services.store.format.java_compat import java_string_hash_repeated
 from services.store.format.properties_format import (
     DELAY_TIME_LEVEL, KEYS, TAGS, UNIQ_KEY, decode_properties, encode_properties)
 
@@ -365,7 +365,7 @@ def tags_code(record: MessageRecord, delay_level_millis=None) -> int:
             if level > 0:
                 return record.store_timestamp_ms + delay_level_millis[level - 1]
     tags = props.get(TAGS)
-    return java_string_hash(tags) if tags else 0
+    return java_string_hash_repeated(tags) if tags else 0
 
 
 def offset_msg_id(store_host: tuple[bytes, int], phy_offset: int) -> str:

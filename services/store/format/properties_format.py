@@ -13,6 +13,9 @@ duplicate overwrites an earlier one.
 """
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from services.store.format.java_compat import java_hashmap_order
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -44,7 +47,11 @@ TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
 
 
 class PropertiesError(ValueError):
-    """A property name or value cannot be encoded (contains a separator character)."""
+    """A property name or value cannot be encoded (contains a separator character).
+
+    ``index``: the message's position in its batch, when raised for a batch."""
+
+    index = 0
 
 
 _JAVA_ORDER_CACHE: dict[tuple[str, ...], list[str]] = {}
@@ -82,9 +89,26 @@ RESERVED_CRC_NAME = "__CRC32#"  # the whole-record CRC trailer; never a caller's
 
 def encode_properties_checked(properties: dict[str, str]) -> bytes:
     """:func:`encode_properties` in Java order, raising PropertiesError for what
-    :func:`check_properties` rejects (one pass: the separators are counted in C)."""
+    :func:`check_properties` rejects (the separators are counted in C).
+
+    Producers repeat the same property names, so each name tuple gets a plan once: its Java
+    order, one ``%``-template for all pairs and an itemgetter for the values; a message is then
+    one getter call, one format and one encode.
+    """
     if not properties:
         return b""
+    names = tuple(properties)
+    plan = _PLANS.get(names)
+    if plan is None:
+        plan = _plan(names)
+    if plan is not False:
+        template, values, count = plan
+        picked = values(properties)
+        if None not in picked:  # a None value: the general path skips it
+            text = template % picked
+            if text.count("\x01") == count and text.count("\x02") == count:
+                return text.encode("utf-8")
+            check_properties(properties)  # a value holds a separator: raises naming it
     parts = [f"{name}\x01{properties[name]}\x02" for name in _java_order(properties)
              if properties[name] is not None and not name.startswith(TRANSIENT_PREFIX)]
     text = "".join(parts)
@@ -92,6 +116,28 @@ def encode_properties_checked(properties: dict[str, str]) -> bytes:
             or "" in properties or RESERVED_CRC_NAME in properties):
         check_properties(properties)  # raises with the offending name
     return text.encode("utf-8")
+
+
+_PLANS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool] = {}
+
+
+def _plan(names: tuple[str, ...]) -> tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool:
+    """The encoding plan for a name tuple, or False when the general path must handle it (a
+    name that is illegal, or every name transient)."""
+    if len(_PLANS) >= _JAVA_ORDER_CACHE_MAX:
+        _PLANS.clear()
+    order = [name for name in _java_order(dict.fromkeys(names)) if not name.startswith(TRANSIENT_PREFIX)]
+    plan: tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool = False
+    if order and all(name and "\x01" not in name and "\x02" not in name and name != RESERVED_CRC_NAME
+                     for name in order):
+        template = "".join(f"{name.replace('%', '%%')}\x01%s\x02" for name in order)
+        if len(order) == 1:
+            only = order[0]
+            plan = (template, lambda properties: (properties[only],), 1)
+        else:
+            plan = (template, operator.itemgetter(*order), len(order))
+    _PLANS[names] = plan
+    return plan
 
 
 def check_properties(properties: dict[str, str]) -> None:
