@@ -295,32 +295,40 @@ class FileStore(StoreReader):
     # -- writes -----------------------------------------------------------------------------
     def put_messages(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
         """Validate, append and (SYNC) wait for the flush of a batch. All or nothing on bad input."""
+        status, error = self.put_batch(messages, allow_system_topics)
+        if status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT:
+            prefix = self.commitlog.store_host_prefix
+            return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
+                              "", prefix) for rec in messages]
+        return [PutResult(status, error=error) for _ in messages]
+
+    def put_batch(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> tuple[PutStatus, str]:
+        """:meth:`put_messages` without a result object per message: (status, error) of the
+        whole batch (it is all or nothing). When the batch was appended (PUT_OK, or
+        FLUSH_DISK_TIMEOUT in SYNC mode), each record holds its phy_offset, queue_offset,
+        total_size and store_timestamp_ms."""
         if not self.running:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is not running") for _ in messages]
+            return PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
         if self.clean is not None and self.clean.disk_full:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="disk full: writes refused") for _ in messages]
+            return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._prepare(messages, allow_system_topics)
         if bad is not None:
             i, status, error = bad
-            note = error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
-            return [PutResult(status, error=note) for _ in messages]
+            return status, error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
         if not prepared:
-            return []
+            return PutStatus.PUT_OK, ""
         try:
             self.commitlog.append_batch(prepared)
         except OSError as exc:
             log.error("append failed: %s", exc)
-            return [PutResult(PutStatus.UNKNOWN_ERROR, error=f"write failed: {exc}") for _ in messages]
+            return PutStatus.UNKNOWN_ERROR, f"write failed: {exc}"
         self.reput.notify_append()
-        status = PutStatus.PUT_OK
         if self.group_commit is not None and any(
                 rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages):
             last = messages[-1]
             if not self.group_commit.wait_for_flush(last.phy_offset + last.total_size):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        prefix = self.commitlog.store_host_prefix
-        return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
-                          "", prefix) for rec in messages]
+                return PutStatus.FLUSH_DISK_TIMEOUT, ""
+        return PutStatus.PUT_OK, ""
 
     def _prepare(self, messages: list[MessageRecord], allow_system_topics: bool
                  ) -> tuple[list[tuple[MessageRecord, bytes, bytes]], tuple[int, PutStatus, str] | None]:

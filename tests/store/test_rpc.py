@@ -249,6 +249,40 @@ def test_bad_put_input(served: Served) -> None:
     assert allowed.status == pb.PUT_OK
 
 
+def test_batch_results_carry_the_same_outcome_as_per_message_results(served: Served) -> None:
+    """batch_results: one status and packed columns, equal to what per-message results say."""
+    messages = [message(b"one", TAGS="a"), message(b"two", queue_id=1), message(b"three")]
+    response = served.stub.PutMessages(pb.PutMessagesRequest(messages=messages, batch_results=True),
+                                       timeout=RPC_TIMEOUT_S)
+    assert not response.results and response.HasField("batch")
+    batch = response.batch
+    assert batch.status == pb.PUT_OK and not batch.error
+    assert list(batch.queue_offset) == [0, 0, 1]
+    assert batch.phy_offset[0] == 0 < batch.phy_offset[1] < batch.phy_offset[2]
+    assert batch.store_timestamp_ms > 0 and all(size > 0 for size in batch.wrote_bytes)
+    served.wait_dispatched(2)
+    for phy_offset, wrote_bytes in zip(batch.phy_offset, batch.wrote_bytes):
+        stored = served.stub.LookMessageByPhyOffset(pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset),
+                                                    timeout=RPC_TIMEOUT_S)
+        assert stored.store_size_bytes == wrote_bytes and stored.store_timestamp_ms == batch.store_timestamp_ms
+        assert stored.offset_msg_id == (batch.store_host_prefix + phy_offset.to_bytes(8, "big")).hex().upper()
+    # Both answer forms count the same queues on.
+    per_message = served.put(*messages)
+    assert [r.queue_offset for r in per_message] == [2, 1, 3]
+    again = served.stub.PutMessages(pb.PutMessagesRequest(messages=messages, batch_results=True),
+                                    timeout=RPC_TIMEOUT_S).batch
+    assert list(again.queue_offset) == [4, 2, 5]
+    assert again.phy_offset[0] == per_message[-1].phy_offset + per_message[-1].wrote_bytes
+    # A refused batch: the status and reason, no columns, nothing written.
+    before = served.store.commitlog.max_offset
+    refused = served.stub.PutMessages(pb.PutMessagesRequest(
+        messages=[message(b"ok"), pb.Message(topic="bad topic", body=b"x")], batch_results=True),
+        timeout=RPC_TIMEOUT_S).batch
+    assert refused.status == pb.TOPIC_ILLEGAL and "message 1 of the batch" in refused.error
+    assert not refused.phy_offset and not refused.queue_offset and not refused.wrote_bytes
+    assert served.store.commitlog.max_offset == before
+
+
 def test_put_after_shutdown_is_unavailable(served: Served) -> None:
     served.store.shutdown()
     with pytest.raises(grpc.RpcError) as error:

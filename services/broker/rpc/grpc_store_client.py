@@ -92,7 +92,7 @@ class GrpcStoreClient:
 
     # -- messages -------------------------------------------------------------------------------
     def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
-        request = pb.PutMessagesRequest(allow_system_topics=allow_system_topics)
+        request = pb.PutMessagesRequest(allow_system_topics=allow_system_topics, batch_results=True)
         add = request.messages.add
         for message in messages:
             out = add()
@@ -118,8 +118,10 @@ class GrpcStoreClient:
         except ValueError as exc:  # grpc: the channel is closed (the broker is stopping)
             raise StoreCallError(f"store client closed: {exc}") from None
         status_of = _PUT_STATUS
-        return [PutOutcome(status_of[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
-                for r in response.results]
+        if not response.HasField("batch"):  # a store that predates batch_results
+            return [PutOutcome(status_of[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
+                    for r in response.results]
+        return _outcomes(response.batch, len(messages))
 
     def look_message(self, phy_offset: int) -> StoredMessage | None:
         record = self._get_or_none("LookMessageByPhyOffset", pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset))
@@ -353,6 +355,21 @@ def _ack_result(status: int) -> AckResult:
     if result is None:
         raise StoreCallError(f"store answered an unknown ack status {status}")
     return result
+
+
+def _outcomes(batch: pb.PutBatchResult, count: int) -> list[PutOutcome]:
+    """One PutOutcome per message from a PutBatchResult (one status, packed offset columns)."""
+    status = _PUT_STATUS[batch.status]
+    phy_offsets = list(batch.phy_offset)
+    if len(phy_offsets) != count:  # not appended (the columns are empty): the same refusal for all
+        if status is PutStatus.PUT_OK and count:
+            raise StoreCallError(f"store answered {len(phy_offsets)} offsets for {count} messages")
+        return [PutOutcome(status, error=batch.error) for _ in range(count)]
+    prefix = batch.store_host_prefix
+    error = batch.error
+    return [PutOutcome(status, queue_offset, phy_offset, (prefix + phy_offset.to_bytes(8, "big")).hex().upper(),
+                       error)
+            for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)]
 
 
 def _stored(record: pb.Message) -> StoredMessage:

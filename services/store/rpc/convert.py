@@ -149,6 +149,24 @@ def put_response_to_pb(results: Iterable[PutResult]) -> pb.PutMessagesResponse:
     return response
 
 
+def put_batch_response_to_pb(status: PutStatus, error: str, records: list[MessageRecord],
+                             store_host_prefix: bytes) -> pb.PutMessagesResponse:
+    """The PutMessages response with ``batch`` (``batch_results``): packed columns, filled by C
+    ``extend`` calls instead of a PutResult message per record."""
+    response = pb.PutMessagesResponse()
+    batch = response.batch
+    batch.status = _PUT_STATUS_TO_PB[status]
+    if error:
+        batch.error = error
+    if records and (status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT):
+        batch.phy_offset.extend([rec.phy_offset for rec in records])
+        batch.queue_offset.extend([rec.queue_offset for rec in records])
+        batch.wrote_bytes.extend([rec.total_size for rec in records])
+        batch.store_timestamp_ms = records[0].store_timestamp_ms
+        batch.store_host_prefix = store_host_prefix
+    return response
+
+
 def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:
     return pb.GetMessagesResponse(
         status=pb.GetStatus.Value(result.status.name),

@@ -22,7 +22,7 @@ from prometheus_client import Histogram
 from services.store.consumer_stats import consumer_stats
 from services.store.model import Arrival
 from services.store.rpc import convert
-from services.store.rpc.status import TooManyWatchersError, check_put_batch, rpc_errors
+from services.store.rpc.status import TooManyWatchersError, check_put_batch, check_put_status, rpc_errors
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
 WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)
@@ -93,6 +93,7 @@ class StoreCore(Protocol):
     delay_offsets: Any
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
+    def put_batch(self, messages: list[Any], allow_system_topics: bool = False) -> tuple[Any, str]: ...
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> Any: ...
     def look_message_by_phy_offset(self, phy_offset: int) -> Any: ...
@@ -148,6 +149,11 @@ class StoreServicer(pb_grpc.StoreServicer):
     def _put_messages(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
         records = convert.messages_from_pb(request.messages)
         timer = self._put_latency.time() if self._put_latency else contextlib.nullcontext()
+        if request.batch_results:
+            with timer:
+                status, error = self._store.put_batch(records, allow_system_topics=request.allow_system_topics)
+            check_put_status(status, error, len(records))
+            return convert.put_batch_response_to_pb(status, error, records, self._store.commitlog.store_host_prefix)
         with timer:
             results = self._store.put_messages(records, allow_system_topics=request.allow_system_topics)
         check_put_batch(results)

@@ -80,6 +80,12 @@ def check_put_batch(results: list[PutResult]) -> None:
         raise StoreUnavailableError(f"store refused the batch: {reason}")
 
 
+def check_put_status(status: PutStatus, error: str, count: int) -> None:
+    """:func:`check_put_batch` for a batch answered with one status."""
+    if count and PUT_STATUS_CODES[status] is Code.UNAVAILABLE:
+        raise StoreUnavailableError(f"store refused the batch: {error or status.name}")
+
+
 DETAILS_MAX_CHARS = 1_024
 
 
