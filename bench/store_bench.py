@@ -1,6 +1,6 @@
 """Store benchmark: prints msgs/s, MB/s and CPU-seconds per message for the store's hot paths.
 
-    python bench/store_bench.py [--messages N] [--body-bytes 1024] [--only NAME ...]
+    python bench/store_bench.py [--messages N] [--body-bytes 1024] [--only NAME ...] [--pin]
 
 Scenarios (1 KiB bodies, a tag, one KEYS entry and a UNIQ_KEY per message, as an official client
 sends a message with a business key; so two IndexFile keys per message):
@@ -35,6 +35,7 @@ from services.store.recovery import scan_commitlog  # noqa: E402
 from services.store.store import FileStore  # noqa: E402
 
 QUEUES = 8
+PIN = False  # --pin
 
 
 def cpu_s() -> float:
@@ -139,6 +140,9 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
 
     proc = subprocess.Popen([sys.executable, "-m", "services.store", "--data-dir", str(root / "grpc"),
                              "--port", "0", "--metrics-port", "0"], stdout=subprocess.PIPE, text=True)
+    if PIN:
+        os.sched_setaffinity(proc.pid, {0})
+        os.sched_setaffinity(0, {1})
     try:
         line = proc.stdout.readline()
         port = int(line.split("grpc=")[1].split()[0].rsplit(":", 1)[1])
@@ -173,7 +177,8 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
         t1 = time.perf_counter()
         count = len(requests) * batch
         report("grpc", count, t1 - t0, _proc_cpu(proc.pid) - server_cpu0, count * (body_bytes + 150),
-               f"(batches of {batch}, {in_flight} in flight, batch_results; CPU is the store process's)")
+               f"(batches of {batch}, {in_flight} in flight, batch_results{', pinned' if PIN else ''}; "
+               "CPU is the store process's)")
         channel.close()
     finally:
         proc.terminate()
@@ -191,10 +196,19 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir on this disk)")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin this process (the in-process store) to CPU 0 and, for grpc, the store "
+                             "process to CPU 0 and the calling client to CPU 1: a GIL-bound process on "
+                             "one core is spared cross-core GIL hand-offs (as with a docker cpuset)")
     args = parser.parse_args()
+    global PIN
+    PIN = args.pin
+    if PIN:
+        os.sched_setaffinity(0, {0})
     root = Path(args.dir or tempfile.mkdtemp(prefix="pyrmq-bench-", dir=os.environ.get("TMPDIR", "/tmp")))
     want = set(args.only or ["append-async", "append-sync", "read", "recover", "grpc"])
-    print(f"pyrmq store bench: {args.messages:,} x {args.body_bytes} B, data in {root}", flush=True)
+    print(f"pyrmq store bench: {args.messages:,} x {args.body_bytes} B, data in {root}"
+          f"{' (pinned: --pin)' if PIN else ''}", flush=True)
     try:
         if "append-async" in want or "read" in want or "recover" in want:
             bench_append_async(root, args.messages, args.body_bytes)

@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from services.process import StopSignals, configure_logging, format_address
+from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address
 from services.broker.config import SETTINGS, BrokerConfig
 from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(argv)
         configure_logging("broker", config.log_level, config.log_format)
+        cpus = apply_cpu_affinity(config.cpu_affinity)
+        if cpus:
+            log.info("running on CPUs %s", ",".join(map(str, sorted(cpus))))
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2

@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 
-from services.process import StopSignals, configure_logging, format_address
+from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address
 from services.store.checkpoint import StoreLockedError
 from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(argv)
         configure_logging("store", config.log_level, config.log_format)
+        cpus = apply_cpu_affinity(config.cpu_affinity)
+        if cpus:
+            log.info("running on CPUs %s", ",".join(map(str, sorted(cpus))))
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2
