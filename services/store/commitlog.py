@@ -122,10 +122,6 @@ class CommitLog:
             add((rec, topic_part, properties_bytes))
         return prepared
 
-    def prepare(self, rec: MessageRecord) -> tuple[MessageRecord, bytes, bytes]:
-        """:meth:`prepare_batch` of one record."""
-        return self.prepare_batch([rec])[0]
-
     def _topic_part(self, topic: str) -> bytes:
         topic_bytes = topic.encode("utf-8")
         magic = choose_magic(topic_bytes)
@@ -133,7 +129,7 @@ class CommitLog:
         return self._topic_parts.setdefault(topic, prefix + topic_bytes)
 
     def append_batch(self, records: list[tuple[MessageRecord, bytes, bytes]]) -> None:
-        """Append prepared records (see :meth:`prepare`) under one lock acquisition.
+        """Append prepared records (see :meth:`prepare_batch`) under one lock acquisition.
 
         Fills queue_offset, phy_offset and store_timestamp_ms of each record. Raises OSError
         if the segment cannot be created or written (nothing after the failure is written).

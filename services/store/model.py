@@ -9,7 +9,7 @@ import enum
 from typing import NamedTuple
 from dataclasses import dataclass, field
 
-from services.store.format.commitlog_format import MessageRecord
+from services.store.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
 
 
 class PutStatus(enum.Enum):
@@ -45,7 +45,7 @@ class PutResult:
         """Offset message id (store host + phy offset), computed on demand."""
         if self.phy_offset < 0 or not self.store_host_prefix:
             return ""
-        return (self.store_host_prefix + self.phy_offset.to_bytes(8, "big")).hex().upper()
+        return offset_msg_id_with_prefix(self.store_host_prefix, self.phy_offset)
 
 
 class GetStatus(enum.Enum):

@@ -28,6 +28,7 @@ from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessag
 from services.broker.offsets import GetOutcome, GetStatus
 from services.broker.rpc.put_stream import PutStream
 from services.rpc.health import NotServingError, wait_serving
+from services.store.format.commitlog_format import offset_msg_id_with_prefix
 
 log = logging.getLogger(__name__)
 
@@ -367,8 +368,7 @@ def _outcomes(batch: pb.PutBatchResult, count: int) -> list[PutOutcome]:
         return [PutOutcome(status, error=batch.error) for _ in range(count)]
     prefix = batch.store_host_prefix
     error = batch.error
-    return [PutOutcome(status, queue_offset, phy_offset, (prefix + phy_offset.to_bytes(8, "big")).hex().upper(),
-                       error)
+    return [PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error)
             for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)]
 
 

@@ -374,6 +374,11 @@ def offset_msg_id(store_host: tuple[bytes, int], phy_offset: int) -> str:
     return (ip + struct.pack(">iq", port, phy_offset)).hex().upper()
 
 
+def offset_msg_id_with_prefix(store_host_prefix: bytes, phy_offset: int) -> str:
+    """:func:`offset_msg_id` from the packed store IP + int32 port (computed once per store)."""
+    return (store_host_prefix + phy_offset.to_bytes(8, "big")).hex().upper()
+
+
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[bytes, int], int]:
     """Inverse of :func:`offset_msg_id`: ((ip, port), phy_offset). Raises ValueError."""
     if len(msg_id) not in (32, 56):
