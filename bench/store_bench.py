@@ -11,6 +11,8 @@ sends a message with a business key; so two IndexFile keys per message):
   recover        recovery scan of the CommitLog with CRC checks
   grpc           PutMessages over gRPC to a store process, batches of 100, 4 calls in flight,
                  answered with batch_results (as the broker asks)
+  grpc-stream    the same batches over 4 PutMessagesStream calls, one batch in flight on each
+                 (the broker's put stream); runs with grpc
 Targets (issue 2): 150k / 50k / 300k msgs/s, 200 MB/s, 80k msgs/s.
 """
 from __future__ import annotations
@@ -134,7 +136,8 @@ def bench_recover(root: Path) -> None:
     store.commitlog.close()
 
 
-def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100) -> None:
+def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100,
+               stream: bool = False) -> None:
     import grpc
     from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
@@ -160,15 +163,32 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
         lock = threading.Lock()
         queue = list(reversed(requests))
 
+        def next_request() -> store_pb2.PutMessagesRequest | None:
+            with lock:
+                return queue.pop() if queue else None
+
         def caller() -> None:
-            while True:
-                with lock:
-                    if not queue:
-                        return
-                    req = queue.pop()
+            while (req := next_request()) is not None:
                 stub.PutMessages(req, timeout=30)
 
-        threads = [threading.Thread(target=caller) for _ in range(in_flight)]
+        def stream_caller() -> None:
+            # One PutMessagesStream per caller, one batch in flight on it (as the broker uses it).
+            answered = threading.Semaphore(1)
+
+            def requests_():
+                while True:
+                    answered.acquire()
+                    req = next_request()
+                    if req is None:
+                        return
+                    yield req
+
+            for resp in stub.PutMessagesStream(requests_(), timeout=300):
+                if resp.batch.status != store_pb2.PUT_OK:
+                    raise RuntimeError(f"put failed: {resp.batch}")
+                answered.release()
+
+        threads = [threading.Thread(target=stream_caller if stream else caller) for _ in range(in_flight)]
         t0 = time.perf_counter()
         for t in threads:
             t.start()
@@ -176,8 +196,10 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
             t.join()
         t1 = time.perf_counter()
         count = len(requests) * batch
-        report("grpc", count, t1 - t0, _proc_cpu(proc.pid) - server_cpu0, count * (body_bytes + 150),
-               f"(batches of {batch}, {in_flight} in flight, batch_results{', pinned' if PIN else ''}; "
+        report("grpc-stream" if stream else "grpc", count, t1 - t0, _proc_cpu(proc.pid) - server_cpu0,
+               count * (body_bytes + 150),
+               f"(batches of {batch}, {in_flight} {'PutMessagesStream' if stream else 'in flight'}, "
+               f"batch_results{', pinned' if PIN else ''}; "
                "CPU is the store process's)")
         channel.close()
     finally:
@@ -223,6 +245,8 @@ def main() -> None:
             bench_recover(root)
         if "grpc" in want:
             bench_grpc(root, min(args.messages, 200_000), args.body_bytes)
+        if "grpc-stream" in want or "grpc" in want:
+            bench_grpc(root / "stream", min(args.messages, 200_000), args.body_bytes, stream=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -22,6 +22,7 @@ import logging
 import struct
 import threading
 import zlib
+from typing import Callable
 
 from services.store.clock import Clock
 from services.store.config import StoreConfig
@@ -62,6 +63,7 @@ class CommitLog:
         self.last_store_timestamp_ms = 0
         self.put_messages_total = 0
         self.put_bytes_total = 0
+        self.on_populate_low: Callable[[], None] | None = None  # wakes the warm-ahead thread
 
     # -- offsets ----------------------------------------------------------------------------
     @property
@@ -211,6 +213,9 @@ class CommitLog:
             finally:
                 if pos > mf.wrote_position:
                     mf.wrote_position = pos  # what was written, even when a later record failed
+            if pos > mf.warm_mark and self.on_populate_low is not None:
+                mf.warm_mark = file_size  # once per warming round: the warmer sets the next mark
+                self.on_populate_low()
             self.put_bytes_total += put_bytes
             self.put_messages_total += len(records)
             self.last_store_timestamp_ms = now

@@ -10,7 +10,9 @@ reput_from_offset is always a record (or blank record, or file) boundary.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import threading
 from typing import Callable, Protocol
 
@@ -20,6 +22,7 @@ from services.store.model import Arrival, DispatchRequest
 log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_MAX = 4096
+_SIZE = operator.attrgetter("size")
 
 
 class Dispatcher(Protocol):
@@ -64,6 +67,12 @@ class ReputService:
             while backlog and backlog[0].phy_offset < offset:
                 backlog.popleft()  # recorded before a restart of reput from an earlier point
             if backlog and backlog[0].phy_offset == offset:
+                taken = self._take_run(backlog, offset, end, DISPATCH_BATCH_MAX - len(batch))
+                if taken:
+                    batch += taken
+                    tail = taken[-1]
+                    offset = tail.phy_offset + tail.size
+                    continue
                 req = backlog.popleft()
                 batch.append(req)
                 offset += req.size
@@ -80,6 +89,22 @@ class ReputService:
             else:
                 break  # no valid record yet (should not happen below max_offset)
         return batch, offset
+
+    @staticmethod
+    def _take_run(backlog, offset: int, end: int, limit: int) -> list[DispatchRequest]:
+        """Pop the backlog's head run in one go when it is contiguous from ``offset`` and ends by
+        ``end`` (the usual case: one segment, appended in order); else pop nothing and return []
+        (the record-by-record loop handles segment ends and records past ``end``)."""
+        run = list(itertools.islice(backlog, min(limit, len(backlog))))
+        if len(run) < 2:
+            return []
+        tail = run[-1]
+        stop = tail.phy_offset + tail.size
+        if stop > end or stop - offset != sum(map(_SIZE, run)):
+            return []  # sizes that add up from offset to the tail's end: no gap, no overlap
+        for _ in range(len(run)):
+            backlog.popleft()
+        return run
 
     def run_once(self) -> int:
         """Dispatch everything available now; returns the number of records dispatched."""

@@ -28,6 +28,7 @@ from services.store.clock import Clock, SystemClock
 from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
+from services.store.mapped_file import WarmAheadService
 from services.store.flush import (
     ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
 from services.store.format.commitlog_format import (
@@ -172,6 +173,10 @@ class FileStore(StoreReader):
         offsets = PeriodicTask("persist-offsets", CONSUMER_OFFSET_PERSIST_INTERVAL_MS, self._persist_offsets)
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
         self._services = [self.reput, flusher, cq_flush, self.clean, offsets, self.pop.revive]
+        if config.warm_ahead_bytes > 0:
+            warm = WarmAheadService(self.commitlog.mfq, config.warm_ahead_bytes)
+            self.commitlog.on_populate_low = warm.wake
+            self._services.insert(0, warm)
         for service in self._services:
             service.start()
 
