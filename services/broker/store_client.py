@@ -147,6 +147,8 @@ class CoalescerStats:
 
 class PutSink(Protocol):
     def submit(self, message: StoreMessage) -> PendingPut: ...
+    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+        """``submit`` each, in order; a message that cannot be submitted gets its BrokerError."""
     def stats(self) -> CoalescerStats: ...
     def close(self) -> None: ...
 
@@ -168,6 +170,9 @@ class DirectPutSink:
         else:
             pending.complete(outcome)
         return pending
+
+    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+        return [self.submit(message) for message in messages]
 
     def stats(self) -> CoalescerStats:
         calls = self.put_calls
@@ -223,6 +228,31 @@ class PutCoalescer:
             self._queue.append(pending)
             self._queued_bytes += pending.size_bytes
         return pending  # its sender's ``wait`` leads, or waits for the batch in flight
+
+    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+        """``submit`` for each message of one request, taking the lock once. A message that
+        does not fit the queue gets TOO_MANY_REQUESTS in its place (and so do the ones after
+        it, whose order must not pass it); the rest are queued together, in order."""
+        now_s = self._monotonic_s()
+        lead = self.lead
+        pendings = [PendingPut(message, now_s, lead) for message in messages]
+        out: list[PendingPut | BrokerError] = []
+        with self._cond:
+            if self._closed:
+                error = StoreCallError("the broker is shutting down")
+                return [error] * len(pendings)
+            queue = self._queue
+            for pending in pendings:
+                if len(queue) >= self._queue_messages_max or (
+                        queue and self._queued_bytes + pending.size_bytes > self._queue_bytes_max):
+                    full = FlowControlError(
+                        f"too many sends waiting for the store ({len(queue)} messages, "
+                        f"{self._queued_bytes} bytes)", Code.TOO_MANY_REQUESTS)
+                    return out + [full] * (len(pendings) - len(out))
+                queue.append(pending)
+                self._queued_bytes += pending.size_bytes
+                out.append(pending)
+        return out
 
     def lead(self, pending: PendingPut) -> None:
         """Called by a waiter: while nobody else is sending, send what is queued on this thread,

@@ -100,7 +100,9 @@ class GrpcStoreClient:
             out.topic = message.topic
             out.queue_id = message.queue_id
             out.body = message.body
-            out.properties.update(message.properties)
+            properties = out.properties
+            for key, value in message.properties.items():  # MutableMapping.update is pure Python
+                properties[key] = value
             if message.sys_flag:
                 out.sys_flag = message.sys_flag
             if message.flag:
