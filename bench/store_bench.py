@@ -4,8 +4,9 @@
 
 Scenarios (1 KiB bodies, a tag, one KEYS entry and a UNIQ_KEY per message, as an official client
 sends a message with a business key; so two IndexFile keys per message):
-  append-async   in-process put_messages, batches of 32, ASYNC flush, *including* ConsumeQueue
-                 dispatch and IndexFile (timed until reput has caught up)
+  append-async   in-process put_batch (the call the store's gRPC servicer makes; put_messages
+                 adds a PutResult per message), batches of 32, ASYNC flush, *including*
+                 ConsumeQueue dispatch and IndexFile (timed until reput has caught up)
   append-sync    SYNC flush, 32 writer threads putting 1 (and 16) messages per call (group commit)
   read           get_messages by queue, 32 per call
   recover        recovery scan of the CommitLog with CRC checks
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.store.config import FlushMode, StoreConfig  # noqa: E402
 from services.store.format.commitlog_format import MessageRecord  # noqa: E402
+from services.store.model import PutStatus  # noqa: E402
 from services.store.recovery import scan_commitlog  # noqa: E402
 from services.store.store import FileStore  # noqa: E402
 
@@ -71,7 +73,9 @@ def bench_append_async(root: Path, n: int, body_bytes: int) -> None:
     batches = [msgs[i:i + 32] for i in range(0, n, 32)]
     c0, t0 = cpu_s(), time.perf_counter()
     for batch in batches:
-        store.put_messages(batch)
+        status, error = store.put_batch(batch)
+        if status is not PutStatus.PUT_OK:
+            raise SystemExit(f"put failed: {status.name} {error}")
     while store.reput.dispatch_behind_bytes:
         time.sleep(0.001)
     t1, c1 = time.perf_counter(), cpu_s()

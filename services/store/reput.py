@@ -10,7 +10,7 @@ reput_from_offset is always a record (or blank record, or file) boundary.
 """
 from __future__ import annotations
 
-import itertools
+import collections
 import logging
 import operator
 import threading
@@ -91,19 +91,29 @@ class ReputService:
         return batch, offset
 
     @staticmethod
-    def _take_run(backlog, offset: int, end: int, limit: int) -> list[DispatchRequest]:
-        """Pop the backlog's head run in one go when it is contiguous from ``offset`` and ends by
-        ``end`` (the usual case: one segment, appended in order); else pop nothing and return []
-        (the record-by-record loop handles segment ends and records past ``end``)."""
-        run = list(itertools.islice(backlog, min(limit, len(backlog))))
-        if len(run) < 2:
+    def _take_run(backlog: collections.deque[DispatchRequest], offset: int, end: int,
+                  limit: int) -> list[DispatchRequest]:
+        """Pop the backlog's head run in one go: the records from ``offset`` that end by ``end``,
+        when they are contiguous (the usual case: one segment, appended in order). Otherwise
+        put everything back and return [] (the record-by-record loop handles segment ends).
+
+        The writer appends to the right of the deque meanwhile, so it is never iterated: items
+        are popped from the left (reput is the only one taking from there) and put back there.
+        """
+        count = min(limit, len(backlog))
+        if count < 2:
             return []
-        tail = run[-1]
-        stop = tail.phy_offset + tail.size
-        if stop > end or stop - offset != sum(map(_SIZE, run)):
-            return []  # sizes that add up from offset to the tail's end: no gap, no overlap
-        for _ in range(len(run)):
-            backlog.popleft()
+        popleft = backlog.popleft
+        run = [popleft() for _ in range(count)]
+        keep = count
+        while keep and run[keep - 1].phy_offset + run[keep - 1].size > end:
+            keep -= 1  # appended after ``end`` was read: for the next round
+        if keep < 2 or sum(map(_SIZE, run[:keep])) != run[keep - 1].phy_offset + run[keep - 1].size - offset:
+            backlog.extendleft(reversed(run))  # a gap or a segment end: the careful loop decides
+            return []
+        if keep < count:
+            backlog.extendleft(reversed(run[keep:]))
+            del run[keep:]
         return run
 
     def run_once(self) -> int:
