@@ -21,7 +21,6 @@ import collections
 import logging
 import struct
 import threading
-import zlib
 from typing import Callable
 
 from services.store.clock import Clock
@@ -32,6 +31,7 @@ from services.store.format.commitlog_format import (
     TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
     host_from_string, tags_code)
 from services.store.format.properties_format import PropertiesError, encode_properties_checked
+from services.store.format.crc32 import crc32 as fast_crc32
 from services.store.format.java_compat import java_string_hash_repeated
 from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
@@ -98,7 +98,7 @@ class CommitLog:
         host_flag = self._store_host_flag
         prop_extra = PROP_CRC_RESERVED_LEN if self.config.append_prop_crc else 0
         header_sizes = _HEADER_SIZES
-        crc32 = zlib.crc32
+        crc32 = fast_crc32
         encode = encode_properties_checked
         prepared = []
         add = prepared.append
@@ -143,7 +143,7 @@ class CommitLog:
         prop_extra = PROP_CRC_RESERVED_LEN if prop_crc else 0
         store_ip, store_port = self.store_host
         join = b"".join
-        crc32 = zlib.crc32
+        crc32 = fast_crc32
         pack_len = _INT16_PACK
         new_request = tuple.__new__
         with self.put_lock:

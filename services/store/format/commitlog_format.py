@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from dataclasses import dataclass, field
 
+from services.store.format.crc32 import crc32
 from services.store.format.java_compat import java_string_hash_repeated
 from services.store.format.properties_format import (
     DELAY_TIME_LEVEL, KEYS, TAGS, UNIQ_KEY, decode_properties, encode_properties)
@@ -135,7 +135,7 @@ def host_to_string(host: tuple[bytes, int]) -> str:
 
 def body_crc(body: bytes) -> int:
     """RocketMQ's body CRC: java.util.zip.CRC32 masked to 31 bits (0 for an empty body)."""
-    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+    return crc32(body) & 0x7FFFFFFF if body else 0
 
 
 @dataclass(slots=True)
@@ -236,7 +236,7 @@ def prop_crc_digits(crc: int) -> bytes:
 
 def fill_prop_crc(buf, pos: int, total_size: int) -> None:
     """Compute and write the whole-record CRC of the record at ``buf[pos:]`` (reserved trailer)."""
-    crc = zlib.crc32(buf[pos:pos + total_size - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+    crc = crc32(buf[pos:pos + total_size - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
     digits_pos = pos + total_size - 11
     buf[digits_pos:digits_pos + 10] = prop_crc_digits(crc)
 
@@ -321,7 +321,7 @@ def decode_record(buf, pos: int, limit: int, check_crc: bool = True, base_offset
     if body_len < 0 or p + body_len > end:
         raise CorruptRecord(where, f"bad body length {body_len}")
     body_view = buf[p:p + body_len]
-    if check_crc and (zlib.crc32(body_view) & 0x7FFFFFFF if body_len else 0) != crc:
+    if check_crc and (crc32(body_view) & 0x7FFFFFFF if body_len else 0) != crc:
         raise CorruptRecord(where, "body crc mismatch")
     p += body_len
     if p + 1 > end:
@@ -429,7 +429,7 @@ def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_
     body_len = _INT32.unpack_from(view, p - 4)[0]
     if body_len < 0 or p + body_len > end:
         raise CorruptRecord(expected_phy_offset, f"bad body length {body_len}")
-    if check_crc and (zlib.crc32(view[p:p + body_len]) & 0x7FFFFFFF if body_len else 0) != crc:
+    if check_crc and (crc32(view[p:p + body_len]) & 0x7FFFFFFF if body_len else 0) != crc:
         raise CorruptRecord(expected_phy_offset, "body crc mismatch")
     p += body_len
     if magic == MAGIC_V2:
@@ -451,7 +451,7 @@ def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_
     if require_prop_crc and not has_trailer:
         raise CorruptRecord(expected_phy_offset, "record crc trailer missing", total_size)
     if check_crc and has_trailer:
-        crc = zlib.crc32(view[pos:end - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+        crc = crc32(view[pos:end - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
         if view[end - 11:end - 1] != prop_crc_digits(crc):
             raise CorruptRecord(expected_phy_offset, "record crc mismatch")
     return total_size
