@@ -32,7 +32,7 @@ from services.store.format.commitlog_format import (
     host_from_string, tags_code)
 from services.store.format.properties_format import PropertiesError, encode_properties_checked
 from services.store.format.crc32 import crc32 as fast_crc32
-from services.store.format.java_compat import java_string_hash_repeated
+from services.store.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
 from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
@@ -146,6 +146,7 @@ class CommitLog:
         crc32 = fast_crc32
         pack_len = _INT16_PACK
         new_request = tuple.__new__
+        known_hash = REPEATED_HASHES.get
         with self.put_lock:
             now = self.clock.now_ms()
             if now < self.last_store_timestamp_ms:
@@ -204,7 +205,9 @@ class CommitLog:
                             code = tags_code(rec, self.delay_level_millis)
                         else:
                             tags = props.get(TAGS)
-                            code = java_string_hash_repeated(tags) if tags else 0
+                            code = known_hash(tags, 0) if tags else 0  # the memo first: no call
+                            if code == 0 and tags:
+                                code = java_string_hash_repeated(tags)
                         backlog.append(new_request(DispatchRequest, (
                             topic, queue_id, phy_offset, size, code, now, queue_offset,
                             props.get(KEYS, ""), props.get(UNIQ_KEY, ""), sys_flag,

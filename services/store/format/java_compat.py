@@ -28,18 +28,18 @@ def java_string_hash(text: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
-_REPEATED_HASHES: dict[str, int] = {}
-_REPEATED_HASHES_MAX = 65_536
+REPEATED_HASHES: dict[str, int] = {}
+REPEATED_HASHES_MAX = 65_536
 
 
 def java_string_hash_repeated(text: str) -> int:
     """:func:`java_string_hash` memoised, for values that repeat (tags, message groups); unique
     values (keys, ids) would only churn the memo, so they use the plain function."""
-    h = _REPEATED_HASHES.get(text)
+    h = REPEATED_HASHES.get(text)
     if h is None:
-        if len(_REPEATED_HASHES) >= _REPEATED_HASHES_MAX:
-            _REPEATED_HASHES.clear()
-        h = _REPEATED_HASHES[text] = java_string_hash(text)
+        if len(REPEATED_HASHES) >= REPEATED_HASHES_MAX:
+            REPEATED_HASHES.clear()
+        h = REPEATED_HASHES[text] = java_string_hash(text)
     return h
 
 
