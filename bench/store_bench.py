@@ -140,6 +140,9 @@ def bench_recover(root: Path) -> None:
     store.commitlog.close()
 
 
+WARMUP_CALLS = 20  # PutMessages calls before the clock starts
+
+
 def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100,
                stream: bool = False) -> None:
     import grpc
@@ -157,12 +160,16 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
         stub = store_pb2_grpc.StoreStub(channel)
         body = os.urandom(body_bytes)
         requests = []
-        for b in range(n // batch):
+        for b in range(n // batch + WARMUP_CALLS):
             requests.append(store_pb2.PutMessagesRequest(messages=[
                 store_pb2.Message(topic="BenchTopic", queue_id=(b * batch + i) % QUEUES, body=body,
                                   properties={"TAGS": "TagA", "KEYS": f"order-{b * batch + i}"},
                                   born_timestamp_ms=1_700_000_000_000, born_host="127.0.0.1:1")
                 for i in range(batch)], batch_results=True))
+        # Warm up (connection, HTTP/2 windows, the first segment and IndexFile) outside the timing.
+        for req in requests[:WARMUP_CALLS]:
+            stub.PutMessages(req, timeout=30)
+        requests = requests[WARMUP_CALLS:]
         server_cpu0 = _proc_cpu(proc.pid)
         lock = threading.Lock()
         queue = list(reversed(requests))
