@@ -17,6 +17,7 @@ recovery truncates and reput rebuilds from it.
 from __future__ import annotations
 
 import logging
+import operator
 import shutil
 import threading
 from typing import Callable
@@ -60,6 +61,12 @@ class _IndexDispatcher:
 
     def dispatch(self, requests: list[DispatchRequest]) -> None:
         self.index_service.build_index_batch(requests)
+
+
+# The batch-wide size checks run in C over the prepared tuples (record, topic part, properties).
+_RECORD = operator.itemgetter(0)
+_PROPERTIES_BYTES = operator.itemgetter(2)
+_TOTAL_SIZE = operator.attrgetter("total_size")
 
 
 class FileStore(StoreReader):
@@ -366,8 +373,9 @@ class FileStore(StoreReader):
             prepared = self.commitlog.prepare_batch(messages[:exc.index])
         properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self.config.append_prop_crc else 0)
         record_max = min(self.config.record_size_max_bytes, self.config.commitlog_file_size_bytes - 8)
-        for i, (rec, _, properties_bytes) in enumerate(prepared):
-            if len(properties_bytes) > properties_max or rec.total_size > record_max:
+        if prepared and (max(map(len, map(_PROPERTIES_BYTES, prepared))) > properties_max
+                         or max(map(_TOTAL_SIZE, map(_RECORD, prepared))) > record_max):
+            for i, (rec, _, properties_bytes) in enumerate(prepared):  # which one (rare)
                 status, error = self._check_sizes(rec, len(properties_bytes))
                 if status is not None:
                     return prepared, (i, status, error)
