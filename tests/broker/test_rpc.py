@@ -194,11 +194,18 @@ def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_st
     assert all(stored(store_stub, "Parked", q) == [] for q in range(8))  # nothing visible yet
 
 
-def test_concurrent_sends_share_store_calls(broker, v2, store_stub):
+def test_concurrent_sends_share_store_calls(make_broker):
+    # Shedding off: on a loaded CI machine one of 64 concurrent sends may wait longer than
+    # put_queue_wait_max_ms for a worker and be refused TOO_MANY_REQUESTS, by design (the
+    # overload tests cover that); this test is about coalescing only.
+    broker = make_broker(put_queue_wait_max_ms=0)
     before = broker.sink.stats()
-    futures = [v2.SendMessage.future(s.SendMessageRequest(messages=[message(topic="Burst", message_id=f"B{i}")]),
-                                     metadata=METADATA, timeout=10) for i in range(64)]
-    assert all(f.result().status.code == d.OK for f in futures)
+    with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+        v2 = s_grpc.MessagingServiceStub(channel)
+        futures = [v2.SendMessage.future(s.SendMessageRequest(messages=[message(topic="Burst", message_id=f"B{i}")]),
+                                         metadata=METADATA, timeout=10) for i in range(64)]
+        statuses = [f.result().status for f in futures]
+    assert all(st.code == d.OK for st in statuses), [st for st in statuses if st.code != d.OK][:3]
     after = broker.sink.stats()
     assert after.messages - before.messages == 64
     assert after.put_calls - before.put_calls < 64
