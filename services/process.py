@@ -1,11 +1,12 @@
 """What every pyrmq service process shares: logging set-up, stop signals, address formatting,
-CPU affinity.
+CPU affinity, garbage-collector tuning.
 
 Used by the ``__main__`` of each service (store, broker; later scheduler and txcheck).
 """
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import logging
 import os
@@ -110,3 +111,23 @@ class StopSignals:
         while not self.received:
             idle.wait(SIGNAL_POLL_INTERVAL_S)
         return signal.Signals(self.received[0]).name
+
+
+GC_GEN1_THRESHOLD = 20    # young collections per middle one (Python: 10)
+GC_GEN2_THRESHOLD = 100   # middle collections per full one (Python: 10)
+
+
+def tune_gc(gen0_threshold: int) -> bool:
+    """Freeze what start-up allocated (never scanned again) and run the cyclic collector less
+    often: the young generation every ``gen0_threshold`` net allocations (Python: 700), then
+    ``GC_GEN1_THRESHOLD`` and ``GC_GEN2_THRESHOLD``. The hot paths (records, tuples, bytes,
+    protobuf messages) make no reference cycles, so reference counting frees them and the
+    collector only costs time: with Python's thresholds it was ~20 % of the store's in-process
+    put and dispatch (bench/RESULTS.md, 2026-11-26). ``gen0_threshold`` <= 0 keeps Python's
+    defaults. Returns whether it changed anything. Call once the service has started."""
+    if gen0_threshold <= 0:
+        return False
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(gen0_threshold, GC_GEN1_THRESHOLD, GC_GEN2_THRESHOLD)
+    return True

@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address
+from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address, tune_gc
 from services.broker.config import SETTINGS, BrokerConfig
 from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if config.metrics_port >= 0:
             metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
         broker.start()
+        tune_gc(config.gc_gen0_threshold)
         grpc_address = format_address(config.host, broker.port)
         endpoint = format_address(*broker.endpoint)
         metrics_url = metrics_http.url if metrics_http else "off"

@@ -36,6 +36,7 @@ class BrokerConfig:
     grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
     grpc_max_concurrent_streams: int = 128    # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
     cpu_affinity: str = ""                    # CPUs the broker process runs on, as in taskset -c ("1", "0-1"); empty: any
+    gc_gen0_threshold: int = 10_000           # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
     telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
@@ -112,6 +113,8 @@ class BrokerConfig:
         if self.grpc_max_concurrent_streams < 0:
             raise ValueError("grpc_max_concurrent_streams must not be negative (0: no limit)")
         parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
+        if self.gc_gen0_threshold < 0:
+            raise ValueError("gc_gen0_threshold must not be negative")
         # Streams hold a worker thread for their lifetime: leave workers for unary calls.
         if self.telemetry_streams_max > self.grpc_workers_max // 2:
             raise ValueError("telemetry_streams_max must be at most half of grpc_workers_max")

@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 
-from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address
+from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address, tune_gc
 from services.store.checkpoint import StoreLockedError
 from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     metrics = StoreMetrics(store, labels={"cluster": config.cluster_name, "node_id": config.broker_name,
                                           "node_type": "store"})
+    tune_gc(config.gc_gen0_threshold)  # after start-up: recovery's and metadata's objects are frozen
     metrics_http: MetricsHttpServer | None = None
     server = None
     try:

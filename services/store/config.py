@@ -75,6 +75,7 @@ class StoreConfig:
     # (measured here: 1-6 ms per 4 MiB, ~1.5 us per 1 KiB message the writer no longer spends).
     warm_ahead_bytes: int = 16 << 20                  # CommitLog pages populated ahead of the write position by the warm-ahead thread; 0: the writer populates
     cpu_affinity: str = ""                            # CPUs the store process runs on, as in taskset -c ("0", "0-1"); empty: any
+    gc_gen0_threshold: int = 10_000                   # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store_root", Path(self.store_root))
@@ -88,6 +89,8 @@ class StoreConfig:
         if self.flush_interval_ms <= 0 or self.sync_flush_timeout_ms <= 0:
             raise ValueError("flush intervals and timeouts must be positive")
         parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
+        if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:
+            raise ValueError("gc_gen0_threshold and warm_ahead_bytes must not be negative")
 
     @property
     def record_size_max_bytes(self) -> int:
