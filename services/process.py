@@ -124,7 +124,11 @@ def tune_gc(gen0_threshold: int) -> bool:
     protobuf messages) make no reference cycles, so reference counting frees them and the
     collector only costs time: with Python's thresholds it was ~20 % of the store's in-process
     put and dispatch (bench/RESULTS.md, 2026-11-26). ``gen0_threshold`` <= 0 keeps Python's
-    defaults. Returns whether it changed anything. Call once the service has started."""
+    defaults. Returns whether it changed anything. Call once the service has started.
+
+    Not for a gRPC server with a per-connection stream cap: a call that ends through an
+    exception path is freed only by a collection (a cycle through its traceback's frames) and
+    holds its HTTP/2 stream until then (the broker keeps Python's defaults for this reason)."""
     if gen0_threshold <= 0:
         return False
     gc.collect()

@@ -36,7 +36,11 @@ class BrokerConfig:
     grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
     grpc_max_concurrent_streams: int = 128    # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
     cpu_affinity: str = ""                    # CPUs the broker process runs on, as in taskset -c ("1", "0-1"); empty: any
-    gc_gen0_threshold: int = 10_000           # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
+    # Python's collector settings by default: a gRPC call that ends through an exception path
+    # stays alive in a reference cycle (traceback -> frames -> the call) until a collection, and
+    # holds its HTTP/2 stream meanwhile; with rare collections the grpc_max_concurrent_streams
+    # cap wedged a client's connection while the store was down (tests/faults/test_kill_store.py).
+    gc_gen0_threshold: int = 0                # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
     telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
     store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
