@@ -8,6 +8,9 @@ pre-filled with ``write()`` would make every later small flush write back a 2 Mi
 this kernel. Flushing is ``os.fdatasync`` on the file's descriptor (it also writes back pages
 dirtied through the mapping, and unlike ``mmap.flush`` it releases the GIL).
 
+Pages are populated ahead of the writer (``MADV_POPULATE_WRITE`` through ctypes, so the GIL is
+free meanwhile) by ``WarmAheadService``'s thread, or by the writer itself when it gets there first.
+
 Write errors are sticky: after a failed write or fdatasync a file refuses every later write.
 
 Invariants (per file): 0 <= flushed_position <= wrote_position <= file_size.
