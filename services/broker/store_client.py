@@ -216,17 +216,10 @@ class PutCoalescer:
 
     # -- producers' side ---------------------------------------------------------------------
     def submit(self, message: StoreMessage) -> PendingPut:
-        pending = PendingPut(message, self._monotonic_s(), self.lead)
-        with self._cond:
-            if self._closed:
-                raise StoreCallError("the broker is shutting down")
-            if len(self._queue) >= self._queue_messages_max or (
-                    self._queue and self._queued_bytes + pending.size_bytes > self._queue_bytes_max):
-                raise FlowControlError(
-                    f"too many sends waiting for the store ({len(self._queue)} messages, "
-                    f"{self._queued_bytes} bytes)", Code.TOO_MANY_REQUESTS)
-            self._queue.append(pending)
-            self._queued_bytes += pending.size_bytes
+        """Queue one message (:meth:`submit_many` of one); raises what it would put in its place."""
+        [pending] = self.submit_many([message])
+        if isinstance(pending, BrokerError):
+            raise pending
         return pending  # its sender's ``wait`` leads, or waits for the batch in flight
 
     def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:

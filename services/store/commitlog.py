@@ -205,8 +205,8 @@ class CommitLog:
                             code = tags_code(rec, self.delay_level_millis)
                         else:
                             tags = props.get(TAGS)
-                            code = known_hash(tags, 0) if tags else 0  # the memo first: no call
-                            if code == 0 and tags:
+                            code = known_hash(tags) if tags else 0  # the memo first: no call
+                            if code is None:
                                 code = java_string_hash_repeated(tags)
                         backlog.append(new_request(DispatchRequest, (
                             topic, queue_id, phy_offset, size, code, now, queue_offset,
