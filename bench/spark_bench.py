@@ -107,7 +107,7 @@ def write_store(root: Path, gib: float) -> tuple[int, int]:
     """(records, bytes) of a store root with >= gib GiB of CommitLog (reused if present)."""
     from services.store.clock import SystemClock
     from services.store.config import StoreConfig
-    from services.store.format.commitlog_format import MessageRecord
+    from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
     marker = root / "bench-records"
     if marker.exists():

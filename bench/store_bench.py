@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.store.config import FlushMode, StoreConfig  # noqa: E402
-from services.store.format.commitlog_format import MessageRecord  # noqa: E402
+from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
 from services.store.model import PutStatus  # noqa: E402
 from services.process import tune_gc  # noqa: E402
 from services.store.recovery import scan_commitlog  # noqa: E402

@@ -14,7 +14,7 @@ top-level ``pyspark_*`` module's ``DefaultSource`` (``pyspark_rocketmq.py``).
 Jobs: ``python -m pipeline.jobs.<export|rebuild|audit|stats>`` (``pipeline/jobs/``).
 
 Nothing under ``services/`` imports this package; it imports only pure modules from there: the
-store's format modules (``services.store.format.*``) and SQL92 filter, the broker's rules for
+store's format modules (``services.domain.format.*``) and SQL92 filter, the broker's rules for
 delivered messages (``services.broker.consumer``: raw records get the columns the v2 path
 gives), the admin v2 client's helpers and, for rebuild, the store's own ConsumeQueue and
 IndexFile writers.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY, decode_properties
+from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY, decode_properties
 
 _EMPTY_I64 = np.zeros(0, np.int64)
 _arange = np.arange(1 << 20, dtype=np.int64)  # grown on demand, never written to

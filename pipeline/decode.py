@@ -1,6 +1,6 @@
 """CommitLog and ConsumeQueue files -> Arrow record batches, decoded with numpy.
 
-The record layout is the store's (``services/store/format/commitlog_format.py``, byte table
+The record layout is the store's (``services/domain/format/commitlog_format.py``, byte table
 there): this module builds numpy dtypes from its ``HEADERS`` structs and asserts they agree,
 and ``decode_record`` there is the reference these decoders are tested against.
 
@@ -41,12 +41,22 @@ import pyarrow as pa
 
 from pipeline import arrow_util as au
 from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, arrow_schema
-from services.store.config import DELAY_LEVELS_DEFAULT, parse_delay_levels
-from services.store.format.commitlog_format import (
-    HEADERS, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PHY_OFFSET_POS, PROP_CRC_PREFIX, PROP_CRC_RESERVED_LEN,
-    SCHEDULE_TOPIC, SYSFLAG_POS, decode_record, tags_code)
-from services.store.format.java_compat import java_string_hash
-from services.store.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
+from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
+from services.domain.format.commitlog_format import (
+    HEADERS,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    PHY_OFFSET_POS,
+    PROP_CRC_PREFIX,
+    PROP_CRC_RESERVED_LEN,
+    SCHEDULE_TOPIC,
+    SYSFLAG_POS,
+    decode_record,
+    tags_code,
+)
+from services.domain.format.java_compat import java_string_hash
+from services.domain.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
 
 BATCH_ROWS_DEFAULT = 32_768
 SEGMENT_NAME_LENGTH = 20  # 20-digit start offset

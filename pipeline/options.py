@@ -219,7 +219,7 @@ def check_pattern(pattern: str) -> re.Pattern[str]:
 def check_expression(text: str | None, expression_type: str) -> str:
     """subExpression, validated as the broker would (a bad one fails before any read)."""
     if expression_type == "SQL92":
-        from services.store.sql_filter import SqlFilterError, compile_sql
+        from services.domain.sql_filter import SqlFilterError, compile_sql
         if text is None or not text.strip():
             raise OptionError("option 'subExpression' must be an SQL92 condition when expressionType is SQL92")
         try:
@@ -275,7 +275,7 @@ def parse_store_file_options(options: Mapping[str, str]) -> StoreFileOptions:
     if from_offset is not None and to_offset is not None and to_offset < from_offset:
         raise OptionError(f"option 'toOffset' ({to_offset}) is below 'fromOffset' ({from_offset})")
     topics = _get(opts, "topics", "topic")
-    from services.store.config import DELAY_LEVELS_DEFAULT, parse_delay_levels
+    from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
     levels = _get(opts, "delayLevels") or DELAY_LEVELS_DEFAULT
     try:
         delay_level_millis = parse_delay_levels(levels)

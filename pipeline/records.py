@@ -28,7 +28,7 @@ from pipeline import arrow_util as au
 from pipeline.decode import decode_batch, walk
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
 from services.broker.consumer import delivered_message_type, delivery_timestamp_ms, is_internal_property
-from services.store.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
+from services.domain.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
 
 DECODED = ("queueId", "queueOffset", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
            "topic", "body", "properties", "tags", "keys", "uniqKey")

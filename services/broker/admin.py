@@ -43,7 +43,7 @@ from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.model import GroupInfo, TopicInfo
 from services.broker.validation import validate_key, validate_message_id, validate_topic
-from services.store.metadata import is_system_group, is_system_topic, validate_group_name, validate_topic_name
+from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ answers TOPIC_NOT_FOUND); clients query its route first anyway.
 Filters (``parse_filter``): TAG ``*`` (or empty) accepts everything, ``a || b`` the listed tags
 (tags codes are Java ``String.hashCode``, as in the ConsumeQueue). SQL92 (``a > 5 AND color =
 'red'``, RocketMQ's grammar over the message properties, ``TAGS`` included): compiled here with
-``services.store.sql_filter.compile_sql`` only to validate it (a bad expression is
+``services.domain.sql_filter.compile_sql`` only to validate it (a bad expression is
 ILLEGAL_FILTER_EXPRESSION, naming the position), then passed as text to the store's pop, which
 evaluates it on every candidate message, retry copies included, and finishes the messages that do
 not match as if acked: they are never delivered to this group, not even later. Only a TRUE result
@@ -60,9 +60,9 @@ from services.broker.config import address_scheme
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import GroupInfo, MessageType, TopicInfo
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
-from services.store.format.java_compat import java_string_hash_repeated
-from services.store.metadata import is_system_group, retry_topic, validate_group_name
-from services.store.sql_filter import SqlFilterError, compile_sql
+from services.domain.format.java_compat import java_string_hash_repeated
+from services.domain.names import is_system_group, retry_topic, validate_group_name
+from services.domain.sql_filter import SqlFilterError, compile_sql
 
 INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000

@@ -56,7 +56,7 @@ from services.broker.clock import Clock
 from services.broker.consumer import (
     ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
 from services.broker.errors import Code, RequestError
-from services.store.sql_filter import compile_sql
+from services.domain.sql_filter import compile_sql
 
 PULL_BATCH_DEFAULT = 32
 PULL_BATCH_MAX = 1024

@@ -47,8 +47,12 @@ from services.broker.model import (
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
-from services.store.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, PROP_CRC_RESERVED_LEN, SYSFLAG_COMPRESSED
-from services.store.metadata import TIMER_TOPIC, TRANS_HALF_TOPIC
+from services.domain.format.commitlog_format import (
+    PROPERTIES_SIZE_MAX_BYTES,
+    PROP_CRC_RESERVED_LEN,
+    SYSFLAG_COMPRESSED,
+)
+from services.domain.names import TIMER_TOPIC, TRANS_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 

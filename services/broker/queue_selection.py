@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from services.store.format.java_compat import java_string_hash_repeated
+from services.domain.format.java_compat import java_string_hash_repeated
 
 _LCG_MULTIPLIER = 2862933555777941757
 _U64 = (1 << 64) - 1

@@ -38,7 +38,7 @@ from typing import Protocol
 from services.broker.consumer import FilterType, parse_filter, tags_codes, validate_group
 from services.broker.errors import Code, RequestError
 from services.broker.offsets import GetOutcome, GetStatus, OffsetService, exact_matcher
-from services.store.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
+from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
 
 RAW_PULL_BATCH_DEFAULT = 32
 RAW_PULL_BATCH_MAX = 4096

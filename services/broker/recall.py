@@ -32,7 +32,7 @@ from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
 from services.broker.model import MessageType, PutStatus, StoreMessage, TopicInfo
-from services.store.metadata import TIMER_TOPIC
+from services.domain.names import TIMER_TOPIC
 
 HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"

@@ -47,8 +47,8 @@ from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES
 from services.broker.store_client import PutSink
-from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
-from services.store.metadata import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
+from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import re
 
 from services.broker.errors import Code, RequestError
 from services.broker.model import IncomingMessage, MessageType
-from services.store.metadata import is_system_topic, validate_topic_name
+from services.domain.names import is_system_topic, validate_topic_name
 
 # MessageConst.STRING_HASH_SET: names a user property may not take (protocol-v2.md §6.2).
 RESERVED_PROPERTY_KEYS = frozenset({

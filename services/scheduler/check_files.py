@@ -9,10 +9,21 @@ import os
 from pathlib import Path
 
 from services.scheduler.errors import SchedulerLockedError
-from services.scheduler.format.delaycheck_format import (
-    DELAY_CHECK_FILE_SIZE_BYTES, NONE, decode_entry, encode_entry, entry_position, header_bytes, header_ok)
-from services.scheduler.format.timercheck_format import (
-    TIMER_CHECK_FILE_SIZE_BYTES, TimerCheck, decode_timer_check, encode_timer_check)
+from services.domain.format.delaycheck_format import (
+    DELAY_CHECK_FILE_SIZE_BYTES,
+    NONE,
+    decode_entry,
+    encode_entry,
+    entry_position,
+    header_bytes,
+    header_ok,
+)
+from services.domain.format.timercheck_format import (
+    TIMER_CHECK_FILE_SIZE_BYTES,
+    TimerCheck,
+    decode_timer_check,
+    encode_timer_check,
+)
 
 
 class TimerCheckFile:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.scheduler.format.delaycheck_format import LEVELS_MAX
-from services.scheduler.format.timerlog_format import BLANK_SIZE_BYTES, UNIT_SIZE_BYTES
-from services.scheduler.format.timerwheel_format import SLOTS_TOTAL_DEFAULT
+from services.domain.format.delaycheck_format import LEVELS_MAX
+from services.domain.format.timerlog_format import BLANK_SIZE_BYTES, UNIT_SIZE_BYTES
+from services.domain.format.timerwheel_format import SLOTS_TOTAL_DEFAULT
 from services.settings import REQUIRED, Setting, settings_of
-from services.store.config import DELAY_LEVELS_DEFAULT, parse_delay_levels
+from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 
 DAY_MS = 86_400_000
 MIB = 1 << 20

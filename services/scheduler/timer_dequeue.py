@@ -38,8 +38,13 @@ from dataclasses import dataclass
 from services.scheduler.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
-from services.scheduler.format.timerlog_format import (
-    NO_POS, STATE_DELIVERING, STATE_DONE, STATE_PENDING, TimerUnit)
+from services.domain.format.timerlog_format import (
+    NO_POS,
+    STATE_DELIVERING,
+    STATE_DONE,
+    STATE_PENDING,
+    TimerUnit,
+)
 from services.scheduler.model import (
     APPENDED_STATUSES, PERMANENT_FAILURES, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS,
     TIMER_ROLL_TIMES, TIMER_TOPIC, UNIQ_KEY, OutgoingMessage, StoredRecord, copy_to, delete_key,

@@ -25,10 +25,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from services.scheduler.clock import Clock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.format.timerlog_format import HEAD as UNIT_HEAD
-from services.scheduler.format.timerlog_format import TAIL as UNIT_TAIL
-from services.scheduler.format.timerlog_format import (
-    MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, NO_POS, STATE_PENDING, UNIT_SIZE_BYTES, TimerUnit)
+from services.domain.format.timerlog_format import HEAD as UNIT_HEAD
+from services.domain.format.timerlog_format import TAIL as UNIT_TAIL
+from services.domain.format.timerlog_format import (
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    NO_POS,
+    STATE_PENDING,
+    UNIT_SIZE_BYTES,
+    TimerUnit,
+)
 from services.scheduler.model import (
     REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC, GetResult, GetStatus, StoredRecord)
 from services.scheduler.store_client import SchedulerStore
@@ -36,7 +43,7 @@ from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 
 log = logging.getLogger(__name__)
 

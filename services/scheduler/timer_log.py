@@ -22,9 +22,19 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from services.scheduler.format.timerlog_format import (
-    BLANK_SIZE_BYTES, STATE_OFFSET, UNIT_SIZE_BYTES, CorruptUnit, TimerUnit, decode_unit, encode_blank,
-    encode_state, encode_unit, is_blank, unit_fits)
+from services.domain.format.timerlog_format import (
+    BLANK_SIZE_BYTES,
+    STATE_OFFSET,
+    UNIT_SIZE_BYTES,
+    CorruptUnit,
+    TimerUnit,
+    decode_unit,
+    encode_blank,
+    encode_state,
+    encode_unit,
+    is_blank,
+    unit_fits,
+)
 
 log = logging.getLogger(__name__)
 

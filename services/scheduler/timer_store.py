@@ -38,8 +38,14 @@ import numpy as np
 from services.scheduler.check_files import TimerCheckFile
 from services.scheduler.clock import Clock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.format.timercheck_format import TimerCheck
-from services.scheduler.format.timerlog_format import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UNIT_SIZE_BYTES, TimerUnit
+from services.domain.format.timercheck_format import TimerCheck
+from services.domain.format.timerlog_format import (
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    UNIT_DTYPE,
+    UNIT_SIZE_BYTES,
+    TimerUnit,
+)
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_enqueue import TimerEnqueue

@@ -16,8 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from services.scheduler.format.timerwheel_format import (
-    EMPTY_SLOT, SLOT, SLOT_DTYPE, SLOT_SIZE_BYTES, Slot, decode_slot, slot_index, wheel_file_size_bytes)
+from services.domain.format.timerwheel_format import (
+    EMPTY_SLOT,
+    SLOT,
+    SLOT_DTYPE,
+    SLOT_SIZE_BYTES,
+    Slot,
+    decode_slot,
+    slot_index,
+    wheel_file_size_bytes,
+)
 
 
 class TimerWheel:

@@ -5,8 +5,12 @@ import fcntl
 import os
 from pathlib import Path
 
-from services.store.format.checkpoint_format import (
-    CHECKPOINT_FILE_SIZE_BYTES, Checkpoint, decode_checkpoint, encode_checkpoint)
+from services.domain.format.checkpoint_format import (
+    CHECKPOINT_FILE_SIZE_BYTES,
+    Checkpoint,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 
 
 class CheckpointFile:

@@ -25,15 +25,30 @@ from typing import Callable
 
 from services.store.clock import Clock
 from services.store.config import StoreConfig
-from services.store.format.commitlog_format import (
-    BLANK, BLANK_RECORD_SIZE_BYTES, HEADERS, MAGIC_V1, MAGIC_V2, PROP_CRC_PREFIX, PROP_CRC_RESERVED_LEN,
-    SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
-    TOPIC_V1_LENGTH_MAX_BYTES, CorruptRecord, MessageRecord, choose_magic, decode_record, encode_blank,
-    host_from_string, tags_code)
-from services.store.format.properties_format import PropertiesError, encode_properties_checked
-from services.store.format.crc32 import crc32 as fast_crc32
-from services.store.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
-from services.store.format.properties_format import KEYS, TAGS, UNIQ_KEY
+from services.domain.format.commitlog_format import (
+    BLANK,
+    BLANK_RECORD_SIZE_BYTES,
+    HEADERS,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROP_CRC_PREFIX,
+    PROP_CRC_RESERVED_LEN,
+    SCHEDULE_TOPIC,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    TOPIC_V1_LENGTH_MAX_BYTES,
+    CorruptRecord,
+    MessageRecord,
+    choose_magic,
+    decode_record,
+    encode_blank,
+    host_from_string,
+    tags_code,
+)
+from services.domain.format.properties_format import PropertiesError, encode_properties_checked
+from services.domain.format.crc32 import crc32 as fast_crc32
+from services.domain.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
+from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 

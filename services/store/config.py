@@ -5,19 +5,11 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.store.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
-from services.store.format.consume_queue_format import CQ_UNITS_PER_FILE
+from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
+from services.domain.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
+from services.domain.format.consume_queue_format import CQ_UNITS_PER_FILE
 from services.settings import REQUIRED, Setting, settings_of
 from services.process import parse_cpu_list
-
-DELAY_LEVELS_DEFAULT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """``"1s 5s 1m"`` -> (1000, 5000, 60000); level N is index N-1."""
-    return tuple(int(item[:-1]) * _UNIT_MS[item[-1]] for item in text.split())
-
 
 class FlushMode(enum.Enum):
     ASYNC = "ASYNC_FLUSH"  # flush every flush_interval_ms; a put returns once in the page cache

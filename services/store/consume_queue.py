@@ -15,8 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from services.store.format.consume_queue_format import (
-    BLANK_UNIT, BLANK_UNIT_BYTES, CQ_DTYPE, CQ_UNIT, CQ_UNIT_SIZE_BYTES, decode_units, valid_prefix_length)
+from services.domain.format.consume_queue_format import (
+    BLANK_UNIT,
+    BLANK_UNIT_BYTES,
+    CQ_DTYPE,
+    CQ_UNIT,
+    CQ_UNIT_SIZE_BYTES,
+    decode_units,
+    valid_prefix_length,
+)
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from services.store.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
-from services.store.format.java_compat import java_hashmap_order
+from services.domain.format.java_compat import java_hashmap_order
 from services.store.metadata import (
     CONSUMER_OFFSET_FILE, DELAY_OFFSET_FILE, DataVersion, hashmap_ordered, json_int,
     json_object, json_str, load_with_backup, write_atomically)

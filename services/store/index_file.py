@@ -66,14 +66,34 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.store.clock import Clock
-from services.store.format.commitlog_format import (
-    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
-from services.store.format.index_format import (
-    HASH_ASCII_UNITS_MAX, HASH_DIGITS_Q31, HASH_DIGITS_R31, HASH_POW31, INDEX_ENTRY,
-    INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE_BYTES, INDEX_FILE_NAME_LENGTH, INDEX_HEADER,
-    INDEX_HEADER_SIZE_BYTES, INDEX_SLOT, INDEX_SLOT_SIZE_BYTES, JAVA_INT_MAX, IndexHeader,
-    entry_position, index_file_size_bytes, index_key, index_key_hash, index_key_hash_from_u32,
-    index_key_hashes_of_ranges, java_hash_extend_u32, text_units)
+from services.domain.format.commitlog_format import (
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+)
+from services.domain.format.index_format import (
+    HASH_ASCII_UNITS_MAX,
+    HASH_DIGITS_Q31,
+    HASH_DIGITS_R31,
+    HASH_POW31,
+    INDEX_ENTRY,
+    INDEX_ENTRY_DTYPE,
+    INDEX_ENTRY_SIZE_BYTES,
+    INDEX_FILE_NAME_LENGTH,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE_BYTES,
+    INDEX_SLOT,
+    INDEX_SLOT_SIZE_BYTES,
+    JAVA_INT_MAX,
+    IndexHeader,
+    entry_position,
+    index_file_size_bytes,
+    index_key,
+    index_key_hash,
+    index_key_hash_from_u32,
+    index_key_hashes_of_ranges,
+    java_hash_extend_u32,
+    text_units,
+)
 
 if TYPE_CHECKING:
     from services.store.model import DispatchRequest

@@ -24,12 +24,21 @@ from __future__ import annotations
 
 from services.store.clock import Clock, SystemClock
 from services.store.config import StoreConfig
-from services.store.format.commitlog_format import (
-    BLANK_RECORD_SIZE_BYTES, PROPERTIES_SIZE_MAX_BYTES, SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_ROLLBACK_TYPE, MessageRecord, decode_offset_msg_id, decode_record,
-    encode_record, host_from_string, prepare, tags_code)
-from services.store.format.properties_format import KEYS, PropertiesError, check_properties
-from services.store.metadata import is_system_topic, validate_topic_name
+from services.domain.format.commitlog_format import (
+    BLANK_RECORD_SIZE_BYTES,
+    PROPERTIES_SIZE_MAX_BYTES,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    MessageRecord,
+    decode_offset_msg_id,
+    decode_record,
+    encode_record,
+    host_from_string,
+    prepare,
+    tags_code,
+)
+from services.domain.format.properties_format import KEYS, PropertiesError, check_properties
+from services.domain.names import is_system_topic, validate_topic_name
 from services.store.model import GetResult, GetStatus, PutResult, PutStatus
 
 FILTER_SCAN_UNITS_MAX = 16_000  # as store_read: units examined per call with a tag filter

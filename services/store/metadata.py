@@ -16,101 +16,17 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from services.domain.names import validate_group_name, validate_topic_name
 from services.store.fastjson import Bean, FastjsonDecodeError
-from services.store.format.java_compat import java_hashmap_order
+from services.domain.format.java_compat import java_hashmap_order
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# -- names (TopicValidator, MixAll, TimerMessageStore, PopAckConstants) --------------------
-
-AUTO_CREATE_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-BENCHMARK_TOPIC = "BenchmarkTest"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"
-CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
-REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"
-SYSTEM_TOPICS = frozenset({
-    AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
-    TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT_TOPIC,
-    CHECKPOINT_TOPIC})
-RETRY_TOPIC_PREFIX = "%RETRY%"
-DLQ_TOPIC_PREFIX = "%DLQ%"
-
-SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
-TRANS_CHECK_GROUP = SYSTEM_GROUP_PREFIX + "TRANS"
-REVIVE_GROUP = SYSTEM_GROUP_PREFIX + "REVIVE_GROUP"
-# MixAll.PREDEFINE_GROUP_SET, verbatim.
-PREDEFINED_GROUPS = frozenset({
-    "DEFAULT_CONSUMER", "DEFAULT_PRODUCER", "TOOLS_CONSUMER", "SCHEDULE_CONSUMER",
-    "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",
-    "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER",
-    "CID_ONSAPI_PULL", TRANS_CHECK_GROUP})
-
-TOPIC_NAME_LENGTH_MAX = 127
-RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX = 255
-GROUP_NAME_LENGTH_MAX = 120  # so that %RETRY%{group}_{topic} stays a legal topic
-_NAME_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_TOPIC_PREFIX + group
-
-
-def validate_topic_name(name: str) -> str | None:
-    """None if legal (TopicValidator.validateTopic), else the reason."""
-    if not name or name.isspace():
-        return "The specified topic is blank."
-    if not _NAME_CHARS.fullmatch(name):
-        return (f"The specified topic: {name}, contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$")
-    if name.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
-        if len(name) > RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX:
-            return (f"The specified topic is DLQ or Retry topic: {name}, and it's longer than "
-                    f"topic max length: {RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX}")
-    elif len(name) > TOPIC_NAME_LENGTH_MAX:
-        return f"The specified topic: {name}, is longer than topic max length: {TOPIC_NAME_LENGTH_MAX}"
-    return None
-
-
-def is_system_topic(name: str) -> bool:
-    """TopicValidator.isSystemTopic: a reserved name or the ``rmq_sys_`` prefix."""
-    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX)
-
-
-def validate_group_name(name: str) -> str | None:
-    """None if legal (TopicValidator.validateGroup), else the reason."""
-    if not name or name.isspace():
-        return "The specified group is blank."
-    if not _NAME_CHARS.fullmatch(name):
-        return (f"The specified group: {name}, contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$")
-    if len(name) > GROUP_NAME_LENGTH_MAX:
-        return f"The specified group: {name}, is longer than group max length: {GROUP_NAME_LENGTH_MAX}"
-    return None
-
-
-def is_system_group(name: str) -> bool:
-    """MixAll.isSysConsumerGroup (``CID_RMQ_SYS_`` prefix) or MixAll.isPredefinedGroup."""
-    return name.startswith(SYSTEM_GROUP_PREFIX) or name in PREDEFINED_GROUPS
-
 
 # -- field decoding helpers ------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import enum
 from typing import NamedTuple
 from dataclasses import dataclass, field
 
-from services.store.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
+from services.domain.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
 
 
 class PutStatus(enum.Enum):
@@ -72,7 +72,7 @@ class GetResult:
 
     @property
     def messages(self) -> list[MessageRecord]:
-        from services.store.format.commitlog_format import decode_record
+        from services.domain.format.commitlog_format import decode_record
         return [decode_record(raw, 0, len(raw), check_crc=False) for raw in self.raw_messages]
 
 

@@ -53,14 +53,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from services.store.format.commitlog_format import MessageRecord, decode_record, tags_code
-from services.store.format.properties_format import RETRY_TOPIC
-from services.store.metadata import (
-    SubscriptionGroupConfig, retry_topic, validate_group_name, validate_topic_name)
+from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
+from services.domain.format.properties_format import RETRY_TOPIC
+from services.store.metadata import SubscriptionGroupConfig
+from services.domain.names import retry_topic, validate_group_name, validate_topic_name
 from services.store.model import GetStatus
 from services.store.pop_revive import (
     REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
-from services.store.sql_filter import SqlFilter, compile_sql
+from services.domain.sql_filter import SqlFilter, compile_sql
 
 if TYPE_CHECKING:
     from services.store.store import FileStore

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.store.flush import _Loop
-from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, MessageRecord
-from services.store.format.properties_format import RETRY_TOPIC
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig, dlq_topic, retry_topic
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, MessageRecord
+from services.domain.format.properties_format import RETRY_TOPIC
+from services.store.metadata import SubscriptionGroupConfig, TopicConfig
+from services.domain.names import dlq_topic, retry_topic
 from services.store.model import Arrival, PutStatus
 
 if TYPE_CHECKING:

@@ -21,9 +21,13 @@ from dataclasses import dataclass
 
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.format.checkpoint_format import Checkpoint
-from services.store.format.commitlog_format import (
-    MAGIC_V1_BYTES, MAGIC_V2_BYTES, CorruptRecord, validate_record)
+from services.domain.format.checkpoint_format import Checkpoint
+from services.domain.format.commitlog_format import (
+    MAGIC_V1_BYTES,
+    MAGIC_V2_BYTES,
+    CorruptRecord,
+    validate_record,
+)
 from services.store.consume_queue import ConsumeQueueStore
 
 log = logging.getLogger(__name__)

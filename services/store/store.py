@@ -32,12 +32,16 @@ from services.store.consume_queue import ConsumeQueueStore
 from services.store.mapped_file import WarmAheadService
 from services.store.flush import (
     ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
-from services.store.format.commitlog_format import (
-    PROPERTIES_SIZE_MAX_BYTES, MessageRecord, decode_offset_msg_id)
-from services.store.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
+from services.domain.format.commitlog_format import (
+    PROPERTIES_SIZE_MAX_BYTES,
+    MessageRecord,
+    decode_offset_msg_id,
+)
+from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
 from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.metadata import TopicConfig, is_system_topic, validate_topic_name
+from services.store.metadata import TopicConfig
+from services.domain.names import is_system_topic, validate_topic_name
 from services.store.auth_config import AuthConfigManager
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import (

@@ -45,7 +45,7 @@ import logging
 import threading
 from collections import OrderedDict
 
-from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.txcheck.clock import Clock
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.model import (

@@ -10,8 +10,13 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.store.format.commitlog_format import MessageRecord
-from services.store.metadata import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.domain.format.commitlog_format import MessageRecord
+from services.domain.names import (
+    TRANS_CHECK_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 
 __all__ = ["Appended", "CheckOutcome", "CheckRequest", "MessageRecord", "Page", "Producers", "StoreUnavailable",
            "TxCheckStats", "TxStore", "CHECK_GROUP", "HALF_TOPIC", "MAX_TIME_TOPIC", "OP_TOPIC"]

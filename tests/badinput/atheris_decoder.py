@@ -17,7 +17,7 @@ except ImportError:  # optional: pip install atheris
     sys.exit(0)
 
 with atheris.instrument_imports():
-    from services.store.format.commitlog_format import BLANK, CorruptRecord, MessageRecord, decode_record
+    from services.domain.format.commitlog_format import BLANK, CorruptRecord, MessageRecord, decode_record
 
 
 def test_one_input(data: bytes) -> None:

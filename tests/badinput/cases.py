@@ -11,7 +11,7 @@ import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 from google.protobuf.duration_pb2 import Duration
 
-from services.store.metadata import PREDEFINED_GROUPS, SYSTEM_TOPICS
+from services.domain.names import PREDEFINED_GROUPS, SYSTEM_TOPICS
 
 ALL_STATE = ("puts", "topics", "groups", "offsets")
 SC = grpc.StatusCode

@@ -28,8 +28,13 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.store.format.commitlog_format import (
-    BLANK, CorruptRecord, MessageRecord, decode_record, encode_record)
+from services.domain.format.commitlog_format import (
+    BLANK,
+    CorruptRecord,
+    MessageRecord,
+    decode_record,
+    encode_record,
+)
 from tests.badinput.conftest import Cluster
 from tests.broker.conftest import METADATA
 

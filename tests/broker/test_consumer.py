@@ -16,7 +16,7 @@ from services.broker.consumer import (
 from services.broker.errors import BrokerError, Code
 from services.broker.model import GroupInfo, MessageType, TopicInfo
 from services.broker.rpc import consumer_convert
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 
 
 def delivery(body=b"x", handle="h1", **props) -> Delivery:

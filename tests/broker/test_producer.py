@@ -14,7 +14,7 @@ from services.broker.producer import Producer, recall_handle, response_code, tim
 from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.pull.v1 import pull_pb2 as pb
 from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 
-from services.store.format.commitlog_format import decode_record
+from services.domain.format.commitlog_format import decode_record
 from tests.broker.test_offsets_rpc import put
 
 

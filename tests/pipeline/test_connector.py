@@ -195,7 +195,7 @@ def lossy_cluster(spark, tmp_path_factory):
     starts past offset 0."""
     from services.store.clock import SystemClock
     from services.store.config import StoreConfig
-    from services.store.format.commitlog_format import MessageRecord
+    from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
     from tests.pipeline.conftest import start_cluster
     data_dir = tmp_path_factory.mktemp("lossy")

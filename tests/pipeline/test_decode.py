@@ -16,10 +16,18 @@ pa = pytest.importorskip("pyarrow")
 from pipeline.decode import (  # noqa: E402
     ALL_COLUMNS, CorruptSegment, decode_batch, find_record_start, read_consume_queue, read_segment, walk,
     walk_array)
-from services.store.format.commitlog_format import (  # noqa: E402
-    PROP_CRC_PREFIX, MessageRecord, decode_record, encode_blank, encode_record, fill_prop_crc,
-    host_from_string, host_to_string, tags_code)
-from services.store.format.consume_queue_format import BLANK_UNIT_BYTES, encode_unit  # noqa: E402
+from services.domain.format.commitlog_format import (
+    PROP_CRC_PREFIX,
+    MessageRecord,
+    decode_record,
+    encode_blank,
+    encode_record,
+    fill_prop_crc,
+    host_from_string,
+    host_to_string,
+    tags_code,
+)
+from services.domain.format.consume_queue_format import BLANK_UNIT_BYTES, encode_unit  # noqa: E402
 from tests.store.test_commitlog_format import GOLDEN, golden_record  # noqa: E402
 
 HOSTS = ["127.0.0.1:54321", "[::1]:7", "10.0.0.2:65000", "[fe80::1]:10911"]

@@ -16,8 +16,13 @@ from pipeline.messages import to_batch  # noqa: E402
 from pipeline.records import TruncatedRecords, records_to_batch  # noqa: E402
 from services.broker.rpc.grpc_store_client import _pulled  # noqa: E402
 from services.broker.rpc.consumer_convert import delivered_message  # noqa: E402
-from services.store.format.commitlog_format import (  # noqa: E402
-    MessageRecord, decode_record, encode_record, fill_prop_crc, host_from_string)
+from services.domain.format.commitlog_format import (
+    MessageRecord,
+    decode_record,
+    encode_record,
+    fill_prop_crc,
+    host_from_string,
+)
 from services.store.rpc.convert import message_to_pb  # noqa: E402
 
 BROKER = "broker-a"

@@ -5,15 +5,38 @@ import struct
 
 import pytest
 
-from services.scheduler.format import delaycheck_format as dc
-from services.scheduler.format.timercheck_format import (
-    TIMER_CHECK_FILE_SIZE_BYTES, TimerCheck, decode_timer_check, encode_timer_check)
-from services.scheduler.format.timerlog_format import (
-    BLANK_MAGIC, MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, STATE_DONE, UNIT_SIZE_BYTES, CorruptUnit, TimerUnit,
-    decode_unit, encode_blank, encode_unit, is_blank, magic_ok, unit_fits)
-from services.scheduler.format.timerwheel_format import (
-    EMPTY_SLOT, SLOT_SIZE_BYTES, WHEEL_FILE_SIZE_BYTES_DEFAULT, decode_slot, encode_slot, slot_index)
-from services.store.format.java_compat import java_string_hash
+from services.domain.format import delaycheck_format as dc
+from services.domain.format.timercheck_format import (
+    TIMER_CHECK_FILE_SIZE_BYTES,
+    TimerCheck,
+    decode_timer_check,
+    encode_timer_check,
+)
+from services.domain.format.timerlog_format import (
+    BLANK_MAGIC,
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    STATE_DONE,
+    UNIT_SIZE_BYTES,
+    CorruptUnit,
+    TimerUnit,
+    decode_unit,
+    encode_blank,
+    encode_unit,
+    is_blank,
+    magic_ok,
+    unit_fits,
+)
+from services.domain.format.timerwheel_format import (
+    EMPTY_SLOT,
+    SLOT_SIZE_BYTES,
+    WHEEL_FILE_SIZE_BYTES_DEFAULT,
+    decode_slot,
+    encode_slot,
+    slot_index,
+)
+from services.domain.format.java_compat import java_string_hash
 
 GOLDEN_UNIT = bytes.fromhex(
     "00000034"            # size 52

@@ -12,7 +12,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import GetStatus, OutgoingMessage, PutStatus
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.scheduler.service import SchedulerService
-from services.store.format.commitlog_format import decode_record
+from services.domain.format.commitlog_format import decode_record
 from tests.broker.conftest import store_address, store_stub  # noqa: F401 - fixtures
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.format.timerlog_format import (
-    BLANK_MAGIC, MAGIC_DEFAULT, STATE_DELIVERING, STATE_DONE, TimerUnit, is_blank)
+from services.domain.format.timerlog_format import (
+    BLANK_MAGIC,
+    MAGIC_DEFAULT,
+    STATE_DELIVERING,
+    STATE_DONE,
+    TimerUnit,
+    is_blank,
+)
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_wheel import TimerWheel
 from tests.scheduler.conftest import START_MS, delivered, park, run_for

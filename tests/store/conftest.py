@@ -4,7 +4,7 @@ import pytest
 
 from services.store.clock import ManualClock
 from services.store.config import FlushMode, StoreConfig
-from services.store.format.commitlog_format import MessageRecord
+from services.domain.format.commitlog_format import MessageRecord
 from services.store.store import FileStore
 
 

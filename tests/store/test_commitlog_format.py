@@ -7,13 +7,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.store.format.commitlog_format import (
-    BLANK, MAGIC_V1, MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, CorruptRecord, MessageRecord,
-    body_crc, decode_offset_msg_id, decode_record, encode_blank, encode_record, host_from_string,
-    host_to_string, offset_msg_id, record_size, tags_code, validate_record)
-from services.store.format.consume_queue_format import encode_unit
-from services.store.format.java_compat import java_hashmap_order, java_string_hash
-from services.store.format.properties_format import decode_properties, encode_properties
+from services.domain.format.commitlog_format import (
+    BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    CorruptRecord,
+    MessageRecord,
+    body_crc,
+    decode_offset_msg_id,
+    decode_record,
+    encode_blank,
+    encode_record,
+    host_from_string,
+    host_to_string,
+    offset_msg_id,
+    record_size,
+    tags_code,
+    validate_record,
+)
+from services.domain.format.consume_queue_format import encode_unit
+from services.domain.format.java_compat import java_hashmap_order, java_string_hash
+from services.domain.format.properties_format import decode_properties, encode_properties
 
 GOLDEN_HEX = """
 00 00 00 d2 da a3 20 a7 69 c8 65 ed 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00

@@ -7,7 +7,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.store.format.crc32 import crc32
+from services.domain.format.crc32 import crc32
 
 
 def test_isal_is_in_use():

@@ -22,7 +22,7 @@ import pytest
 
 from services.store.config import FlushMode
 from services.store.flush import FlushService
-from services.store.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
+from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
 from services.store.mapped_file import PAGE_SIZE_BYTES
 from services.store.model import PutStatus
 from services.store.store import FileStore

@@ -15,12 +15,25 @@ from hypothesis import strategies as st
 
 from services.store import index_file as index_file_module
 from services.store.clock import ManualClock
-from services.store.format.index_format import (
-    INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, IndexHeader, decode_entry, decode_header,
-    encode_entry, encode_header, entry_position, index_file_size_bytes, index_key, index_key_hash,
-    index_key_hash_from_u32, index_key_hashes, java_hash_extend_u32, slot_position,
-    time_diff_seconds)
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.index_format import (
+    INDEX_ENTRY_SIZE_BYTES,
+    INDEX_HEADER_SIZE_BYTES,
+    IndexHeader,
+    decode_entry,
+    decode_header,
+    encode_entry,
+    encode_header,
+    entry_position,
+    index_file_size_bytes,
+    index_key,
+    index_key_hash,
+    index_key_hash_from_u32,
+    index_key_hashes,
+    java_hash_extend_u32,
+    slot_position,
+    time_diff_seconds,
+)
+from services.domain.format.java_compat import java_string_hash
 from services.store.index_file import IndexFile, index_file_name
 from services.store.index_service import IndexService
 from services.store.model import DispatchRequest

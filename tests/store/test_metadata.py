@@ -9,11 +9,21 @@ import pytest
 from services.store.clock import ManualClock
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.fastjson import Bean, FastjsonDecodeError, dumps, loads
-from services.store.metadata import (
-    GROUP_NAME_LENGTH_MAX, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, MetadataFileError, SubscriptionGroupConfig,
-    TopicConfig, dlq_topic, is_system_group, is_system_topic, retry_topic, validate_group_name,
-    validate_topic_name, write_atomically)
+from services.domain.names import (
+    GROUP_NAME_LENGTH_MAX,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    dlq_topic,
+    is_system_group,
+    is_system_topic,
+    retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
+from services.store.metadata import MetadataFileError, SubscriptionGroupConfig, TopicConfig, write_atomically
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 
 T0 = 1_700_000_000_000

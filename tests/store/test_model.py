@@ -34,8 +34,8 @@ import pytest
 from services.store.clock import ManualClock
 from services.store.config import StoreConfig
 from services.store.flush import ConsumeQueueFlushService, FlushService
-from services.store.format.commitlog_format import MessageRecord, prepare
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.commitlog_format import MessageRecord, prepare
+from services.domain.format.java_compat import java_string_hash
 from services.store.memory_store import MemoryStore
 from services.store.model import GetResult, GetStatus, PutStatus
 from services.store.store import FileStore

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.pop import AckStatus, PopResult, PopStatus
 from services.store.pop_revive import (

@@ -11,7 +11,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.clock import ManualClock
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 from services.store.metadata import TopicConfig
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore

@@ -8,9 +8,9 @@ import grpc
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 from services.store.pop import PopStatus
-from services.store.sql_filter import SqlFilterError
+from services.domain.sql_filter import SqlFilterError
 from tests.store.conftest import message
 from tests.store.test_pop import INVISIBLE_MS, RETRY, TOPIC, ack_all, committed, create_topic, pop, put, revive
 from tests.store.test_pop import open_store, store  # noqa: F401 - fixtures

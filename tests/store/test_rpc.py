@@ -15,7 +15,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.config import StoreConfig
-from services.store.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.model import Arrival, PutResult, PutStatus
 from services.store.rpc import convert

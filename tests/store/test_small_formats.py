@@ -3,10 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.store.format.checkpoint_format import (
-    CHECKPOINT_FILE_SIZE_BYTES, Checkpoint, decode_checkpoint, encode_checkpoint)
-from services.store.format.consume_queue_format import (
-    BLANK_UNIT_BYTES, CQ_DTYPE, decode_unit, decode_units, encode_unit, encode_units, valid_prefix_length)
+from services.domain.format.checkpoint_format import (
+    CHECKPOINT_FILE_SIZE_BYTES,
+    Checkpoint,
+    decode_checkpoint,
+    encode_checkpoint,
+)
+from services.domain.format.consume_queue_format import (
+    BLANK_UNIT_BYTES,
+    CQ_DTYPE,
+    decode_unit,
+    decode_units,
+    encode_unit,
+    encode_units,
+    valid_prefix_length,
+)
 
 
 def test_checkpoint_golden_bytes():

@@ -1,4 +1,4 @@
-"""services/store/sql_filter.py: RocketMQ SQL92 filters (grammar, three-valued semantics, limits)."""
+"""services/domain/sql_filter.py: RocketMQ SQL92 filters (grammar, three-valued semantics, limits)."""
 from __future__ import annotations
 
 import re
@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.store.sql_filter import (
-    DEPTH_MAX, EXPRESSION_LENGTH_MAX, NESTING_MAX, SqlFilterError, compile_sql, parse_double, parse_long, tokenize)
+from services.domain.sql_filter import (
+    DEPTH_MAX,
+    EXPRESSION_LENGTH_MAX,
+    NESTING_MAX,
+    SqlFilterError,
+    compile_sql,
+    parse_double,
+    parse_long,
+    tokenize,
+)
 
 PROPS = {"a": "10", "b": "-3", "f": "1.5", "color": "red", "TAGS": "TagA", "s": "hello world", "flag": "TRUE",
          "x": "abc", "q": "it's", "big": "9223372036854775807", "dotted.key": "v", "sp": " 7 ", "n": "NaN"}

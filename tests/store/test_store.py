@@ -6,8 +6,8 @@ import os
 import pytest
 
 from services.store.config import FlushMode
-from services.store.format.commitlog_format import MessageRecord, decode_record
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.commitlog_format import MessageRecord, decode_record
+from services.domain.format.java_compat import java_string_hash
 from services.store.model import GetStatus, PutStatus
 from tests.store.conftest import message
 

@@ -22,7 +22,7 @@ from services.broker.clock import ManualClock
 from services.broker.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.store_client import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
-from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.store.memory_store import MemoryStore
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker

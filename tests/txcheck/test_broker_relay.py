@@ -11,7 +11,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.admin.v1 import admin_pb2_grpc as apb_grpc
 
-from services.store.format.commitlog_format import MessageRecord
+from services.domain.format.commitlog_format import MessageRecord
 from services.txcheck.model import CheckOutcome, CheckRequest
 from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.rpc.store_client import GrpcTxStore

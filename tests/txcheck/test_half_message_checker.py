@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.broker.transaction import Resolution
-from services.store.format.commitlog_format import MessageRecord
+from services.domain.format.commitlog_format import MessageRecord
 from services.txcheck.model import HALF_TOPIC, OP_TOPIC, CheckOutcome, StoreUnavailable
 from services.txcheck.op_records import OpTracker, parse_op_body
 from tests.txcheck.conftest import INTERVAL_MS, TIMEOUT_MS

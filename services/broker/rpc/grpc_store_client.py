@@ -28,7 +28,7 @@ from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessag
 from services.broker.offsets import GetOutcome, GetStatus
 from services.broker.rpc.put_stream import PutStream
 from services.rpc.health import NotServingError, wait_serving
-from services.store.format.commitlog_format import offset_msg_id_with_prefix
+from services.domain.format.commitlog_format import offset_msg_id_with_prefix
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from services.rpc.health import NotServingError, wait_serving
 from services.scheduler.clock import Clock, SystemClock
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import GetResult, GetStatus, OutgoingMessage, PutOutcome, PutStatus, StoredRecord
-from services.store.format.commitlog_format import BLANK, CorruptRecord, decode_record, host_to_string
+from services.domain.format.commitlog_format import BLANK, CorruptRecord, decode_record, host_to_string
 
 log = logging.getLogger(__name__)
 

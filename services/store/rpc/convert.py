@@ -14,7 +14,7 @@ from typing import Any
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
-from services.store.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, GetStatus, PutResult, PutStatus, StoreStats
 from services.store.pop import POP_BATCH_MAX, AckStatus, PopResult, PopStatus

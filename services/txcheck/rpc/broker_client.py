@@ -16,7 +16,7 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.rpc.tls import TlsFiles, open_channel
-from services.store.format.commitlog_format import host_to_string
+from services.domain.format.commitlog_format import host_to_string
 from services.txcheck.model import CheckOutcome, CheckRequest
 
 log = logging.getLogger(__name__)

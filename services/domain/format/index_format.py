@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.store.format.java_compat import java_string_hash
+from services.domain.format.java_compat import java_string_hash
 
 INDEX_HEADER = struct.Struct(
     ">"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from services.store.format.java_compat import java_hashmap_order
+from services.domain.format.java_compat import java_hashmap_order
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"

@@ -41,10 +41,16 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from services.store.format.crc32 import crc32
-from services.store.format.java_compat import java_string_hash_repeated
-from services.store.format.properties_format import (
-    DELAY_TIME_LEVEL, KEYS, TAGS, UNIQ_KEY, decode_properties, encode_properties)
+from services.domain.format.crc32 import crc32
+from services.domain.format.java_compat import java_string_hash_repeated
+from services.domain.format.properties_format import (
+    DELAY_TIME_LEVEL,
+    KEYS,
+    TAGS,
+    UNIQ_KEY,
+    decode_properties,
+    encode_properties,
+)
 
 MAGIC_V1 = 0xDAA320A7  # -626843481 as a Java int
 MAGIC_V2 = 0xDAA320AB  # -626843477
