@@ -103,6 +103,9 @@ class DelayLevelService:
                 now_ms + self._config.idle_poll_interval_ms)
             self._move(level, result.next_begin_offset)
             return 0
+        # A record stored after ``now_ms`` was read would look like one from a clock that went
+        # back and be delivered at once: judge what was read by the time after the read.
+        now_ms = max(now_ms, self._clock.now_ms())
         counters = self.counters
         counters.lags[index] = max(0, result.max_offset - offset)
         level_ms = self.levels_ms[index]

@@ -103,3 +103,25 @@ def test_a_delay_above_the_last_level_uses_the_last_level(make_service, store, c
     assert store.messages("Cap") == []
     run_levels(service, clock, 20, step_ms=1)
     assert [r.store_timestamp_ms - START_MS for r in store.messages("Cap")] == [2_000]
+
+
+def test_a_message_parked_during_the_read_is_not_delivered_early(make_service, store, clock):
+    """run_once reads the clock, then the queue; a message parked in between (a loaded machine)
+    has a store time after that clock reading. It must wait its whole delay, not count as a
+    message from a clock that went back (regression: delivered ~50 ms after parking in CI)."""
+    service = make_service()
+    read = store.get_messages
+
+    def get_messages_while_a_producer_parks(*args, **kwargs):
+        if not store.messages("SCHEDULE_TOPIC_XXXX"):
+            clock.advance_ms(50)
+            park_level(store, 1, "Late", "parked-during-read")
+        return read(*args, **kwargs)
+
+    store.get_messages = get_messages_while_a_producer_parks
+    parked_ms = START_MS + 50
+    run_levels(service, clock, 990, step_ms=10)
+    assert store.messages("Late") == []
+    run_levels(service, clock, 100, step_ms=1)
+    [delivered] = store.messages("Late")
+    assert delivered.store_timestamp_ms == parked_ms + 1_000
