@@ -105,7 +105,7 @@ def cpu_note(count: int) -> str:
 
 def write_store(root: Path, gib: float) -> tuple[int, int]:
     """(records, bytes) of a store root with >= gib GiB of CommitLog (reused if present)."""
-    from services.store.clock import SystemClock
+    from services.runtime.clock import SystemClock
     from services.store.config import StoreConfig
     from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore

@@ -31,10 +31,10 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from services import settings
+from services.runtime import settings
 from services.broker.config import SETTINGS as BROKER_SETTINGS
-from services.rpc.tls import TlsFiles, open_channel
-from services.settings import CONFIG_ENV
+from services.runtime.tls import TlsFiles, open_channel
+from services.runtime.settings import CONFIG_ENV
 from services.store.config import SETTINGS as STORE_SETTINGS
 
 from services.admin.acl_cli import add_commands as add_acl_commands

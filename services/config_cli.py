@@ -5,7 +5,7 @@
     pyrmq config --toml                          a TOML file with every setting at its default
     pyrmq config --markdown                      the README's settings table (a test keeps them equal)
 
-Values are resolved as the services resolve them (services/settings.py): defaults < the TOML file
+Values are resolved as the services resolve them (services/runtime/settings.py): defaults < the TOML file
 (``--config`` or ``PYRMQ_CONFIG``) < ``PYRMQ_<SERVICE>_<KEY>`` environment variables. A bad file or
 variable is reported as the service would report it, with exit code 2.
 """
@@ -19,10 +19,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from services import settings
+from services.runtime import settings
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.scheduler.config import SETTINGS as SCHEDULER_SETTINGS
-from services.settings import Setting, env_name, format_value
+from services.runtime.settings import Setting, env_name, format_value
 from services.store.config import SETTINGS as STORE_SETTINGS
 from services.txcheck.config import SETTINGS as TXCHECK_SETTINGS
 

@@ -2,7 +2,7 @@
 processes) and ``pyrmq compose`` (deploy/docker-compose.yml) read, so the two cannot drift.
 
 A service starts as ``python -m <module>`` with its settings in the environment
-(``PYRMQ_<SERVICE>_<KEY>``, services/settings.py): a row's ``settings`` gives those that place
+(``PYRMQ_<SERVICE>_<KEY>``, services/runtime/settings.py): a row's ``settings`` gives those that place
 it in the cluster (addresses, ports, data directory) from a namespace:
 ``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``store_port``,
 ``metrics_port``, ``broker_metrics_port`` (None: beside the store's), ``advertised_host`` ("":
@@ -17,7 +17,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.settings import env_name
+from services.runtime.settings import env_name
 
 
 @dataclass(frozen=True)

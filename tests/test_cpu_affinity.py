@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.config import BrokerConfig
-from services.process import parse_cpu_list
+from services.runtime.process import parse_cpu_list
 from services.store.config import StoreConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def test_bad_cpu_lists_are_refused_by_both_configs(text: str, tmp_path: Path) ->
 
 
 def _affinity_after(text: str) -> subprocess.CompletedProcess:
-    code = ("import os; from services.process import apply_cpu_affinity; "
+    code = ("import os; from services.runtime.process import apply_cpu_affinity; "
             f"print(apply_cpu_affinity({text!r}), sorted(os.sched_getaffinity(0)))")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gc_after(threshold: int) -> list[str]:
-    code = ("import gc; from services.process import tune_gc; before = gc.get_freeze_count(); "
+    code = ("import gc; from services.runtime.process import tune_gc; before = gc.get_freeze_count(); "
             "objs = [[i] for i in range(1000)]; "
             f"changed = tune_gc({threshold}); "
             "print(changed, gc.get_threshold(), gc.get_freeze_count() - before >= 1000)")

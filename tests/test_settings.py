@@ -1,4 +1,4 @@
-"""Settings (services/settings.py): defaults < TOML file < environment < command line, for every
+"""Settings (services/runtime/settings.py): defaults < TOML file < environment < command line, for every
 service; unknown keys and bad values refused with their source named; the README's table is the
 rendered catalogue; a service and ``pyrmq up`` started from a config file use it."""
 from __future__ import annotations
@@ -15,11 +15,11 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from services import settings
+from services.runtime import settings
 from services.broker.__main__ import load_config as broker_config
 from services.config_cli import CATALOG, markdown_table
 from services.scheduler.__main__ import load_config as scheduler_config
-from services.settings import SettingsError, coerce, format_value
+from services.runtime.settings import SettingsError, coerce, format_value
 from services.store.__main__ import load_config as store_config
 from services.store.config import FlushMode
 from services.txcheck.__main__ import load_config as txcheck_config

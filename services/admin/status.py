@@ -51,7 +51,7 @@ from rich.text import Text
 
 from services.admin.cli import (_EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE,
                                 _error_line, channel_of, common_arguments, positive_float)
-from services.process import format_address
+from services.runtime.process import format_address
 from services.topology import SERVICES
 
 DEFAULT_STORE_PORT = 10911              # the store's default gRPC port ([store] port)

@@ -7,32 +7,37 @@ RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
 
 ``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
 as the Python client's ``ClientConfiguration`` endpoints). Logs go to stderr. SIGTERM or
-SIGINT stops the server (in-flight calls get a grace period) and exits 0.
+SIGINT stops the server (in-flight calls get a grace period) and exits 0
+(services/runtime/service_main.py).
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from collections.abc import Mapping
+from contextlib import ExitStack
 
-from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address, tune_gc
 from services.broker.config import SETTINGS, BrokerConfig
-from services.rpc.tls import TlsFiles
-from services.settings import settings_from_args, settings_parser
 from services.broker.errors import StoreCallError
-from services.broker.metrics import BrokerMetrics, MetricsHttpServer
+from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
-from services.broker.rpc.server import BrokerServer, build_server
+from services.broker.rpc.server import build_server
+from services.runtime.metrics import MetricsHttpServer
+from services.runtime.process import StopSignals, format_address, tune_gc
+from services.runtime.service_main import run_service
+from services.runtime.settings import settings_from_args, settings_parser
+from services.runtime.tls import TlsFiles
 
 log = logging.getLogger("services.broker")
 
-READY_PREFIX = "pyrmq-broker ready"
 STOP_GRACE_S = 5.0
 
 
 def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -> BrokerConfig:
-    """BrokerConfig from the command line, the environment and the config file (services/settings.py);
-    SettingsError (a ValueError) if a setting is unknown, malformed or missing."""
+    """BrokerConfig from the command line, the environment and the config file
+    (services/runtime/settings.py); SettingsError (a ValueError) if a setting is unknown,
+    malformed or missing."""
     parser = settings_parser("broker", SETTINGS, "python -m services.broker",
                              "Run the pyrmq broker (RocketMQ v2 gRPC frontend).")
     parser.add_argument("--no-auto-create-topic", dest="auto_create_topic_enable", action="store_const",
@@ -44,58 +49,32 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
     return BrokerConfig(**settings_from_args("broker", SETTINGS, parser.parse_args(argv), environ))
 
 
-def main(argv: list[str] | None = None) -> int:
-    configure_logging()
-    try:
-        config = load_config(argv)
-        configure_logging("broker", config.log_level, config.log_format)
-        cpus = apply_cpu_affinity(config.cpu_affinity)
-        if cpus:
-            log.info("running on CPUs %s", ",".join(map(str, sorted(cpus))))
-    except ValueError as exc:
-        log.error("bad configuration: %s", exc)
-        return 2
-
-    received = StopSignals()
-
+def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
     store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
         config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
         put_stream=config.put_stream_enable)
-    broker: BrokerServer | None = None
-    metrics_http: MetricsHttpServer | None = None
-    try:
-        log.info("waiting for the store at %s", config.store_address)
-        if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
-            log.info("stopped before the store was ready")
-            return 0
-        metrics = BrokerMetrics()
-        broker = build_server(config, store, metrics=metrics)
-        if config.metrics_port >= 0:
-            metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
-        broker.start()
-        tune_gc(config.gc_gen0_threshold)
-        grpc_address = format_address(config.host, broker.port)
-        endpoint = format_address(*broker.endpoint)
-        metrics_url = metrics_http.url if metrics_http else "off"
-        log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
-        print(f"{READY_PREFIX} grpc={grpc_address} metrics={metrics_url} store={config.store_address} "
-              f"endpoint={endpoint}", flush=True)
-        log.info("received %s, stopping", received.wait())
-    except (OSError, StoreCallError) as exc:  # a port that cannot be bound; no store
-        log.error("broker failed: %s", exc)
-        return 1
-    except Exception:
-        log.exception("broker failed")
-        return 1
-    finally:
-        if broker is not None:
-            broker.stop(STOP_GRACE_S)
-            log.info("gRPC server stopped")
-        if metrics_http is not None:
-            metrics_http.close()
-        store.close()
-        log.info("broker stopped")
-    return 0
+    stack.callback(store.close)
+    log.info("waiting for the store at %s", config.store_address)
+    if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
+        return None
+    metrics = BrokerMetrics()
+    broker = build_server(config, store, metrics=metrics)
+    metrics_url = "off"
+    if config.metrics_port >= 0:
+        metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
+        stack.callback(metrics_http.close)
+        metrics_url = metrics_http.url
+    broker.start()
+    stack.callback(broker.stop, STOP_GRACE_S)
+    tune_gc(config.gc_gen0_threshold)
+    grpc_address = format_address(config.host, broker.port)
+    endpoint = format_address(*broker.endpoint)
+    log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
+    return {"grpc": grpc_address, "metrics": metrics_url, "store": config.store_address, "endpoint": endpoint}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_service("broker", argv, load_config, start, expected_errors=(StoreCallError,))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 from services.broker.auth import (
     AccessDenied, Acl, Action, Authenticator, Authorizer, ResourceType, User, UserStatus, UserType, policy_entry)
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.errors import BrokerError, Code
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP

@@ -39,7 +39,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.errors import BrokerError, Code
 
 AUTHORIZATION = "authorization"

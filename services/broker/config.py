@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from services.process import parse_cpu_list
-from services.settings import settings_of
+from services.runtime.process import parse_cpu_list
+from services.runtime.settings import settings_of
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 MIB = 1 << 20
@@ -156,7 +156,7 @@ def address_scheme(host: str) -> str:
         return "DOMAIN_NAME"
 
 
-# The settings of ``python -m services.broker`` (services/settings.py): every BrokerConfig field.
+# The settings of ``python -m services.broker`` (services/runtime/settings.py): every BrokerConfig field.
 SETTINGS = settings_of(BrokerConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
         "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name",

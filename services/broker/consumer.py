@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker import validation
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.config import address_scheme
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import GroupInfo, MessageType, TopicInfo

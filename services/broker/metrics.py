@@ -27,11 +27,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.broker.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.broker.errors import Code
 from services.broker.model import IncomingMessage, MessageType, SendReceipt
 from services.broker.store_client import CoalescerStats
-from services.store.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
+from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
 

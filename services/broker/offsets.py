@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker import validation
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.consumer import (
     ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
 from services.broker.errors import Code, RequestError

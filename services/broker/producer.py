@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable
 
 from services.broker import recall, validation
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import (

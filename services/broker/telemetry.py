@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, RequestError
 from services.broker.model import ClientType, GroupInfo

@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Protocol
 
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, NotFoundError
 from services.broker.model import TopicInfo

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.broker import validation
-from services.broker.clock import Clock
+from services.runtime.clock import Clock
 from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES

@@ -13,7 +13,7 @@ from pathlib import Path
 from services.domain.format.delaycheck_format import LEVELS_MAX
 from services.domain.format.timerlog_format import BLANK_SIZE_BYTES, UNIT_SIZE_BYTES
 from services.domain.format.timerwheel_format import SLOTS_TOTAL_DEFAULT
-from services.settings import REQUIRED, Setting, settings_of
+from services.runtime.settings import REQUIRED, Setting, settings_of
 from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 
 DAY_MS = 86_400_000
@@ -125,7 +125,7 @@ class SchedulerConfig:
         return 2 * self.timer_wheel_slots * self.timer_precision_ms
 
 
-# The settings of ``python -m services.scheduler`` (services/settings.py): SchedulerConfig's
+# The settings of ``python -m services.scheduler`` (services/runtime/settings.py): SchedulerConfig's
 # fields with data_dir in place of root (DATA_DIR/scheduler).
 SETTINGS = settings_of(
     SchedulerConfig, exclude=("root",),

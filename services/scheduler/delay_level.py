@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from services.scheduler.check_files import DelayCheckFile
-from services.scheduler.clock import Clock
+from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import (

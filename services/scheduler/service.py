@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from services.scheduler.check_files import DelayCheckFile, SchedulerLock
-from services.scheduler.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.delay_level import DelayLevelService
 from services.scheduler.errors import StoreUnavailableError

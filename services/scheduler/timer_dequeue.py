@@ -35,7 +35,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 
-from services.scheduler.clock import Clock
+from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
 from services.domain.format.timerlog_format import (

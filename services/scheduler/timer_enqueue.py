@@ -23,7 +23,7 @@ import logging
 from zlib import crc32
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from services.scheduler.clock import Clock
+from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.domain.format.timerlog_format import HEAD as UNIT_HEAD
 from services.domain.format.timerlog_format import TAIL as UNIT_TAIL

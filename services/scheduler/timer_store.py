@@ -36,7 +36,7 @@ import logging
 import numpy as np
 
 from services.scheduler.check_files import TimerCheckFile
-from services.scheduler.clock import Clock
+from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.domain.format.timercheck_format import TimerCheck
 from services.domain.format.timerlog_format import (

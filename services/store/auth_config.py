@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.metadata import DataVersion, json_object, json_str, load_with_backup, write_atomically
 
 AUTH_FILE = "auth.json"

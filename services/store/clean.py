@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Callable
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueStore

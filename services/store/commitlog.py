@@ -23,7 +23,7 @@ import struct
 import threading
 from typing import Callable
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import (
     BLANK,

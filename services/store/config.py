@@ -8,8 +8,8 @@ from pathlib import Path
 from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 from services.domain.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
 from services.domain.format.consume_queue_format import CQ_UNITS_PER_FILE
-from services.settings import REQUIRED, Setting, settings_of
-from services.process import parse_cpu_list
+from services.runtime.settings import REQUIRED, Setting, settings_of
+from services.runtime.process import parse_cpu_list
 
 class FlushMode(enum.Enum):
     ASYNC = "ASYNC_FLUSH"  # flush every flush_interval_ms; a put returns once in the page cache
@@ -126,7 +126,7 @@ class StoreConfig:
 assert BLANK_RECORD_SIZE_BYTES == 8
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-# The settings of ``python -m services.store`` (services/settings.py): StoreConfig's fields, with
+# The settings of ``python -m services.store`` (services/runtime/settings.py): StoreConfig's fields, with
 # data_dir in place of store_root (DATA_DIR/store) and store_host derived from host and port.
 SETTINGS = settings_of(
     StoreConfig, exclude=("store_root", "store_host"),

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
 from services.domain.format.java_compat import java_hashmap_order
 from services.store.metadata import (

@@ -19,7 +19,7 @@ import threading
 from typing import Callable
 
 from services.store.checkpoint import CheckpointFile
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.domain.format.commitlog_format import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.index_batch import NumpyIndexBatch
 from services.store.index_file import (  # noqa: F401 (helpers shared by the index modules)
     HASH_ASCII_UNITS_MAX, HASH_DIGITS_Q31, HASH_DIGITS_R31, HASH_POW31, INDEX_ENTRY_SIZE_BYTES,

@@ -22,7 +22,7 @@ phy_offset of the record with queue offset n; ``max_phy_offset`` is the next app
 """
 from __future__ import annotations
 
-from services.store.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import (
     BLANK_RECORD_SIZE_BYTES,

@@ -25,7 +25,7 @@ from typing import Callable
 from services.store.checkpoint import (
     CheckpointFile, StoreLock, abort_file_exists, create_abort_file, delete_abort_file)
 from services.store.clean import CleanService
-from services.store.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
 from services.store.consume_queue import ConsumeQueueStore

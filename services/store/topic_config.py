@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from services.store.clock import Clock
+from services.runtime.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
 from services.store.metadata import (
     SUBSCRIPTION_GROUP_FILE, TOPICS_FILE, DataVersion, SubscriptionGroupConfig, TopicConfig,

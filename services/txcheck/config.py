@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.process import format_address
-from services.settings import settings_of
+from services.runtime.process import format_address
+from services.runtime.settings import settings_of
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class TxCheckConfig:
         return format_address(self.host, self.port)
 
 
-# The settings of ``python -m services.txcheck`` (services/settings.py): every TxCheckConfig field.
+# The settings of ``python -m services.txcheck`` (services/runtime/settings.py): every TxCheckConfig field.
 SETTINGS = settings_of(TxCheckConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
         "store_address", "host", "port", "metrics_host", "metrics_port", "transaction_timeout_ms",

@@ -46,7 +46,7 @@ import threading
 from collections import OrderedDict
 
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
-from services.txcheck.clock import Clock
+from services.runtime.clock import Clock
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.model import (
     CHECK_IMMUNITY_S, CHECK_TIMES, HALF_TOPIC, MAX_TIME_TOPIC, OP_TOPIC, PREPARED_QUEUE_OFFSET, PRODUCER_GROUP,

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.store.metrics import MetricsHttpServer
+from services.runtime.metrics import MetricsHttpServer
 from services.txcheck.model import TxCheckStats
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
 from services.broker.rpc.server import BrokerServer, build_server
-from services.store.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore

@@ -8,7 +8,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.access import AccessGuard, snapshot_of
 from services.broker.auth import sign
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.errors import BrokerError, Code
 
 DATE = "20261122T093015Z"

@@ -10,7 +10,7 @@ import pytest
 from services.broker.auth import (
     Acl, AccessDenied, Action, AuthError, Authenticator, Authorizer, Decision, PolicyEntry, ResourcePattern,
     ResourceType, User, UserStatus, UserType, parse_authorization, sign)
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.errors import Code
 
 DATE = "20261122T093015Z"

@@ -10,7 +10,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker import consumer
-from services.broker.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.broker.consumer import (
     AckResult, ArrivalHub, ConsumerService, Delivery, FilterType, PopOutcome, ReceiveRequest)
 from services.broker.errors import BrokerError, Code

@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub
 from services.broker.model import TopicInfo
 from services.broker.offsets import GetOutcome, GetStatus, OffsetService, PullRequest

@@ -14,7 +14,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.rpc.grpc_store_client import GrpcStoreClient
 from services.broker.rpc.pool import TimedThreadPool

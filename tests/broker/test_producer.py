@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code
 from services.broker.model import BodyEncoding, IncomingMessage, MessageType, PutStatus, TopicInfo

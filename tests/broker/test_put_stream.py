@@ -10,7 +10,7 @@ import grpc
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.errors import Code, StoreCallError
 from services.broker.model import PutStatus, StoreMessage
 from services.broker.rpc.grpc_store_client import GrpcStoreClient

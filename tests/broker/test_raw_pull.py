@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub, FilterType
 from services.broker.errors import BrokerError, Code, NotFoundError
 from services.broker.model import TopicInfo

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
 from services.broker.model import ClientType, GroupInfo, MessageType, TopicInfo

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from services.broker import validation
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.model import IncomingMessage, MessageType, TopicInfo

@@ -193,7 +193,7 @@ def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
 def lossy_cluster(spark, tmp_path_factory):
     """A store whose first CommitLog segment is gone, as after retention: queue 0 of LossTopic
     starts past offset 0."""
-    from services.store.clock import SystemClock
+    from services.runtime.clock import SystemClock
     from services.store.config import StoreConfig
     from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore

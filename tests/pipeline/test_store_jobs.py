@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.store.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.domain.format.commitlog_format import BLANK, decode_record, host_to_string, tags_code
 from services.domain.format.consume_queue_format import CQ_UNIT
 from services.store.index_service import IndexService

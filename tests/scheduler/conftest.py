@@ -10,7 +10,7 @@ import pytest
 from services.broker.config import BrokerConfig
 from services.broker.producer import recall_handle, timer_out_ms
 from services.broker.recall import decode_handle, marker_message
-from services.scheduler.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import TIMER_TOPIC, OutgoingMessage, StoredRecord
 from services.scheduler.service import SchedulerService

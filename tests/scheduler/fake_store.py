@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.scheduler.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import (
     GetResult, GetStatus, OutgoingMessage, PutOutcome, PutStatus, StoredRecord)

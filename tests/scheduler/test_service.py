@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from services.scheduler.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.scheduler.errors import SchedulerLockedError
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.service import SchedulerService

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.store.config import FlushMode, StoreConfig
 from services.domain.format.commitlog_format import MessageRecord
 from services.store.store import FileStore

@@ -11,7 +11,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.store.auth_config import (
     AuthConfigError, AuthConfigManager, StoredAcl, StoredPolicy, StoredUser)
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from tests.store.test_rpc import Served, served  # noqa: F401  (the fixture)
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.store import index_file as index_file_module
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.domain.format.index_format import (
     INDEX_ENTRY_SIZE_BYTES,
     INDEX_HEADER_SIZE_BYTES,

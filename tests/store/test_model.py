@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.store.config import StoreConfig
 from services.store.flush import ConsumeQueueFlushService, FlushService
 from services.domain.format.commitlog_format import MessageRecord, prepare

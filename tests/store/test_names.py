@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 import pytest
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.fastjson import Bean, FastjsonDecodeError, dumps, loads
 from services.domain.names import (

@@ -10,7 +10,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.store.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.domain.format.java_compat import java_string_hash
 from services.store.metadata import TopicConfig
 from services.store.rpc.server import build_server, stop_server

@@ -16,7 +16,8 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
-from services.store.metrics import MetricsHttpServer, StoreMetrics
+from services.runtime.metrics import MetricsHttpServer
+from services.store.metrics import StoreMetrics
 from services.store.model import Arrival, PutResult, PutStatus
 from services.store.rpc import convert
 from services.store.rpc.server import build_server, stop_server

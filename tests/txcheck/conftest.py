@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.broker.clock import ManualClock
+from services.runtime.clock import ManualClock
 from services.broker.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.store_client import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService

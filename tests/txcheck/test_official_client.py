@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.txcheck.clock import SystemClock
+from services.runtime.clock import SystemClock
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.rpc.broker_client import GrpcProducers

@@ -17,17 +17,17 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.rpc.tls import TlsFiles, open_channel
+from services.runtime.tls import TlsFiles, open_channel
 from services.broker.access import AuthSnapshot, snapshot_of
 from services.broker.acl_admin import PolicyView
 from services.broker.admin import MessageView
-from services.broker.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.broker.consumer import AckResult, Delivery, PopOutcome
 from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
 from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
 from services.broker.offsets import GetOutcome, GetStatus
 from services.broker.rpc.put_stream import PutStream
-from services.rpc.health import NotServingError, wait_serving
+from services.runtime.health import NotServingError, wait_serving
 from services.domain.format.commitlog_format import offset_msg_id_with_prefix
 
 log = logging.getLogger(__name__)

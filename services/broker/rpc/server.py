@@ -20,8 +20,8 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.process import format_address
-from services.broker.clock import Clock, SystemClock
+from services.runtime.process import format_address
+from services.runtime.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
 from services.broker.access import AccessGuard
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
@@ -40,7 +40,7 @@ from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, S
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
-from services.rpc.decode import DecodeGuardInterceptor
+from services.runtime.decode_guard import DecodeGuardInterceptor
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)

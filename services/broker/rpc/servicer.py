@@ -26,7 +26,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.access import AccessGuard
-from services.broker.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService, validate_group
 from services.broker.errors import BrokerError, Code, FlowControlError, UnsupportedError
 from services.broker.model import TrafficObserver

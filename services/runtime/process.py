@@ -1,7 +1,7 @@
 """What every pyrmq service process shares: logging set-up, stop signals, address formatting,
 CPU affinity, garbage-collector tuning.
 
-Used by the ``__main__`` of each service (store, broker; later scheduler and txcheck).
+Used by ``service_main.run_service``, which every service's ``__main__`` calls.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import threading
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SIGNAL_POLL_INTERVAL_S = 0.2
+_IDLE = threading.Event()  # never set: an interruptible sleep
 
 
 LOG_FORMATS = ("text", "json")
@@ -105,11 +106,14 @@ class StopSignals:
     def __bool__(self) -> bool:
         return bool(self.received)
 
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (not cut short by a signal: callers check ``bool(self)`` after)."""
+        _IDLE.wait(seconds)
+
     def wait(self) -> str:
         """Block until a stop signal arrives; returns its name."""
-        idle = threading.Event()  # never set: an interruptible sleep
         while not self.received:
-            idle.wait(SIGNAL_POLL_INTERVAL_S)
+            _IDLE.wait(SIGNAL_POLL_INTERVAL_S)
         return signal.Signals(self.received[0]).name
 
 
