@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.store.config import FlushMode, StoreConfig  # noqa: E402
 from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
-from services.store.model import PutStatus  # noqa: E402
+from services.domain.statuses import PutStatus  # noqa: E402
 from services.runtime.process import tune_gc  # noqa: E402
 from services.store.recovery import scan_commitlog  # noqa: E402
 from services.store.store import FileStore  # noqa: E402

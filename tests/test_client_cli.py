@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.config import BrokerConfig
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import build_server
 from services.cli import main
 from tests.procs import Process

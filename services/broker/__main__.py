@@ -21,13 +21,13 @@ from contextlib import ExitStack
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
 from services.broker.rpc.server import build_server
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.runtime.tls import TlsFiles
+from services.store.client.client import GrpcStoreClient
 
 log = logging.getLogger("services.broker")
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from services.broker.auth import (
     AccessDenied, Acl, Action, Authenticator, Authorizer, ResourceType, User, UserStatus, UserType, policy_entry)
 from services.runtime.clock import Clock
-from services.broker.errors import BrokerError, Code
+from services.broker.errors import FAILURES, BrokerError, Code
+from services.store.client.model import PolicyView
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 Needs = tuple[list[tuple[ResourceType, str]], Action | tuple[Action, ...]]
@@ -89,6 +90,17 @@ def snapshot_of(users: StoredUsers, acls: StoredAcls, version: int) -> AuthSnaps
         version=version)
 
 
+class AuthConfigSource(Protocol):
+    def auth_config(self) -> tuple[StoredUsers, list[tuple[str, list[PolicyView]]], int]: ...
+
+
+def auth_snapshot(store: AuthConfigSource) -> AuthSnapshot:
+    """The store's users and ACLs now (the store client's ``auth_config``) as auth.py's model."""
+    users, acls, version = store.auth_config()
+    return snapshot_of(users, [(name, [(p.resource, p.actions, p.decision, p.source_ips) for p in policies])
+                               for name, policies in acls], version)
+
+
 class AccessGuard:
     """The one check every guarded RPC runs first. ``load`` reads the store's users and ACLs."""
 
@@ -110,7 +122,7 @@ class AccessGuard:
                 try:
                     self._snapshot = self._load()
                     self._read_at = self._clock.monotonic_s()
-                except BrokerError:
+                except FAILURES:
                     if self._snapshot is None:
                         raise BrokerError("users and ACLs cannot be read from the store",
                                           Code.INTERNAL_SERVER_ERROR) from None

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.broker.errors import NotFoundError, RequestError
+from services.broker.errors import Code, NotFoundError, RequestError
+from services.store.client.errors import StoreNotFoundError
+from services.store.client.model import PolicyView
 
 
 @dataclass(frozen=True)
@@ -18,17 +20,9 @@ class UserView:
     user_status: str         # enable | disable
 
 
-@dataclass(frozen=True)
-class PolicyView:
-    resource: str
-    actions: tuple[str, ...]
-    decision: str
-    source_ips: tuple[str, ...] = ()
-
-
 class AuthStore(Protocol):
-    """The store calls (services/broker/rpc/grpc_store_client.py). A refused value raises
-    RequestError; an unknown user in ``put_acl`` raises NotFoundError."""
+    """The store calls (the store client, ``services.store.client``). A refused value raises
+    StoreRejectedError; an unknown user in ``put_acl`` raises StoreNotFoundError."""
 
     def auth_config(self) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, list[PolicyView]]], int]:
         """(users as (name, secret, type, status), ACLs as (name, policies), version)."""
@@ -61,7 +55,10 @@ class AclAdmin:
         return sorted((UserView(name, kind, status) for name, _, kind, status in users), key=lambda u: u.username)
 
     def set_acl(self, username: str, policies: Sequence[PolicyView]) -> None:
-        self._store.put_acl(username, policies)
+        try:
+            self._store.put_acl(username, policies)
+        except StoreNotFoundError:
+            raise NotFoundError(f"no user {username!r}", Code.NOT_FOUND) from None
         self._on_change()
 
     def list_acls(self, username: str = "") -> list[tuple[str, list[PolicyView]]]:

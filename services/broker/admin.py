@@ -2,7 +2,7 @@
 (``pyrmq.admin.v1.Admin``; no gRPC here, ``rpc/admin_servicer.py`` is the shell).
 
 The broker keeps nothing: each call is a few store calls through ``AdminStore`` (implemented
-by ``rpc/grpc_store_client.GrpcStoreClient``). Names are checked with the rules the send and
+by the store client, ``services.store.client``). Names are checked with the rules the send and
 receive paths use (``validation.validate_topic``, ``consumer.validate_group``: RocketMQ's
 TopicValidator, system topics and groups refused), so nothing created here is refused later.
 
@@ -36,14 +36,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
-from services.broker.model import GroupInfo, TopicInfo
+from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.validation import validate_key, validate_message_id, validate_topic
 from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
+from services.store.client.model import StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -60,39 +61,8 @@ _OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 
 CONSUMER_STATS_TIMEOUT_S = 5.0        # the store's GetConsumerStats walks every offset: allow it time
 
-__all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus", "MessageView",
+__all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus",
            "QueueOffsets", "QueueProgress", "TopicStatus", "is_system_group", "is_system_topic"]
-
-
-@dataclass(frozen=True, slots=True)
-class MessageView:
-    """A stored message as operators see it."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    phy_offset: int
-    offset_msg_id: str
-    body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    born_timestamp_ms: int = 0
-    store_timestamp_ms: int = 0
-    born_host: str = ""
-    store_host: str = ""
-    reconsume_times: int = 0
-
-    @property
-    def message_id(self) -> str:
-        """The client's message id (UNIQ_KEY), "" if the producer set none."""
-        return self.properties.get("UNIQ_KEY", "")
-
-    @property
-    def tag(self) -> str:
-        return self.properties.get("TAGS", "")
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get("KEYS", "").split(KEY_SEPARATOR) if k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +149,9 @@ class AdminStore(Protocol):
     def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
         """(group, topic, lag messages, in-flight messages) of every consumer group."""
 
-    def find_messages_by_key(self, topic: str, key: str, max_num: int) -> list[MessageView]: ...
+    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]: ...
 
-    def find_message_by_offset_msg_id(self, offset_msg_id: str) -> MessageView | None:
+    def look_message_by_offset_msg_id(self, offset_msg_id: str) -> StoredMessage | None:
         """The record the id names; None if there is none or the id does not decode."""
 
 
@@ -307,7 +277,7 @@ class AdminService:
         return ClusterStatus(self._store_address, topic_status, groups)
 
     # -- messages ----------------------------------------------------------------------------
-    def query_by_key(self, topic: str, key: str, max_num: int = 0) -> list[MessageView]:
+    def query_by_key(self, topic: str, key: str, max_num: int = 0) -> list[StoredMessage]:
         """Messages of ``topic`` with ``key`` (a KEYS word or a UNIQ_KEY); [] if none."""
         if not topic:
             raise RequestError("a topic is required to query by key", Code.ILLEGAL_TOPIC)
@@ -316,9 +286,9 @@ class AdminService:
         validate_key(key)
         max_num = _query_limit(max_num)
         self._require_topic(topic)
-        return sorted(self._store.find_messages_by_key(topic, key, max_num), key=_commitlog_order)
+        return sorted(self._store.query_messages_by_key(topic, key, max_num), key=_commitlog_order)
 
-    def query_by_id(self, message_id: str, topic: str = "", max_num: int = 0) -> list[MessageView]:
+    def query_by_id(self, message_id: str, topic: str = "", max_num: int = 0) -> list[StoredMessage]:
         """The message(s) with this id (copies in retry / DLQ topics share it); NotFoundError if
         none. ``topic`` narrows a client-id search to one topic."""
         validate_message_id(message_id)
@@ -329,7 +299,7 @@ class AdminService:
         else:
             found = []
         if not found and _OFFSET_MSG_ID.fullmatch(message_id):
-            record = self._store.find_message_by_offset_msg_id(message_id.upper())
+            record = self._store.look_message_by_offset_msg_id(message_id.upper())
             if record is not None and (not topic or record.topic == topic):
                 found = [record]
         if not found and not topic:
@@ -342,9 +312,9 @@ class AdminService:
             raise NotFoundError(f"no message with id {message_id}{where}", Code.MESSAGE_NOT_FOUND)
         return sorted(found, key=_commitlog_order)
 
-    def _by_uniq_key(self, topic: str, message_id: str, max_num: int) -> list[MessageView]:
+    def _by_uniq_key(self, topic: str, message_id: str, max_num: int) -> list[StoredMessage]:
         # The index also holds KEYS words: a producer key equal to some id must not match.
-        return [m for m in self._store.find_messages_by_key(topic, message_id, max_num) if m.message_id == message_id]
+        return [m for m in self._store.query_messages_by_key(topic, message_id, max_num) if m.message_id == message_id]
 
     def _require_topic(self, name: str) -> None:
         _check_topic_name(name)
@@ -378,7 +348,7 @@ def _check_group_name(name: str) -> None:
         raise RequestError(reason, Code.ILLEGAL_CONSUMER_GROUP)
 
 
-def _commitlog_order(message: MessageView) -> int:
+def _commitlog_order(message: StoredMessage) -> int:
     """Oldest first (the index answers newest first)."""
     return message.phy_offset
 

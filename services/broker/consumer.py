@@ -58,11 +58,14 @@ from services.broker import validation
 from services.runtime.clock import Clock
 from services.broker.config import address_scheme
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
-from services.broker.model import GroupInfo, MessageType, TopicInfo
+from services.store.client.model import GroupInfo, TopicInfo
+from services.broker.model import MessageType
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.names import is_system_group, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
+from services.store.client.model import AckResult, Delivery, PopOutcome
+from services.broker.errors import FAILURES, as_broker_error
 
 INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000
@@ -86,37 +89,6 @@ _INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", "__CRC32#", "TIMER_", "POP_")
 class FilterType(enum.Enum):
     TAG = "TAG"
     SQL = "SQL"
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One popped message as the store returned it (topic = the original topic)."""
-
-    topic: str
-    body: bytes
-    properties: dict[str, str]
-    queue_id: int
-    queue_offset: int
-    delivery_attempt: int
-    receipt_handle: str
-    sys_flag: int = 0
-    born_timestamp_ms: int = 0
-    born_host: str = ""
-    store_timestamp_ms: int = 0
-    store_host: str = ""
-    offset_msg_id: str = ""
-
-
-@dataclass(slots=True)
-class PopOutcome:
-    messages: list[Delivery]
-    examined_topics: frozenset[str] = frozenset()
-
-
-class AckResult(enum.Enum):
-    OK = "OK"
-    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
-    DLQ_PUT_FAILED = "DLQ_PUT_FAILED"
 
 
 class PopStore(Protocol):
@@ -438,7 +410,8 @@ class ConsumerService:
         if sent:  # one store call for the whole request
             try:
                 outcomes = [_ack_code(r) for r in self._store.ack_messages(group, topic, [handles[i] for i in sent])]
-            except BrokerError as exc:
+            except FAILURES as caught:
+                exc = as_broker_error(caught)
                 outcomes = [(exc.code, exc.message)] * len(sent)
             for i, outcome in zip(sent, outcomes):
                 results[i] = outcome

@@ -13,11 +13,19 @@ and answers INTERNAL_SERVER_ERROR.
     ├── UnsupportedError          UNSUPPORTED / NOT_IMPLEMENTED
     └── StoreCallError            the store failed or did not answer (INTERNAL_SERVER_ERROR, PROXY_TIMEOUT)
 
+The store client raises its own tree (``services.store.client.errors.StoreError``); where the
+broker answers a client, ``as_broker_error`` gives a failed store call its v2 code: no answer in
+time is PROXY_TIMEOUT (the outcome is unknown), a request the store refused is BAD_REQUEST (a
+field the broker should have checked), anything else INTERNAL_SERVER_ERROR. ``FAILURES`` is
+both trees, for the ``except`` clauses that answer clients.
+
 ``Code`` mirrors the proto enum value for value; ``rpc/status.py`` asserts that at import.
 """
 from __future__ import annotations
 
 import enum
+
+from services.store.client.errors import StoreError, StoreRejectedError, StoreTimeoutError
 
 
 class Code(enum.IntEnum):
@@ -116,3 +124,17 @@ class StoreCallError(BrokerError):
     """The store could not be reached, failed, or did not answer in time."""
 
     default_code = Code.INTERNAL_SERVER_ERROR
+
+
+FAILURES = (BrokerError, StoreError)
+
+
+def as_broker_error(exc: BrokerError | StoreError) -> BrokerError:
+    """The broker's answer to a failure: a BrokerError as it is, a failed store call with its code."""
+    if isinstance(exc, BrokerError):
+        return exc
+    if isinstance(exc, StoreTimeoutError):
+        return StoreCallError(exc.message, Code.PROXY_TIMEOUT)
+    if isinstance(exc, StoreRejectedError):
+        return RequestError(exc.message, Code.BAD_REQUEST)
+    return StoreCallError(exc.message, Code.INTERNAL_SERVER_ERROR)

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.store.model import PutStatus
 
 
 class MessageType(enum.IntEnum):
@@ -82,87 +81,7 @@ class SendReceipt:
     recall_handle: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """The part of a store ``TopicConfig`` the broker uses."""
-
-    name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int                    # 4 read | 2 write | 1 inherit
-    message_type: str            # NORMAL, FIFO, DELAY, TRANSACTION or MIXED
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.perm & 4)
-
-    @property
-    def writable(self) -> bool:
-        return bool(self.perm & 2)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupInfo:
-    """The part of a store ``SubscriptionGroupConfig`` the broker uses."""
-
-    name: str
-    consume_message_orderly: bool = False
-    retry_max_times: int = 16
-
-
-@dataclass(slots=True)
-class StoreMessage:
-    """The producer-side fields of a store ``Message`` (PutMessages input)."""
-
-    topic: str
-    queue_id: int
-    body: bytes
-    properties: dict[str, str]
-    sys_flag: int = 0
-    born_timestamp_ms: int = 0
-    born_host: str = ""          # "ip:port" / "[ipv6]:port"; "" = 127.0.0.1:0
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    flag: int = 0
-    allow_system_topic: bool = False  # the broker's own writes (timer, half messages)
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    """A record read back from the store (the fields the broker uses)."""
-
-    topic: str
-    queue_id: int
-    body: bytes
-    properties: dict[str, str]
-    queue_offset: int
-    phy_offset: int
-    sys_flag: int = 0
-    flag: int = 0
-    born_timestamp_ms: int = 0
-    born_host: str = ""
-    store_timestamp_ms: int = 0
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PutOutcome:
-    """The store's ``PutResult`` for one message."""
-
-    status: PutStatus
-    queue_offset: int = -1
-    phy_offset: int = -1
-    offset_msg_id: str = ""
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status is PutStatus.PUT_OK
-
-
-__all__ = ["BodyEncoding", "ClientType", "GroupInfo", "IncomingMessage", "MessageType",
-           "PutOutcome", "PutStatus", "SendReceipt", "StoreMessage", "StoredMessage", "TopicInfo"]
+__all__ = ["BodyEncoding", "ClientType", "IncomingMessage", "MessageType", "SendReceipt"]
 
 
 class TrafficObserver(Protocol):

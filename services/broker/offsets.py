@@ -57,6 +57,7 @@ from services.broker.consumer import (
     ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
 from services.broker.errors import Code, RequestError
 from services.domain.sql_filter import compile_sql
+from services.store.client.model import Delivery, GetOutcome, GetStatus, StoredMessage
 
 PULL_BATCH_DEFAULT = 32
 PULL_BATCH_MAX = 1024
@@ -73,33 +74,8 @@ class OffsetPolicy(enum.Enum):
     TIMESTAMP = "TIMESTAMP"
 
 
-class GetStatus(enum.Enum):
-    """The store's GetMessages outcome (store.proto GetStatus)."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-@dataclass(slots=True)
-class GetOutcome:
-    status: GetStatus
-    # get_messages: Deliveries (receipt_handle "", delivery_attempt = reconsume times + 1);
-    # get_raw_messages (raw_pull.py): whole CommitLog records as bytes.
-    messages: list
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-
-
 class OffsetStore(Protocol):
-    """The store calls behind the offset RPCs. Failures raise StoreCallError."""
+    """The store calls behind the offset RPCs (the store client's). Failures raise StoreError."""
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
@@ -135,6 +111,17 @@ class PullResult:
 
 
 Fetch = Callable[[int], GetOutcome]  # queue offset -> one store read, exact filter applied
+
+
+def pulled_delivery(record: StoredMessage) -> Delivery:
+    """A record read by offset as the v2 path delivers it: no receipt handle, delivery attempt
+    = reconsume times + 1."""
+    return Delivery(
+        topic=record.topic, body=record.body, properties=record.properties, queue_id=record.queue_id,
+        queue_offset=record.queue_offset, delivery_attempt=record.reconsume_times + 1, receipt_handle="",
+        sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
+        offset_msg_id=record.offset_msg_id)
 
 
 def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool] | None:
@@ -214,8 +201,7 @@ class OffsetService:
 
         def fetch(offset: int) -> GetOutcome:
             got = self._store.get_messages(request.topic, request.queue_id, offset, count, PULL_BYTES_MAX, codes)
-            if matches is not None:
-                got.messages = [m for m in got.messages if matches(m.properties)]
+            got.messages = [pulled_delivery(m) for m in got.messages if matches is None or matches(m.properties)]
             return got
 
         wait_ms = self.polling_ms(request.long_polling_ms, request.deadline_remaining_ms)

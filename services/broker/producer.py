@@ -42,8 +42,8 @@ from services.broker import recall, validation
 from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
-from services.broker.model import (
-    BodyEncoding, IncomingMessage, MessageType, PutOutcome, PutStatus, SendReceipt, StoreMessage, TopicInfo)
+from services.broker.model import BodyEncoding, IncomingMessage, MessageType, SendReceipt
+from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry

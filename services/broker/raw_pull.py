@@ -37,7 +37,8 @@ from typing import Protocol
 
 from services.broker.consumer import FilterType, parse_filter, tags_codes, validate_group
 from services.broker.errors import Code, RequestError
-from services.broker.offsets import GetOutcome, GetStatus, OffsetService, exact_matcher
+from services.store.client.model import GetOutcome, GetStatus
+from services.broker.offsets import OffsetService, exact_matcher
 from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
 
 RAW_PULL_BATCH_DEFAULT = 32

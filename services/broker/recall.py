@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
-from services.broker.model import MessageType, PutStatus, StoreMessage, TopicInfo
+from services.broker.model import MessageType
+from services.store.client.model import PutStatus, StoreMessage, TopicInfo
 from services.domain.names import TIMER_TOPIC
 
 HANDLE_VERSION = "v1"

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from services.broker import validation
 from services.broker.config import address_scheme
-from services.broker.model import MessageType, TopicInfo
+from services.broker.model import MessageType
+from services.store.client.model import TopicInfo
 from services.broker.topics import TopicRegistry
 
 ACCEPT_MESSAGE_TYPES: dict[str, tuple[MessageType, ...]] = {

@@ -47,10 +47,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from services.broker.errors import BrokerError, Code, FlowControlError, StoreCallError
-from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
+from services.store.client.model import (
+    GroupInfo,
+    PutOutcome,
+    PutStatus,
+    StoredMessage,
+    StoreMessage,
+    TopicInfo,
+)
+from services.broker.errors import FAILURES, as_broker_error
 
 if TYPE_CHECKING:
-    from services.broker.offsets import GetOutcome
+    from services.store.client.model import GetOutcome
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +173,8 @@ class DirectPutSink:
         self.put_calls += 1  # racy increment; a statistic only
         try:
             [outcome] = self._store_put([message], message.allow_system_topic)
-        except BrokerError as exc:
-            pending.fail(exc)
+        except FAILURES as exc:
+            pending.fail(as_broker_error(exc))
         else:
             pending.complete(outcome)
         return pending
@@ -386,8 +394,8 @@ class PutCoalescer:
             outcomes = self._store_put([p.message for p in batch], batch[0].message.allow_system_topic)
             if len(outcomes) != len(batch):
                 raise StoreCallError(f"the store answered {len(outcomes)} results for {len(batch)} messages")
-        except BrokerError as exc:
-            error: BrokerError = exc
+        except FAILURES as exc:
+            error = as_broker_error(exc)
         except Exception as exc:  # noqa: BLE001 - a bug in the client; fail the waiters, keep going
             log.exception("PutMessages failed unexpectedly")
             error = StoreCallError(f"store call failed: {type(exc).__name__}: {exc}")

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, RequestError
-from services.broker.model import ClientType, GroupInfo
+from services.broker.model import ClientType
+from services.store.client.model import GroupInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Protocol
 from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, NotFoundError
-from services.broker.model import TopicInfo
+from services.store.client.model import TopicInfo
 
 log = logging.getLogger(__name__)
 

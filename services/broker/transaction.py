@@ -44,7 +44,7 @@ from typing import Protocol
 from services.broker import validation
 from services.runtime.clock import Clock
 from services.broker.errors import Code, RequestError, StoreCallError
-from services.broker.model import PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES
 from services.broker.store_client import PutSink
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK

@@ -39,7 +39,8 @@ from services.domain.format.commitlog_format import (
 )
 from services.domain.format.properties_format import KEYS, PropertiesError, check_properties
 from services.domain.names import is_system_topic, validate_topic_name
-from services.store.model import GetResult, GetStatus, PutResult, PutStatus
+from services.store.model import GetResult, PutResult
+from services.domain.statuses import GetStatus, PutStatus
 
 FILTER_SCAN_UNITS_MAX = 16_000  # as store_read: units examined per call with a tag filter
 QUERY_MAX_NUM = 64              # as IndexService: index entries returned per key query

@@ -1,29 +1,15 @@
 """Results and requests of the store core (no gRPC here).
 
-Statuses are enums named as RocketMQ names them (PutMessageStatus, GetMessageStatus): expected
-outcomes are values, not exceptions, on the hot path.
+Statuses (``services.domain.statuses``) are enums named as RocketMQ names them
+(PutMessageStatus, GetMessageStatus): expected outcomes are values, not exceptions, on the hot path.
 """
 from __future__ import annotations
 
-import enum
 from typing import NamedTuple
 from dataclasses import dataclass, field
 
 from services.domain.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
-
-
-class PutStatus(enum.Enum):
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"          # SYNC flush did not cover it in time
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"    # store shutting down / not writable / disk full
-    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"                # body or record too large, bad fields
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    TOPIC_ILLEGAL = "TOPIC_ILLEGAL"                    # bad characters, too long, reserved
-    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"                # unknown topic and auto-create is off
-    QUEUE_ID_ILLEGAL = "QUEUE_ID_ILLEGAL"              # outside the topic's write queues
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"                    # I/O error: the write did not land
+from services.domain.statuses import GetStatus, PutStatus
 
 
 @dataclass(slots=True)
@@ -46,18 +32,6 @@ class PutResult:
         if self.phy_offset < 0 or not self.store_host_prefix:
             return ""
         return offset_msg_id_with_prefix(self.store_host_prefix, self.phy_offset)
-
-
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"          # units read, none passed the tag filter
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"      # CommitLog data already deleted
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"    # offset > max
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"        # offset == max: caught up
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"              # offset < min
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such topic/queue
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"        # queue exists but max == 0
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.format.properties_format import RETRY_TOPIC
 from services.store.metadata import SubscriptionGroupConfig
 from services.domain.names import retry_topic, validate_group_name, validate_topic_name
-from services.store.model import GetStatus
+from services.domain.statuses import GetStatus
 from services.store.pop_revive import (
     REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
 from services.domain.sql_filter import SqlFilter, compile_sql

@@ -42,7 +42,8 @@ from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, Me
 from services.domain.format.properties_format import RETRY_TOPIC
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.domain.names import dlq_topic, retry_topic
-from services.store.model import Arrival, PutStatus
+from services.store.model import Arrival
+from services.domain.statuses import PutStatus
 
 if TYPE_CHECKING:
     from services.store.pop import PopService

@@ -44,8 +44,8 @@ from services.store.metadata import TopicConfig
 from services.domain.names import is_system_topic, validate_topic_name
 from services.store.auth_config import AuthConfigManager
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from services.store.model import (
-    Arrival, DispatchRequest, GetResult, GetStatus, PutResult, PutStatus, StoreStats)
+from services.store.model import Arrival, DispatchRequest, GetResult, PutResult, StoreStats
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.pop import PopService
 from services.store.recovery import recover
 from services.store.store_read import StoreReader

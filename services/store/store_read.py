@@ -5,7 +5,8 @@ A mixin over the attributes FileStore sets (commitlog, cq_store, index_service).
 from __future__ import annotations
 
 from services.domain.format.commitlog_format import MessageRecord, decode_offset_msg_id
-from services.store.model import GetResult, GetStatus
+from services.store.model import GetResult
+from services.domain.statuses import GetStatus
 
 FILTER_SCAN_UNITS_MAX = 16_000  # units examined per call when a tag filter skips most of them
 

@@ -20,8 +20,15 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerMetrics
-from services.broker.model import GroupInfo, PutOutcome, PutStatus, StoredMessage, StoreMessage, TopicInfo
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.model import (
+    GroupInfo,
+    PutOutcome,
+    PutStatus,
+    StoredMessage,
+    StoreMessage,
+    TopicInfo,
+)
+from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import BrokerServer, build_server
 from services.runtime.clock import SystemClock
 from services.store.rpc.server import build_server as build_store_server

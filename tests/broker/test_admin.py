@@ -10,7 +10,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.admin import AdminService
 from services.broker.errors import Code, NotFoundError, RequestError
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.admin import AdminService
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient
 from tests.broker.test_admin import put, wait_indexed
 
 

@@ -11,10 +11,11 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker import consumer
 from services.runtime.clock import SystemClock
-from services.broker.consumer import (
-    AckResult, ArrivalHub, ConsumerService, Delivery, FilterType, PopOutcome, ReceiveRequest)
+from services.store.client.model import AckResult, Delivery, PopOutcome
+from services.broker.consumer import ArrivalHub, ConsumerService, FilterType, ReceiveRequest
 from services.broker.errors import BrokerError, Code
-from services.broker.model import GroupInfo, MessageType, TopicInfo
+from services.store.client.model import GroupInfo, TopicInfo
+from services.broker.model import MessageType
 from services.broker.rpc import consumer_convert
 from services.domain.format.java_compat import java_string_hash
 

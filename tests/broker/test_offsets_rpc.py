@@ -13,8 +13,9 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub
-from services.broker.model import TopicInfo
-from services.broker.offsets import GetOutcome, GetStatus, OffsetService, PullRequest
+from services.store.client.model import TopicInfo
+from services.store.client.model import GetOutcome, GetStatus
+from services.broker.offsets import OffsetService, PullRequest
 from tests.broker.conftest import METADATA
 from tests.broker.test_rpc import stored
 

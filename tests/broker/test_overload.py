@@ -16,7 +16,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.server import build_server
 from tests.broker.test_rpc import message, send

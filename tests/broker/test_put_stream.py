@@ -11,10 +11,11 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.runtime.clock import ManualClock
-from services.broker.errors import Code, StoreCallError
-from services.broker.model import PutStatus, StoreMessage
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
-from services.broker.rpc.put_stream import PutStream
+from services.broker.errors import Code, as_broker_error
+from services.store.client.errors import StoreUnavailableError
+from services.store.client.model import PutStatus, StoreMessage
+from services.store.client.client import GrpcStoreClient
+from services.store.client.put_stream import PutStream
 
 
 def msg(i: int) -> StoreMessage:
@@ -27,7 +28,7 @@ def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store
     client = GrpcStoreClient(store_address)
     try:
         outcomes = [client.put_messages([msg(i), msg(i + 100)], False) for i in range(20)]
-        assert client._put_stream is not None and client._put_stream.streams_opened == 1
+        assert client.transport.put_stream is not None and client.transport.put_stream.streams_opened == 1
         assert all(o.status is PutStatus.PUT_OK for pair in outcomes for o in pair)
         # In order, per queue: the second message of each pair right after the first.
         assert all(b.phy_offset > a.phy_offset for a, b in outcomes)
@@ -39,7 +40,7 @@ def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store
         finally:
             unary.close()
         assert (refused.status, refused.error) == (same.status, same.error) != (PutStatus.PUT_OK, "")
-        assert client._put_stream.streams_opened == 1  # an in-band refusal keeps the stream
+        assert client.transport.put_stream.streams_opened == 1  # an in-band refusal keeps the stream
     finally:
         client.close()
 
@@ -167,6 +168,6 @@ def test_a_put_finding_the_stream_busy_goes_unary() -> None:
 def test_store_unreachable_mid_stream_is_a_store_call_error(store_address: str) -> None:
     client = GrpcStoreClient(store_address)
     client.close()
-    with pytest.raises(StoreCallError) as failed:
+    with pytest.raises(StoreUnavailableError) as failed:
         client.put_messages([msg(1)], False)
-    assert failed.value.code == Code.INTERNAL_SERVER_ERROR
+    assert as_broker_error(failed.value).code == Code.INTERNAL_SERVER_ERROR

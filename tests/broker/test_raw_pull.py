@@ -11,8 +11,9 @@ import pytest
 from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub, FilterType
 from services.broker.errors import BrokerError, Code, NotFoundError
-from services.broker.model import TopicInfo
-from services.broker.offsets import GetOutcome, GetStatus, OffsetService
+from services.store.client.model import TopicInfo
+from services.store.client.model import GetOutcome, GetStatus
+from services.broker.offsets import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
 from services.store.memory_store import MemoryStore

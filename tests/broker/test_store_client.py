@@ -7,7 +7,7 @@ import time
 import pytest
 
 from services.broker.errors import Code, FlowControlError, StoreCallError
-from services.broker.model import PutOutcome, PutStatus, StoreMessage
+from services.store.client.model import PutOutcome, PutStatus, StoreMessage
 from services.broker.store_client import DirectPutSink, PendingPut, PutCoalescer
 
 

@@ -10,7 +10,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
-from services.broker.model import IncomingMessage, MessageType, StoreMessage
+from services.broker.model import IncomingMessage, MessageType
+from services.store.client.model import StoreMessage
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 import services.runtime.tls as tls
-from services.broker.rpc.grpc_store_client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.txcheck.rpc.store_client import GrpcTxStore
 

@@ -14,7 +14,8 @@ pa = pytest.importorskip("pyarrow")
 
 from pipeline.messages import to_batch  # noqa: E402
 from pipeline.records import TruncatedRecords, records_to_batch  # noqa: E402
-from services.broker.rpc.grpc_store_client import _pulled  # noqa: E402
+from services.broker.offsets import pulled_delivery  # noqa: E402
+from services.store.client.client import stored_from_pb  # noqa: E402
 from services.broker.rpc.consumer_convert import delivered_message  # noqa: E402
 from services.domain.format.commitlog_format import (
     MessageRecord,
@@ -75,7 +76,7 @@ def via_v2(data: bytes) -> pa.RecordBatch:
     while pos < len(data):
         rec = decode_record(data, pos, len(data))
         pos += rec.total_size
-        message = delivered_message(_pulled(message_to_pb(rec)))
+        message = delivered_message(pulled_delivery(stored_from_pb(message_to_pb(rec))))
         message.system_properties.ClearField("receipt_handle")
         messages.append(message)
     return to_batch(BROKER, messages)

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from services.store import commitlog as commitlog_module
-from services.store.model import GetStatus, PutStatus
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.store.conftest import message, small_config
 

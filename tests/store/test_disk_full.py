@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import os
 
-from services.store.model import GetStatus, PutStatus
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.store.conftest import message, small_config
 

@@ -24,7 +24,7 @@ from services.store.config import FlushMode
 from services.store.flush import FlushService
 from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
 from services.store.mapped_file import PAGE_SIZE_BYTES
-from services.store.model import PutStatus
+from services.domain.statuses import PutStatus
 from services.store.store import FileStore
 from tests.store.conftest import message
 

@@ -37,7 +37,8 @@ from services.store.flush import ConsumeQueueFlushService, FlushService
 from services.domain.format.commitlog_format import MessageRecord, prepare
 from services.domain.format.java_compat import java_string_hash
 from services.store.memory_store import MemoryStore
-from services.store.model import GetResult, GetStatus, PutStatus
+from services.store.model import GetResult
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.store.conftest import small_config
 

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from services.store.config import FlushMode
-from services.store.model import GetStatus, PutStatus
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.store.conftest import message, small_config
 from tests.store.powerloss import PowerLoss

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from services.store.checkpoint import CheckpointFile
-from services.store.model import GetStatus
+from services.domain.statuses import GetStatus
 from services.store.recovery import CommitLogCorruptError
 from services.store.store import FileStore
 from tests.store.conftest import message, small_config

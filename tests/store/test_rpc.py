@@ -18,7 +18,8 @@ from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
 from services.runtime.metrics import MetricsHttpServer
 from services.store.metrics import StoreMetrics
-from services.store.model import Arrival, PutResult, PutStatus
+from services.store.model import Arrival, PutResult
+from services.domain.statuses import PutStatus
 from services.store.rpc import convert
 from services.store.rpc.server import build_server, stop_server
 from services.store.rpc.servicer import ArrivalWatcher

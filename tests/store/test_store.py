@@ -8,7 +8,7 @@ import pytest
 from services.store.config import FlushMode
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.format.java_compat import java_string_hash
-from services.store.model import GetStatus, PutStatus
+from services.domain.statuses import GetStatus, PutStatus
 from tests.store.conftest import message
 
 

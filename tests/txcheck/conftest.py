@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from services.runtime.clock import ManualClock
-from services.broker.model import PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.store_client import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string

@@ -30,15 +30,18 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.access import AccessGuard
-from services.broker.acl_admin import AclAdmin, PolicyView
+from services.broker.acl_admin import AclAdmin
+from services.store.client.model import PolicyView
 from services.broker.auth import AccessDenied, AuthError
-from services.broker.admin import (AdminService, AdminStore, ClusterStatus, MessageView, QueueProgress,
+from services.broker.admin import (AdminService, AdminStore, ClusterStatus, QueueProgress,
                                    is_system_group, is_system_topic)
-from services.broker.consumer import Delivery
+from services.store.client.model import Delivery
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
-from services.broker.model import GroupInfo, TopicInfo
+from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.transaction import HalfRef, TransactionCheckRelay
+from services.store.client.model import StoredMessage
+from services.broker.errors import FAILURES, as_broker_error
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,8 @@ def admin_errors(method: Method) -> Method:
             if self._guard is not None:
                 self._guard.check(method.__name__, request, dict(context.invocation_metadata()), context.peer())
             return method(self, request, context)
-        except BrokerError as exc:
+        except FAILURES as caught:
+            exc = as_broker_error(caught)
             context.abort(status_of(exc), bounded_details(exc.message))
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer INTERNAL
             log.exception("Admin.%s failed", method.__name__)
@@ -248,7 +252,7 @@ def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
                                     inflight_messages=g.inflight_messages) for g in status.groups])
 
 
-def _message(message: MessageView) -> pb.MessageRecord:
+def _message(message: StoredMessage) -> pb.MessageRecord:
     return pb.MessageRecord(
         topic=message.topic, queue_id=message.queue_id, queue_offset=message.queue_offset,
         phy_offset=message.phy_offset, message_id=message.message_id, offset_msg_id=message.offset_msg_id,

@@ -13,7 +13,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf import timestamp_pb2
 
 from services.broker import consumer
-from services.broker.consumer import Delivery, FilterType, ReceiveRequest
+from services.store.client.model import Delivery
+from services.broker.consumer import FilterType, ReceiveRequest
 from services.broker.errors import Code, RequestError
 from services.broker.route import Route
 from services.broker.rpc.convert import route_response

@@ -17,9 +17,10 @@ from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 
 from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
-from services.broker.errors import BrokerError, Code, RequestError
+from services.broker.errors import Code, RequestError
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
 from services.broker.rpc.status import check_access, status
+from services.broker.errors import FAILURES, as_broker_error
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ class PullServicer(pb_grpc.PullServicer):
             check_access(self.guard, "PullRecords", request, context)
             for result in self._service.pull(raw_pull_request(request, context.time_remaining(), context)):
                 yield response(result)
-        except BrokerError as exc:
+        except FAILURES as caught:
+            exc = as_broker_error(caught)
             yield error_response(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
             log.exception("Pull.PullRecords failed")

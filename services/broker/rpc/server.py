@@ -23,10 +23,10 @@ from grpc_reflection.v1alpha import reflection
 from services.runtime.process import format_address
 from services.runtime.clock import Clock, SystemClock
 from services.broker.config import BrokerConfig
-from services.broker.access import AccessGuard
+from services.broker.access import AccessGuard, auth_snapshot
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.metrics import BrokerMetrics
-from services.broker.model import PutOutcome
+from services.store.client.model import PutOutcome
 from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
 from services.broker.raw_pull import RawPullService
@@ -108,7 +108,7 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
             store.put_user(name, secret, "Super", "enable")  # type: ignore[attr-defined]
             log.info("created the initial Super user %r (init_authentication_user)", name)
     log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
-    return AccessGuard(store.auth_snapshot, clock, authorization=config.authorization_enabled,  # type: ignore[attr-defined]
+    return AccessGuard(lambda: auth_snapshot(store), clock, authorization=config.authorization_enabled,  # type: ignore[attr-defined]
                        cache_ttl_ms=config.auth_cache_ttl_ms, max_clock_skew_s=config.auth_max_clock_skew_s,
                        local_time_tolerant=config.auth_local_time_tolerant)
 
@@ -188,7 +188,7 @@ def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], Non
     if watch is None:  # a store double without arrivals: long polls simply wait out their time
         return (lambda: None), (lambda: None)
     stopped = threading.Event()
-    thread = threading.Thread(target=watch, args=(hub.notify, hub.notify_all, stopped),
+    thread = threading.Thread(target=watch, args=((), hub.notify, hub.notify_all, stopped),
                               name="arrival-watch", daemon=True)
 
     def stop() -> None:

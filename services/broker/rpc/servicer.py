@@ -38,6 +38,7 @@ from services.broker.rpc.status import OK_STATUS, check_access, client_id_of, in
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
+from services.broker.errors import FAILURES, as_broker_error
 
 CONSUMER_TYPES = frozenset({d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER})
 log = logging.getLogger(__name__)
@@ -171,7 +172,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             if self._traffic is not None and result.messages:
                 self._traffic.messages_out(request.group.name, result.messages)
             responses = consumer_convert.receive_responses(result.messages, self._clock.now_ms())
-        except BrokerError as exc:
+        except FAILURES as caught:
+            exc = as_broker_error(caught)
             responses = consumer_convert.receive_error(exc.code, exc.message, self._clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
             log.exception("ReceiveMessage failed")
@@ -215,7 +217,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             check_access(self.guard, "PullMessage", request, context)
             pull = offsets_convert.pull_request(request, context.time_remaining(), context.is_active)
             responses = offsets_convert.pull_responses(self._offset_service().pull(pull))
-        except BrokerError as exc:
+        except FAILURES as caught:
+            exc = as_broker_error(caught)
             responses = offsets_convert.pull_error(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
             log.exception("PullMessage failed")

@@ -16,6 +16,7 @@ import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 
 from services.broker.errors import BrokerError, Code
+from services.broker.errors import FAILURES, as_broker_error
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
                     raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
                 check_access(getattr(self, "guard", None), name, request, context)
                 return method(self, request, context)
-            except BrokerError as exc:
+            except FAILURES as caught:
+                exc = as_broker_error(caught)
                 return response_type(status=status(exc.code, exc.message))
             except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
                 log.exception("MessagingService.%s failed", name)

@@ -22,10 +22,12 @@ from typing import Any
 import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 
-from services.broker.errors import BrokerError, Code, RequestError
+from services.broker.errors import Code, RequestError
 from services.broker.rpc import convert
 from services.broker.rpc.status import status
 from services.broker.telemetry import ClientSession, TelemetryService
+from services.broker.errors import FAILURES, as_broker_error
+from services.store.client.errors import StoreRejectedError
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +135,11 @@ class TelemetryStreams:
         settings = convert.client_settings(command.settings)
         try:
             server_settings = self._service.settings_for(settings)
-        except RequestError as exc:  # neither publishing nor subscription: the proxy closes the call
+        except (RequestError, StoreRejectedError) as exc:  # neither publishing nor subscription: the proxy closes the call
             stream.push(_Abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message))
             return
-        except BrokerError as exc:  # the store did not answer: a status-only reply, clients retry later
+        except FAILURES as caught:  # the store did not answer: a status-only reply, clients retry later
+            exc = as_broker_error(caught)
             log.warning("settings for %s failed: %s", session.client_id, exc.message)
             stream.push(s.TelemetryCommand(status=status(exc.code, exc.message)))
             return

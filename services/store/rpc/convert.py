@@ -16,7 +16,8 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
-from services.store.model import Arrival, GetResult, GetStatus, PutResult, PutStatus, StoreStats
+from services.store.model import Arrival, GetResult, PutResult, StoreStats
+from services.domain.statuses import GetStatus, PutStatus
 from services.store.pop import POP_BATCH_MAX, AckStatus, PopResult, PopStatus
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from services.store.model import PutResult, PutStatus
+from services.store.model import PutResult
+from services.domain.statuses import PutStatus
 from services.store.store import StoreNotRunningError
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
-"""The broker's put link to the store: one long-lived ``PutMessagesStream`` instead of a unary
-``PutMessages`` per batch.
+"""A put link to the store over one long-lived ``PutMessagesStream`` instead of a unary
+``PutMessages`` per batch (the broker's; ``GrpcStoreClient(put_stream=True)``).
 
-A unary call costs both sides a whole call set-up (performance.md: ~350 µs of server CPU
-here); a message on an open stream costs a fraction of that. The coalescer
-(``store_client.PutCoalescer``) sends one batch at a time, so the stream is strictly
+A unary call costs both sides a whole call set-up (~350 µs of server CPU measured on a 2-core
+machine, bench/RESULTS.md); a message on an open stream costs a fraction of that. The coalescer
+(the broker's ``PutCoalescer``) sends one batch at a time, so the stream is strictly
 request, response, request, ...: no correlation ids are needed.
 
 * ``put`` writes the request and reads its response on the calling thread (grpc's own

@@ -1,0 +1,9 @@
+"""The one client of the store's API (``pyrmq.store.v1.Store``), for every caller of the store.
+
+``StoreClient`` (``client.py``) holds every call and its conversions between protobuf and the
+plain types of ``model.py``; it speaks through a transport (``transport.py``): gRPC to a store
+process (``GrpcStoreClient``), or the store's own servicer in this process
+(``LocalStoreClient``, for tests and tools). Every failure is a ``StoreError`` (``errors.py``).
+Callers (broker, scheduler, txcheck, admin, pipeline) depend on narrow protocols of their own
+that name the calls they make; this package imports nothing of theirs.
+"""

@@ -1,0 +1,183 @@
+"""The plain types the store client speaks (no gRPC): what goes into a put, what a read, a pop
+or a metadata call returns. Field names are the store API's and RocketMQ's (``queue_offset``,
+``phy_offset``, ``store_size_bytes``); hosts are ``"ip:port"`` text as the store API carries them.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from services.domain.format.commitlog_format import BLANK, CorruptRecord, decode_record, host_to_string
+from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
+from services.domain.statuses import GetStatus, PutStatus
+
+__all__ = ["AckResult", "Delivery", "GetOutcome", "GetStatus", "GroupInfo", "PolicyView", "PopOutcome",
+           "PutOutcome", "PutStatus", "StoreMessage", "StoredMessage", "TopicInfo", "stored_from_raw"]
+
+
+@dataclass(slots=True)
+class StoreMessage:
+    """A message to put: the producer-side fields of the store API's ``Message``."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str]
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = ""          # "ip:port" / "[ipv6]:port"; "" = 127.0.0.1:0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    flag: int = 0
+    allow_system_topic: bool = False  # a caller's own write to a system topic (timer, half messages)
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A record read back from the store: every field of the store API's ``Message``."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str]
+    queue_offset: int
+    phy_offset: int
+    sys_flag: int = 0
+    flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    store_timestamp_ms: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    offset_msg_id: str = ""
+    store_size_bytes: int = 0
+    body_crc: int = 0
+
+    @property
+    def message_id(self) -> str:
+        """The client's message id (UNIQ_KEY), "" if the producer set none."""
+        return self.properties.get(UNIQ_KEY, "")
+
+    @property
+    def tag(self) -> str:
+        return self.properties.get(TAGS, "")
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(KEYS, "").split(KEY_SEPARATOR) if k]
+
+
+@dataclass(frozen=True, slots=True)
+class PutOutcome:
+    """The store's answer for one message of a put."""
+
+    status: PutStatus
+    queue_offset: int = -1
+    phy_offset: int = -1
+    offset_msg_id: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+@dataclass(slots=True)
+class GetOutcome:
+    """A read by queue offset: ``StoredMessage``s (get_messages) or whole records as bytes
+    (get_raw_messages), with RocketMQ's GetMessageStatus and next offset."""
+
+    status: GetStatus
+    messages: list  # list[StoredMessage] | list[bytes]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One popped (or pulled) message as the store returned it (topic = the original topic)."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    queue_id: int
+    queue_offset: int
+    delivery_attempt: int
+    receipt_handle: str
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    store_timestamp_ms: int = 0
+    store_host: str = ""
+    offset_msg_id: str = ""
+
+
+@dataclass(slots=True)
+class PopOutcome:
+    messages: list[Delivery]
+    examined_topics: frozenset[str] = frozenset()
+
+
+class AckResult(enum.Enum):
+    OK = "OK"
+    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
+    DLQ_PUT_FAILED = "DLQ_PUT_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """The part of a store ``TopicConfig`` its callers use."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int                    # 4 read | 2 write | 1 inherit
+    message_type: str            # NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & 4)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & 2)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """The part of a store ``SubscriptionGroupConfig`` its callers use."""
+
+    name: str
+    consume_message_orderly: bool = False
+    retry_max_times: int = 16
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """One ACL policy of a user: a resource, its actions, Allow or Deny, and source IPs."""
+
+    resource: str
+    actions: tuple[str, ...]
+    decision: str
+    source_ips: tuple[str, ...] = ()
+
+
+def stored_from_raw(raw: bytes) -> StoredMessage | None:
+    """A whole CommitLog record (get_raw_messages, look_raw_messages) as a ``StoredMessage``;
+    None if the bytes are not a record (the CRC is not checked: the store checked it)."""
+    try:
+        record = decode_record(raw, 0, len(raw), check_crc=False)
+    except (CorruptRecord, ValueError, TypeError, struct.error):
+        return None
+    if record is BLANK:
+        return None
+    return StoredMessage(
+        topic=record.topic, queue_id=record.queue_id, body=record.body, properties=record.properties,
+        queue_offset=record.queue_offset, phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
+        store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
+        reconsume_times=record.reconsume_times, prepared_transaction_offset=record.prepared_transaction_offset,
+        store_size_bytes=record.total_size, body_crc=record.body_crc)
