@@ -33,7 +33,7 @@ from typing import TextIO
 
 from services.runtime import settings
 from services.broker.config import SETTINGS as BROKER_SETTINGS
-from services.runtime.tls import TlsFiles, open_channel
+from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.runtime.settings import CONFIG_ENV
 from services.store.config import SETTINGS as STORE_SETTINGS
 

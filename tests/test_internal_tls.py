@@ -1,4 +1,4 @@
-"""TLS between pyrmq's own services (services/runtime/tls.py): a store that serves mutual TLS, and a
+"""TLS between pyrmq's own services (services/runtime/rpc/tls.py): a store that serves mutual TLS, and a
 broker and a scheduler that reach it with a CA and a client certificate, all as real processes
 configured through the environment. A plaintext or certificate-less client gets nothing."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.runtime.tls import TlsFiles, open_channel
+from services.runtime.rpc.tls import TlsFiles, open_channel
 from tests.broker.test_consumer_rpc import receive, send_ok
 from tests.broker.test_rpc import message
 from tests.procs import Process

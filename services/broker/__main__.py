@@ -26,7 +26,7 @@ from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.tls import TlsFiles
+from services.runtime.rpc.tls import TlsFiles
 from services.store.client.client import GrpcStoreClient
 
 log = logging.getLogger("services.broker")

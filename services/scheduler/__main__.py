@@ -16,12 +16,12 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 
-from services.runtime.health import HealthServer
+from services.runtime.rpc.health import HealthServer
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address
 from services.runtime.service_main import retry_while_locked, run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.tls import TlsFiles
+from services.runtime.rpc.tls import TlsFiles
 from services.scheduler.config import SETTINGS, SchedulerConfig, config_from_settings
 from services.scheduler.errors import SchedulerLockedError, StoreUnavailableError
 from services.scheduler.metrics import SchedulerMetrics

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 
 from services.runtime.clock import SystemClock
-from services.runtime.health import HealthServer
+from services.runtime.rpc.health import HealthServer
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.tls import TlsFiles
+from services.runtime.rpc.tls import TlsFiles
 from services.txcheck.config import SETTINGS, TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.metrics import TxCheckMetrics

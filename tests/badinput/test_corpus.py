@@ -117,7 +117,7 @@ GARBAGE = {
     "nested depth 200": b"\x0a\x02" * 200,
     "invalid UTF-8 in string field": b"\x0a\x04\x0a\x02\xff\xfe",
 }
-# Bytes that do not parse are refused by services.runtime.decode_guard, never by grpcio itself (whose own
+# Bytes that do not parse are refused by services.runtime.rpc.decode_guard, never by grpcio itself (whose own
 # refusal, INTERNAL "Exception deserializing request!", leaks the HTTP/2 stream).
 ERROR_CODES = {grpc.StatusCode.INVALID_ARGUMENT}
 

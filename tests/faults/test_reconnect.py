@@ -1,6 +1,6 @@
 """How fast the services' store channels reconnect after the store restarts.
 
-Every service reaches the store through ``services.runtime.tls.open_channel`` with
+Every service reaches the store through ``services.runtime.rpc.tls.open_channel`` with
 ``DEFAULT_OPTIONS``. With gRPC's default reconnect backoff (1 s, x1.6 per failed attempt, up to
 120 s) the broker's channel backed off to 2.6 s, 5.2 s, 9.3 s ... while a killed store
 restarted, so the first put after the store was ready waited 1.4-4.1 s (test_kill_store.py),
@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-import services.runtime.tls as tls
+import services.runtime.rpc.tls as tls
 from services.store.client.client import GrpcStoreClient
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.txcheck.rpc.store_client import GrpcTxStore

@@ -40,7 +40,7 @@ from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, S
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
-from services.runtime.decode_guard import DecodeGuardInterceptor
+from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)

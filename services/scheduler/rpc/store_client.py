@@ -14,8 +14,8 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.runtime.tls import TlsFiles, open_channel
-from services.runtime.health import NotServingError, wait_serving
+from services.runtime.rpc.tls import TlsFiles, open_channel
+from services.runtime.rpc.health import NotServingError, wait_serving
 from services.runtime.clock import Clock, SystemClock
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import GetResult, GetStatus, OutgoingMessage, PutOutcome, PutStatus, StoredRecord

@@ -18,7 +18,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.commitlog_format import offset_msg_id_with_prefix
 from services.runtime.clock import Clock, SystemClock
-from services.runtime.tls import TlsFiles
+from services.runtime.rpc.tls import TlsFiles
 from services.store.client.errors import StoreError, StoreNotFoundError, StoreRejectedError
 from services.store.client.model import (
     AckResult,

@@ -20,8 +20,8 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.runtime.clock import Clock, SystemClock
-from services.runtime.health import NotServingError, wait_serving
-from services.runtime.tls import TlsFiles, open_channel
+from services.runtime.rpc.health import NotServingError, wait_serving
+from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.store.client.errors import StoreError, StoreUnavailableError, error_for_status
 from services.store.client.put_stream import PutStream
 

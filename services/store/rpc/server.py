@@ -17,11 +17,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
-from services.runtime.tls import TlsFiles, add_port
+from services.runtime.rpc.tls import TlsFiles, add_port
 from services.runtime.process import format_address
 from services.store.metrics import StoreMetrics
 from services.store.rpc.servicer import WATCHERS_MAX, StoreCore, StoreServicer
-from services.runtime.decode_guard import DecodeGuardInterceptor
+from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
-from services.runtime.tls import TlsFiles, open_channel
+from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.domain.format.commitlog_format import host_to_string
 from services.txcheck.model import CheckOutcome, CheckRequest
 

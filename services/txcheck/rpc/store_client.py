@@ -13,8 +13,8 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.runtime.tls import TlsFiles, open_channel
-from services.runtime.health import NotServingError, wait_serving
+from services.runtime.rpc.tls import TlsFiles, open_channel
+from services.runtime.rpc.health import NotServingError, wait_serving
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.runtime.clock import Clock
 from services.txcheck.model import CHECK_GROUP, Appended, Page, StoreUnavailable

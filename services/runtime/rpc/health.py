@@ -11,7 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.runtime.decode_guard import DecodeGuardInterceptor
+from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 from services.runtime.process import format_address
 
 POLL_INTERVAL_S = 0.2
