@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.rpc.tls import TlsFiles, open_channel
 from tests.broker.test_consumer_rpc import receive, send_ok
 from tests.broker.test_rpc import message
-from tests.procs import Process
+from tests.support.processes import Process
 
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready grpc=(?P<grpc>\S+) ")
 

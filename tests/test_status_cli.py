@@ -25,7 +25,7 @@ from services import cli
 from services.admin import status
 from tests.broker.test_consumer_rpc import ack, receive, send_ok
 from tests.broker.test_rpc import message
-from tests.procs import Process
+from tests.support.processes import Process
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC, GROUP = "StatusTopic", "StatusGroup"

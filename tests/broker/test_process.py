@@ -20,7 +20,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from tests.broker.conftest import METADATA
 from tests.broker.test_official_client import run_client
 from tests.broker.test_rpc import wait_stored
-from tests.procs import Process, start_store
+from tests.support.processes import Process, start_store
 
 BROKER_READY = re.compile(
     r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$")

@@ -16,7 +16,7 @@ import pytest
 from tests.faults.checker import History, Report
 from tests.faults.cluster import Cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
-from tests.procs import Process
+from tests.support.processes import Process
 
 
 RTO_P99_MAX_S = 5.0                   # store ready line -> first OK send through the broker

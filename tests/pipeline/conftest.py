@@ -88,7 +88,7 @@ BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint
 def start_cluster(data_dir: Path, started: list) -> str:
     """A store and a broker as subprocesses on 127.0.0.1 (the Spark workers reach them like any
     client); returns the broker's endpoint."""
-    from tests.procs import Process, start_store
+    from tests.support.processes import Process, start_store
     _, ready = start_store(started, data_dir, ROOT)
     broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
                       "--store-address", ready["grpc"]], ROOT)

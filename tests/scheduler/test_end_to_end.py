@@ -26,7 +26,7 @@ from services.scheduler.model import StoredRecord
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.scheduler.service import SchedulerService
 from tests.broker.conftest import broker, make_broker, store_address  # noqa: F401 - fixtures
-from tests.procs import Process
+from tests.support.processes import Process
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

@@ -15,7 +15,7 @@ from services.broker.producer import timer_out_ms
 from services.scheduler.model import TIMER_TOPIC, OutgoingMessage
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from tests.broker.conftest import store_address  # noqa: F401 - fixture
-from tests.procs import Process
+from tests.support.processes import Process
 from tests.scheduler.test_end_to_end import SCHEDULER_READY, delivered, metric
 
 ROOT = Path(__file__).resolve().parents[2]

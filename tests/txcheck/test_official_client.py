@@ -29,7 +29,7 @@ from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.rpc.store_client import GrpcTxStore
 from services.txcheck.service import CheckService
 from tests.broker.test_official_consumer import consume
-from tests.procs import Process
+from tests.support.processes import Process
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

@@ -15,7 +15,7 @@ from services.txcheck.config import TxCheckConfig
 from services.txcheck.metrics import TxCheckMetrics
 from services.txcheck.model import CheckOutcome
 from services.txcheck.service import CheckService
-from tests.procs import Process
+from tests.support.processes import Process
 from tests.txcheck.conftest import INTERVAL_MS, TIMEOUT_MS
 
 
