@@ -32,7 +32,7 @@ from services.store.rpc.server import stop_server
 from services.store.store import FileStore
 from tests.broker.conftest import METADATA
 from tests.broker.test_rpc import message, send
-from tests.store.conftest import small_config
+from tests.support.filestore import small_config
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 

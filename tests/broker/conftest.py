@@ -27,7 +27,7 @@ from services.store.clock import SystemClock
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
-from tests.store.conftest import small_config
+from tests.support.filestore import small_config
 
 CLIENT_ID = "test-host@1@0@broker-tests"
 METADATA = (("x-mq-client-id", CLIENT_ID),)

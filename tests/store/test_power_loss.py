@@ -24,7 +24,7 @@ import pytest
 from services.store.config import FlushMode
 from services.store.model import GetStatus, PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 from tests.store.powerloss import PowerLoss
 
 WRITERS = 3

@@ -28,7 +28,7 @@ from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.model import (HALF_TOPIC, MAX_TIME_TOPIC, OP_TOPIC, Appended, CheckOutcome, CheckRequest,
                                     Page, StoreUnavailable)
-from tests.store.conftest import small_config
+from tests.support.filestore import small_config
 
 TIMEOUT_MS = 6_000
 INTERVAL_MS = 30_000
