@@ -16,9 +16,8 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.rpc.tls import TlsFiles, open_channel
-from tests.broker.test_consumer_rpc import receive, send_ok
-from tests.broker.test_rpc import message
 from tests.support.processes import Process
+from tests.support.v2_requests import message, receive, send_ok
 
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready grpc=(?P<grpc>\S+) ")
 

@@ -30,9 +30,8 @@ from services.store.clock import SystemClock
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
-from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import message, send
 from tests.support.filestore import small_config
+from tests.support.v2_requests import METADATA, message, send
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 

@@ -19,8 +19,8 @@ import pytest
 from tests.faults.checker import OK, History, make_body
 from tests.faults.test_kill_store import start_cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
+from tests.support.official_client import Client
 from tests.support.processes import Process
-from tests.txcheck.test_official_client import Client
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

@@ -50,7 +50,7 @@ def source(spark, endpoint, **options):
 
 
 def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_path):
-    from tests.broker.test_official_client import run_client
+    from tests.support.official_client import run_client
     sent_from = datetime.now(timezone.utc)
     specs = [{"topic": "SparkRead", "body": f"msg-{i}", "tag": "TagA" if i % 2 else "TagB", "keys": [f"k{i}", "kk"],
               "properties": {"n": str(i), "color": "red"}} for i in range(30)]

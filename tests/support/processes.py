@@ -1,5 +1,7 @@
 """Service processes for tests: start one, read its stdout for the ready line with a timeout,
-stop or kill it. The `processes` fixture (tests/conftest.py) kills whatever a test started."""
+stop or kill it (``Process``); ``start_store`` starts ``python -m services.store``; the ready
+lines of the store and of ``pyrmq up``. The `processes` fixture (tests/conftest.py) kills
+whatever a test started."""
 from __future__ import annotations
 
 import os
@@ -14,6 +16,10 @@ from pathlib import Path
 READY_TIMEOUT_S = 60
 EXIT_TIMEOUT_S = 30
 STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+)$")
+# ``pyrmq up`` (store and broker under one parent): its one ready line.
+UP_READY = re.compile(
+    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
+    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 
 
 class Process:
