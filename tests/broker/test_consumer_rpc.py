@@ -13,7 +13,6 @@ from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import METADATA, ack, change, message, receive, send_ok
 
 
-
 def test_receive_maps_the_message_and_ack(v2):
     send_ok(v2, message("CTopic", body=b"payload", tag="TagA", keys=["k1", "k2"], user_properties={"color": "red"}))
     status, [got], replies = receive(v2, "CTopic")

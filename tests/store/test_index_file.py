@@ -68,7 +68,6 @@ def new_file(tmp_path: Path, name: str = "20231115061320500", **preset) -> Index
     return IndexFile.create(tmp_path / name, SLOTS, ENTRIES, **preset)
 
 
-
 # -- format ------------------------------------------------------------------------------------
 def test_sizes_and_positions() -> None:
     assert index_file_size_bytes(5_000_000, 20_000_000) == 420_000_040

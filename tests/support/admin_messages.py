@@ -25,4 +25,3 @@ def wait_indexed(store_stub, topic: str, key: str, count: int = 1) -> None:
                                             timeout=10).messages) < count:
         assert time.monotonic() < deadline, f"{key} not indexed in {topic}"
         time.sleep(0.02)
-

@@ -17,4 +17,3 @@ def put(store_stub, topic, queue_id, count, tags=("TagA",), start=0):
     assert all(r.status == pb.PUT_OK for r in results)
     stored(store_stub, topic, queue_id, 0, at_least=start + count)
     return results
-

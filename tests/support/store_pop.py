@@ -69,5 +69,3 @@ def ack_all(store: FileStore, result: PopResult, group: str = GROUP) -> None:
 
 def committed(store: FileStore, topic: str = TOPIC, queue_id: int = 0, group: str = GROUP) -> int:
     return store.consumer_offsets.query_offset(group, topic, queue_id)
-
-

@@ -82,4 +82,3 @@ def pop_served(tmp_path) -> Iterator[Served]:
 def message(body: bytes, queue_id: int = 0, **properties: str) -> pb.Message:
     return pb.Message(topic=TOPIC, queue_id=queue_id, body=body, properties=properties,
                       born_timestamp_ms=1_700_000_000_000, born_host="10.1.2.3:54321")
-

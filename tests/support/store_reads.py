@@ -39,4 +39,3 @@ def wait_dispatched(store_stub, topic: str, count: int) -> None:
     while sum(len(stored(store_stub, topic, q)) for q in range(BrokerConfig().auto_create_topic_queue_nums)) < count:
         assert time.monotonic() < deadline, f"{topic}: fewer than {count} messages dispatched"
         time.sleep(0.02)
-

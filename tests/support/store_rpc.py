@@ -78,5 +78,3 @@ def served(tmp_path) -> Iterator[Served]:
 def message(body: bytes, queue_id: int = 0, **properties: str) -> pb.Message:
     return pb.Message(topic=TOPIC, queue_id=queue_id, body=body, properties=properties,
                       born_timestamp_ms=1_700_000_000_000, born_host="10.1.2.3:54321")
-
-

@@ -72,4 +72,3 @@ def consumer_settings() -> d.Settings:
     return d.Settings(client_type=d.PUSH_CONSUMER, access_point=endpoints(), backoff_policy=retry,
                       subscription=subscription, user_agent=d.UA(language=d.NODE_JS, version="1.0.8"),
                       metric=d.Metric(on=True, endpoints=endpoints()))
-
