@@ -20,8 +20,8 @@ from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.badinput.conftest import Cluster
 from tests.badinput.corpus import CASES, Case, InBand
+from tests.support.badinput_cluster import Cluster
 from tests.support.v2_requests import METADATA
 
 V2_SERVICE = s.DESCRIPTOR.services_by_name["MessagingService"]

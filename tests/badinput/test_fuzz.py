@@ -35,7 +35,7 @@ from services.domain.format.commitlog_format import (
     decode_record,
     encode_record,
 )
-from tests.badinput.conftest import Cluster
+from tests.support.badinput_cluster import Cluster
 from tests.support.v2_requests import METADATA
 
 EXAMPLES = int(os.environ.get("PYRMQ_FUZZ_EXAMPLES", "12"))
