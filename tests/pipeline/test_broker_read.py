@@ -17,7 +17,6 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 from pipeline import client as client_module  # noqa: E402
 from pipeline.broker_read import DataLossError, read_range  # noqa: E402
 from pipeline.options import parse_source_options  # noqa: E402
-from tests.broker.conftest import broker, make_broker, store_address, store_stub  # noqa: E402,F401
 from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 
 

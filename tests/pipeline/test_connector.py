@@ -197,7 +197,7 @@ def lossy_cluster(spark, tmp_path_factory):
     from services.store.config import StoreConfig
     from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
-    from tests.pipeline.conftest import start_cluster
+    from tests.support.processes import start_cluster
     data_dir = tmp_path_factory.mktemp("lossy")
     store = FileStore(StoreConfig(store_root=data_dir / "store", commitlog_file_size_bytes=1 << 20), SystemClock())
     store.start()
