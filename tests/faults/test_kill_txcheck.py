@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import OK, History, make_body
-from tests.faults.test_kill_store import start_cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
+from tests.support.fault_runs import start_cluster
 from tests.support.official_client import Client
 from tests.support.processes import Process
 
