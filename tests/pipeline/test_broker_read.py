@@ -21,7 +21,7 @@ from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 
 
 def put(store_stub, topic: str, queue_id: int, count: int, tags=("TagA",)) -> None:
-    """Messages as tests/broker/test_offsets_rpc.put writes them, then wait for their dispatch."""
+    """Messages as tests/support/pull_queues.put writes them, then wait for their dispatch."""
     messages = [pb.Message(topic=topic, queue_id=queue_id, body=b"m%d" % i,
                            properties={"TAGS": tags[i % len(tags)], "KEYS": f"k{i} x", "UNIQ_KEY": f"ID{i:04d}",
                                        "color": "red"}) for i in range(count)]
