@@ -172,7 +172,7 @@ def bench_commitlog(spark, args) -> None:
 # -- live broker --------------------------------------------------------------------------------
 
 def start_cluster(data_dir: Path):
-    from tests.procs import Process, start_store
+    from tests.support.processes import Process, start_store
     started: list = []
     _, ready = start_store(started, data_dir, ROOT)
     broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",

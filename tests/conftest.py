@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.procs import Process
+from tests.support.processes import Process
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from services.runtime.clock import SystemClock
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
-from tests.broker.test_admin import put, wait_indexed
-from tests.store.conftest import small_config
+from tests.support.admin_messages import put, wait_indexed
+from tests.support.filestore import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 60

@@ -20,7 +20,7 @@ from services.broker.config import BrokerConfig
 from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import build_server
 from services.cli import main
-from tests.procs import Process
+from tests.support.processes import Process
 
 ROOT = Path(__file__).resolve().parents[1]
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<store>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")

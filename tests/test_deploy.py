@@ -20,9 +20,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
-from tests.broker.test_consumer_rpc import receive, send_ok
-from tests.broker.test_rpc import message
-from tests.procs import Process
+from tests.support.processes import Process
+from tests.support.v2_requests import message, receive, send_ok
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")

@@ -1,4 +1,4 @@
-"""TLS between pyrmq's own services (services/runtime/rpc/tls.py): a store that serves mutual TLS, and a
+"""TLS between pyrmq's own services (services/rpc/tls.py): a store that serves mutual TLS, and a
 broker and a scheduler that reach it with a CA and a client certificate, all as real processes
 configured through the environment. A plaintext or certificate-less client gets nothing."""
 from __future__ import annotations
@@ -16,9 +16,8 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime.rpc.tls import TlsFiles, open_channel
-from tests.broker.test_consumer_rpc import receive, send_ok
-from tests.broker.test_rpc import message
-from tests.procs import Process
+from tests.support.processes import Process
+from tests.support.v2_requests import message, receive, send_ok
 
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready grpc=(?P<grpc>\S+) ")
 

@@ -23,8 +23,8 @@ from services.runtime.settings import SettingsError, coerce, format_value
 from services.store.__main__ import load_config as store_config
 from services.store.config import FlushMode
 from services.txcheck.__main__ import load_config as txcheck_config
-from tests.broker.conftest import METADATA
-from tests.procs import Process
+from tests.support.processes import Process
+from tests.support.v2_requests import METADATA
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -23,9 +23,8 @@ from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
 from services import cli
 from services.admin import status
-from tests.broker.test_consumer_rpc import ack, receive, send_ok
-from tests.broker.test_rpc import message
-from tests.procs import Process
+from tests.support.processes import Process
+from tests.support.v2_requests import ack, message, receive, send_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC, GROUP = "StatusTopic", "StatusGroup"

@@ -14,8 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from services.broker.validation import BROKER_PROPERTY_KEYS, RESERVED_PROPERTY_KEYS
 from tests.badinput.cases import (
     BAD_NAMES, LONG_TOPICS, R, SC, SYSTEM_GROUP_NAMES, SYSTEM_TOPIC_NAMES, case, const, dur, resource)
-from tests.broker.conftest import CLIENT_ID, METADATA
-from tests.broker.test_rpc import MESSAGE_ID, message
+from tests.support.v2_requests import CLIENT_ID, MESSAGE_ID, METADATA, message
 
 
 # -- SendMessage ----------------------------------------------------------------------------------

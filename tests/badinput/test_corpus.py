@@ -20,9 +20,9 @@ from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.badinput.conftest import Cluster
 from tests.badinput.corpus import CASES, Case, InBand
-from tests.broker.conftest import METADATA
+from tests.support.badinput_cluster import Cluster
+from tests.support.v2_requests import METADATA
 
 V2_SERVICE = s.DESCRIPTOR.services_by_name["MessagingService"]
 ADMIN_SERVICE = apb.DESCRIPTOR.services_by_name["Admin"]
@@ -97,7 +97,7 @@ def test_the_corpus_is_big_and_covers_every_rpc() -> None:
 
 def _valid_bytes() -> dict[str, bytes]:
     """A valid serialized request per v2 method (to truncate)."""
-    from tests.broker.test_rpc import message
+    from tests.support.v2_requests import message
     return {
         "SendMessage": s.SendMessageRequest(messages=[message(tag="TagA", keys=["k"])]).SerializeToString(),
         "QueryRoute": s.QueryRouteRequest(topic=d.Resource(name="TopicTest")).SerializeToString(),

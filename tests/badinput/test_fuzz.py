@@ -35,8 +35,8 @@ from services.domain.format.commitlog_format import (
     decode_record,
     encode_record,
 )
-from tests.badinput.conftest import Cluster
-from tests.broker.conftest import METADATA
+from tests.support.badinput_cluster import Cluster
+from tests.support.v2_requests import METADATA
 
 EXAMPLES = int(os.environ.get("PYRMQ_FUZZ_EXAMPLES", "12"))
 # Receives and pulls that pass validation long-poll: keep them short so the smoke stays fast.

@@ -2,7 +2,6 @@
 (FileStore behind the store's gRPC server on 127.0.0.1:0, see conftest)."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +10,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.broker.admin import AdminService
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.store.client.client import GrpcStoreClient
+from tests.support.admin_messages import put, wait_indexed
 
 
 @pytest.fixture
@@ -28,25 +28,6 @@ def changed() -> list[str]:
 @pytest.fixture
 def admin(store_client: GrpcStoreClient, changed: list[str]) -> AdminService:
     return AdminService(store_client, changed.append)
-
-
-def put(store_stub, topic: str, queue_id: int, uniq_key: str, keys: str = "", body: bytes = b"hello") -> pb.PutResult:
-    properties = {"UNIQ_KEY": uniq_key, "TAGS": "TagA"}
-    if keys:
-        properties["KEYS"] = keys
-    [result] = store_stub.PutMessages(pb.PutMessagesRequest(messages=[pb.Message(
-        topic=topic, queue_id=queue_id, body=body, properties=properties)]), timeout=10).results
-    assert result.status == pb.PUT_OK, result.error
-    return result
-
-
-def wait_indexed(store_stub, topic: str, key: str, count: int = 1) -> None:
-    """The store's reput thread builds the index just after a put returns."""
-    deadline = time.monotonic() + 10
-    while len(store_stub.QueryMessagesByKey(pb.QueryMessagesByKeyRequest(topic=topic, key=key),
-                                            timeout=10).messages) < count:
-        assert time.monotonic() < deadline, f"{key} not indexed in {topic}"
-        time.sleep(0.02)
 
 
 # -- topics --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, status_of
-from tests.broker.test_admin import put, wait_indexed
+from tests.support.admin_messages import put, wait_indexed
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.admin import AdminService
 from services.store.client.client import GrpcStoreClient
-from tests.broker.test_admin import put, wait_indexed
+from tests.support.admin_messages import put, wait_indexed
 
 
 @pytest.fixture

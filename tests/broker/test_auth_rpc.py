@@ -18,7 +18,7 @@ from services.admin.v2_client import Credentials, open_channel
 from services.broker.auth import sign
 from services.broker.rpc.server import BrokerServer
 from services.cli import main as pyrmq
-from tests.broker.test_official_client import run_client
+from tests.support.official_client import run_client
 
 ROOT = ("root", "root-secret")
 ALICE = ("alice", "alice-secret")

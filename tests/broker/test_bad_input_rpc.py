@@ -15,10 +15,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.model import MessageType
-from tests.broker.conftest import METADATA
-from tests.broker.test_consumer_rpc import receive
-from tests.broker.test_rpc import message, send
-from tests.broker.test_validation import CASES, NOW_MS
+from tests.support.send_rules import CASES, NOW_MS
+from tests.support.v2_requests import METADATA, message, receive, send
 
 # Wire-only cases on top of the core table: what protobuf conversion must get right.
 WIRE_CASES = [

@@ -7,40 +7,10 @@ import time
 
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
-from google.protobuf.duration_pb2 import Duration
 from pyrmq.store.v1 import store_pb2 as pb
 
-from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import message, send, stored, wait_stored
-
-
-def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, timeout=10, batch_size=32,
-            filter_type=d.TAG, **extra) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
-    request = s.ReceiveMessageRequest(
-        group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=0),
-        filter_expression=d.FilterExpression(type=filter_type, expression=expression), batch_size=batch_size,
-        long_polling_timeout=Duration(seconds=polling_s), **extra)
-    if invisible_s is not None:
-        request.invisible_duration.CopyFrom(Duration(seconds=invisible_s))
-    replies = list(v2.ReceiveMessage(request, metadata=METADATA, timeout=timeout))
-    [status] = [r.status for r in replies if r.HasField("status")]
-    return status, [r.message for r in replies if r.HasField("message")], replies
-
-
-def ack(v2, topic, handle, group="G1") -> s.AckMessageResponse:
-    return v2.AckMessage(s.AckMessageRequest(group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[
-        s.AckMessageEntry(message_id="x", receipt_handle=handle)]), metadata=METADATA, timeout=10)
-
-
-def change(v2, topic, handle, seconds, group="G1") -> s.ChangeInvisibleDurationResponse:
-    return v2.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
-        group=d.Resource(name=group), topic=d.Resource(name=topic), receipt_handle=handle,
-        invisible_duration=Duration(seconds=seconds), message_id="x"), metadata=METADATA, timeout=10)
-
-
-def send_ok(v2, *messages):
-    response = send(v2, *messages)
-    assert response.status.code == d.OK, response
+from tests.support.store_reads import stored, wait_stored
+from tests.support.v2_requests import METADATA, ack, change, message, receive, send_ok
 
 
 def test_receive_maps_the_message_and_ack(v2):

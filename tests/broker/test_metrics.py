@@ -10,8 +10,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from prometheus_client import generate_latest
 
 from services.broker.metrics import BrokerMetrics
-from tests.broker.test_consumer_rpc import ack, receive, send_ok
-from tests.broker.test_rpc import message, send
+from tests.support.v2_requests import ack, message, receive, send, send_ok
 
 SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
 RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"

@@ -26,7 +26,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.queue_selection import fifo_queue_id
-from tests.broker.test_rpc import stored, wait_stored
+from tests.support.store_reads import stored, wait_stored
 
 NODE_DIR = Path(__file__).parent / "clients" / "node"
 NODE = shutil.which("node")

@@ -7,38 +7,17 @@ landed is read back through the store's gRPC API.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.queue_selection import fifo_queue_id
-from tests.broker.test_rpc import stored, wait_stored
+from tests.support.official_client import run_client
+from tests.support.store_reads import stored, wait_stored
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")
-
-SEND_SCRIPT = Path(__file__).parent / "clients" / "send.py"
-CLIENT_TIMEOUT_S = 120
-
-
-def run_client(home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = (),
-               **options: object) -> tuple[list[dict], dict]:
-    """(one result per message, the settings the producer applied); ``options``: more job
-    fields (ak, sk, checker ...; clients/send.py)."""
-    job = json.dumps({"endpoint": endpoint, "topics": list(topics), "messages": messages, **options})
-    # HOME: the client writes its log under ~/logs/rocketmq_python.
-    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(SEND_SCRIPT), job], capture_output=True, text=True, env=env,
-                          timeout=CLIENT_TIMEOUT_S)
-    assert done.returncode == 0, f"client failed:\n{done.stdout}\n{done.stderr}"
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return lines[:-1], lines[-1]["settings"]
 
 
 def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tests.broker.test_official_consumer import CLIENT_TIMEOUT_S, CONSUME_SCRIPT, consume, produce
-from tests.broker.test_sql_filter_rpc import wait_dispatched
+from tests.support.official_client import CLIENT_TIMEOUT_S, CONSUME_SCRIPT, consume, produce
+from tests.support.store_reads import wait_dispatched
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

@@ -6,40 +6,14 @@ tests/broker/clients/consume.py, each in a subprocess (the client's stubs clash 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from tests.broker.test_official_client import run_client
+from tests.support.official_client import consume, produce
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")
-
-CONSUME_SCRIPT = Path(__file__).parent / "clients" / "consume.py"
-CLIENT_TIMEOUT_S = 120
-
-
-def consume(home: Path, endpoint: str, **job) -> list[dict]:
-    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(CONSUME_SCRIPT), json.dumps({"endpoint": endpoint, **job})],
-                          capture_output=True, text=True, env=env, timeout=CLIENT_TIMEOUT_S)
-    assert done.returncode == 0, f"consumer failed:\n{done.stdout}\n{done.stderr}"
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines and lines[-1] == {"done": True}, lines
-    errors = [line for line in lines if "receive_error" in line]
-    assert not errors, errors
-    return lines[:-1]
-
-
-def produce(home: Path, endpoint: str, topic: str, messages: list[dict]) -> list[dict]:
-    results, _ = run_client(home, endpoint, [{"topic": topic, **m} for m in messages], topics=(topic,))
-    assert all(r["ok"] for r in results), results
-    return results
 
 
 def test_simple_consumer_tag_filter_and_ack(broker, tmp_path):

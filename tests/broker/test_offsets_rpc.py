@@ -16,19 +16,8 @@ from services.broker.consumer import ArrivalHub
 from services.store.client.model import TopicInfo
 from services.store.client.model import GetOutcome, GetStatus
 from services.broker.offsets import OffsetService, PullRequest
-from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import stored
-
-
-def put(store_stub, topic, queue_id, count, tags=("TagA",), start=0):
-    messages = [pb.Message(topic=topic, queue_id=queue_id, body=b"m%d" % (start + i),
-                           properties={"TAGS": tags[i % len(tags)], "KEYS": f"k{start + i} x",
-                                       "UNIQ_KEY": f"ID{start + i:04d}", "color": "red"})
-                for i in range(count)]
-    results = store_stub.PutMessages(pb.PutMessagesRequest(messages=messages), timeout=10).results
-    assert all(r.status == pb.PUT_OK for r in results)
-    stored(store_stub, topic, queue_id, 0, at_least=start + count)
-    return results
+from tests.support.pull_queues import put
+from tests.support.v2_requests import METADATA
 
 
 def queue(topic, queue_id=0, broker=None):

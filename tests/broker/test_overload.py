@@ -19,7 +19,7 @@ from services.broker.config import BrokerConfig
 from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.server import build_server
-from tests.broker.test_rpc import message, send
+from tests.support.v2_requests import message, send
 
 SENDERS = 48
 SLOW_PUT_S = 0.4

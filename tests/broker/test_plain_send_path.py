@@ -18,7 +18,7 @@ from services.broker.model import IncomingMessage, MessageType
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
-from tests.broker.conftest import FakeStore
+from tests.support.broker_fakes import FakeStore
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"

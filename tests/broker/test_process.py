@@ -17,16 +17,13 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.broker.conftest import METADATA
-from tests.broker.test_official_client import run_client
-from tests.broker.test_rpc import wait_stored
-from tests.procs import Process, start_store
+from tests.support.official_client import run_client
+from tests.support.processes import UP_READY, Process, start_store
+from tests.support.store_reads import wait_stored
+from tests.support.v2_requests import METADATA
 
 BROKER_READY = re.compile(
     r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$")
-UP_READY = re.compile(
-    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
-    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 needs_client = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                   reason="rocketmq-python-client not installed")
 

@@ -17,7 +17,7 @@ from services.broker.offsets import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
 from services.store.memory_store import MemoryStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 
 TOPIC = "RawTopic"
 

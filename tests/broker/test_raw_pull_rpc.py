@@ -13,7 +13,7 @@ from pyrmq.pull.v1 import pull_pb2 as pb
 from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 
 from services.domain.format.commitlog_format import decode_record
-from tests.broker.test_offsets_rpc import put
+from tests.support.pull_queues import put
 
 
 @pytest.fixture

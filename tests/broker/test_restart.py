@@ -22,10 +22,9 @@ import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from tests.broker.test_consumer_rpc import ack, receive
-from tests.broker.test_official_consumer import consume, produce
-from tests.broker.test_process import UP_READY
-from tests.procs import Process
+from tests.support.official_client import consume, produce
+from tests.support.processes import UP_READY, Process
+from tests.support.v2_requests import ack, receive
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

@@ -5,7 +5,6 @@ read back through the store's gRPC API.
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 
@@ -20,41 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.queue_selection import fifo_queue_id
-from tests.broker.conftest import CLIENT_ID, METADATA
-
-MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
-
-
-def message(topic="TopicTest", body=b"hello", message_id=MESSAGE_ID, user_properties=None, **system) -> d.Message:
-    system.setdefault("message_type", d.NORMAL)
-    system.setdefault("body_encoding", d.IDENTITY)
-    return d.Message(topic=d.Resource(name=topic), body=body, user_properties=user_properties or {},
-                     system_properties=d.SystemProperties(message_id=message_id, **system))
-
-
-def send(v2, *messages, metadata=METADATA) -> s.SendMessageResponse:
-    return v2.SendMessage(s.SendMessageRequest(messages=list(messages)), metadata=metadata, timeout=10)
-
-
-def stored(store_stub, topic, queue_id, offset=0, at_least=0) -> list[pb.Message]:
-    """The queue's messages from ``offset``; waits (up to 10 s) until at least ``at_least`` are dispatched,
-    since the store's reput thread fills the ConsumeQueue just after a put returns."""
-    deadline = time.monotonic() + 10
-    while True:
-        got = store_stub.GetMessages(pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset),
-                                     timeout=10)
-        if len(got.messages) >= at_least or time.monotonic() > deadline:
-            return list(got.messages)
-        time.sleep(0.02)
-
-
-def wait_stored(store_stub, topic, key, count=1) -> list[pb.Message]:
-    deadline = time.monotonic() + 10
-    while True:  # the index is built by the store's reput thread, just after the put returns
-        found = store_stub.QueryMessagesByKey(pb.QueryMessagesByKeyRequest(topic=topic, key=key), timeout=10).messages
-        if len(found) >= count or time.monotonic() > deadline:
-            return list(found)
-        time.sleep(0.02)
+from tests.support.store_reads import stored, wait_stored
+from tests.support.v2_requests import CLIENT_ID, MESSAGE_ID, METADATA, Stream, message, producer_settings, send
 
 
 # -- QueryRoute ---------------------------------------------------------------------------------
@@ -213,37 +179,6 @@ def test_concurrent_sends_share_store_calls(make_broker):
 
 # -- Telemetry, Heartbeat, NotifyClientTermination -------------------------------------------
 
-class Stream:
-    """A Telemetry call driven from a queue of commands."""
-
-    def __init__(self, v2, metadata=METADATA) -> None:
-        self.outbound: queue.Queue = queue.Queue()
-        self.replies: queue.Queue = queue.Queue()
-        self.call = v2.Telemetry(iter(self.outbound.get, None), metadata=metadata)
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        try:
-            for reply in self.call:
-                self.replies.put(reply)
-        except grpc.RpcError as exc:
-            self.replies.put(exc)
-        self.replies.put(None)
-
-    def send(self, command: s.TelemetryCommand):
-        self.outbound.put(command)
-        return self.replies.get(timeout=10)
-
-
-def producer_settings(*topics) -> s.TelemetryCommand:
-    return s.TelemetryCommand(settings=d.Settings(
-        client_type=d.PRODUCER, access_point=d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=1)]),
-        request_timeout=Duration(seconds=3),
-        publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics], max_body_size=134217728,
-                                validate_message_type=True),
-        user_agent=d.UA(language=d.PYTHON, version="5.1.2"), metric=d.Metric(on=False)))
-
-
 def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
     stream = Stream(v2)
     reply = stream.send(producer_settings("TopicTest"))
@@ -297,7 +232,7 @@ def test_heartbeat_and_termination_are_ok(v2):
     # Before its Settings a client is unknown (the proxy's UNRECOGNIZED_CLIENT_TYPE); after, OK.
     assert v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA,
                         timeout=10).status.code == d.UNRECOGNIZED_CLIENT_TYPE
-    from tests.broker.test_protocol_schema import producer_settings
+    from tests.support.v2_samples import producer_settings
     settings_sent = threading.Event()
 
     def commands():

@@ -6,9 +6,8 @@ import time
 
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from services.broker.config import BrokerConfig
-from tests.broker.test_consumer_rpc import ack, receive, send_ok
-from tests.broker.test_rpc import message, stored
+from tests.support.store_reads import wait_dispatched
+from tests.support.v2_requests import ack, message, receive, send_ok
 
 ORDERS = [("small-red", "TagA", {"amount": "3", "color": "red"}),
           ("big-red", "TagA", {"amount": "50", "color": "red"}),
@@ -20,15 +19,6 @@ ORDERS = [("small-red", "TagA", {"amount": "3", "color": "red"}),
 def send_orders(v2, topic: str) -> None:
     for i, (body, tag, props) in enumerate(ORDERS):
         send_ok(v2, message(topic, body=body.encode(), tag=tag, user_properties=props, message_id=f"ID-{topic}-{i}"))
-
-
-def wait_dispatched(store_stub, topic: str, count: int) -> None:
-    """Until the store's reput thread has put ``count`` messages of the (auto-created) topic into its
-    ConsumeQueues: a pop filters what is dispatched when it runs, later arrivals are not yet seen."""
-    deadline = time.monotonic() + 10
-    while sum(len(stored(store_stub, topic, q)) for q in range(BrokerConfig().auto_create_topic_queue_nums)) < count:
-        assert time.monotonic() < deadline, f"{topic}: fewer than {count} messages dispatched"
-        time.sleep(0.02)
 
 
 def bodies(messages) -> list[str]:

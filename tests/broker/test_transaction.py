@@ -5,7 +5,6 @@ import time
 
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
-from apache.rocketmq.v2 import service_pb2 as s
 
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
@@ -16,8 +15,8 @@ from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
-from tests.broker.conftest import METADATA
-from tests.broker.test_rpc import message, send, stored, wait_stored
+from tests.support.store_reads import stored, wait_stored
+from tests.support.v2_requests import end, message, send
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
@@ -125,11 +124,6 @@ def test_unspecified_resolution_does_nothing(fake_store):
     calls = len(fake_store.calls)
     transactions.end_transaction("TxTopic", "TX1", Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED, 3.0)
     assert len(fake_store.calls) == calls
-
-
-def end(v2, topic, tid, resolution, source=d.SOURCE_CLIENT):
-    return v2.EndTransaction(s.EndTransactionRequest(topic=d.Resource(name=topic), message_id=tid, transaction_id=tid,
-                                                     resolution=resolution, source=source), metadata=METADATA, timeout=10)
 
 
 def test_end_transaction_over_grpc(v2, store_stub):

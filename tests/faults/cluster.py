@@ -22,7 +22,7 @@ import grpc
 from pyrmq.admin.v1 import admin_pb2 as admin_pb
 from pyrmq.admin.v1 import admin_pb2_grpc as admin_grpc
 
-from tests.procs import Process
+from tests.support.processes import Process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready (?P<rest>.*)$")

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import History
-from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
-from tests.procs import Process
+from tests.support.fault_runs import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
+from tests.support.processes import Process
 
 INVISIBLE_S = 2.0
 RTO_P99_MAX_S = 10.0          # broker spawn -> first OK (a broker start-up on a loaded 2-core box)

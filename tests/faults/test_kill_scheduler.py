@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import History
-from tests.faults.test_kill_store import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
-from tests.procs import Process
+from tests.support.fault_runs import DRAIN_TIMEOUT_S, check_run, start_cluster, wait_first_ok
+from tests.support.processes import Process
 
 DELIVERY_BATCH = 256
 

@@ -13,53 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.checker import History, Report
+from tests.faults.checker import History
 from tests.faults.cluster import Cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
-from tests.procs import Process
+from tests.support.fault_runs import DRAIN_TIMEOUT_S, check_run, first_ok_after, start_cluster, wait_first_ok
+from tests.support.processes import Process
 
 
 RTO_P99_MAX_S = 5.0                   # store ready line -> first OK send through the broker
 SPAWN_TO_FIRST_OK_MAX_S = 20.0        # store spawned -> first OK: includes the store's own start-up,
                                       # slow on a loaded 2-core CI box (its own T0.8 bound is in
                                       # tests/store/test_crash_kill.py)
-DRAIN_TIMEOUT_S = 40.0
-
-
-def start_cluster(tmp_path: Path, processes: list[Process], services=("store", "broker", "scheduler", "txcheck"),
-                  extra_args: dict[str, list[str]] | None = None, **env: str) -> Cluster:
-    cluster = Cluster(tmp_path / "data", processes, services=services, extra_args=extra_args or {},
-                      env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env}).start()
-    cluster.create_topic("FaultsNormal", "NORMAL")
-    cluster.create_topic("FaultsFifo", "FIFO")
-    cluster.create_group("FaultsGroup")
-    cluster.create_group("FaultsFifoGroup", fifo=True)
-    return cluster
-
-
-def check_run(history: History, workload: Workload, cluster: Cluster, repro: str) -> tuple[Report, str]:
-    """The checker's report of a finished run, printed; fails on workload errors or any
-    violation (lost, corrupt, unexpected, aborted, order, offsets), naming the repro."""
-    report = history.check()
-    print(report.summary())
-    problems = report.describe()
-    assert not workload.errors, f"{repro}\n{workload.errors}"
-    assert not report.violations(), f"{repro}\n{problems}\n{cluster.logs()}"
-    return report, problems
-
-
-def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(s.outcome == "ok" and s.complete_t > after_t for s in list(history.sends.values())[-200:]):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no send acknowledged within {timeout_s} s")
-
-
-def first_ok_after(history: History, t: float) -> float:
-    """Completion time of the first ok send completed after ``t`` (wait_first_ok saw one)."""
-    return min(s.complete_t for s in list(history.sends.values()) if s.outcome == "ok" and s.complete_t > t)
 
 
 def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cycles: int,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import OK, History, make_body
-from tests.faults.test_kill_store import start_cluster
 from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
-from tests.procs import Process
-from tests.txcheck.test_official_client import Client
+from tests.support.fault_runs import start_cluster
+from tests.support.official_client import Client
+from tests.support.processes import Process
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")

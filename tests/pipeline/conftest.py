@@ -4,6 +4,10 @@ Tests that need Spark take the ``spark`` fixture and are marked ``spark``; witho
 without Java >= 17 they skip with the reason. Everything the Python workers touch must be a
 real file or a real server on 127.0.0.1 (they cannot see this process's memory), and the
 project must be importable in them: PYTHONPATH is set to the repository root.
+
+``cluster`` is a store and a broker as subprocesses (``start_cluster``,
+tests/support/processes.py); the tests without Spark take the in-process store and broker
+servers of tests/support/broker_servers.py (``store_address``, ``store_stub``, ``broker``).
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
+from tests.support.processes import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_MIN = 17
@@ -80,20 +87,6 @@ def spark(tmp_path_factory):
     for query in session.streams.active:  # a failed streaming test must not hang the session
         query.stop()
     session.stop()
-
-
-BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+)$")
-
-
-def start_cluster(data_dir: Path, started: list) -> str:
-    """A store and a broker as subprocesses on 127.0.0.1 (the Spark workers reach them like any
-    client); returns the broker's endpoint."""
-    from tests.procs import Process, start_store
-    _, ready = start_store(started, data_dir, ROOT)
-    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
-                      "--store-address", ready["grpc"]], ROOT)
-    started.append(broker)
-    return broker.wait_line(BROKER_READY)["endpoint"]
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,11 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 from pipeline import client as client_module  # noqa: E402
 from pipeline.broker_read import DataLossError, read_range  # noqa: E402
 from pipeline.options import parse_source_options  # noqa: E402
-from tests.broker.conftest import broker, make_broker, store_address, store_stub  # noqa: E402,F401
 from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 
 
 def put(store_stub, topic: str, queue_id: int, count: int, tags=("TagA",)) -> None:
-    """Messages as tests/broker/test_offsets_rpc.put writes them, then wait for their dispatch."""
+    """Messages as tests/support/pull_queues.put writes them, then wait for their dispatch."""
     messages = [pb.Message(topic=topic, queue_id=queue_id, body=b"m%d" % i,
                            properties={"TAGS": tags[i % len(tags)], "KEYS": f"k{i} x", "UNIQ_KEY": f"ID{i:04d}",
                                        "color": "red"}) for i in range(count)]

@@ -50,7 +50,7 @@ def source(spark, endpoint, **options):
 
 
 def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_path):
-    from tests.broker.test_official_client import run_client
+    from tests.support.official_client import run_client
     sent_from = datetime.now(timezone.utc)
     specs = [{"topic": "SparkRead", "body": f"msg-{i}", "tag": "TagA" if i % 2 else "TagB", "keys": [f"k{i}", "kk"],
               "properties": {"n": str(i), "color": "red"}} for i in range(30)]
@@ -197,7 +197,7 @@ def lossy_cluster(spark, tmp_path_factory):
     from services.store.config import StoreConfig
     from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
-    from tests.pipeline.conftest import start_cluster
+    from tests.support.processes import start_cluster
     data_dir = tmp_path_factory.mktemp("lossy")
     store = FileStore(StoreConfig(store_root=data_dir / "store", commitlog_file_size_bytes=1 << 20), SystemClock())
     store.start()

@@ -28,7 +28,7 @@ from services.domain.format.commitlog_format import (
     tags_code,
 )
 from services.domain.format.consume_queue_format import BLANK_UNIT_BYTES, encode_unit  # noqa: E402
-from tests.store.test_commitlog_format import GOLDEN, golden_record  # noqa: E402
+from tests.support.commitlog_golden import GOLDEN, golden_record  # noqa: E402
 
 HOSTS = ["127.0.0.1:54321", "[::1]:7", "10.0.0.2:65000", "[fe80::1]:10911"]
 

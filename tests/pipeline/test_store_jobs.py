@@ -12,7 +12,7 @@ from services.domain.format.commitlog_format import BLANK, decode_record, host_t
 from services.domain.format.consume_queue_format import CQ_UNIT
 from services.store.index_service import IndexService
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 
 pytestmark = pytest.mark.spark
 

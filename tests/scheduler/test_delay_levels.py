@@ -5,7 +5,7 @@ import pytest
 
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import SCHEDULE_TOPIC, OutgoingMessage
-from tests.scheduler.conftest import START_MS
+from tests.support.scheduler_timers import START_MS
 
 
 class Crash(Exception):

@@ -1,7 +1,7 @@
 """End to end: the official Python client, a real broker and store, and the scheduler.
 
 The client runs in subprocesses (tests/scheduler/clients/timer_client.py); store and broker run
-in this process on 127.0.0.1:0 (tests/broker/conftest.py). The scheduler runs in-process for the
+in this process on 127.0.0.1:0 (tests/support/broker_servers.py). The scheduler runs in-process for the
 delivery/recall test and as ``python -m services.scheduler`` for the kill -9 test.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -22,19 +21,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import StoredRecord
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.scheduler.service import SchedulerService
-from tests.broker.conftest import broker, make_broker, store_address  # noqa: F401 - fixtures
-from tests.procs import Process
+from tests.support.processes import Process
+from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")
 
 CLIENT = Path(__file__).parent / "clients" / "timer_client.py"
 ROOT = Path(__file__).resolve().parents[2]
-SCHEDULER_READY = re.compile(r"^pyrmq-scheduler ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
-                             r"store=(?P<store>\S+) data=(?P<data>\S+)$")
 
 
 def client(home: Path, job: dict) -> subprocess.Popen:
@@ -49,24 +45,14 @@ def results(process: subprocess.Popen, timeout_s: float = 60) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def delivered(store: GrpcSchedulerStore, topic: str, queues: int = 8) -> list[StoredRecord]:
-    records = []
-    for queue_id in range(queues):
-        offset = 0
-        while (result := store.get_messages(topic, queue_id, offset, 256)).messages:
-            records += result.messages
-            offset = result.next_begin_offset
-    return records
-
-
 @pytest.fixture
-def scheduler_store(store_address: str):  # noqa: F811 - the fixture imported above
+def scheduler_store(store_address: str):
     store = GrpcSchedulerStore(store_address)
     yield store
     store.close()
 
 
-def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, scheduler_store, tmp_path):  # noqa: F811
+def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, scheduler_store, tmp_path):
     service = SchedulerService(SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store,
                                watch=scheduler_store.watch_arrivals)
     service.open()
@@ -98,21 +84,14 @@ def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, 
         service.stop()
 
 
-def start_scheduler(processes: list[Process], data_dir: Path, store_address: str) -> tuple[Process, re.Match]:  # noqa: F811
+def start_scheduler(processes: list[Process], data_dir: Path, store_address: str) -> tuple[Process, re.Match]:
     process = Process([sys.executable, "-m", "services.scheduler", "--data-dir", str(data_dir), "--store-address",
                        store_address, "--port", "0", "--metrics-port", "0"], ROOT)
     processes.append(process)
     return process, process.wait_line(SCHEDULER_READY)
 
 
-def metric(url: str, name: str) -> float:
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    match = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
-
-
-def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(broker, scheduler_store, store_address,  # noqa: F811
+def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(broker, scheduler_store, store_address,
                                                              processes, tmp_path):
     first, ready = start_scheduler(processes, tmp_path, store_address)
     assert ready["store"] == store_address and ready["data"] == str(tmp_path / "scheduler")

@@ -14,7 +14,7 @@ from services.broker.producer import Producer, recall_handle, timer_out_ms
 from services.broker.recall import decode_handle
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
-from tests.broker.conftest import FakeStore
+from tests.support.broker_fakes import FakeStore
 
 NOW_MS = 1_700_000_000_123
 DELIVER_MS = NOW_MS + 60_000

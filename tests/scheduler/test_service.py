@@ -12,8 +12,8 @@ from services.runtime.clock import SystemClock
 from services.scheduler.errors import SchedulerLockedError
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.service import SchedulerService
-from tests.scheduler.conftest import park, small_config
 from tests.scheduler.fake_store import FakeStore
+from tests.support.scheduler_timers import park, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

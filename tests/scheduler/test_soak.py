@@ -14,15 +14,14 @@ import pytest
 from services.broker.producer import timer_out_ms
 from services.scheduler.model import TIMER_TOPIC, OutgoingMessage
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
-from tests.broker.conftest import store_address  # noqa: F401 - fixture
-from tests.procs import Process
-from tests.scheduler.test_end_to_end import SCHEDULER_READY, delivered, metric
+from tests.support.processes import Process
+from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):  # noqa: F811
+def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)

@@ -13,11 +13,10 @@ from services.scheduler.model import GetStatus, OutgoingMessage, PutStatus
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.scheduler.service import SchedulerService
 from services.domain.format.commitlog_format import decode_record
-from tests.broker.conftest import store_address, store_stub  # noqa: F401 - fixtures
 
 
 @pytest.fixture
-def client(store_address: str):  # noqa: F811
+def client(store_address: str):
     store = GrpcSchedulerStore(store_address)
     yield store
     store.close()
@@ -34,7 +33,7 @@ def put(client: GrpcSchedulerStore, count: int, topic: str = "rmq_sys_wheel_time
     return outcomes
 
 
-def test_raw_records_decode_to_what_get_messages_returns(client, store_stub):  # noqa: F811
+def test_raw_records_decode_to_what_get_messages_returns(client, store_stub):
     outcomes = put(client, 5)
     assert [o.status for o in outcomes] == [PutStatus.PUT_OK] * 5
     raw = store_stub.GetRawMessages(pb.GetMessagesRequest(topic="rmq_sys_wheel_timer", queue_id=0, queue_offset=1,
@@ -50,7 +49,7 @@ def test_raw_records_decode_to_what_get_messages_returns(client, store_stub):  #
     assert (result.status, result.messages, result.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, [], 5)
 
 
-def test_look_raw_by_offset_and_size(client, store_stub):  # noqa: F811
+def test_look_raw_by_offset_and_size(client, store_stub):
     outcomes = put(client, 3)
     first = client.get_messages("rmq_sys_wheel_timer", 0, 0, 3).messages
     refs = [(r.phy_offset, r.store_size_bytes) for r in first]

@@ -14,7 +14,7 @@ from services.domain.format.timerlog_format import (
 )
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_wheel import TimerWheel
-from tests.scheduler.conftest import START_MS, delivered, park, run_for
+from tests.support.scheduler_timers import START_MS, delivered, park, run_for
 
 SEGMENT = 52 * 100 + 16   # 100 units, then a 16-byte blank
 

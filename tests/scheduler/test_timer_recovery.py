@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from tests.scheduler.conftest import START_MS, delivered, lateness_ms, park, run_for
+from tests.support.scheduler_timers import START_MS, delivered, lateness_ms, park, run_for
 
 
 class Crash(Exception):

@@ -1,47 +1,15 @@
+"""Store test fixtures, defined in tests/support/:
+
+* ``clock`` (a ManualClock) and ``make_store`` (started FileStores on ``small_config``, shut
+  down after the test): tests/support/filestore.py;
+* ``open_store`` / ``store``: a FileStore with the pop revive loop halted
+  (tests/support/store_pop.py);
+* ``served``: a FileStore behind the store's gRPC server on 127.0.0.1:0
+  (tests/support/store_rpc.py; test_pop_rpc.py and test_pop_sql.py use their own ``served``,
+  tests/support/store_pop_rpc.py).
+"""
 from __future__ import annotations
 
-import pytest
-
-from services.runtime.clock import ManualClock
-from services.store.config import FlushMode, StoreConfig
-from services.domain.format.commitlog_format import MessageRecord
-from services.store.store import FileStore
-
-
-def small_config(root, **overrides) -> StoreConfig:
-    """Tiny segments so tests roll files, fill ConsumeQueues and IndexFiles quickly."""
-    values = dict(store_root=root, commitlog_file_size_bytes=64 * 1024, consume_queue_units_per_file=64,
-                  index_hash_slot_num=64, index_num_max=256, flush_interval_ms=50,
-                  flush_consume_queue_interval_ms=50, warm_mapped_files=False)
-    values.update(overrides)
-    return StoreConfig(**values)
-
-
-def message(topic="TopicTest", queue_id=0, body=b"hello", tags=None, keys=None, **props) -> MessageRecord:
-    properties = dict(props)
-    if tags:
-        properties["TAGS"] = tags
-    if keys:
-        properties["KEYS"] = keys
-    return MessageRecord(topic=topic, queue_id=queue_id, body=body, properties=properties,
-                         born_timestamp_ms=1_700_000_000_000)
-
-
-@pytest.fixture
-def clock():
-    return ManualClock()
-
-
-@pytest.fixture
-def make_store(tmp_path, clock):
-    stores = []
-
-    def make(flush_mode=FlushMode.ASYNC, **overrides) -> FileStore:
-        store = FileStore(small_config(tmp_path / "store", flush_mode=flush_mode, **overrides), clock)
-        store.start()
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.shutdown()
+from tests.support.filestore import clock, make_store  # noqa: F401 - fixtures
+from tests.support.store_pop import open_store, store  # noqa: F401 - fixtures
+from tests.support.store_rpc import served  # noqa: F401 - fixture

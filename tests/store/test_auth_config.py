@@ -12,7 +12,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.store.auth_config import (
     AuthConfigError, AuthConfigManager, StoredAcl, StoredPolicy, StoredUser)
 from services.runtime.clock import ManualClock
-from tests.store.test_rpc import Served, served  # noqa: F401  (the fixture)
+from tests.support.store_rpc import Served
 
 
 def manager(tmp_path: Path) -> AuthConfigManager:
@@ -79,7 +79,7 @@ def test_an_acl_needs_its_user(tmp_path: Path) -> None:
 # -- over the store's gRPC API ------------------------------------------------------------------------
 
 
-def test_users_and_acls_over_grpc(served: Served) -> None:  # noqa: F811
+def test_users_and_acls_over_grpc(served: Served) -> None:
     stub = served.stub
     assert stub.PutUser(pb.PutUserRequest(user=pb.AuthUser(username="alice", password="s"))).created
     stub.PutAcl(pb.PutAclRequest(acl=pb.AuthAcl(username="alice", policies=[

@@ -15,7 +15,7 @@ import pytest
 from services.store import commitlog as commitlog_module
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 
 HOUR_MS = 3_600_000
 RESERVED_HOURS = 72

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.procs import EXIT_TIMEOUT_S, STORE_READY, Process, start_store
+from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, start_store
 
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+) ")
 

@@ -36,7 +36,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.procs import STORE_READY, Process
+from tests.support.processes import STORE_READY, Process
 
 log = logging.getLogger(__name__)
 

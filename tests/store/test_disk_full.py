@@ -8,7 +8,7 @@ import os
 
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 
 
 def test_enospc_on_a_new_segment_fails_puts_cleanly_and_writes_resume(tmp_path, clock, monkeypatch) -> None:

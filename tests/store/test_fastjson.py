@@ -22,8 +22,7 @@ from services.domain.names import (
 )
 from services.store.metadata import MetadataFileError, SubscriptionGroupConfig, TopicConfig, write_atomically
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from tests.store.test_metadata import (  # shared fixtures data, not tests
-    CONSUMER_OFFSET_48, DELAY_OFFSET_48_COMPACT)
+from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48_COMPACT
 
 
 def test_reader_accepts_unquoted_integer_keys_tabs_and_newlines() -> None:

@@ -26,7 +26,7 @@ from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES,
 from services.store.mapped_file import PAGE_SIZE_BYTES
 from services.domain.statuses import PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import message
+from tests.support.filestore import message
 
 log = logging.getLogger(__name__)
 

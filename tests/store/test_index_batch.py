@@ -32,7 +32,7 @@ from services.domain.format.java_compat import java_string_hash
 from services.store.index_file import IndexFile, index_file_name
 from services.store.index_service import IndexService
 from services.store.model import DispatchRequest
-from tests.store.test_index_file import (  # shared helpers, not tests
+from tests.support.index_files import (
     FAR_FUTURE, SLOTS, SYSFLAG_COMMIT, SYSFLAG_PREPARED, SYSFLAG_ROLLBACK, T0, file_bytes, new_service)
 
 

@@ -37,16 +37,9 @@ from services.domain.format.java_compat import java_string_hash
 from services.store.index_file import IndexFile, index_file_name
 from services.store.index_service import IndexService
 from services.store.model import DispatchRequest
-
-SLOTS = 100
-ENTRIES = 400
-FILE_SIZE = 40 + SLOTS * 4 + ENTRIES * 20
-T0 = 1_700_000_000_500  # 0x0000018bcfe569f4
-FAR_FUTURE = 1 << 62
-
-SYSFLAG_PREPARED = 0x4
-SYSFLAG_COMMIT = 0x8
-SYSFLAG_ROLLBACK = 0xC
+from tests.support.index_files import (
+    ENTRIES, FAR_FUTURE, FILE_SIZE, SLOTS, SYSFLAG_COMMIT, SYSFLAG_PREPARED, SYSFLAG_ROLLBACK, T0, file_bytes,
+    new_service)
 
 
 def naive_java_hash(text: str) -> int:
@@ -73,15 +66,6 @@ def key_with_java_hash(prefix: str, length: int, target_u32: int) -> str:
 
 def new_file(tmp_path: Path, name: str = "20231115061320500", **preset) -> IndexFile:
     return IndexFile.create(tmp_path / name, SLOTS, ENTRIES, **preset)
-
-
-def new_service(tmp_path: Path, entries: int = ENTRIES, clock: ManualClock | None = None,
-                **kwargs) -> IndexService:
-    return IndexService(tmp_path / "index", SLOTS, entries, clock or ManualClock(T0), **kwargs)
-
-
-def file_bytes(index_file: IndexFile) -> bytes:
-    return index_file.path.read_bytes()
 
 
 # -- format ------------------------------------------------------------------------------------

@@ -25,19 +25,11 @@ from services.domain.names import (
 )
 from services.store.metadata import MetadataFileError, SubscriptionGroupConfig, TopicConfig, write_atomically
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
+from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48, DELAY_OFFSET_48_COMPACT
 
 T0 = 1_700_000_000_000
 
-# -- samples in fastjson 1.2.83 pretty style ------------------------------------------------
-
-# RocketMQ 4.8 consumerOffset.json (no dataVersion, no groupTopicMap), as quoted in §8.
-CONSUMER_OFFSET_48 = (
-    '{\n\t"offsetTable":{\n'
-    '\t\t"TopicTest@please_rename_unique_group_name":{0:6,1:3,2:3,3:2\n\t\t},\n'
-    '\t\t"%RETRY%please_rename_unique_group_name@please_rename_unique_group_name":{0:0\n\t\t}\n'
-    '\t}\n}')
-DELAY_OFFSET_48_COMPACT = '{"offsetTable":{1:1\n}}'
-DELAY_OFFSET_48 = '{\n\t"offsetTable":{1:1,3:12\n\t}\n}'
+# -- samples in fastjson 1.2.83 pretty style (the offset files: tests/support/metadata_samples.py) --
 
 TOPICS_4X = """{
 \t"dataVersion":{

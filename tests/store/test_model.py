@@ -40,7 +40,7 @@ from services.store.memory_store import MemoryStore
 from services.store.model import GetResult
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import small_config
+from tests.support.filestore import small_config
 
 SEEDS = [int(s) for s in os.environ.get("PYRMQ_MODEL_SEEDS", "11,12,23,24,37,38").split(",")]
 OPS_PER_SEED = int(os.environ.get("PYRMQ_MODEL_OPS", "400"))

@@ -10,71 +10,14 @@ import threading
 import pytest
 
 from services.domain.format.java_compat import java_string_hash
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig
+from services.store.metadata import SubscriptionGroupConfig
 from services.store.pop import AckStatus, PopResult, PopStatus
 from services.store.pop_revive import (
     DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, ReceiptHandle)
-from services.store.store import FileStore, StoreNotRunningError
-
-from tests.store.conftest import message
-
-TOPIC = "TopicPop"
-GROUP = "GroupPop"
-RETRY = "%RETRY%GroupPop"
-DLQ = "%DLQ%GroupPop"
-INVISIBLE_MS = 30_000
-
-
-@pytest.fixture
-def open_store(make_store):
-    def open_() -> FileStore:
-        store = make_store()
-        store.pop.revive.halt()  # the tests drive redelivery with run_once()
-        return store
-    return open_
-
-
-@pytest.fixture
-def store(open_store) -> FileStore:
-    return open_store()
-
-
-def create_topic(store: FileStore, topic: str = TOPIC, queues: int = 1) -> None:
-    store.topics.create_or_update(TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues))
-
-
-def put(store: FileStore, *records) -> list:
-    results = store.put_messages(list(records))
-    assert all(r.ok for r in results), results
-    store.reput.run_once()
-    return results
-
-
-def put_bodies(store: FileStore, *bodies: bytes, topic: str = TOPIC, queue_id: int = 0) -> list:
-    return put(store, *(message(topic, queue_id, body) for body in bodies))
-
-
-def pop(store: FileStore, group: str = GROUP, topic: str = TOPIC, queue_id: int = -1, max_count: int = 32,
-        invisible_ms: int = INVISIBLE_MS, **kwargs) -> PopResult:
-    return store.pop.pop(group, topic, queue_id, max_count, invisible_ms, **kwargs)
-
-
-def revive(store: FileStore) -> None:
-    store.pop.revive.run_once()
-    store.reput.run_once()
-
-
-def bodies(result: PopResult) -> list[bytes]:
-    return [m.record.body for m in result.messages]
-
-
-def ack_all(store: FileStore, result: PopResult, group: str = GROUP) -> None:
-    for m in result.messages:
-        assert store.pop.ack(group, m.topic, m.receipt_handle) is AckStatus.OK
-
-
-def committed(store: FileStore, topic: str = TOPIC, queue_id: int = 0, group: str = GROUP) -> int:
-    return store.consumer_offsets.query_offset(group, topic, queue_id)
+from services.store.store import StoreNotRunningError
+from tests.support.filestore import message
+from tests.support.store_pop import (
+    DLQ, GROUP, INVISIBLE_MS, RETRY, TOPIC, ack_all, bodies, committed, create_topic, pop, put, put_bodies, revive)
 
 
 # -- basics ------------------------------------------------------------------------------------

@@ -11,13 +11,10 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.domain.format.java_compat import java_string_hash
 from services.store.pop import PopStatus
 from services.domain.sql_filter import SqlFilterError
-from tests.store.conftest import message
-from tests.store.test_pop import INVISIBLE_MS, RETRY, TOPIC, ack_all, committed, create_topic, pop, put, revive
-from tests.store.test_pop import open_store, store  # noqa: F401 - fixtures
-from tests.store.test_pop_rpc import GROUP as RPC_GROUP
-from tests.store.test_pop_rpc import TOPIC as RPC_TOPIC
-from tests.store.test_pop_rpc import message as pb_message
-from tests.store.test_pop_rpc import served  # noqa: F401 - fixture
+from tests.support.filestore import message
+from tests.support.store_pop import INVISIBLE_MS, RETRY, TOPIC, ack_all, committed, create_topic, pop, put, revive
+from tests.support.store_pop_rpc import GROUP as RPC_GROUP, TOPIC as RPC_TOPIC, message as pb_message
+from tests.support.store_pop_rpc import pop_served  # noqa: F401 - this module's "served" fixture
 
 
 def put_orders(store, *orders: dict[str, str]) -> None:
@@ -92,7 +89,7 @@ def test_a_bad_expression_raises_and_changes_nothing(store):
     assert len(pop(store).messages) == len(ORDERS)
 
 
-def test_pop_rpc_filters_and_refuses_bad_expressions_with_invalid_argument(served):  # noqa: F811
+def test_pop_rpc_filters_and_refuses_bad_expressions_with_invalid_argument(served):
     served.put(pb_message(b"cheap", price="5"), pb_message(b"dear", price="500"), pb_message(b"free"))
     response = served.pop(sql_expression="price BETWEEN 100 AND 1000")
     assert response.status == pb.POP_FOUND and [m.message.body for m in response.messages] == [b"dear"]

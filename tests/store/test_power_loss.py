@@ -24,8 +24,8 @@ import pytest
 from services.store.config import FlushMode
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
 from tests.store.powerloss import PowerLoss
+from tests.support.filestore import message, small_config
 
 WRITERS = 3
 SEEDS = [int(s) for s in os.environ.get("PYRMQ_POWER_SEEDS", "1,2,3,4,5,6").split(",")]

@@ -11,7 +11,7 @@ from services.store.checkpoint import CheckpointFile
 from services.domain.statuses import GetStatus
 from services.store.recovery import CommitLogCorruptError
 from services.store.store import FileStore
-from tests.store.conftest import message, small_config
+from tests.support.filestore import message, small_config
 
 SLOW_CHECKPOINT = dict(flush_consume_queue_interval_ms=3_600_000, flush_interval_ms=3_600_000)
 

@@ -9,7 +9,7 @@ from services.store.config import FlushMode
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.format.java_compat import java_string_hash
 from services.domain.statuses import GetStatus, PutStatus
-from tests.store.conftest import message
+from tests.support.filestore import message
 
 
 def wait_dispatched(store):
@@ -190,7 +190,7 @@ def test_restart_keeps_messages_offsets_and_metadata(tmp_path, make_store):
 def test_second_store_on_the_same_root_is_refused(make_store, tmp_path):
     from services.store.checkpoint import StoreLockedError
     from services.store.store import FileStore
-    from tests.store.conftest import small_config
+    from tests.support.filestore import small_config
     make_store()
     with pytest.raises(StoreLockedError):
         FileStore(small_config(tmp_path / "store")).start()

@@ -29,7 +29,7 @@ from services.store.client.model import AckResult, PolicyView, StoreMessage, Top
 from services.store.metadata import TopicConfig
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
-from tests.store.conftest import small_config
+from tests.support.filestore import small_config
 
 TOPIC = "TopicContract"
 GROUP = "GroupContract"

@@ -15,7 +15,7 @@ import threading
 from services.store.mapped_file import PAGE_SIZE_BYTES, MappedFile, MappedFileQueue, WarmAheadService
 from services.store.model import DispatchRequest
 from services.store.reput import ReputService
-from tests.store.conftest import message
+from tests.support.filestore import message
 
 FILE_SIZE = 1 << 20
 

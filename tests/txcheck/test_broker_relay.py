@@ -15,8 +15,8 @@ from services.domain.format.commitlog_format import MessageRecord
 from services.txcheck.model import CheckOutcome, CheckRequest
 from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.rpc.store_client import GrpcTxStore
-from tests.broker.test_rpc import Stream, message, producer_settings, send, stored, wait_stored
-from tests.broker.test_transaction import end
+from tests.support.store_reads import stored, wait_stored
+from tests.support.v2_requests import Stream, end, message, producer_settings, send
 
 
 @pytest.fixture

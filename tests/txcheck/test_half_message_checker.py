@@ -1,5 +1,5 @@
 """The check algorithm on a manual clock: the store's reference model underneath, the broker's
-own EndTransaction core writing commits and op records (tests/txcheck/conftest.py)."""
+own EndTransaction core writing commits and op records (tests/support/txcheck_world.py)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ from services.broker.transaction import Resolution
 from services.domain.format.commitlog_format import MessageRecord
 from services.txcheck.model import HALF_TOPIC, OP_TOPIC, CheckOutcome, StoreUnavailable
 from services.txcheck.op_records import OpTracker, parse_op_body
-from tests.txcheck.conftest import INTERVAL_MS, TIMEOUT_MS
+from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 

@@ -6,14 +6,9 @@ Client processes: tests/broker/clients/send.py and consume.py."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import queue
 import random
 import re
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,66 +23,16 @@ from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.rpc.store_client import GrpcTxStore
 from services.txcheck.service import CheckService
-from tests.broker.test_official_consumer import consume
-from tests.procs import Process
+from tests.support.official_client import WAIT_S, Client, consume
+from tests.support.processes import Process
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                                 reason="rocketmq-python-client not installed (pip install -e '.[test]')")
 
 ROOT = Path(__file__).resolve().parents[2]
-SEND_SCRIPT = ROOT / "tests" / "broker" / "clients" / "send.py"
 TXCHECK_READY = re.compile(r"^pyrmq-txcheck ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
                            r"store=(?P<store>\S+) broker=(?P<broker>\S+)$")
 FAST = dict(transaction_timeout_ms=1_000, check_interval_ms=500)  # the Python client's born time has whole seconds
-WAIT_S = 40
-
-
-class Client:
-    """send.py in the background: its JSON lines arrive on a queue."""
-
-    def __init__(self, home: Path, job: dict) -> None:
-        env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-        self.popen = subprocess.Popen([sys.executable, str(SEND_SCRIPT), json.dumps(job)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: queue.Queue[dict | None] = queue.Queue()
-        self.seen: list[dict] = []
-        self._stderr: list[str] = []
-        self._pumps = [threading.Thread(target=self._pump, daemon=True),
-                       threading.Thread(target=lambda: self._stderr.extend(self.popen.stderr), daemon=True)]
-        for pump in self._pumps:
-            pump.start()
-
-    def _pump(self) -> None:
-        for line in self.popen.stdout:
-            if line.startswith("{"):
-                self.lines.put(json.loads(line))
-        self.lines.put(None)
-
-    def next_line(self, key: str, timeout_s: float = WAIT_S) -> dict:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            try:
-                line = self.lines.get(timeout=max(0.01, end - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.seen.append(line)
-            if key in line:
-                return line
-        raise AssertionError(f"no {key!r} line from the client; seen {self.seen}; stderr:\n{self.stderr()}")
-
-    def stderr(self) -> str:
-        return "".join(self._stderr[-50:])
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait()
-        for pump in self._pumps:
-            pump.join(10)
-        self.popen.stdout.close()
-        self.popen.stderr.close()
 
 
 def open_transactions(home: Path, endpoint: str, topic: str, checker: str, count: int = 1, linger_s: int = WAIT_S,

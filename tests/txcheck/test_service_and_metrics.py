@@ -15,8 +15,8 @@ from services.txcheck.config import TxCheckConfig
 from services.txcheck.metrics import TxCheckMetrics
 from services.txcheck.model import CheckOutcome
 from services.txcheck.service import CheckService
-from tests.procs import Process
-from tests.txcheck.conftest import INTERVAL_MS, TIMEOUT_MS
+from tests.support.processes import Process
+from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
 
 
 def test_the_loop_waits_an_interval_and_reports_health(world):

@@ -1,5 +1,7 @@
 """Service processes for tests: start one, read its stdout for the ready line with a timeout,
-stop or kill it. The `processes` fixture (tests/conftest.py) kills whatever a test started."""
+stop or kill it (``Process``); ``start_store`` starts ``python -m services.store``,
+``start_cluster`` a store and a broker; the ready lines of the store, the broker and ``pyrmq up``.
+The `processes` fixture (tests/conftest.py) kills whatever a test started."""
 from __future__ import annotations
 
 import os
@@ -11,9 +13,15 @@ import threading
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60
 EXIT_TIMEOUT_S = 30
 STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+)$")
+BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+)$")
+# ``pyrmq up`` (store and broker under one parent): its one ready line.
+UP_READY = re.compile(
+    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
+    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 
 
 class Process:
@@ -76,3 +84,13 @@ def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Pr
                        "--commitlog-file-size-bytes", str(1 << 20)], cwd)
     processes.append(process)
     return process, process.wait_line(STORE_READY)
+
+
+def start_cluster(data_dir: Path, started: list) -> str:
+    """A store and a broker as subprocesses on 127.0.0.1 (Spark's workers reach them like any
+    client: tests/pipeline); returns the broker's endpoint."""
+    _, ready = start_store(started, data_dir, ROOT)
+    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
+                      "--store-address", ready["grpc"]], ROOT)
+    started.append(broker)
+    return broker.wait_line(BROKER_READY)["endpoint"]
