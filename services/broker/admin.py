@@ -43,6 +43,7 @@ from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.model import GroupInfo, TopicInfo
 from services.broker.validation import validate_key, validate_message_id, validate_topic
+from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,13 @@ MAX_DELIVERY_ATTEMPTS_DEFAULT = 17     # RocketMQ's 16 retries (retryMaxTimes) +
 MAX_DELIVERY_ATTEMPTS_MAX = 1000
 QUERY_MESSAGES_DEFAULT = 32
 QUERY_MESSAGES_MAX = 64                # the store's IndexFile query cap (maxMsgsNumBatch)
-KEY_SEPARATOR = " "                    # MessageConst.KEY_SEPARATOR, between the words of KEYS
 # An offset message id: store host (IPv4 4 + port 4, or IPv6 16 + port 4) + phy offset 8, in hex.
 _OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 
 CONSUMER_STATS_TIMEOUT_S = 5.0        # the store's GetConsumerStats walks every offset: allow it time
 
 __all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus", "MessageView",
-           "QueueOffsets", "QueueProgress", "TopicStatus", "is_system_group", "is_system_topic"]
+           "QueueOffsets", "QueueProgress", "TopicStatus"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +84,15 @@ class MessageView:
     @property
     def message_id(self) -> str:
         """The client's message id (UNIQ_KEY), "" if the producer set none."""
-        return self.properties.get("UNIQ_KEY", "")
+        return self.properties.get(UNIQ_KEY, "")
 
     @property
     def tag(self) -> str:
-        return self.properties.get("TAGS", "")
+        return self.properties.get(TAGS, "")
 
     @property
     def keys(self) -> list[str]:
-        return [k for k in self.properties.get("KEYS", "").split(KEY_SEPARATOR) if k]
+        return [k for k in self.properties.get(KEYS, "").split(KEY_SEPARATOR) if k]
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,28 @@ from services.broker.errors import BrokerError, Code, ForbiddenError, RequestErr
 from services.broker.model import GroupInfo, MessageType, TopicInfo
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
+from services.domain.format.properties_format import (
+    CLUSTER,
+    CRC32,
+    DELAY_TIME_LEVEL,
+    FIRST_POP_TIME,
+    KEY_SEPARATOR,
+    KEYS,
+    MESSAGE_TYPE,
+    ORIGIN_MESSAGE_ID,
+    POP_CK,
+    RESERVED_PROPERTY_KEYS,
+    RETRY_TOPIC,
+    SHARDING_KEY,
+    TAGS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TRACE_SWITCH,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_PREPARED,
+    UNIQ_KEY,
+    WAIT_STORE_MSG_OK,
+)
 from services.domain.names import is_system_group, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
 
@@ -77,10 +99,10 @@ POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
 
 # Properties never handed to consumers as user properties: the proxy's reserved set, the keys
 # the broker writes, and the classic bookkeeping keys (protocol-v2.md §6.2).
-_INTERNAL_KEYS = validation.RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
-    "WAIT", "CLUSTER", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "TRANSACTION_CHECK_TIMES", "POP_CK",
-    "1ST_POP_TIME", "MSG_TYPE", "TRACE_ON"})
-_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", "__CRC32#", "TIMER_", "POP_")
+_INTERNAL_KEYS = RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
+    WAIT_STORE_MSG_OK, CLUSTER, RETRY_TOPIC, ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, POP_CK,
+    FIRST_POP_TIME, MESSAGE_TYPE, TRACE_SWITCH})
+_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", CRC32, "TIMER_", "POP_")
 
 
 class FilterType(enum.Enum):
@@ -313,17 +335,17 @@ def user_properties(properties: dict[str, str]) -> dict[str, str]:
 
 def delivered_message_type(properties: dict[str, str]) -> MessageType:
     """protocol-v2.md §6.1: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
-    if properties.get("TRAN_MSG", "").lower() == "true":
+    if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
         return MessageType.TRANSACTION
-    if any(k in properties for k in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")):
+    if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):
         return MessageType.DELAY
-    if "__SHARDINGKEY" in properties:
+    if SHARDING_KEY in properties:
         return MessageType.FIFO
     return MessageType.NORMAL
 
 
 def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -> int | None:
-    for key, base in (("TIMER_DELIVER_MS", 0), ("TIMER_DELAY_SEC", None)):
+    for key, base in ((TIMER_DELIVER_MS, 0), (TIMER_DELAY_SEC, None)):
         value = properties.get(key)
         if value is None:
             continue
@@ -336,11 +358,11 @@ def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -
 
 
 def message_id(delivery: Delivery) -> str:
-    return delivery.properties.get("UNIQ_KEY") or delivery.offset_msg_id
+    return delivery.properties.get(UNIQ_KEY) or delivery.offset_msg_id
 
 
 def keys_of(properties: dict[str, str]) -> list[str]:
-    return [k for k in properties.get("KEYS", "").split(" ") if k]
+    return [k for k in properties.get(KEYS, "").split(KEY_SEPARATOR) if k]
 
 
 # -- the service ---------------------------------------------------------------------------------
@@ -420,7 +442,7 @@ class ConsumerService:
         kept = []
         mismatched: dict[str, list[str]] = {}
         for delivery in messages:
-            if delivery.properties.get("TAGS") in tags:
+            if delivery.properties.get(TAGS) in tags:
                 kept.append(delivery)
             else:  # a tags-code collision: not for this subscription
                 mismatched.setdefault(delivery.topic, []).append(delivery.receipt_handle)

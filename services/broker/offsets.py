@@ -56,6 +56,7 @@ from services.broker.clock import Clock
 from services.broker.consumer import (
     ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
 from services.broker.errors import Code, RequestError
+from services.domain.format.properties_format import TAGS
 from services.domain.sql_filter import compile_sql
 
 PULL_BATCH_DEFAULT = 32
@@ -145,7 +146,7 @@ def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool]
     tags = message_filter.tags
     if tags is None:
         return None
-    return lambda properties: properties.get("TAGS") in tags
+    return lambda properties: properties.get(TAGS) in tags
 
 
 class OffsetService:

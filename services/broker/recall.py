@@ -32,6 +32,17 @@ from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
 from services.broker.model import MessageType, PutStatus, StoreMessage, TopicInfo
+from services.domain.format.properties_format import (
+    BORN_TIMESTAMP,
+    CLUSTER,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TAGS,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    UNIQ_KEY,
+)
 from services.domain.names import TIMER_TOPIC
 
 HANDLE_VERSION = "v1"
@@ -84,15 +95,15 @@ def marker_message(config: BrokerConfig, handle: RecallHandle, timestamp_ms: int
                    peer_address: str, now_ms: int) -> StoreMessage:
     """The DELETE marker, already parked in rmq_sys_wheel_timer as the timer put hook would."""
     properties = {
-        "TAGS": RECALL_TAG,
-        "TIMER_DEL_UNIQKEY": f"{handle.topic}+{handle.message_id}",
-        "UNIQ_KEY": handle.message_id,
-        "TIMER_DELIVER_MS": str(timestamp_ms),
-        "BORN_TIMESTAMP": str(now_ms),
-        "CLUSTER": config.cluster_name,
-        "TIMER_OUT_MS": str(timer_out_ms),
-        "REAL_TOPIC": handle.topic,
-        "REAL_QID": "0",
+        TAGS: RECALL_TAG,
+        TIMER_DEL_UNIQKEY: f"{handle.topic}+{handle.message_id}",
+        UNIQ_KEY: handle.message_id,
+        TIMER_DELIVER_MS: str(timestamp_ms),
+        BORN_TIMESTAMP: str(now_ms),
+        CLUSTER: config.cluster_name,
+        TIMER_OUT_MS: str(timer_out_ms),
+        REAL_TOPIC: handle.topic,
+        REAL_QUEUE_ID: "0",
     }
     return StoreMessage(topic=TIMER_TOPIC, queue_id=0, body=RECALL_BODY, properties=properties,
                         born_timestamp_ms=now_ms, born_host=peer_address, allow_system_topic=True)

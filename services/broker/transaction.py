@@ -48,6 +48,14 @@ from services.broker.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES
 from services.broker.store_client import PutSink
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
+from services.domain.format.properties_format import (
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TAGS,
+    TRANSACTION_ID,
+    UNIQ_KEY,
+    WAIT_STORE_MSG_OK,
+)
 from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
@@ -186,14 +194,14 @@ class TransactionService:
 
 def _is_half_of(record: StoredMessage, topic: str, transaction_id: str) -> bool:
     props = record.properties
-    return (record.topic == TRANS_HALF_TOPIC and props.get("REAL_TOPIC") == topic
-            and props.get("__transactionId__", props.get("UNIQ_KEY")) == transaction_id)
+    return (record.topic == TRANS_HALF_TOPIC and props.get(REAL_TOPIC) == topic
+            and props.get(TRANSACTION_ID, props.get(UNIQ_KEY)) == transaction_id)
 
 
 def commit_record(half: StoredMessage) -> StoreMessage:
     """The half message, back in its real topic and queue, with transaction type COMMIT."""
     try:
-        real_topic, real_queue_id = half.properties["REAL_TOPIC"], int(half.properties["REAL_QID"])
+        real_topic, real_queue_id = half.properties[REAL_TOPIC], int(half.properties[REAL_QUEUE_ID])
     except (KeyError, ValueError):
         raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID") from None
     return StoreMessage(
@@ -206,8 +214,9 @@ def commit_record(half: StoredMessage) -> StoreMessage:
 def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
     """An op record: "these half queue offsets are resolved"."""
     body = "".join(f"{offset}," for offset in half_queue_offsets).encode("ascii")
-    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"WAIT": "true", "TAGS": OP_TAG},
-                        born_timestamp_ms=now_ms, allow_system_topic=True)
+    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body,
+                        properties={WAIT_STORE_MSG_OK: "true", TAGS: OP_TAG}, born_timestamp_ms=now_ms,
+                        allow_system_topic=True)
 
 
 class ProducerChannels(Protocol):

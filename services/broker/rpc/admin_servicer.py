@@ -32,13 +32,14 @@ from apache.rocketmq.v2 import service_pb2 as s
 from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin, PolicyView
 from services.broker.auth import AccessDenied, AuthError
-from services.broker.admin import (AdminService, AdminStore, ClusterStatus, MessageView, QueueProgress,
-                                   is_system_group, is_system_topic)
+from services.broker.admin import AdminService, AdminStore, ClusterStatus, MessageView, QueueProgress
 from services.broker.consumer import Delivery
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
 from services.broker.model import GroupInfo, TopicInfo
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.transaction import HalfRef, TransactionCheckRelay
+from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
+from services.domain.names import is_system_group, is_system_topic
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +199,8 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
     """The half message as the producer's checker sees it: in its real topic and queue."""
     half = request.half
     properties = dict(half.properties)
-    properties.setdefault("UNIQ_KEY", request.message_id)
-    real_qid = properties.get("REAL_QID", "")
+    properties.setdefault(UNIQ_KEY, request.message_id)
+    real_qid = properties.get(REAL_QUEUE_ID, "")
     return delivered_message(Delivery(
         topic=request.topic, body=half.body, properties=properties,
         queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id, queue_offset=half.queue_offset,
