@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 
+from services.domain.format.properties_format import DELAY_TIME_LEVEL, REAL_TOPIC, UNIQ_KEY
+from services.domain.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from services.scheduler.check_files import DelayCheckFile
 from services.scheduler.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import (
-    APPENDED_STATUSES, DELAY, PERMANENT_FAILURES, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, UNIQ_KEY, GetStatus,
-    OutgoingMessage, StoredRecord, copy_to, real_destination)
+    APPENDED_STATUSES, PERMANENT_FAILURES, GetStatus, OutgoingMessage, StoredRecord, copy_to, real_destination)
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 
@@ -126,7 +127,7 @@ class DelayLevelService:
 
     def _level_delay_ms(self, record: StoredRecord, queue_level_ms: int) -> int:
         """The store's tags code rule: the DELAY property's level (capped), else the queue's."""
-        text = record.properties.get(DELAY)
+        text = record.properties.get(DELAY_TIME_LEVEL)
         if text:
             try:
                 level = min(int(text), len(self.levels_ms))
@@ -146,7 +147,7 @@ class DelayLevelService:
             destination = real_destination(record.properties)
             if destination is None or destination[0] == TRANS_HALF_TOPIC:
                 log.error("delay level %d: message at %d has real topic %r; discarded", level, record.queue_offset,
-                          record.properties.get("REAL_TOPIC"))
+                          record.properties.get(REAL_TOPIC))
                 counters.dropped += 1
                 continue
             out.append(copy_to(record, destination[0], destination[1], dict(record.properties)))

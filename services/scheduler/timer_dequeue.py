@@ -45,10 +45,17 @@ from services.domain.format.timerlog_format import (
     STATE_PENDING,
     TimerUnit,
 )
+from services.domain.format.properties_format import (
+    REAL_TOPIC,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DEQUEUE_MS,
+    TIMER_ENQUEUE_MS,
+    TIMER_ROLL_TIMES,
+    UNIQ_KEY,
+)
+from services.domain.names import TIMER_TOPIC
 from services.scheduler.model import (
-    APPENDED_STATUSES, PERMANENT_FAILURES, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS,
-    TIMER_ROLL_TIMES, TIMER_TOPIC, UNIQ_KEY, OutgoingMessage, StoredRecord, copy_to, delete_key,
-    real_destination)
+    APPENDED_STATUSES, PERMANENT_FAILURES, OutgoingMessage, StoredRecord, copy_to, delete_key, real_destination)
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters

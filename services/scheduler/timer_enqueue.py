@@ -36,8 +36,9 @@ from services.domain.format.timerlog_format import (
     UNIT_SIZE_BYTES,
     TimerUnit,
 )
-from services.scheduler.model import (
-    REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC, GetResult, GetStatus, StoredRecord)
+from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS, TIMER_OUT_MS
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import GetResult, GetStatus, StoredRecord
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_log import TimerLog

@@ -20,7 +20,9 @@ forgets no resolution of a half it has not passed).
 from __future__ import annotations
 
 from services.domain.format.commitlog_format import MessageRecord
-from services.txcheck.model import OP_TAG, TAGS
+from services.domain.format.properties_format import TAGS
+
+OP_TAG = "d"  # TransactionalMessageUtil.REMOVE_TAG
 
 OP_BODY_OFFSETS_MAX = 100_000  # pieces taken from one body (a 4 MiB body of "1," would be 2M)
 

@@ -12,7 +12,8 @@ from services.broker.producer import recall_handle, timer_out_ms
 from services.broker.recall import decode_handle, marker_message
 from services.scheduler.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import TIMER_TOPIC, OutgoingMessage, StoredRecord
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import OutgoingMessage, StoredRecord
 from services.scheduler.service import SchedulerService
 from tests.scheduler.fake_store import FakeStore
 

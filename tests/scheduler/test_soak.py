@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from services.broker.producer import timer_out_ms
-from services.scheduler.model import TIMER_TOPIC, OutgoingMessage
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import OutgoingMessage
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from tests.broker.conftest import store_address  # noqa: F401 - fixture
 from tests.procs import Process
