@@ -20,8 +20,8 @@ plus the broker's put hooks):
 | body_encoding GZIP | sysflag COMPRESSED |
 | (broker) | ``CLUSTER`` = cluster name |
 
-Then the broker's put hooks (store-format.md §10, §11), which park messages that must not be
-visible yet in system topics for the scheduler and the transaction checker:
+Then the broker's put hooks, which park messages that must not be visible yet in system topics
+for the scheduler and the transaction checker (the writers of ``services.domain.contracts``):
 
 * DELAY with a delivery time in the future: topic ``rmq_sys_wheel_timer`` queue 0, plus
   ``TIMER_OUT_MS`` (rounded down to ``timer_precision_ms``; a time exactly on a tick moves one
@@ -47,6 +47,8 @@ from services.broker.model import (
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import park_timer, timer_out_ms
+from services.domain.contracts.parking import park
 from services.domain.format.commitlog_format import (
     PROPERTIES_SIZE_MAX_BYTES,
     PROP_CRC_RESERVED_LEN,
@@ -60,20 +62,17 @@ from services.domain.format.properties_format import (
     KEY_SEPARATOR,
     KEYS,
     PRODUCER_GROUP,
-    REAL_QUEUE_ID,
-    REAL_TOPIC,
     RECONSUME_TIME,
     RESERVED_PROPERTY_KEYS,
     SHARDING_KEY,
     TAGS,
     TIMER_DELIVER_MS,
-    TIMER_OUT_MS,
     TRACE_CONTEXT,
     TRANSACTION_ID,
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
-from services.domain.names import TIMER_TOPIC, TRANS_HALF_TOPIC
+from services.domain.names import TRANS_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +106,6 @@ def recall_handle(topic: str, broker_name: str, timer_out_ms: int, message_id: s
     """RocketMQ's RecallMessageHandle.HandleV1: URL-safe Base64 of "v1 topic broker ts id"."""
     raw = f"v1 {topic} {broker_name} {timer_out_ms + 1} {message_id}"
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
-
-
-def timer_out_ms(deliver_ms: int, precision_ms: int) -> int:
-    """The wheel tick of a delivery time (HookUtils: on a tick -> one tick earlier, else floor)."""
-    if deliver_ms % precision_ms == 0:
-        return deliver_ms - precision_ms
-    return deliver_ms // precision_ms * precision_ms
 
 
 def response_code(receipts: list[SendReceipt]) -> int:
@@ -329,21 +321,17 @@ class Producer:
         handle = ""
         if message_type is MessageType.TRANSACTION:
             properties[TRANSACTION_ID] = message.message_id
-            self._park(record, TRANS_HALF_TOPIC)
+            park(properties, record.topic, record.queue_id)
+            parked = TRANS_HALF_TOPIC, 0
         elif message.delivery_timestamp_ms is not None and message.delivery_timestamp_ms > now_ms:
             tick_ms = timer_out_ms(message.delivery_timestamp_ms, self._config.timer_precision_ms)
-            properties[TIMER_OUT_MS] = str(tick_ms)
-            self._park(record, TIMER_TOPIC)
+            parked = park_timer(properties, record.topic, record.queue_id, tick_ms)
             handle = recall_handle(message.topic, self._config.broker_name, tick_ms, message.message_id)
-        return record, handle
-
-    @staticmethod
-    def _park(record: StoreMessage, system_topic: str) -> None:
-        record.properties[REAL_TOPIC] = record.topic
-        record.properties[REAL_QUEUE_ID] = str(record.queue_id)
-        record.topic = system_topic
-        record.queue_id = 0
+        else:
+            return record, handle
+        record.topic, record.queue_id = parked
         record.allow_system_topic = True
+        return record, handle
 
     # -- recall (services/broker/recall.py) --------------------------------------------------
     def recall(self, topic_name: str, handle_text: str, peer_address: str, timeout_s: float) -> str:

@@ -32,18 +32,15 @@ from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
 from services.broker.model import MessageType, PutStatus, StoreMessage, TopicInfo
+from services.domain.contracts.delay import delete_key, park_timer
 from services.domain.format.properties_format import (
     BORN_TIMESTAMP,
     CLUSTER,
-    REAL_QUEUE_ID,
-    REAL_TOPIC,
     TAGS,
     TIMER_DEL_UNIQKEY,
     TIMER_DELIVER_MS,
-    TIMER_OUT_MS,
     UNIQ_KEY,
 )
-from services.domain.names import TIMER_TOPIC
 
 HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"
@@ -96,16 +93,14 @@ def marker_message(config: BrokerConfig, handle: RecallHandle, timestamp_ms: int
     """The DELETE marker, already parked in rmq_sys_wheel_timer as the timer put hook would."""
     properties = {
         TAGS: RECALL_TAG,
-        TIMER_DEL_UNIQKEY: f"{handle.topic}+{handle.message_id}",
+        TIMER_DEL_UNIQKEY: delete_key(handle.topic, handle.message_id),
         UNIQ_KEY: handle.message_id,
         TIMER_DELIVER_MS: str(timestamp_ms),
         BORN_TIMESTAMP: str(now_ms),
         CLUSTER: config.cluster_name,
-        TIMER_OUT_MS: str(timer_out_ms),
-        REAL_TOPIC: handle.topic,
-        REAL_QUEUE_ID: "0",
     }
-    return StoreMessage(topic=TIMER_TOPIC, queue_id=0, body=RECALL_BODY, properties=properties,
+    topic, queue_id = park_timer(properties, handle.topic, 0, timer_out_ms)
+    return StoreMessage(topic=topic, queue_id=queue_id, body=RECALL_BODY, properties=properties,
                         born_timestamp_ms=now_ms, born_host=peer_address, allow_system_topic=True)
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from services.domain.format.properties_format import REAL_QUEUE_ID, REAL_TOPIC
-
 
 class GetStatus(enum.Enum):
     """Mirrors the store's GetStatus (RocketMQ's GetMessageStatus)."""
@@ -105,21 +103,3 @@ def copy_to(record: StoredRecord, topic: str, queue_id: int, properties: dict[st
     return OutgoingMessage(topic=topic, queue_id=queue_id, body=record.body, properties=properties,
                            sys_flag=record.sys_flag, flag=record.flag, born_timestamp_ms=record.born_timestamp_ms,
                            born_host=record.born_host, reconsume_times=record.reconsume_times)
-
-
-def real_destination(properties: dict[str, str]) -> tuple[str, int] | None:
-    """(REAL_TOPIC, REAL_QID) of a parked message; None if either is missing or malformed."""
-    topic = properties.get(REAL_TOPIC)
-    queue_text = properties.get(REAL_QUEUE_ID)
-    if not topic or queue_text is None:
-        return None
-    try:
-        queue_id = int(queue_text)
-    except ValueError:
-        return None
-    return (topic, queue_id) if queue_id >= 0 else None
-
-
-def delete_key(real_topic: str, uniq_key: str) -> str:
-    """TimerMessageStore.buildDeleteKey: what TIMER_DEL_UNIQKEY holds for a recall."""
-    return f"{real_topic}+{uniq_key}"

@@ -10,10 +10,11 @@ from services.broker.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code
 from services.broker.model import BodyEncoding, IncomingMessage, MessageType, PutStatus, TopicInfo
-from services.broker.producer import Producer, recall_handle, response_code, timer_out_ms
+from services.broker.producer import Producer, recall_handle, response_code
 from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import timer_out_ms
 from services.domain.format.java_compat import java_string_hash
 
 NOW_MS = 1_700_000_000_123

@@ -10,10 +10,11 @@ from services.broker.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.model import PutStatus, TopicInfo
-from services.broker.producer import Producer, recall_handle, timer_out_ms
+from services.broker.producer import Producer, recall_handle
 from services.broker.recall import decode_handle
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import timer_out_ms
 from tests.broker.conftest import FakeStore
 
 NOW_MS = 1_700_000_000_123

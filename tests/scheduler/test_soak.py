@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.producer import timer_out_ms
+from services.domain.contracts.delay import timer_out_ms
 from services.domain.names import TIMER_TOPIC
 from services.scheduler.model import OutgoingMessage
 from services.scheduler.rpc.store_client import GrpcSchedulerStore

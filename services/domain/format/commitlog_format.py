@@ -41,11 +41,11 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
+from services.domain.contracts.delay import level_delay_ms
 from services.domain.format.crc32 import crc32
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
     CRC32,
-    DELAY_TIME_LEVEL,
     KEY_SEPARATOR,
     KEYS,
     NAME_VALUE_SEPARATOR,
@@ -364,14 +364,9 @@ def tags_code(record: MessageRecord, delay_level_millis=None) -> int:
     """ConsumeQueue tags code: JavaHash(TAGS), or the deliver time for SCHEDULE_TOPIC_XXXX."""
     props = record.properties
     if record.topic == SCHEDULE_TOPIC and delay_level_millis is not None:
-        delay = props.get(DELAY_TIME_LEVEL)
-        if delay:
-            try:
-                level = min(int(delay), len(delay_level_millis))
-            except ValueError:
-                level = 0
-            if level > 0:
-                return record.store_timestamp_ms + delay_level_millis[level - 1]
+        delay_ms = level_delay_ms(props, delay_level_millis)
+        if delay_ms is not None:
+            return record.store_timestamp_ms + delay_ms
     tags = props.get(TAGS)
     return java_string_hash_repeated(tags) if tags else 0
 
