@@ -48,7 +48,7 @@ from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import park_timer, timer_out_ms
-from services.domain.contracts.parking import park
+from services.domain.contracts.transaction import park_half
 from services.domain.format.commitlog_format import (
     PROPERTIES_SIZE_MAX_BYTES,
     PROP_CRC_RESERVED_LEN,
@@ -68,11 +68,9 @@ from services.domain.format.properties_format import (
     TAGS,
     TIMER_DELIVER_MS,
     TRACE_CONTEXT,
-    TRANSACTION_ID,
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
-from services.domain.names import TRANS_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -320,9 +318,7 @@ class Producer:
             born_host=peer_address, reconsume_times=message.delivery_attempt)
         handle = ""
         if message_type is MessageType.TRANSACTION:
-            properties[TRANSACTION_ID] = message.message_id
-            park(properties, record.topic, record.queue_id)
-            parked = TRANS_HALF_TOPIC, 0
+            parked = park_half(properties, record.topic, record.queue_id, message.message_id)
         elif message.delivery_timestamp_ms is not None and message.delivery_timestamp_ms > now_ms:
             tick_ms = timer_out_ms(message.delivery_timestamp_ms, self._config.timer_precision_ms)
             parked = park_timer(properties, record.topic, record.queue_id, tick_ms)

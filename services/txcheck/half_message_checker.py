@@ -1,5 +1,6 @@
-"""HalfMessageChecker: RocketMQ 5's transaction check pass (store-format.md §11,
-``TransactionalMessageServiceImpl.check``) over the store API, on an injected clock.
+"""HalfMessageChecker: RocketMQ 5's transaction check pass (``TransactionalMessageServiceImpl.check``)
+over the store API, on an injected clock. Half messages and op records are read as
+``services.domain.contracts.transaction`` defines them.
 
 One pass (``run_once``) walks ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 from the committed half
 offset (group ``CID_RMQ_SYS_TRANS``) up to the queue's max offset at the start of the round,
@@ -50,10 +51,9 @@ from services.domain.format.commitlog_format import (
     SYSFLAG_TRANSACTION_MASK,
     MessageRecord,
 )
+from services.domain.contracts.transaction import QUEUE_ID, Half, read_half
 from services.domain.format.properties_format import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
-    PRODUCER_GROUP,
-    REAL_TOPIC,
     TRANSACTION_CHECK_TIMES,
     TRANSACTION_ID,
     TRANSACTION_PREPARED_QUEUE_OFFSET,
@@ -62,8 +62,7 @@ from services.domain.format.properties_format import (
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.txcheck.clock import Clock
 from services.txcheck.config import TxCheckConfig
-from services.txcheck.model import (
-    QUEUE_ID, CheckOutcome, CheckRequest, Producers, StoreUnavailable, TxCheckStats, TxStore)
+from services.txcheck.model import CheckOutcome, CheckRequest, Producers, StoreUnavailable, TxCheckStats, TxStore
 from services.txcheck.op_records import OpTracker
 
 log = logging.getLogger(__name__)
@@ -233,7 +232,8 @@ class HalfMessageChecker:
         if TRANSACTION_CHECK_TIMES in props and now_ms - record.store_timestamp_ms < config.check_interval_ms // 2:
             return _Step.STOP               # asked just now (an early pass, e.g. after a failure): wait
         age_ms = now_ms - _reference_ms(record)
-        if check_times >= config.check_max or age_ms > config.half_retention_ms or not _is_transaction(record):
+        half = read_half(props)
+        if check_times >= config.check_max or age_ms > config.half_retention_ms or half is None:
             self._discard(record, check_times, age_ms)
             self._commit_half(offset + 1, committed)
             return _Step.PASSED
@@ -253,10 +253,10 @@ class HalfMessageChecker:
         if tracker.is_resolved(offset):
             self._on_resolved(offset)
             return _Step.PASSED
-        self._check(record, check_times, committed)
+        self._check(record, half, check_times, committed)
         return _Step.PASSED
 
-    def _check(self, record: MessageRecord, check_times: int, committed: list[int]) -> None:
+    def _check(self, record: MessageRecord, half: Half, check_times: int, committed: list[int]) -> None:
         props = record.properties
         if record.queue_offset in self._checked:
             self._count_result("unknown")     # asked last pass, no answer resolved it
@@ -268,19 +268,17 @@ class HalfMessageChecker:
         copy.store_timestamp_ms = appended.store_timestamp_ms
         copy.store_host = record.store_host
         self._commit_half(record.queue_offset + 1, committed)
-        topic = props[REAL_TOPIC]
-        transaction_id = props.get(TRANSACTION_ID) or props.get(UNIQ_KEY, "")
         outcome = self._producers.check(CheckRequest(
-            producer_group=props.get(PRODUCER_GROUP) or topic, topic=topic,
-            message_id=props.get(UNIQ_KEY, transaction_id), transaction_id=transaction_id, half=copy))
+            producer_group=half.producer_group, topic=half.real_topic, message_id=half.message_id,
+            transaction_id=half.transaction_id, half=copy))
         if outcome is CheckOutcome.SENT:
             self._count("checks_sent")
-            self._checked.add(appended.queue_offset, (topic, transaction_id))
+            self._checked.add(appended.queue_offset, (half.real_topic, half.transaction_id))
         else:
             self._count("no_producer_retries" if outcome is CheckOutcome.NO_PRODUCER else "broker_unreachable_retries")
             self._refunds.add(appended.queue_offset, True)
-            log.info("transaction %s of %s: %s, asking again next pass", transaction_id,
-                     props.get(PRODUCER_GROUP) or topic, outcome.value)
+            log.info("transaction %s of %s: %s, asking again next pass", half.transaction_id, half.producer_group,
+                     outcome.value)
 
     def _push_back(self, record: MessageRecord, first_offset: int) -> None:
         self._store.append(_half_copy(record, TRANS_HALF_TOPIC, {
@@ -350,11 +348,6 @@ def _reference_ms(record: MessageRecord) -> int:
     or later than the store timestamp (a producer clock running ahead)."""
     born = record.born_timestamp_ms
     return min(born, record.store_timestamp_ms) if born > 0 else record.store_timestamp_ms
-
-
-def _is_transaction(record: MessageRecord) -> bool:
-    props = record.properties
-    return bool(props.get(REAL_TOPIC)) and bool(props.get(TRANSACTION_ID) or props.get(UNIQ_KEY))
 
 
 def _half_copy(record: MessageRecord, topic: str, properties: dict[str, str]) -> MessageRecord:

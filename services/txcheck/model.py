@@ -14,8 +14,6 @@ from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord
 
-QUEUE_ID = 0   # the half, op and max-time topics each have one queue
-
 
 class StoreUnavailable(Exception):
     """The store did not answer, or refused a write the checker must make: the pass stops

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from services.broker.transaction import Resolution
+from services.domain.contracts.transaction import parse_op_body
 from services.domain.format.commitlog_format import MessageRecord
 from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.txcheck.model import CheckOutcome, StoreUnavailable
-from services.txcheck.op_records import OpTracker, parse_op_body
+from services.txcheck.op_records import OpTracker
 from tests.txcheck.conftest import INTERVAL_MS, TIMEOUT_MS
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
