@@ -1,5 +1,5 @@
 """ConsumerService: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-ForwardMessageToDeadLetterQueue and QueryAssignment (protocol-v2.md §5.7-§5.11, §7). No gRPC here.
+ForwardMessageToDeadLetterQueue and QueryAssignment. No gRPC here.
 
 The broker keeps no consumption state: every pop, ack and change of invisible time is one
 store call (``PopStore``; the store's PopService keeps offsets, in-flight handles, revives
@@ -98,7 +98,7 @@ ALIVE_CHECK_S = 1.0   # a parked receive checks this often whether its caller is
 POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
 
 # Properties never handed to consumers as user properties: the proxy's reserved set, the keys
-# the broker writes, and the classic bookkeeping keys (protocol-v2.md §6.2).
+# the broker writes, and the classic bookkeeping keys.
 _INTERNAL_KEYS = RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
     WAIT_STORE_MSG_OK, CLUSTER, RETRY_TOPIC, ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, POP_CK,
     FIRST_POP_TIME, MESSAGE_TYPE, TRACE_SWITCH})
@@ -334,7 +334,7 @@ def user_properties(properties: dict[str, str]) -> dict[str, str]:
 
 
 def delivered_message_type(properties: dict[str, str]) -> MessageType:
-    """protocol-v2.md §6.1: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
+    """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
     if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
         return MessageType.TRANSACTION
     if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):

@@ -1,9 +1,9 @@
 """OffsetService: the v2 offset-based RPCs, QueryOffset, PullMessage, UpdateOffset and GetOffset.
 No gRPC here.
 
-The official RocketMQ 5 clients never call these (protocol-v2.md §5.13; the proxy snapshot does
-not implement them), so their semantics are ours, chosen to serve pull clients such as the
-Spark connector (``pipeline/``) the way Kafka's fetch API serves Kafka's:
+The official RocketMQ 5 clients never call these (the proxy does not implement them), so their
+semantics are ours, chosen to serve pull clients such as the Spark connector (``pipeline/``)
+the way Kafka's fetch API serves Kafka's:
 
 QueryOffset(queue, policy[, timestamp])
     BEGINNING: the queue's min offset; END: its max offset, **exclusive** (the next offset to

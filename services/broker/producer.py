@@ -1,7 +1,7 @@
 """SendMessage: validate, map a v2 message onto a store record, pick the queue, put, answer.
 
-Mapping (protocol-v2.md §6.2, RocketMQ 5 proxy ``SendMessageActivity.buildMessageProperty``
-plus the broker's put hooks):
+Mapping (RocketMQ 5 proxy ``SendMessageActivity.buildMessageProperty`` plus the broker's put
+hooks):
 
 | v2 field | store record |
 |---|---|

@@ -1,4 +1,4 @@
-"""RecallMessage: cancel a delayed message before its time (RocketMQ 5.3, protocol-v2.md §5.6).
+"""RecallMessage: cancel a delayed message before its time (RocketMQ 5.3).
 
 A delay message's send receipt carries a recall handle: URL-safe Base64 of
 ``"v1 <topic> <brokerName> <TIMER_OUT_MS + 1> <message id>"`` (RocketMQ's

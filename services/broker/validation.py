@@ -1,16 +1,15 @@
 """Send-side request checks, each raising ``RequestError`` with the exact v2 code.
 
-Mirrors the RocketMQ 5 proxy (``SendMessageActivity``, ``GrpcValidator``; protocol-v2.md §5.4,
-reliability.md §3.1); rules the proxy lacks but our store needs are marked "(pyrmq)": the store
-refuses a whole PutMessages batch on one bad message, so nothing it would refuse may reach a
-coalesced batch.
+Mirrors the RocketMQ 5 proxy (``SendMessageActivity``, ``GrpcValidator``); rules the proxy lacks
+but our store needs are marked "(pyrmq)": the store refuses a whole PutMessages batch on one bad
+message, so nothing it would refuse may reach a coalesced batch.
 
 | rule | code |
 |---|---|
 | topic: blank, bad characters, too long; a system topic | ILLEGAL_TOPIC |
 | body empty / over ``body_size_max_bytes`` | MESSAGE_BODY_EMPTY / MESSAGE_BODY_TOO_LARGE |
 | more than 128 user properties; keys+values+tag+keys over 16 KiB | MESSAGE_PROPERTIES_TOO_LARGE |
-| user property key reserved (§6.2) or written by the broker (pyrmq), empty (pyrmq), or key/value with a control character | ILLEGAL_MESSAGE_PROPERTY_KEY |
+| user property key reserved (``RESERVED_PROPERTY_KEYS``) or written by the broker (pyrmq), empty (pyrmq), or key/value with a control character | ILLEGAL_MESSAGE_PROPERTY_KEY |
 | tag all whitespace, containing ``|`` or a control character | ILLEGAL_MESSAGE_TAG |
 | key all whitespace or with a control character | ILLEGAL_MESSAGE_KEY |
 | message id blank, or with a control character (pyrmq) | ILLEGAL_MESSAGE_ID |

@@ -1,6 +1,6 @@
 """What the transaction checker needs from the store and from the brokers, and what it reports.
 
-No gRPC here (style rule 5): ``rpc/store_client.py`` and ``rpc/broker_client.py`` implement
+No gRPC here: ``rpc/store_client.py`` and ``rpc/broker_client.py`` implement
 ``TxStore`` and ``Producers`` over the store's and the brokers' gRPC APIs; tests implement
 them in memory. Records are the store's own ``MessageRecord`` (RocketMQ field names); the
 topics, group and properties the checker reads and writes are in ``services.domain.names``,

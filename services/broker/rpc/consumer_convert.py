@@ -1,8 +1,8 @@
 """``apache.rocketmq.v2`` protobuf <-> consumer core (``services/broker/consumer.py``).
 
-Delivered messages follow protocol-v2.md §6.1 (delivery side) and §6.4: MD5 uppercase hex
-body digest, body encoding IDENTITY (GZIP when the record's sysflag says compressed),
-delivery_attempt >= 1, receipt handle, queue id / offset, internal properties filtered out.
+Delivered messages: MD5 uppercase hex body digest, body encoding IDENTITY (GZIP when the
+record's sysflag says compressed), delivery_attempt >= 1, receipt handle, queue id / offset,
+internal properties filtered out.
 """
 from __future__ import annotations
 
