@@ -40,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.scheduler.model import TIMER_TOPIC, OutgoingMessage  # noqa: E402
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import OutgoingMessage  # noqa: E402
 from services.scheduler.rpc.store_client import GrpcSchedulerStore  # noqa: E402
 
 REAL_TOPIC = "TimerBench"

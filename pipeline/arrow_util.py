@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY, decode_properties
+from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY, decode_properties
 
 _EMPTY_I64 = np.zeros(0, np.int64)
 _arange = np.arange(1 << 20, dtype=np.int64)  # grown on demand, never written to
@@ -248,7 +248,7 @@ def _parse_rows(values: np.ndarray, offsets: np.ndarray):
         props = decode_properties(raw[offsets[i]:offsets[i + 1]])
         maps.append(list(props.items()))
         tags.append(props.get(TAGS))
-        keys.append([k for k in props.get(KEYS, "").split(" ") if k])
+        keys.append([k for k in props.get(KEYS, "").split(KEY_SEPARATOR) if k])
         uniq.append(props.get(UNIQ_KEY))
     return (pa.array(maps, pa.map_(pa.string(), pa.string())), pa.array(tags, pa.string()),
             pa.array(keys, pa.list_(pa.string())), pa.array(uniq, pa.string()))

@@ -50,13 +50,13 @@ from services.domain.format.commitlog_format import (
     PHY_OFFSET_POS,
     PROP_CRC_PREFIX,
     PROP_CRC_RESERVED_LEN,
-    SCHEDULE_TOPIC,
     SYSFLAG_POS,
     decode_record,
     tags_code,
 )
 from services.domain.format.java_compat import java_string_hash
 from services.domain.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
+from services.domain.names import SCHEDULE_TOPIC
 
 BATCH_ROWS_DEFAULT = 32_768
 SEGMENT_NAME_LENGTH = 20  # 20-digit start offset

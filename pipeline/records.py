@@ -29,11 +29,19 @@ from pipeline.decode import decode_batch, walk
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
 from services.broker.consumer import delivered_message_type, delivery_timestamp_ms, is_internal_property
 from services.domain.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
+from services.domain.format.properties_format import (
+    BORN_HOST,
+    DELAY_TIME_LEVEL,
+    SHARDING_KEY,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TRANSACTION_PREPARED,
+)
 
 DECODED = ("queueId", "queueOffset", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
            "topic", "body", "properties", "tags", "keys", "uniqKey")
 # Properties that make a row a TRANSACTION or DELAY message (or give it a delivery time).
-_SPECIAL = ("TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")
+_SPECIAL = (TRANSACTION_PREPARED, DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)
 
 
 class TruncatedRecords(ValueError):
@@ -70,8 +78,8 @@ def records_to_batch(broker: str, data: bytes, where: str, expected: int | None 
         missing = np.flatnonzero(pc.is_null(message_ids).to_numpy(zero_copy_only=False))
         message_ids = _fill_offset_msg_ids(message_ids, missing, a, starts, col("storeHost"))
     # The broker writes __BORNHOST on every message it receives, __SHARDINGKEY on FIFO ones.
-    born_hosts = _replaced(col("bornHost"), *_values_of("__BORNHOST", keys, all_props.items, entry_row))
-    group_rows, group_values = _values_of("__SHARDINGKEY", keys, all_props.items, entry_row)
+    born_hosts = _replaced(col("bornHost"), *_values_of(BORN_HOST, keys, all_props.items, entry_row))
+    group_rows, group_values = _values_of(SHARDING_KEY, keys, all_props.items, entry_row)
     groups = _replaced(pa.nulls(count, pa.string()), group_rows, group_values)
     types = _replaced(au.constant_strings("NORMAL", count), group_rows,
                       au.constant_strings("FIFO", len(group_rows)))
@@ -144,9 +152,9 @@ def _special_rows(rows: np.ndarray, all_props: pa.MapArray, born_hosts: pa.Array
     stored_us = store_ts.cast(pa.int64()).to_numpy(zero_copy_only=False)
     for row in rows.tolist():
         props = dict(all_props[row].as_py())
-        born[row] = props.get("__BORNHOST") or born[row]
+        born[row] = props.get(BORN_HOST) or born[row]
         kinds[row] = delivered_message_type(props).name
-        group_of[row] = props.get("__SHARDINGKEY")
+        group_of[row] = props.get(SHARDING_KEY)
         at_ms = delivery_timestamp_ms(props, int(stored_us[row]) // 1000)
         at[row] = None if at_ms is None else at_ms * 1000
     return (pa.array(born, pa.string()), pa.array(kinds, pa.string()), pa.array(group_of, pa.string()),

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pipeline.jobs import cli
 from pipeline.jobs.export import commitlog_frame, dispatchable
+from services.domain.format.properties_format import KEYS, UNIQ_KEY
 
 CQ_COLUMNS = ("commitLogOffset", "totalSize", "queueId", "queueOffset", "sysFlag", "storeTimestamp", "topic",
               "tagsCode")
@@ -73,8 +74,8 @@ def _requests(table):
     count = table.num_rows
     get = lambda name: columns.get(name, [None] * count)  # noqa: E731
     props = get("properties")
-    return [DispatchRequest(t, q, phy, size, code, ms, qo, (dict(p).get("KEYS", "") if p else ""),
-                            (dict(p).get("UNIQ_KEY", "") if p else ""), flag, 0)
+    return [DispatchRequest(t, q, phy, size, code, ms, qo, (dict(p).get(KEYS, "") if p else ""),
+                            (dict(p).get(UNIQ_KEY, "") if p else ""), flag, 0)
             for t, q, phy, size, code, ms, qo, p, flag in zip(
                 get("topic"), get("queueId"), get("commitLogOffset"), get("totalSize"), get("tagsCode"),
                 store_ms, get("queueOffset"), props, get("sysFlag"))]
@@ -152,9 +153,9 @@ def run(spark, store: str, output: str | None = None, index: bool = True, force:
         rollback = 0xC
         keyed = (commitlog_frame(spark, store, INDEX_COLUMNS, **options)
                  .where(col("sysFlag").bitwiseAND(0xC) != rollback)
-                 .where(F.col("properties").getItem("UNIQ_KEY").isNotNull()
-                        | F.col("properties").getItem("KEYS").isNotNull())
-                 .withColumn("properties", F.map_filter("properties", lambda k, v: k.isin("KEYS", "UNIQ_KEY"))))
+                 .where(F.col("properties").getItem(UNIQ_KEY).isNotNull()
+                        | F.col("properties").getItem(KEYS).isNotNull())
+                 .withColumn("properties", F.map_filter("properties", lambda k, v: k.isin(KEYS, UNIQ_KEY))))
         built = (keyed.repartition(1).sortWithinPartitions("commitLogOffset")
                  .mapInArrow(_write_index_fn(str(index_dir), hash_slot_num, index_num_max), "files int, keys bigint")
                  .collect())

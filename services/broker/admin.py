@@ -55,14 +55,13 @@ MAX_DELIVERY_ATTEMPTS_DEFAULT = 17     # RocketMQ's 16 retries (retryMaxTimes) +
 MAX_DELIVERY_ATTEMPTS_MAX = 1000
 QUERY_MESSAGES_DEFAULT = 32
 QUERY_MESSAGES_MAX = 64                # the store's IndexFile query cap (maxMsgsNumBatch)
-KEY_SEPARATOR = " "                    # MessageConst.KEY_SEPARATOR, between the words of KEYS
 # An offset message id: store host (IPv4 4 + port 4, or IPv6 16 + port 4) + phy offset 8, in hex.
 _OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 
 CONSUMER_STATS_TIMEOUT_S = 5.0        # the store's GetConsumerStats walks every offset: allow it time
 
 __all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus",
-           "QueueOffsets", "QueueProgress", "TopicStatus", "is_system_group", "is_system_topic"]
+           "QueueOffsets", "QueueProgress", "TopicStatus"]
 
 
 @dataclass(frozen=True, slots=True)

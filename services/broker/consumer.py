@@ -1,5 +1,5 @@
 """ConsumerService: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-ForwardMessageToDeadLetterQueue and QueryAssignment (protocol-v2.md §5.7-§5.11, §7). No gRPC here.
+ForwardMessageToDeadLetterQueue and QueryAssignment. No gRPC here.
 
 The broker keeps no consumption state: every pop, ack and change of invisible time is one
 store call (``PopStore``; the store's PopService keeps offsets, in-flight handles, revives
@@ -62,6 +62,28 @@ from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.model import MessageType
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
+from services.domain.format.properties_format import (
+    CLUSTER,
+    CRC32,
+    DELAY_TIME_LEVEL,
+    FIRST_POP_TIME,
+    KEY_SEPARATOR,
+    KEYS,
+    MESSAGE_TYPE,
+    ORIGIN_MESSAGE_ID,
+    POP_CK,
+    RESERVED_PROPERTY_KEYS,
+    RETRY_TOPIC,
+    SHARDING_KEY,
+    TAGS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TRACE_SWITCH,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_PREPARED,
+    UNIQ_KEY,
+    WAIT_STORE_MSG_OK,
+)
 from services.domain.names import is_system_group, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
 from services.store.client.model import AckResult, Delivery, PopOutcome
@@ -79,11 +101,11 @@ ALIVE_CHECK_S = 1.0   # a parked receive checks this often whether its caller is
 POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
 
 # Properties never handed to consumers as user properties: the proxy's reserved set, the keys
-# the broker writes, and the classic bookkeeping keys (protocol-v2.md §6.2).
-_INTERNAL_KEYS = validation.RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
-    "WAIT", "CLUSTER", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "TRANSACTION_CHECK_TIMES", "POP_CK",
-    "1ST_POP_TIME", "MSG_TYPE", "TRACE_ON"})
-_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", "__CRC32#", "TIMER_", "POP_")
+# the broker writes, and the classic bookkeeping keys.
+_INTERNAL_KEYS = RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
+    WAIT_STORE_MSG_OK, CLUSTER, RETRY_TOPIC, ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, POP_CK,
+    FIRST_POP_TIME, MESSAGE_TYPE, TRACE_SWITCH})
+_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", CRC32, "TIMER_", "POP_")
 
 
 class FilterType(enum.Enum):
@@ -284,18 +306,18 @@ def user_properties(properties: dict[str, str]) -> dict[str, str]:
 
 
 def delivered_message_type(properties: dict[str, str]) -> MessageType:
-    """protocol-v2.md §6.1: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
-    if properties.get("TRAN_MSG", "").lower() == "true":
+    """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
+    if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
         return MessageType.TRANSACTION
-    if any(k in properties for k in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")):
+    if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):
         return MessageType.DELAY
-    if "__SHARDINGKEY" in properties:
+    if SHARDING_KEY in properties:
         return MessageType.FIFO
     return MessageType.NORMAL
 
 
 def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -> int | None:
-    for key, base in (("TIMER_DELIVER_MS", 0), ("TIMER_DELAY_SEC", None)):
+    for key, base in ((TIMER_DELIVER_MS, 0), (TIMER_DELAY_SEC, None)):
         value = properties.get(key)
         if value is None:
             continue
@@ -308,11 +330,11 @@ def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -
 
 
 def message_id(delivery: Delivery) -> str:
-    return delivery.properties.get("UNIQ_KEY") or delivery.offset_msg_id
+    return delivery.properties.get(UNIQ_KEY) or delivery.offset_msg_id
 
 
 def keys_of(properties: dict[str, str]) -> list[str]:
-    return [k for k in properties.get("KEYS", "").split(" ") if k]
+    return [k for k in properties.get(KEYS, "").split(KEY_SEPARATOR) if k]
 
 
 # -- the service ---------------------------------------------------------------------------------
@@ -392,7 +414,7 @@ class ConsumerService:
         kept = []
         mismatched: dict[str, list[str]] = {}
         for delivery in messages:
-            if delivery.properties.get("TAGS") in tags:
+            if delivery.properties.get(TAGS) in tags:
                 kept.append(delivery)
             else:  # a tags-code collision: not for this subscription
                 mismatched.setdefault(delivery.topic, []).append(delivery.receipt_handle)

@@ -1,9 +1,9 @@
 """OffsetService: the v2 offset-based RPCs, QueryOffset, PullMessage, UpdateOffset and GetOffset.
 No gRPC here.
 
-The official RocketMQ 5 clients never call these (protocol-v2.md §5.13; the proxy snapshot does
-not implement them), so their semantics are ours, chosen to serve pull clients such as the
-Spark connector (``pipeline/``) the way Kafka's fetch API serves Kafka's:
+The official RocketMQ 5 clients never call these (the proxy does not implement them), so their
+semantics are ours, chosen to serve pull clients such as the Spark connector (``pipeline/``)
+the way Kafka's fetch API serves Kafka's:
 
 QueryOffset(queue, policy[, timestamp])
     BEGINNING: the queue's min offset; END: its max offset, **exclusive** (the next offset to
@@ -56,6 +56,7 @@ from services.runtime.clock import Clock
 from services.broker.consumer import (
     ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
 from services.broker.errors import Code, RequestError
+from services.domain.format.properties_format import TAGS
 from services.domain.sql_filter import compile_sql
 from services.store.client.model import Delivery, GetOutcome, GetStatus, StoredMessage
 
@@ -132,7 +133,7 @@ def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool]
     tags = message_filter.tags
     if tags is None:
         return None
-    return lambda properties: properties.get("TAGS") in tags
+    return lambda properties: properties.get(TAGS) in tags
 
 
 class OffsetService:

@@ -1,7 +1,7 @@
 """SendMessage: validate, map a v2 message onto a store record, pick the queue, put, answer.
 
-Mapping (protocol-v2.md §6.2, RocketMQ 5 proxy ``SendMessageActivity.buildMessageProperty``
-plus the broker's put hooks):
+Mapping (RocketMQ 5 proxy ``SendMessageActivity.buildMessageProperty`` plus the broker's put
+hooks):
 
 | v2 field | store record |
 |---|---|
@@ -20,8 +20,8 @@ plus the broker's put hooks):
 | body_encoding GZIP | sysflag COMPRESSED |
 | (broker) | ``CLUSTER`` = cluster name |
 
-Then the broker's put hooks (store-format.md §10, §11), which park messages that must not be
-visible yet in system topics for the scheduler and the transaction checker:
+Then the broker's put hooks, which park messages that must not be visible yet in system topics
+for the scheduler and the transaction checker (the writers of ``services.domain.contracts``):
 
 * DELAY with a delivery time in the future: topic ``rmq_sys_wheel_timer`` queue 0, plus
   ``TIMER_OUT_MS`` (rounded down to ``timer_precision_ms``; a time exactly on a tick moves one
@@ -47,12 +47,30 @@ from services.store.client.model import PutOutcome, PutStatus, StoreMessage, Top
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import park_timer, timer_out_ms
+from services.domain.contracts.transaction import park_half
 from services.domain.format.commitlog_format import (
     PROPERTIES_SIZE_MAX_BYTES,
     PROP_CRC_RESERVED_LEN,
     SYSFLAG_COMPRESSED,
 )
-from services.domain.names import TIMER_TOPIC, TRANS_HALF_TOPIC
+from services.domain.format.properties_format import (
+    BORN_HOST,
+    BORN_TIMESTAMP,
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    CLUSTER,
+    KEY_SEPARATOR,
+    KEYS,
+    PRODUCER_GROUP,
+    RECONSUME_TIME,
+    RESERVED_PROPERTY_KEYS,
+    SHARDING_KEY,
+    TAGS,
+    TIMER_DELIVER_MS,
+    TRACE_CONTEXT,
+    TRANSACTION_PREPARED,
+    UNIQ_KEY,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,20 +97,13 @@ _STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_N
 _has_control = validation.has_control_character
 # The broker's own property names and short values (RECONSUME_TIME, BORN_TIMESTAMP) in a plain message, bounded.
 _PLAIN_FIXED_BYTES = 160
-_PLAIN_USER_KEYS = (validation.RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS).isdisjoint
+_PLAIN_USER_KEYS = (RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS).isdisjoint
 
 
 def recall_handle(topic: str, broker_name: str, timer_out_ms: int, message_id: str) -> str:
     """RocketMQ's RecallMessageHandle.HandleV1: URL-safe Base64 of "v1 topic broker ts id"."""
     raw = f"v1 {topic} {broker_name} {timer_out_ms + 1} {message_id}"
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
-
-
-def timer_out_ms(deliver_ms: int, precision_ms: int) -> int:
-    """The wheel tick of a delivery time (HookUtils: on a tick -> one tick earlier, else floor)."""
-    if deliver_ms % precision_ms == 0:
-        return deliver_ms - precision_ms
-    return deliver_ms // precision_ms * precision_ms
 
 
 def response_code(receipts: list[SendReceipt]) -> int:
@@ -203,20 +214,20 @@ class Producer:
             return None
         properties = dict(user) if user else {}
         if tag:
-            properties["TAGS"] = tag
+            properties[TAGS] = tag
         if key_chars:
-            properties["KEYS"] = " ".join(key for key in keys if key)
-        properties["UNIQ_KEY"] = message_id
-        properties["RECONSUME_TIME"] = str(message.delivery_attempt)
-        properties["PGROUP"] = message.topic
+            properties[KEYS] = KEY_SEPARATOR.join(key for key in keys if key)
+        properties[UNIQ_KEY] = message_id
+        properties[RECONSUME_TIME] = str(message.delivery_attempt)
+        properties[PRODUCER_GROUP] = message.topic
         if group:
-            properties["__SHARDINGKEY"] = group
+            properties[SHARDING_KEY] = group
         if trace:
-            properties["TRACE_CONTEXT"] = trace
-        properties["__BORNHOST"] = born_host
+            properties[TRACE_CONTEXT] = trace
+        properties[BORN_HOST] = born_host
         if message.born_timestamp_ms is not None:
-            properties["BORN_TIMESTAMP"] = str(message.born_timestamp_ms)
-        properties["CLUSTER"] = config.cluster_name
+            properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
+        properties[CLUSTER] = config.cluster_name
         if 4 * (user_chars + len(tag) + key_chars + len(message_id) + len(group) + len(trace) + len(born_host)
                 + len(message.topic) + len(config.cluster_name)) + 2 * len(properties) + _PLAIN_FIXED_BYTES \
                 + _HOOK_PROPERTIES_RESERVE_BYTES > PROPERTIES_SIZE_MAX_BYTES:
@@ -232,7 +243,7 @@ class Producer:
         properties = dict(message.user_properties)
         validation.validate_tag(message.tag)
         if message.tag:
-            properties["TAGS"] = message.tag
+            properties[TAGS] = message.tag
             user_size += validation.utf8_len(message.tag)
         for key in message.keys:
             validation.validate_key(key)
@@ -240,38 +251,38 @@ class Producer:
         if user_size > config.user_properties_size_max_bytes:
             raise RequestError(f"the total size of user property is too large, max is "
                                f"{config.user_properties_size_max_bytes}", Code.MESSAGE_PROPERTIES_TOO_LARGE)
-        keys = " ".join(key for key in message.keys if key)
+        keys = KEY_SEPARATOR.join(key for key in message.keys if key)
         if keys:
-            properties["KEYS"] = keys
+            properties[KEYS] = keys
         validation.validate_message_id(message.message_id)
-        properties["UNIQ_KEY"] = message.message_id
+        properties[UNIQ_KEY] = message.message_id
         if message.message_type is MessageType.TRANSACTION:
-            properties["TRAN_MSG"] = "true"
+            properties[TRANSACTION_PREPARED] = "true"
             if message.orphaned_transaction_recovery_s is not None:
                 validation.validate_transaction_recovery(message.orphaned_transaction_recovery_s,
                                                          config.transaction_recovery_max_s)
-                properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(message.orphaned_transaction_recovery_s)
+                properties[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(message.orphaned_transaction_recovery_s)
         if message.delivery_timestamp_ms is not None:
             validation.validate_delivery_timestamp(message.delivery_timestamp_ms, now_ms,
                                                    config.delivery_delay_max_ms)
-            properties["TIMER_DELIVER_MS"] = str(message.delivery_timestamp_ms)
-        properties["RECONSUME_TIME"] = str(message.delivery_attempt)
-        properties["PGROUP"] = message.topic
+            properties[TIMER_DELIVER_MS] = str(message.delivery_timestamp_ms)
+        properties[RECONSUME_TIME] = str(message.delivery_attempt)
+        properties[PRODUCER_GROUP] = message.topic
         if message.message_group:
             validation.validate_message_group(message.message_group, config.message_group_size_max_bytes)
-            properties["__SHARDINGKEY"] = message.message_group
+            properties[SHARDING_KEY] = message.message_group
         if message.trace_context:
             if validation.has_control_character(message.trace_context):
                 raise RequestError("trace context cannot contain control character", Code.BAD_REQUEST)
-            properties["TRACE_CONTEXT"] = message.trace_context
+            properties[TRACE_CONTEXT] = message.trace_context
         born_host = message.born_host
         if validation.is_blank(born_host) or validation.has_control_character(born_host):
             born_host = peer_address
         if born_host:
-            properties["__BORNHOST"] = born_host
+            properties[BORN_HOST] = born_host
         if message.born_timestamp_ms is not None:
-            properties["BORN_TIMESTAMP"] = str(message.born_timestamp_ms)
-        properties["CLUSTER"] = config.cluster_name
+            properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
+        properties[CLUSTER] = config.cluster_name
         if message.lite_topic or message.priority is not None or message.message_type in (
                 MessageType.LITE, MessageType.PRIORITY):
             raise RequestError("lite and priority messages are not supported by this broker", Code.UNSUPPORTED)
@@ -307,22 +318,16 @@ class Producer:
             born_host=peer_address, reconsume_times=message.delivery_attempt)
         handle = ""
         if message_type is MessageType.TRANSACTION:
-            properties["__transactionId__"] = message.message_id
-            self._park(record, TRANS_HALF_TOPIC)
+            parked = park_half(properties, record.topic, record.queue_id, message.message_id)
         elif message.delivery_timestamp_ms is not None and message.delivery_timestamp_ms > now_ms:
             tick_ms = timer_out_ms(message.delivery_timestamp_ms, self._config.timer_precision_ms)
-            properties["TIMER_OUT_MS"] = str(tick_ms)
-            self._park(record, TIMER_TOPIC)
+            parked = park_timer(properties, record.topic, record.queue_id, tick_ms)
             handle = recall_handle(message.topic, self._config.broker_name, tick_ms, message.message_id)
-        return record, handle
-
-    @staticmethod
-    def _park(record: StoreMessage, system_topic: str) -> None:
-        record.properties["REAL_TOPIC"] = record.topic
-        record.properties["REAL_QID"] = str(record.queue_id)
-        record.topic = system_topic
-        record.queue_id = 0
+        else:
+            return record, handle
+        record.topic, record.queue_id = parked
         record.allow_system_topic = True
+        return record, handle
 
     # -- recall (services/broker/recall.py) --------------------------------------------------
     def recall(self, topic_name: str, handle_text: str, peer_address: str, timeout_s: float) -> str:

@@ -1,4 +1,4 @@
-"""RecallMessage: cancel a delayed message before its time (RocketMQ 5.3, protocol-v2.md §5.6).
+"""RecallMessage: cancel a delayed message before its time (RocketMQ 5.3).
 
 A delay message's send receipt carries a recall handle: URL-safe Base64 of
 ``"v1 <topic> <brokerName> <TIMER_OUT_MS + 1> <message id>"`` (RocketMQ's
@@ -33,7 +33,15 @@ from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
 from services.broker.model import MessageType
 from services.store.client.model import PutStatus, StoreMessage, TopicInfo
-from services.domain.names import TIMER_TOPIC
+from services.domain.contracts.delay import delete_key, park_timer
+from services.domain.format.properties_format import (
+    BORN_TIMESTAMP,
+    CLUSTER,
+    TAGS,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELIVER_MS,
+    UNIQ_KEY,
+)
 
 HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"
@@ -85,17 +93,15 @@ def marker_message(config: BrokerConfig, handle: RecallHandle, timestamp_ms: int
                    peer_address: str, now_ms: int) -> StoreMessage:
     """The DELETE marker, already parked in rmq_sys_wheel_timer as the timer put hook would."""
     properties = {
-        "TAGS": RECALL_TAG,
-        "TIMER_DEL_UNIQKEY": f"{handle.topic}+{handle.message_id}",
-        "UNIQ_KEY": handle.message_id,
-        "TIMER_DELIVER_MS": str(timestamp_ms),
-        "BORN_TIMESTAMP": str(now_ms),
-        "CLUSTER": config.cluster_name,
-        "TIMER_OUT_MS": str(timer_out_ms),
-        "REAL_TOPIC": handle.topic,
-        "REAL_QID": "0",
+        TAGS: RECALL_TAG,
+        TIMER_DEL_UNIQKEY: delete_key(handle.topic, handle.message_id),
+        UNIQ_KEY: handle.message_id,
+        TIMER_DELIVER_MS: str(timestamp_ms),
+        BORN_TIMESTAMP: str(now_ms),
+        CLUSTER: config.cluster_name,
     }
-    return StoreMessage(topic=TIMER_TOPIC, queue_id=0, body=RECALL_BODY, properties=properties,
+    topic, queue_id = park_timer(properties, handle.topic, 0, timer_out_ms)
+    return StoreMessage(topic=topic, queue_id=queue_id, body=RECALL_BODY, properties=properties,
                         born_timestamp_ms=now_ms, born_host=peer_address, allow_system_topic=True)
 
 

@@ -1,16 +1,16 @@
-"""EndTransaction: commit or roll back a half message (protocol-v2.md §5.5, §9; store-format.md §11).
+"""EndTransaction: commit or roll back a half message.
 
-SendMessage parks a TRANSACTION message in ``RMQ_SYS_TRANS_HALF_TOPIC`` (producer.py) and
-remembers where (``HalfMessageTable``, like the proxy's in-memory transaction table). Then:
+SendMessage parks a TRANSACTION message in ``RMQ_SYS_TRANS_HALF_TOPIC`` (producer.py; the half
+message and the op record are ``services.domain.contracts.transaction``'s) and remembers where (``HalfMessageTable``, like the proxy's in-memory transaction table). Then:
 
 * COMMIT: append the half message to its real topic and queue (``REAL_TOPIC``/``REAL_QID``)
   with transaction type COMMIT and ``prepared_transaction_offset`` = the half's phy offset,
   properties as the half's (RocketMQ keeps REAL_TOPIC/REAL_QID/TRAN_MSG on disk), then write
   the op record;
 * ROLLBACK: only the op record;
-* op record: topic ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``, body = the half queue
-  offsets each followed by "," (RocketMQ 5's batched format). It tells the transaction checker
-  the half is resolved; the checker re-appends unresolved halves, so every copy found is listed.
+* op record: in ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, listing the half queue offsets it resolves. It
+  tells the transaction checker the half is resolved; the checker re-appends unresolved halves,
+  so every copy found is listed.
 * UNSPECIFIED: nothing (the proxy maps it to UNKNOWN, a no-op).
 
 Stateless: the half is found through the store, never only in memory. ``HalfMessageTable``
@@ -19,7 +19,7 @@ once without waiting for dispatch; the store's IndexFile (``RMQ_SYS_TRANS_HALF_T
 ``__transactionId__``/UNIQ_KEY) finds every copy, also after a broker restart or when the
 answer to a check arrives at a broker that never saw the send.
 
-Idempotent (a client commit and a check answer may both arrive, §5.5): resolutions are
+Idempotent (a client commit and a check answer may both arrive): resolutions are
 remembered per transaction id with the half copies their op records cover, concurrent ones
 for the same id are serialised, and a commit whose record already exists in the real topic
 (found through the index, e.g. after a broker restart) is not appended twice. A repeated
@@ -47,12 +47,13 @@ from services.broker.errors import Code, RequestError, StoreCallError
 from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES
 from services.broker.store_client import PutSink
+from services.domain.contracts.parking import real_destination
+from services.domain.contracts.transaction import QUEUE_ID, encode_op, read_half
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
-OP_TAG = "d"              # TransactionalMessageUtil.REMOVE_TAG
 HALF_COPIES_MAX = 32      # half copies looked up per transaction (the checker re-appends at most 15)
 LOCK_STRIPES = 64
 
@@ -185,17 +186,16 @@ class TransactionService:
 
 
 def _is_half_of(record: StoredMessage, topic: str, transaction_id: str) -> bool:
-    props = record.properties
-    return (record.topic == TRANS_HALF_TOPIC and props.get("REAL_TOPIC") == topic
-            and props.get("__transactionId__", props.get("UNIQ_KEY")) == transaction_id)
+    half = read_half(record.properties) if record.topic == TRANS_HALF_TOPIC else None
+    return half is not None and half.real_topic == topic and half.transaction_id == transaction_id
 
 
 def commit_record(half: StoredMessage) -> StoreMessage:
     """The half message, back in its real topic and queue, with transaction type COMMIT."""
-    try:
-        real_topic, real_queue_id = half.properties["REAL_TOPIC"], int(half.properties["REAL_QID"])
-    except (KeyError, ValueError):
-        raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID") from None
+    destination = real_destination(half.properties)
+    if destination is None:
+        raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID")
+    real_topic, real_queue_id = destination
     return StoreMessage(
         topic=real_topic, queue_id=real_queue_id, body=half.body, properties=dict(half.properties),
         sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT_TYPE, flag=half.flag,
@@ -205,8 +205,8 @@ def commit_record(half: StoredMessage) -> StoreMessage:
 
 def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
     """An op record: "these half queue offsets are resolved"."""
-    body = "".join(f"{offset}," for offset in half_queue_offsets).encode("ascii")
-    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"WAIT": "true", "TAGS": OP_TAG},
+    properties, body = encode_op(half_queue_offsets)
+    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=QUEUE_ID, body=body, properties=properties,
                         born_timestamp_ms=now_ms, allow_system_topic=True)
 
 

@@ -1,16 +1,15 @@
 """Send-side request checks, each raising ``RequestError`` with the exact v2 code.
 
-Mirrors the RocketMQ 5 proxy (``SendMessageActivity``, ``GrpcValidator``; protocol-v2.md §5.4,
-reliability.md §3.1); rules the proxy lacks but our store needs are marked "(pyrmq)": the store
-refuses a whole PutMessages batch on one bad message, so nothing it would refuse may reach a
-coalesced batch.
+Mirrors the RocketMQ 5 proxy (``SendMessageActivity``, ``GrpcValidator``); rules the proxy lacks
+but our store needs are marked "(pyrmq)": the store refuses a whole PutMessages batch on one bad
+message, so nothing it would refuse may reach a coalesced batch.
 
 | rule | code |
 |---|---|
 | topic: blank, bad characters, too long; a system topic | ILLEGAL_TOPIC |
 | body empty / over ``body_size_max_bytes`` | MESSAGE_BODY_EMPTY / MESSAGE_BODY_TOO_LARGE |
 | more than 128 user properties; keys+values+tag+keys over 16 KiB | MESSAGE_PROPERTIES_TOO_LARGE |
-| user property key reserved (§6.2) or written by the broker (pyrmq), empty (pyrmq), or key/value with a control character | ILLEGAL_MESSAGE_PROPERTY_KEY |
+| user property key reserved (``RESERVED_PROPERTY_KEYS``) or written by the broker (pyrmq), empty (pyrmq), or key/value with a control character | ILLEGAL_MESSAGE_PROPERTY_KEY |
 | tag all whitespace, containing ``|`` or a control character | ILLEGAL_MESSAGE_TAG |
 | key all whitespace or with a control character | ILLEGAL_MESSAGE_KEY |
 | message id blank, or with a control character (pyrmq) | ILLEGAL_MESSAGE_ID |
@@ -28,27 +27,21 @@ import re
 
 from services.broker.errors import Code, RequestError
 from services.broker.model import IncomingMessage, MessageType
+from services.domain.format.properties_format import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    RESERVED_PROPERTY_KEYS,
+    SHARDING_KEY,
+    TRACE_CONTEXT,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_ID,
+)
 from services.domain.names import is_system_topic, validate_topic_name
 
-# MessageConst.STRING_HASH_SET: names a user property may not take (protocol-v2.md §6.2).
-RESERVED_PROPERTY_KEYS = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
-    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID",
-    "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY",
-    "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID",
-    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
-    "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
-    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
-    "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#"})
-assert len(RESERVED_PROPERTY_KEYS) == 51
 # (pyrmq) Keys the broker writes whose presence changes how a message is typed or delivered:
 # a user-set ``__SHARDINGKEY`` would make a NORMAL message read back as FIFO, a user-set
 # ``__transactionId__`` would confuse the transaction checker. The proxy lets them through.
 BROKER_PROPERTY_KEYS = frozenset({
-    "__SHARDINGKEY", "TRACE_CONTEXT", "CHECK_IMMUNITY_TIME_IN_SECONDS", "__transactionId__",
-    "TRANSACTION_CHECK_TIMES"})
+    SHARDING_KEY, TRACE_CONTEXT, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_ID, TRANSACTION_CHECK_TIMES})
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # Unicode whitespace that Java's Character.isWhitespace does not count (non-breaking spaces).

@@ -1,12 +1,12 @@
-"""DelayLevelService: RocketMQ's delay levels (``ScheduleMessageService``, store-format.md §9).
+"""DelayLevelService: RocketMQ's delay levels (``ScheduleMessageService``).
 
 Level L (``messageDelayLevel``, 18 by default: ``1s 5s 10s 30s 1m ... 2h``) parks messages in
-``SCHEDULE_TOPIC_XXXX`` queue ``L - 1``; the ConsumeQueue tags code is the deliver time
-``store time + delay(L)``, so each queue is already in delivery order. Per level the service
-reads from its delay offset (the store's ``delayOffset.json``, via Get/UpdateDelayOffset), and
-delivers each due message to ``REAL_TOPIC`` / ``REAL_QID`` with the stored properties
-unchanged (``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` stay, as on a Java broker; a real topic
-of ``RMQ_SYS_TRANS_HALF_TOPIC`` is discarded). A deliver time further ahead than the level's
+``SCHEDULE_TOPIC_XXXX`` queue ``L - 1`` (``services.domain.contracts.delay``); the ConsumeQueue
+tags code is the deliver time ``store time + delay(L)``, so each queue is already in delivery
+order. Per level the service reads from its delay offset (the store's ``delayOffset.json``, via
+Get/UpdateDelayOffset), and delivers each due message to ``REAL_TOPIC`` / ``REAL_QID`` with the
+stored properties unchanged (``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` stay, as on a Java
+broker; a real topic of ``RMQ_SYS_TRANS_HALF_TOPIC`` is discarded). A deliver time further ahead than the level's
 delay (a clock that went back) counts as now. The level then waits until its next head is due
 (or a store arrival in SCHEDULE_TOPIC_XXXX).
 
@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import logging
 
+from services.domain.contracts.delay import level_delay_ms, unpark_delay_level
+from services.domain.format.properties_format import REAL_TOPIC, UNIQ_KEY
+from services.domain.names import SCHEDULE_TOPIC
 from services.scheduler.check_files import DelayCheckFile
 from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
 from services.scheduler.model import (
-    APPENDED_STATUSES, DELAY, PERMANENT_FAILURES, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, UNIQ_KEY, GetStatus,
-    OutgoingMessage, StoredRecord, copy_to, real_destination)
+    APPENDED_STATUSES, PERMANENT_FAILURES, GetStatus, OutgoingMessage, StoredRecord, copy_to)
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 
@@ -129,15 +131,8 @@ class DelayLevelService:
 
     def _level_delay_ms(self, record: StoredRecord, queue_level_ms: int) -> int:
         """The store's tags code rule: the DELAY property's level (capped), else the queue's."""
-        text = record.properties.get(DELAY)
-        if text:
-            try:
-                level = min(int(text), len(self.levels_ms))
-            except ValueError:
-                level = 0
-            if level > 0:
-                return self.levels_ms[level - 1]
-        return queue_level_ms
+        delay_ms = level_delay_ms(record.properties, self.levels_ms)
+        return queue_level_ms if delay_ms is None else delay_ms
 
     def _deliver(self, level: int, due: list[tuple[StoredRecord, int]]) -> None:
         index = level - 1
@@ -146,10 +141,10 @@ class DelayLevelService:
         out: list[OutgoingMessage] = []
         sent: list[tuple[StoredRecord, int]] = []
         for record, deliver_ms in due:
-            destination = real_destination(record.properties)
-            if destination is None or destination[0] == TRANS_HALF_TOPIC:
+            destination = unpark_delay_level(record.properties)
+            if destination is None:
                 log.error("delay level %d: message at %d has real topic %r; discarded", level, record.queue_offset,
-                          record.properties.get("REAL_TOPIC"))
+                          record.properties.get(REAL_TOPIC))
                 counters.dropped += 1
                 continue
             out.append(copy_to(record, destination[0], destination[1], dict(record.properties)))

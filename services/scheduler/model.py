@@ -1,27 +1,12 @@
 """The scheduler core's data: what it reads from and writes to the store (no gRPC here).
 
-Property names are RocketMQ's (store-format.md §3.4). ``store_client.SchedulerStore`` is the
-narrow interface the core uses; ``rpc/store_client.py`` implements it over the store's gRPC API.
+``store_client.SchedulerStore`` is the narrow interface the core uses; ``rpc/store_client.py``
+implements it over the store's gRPC API.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-
-REAL_TOPIC = "REAL_TOPIC"
-REAL_QID = "REAL_QID"
-UNIQ_KEY = "UNIQ_KEY"
-DELAY = "DELAY"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-TIMER_OUT_MS = "TIMER_OUT_MS"
-TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
-TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
-TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
 
 class GetStatus(enum.Enum):
@@ -118,21 +103,3 @@ def copy_to(record: StoredRecord, topic: str, queue_id: int, properties: dict[st
     return OutgoingMessage(topic=topic, queue_id=queue_id, body=record.body, properties=properties,
                            sys_flag=record.sys_flag, flag=record.flag, born_timestamp_ms=record.born_timestamp_ms,
                            born_host=record.born_host, reconsume_times=record.reconsume_times)
-
-
-def real_destination(properties: dict[str, str]) -> tuple[str, int] | None:
-    """(REAL_TOPIC, REAL_QID) of a parked message; None if either is missing or malformed."""
-    topic = properties.get(REAL_TOPIC)
-    queue_text = properties.get(REAL_QID)
-    if not topic or queue_text is None:
-        return None
-    try:
-        queue_id = int(queue_text)
-    except ValueError:
-        return None
-    return (topic, queue_id) if queue_id >= 0 else None
-
-
-def delete_key(real_topic: str, uniq_key: str) -> str:
-    """TimerMessageStore.buildDeleteKey: what TIMER_DEL_UNIQKEY holds for a recall."""
-    return f"{real_topic}+{uniq_key}"

@@ -17,12 +17,12 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from services.domain.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from services.scheduler.check_files import DelayCheckFile, SchedulerLock
 from services.runtime.clock import Clock, SystemClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.delay_level import DelayLevelService
 from services.scheduler.errors import StoreUnavailableError
-from services.scheduler.model import SCHEDULE_TOPIC, TIMER_TOPIC
 from services.scheduler.store_client import ArrivalWatch, SchedulerStore
 from services.scheduler.timer_stats import DelayStats, TimerStats
 from services.scheduler.timer_store import TimerStore

@@ -39,16 +39,17 @@ from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.errors import StoreUnavailableError
 from services.domain.format.timerlog_format import (
+    MAGIC_ROLL,
     NO_POS,
     STATE_DELIVERING,
     STATE_DONE,
     STATE_PENDING,
     TimerUnit,
 )
-from services.scheduler.model import (
-    APPENDED_STATUSES, PERMANENT_FAILURES, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS,
-    TIMER_ROLL_TIMES, TIMER_TOPIC, UNIQ_KEY, OutgoingMessage, StoredRecord, copy_to, delete_key,
-    real_destination)
+from services.domain.contracts.delay import delete_key_of, roll_timer, unpark_timer
+from services.domain.format.properties_format import TIMER_DEL_UNIQKEY, UNIQ_KEY
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, OutgoingMessage, StoredRecord, copy_to
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
@@ -299,32 +300,20 @@ class TimerDequeue:
         """The message to put for a due unit: a roll back into the timer topic, the real
         message, or None (recalled / undeliverable; the unit is finished here)."""
         properties = dict(record.properties)
-        magic = entry[6]
-        roll = bool(magic & 2)
-        if not roll:
-            uniq_key = properties.get(UNIQ_KEY)
-            real_topic = properties.get(REAL_TOPIC)
-            if uniq_key and real_topic and delete_key(real_topic, uniq_key) in self.delete_keys:
-                self._finish(entry, STATE_DONE)
-                self._counters.recalled += 1
-                return None
-        properties[TIMER_ENQUEUE_MS] = str(entry[7])
-        properties[TIMER_DEQUEUE_MS] = str(now_ms)
-        if roll:
-            try:
-                roll_times = int(properties.get(TIMER_ROLL_TIMES, "0"))
-            except ValueError:
-                roll_times = 0
-            properties[TIMER_ROLL_TIMES] = str(roll_times + 1)
-            return copy_to(record, TIMER_TOPIC, 0, properties)
-        destination = real_destination(properties)
+        if entry[6] & MAGIC_ROLL:
+            topic, queue_id = roll_timer(properties, entry[7], now_ms)
+            return copy_to(record, topic, queue_id, properties)
+        key = delete_key_of(properties)
+        if key is not None and key in self.delete_keys:
+            self._finish(entry, STATE_DONE)
+            self._counters.recalled += 1
+            return None
+        destination = unpark_timer(properties, entry[7], now_ms)
         if destination is None:
             log.error("timer message at %d has no REAL_TOPIC/REAL_QID; dropped", record.phy_offset)
             self._finish(entry, STATE_DONE)
             self._counters.dropped += 1
             return None
-        # REAL_TOPIC and REAL_QID stay, as on a Java broker (properties string built before
-        # they are removed: store-format.md §3.3).
         return copy_to(record, destination[0], destination[1], properties)
 
     def _finish(self, entry: Entry, state: int) -> None:

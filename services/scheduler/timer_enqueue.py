@@ -36,8 +36,10 @@ from services.domain.format.timerlog_format import (
     UNIT_SIZE_BYTES,
     TimerUnit,
 )
-from services.scheduler.model import (
-    REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC, GetResult, GetStatus, StoredRecord)
+from services.domain.contracts.delay import delivery_time_ms
+from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import GetResult, GetStatus, StoredRecord
 from services.scheduler.store_client import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_log import TimerLog
@@ -49,18 +51,6 @@ log = logging.getLogger(__name__)
 
 _CAUGHT_UP = frozenset({GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
                         GetStatus.NO_MATCHED_LOGIC_QUEUE})
-
-
-def delivery_time_ms(properties: dict[str, str], precision_ms: int) -> int | None:
-    """D for a parked message (see the module docstring); None if it names no time."""
-    try:
-        timer_out = int(properties[TIMER_OUT_MS]) if TIMER_OUT_MS in properties else None
-        deliver = int(properties[TIMER_DELIVER_MS]) if TIMER_DELIVER_MS in properties else None
-    except ValueError:
-        return None
-    if deliver is not None and (timer_out is None or timer_out < deliver <= timer_out + precision_ms):
-        return deliver
-    return timer_out + precision_ms if timer_out is not None else None
 
 
 class TimerEnqueue:

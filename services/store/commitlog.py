@@ -33,7 +33,6 @@ from services.domain.format.commitlog_format import (
     MAGIC_V2,
     PROP_CRC_PREFIX,
     PROP_CRC_RESERVED_LEN,
-    SCHEDULE_TOPIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     TOPIC_V1_LENGTH_MAX_BYTES,
@@ -49,6 +48,7 @@ from services.domain.format.properties_format import PropertiesError, encode_pro
 from services.domain.format.crc32 import crc32 as fast_crc32
 from services.domain.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
 from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY
+from services.domain.names import SCHEDULE_TOPIC
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 

@@ -94,6 +94,7 @@ from services.domain.format.index_format import (
     java_hash_extend_u32,
     text_units,
 )
+from services.domain.format.properties_format import KEY_SEPARATOR
 
 if TYPE_CHECKING:
     from services.store.model import DispatchRequest
@@ -101,7 +102,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUERY_MAX_NUM_DEFAULT = 64  # maxMsgsNumBatch
-KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR
 _PREFIX_CACHE_MAX = 4096  # topics whose ``topic#`` hash is kept
 
 _entry_pack_into = INDEX_ENTRY.pack_into

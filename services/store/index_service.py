@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.runtime.clock import Clock
+from services.domain.format.properties_format import KEY_SEPARATOR
 from services.store.index_batch import NumpyIndexBatch
 from services.store.index_file import (  # noqa: F401 (helpers shared by the index modules)
     HASH_ASCII_UNITS_MAX, HASH_DIGITS_Q31, HASH_DIGITS_R31, HASH_POW31, INDEX_ENTRY_SIZE_BYTES,
     INDEX_FILE_NAME_LENGTH, INDEX_HEADER_SIZE_BYTES, INDEX_SLOT_SIZE_BYTES, IndexFile,
-    JAVA_INT_MAX, KEY_SEPARATOR, QUERY_MAX_NUM_DEFAULT, SYSFLAG_TRANSACTION_MASK,
+    JAVA_INT_MAX, QUERY_MAX_NUM_DEFAULT, SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE, _NP_MIN_RECORDS, _PREFIX_CACHE_MAX, _Record,
     _entry_pack_into, _is_index_file_name, _slot_pack_into, _slot_unpack_from, _store_header,
     index_file_name, index_file_size_bytes, index_key, index_key_hash_from_u32,

@@ -37,7 +37,7 @@ from services.domain.format.commitlog_format import (
     prepare,
     tags_code,
 )
-from services.domain.format.properties_format import KEYS, PropertiesError, check_properties
+from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, PropertiesError, check_properties
 from services.domain.names import is_system_topic, validate_topic_name
 from services.store.model import GetResult, PutResult
 from services.domain.statuses import GetStatus, PutStatus
@@ -246,7 +246,7 @@ class MemoryStore:
             if (rec.topic != topic or rec.transaction_type == SYSFLAG_TRANSACTION_ROLLBACK_TYPE
                     or not begin_timestamp_ms <= rec.store_timestamp_ms <= end_timestamp_ms):
                 continue
-            indexed = [rec.uniq_key or ""] + rec.properties.get(KEYS, "").split(" ")
+            indexed = [rec.uniq_key or ""] + rec.properties.get(KEYS, "").split(KEY_SEPARATOR)
             entries += [rec.phy_offset] * sum(1 for k in indexed if k and k == key)
         entries = entries[:max(0, min(max_num, QUERY_MAX_NUM))]
         return [self.look_message_by_phy_offset(phy_offset) for phy_offset in dict.fromkeys(entries)]

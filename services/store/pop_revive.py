@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING
 
 from services.store.flush import _Loop
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, MessageRecord
-from services.domain.format.properties_format import RETRY_TOPIC
+from services.domain.format.properties_format import (
+    DLQ_ORIGIN_MESSAGE_ID,
+    DLQ_ORIGIN_TOPIC,
+    FIRST_POP_TIME,
+    ORIGIN_MESSAGE_ID,
+    RETRY_TOPIC,
+)
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.domain.names import dlq_topic, retry_topic
 from services.store.model import Arrival
@@ -56,11 +62,6 @@ REVIVE_RETRY_DELAY_MS = 5_000     # after a failed retry / DLQ put
 REVIVE_BATCH_MAX = 1_024          # entries re-put per run_once (the rest wait for the next run)
 SCHEDULE_COMPACT_MIN = 4_096      # rebuild the revive heap when it outgrows 4x its last size
 
-# MessageConst names, spelled as RocketMQ writes them.
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-FIRST_POP_TIME = "1ST_POP_TIME"
 SYSTEM_QUEUE_NUMS = 1             # %RETRY% and %DLQ% topics: one queue (retryQueueNums)
 
 _PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)  # appended either way

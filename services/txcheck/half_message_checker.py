@@ -1,5 +1,6 @@
-"""HalfMessageChecker: RocketMQ 5's transaction check pass (store-format.md §11,
-``TransactionalMessageServiceImpl.check``) over the store API, on an injected clock.
+"""HalfMessageChecker: RocketMQ 5's transaction check pass (``TransactionalMessageServiceImpl.check``)
+over the store API, on an injected clock. Half messages and op records are read as
+``services.domain.contracts.transaction`` defines them.
 
 One pass (``run_once``) walks ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 from the committed half
 offset (group ``CID_RMQ_SYS_TRANS``) up to the queue's max offset at the start of the round,
@@ -47,11 +48,20 @@ from collections import OrderedDict
 
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.runtime.clock import Clock
+from services.domain.format.commitlog_format import (
+    MessageRecord,
+)
+from services.domain.contracts.transaction import QUEUE_ID, Half, read_half
+from services.domain.format.properties_format import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_ID,
+    TRANSACTION_PREPARED_QUEUE_OFFSET,
+    UNIQ_KEY,
+)
+from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.txcheck.config import TxCheckConfig
-from services.txcheck.model import (
-    CHECK_IMMUNITY_S, CHECK_TIMES, HALF_TOPIC, MAX_TIME_TOPIC, OP_TOPIC, PREPARED_QUEUE_OFFSET, PRODUCER_GROUP,
-    QUEUE_ID, REAL_TOPIC, TRANSACTION_ID, UNIQ_KEY, CheckOutcome, CheckRequest, MessageRecord, Producers,
-    StoreUnavailable, TxCheckStats, TxStore)
+from services.txcheck.model import CheckOutcome, CheckRequest, Producers, StoreUnavailable, TxCheckStats, TxStore
 from services.txcheck.op_records import OpTracker
 
 log = logging.getLogger(__name__)
@@ -91,7 +101,7 @@ class _HalfReader:
         record = self._records.get(offset)
         if record is not None:
             return record, offset + 1
-        page = self._store.read(HALF_TOPIC, QUEUE_ID, offset, self._batch)
+        page = self._store.read(TRANS_HALF_TOPIC, QUEUE_ID, offset, self._batch)
         self._records = {r.queue_offset: r for r in page.records}
         record = self._records.get(offset)
         if record is not None:
@@ -131,10 +141,10 @@ class HalfMessageChecker:
         config, store = self._config, self._store
         started_s = self._clock.monotonic_s()
         now_ms = self._clock.now_ms()
-        half_min, half_max = store.queue_offsets(HALF_TOPIC, QUEUE_ID)
-        op_min, op_max = store.queue_offsets(OP_TOPIC, QUEUE_ID)
-        half_offset = max(store.committed_offset(HALF_TOPIC, QUEUE_ID), half_min)
-        op_offset = max(store.committed_offset(OP_TOPIC, QUEUE_ID), op_min)
+        half_min, half_max = store.queue_offsets(TRANS_HALF_TOPIC, QUEUE_ID)
+        op_min, op_max = store.queue_offsets(TRANS_OP_HALF_TOPIC, QUEUE_ID)
+        half_offset = max(store.committed_offset(TRANS_HALF_TOPIC, QUEUE_ID), half_min)
+        op_offset = max(store.committed_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID), op_min)
         if half_offset > half_max or op_offset > op_max:
             # The store lost a queue tail it had dispatched: records now written there would
             # never be read. Start over from the queues' beginnings (the op records settle what
@@ -142,8 +152,8 @@ class HalfMessageChecker:
             log.warning("committed offsets (half %d, op %d) beyond the queues' ends (%d, %d): rescanning",
                         half_offset, op_offset, half_max, op_max)
             half_offset, op_offset = half_min, op_min
-            store.commit_offset(HALF_TOPIC, QUEUE_ID, half_offset)
-            store.commit_offset(OP_TOPIC, QUEUE_ID, op_offset)
+            store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
+            store.commit_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
         if self.round_complete or self._round_end is None:
             self._round_end = half_max
         end = self._round_end
@@ -187,10 +197,10 @@ class HalfMessageChecker:
         op_offset = tracker.next_op_offset(half_offset)
         try:
             if half_offset != committed[0]:
-                self._store.commit_offset(HALF_TOPIC, QUEUE_ID, half_offset)
+                self._store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
                 committed[0] = half_offset
             if op_offset > committed[1]:
-                self._store.commit_offset(OP_TOPIC, QUEUE_ID, op_offset)
+                self._store.commit_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
                 committed[1] = op_offset
         except StoreUnavailable:
             log.warning("could not commit the transaction check progress (half %d, op %d)", half_offset, op_offset)
@@ -200,7 +210,7 @@ class HalfMessageChecker:
     def _read_ops(self, tracker: OpTracker) -> None:
         """Every op record from the tracker's read position to the op queue's end."""
         while True:
-            page = self._store.read(OP_TOPIC, QUEUE_ID, tracker.read_offset, self._config.read_batch_max)
+            page = self._store.read(TRANS_OP_HALF_TOPIC, QUEUE_ID, tracker.read_offset, self._config.read_batch_max)
             for record in page.records:
                 if record.queue_offset >= tracker.read_offset:
                     tracker.add(record)
@@ -215,22 +225,23 @@ class HalfMessageChecker:
         config = self._config
         props = record.properties
         offset = record.queue_offset
-        check_times = _int(props.get(CHECK_TIMES), 0)
+        check_times = _int(props.get(TRANSACTION_CHECK_TIMES), 0)
         if offset in self._refunds:
             check_times = max(0, check_times - 1)
-        if CHECK_TIMES in props and now_ms - record.store_timestamp_ms < config.check_interval_ms // 2:
+        if TRANSACTION_CHECK_TIMES in props and now_ms - record.store_timestamp_ms < config.check_interval_ms // 2:
             return _Step.STOP               # asked just now (an early pass, e.g. after a failure): wait
         age_ms = now_ms - _reference_ms(record)
-        if check_times >= config.check_max or age_ms > config.half_retention_ms or not _is_transaction(record):
+        half = read_half(props)
+        if check_times >= config.check_max or age_ms > config.half_retention_ms or half is None:
             self._discard(record, check_times, age_ms)
             self._commit_half(offset + 1, committed)
             return _Step.PASSED
-        immunity_s = _int(props.get(CHECK_IMMUNITY_S), -1)
+        immunity_s = _int(props.get(CHECK_IMMUNITY_TIME_IN_SECONDS), -1)
         immunity_ms = max(config.transaction_timeout_ms, immunity_s * 1000)
         if age_ms < immunity_ms:
-            if CHECK_IMMUNITY_S not in props:
+            if CHECK_IMMUNITY_TIME_IN_SECONDS not in props:
                 return _Step.STOP
-            prepared = _int(props.get(PREPARED_QUEUE_OFFSET), -1)
+            prepared = _int(props.get(TRANSACTION_PREPARED_QUEUE_OFFSET), -1)
             if prepared >= 0 and tracker.is_resolved(prepared):
                 self._on_resolved(offset)   # the original is resolved: this push-back copy is done
                 return _Step.PASSED
@@ -241,51 +252,49 @@ class HalfMessageChecker:
         if tracker.is_resolved(offset):
             self._on_resolved(offset)
             return _Step.PASSED
-        self._check(record, check_times, committed)
+        self._check(record, half, check_times, committed)
         return _Step.PASSED
 
-    def _check(self, record: MessageRecord, check_times: int, committed: list[int]) -> None:
+    def _check(self, record: MessageRecord, half: Half, check_times: int, committed: list[int]) -> None:
         props = record.properties
         if record.queue_offset in self._checked:
             self._count_result("unknown")     # asked last pass, no answer resolved it
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
-        copy = _half_copy(record, HALF_TOPIC, {**props, CHECK_TIMES: str(check_times + 1)})
+        copy = _half_copy(record, TRANS_HALF_TOPIC, {**props, TRANSACTION_CHECK_TIMES: str(check_times + 1)})
         appended = self._store.append(copy)
         copy.queue_offset, copy.phy_offset = appended.queue_offset, appended.phy_offset
         copy.store_timestamp_ms = appended.store_timestamp_ms
         copy.store_host = record.store_host
         self._commit_half(record.queue_offset + 1, committed)
-        topic = props[REAL_TOPIC]
-        transaction_id = props.get(TRANSACTION_ID) or props.get(UNIQ_KEY, "")
         outcome = self._producers.check(CheckRequest(
-            producer_group=props.get(PRODUCER_GROUP) or topic, topic=topic,
-            message_id=props.get(UNIQ_KEY, transaction_id), transaction_id=transaction_id, half=copy))
+            producer_group=half.producer_group, topic=half.real_topic, message_id=half.message_id,
+            transaction_id=half.transaction_id, half=copy))
         if outcome is CheckOutcome.SENT:
             self._count("checks_sent")
-            self._checked.add(appended.queue_offset, (topic, transaction_id))
+            self._checked.add(appended.queue_offset, (half.real_topic, half.transaction_id))
         else:
             self._count("no_producer_retries" if outcome is CheckOutcome.NO_PRODUCER else "broker_unreachable_retries")
             self._refunds.add(appended.queue_offset, True)
-            log.info("transaction %s of %s: %s, asking again next pass", transaction_id,
-                     props.get(PRODUCER_GROUP) or topic, outcome.value)
+            log.info("transaction %s of %s: %s, asking again next pass", half.transaction_id, half.producer_group,
+                     outcome.value)
 
     def _push_back(self, record: MessageRecord, first_offset: int) -> None:
-        self._store.append(_half_copy(record, HALF_TOPIC, {**record.properties,
-                                                           PREPARED_QUEUE_OFFSET: str(first_offset)}))
+        self._store.append(_half_copy(record, TRANS_HALF_TOPIC, {
+            **record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)}))
         self._count("immunity_pushbacks")
 
     def _discard(self, record: MessageRecord, check_times: int, age_ms: int) -> None:
         """DefaultTransactionalMessageCheckListener.resolveDiscardMsg: keep it, never deliver it."""
-        self._store.append(_half_copy(record, MAX_TIME_TOPIC, dict(record.properties)))
+        self._store.append(_half_copy(record, TRANS_CHECK_MAX_TIME_TOPIC, dict(record.properties)))
         self._count("moved_to_max_time_topic")
         if record.queue_offset in self._checked:
             self._count_result("unknown")
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
         log.warning("half message %s (transaction %s) moved to %s after %d checks, %d s old",
-                    record.queue_offset, record.properties.get(TRANSACTION_ID), MAX_TIME_TOPIC, check_times,
-                    age_ms // 1000)
+                    record.queue_offset, record.properties.get(TRANSACTION_ID), TRANS_CHECK_MAX_TIME_TOPIC,
+                    check_times, age_ms // 1000)
 
     def _on_resolved(self, offset: int) -> None:
         self._count("resolved")
@@ -306,7 +315,7 @@ class HalfMessageChecker:
 
     def _commit_half(self, offset: int, committed: list[int]) -> None:
         if offset > committed[0]:
-            self._store.commit_offset(HALF_TOPIC, QUEUE_ID, offset)
+            self._store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, offset)
             committed[0] = offset
 
     # -- stats ------------------------------------------------------------------------------------
@@ -338,11 +347,6 @@ def _reference_ms(record: MessageRecord) -> int:
     or later than the store timestamp (a producer clock running ahead)."""
     born = record.born_timestamp_ms
     return min(born, record.store_timestamp_ms) if born > 0 else record.store_timestamp_ms
-
-
-def _is_transaction(record: MessageRecord) -> bool:
-    props = record.properties
-    return bool(props.get(REAL_TOPIC)) and bool(props.get(TRANSACTION_ID) or props.get(UNIQ_KEY))
 
 
 def _half_copy(record: MessageRecord, topic: str, properties: dict[str, str]) -> MessageRecord:

@@ -1,8 +1,10 @@
 """What the transaction checker needs from the store and from the brokers, and what it reports.
 
-No gRPC here (style rule 5): ``rpc/store_client.py`` and ``rpc/broker_client.py`` implement
+No gRPC here: ``rpc/store_client.py`` and ``rpc/broker_client.py`` implement
 ``TxStore`` and ``Producers`` over the store's and the brokers' gRPC APIs; tests implement
-them in memory. Records are the store's own ``MessageRecord`` (RocketMQ field names).
+them in memory. Records are the store's own ``MessageRecord`` (RocketMQ field names); the
+topics, group and properties the checker reads and writes are in ``services.domain.names``,
+``services.domain.format.properties_format`` and ``services.domain.contracts.transaction``.
 """
 from __future__ import annotations
 
@@ -11,32 +13,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord
-from services.domain.names import (
-    TRANS_CHECK_GROUP,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-)
-
-__all__ = ["Appended", "CheckOutcome", "CheckRequest", "MessageRecord", "Page", "Producers", "StoreUnavailable",
-           "TxCheckStats", "TxStore", "CHECK_GROUP", "HALF_TOPIC", "MAX_TIME_TOPIC", "OP_TOPIC"]
-
-HALF_TOPIC = TRANS_HALF_TOPIC                 # RMQ_SYS_TRANS_HALF_TOPIC, queue 0
-OP_TOPIC = TRANS_OP_HALF_TOPIC                # RMQ_SYS_TRANS_OP_HALF_TOPIC, queue 0
-MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC   # TRANS_CHECK_MAX_TIME_TOPIC, queue 0 (TCMT_QUEUE_NUMS = 1)
-CHECK_GROUP = TRANS_CHECK_GROUP               # CID_RMQ_SYS_TRANS: the two progress offsets
-QUEUE_ID = 0                                  # every one of those topics has one queue
-
-# Properties (store-format.md §3.4).
-REAL_TOPIC = "REAL_TOPIC"
-PRODUCER_GROUP = "PGROUP"
-UNIQ_KEY = "UNIQ_KEY"
-TRANSACTION_ID = "__transactionId__"
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-CHECK_IMMUNITY_S = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-TAGS = "TAGS"
-OP_TAG = "d"                                  # TransactionalMessageUtil.REMOVE_TAG
 
 
 class StoreUnavailable(Exception):

@@ -1,11 +1,8 @@
-"""Op records: which half messages are resolved (store-format.md §11).
+"""Op records: which half messages are resolved.
 
-EndTransaction writes one record to ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0 per resolution,
-tag ``d``, body = the half queue offsets it settles: RocketMQ 4.x one decimal offset, 5.x
-``"o1,o2,...,"``. Readers split on ``,`` and ignore empty and non-numeric pieces; records with
-another tag are ignored (RocketMQ's ``fillOpRemoveMap``).
-
-``OpTracker`` holds the op records read in one pass, from the committed op offset on:
+EndTransaction writes one op record per resolution (its format, writer and reader are in
+``services.domain.contracts.transaction``). ``OpTracker`` holds the op records read in one
+pass, from the committed op offset on:
 
 * ``is_resolved(h)``: some op record lists half offset ``h`` (only ``h >= floor``, the pass's
   first half offset, are kept: the ones below it were passed in an earlier pass);
@@ -19,20 +16,8 @@ forgets no resolution of a half it has not passed).
 """
 from __future__ import annotations
 
+from services.domain.contracts.transaction import decode_op
 from services.domain.format.commitlog_format import MessageRecord
-from services.txcheck.model import OP_TAG, TAGS
-
-OP_BODY_OFFSETS_MAX = 100_000  # pieces taken from one body (a 4 MiB body of "1," would be 2M)
-
-
-def parse_op_body(body: bytes) -> list[int]:
-    """The half queue offsets an op body lists ("12" or "12,13,"); garbage pieces are skipped."""
-    offsets = []
-    for piece in body.decode("ascii", errors="replace").split(",")[:OP_BODY_OFFSETS_MAX]:
-        piece = piece.strip()
-        if piece.isdigit():
-            offsets.append(int(piece))
-    return offsets
 
 
 class OpTracker:
@@ -47,8 +32,7 @@ class OpTracker:
         """Take one op record (read in queue order)."""
         op_offset = record.queue_offset
         assert op_offset >= self.read_offset, f"op record {op_offset} read twice or out of order"
-        offsets = parse_op_body(record.body) if record.properties.get(TAGS) == OP_TAG else []
-        kept = tuple(o for o in offsets if o >= self.floor)
+        kept = tuple(o for o in decode_op(record.properties, record.body) if o >= self.floor)
         if kept:
             self._listed[op_offset] = kept
         for half_offset in kept:

@@ -11,7 +11,8 @@ from services.broker.config import BrokerConfig
 from services.broker.errors import Code
 from services.broker.model import BodyEncoding, IncomingMessage, MessageType
 from services.store.client.model import PutStatus, TopicInfo
-from services.broker.producer import Producer, recall_handle, response_code, timer_out_ms
+from services.broker.producer import Producer, recall_handle, response_code
+from services.domain.contracts.delay import timer_out_ms
 from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry

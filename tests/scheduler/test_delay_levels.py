@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import SCHEDULE_TOPIC, OutgoingMessage
+from services.domain.names import SCHEDULE_TOPIC
+from services.scheduler.model import OutgoingMessage
 from tests.support.scheduler_timers import START_MS
 
 

@@ -10,7 +10,8 @@ from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.store.client.model import PutStatus, TopicInfo
-from services.broker.producer import Producer, recall_handle, timer_out_ms
+from services.broker.producer import Producer, recall_handle
+from services.domain.contracts.delay import timer_out_ms
 from services.broker.recall import decode_handle
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.producer import timer_out_ms
-from services.scheduler.model import TIMER_TOPIC, OutgoingMessage
+from services.domain.contracts.delay import timer_out_ms
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import OutgoingMessage
 from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric

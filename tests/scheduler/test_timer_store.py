@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from services.scheduler.model import TIMER_TOPIC, PutStatus
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import PutStatus
 from tests.support.scheduler_timers import START_MS, delivered, lateness_ms, park, recall, run_for
 
 GATE_MS = 1 + 50 + 20 + 10   # recall guard + dispatch margin + a poll step: the first ms of a slot wait this long

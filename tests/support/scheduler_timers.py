@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.broker.config import BrokerConfig
-from services.broker.producer import recall_handle, timer_out_ms
+from services.broker.producer import recall_handle
+from services.domain.contracts.delay import timer_out_ms
 from services.broker.recall import decode_handle, marker_message
 from services.runtime.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import TIMER_TOPIC, OutgoingMessage, StoredRecord
+from services.domain.names import TIMER_TOPIC
+from services.scheduler.model import OutgoingMessage, StoredRecord
 from services.scheduler.service import SchedulerService
 from tests.scheduler.fake_store import FakeStore
 

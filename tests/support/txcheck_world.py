@@ -27,7 +27,8 @@ from services.domain.format.commitlog_format import MessageRecord, host_from_str
 from services.store.memory_store import MemoryStore
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
-from services.txcheck.model import (HALF_TOPIC, MAX_TIME_TOPIC, OP_TOPIC, Appended, CheckOutcome, CheckRequest,
+from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.txcheck.model import (Appended, CheckOutcome, CheckRequest,
                                     Page, StoreUnavailable)
 from tests.support.filestore import small_config
 
@@ -148,7 +149,7 @@ class Broker:
         properties = {"TAGS": "T", "UNIQ_KEY": tid, "TRAN_MSG": "true", "RECONSUME_TIME": "0", "PGROUP": topic,
                       "CLUSTER": "DefaultCluster", "__transactionId__": tid, "REAL_TOPIC": topic, "REAL_QID": "1",
                       **extra}
-        record = MessageRecord(topic=HALF_TOPIC, queue_id=0, body=body, properties=properties,
+        record = MessageRecord(topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=properties,
                                born_timestamp_ms=self.clock.now_ms())
         [result] = self.store.put_messages([record], allow_system_topics=True)
         assert result.ok
@@ -181,13 +182,13 @@ class World:
         return [r for q in range(8) for r in self.store.queue(topic, q)]
 
     def moved(self) -> list[MessageRecord]:
-        return self.store.queue(MAX_TIME_TOPIC)
+        return self.store.queue(TRANS_CHECK_MAX_TIME_TOPIC)
 
     def halves(self) -> list[MessageRecord]:
-        return self.store.queue(HALF_TOPIC)
+        return self.store.queue(TRANS_HALF_TOPIC)
 
     def ops(self) -> list[MessageRecord]:
-        return self.store.queue(OP_TOPIC)
+        return self.store.queue(TRANS_OP_HALF_TOPIC)
 
 
 @pytest.fixture

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from services.broker.transaction import Resolution
+from services.domain.contracts.transaction import parse_op_body
 from services.domain.format.commitlog_format import MessageRecord
-from services.txcheck.model import HALF_TOPIC, OP_TOPIC, CheckOutcome, StoreUnavailable
+from services.txcheck.model import CheckOutcome, StoreUnavailable
 from services.txcheck.op_records import OpTracker, parse_op_body
 from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
+from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
@@ -18,7 +20,8 @@ def results(checker) -> dict[str, int]:
 
 
 def op(queue_offset: int, body: bytes, tag: str = "d") -> MessageRecord:
-    return MessageRecord(topic=OP_TOPIC, queue_id=0, body=body, properties={"TAGS": tag}, queue_offset=queue_offset)
+    return MessageRecord(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"TAGS": tag},
+                         queue_offset=queue_offset)
 
 
 # -- op records ---------------------------------------------------------------------------------
@@ -48,7 +51,7 @@ def test_a_half_is_checked_once_older_than_the_timeout(world):
     checker = world.checker()
     world.advance(TIMEOUT_MS - 1)
     checker.run_once()
-    assert world.producers.asked == [] and world.store.committed_offset(HALF_TOPIC, 0) == -1
+    assert world.producers.asked == [] and world.store.committed_offset(TRANS_HALF_TOPIC, 0) == -1
     world.advance(2)
     checker.run_once()
     [request] = world.producers.requests
@@ -58,7 +61,7 @@ def test_a_half_is_checked_once_older_than_the_timeout(world):
     assert copy.properties["TRANSACTION_CHECK_TIMES"] == "1" and "TRANSACTION_CHECK_TIMES" not in original.properties
     assert copy.body == original.body and copy.born_timestamp_ms == original.born_timestamp_ms
     assert (request.half.queue_offset, request.half.phy_offset) == (copy.queue_offset, copy.phy_offset)
-    assert world.store.committed_offset(HALF_TOPIC, 0) == 1
+    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1
     checker.run_once()                      # the copy was appended in this round: not again at once
     assert world.producers.asked == ["TX1"]
     world.advance(INTERVAL_MS)
@@ -75,7 +78,7 @@ def test_a_young_half_stops_the_pass(world):
     checker = world.checker()
     checker.run_once()
     assert world.producers.asked == ["OLD"]
-    assert world.store.committed_offset(HALF_TOPIC, 0) == 1   # parked at YOUNG
+    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1   # parked at YOUNG
     world.advance(TIMEOUT_MS)
     checker.run_once()                      # an early pass: YOUNG is due, OLD's copy is not
     assert world.producers.asked == ["OLD", "YOUNG"]
@@ -119,7 +122,7 @@ def test_a_producer_clock_running_ahead_does_not_hide_a_half(world):
     world.broker.send_half("TX")
     record = world.halves()[0]
     assert record.born_timestamp_ms == record.store_timestamp_ms
-    world.memory.put_messages([MessageRecord(topic=HALF_TOPIC, queue_id=0, body=b"b", properties={
+    world.memory.put_messages([MessageRecord(topic=TRANS_HALF_TOPIC, queue_id=0, body=b"b", properties={
         **record.properties, "UNIQ_KEY": "AHEAD", "__transactionId__": "AHEAD"},
         born_timestamp_ms=record.born_timestamp_ms + 3_600_000)], allow_system_topics=True)
     world.advance(TIMEOUT_MS + 1)
@@ -144,16 +147,16 @@ def test_halves_resolved_by_the_client_are_never_checked(world):
 def test_a_batched_op_body_resolves_every_offset_it_lists(world):
     for tid in ("A", "B", "C", "D"):
         world.broker.send_half(tid)
-    world.memory.put_messages([MessageRecord(topic=OP_TOPIC, queue_id=0, body=b"0,1,3,",
+    world.memory.put_messages([MessageRecord(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"0,1,3,",
                                              properties={"WAIT": "true", "TAGS": "d"})], allow_system_topics=True)
-    world.memory.put_messages([MessageRecord(topic=OP_TOPIC, queue_id=0, body=b"2,",
+    world.memory.put_messages([MessageRecord(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"2,",
                                              properties={"TAGS": "other"})], allow_system_topics=True)
     world.advance(TIMEOUT_MS + 1)
     checker = world.checker()
     checker.run_once()
     assert world.producers.asked == ["C"]
-    assert world.store.committed_offset(HALF_TOPIC, 0) == 4
-    assert world.store.committed_offset(OP_TOPIC, 0) == 2    # both op records consumed
+    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 4
+    assert world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) == 2    # both op records consumed
 
 
 def test_op_offset_waits_for_ops_of_halves_not_passed_yet(world):
@@ -164,12 +167,12 @@ def test_op_offset_waits_for_ops_of_halves_not_passed_yet(world):
     world.broker.end("DONE", COMMIT)      # op 0 lists half 2, not passed yet
     world.broker.end("OLD", ROLLBACK)     # op 1 lists half 0
     world.checker().run_once()
-    assert world.store.committed_offset(HALF_TOPIC, 0) == 1
-    assert world.store.committed_offset(OP_TOPIC, 0) <= 0   # op 0 still matters after a restart
+    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1
+    assert world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) <= 0   # op 0 still matters after a restart
     world.advance(TIMEOUT_MS)
     world.checker().run_once()                             # a fresh instance: a restart
     assert world.producers.asked == ["YOUNG"]              # DONE is known to be resolved
-    assert world.store.committed_offset(HALF_TOPIC, 0) == 3 and world.store.committed_offset(OP_TOPIC, 0) == 2
+    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 3 and world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) == 2
 
 
 def test_an_op_written_during_the_pass_is_seen_before_checking(world):
@@ -355,8 +358,8 @@ def test_a_pass_cut_short_by_its_budget_continues_to_the_same_end(world):
 
 
 def test_a_committed_offset_beyond_the_queue_end_restarts_from_the_beginning(world):
-    world.store.commit_offset(HALF_TOPIC, 0, 50)    # the store lost the half queue's tail
-    world.store.commit_offset(OP_TOPIC, 0, 50)
+    world.store.commit_offset(TRANS_HALF_TOPIC, 0, 50)    # the store lost the half queue's tail
+    world.store.commit_offset(TRANS_OP_HALF_TOPIC, 0, 50)
     world.broker.send_half("TX")
     world.advance(TIMEOUT_MS + 1)
     world.checker().run_once()
@@ -366,9 +369,9 @@ def test_a_committed_offset_beyond_the_queue_end_restarts_from_the_beginning(wor
 def test_a_lost_queue_tail_rescans_without_asking_settled_transactions(world):
     world.broker.send_half("SETTLED")
     world.broker.end("SETTLED", COMMIT)
-    world.store.commit_offset(HALF_TOPIC, 0, 60)
-    world.store.commit_offset(OP_TOPIC, 0, 60)
+    world.store.commit_offset(TRANS_HALF_TOPIC, 0, 60)
+    world.store.commit_offset(TRANS_OP_HALF_TOPIC, 0, 60)
     world.advance(TIMEOUT_MS + 1)
     checker = world.checker()
     checker.run_once()
-    assert world.producers.asked == [] and world.store.committed_offset(HALF_TOPIC, 0) == 1
+    assert world.producers.asked == [] and world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1

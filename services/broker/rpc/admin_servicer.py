@@ -33,8 +33,7 @@ from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
 from services.store.client.model import PolicyView
 from services.broker.auth import AccessDenied, AuthError
-from services.broker.admin import (AdminService, AdminStore, ClusterStatus, QueueProgress,
-                                   is_system_group, is_system_topic)
+from services.broker.admin import AdminService, AdminStore, ClusterStatus, QueueProgress
 from services.store.client.model import Delivery
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
 from services.store.client.model import GroupInfo, TopicInfo
@@ -42,6 +41,8 @@ from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.store.client.model import StoredMessage
 from services.broker.errors import FAILURES, as_broker_error
+from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
+from services.domain.names import is_system_group, is_system_topic
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +203,8 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
     """The half message as the producer's checker sees it: in its real topic and queue."""
     half = request.half
     properties = dict(half.properties)
-    properties.setdefault("UNIQ_KEY", request.message_id)
-    real_qid = properties.get("REAL_QID", "")
+    properties.setdefault(UNIQ_KEY, request.message_id)
+    real_qid = properties.get(REAL_QUEUE_ID, "")
     return delivered_message(Delivery(
         topic=request.topic, body=half.body, properties=properties,
         queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id, queue_offset=half.queue_offset,

@@ -1,8 +1,8 @@
 """``apache.rocketmq.v2`` protobuf <-> consumer core (``services/broker/consumer.py``).
 
-Delivered messages follow protocol-v2.md §6.1 (delivery side) and §6.4: MD5 uppercase hex
-body digest, body encoding IDENTITY (GZIP when the record's sysflag says compressed),
-delivery_attempt >= 1, receipt handle, queue id / offset, internal properties filtered out.
+Delivered messages: MD5 uppercase hex body digest, body encoding IDENTITY (GZIP when the
+record's sysflag says compressed), delivery_attempt >= 1, receipt handle, queue id / offset,
+internal properties filtered out.
 """
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ from services.broker.errors import Code, RequestError
 from services.broker.route import Route
 from services.broker.rpc.convert import route_response
 from services.broker.rpc.status import OK_STATUS, status
+from services.domain.format.properties_format import (
+    BORN_HOST,
+    DLQ_ORIGIN_MESSAGE_ID,
+    DLQ_ORIGIN_TOPIC,
+    SHARDING_KEY,
+    TAGS,
+    TRACE_CONTEXT,
+)
 
 COMPRESSED_FLAG = 0x1
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
@@ -57,8 +65,8 @@ def delivered_message(delivery: Delivery) -> d.Message:
     out = d.Message(topic=d.Resource(name=delivery.topic), body=delivery.body)
     out.user_properties.update(consumer.user_properties(props))
     sp = out.system_properties
-    if "TAGS" in props:
-        sp.tag = props["TAGS"]
+    if TAGS in props:
+        sp.tag = props[TAGS]
     sp.keys.extend(consumer.keys_of(props))
     sp.message_id = consumer.message_id(delivery)
     sp.body_digest.type = d.MD5
@@ -66,7 +74,7 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
     sp.message_type = int(consumer.delivered_message_type(props))
     sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
-    sp.born_host = props.get("__BORNHOST") or delivery.born_host
+    sp.born_host = props.get(BORN_HOST) or delivery.born_host
     sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))
     sp.store_host = delivery.store_host
     deliver_at = consumer.delivery_timestamp_ms(props, delivery.store_timestamp_ms)
@@ -76,13 +84,13 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.queue_id = delivery.queue_id
     sp.queue_offset = delivery.queue_offset
     sp.delivery_attempt = max(1, delivery.delivery_attempt)
-    if "__SHARDINGKEY" in props:
-        sp.message_group = props["__SHARDINGKEY"]
-    if "TRACE_CONTEXT" in props:
-        sp.trace_context = props["TRACE_CONTEXT"]
-    if "DLQ_ORIGIN_TOPIC" in props and "DLQ_ORIGIN_MESSAGE_ID" in props:
-        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
-        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
+    if SHARDING_KEY in props:
+        sp.message_group = props[SHARDING_KEY]
+    if TRACE_CONTEXT in props:
+        sp.trace_context = props[TRACE_CONTEXT]
+    if DLQ_ORIGIN_TOPIC in props and DLQ_ORIGIN_MESSAGE_ID in props:
+        sp.dead_letter_queue.topic = props[DLQ_ORIGIN_TOPIC]
+        sp.dead_letter_queue.message_id = props[DLQ_ORIGIN_MESSAGE_ID]
     return out
 
 

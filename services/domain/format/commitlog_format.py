@@ -41,16 +41,20 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
+from services.domain.contracts.delay import level_delay_ms
 from services.domain.format.crc32 import crc32
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
-    DELAY_TIME_LEVEL,
+    CRC32,
+    KEY_SEPARATOR,
     KEYS,
+    NAME_VALUE_SEPARATOR,
     TAGS,
     UNIQ_KEY,
     decode_properties,
     encode_properties,
 )
+from services.domain.names import SCHEDULE_TOPIC
 
 MAGIC_V1 = 0xDAA320A7  # -626843481 as a Java int
 MAGIC_V2 = 0xDAA320AB  # -626843477
@@ -69,14 +73,12 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TOPIC_V1_LENGTH_MAX_BYTES = 127
 TOPIC_LENGTH_MAX_BYTES = 255  # reject above (v2 is only needed for %RETRY% topics > 127)
 BODY_SIZE_MAX_BYTES = 4 * 1024 * 1024  # maxMessageSize: a *body* limit
 PROPERTIES_SIZE_MAX_BYTES = 32767
 
-PROP_CRC_KEY = "__CRC32#"
-PROP_CRC_PREFIX = b"__CRC32#\x01"
+PROP_CRC_PREFIX = (CRC32 + NAME_VALUE_SEPARATOR).encode("ascii")
 PROP_CRC_RESERVED_LEN = 20  # 8 + 1 + 10 + 1
 assert len(PROP_CRC_PREFIX) + 10 + 1 == PROP_CRC_RESERVED_LEN
 
@@ -172,7 +174,7 @@ class MessageRecord:
 
     @property
     def keys(self) -> list[str]:
-        return [k for k in self.properties.get(KEYS, "").split(" ") if k]
+        return [k for k in self.properties.get(KEYS, "").split(KEY_SEPARATOR) if k]
 
     @property
     def uniq_key(self) -> str | None:
@@ -349,7 +351,7 @@ def decode_record(buf, pos: int, limit: int, check_crc: bool = True, base_offset
     if properties_len < 0 or p + properties_len != end:
         raise CorruptRecord(where, "length arithmetic mismatch", total_size)
     properties = decode_properties(bytes(buf[p:p + properties_len])) if properties_len else {}
-    properties.pop(PROP_CRC_KEY, None)
+    properties.pop(CRC32, None)
     return MessageRecord(
         topic=topic, queue_id=queue_id, body=bytes(body_view) if read_body else b"",
         properties=properties, flag=flag, sys_flag=sys_flag, born_timestamp_ms=born_ts,
@@ -362,14 +364,9 @@ def tags_code(record: MessageRecord, delay_level_millis=None) -> int:
     """ConsumeQueue tags code: JavaHash(TAGS), or the deliver time for SCHEDULE_TOPIC_XXXX."""
     props = record.properties
     if record.topic == SCHEDULE_TOPIC and delay_level_millis is not None:
-        delay = props.get(DELAY_TIME_LEVEL)
-        if delay:
-            try:
-                level = min(int(delay), len(delay_level_millis))
-            except ValueError:
-                level = 0
-            if level > 0:
-                return record.store_timestamp_ms + delay_level_millis[level - 1]
+        delay_ms = level_delay_ms(props, delay_level_millis)
+        if delay_ms is not None:
+            return record.store_timestamp_ms + delay_ms
     tags = props.get(TAGS)
     return java_string_hash_repeated(tags) if tags else 0
 

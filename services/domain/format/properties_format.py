@@ -22,7 +22,8 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 PROPERTIES_SIZE_MAX_BYTES = 32767  # int16 length on disk
 
-# Well-known property names (MessageConst), spelled exactly as RocketMQ writes them.
+# Property names: RocketMQ's MessageConst names without the ``PROPERTY_`` prefix, values spelled
+# exactly as RocketMQ writes them.
 KEYS = "KEYS"
 TAGS = "TAGS"
 WAIT_STORE_MSG_OK = "WAIT"
@@ -32,18 +33,69 @@ REAL_TOPIC = "REAL_TOPIC"
 REAL_QUEUE_ID = "REAL_QID"
 TRANSACTION_PREPARED = "TRAN_MSG"
 PRODUCER_GROUP = "PGROUP"
-UNIQ_KEY = "UNIQ_KEY"
-CLUSTER = "CLUSTER"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+BUYER_ID = "BUYER_ID"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+TRANSFER_FLAG = "TRANSFER_FLAG"
+CORRECTION_FLAG = "CORRECTION_FLAG"
+MQ2_FLAG = "MQ2_FLAG"
+RECONSUME_TIME = "RECONSUME_TIME"
+MSG_REGION = "MSG_REGION"
+TRACE_SWITCH = "TRACE_ON"
+UNIQ_KEY = "UNIQ_KEY"  # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+EXTEND_UNIQ_INFO = "EXTEND_UNIQ_INFO"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+DUP_INFO = "DUP_INFO"
+CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 TRANSACTION_ID = "__transactionId__"
 TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+INSTANCE_ID = "INSTANCE_ID"
+CORRELATION_ID = "CORRELATION_ID"
+MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+MESSAGE_TTL = "TTL"
+REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+CLUSTER = "CLUSTER"
+MESSAGE_TYPE = "MSG_TYPE"
+POP_CK = "POP_CK"
+POP_CK_OFFSET = "POP_CK_OFFSET"
+FIRST_POP_TIME = "1ST_POP_TIME"
+SHARDING_KEY = "__SHARDINGKEY"
+INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+TRACE_CONTEXT = "TRACE_CONTEXT"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+BORN_HOST = "__BORNHOST"
+BORN_TIMESTAMP = "BORN_TIMESTAMP"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+CRC32 = "__CRC32#"  # the whole-record CRC trailer; never a caller's property
 KEY_SEPARATOR = " "
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+
+# MessageConst.STRING_HASH_SET: the names a user property may not take.
+RESERVED_PROPERTY_KEYS = frozenset({
+    TRACE_SWITCH, MSG_REGION, KEYS, TAGS, WAIT_STORE_MSG_OK, DELAY_TIME_LEVEL, RETRY_TOPIC, REAL_TOPIC,
+    REAL_QUEUE_ID, TRANSACTION_PREPARED, PRODUCER_GROUP, MIN_OFFSET, MAX_OFFSET, BUYER_ID, ORIGIN_MESSAGE_ID,
+    TRANSFER_FLAG, CORRECTION_FLAG, MQ2_FLAG, RECONSUME_TIME, UNIQ_KEY,
+    MAX_RECONSUME_TIMES, CONSUME_START_TIMESTAMP, POP_CK, POP_CK_OFFSET, FIRST_POP_TIME,
+    TRANSACTION_PREPARED_QUEUE_OFFSET, DUP_INFO, EXTEND_UNIQ_INFO, INSTANCE_ID, CORRELATION_ID,
+    MESSAGE_REPLY_TO_CLIENT, MESSAGE_TTL, REPLY_MESSAGE_ARRIVE_TIME, PUSH_REPLY_TIME, CLUSTER, MESSAGE_TYPE,
+    INNER_MULTI_QUEUE_OFFSET, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
+    TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES, TIMER_OUT_MS,
+    TIMER_DEL_UNIQKEY, TIMER_DELAY_LEVEL, BORN_HOST, BORN_TIMESTAMP, DLQ_ORIGIN_TOPIC,
+    DLQ_ORIGIN_MESSAGE_ID, CRC32})
+assert len(RESERVED_PROPERTY_KEYS) == 51
 
 
 class PropertiesError(ValueError):
@@ -84,9 +136,6 @@ def encode_properties(properties: dict[str, str], java_order: bool = False) -> b
     return text.encode("utf-8")
 
 
-RESERVED_CRC_NAME = "__CRC32#"  # the whole-record CRC trailer; never a caller's property
-
-
 def encode_properties_checked(properties: dict[str, str]) -> bytes:
     """:func:`encode_properties` in Java order, raising PropertiesError for what
     :func:`check_properties` rejects (the separators are counted in C).
@@ -113,7 +162,7 @@ def encode_properties_checked(properties: dict[str, str]) -> bytes:
              if properties[name] is not None and not name.startswith(TRANSIENT_PREFIX)]
     text = "".join(parts)
     if (text.count("\x01") != len(parts) or text.count("\x02") != len(parts)
-            or "" in properties or RESERVED_CRC_NAME in properties):
+            or "" in properties or CRC32 in properties):
         check_properties(properties)  # raises with the offending name
     return text.encode("utf-8")
 
@@ -128,7 +177,7 @@ def _plan(names: tuple[str, ...]) -> tuple[str, Callable[[dict[str, str]], tuple
         _PLANS.clear()
     order = [name for name in _java_order(dict.fromkeys(names)) if not name.startswith(TRANSIENT_PREFIX)]
     plan: tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool = False
-    if order and all(name and "\x01" not in name and "\x02" not in name and name != RESERVED_CRC_NAME
+    if order and all(name and "\x01" not in name and "\x02" not in name and name != CRC32
                      for name in order):
         template = "".join(f"{name.replace('%', '%%')}\x01%s\x02" for name in order)
         if len(order) == 1:
@@ -143,7 +192,7 @@ def _plan(names: tuple[str, ...]) -> tuple[str, Callable[[dict[str, str]], tuple
 def check_properties(properties: dict[str, str]) -> None:
     """Raise PropertiesError when a name or value holds a separator or a name is empty/reserved."""
     for name, value in properties.items():
-        if not name or "\x01" in name or "\x02" in name or name == RESERVED_CRC_NAME:
+        if not name or "\x01" in name or "\x02" in name or name == CRC32:
             raise PropertiesError(f"illegal property name {name!r}")
         if value is not None and ("\x01" in value or "\x02" in value):
             raise PropertiesError(f"illegal value for property {name!r}")

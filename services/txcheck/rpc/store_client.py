@@ -17,7 +17,8 @@ from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.runtime.rpc.health import NotServingError, wait_serving
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.runtime.clock import Clock
-from services.txcheck.model import CHECK_GROUP, Appended, Page, StoreUnavailable
+from services.txcheck.model import Appended, Page, StoreUnavailable
+from services.domain.names import TRANS_CHECK_GROUP
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,11 @@ class GrpcTxStore:
 
     def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
         self._call("CommitConsumerOffset", pb.CommitConsumerOffsetRequest(
-            group=CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset))
+            group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset))
 
     def committed_offset(self, topic: str, queue_id: int) -> int:
         return self._call("QueryConsumerOffset", pb.QueryConsumerOffsetRequest(
-            group=CHECK_GROUP, topic=topic, queue_id=queue_id)).offset
+            group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id)).offset
 
     def find_by_key(self, topic: str, key: str, max_num: int) -> list[MessageRecord]:
         response = self._call("QueryMessagesByKey", pb.QueryMessagesByKeyRequest(topic=topic, key=key,
