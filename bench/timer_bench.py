@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import OutgoingMessage  # noqa: E402
-from services.scheduler.rpc.store_client import GrpcSchedulerStore  # noqa: E402
+from services.store.client.model import OutgoingMessage  # noqa: E402
+from services.store.client.client import GrpcStoreClient  # noqa: E402
 
 REAL_TOPIC = "TimerBench"
 QUEUES = 8
@@ -85,7 +85,7 @@ def timer_out_ms(deliver_ms: int) -> int:
     return deliver_ms - PRECISION_MS if deliver_ms % PRECISION_MS == 0 else deliver_ms // PRECISION_MS * PRECISION_MS
 
 
-def park(store: GrpcSchedulerStore, count: int, first_deliver_ms: int, spread_ms: int, body: bytes) -> float:
+def park(store: GrpcStoreClient, count: int, first_deliver_ms: int, spread_ms: int, body: bytes) -> float:
     """Put ``count`` timers (PUT_THREADS threads); returns the seconds it took."""
     rng = random.Random(7)
     deliver = [first_deliver_ms + rng.randrange(spread_ms) for _ in range(count)]
@@ -100,10 +100,10 @@ def park(store: GrpcSchedulerStore, count: int, first_deliver_ms: int, spread_ms
                 "REAL_QID": str(i % QUEUES), "UNIQ_KEY": f"BENCH{i:027d}", "TAGS": "TagA"},
                 born_timestamp_ms=first_deliver_ms))
             if len(batch) == PUT_BATCH:
-                store.put_messages(batch)
+                store.put_messages(batch, allow_system_topics=True)
                 batch = []
         if batch:
-            store.put_messages(batch)
+            store.put_messages(batch, allow_system_topics=True)
 
     threads = [threading.Thread(target=worker, args=(part,)) for part in range(PUT_THREADS)]
     for thread in threads:
@@ -113,7 +113,7 @@ def park(store: GrpcSchedulerStore, count: int, first_deliver_ms: int, spread_ms
     return time.perf_counter() - started
 
 
-def read_back(store: GrpcSchedulerStore) -> tuple[list[int], Counter]:
+def read_back(store: GrpcStoreClient) -> tuple[list[int], Counter]:
     lateness, keys = [], Counter()
     for queue_id in range(QUEUES):
         offset = 0
@@ -148,7 +148,7 @@ def main() -> None:
     store_process, match = start(["-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
                                   "--metrics-port", "-1"], r"grpc=(\S+)")
     address = match.group(1)
-    client = GrpcSchedulerStore(address, rpc_timeout_s=60)
+    client = GrpcStoreClient(address, rpc_timeout_s=60, put_stream=False)
     scheduler_process = None
     try:
         begin_ms = int(time.time() * 1000)

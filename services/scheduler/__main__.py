@@ -23,10 +23,11 @@ from services.runtime.service_main import retry_while_locked, run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.runtime.rpc.tls import TlsFiles
 from services.scheduler.config import SETTINGS, SchedulerConfig, config_from_settings
-from services.scheduler.errors import SchedulerLockedError, StoreUnavailableError
+from services.scheduler.errors import SchedulerLockedError
 from services.scheduler.metrics import SchedulerMetrics
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
 from services.scheduler.service import SchedulerService
+from services.store.client.client import GrpcStoreClient
+from services.store.client.errors import StoreError
 
 log = logging.getLogger("services.scheduler")
 
@@ -42,8 +43,8 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
 
 
 def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
-    store = GrpcSchedulerStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
+    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path), put_stream=False)
     stack.callback(store.close)
     service = SchedulerService(config, store, watch=store.watch_arrivals)
     log.info("waiting for the store at %s", config.store_address)
@@ -68,7 +69,7 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
 
 def main(argv: list[str] | None = None) -> int:
     return run_service("scheduler", argv, load_config, start,
-                       expected_errors=(StoreUnavailableError, SchedulerLockedError))
+                       expected_errors=(StoreError, SchedulerLockedError))
 
 
 if __name__ == "__main__":

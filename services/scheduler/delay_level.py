@@ -25,10 +25,11 @@ from services.domain.names import SCHEDULE_TOPIC
 from services.scheduler.check_files import DelayCheckFile
 from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.errors import StoreUnavailableError
-from services.scheduler.model import (
-    APPENDED_STATUSES, PERMANENT_FAILURES, GetStatus, OutgoingMessage, StoredRecord, copy_to)
-from services.scheduler.store_client import SchedulerStore
+from services.store.client.errors import StoreError
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
+from services.domain.statuses import GetStatus
+from services.store.client.model import StoreMessage, StoredMessage
+from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class DelayLevelService:
         counters = self.counters
         counters.lags[index] = max(0, result.max_offset - offset)
         level_ms = self.levels_ms[index]
-        due: list[tuple[StoredRecord, int]] = []
+        due: list[tuple[StoredMessage, int]] = []
         idle_ms = self._config.idle_poll_interval_ms * (WATCHED_IDLE_FACTOR if self.arrivals_watched else 1)
         self._next_check_ms[index] = now_ms + idle_ms
         for record in result.messages:
@@ -129,17 +130,17 @@ class DelayLevelService:
             self._deliver(level, due)
         return len(due)
 
-    def _level_delay_ms(self, record: StoredRecord, queue_level_ms: int) -> int:
+    def _level_delay_ms(self, record: StoredMessage, queue_level_ms: int) -> int:
         """The store's tags code rule: the DELAY property's level (capped), else the queue's."""
         delay_ms = level_delay_ms(record.properties, self.levels_ms)
         return queue_level_ms if delay_ms is None else delay_ms
 
-    def _deliver(self, level: int, due: list[tuple[StoredRecord, int]]) -> None:
+    def _deliver(self, level: int, due: list[tuple[StoredMessage, int]]) -> None:
         index = level - 1
         counters = self.counters
         end = due[-1][0].queue_offset + 1
-        out: list[OutgoingMessage] = []
-        sent: list[tuple[StoredRecord, int]] = []
+        out: list[StoreMessage] = []
+        sent: list[tuple[StoredMessage, int]] = []
         for record, deliver_ms in due:
             destination = unpark_delay_level(record.properties)
             if destination is None:
@@ -153,8 +154,8 @@ class DelayLevelService:
         if out:
             self._check_file.mark(level, self._confirmed[index], end)
             try:
-                outcomes = self._store.put_messages(out)
-            except StoreUnavailableError:
+                outcomes = self._store.put_messages(out, allow_system_topics=True)
+            except StoreError:
                 self._suspects[index] = (sent[0][0].queue_offset, end)   # it may have landed
                 raise
             done_ms = self._clock.now_ms()

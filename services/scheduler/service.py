@@ -22,8 +22,8 @@ from services.scheduler.check_files import DelayCheckFile, SchedulerLock
 from services.runtime.clock import Clock, SystemClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.delay_level import DelayLevelService
-from services.scheduler.errors import StoreUnavailableError
-from services.scheduler.store_client import ArrivalWatch, SchedulerStore
+from services.store.client.errors import StoreError
+from services.scheduler.store_access import ArrivalWatch, SchedulerStore
 from services.scheduler.timer_stats import DelayStats, TimerStats
 from services.scheduler.timer_store import TimerStore
 
@@ -129,7 +129,7 @@ class SchedulerService:
                 if run_once():
                     continue
                 wait_s = wait_hint_ms() / 1000
-            except StoreUnavailableError as exc:
+            except StoreError as exc:
                 now_s = self.clock.monotonic_s()
                 if now_s - last_error_s >= ERROR_LOG_INTERVAL_S:
                     log.warning("%s: %s; retrying every %.1f s", name, exc, backoff_s)
@@ -162,8 +162,12 @@ class SchedulerService:
                 delay.wake()
                 self._delay_wake.set()
 
+        def on_arrivals(topics: list[str]) -> None:
+            for topic in topics:
+                on_arrival(topic)
+
         def on_restart() -> None:
             on_arrival(TIMER_TOPIC)
             on_arrival(SCHEDULE_TOPIC)
 
-        self._watch([TIMER_TOPIC, SCHEDULE_TOPIC], on_arrival, on_restart, self._stopped)
+        self._watch([TIMER_TOPIC, SCHEDULE_TOPIC], on_arrivals, on_restart, self._stopped)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.errors import StoreUnavailableError
+from services.store.client.errors import StoreError
 from services.domain.format.timerlog_format import (
     MAGIC_ROLL,
     NO_POS,
@@ -49,8 +49,9 @@ from services.domain.format.timerlog_format import (
 from services.domain.contracts.delay import delete_key_of, roll_timer, unpark_timer
 from services.domain.format.properties_format import TIMER_DEL_UNIQKEY, UNIQ_KEY
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, OutgoingMessage, StoredRecord, copy_to
-from services.scheduler.store_client import SchedulerStore
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
+from services.store.client.model import StoreMessage, StoredMessage
+from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
@@ -231,19 +232,19 @@ class TimerDequeue:
             batch: list[Entry] = []
             while heap and len(batch) < batch_max and heap[0][0] <= now_ms and heap[0][3] <= watermark_ms:
                 batch.append(heapq.heappop(heap))
-            self._deliver_batch(batch)   # StoreUnavailableError: the batch is back in the heap
+            self._deliver_batch(batch)   # StoreError: the batch is back in the heap
             done += len(batch)   # units that fell due meanwhile wait for the next pass: full batches
         return done
 
     def _deliver_batch(self, batch: list[Entry]) -> None:
         try:
             records = self._store.look_messages([(entry[4], entry[5]) for entry in batch])
-        except StoreUnavailableError:
+        except StoreError:
             for entry in batch:
                 heapq.heappush(self._heap, entry)
             raise
         now_ms = self._clock.now_ms()
-        out: list[OutgoingMessage] = []
+        out: list[StoreMessage] = []
         sent: list[Entry] = []
         for entry in batch:
             record = records.get(entry[4])
@@ -263,8 +264,8 @@ class TimerDequeue:
         for entry in sent:
             self._log.set_state(entry[1], STATE_DELIVERING)
         try:
-            outcomes = self._store.put_messages(out)
-        except StoreUnavailableError:
+            outcomes = self._store.put_messages(out, allow_system_topics=True)
+        except StoreError:
             # The put may or may not have landed: the units stay DELIVERING, and their next
             # delivery counts as a possible duplicate.
             for entry in sent:
@@ -296,7 +297,7 @@ class TimerDequeue:
                 self._forget(entry)
                 self._repush(entry, done_ms + RETRY_DELAY_MS, duplicate=entry[8])
 
-    def _message_for(self, entry: Entry, record: StoredRecord, now_ms: int) -> OutgoingMessage | None:
+    def _message_for(self, entry: Entry, record: StoredMessage, now_ms: int) -> StoreMessage | None:
         """The message to put for a due unit: a roll back into the timer topic, the real
         message, or None (recalled / undeliverable; the unit is finished here)."""
         properties = dict(record.properties)

@@ -39,8 +39,9 @@ from services.domain.format.timerlog_format import (
 from services.domain.contracts.delay import delivery_time_ms
 from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import GetResult, GetStatus, StoredRecord
-from services.scheduler.store_client import SchedulerStore
+from services.store.client.model import GetOutcome, StoredMessage
+from services.domain.statuses import GetStatus
+from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
@@ -73,7 +74,7 @@ class TimerEnqueue:
         # While behind, the next batch is read on this thread while the current one is
         # appended: (queue offset, time the read started, the read).
         self._executor: ThreadPoolExecutor | None = None
-        self._prefetch: tuple[int, int, Future[GetResult]] | None = None
+        self._prefetch: tuple[int, int, Future[GetOutcome]] | None = None
         # With the store's arrival announcements followed (``arrivals_watched``), a caught-up
         # enqueue reads again only when one came, when the dequeue needs the watermark, or
         # after ``idle_poll_interval_ms``; without, it reads on every pass.
@@ -91,7 +92,7 @@ class TimerEnqueue:
             self._executor = None
         self._prefetch = None
 
-    def _fetch(self, offset: int) -> tuple[int, GetResult]:
+    def _fetch(self, offset: int) -> tuple[int, GetOutcome]:
         """(time the read started, the batch at ``offset``), from the prefetch if it has it."""
         prefetch, self._prefetch = self._prefetch, None
         if prefetch is not None and prefetch[0] == offset:
@@ -167,7 +168,7 @@ class TimerEnqueue:
         counters.watermark_ms = self.watermark_ms
         return len(messages)
 
-    def _enqueue(self, record: StoredRecord, now_ms: int) -> None:
+    def _enqueue(self, record: StoredMessage, now_ms: int) -> None:
         properties = record.properties
         precision_ms = self._precision_ms
         deliver_ms = delivery_time_ms(properties, precision_ms)

@@ -46,7 +46,7 @@ from services.domain.format.timerlog_format import (
     UNIT_SIZE_BYTES,
     TimerUnit,
 )
-from services.scheduler.store_client import SchedulerStore
+from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_enqueue import TimerEnqueue
 from services.scheduler.timer_log import SCAN_CHUNK_UNITS, TimerLog

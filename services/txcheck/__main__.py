@@ -26,9 +26,9 @@ from services.runtime.rpc.tls import TlsFiles
 from services.txcheck.config import SETTINGS, TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.metrics import TxCheckMetrics
-from services.txcheck.model import StoreUnavailable
+from services.store.client.client import GrpcStoreClient
+from services.store.client.errors import StoreError
 from services.txcheck.rpc.broker_client import GrpcProducers
-from services.txcheck.rpc.store_client import GrpcTxStore
 from services.txcheck.service import CheckService
 
 log = logging.getLogger("services.txcheck")
@@ -46,14 +46,14 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
 
 def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
     clock = SystemClock()
-    store = GrpcTxStore(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path))
+    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
+        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path), put_stream=False)
     stack.callback(store.close)
     producers = GrpcProducers(config.broker_addresses, rpc_timeout_s=config.broker_rpc_timeout_ms / 1000,
                               tls=TlsFiles(config.broker_tls_ca_path))
     stack.callback(producers.close)
     log.info("waiting for the store at %s", config.store_address)
-    if not store.wait_ready(config.store_connect_timeout_ms / 1000, clock, give_up=lambda: bool(received)):
+    if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received), clock=clock):
         return None
     checker = HalfMessageChecker(config, store, producers, clock)
     health = HealthServer(config.host, config.port, HEALTH_SERVICE_NAME)
@@ -77,7 +77,7 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_service("txcheck", argv, load_config, start, expected_errors=(StoreUnavailable,))
+    return run_service("txcheck", argv, load_config, start, expected_errors=(StoreError,))
 
 
 if __name__ == "__main__":

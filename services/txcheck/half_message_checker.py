@@ -48,9 +48,6 @@ from collections import OrderedDict
 
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.runtime.clock import Clock
-from services.domain.format.commitlog_format import (
-    MessageRecord,
-)
 from services.domain.contracts.transaction import QUEUE_ID, Half, read_half
 from services.domain.format.properties_format import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -59,9 +56,11 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED_QUEUE_OFFSET,
     UNIQ_KEY,
 )
-from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.domain.names import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.store.client.errors import StoreError
+from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.txcheck.config import TxCheckConfig
-from services.txcheck.model import CheckOutcome, CheckRequest, Producers, StoreUnavailable, TxCheckStats, TxStore
+from services.txcheck.model import CheckOutcome, CheckRequest, Producers, TxCheckStats, TxStore
 from services.txcheck.op_records import OpTracker
 
 log = logging.getLogger(__name__)
@@ -94,20 +93,20 @@ class _HalfReader:
     def __init__(self, store: TxStore, batch: int) -> None:
         self._store = store
         self._batch = batch
-        self._records: dict[int, MessageRecord] = {}
+        self._records: dict[int, StoredMessage] = {}
         self._next = -1   # read position after the cached batch
 
-    def at(self, offset: int) -> tuple[MessageRecord | None, int]:
+    def at(self, offset: int) -> tuple[StoredMessage | None, int]:
         record = self._records.get(offset)
         if record is not None:
             return record, offset + 1
-        page = self._store.read(TRANS_HALF_TOPIC, QUEUE_ID, offset, self._batch)
-        self._records = {r.queue_offset: r for r in page.records}
+        page = self._store.get_messages(TRANS_HALF_TOPIC, QUEUE_ID, offset, self._batch)
+        self._records = {r.queue_offset: r for r in page.messages}
         record = self._records.get(offset)
         if record is not None:
             return record, offset + 1
         later = [o for o in self._records if o > offset]
-        return None, min(later) if later else page.next_offset
+        return None, min(later) if later else page.next_begin_offset
 
 
 class HalfMessageChecker:
@@ -127,11 +126,11 @@ class HalfMessageChecker:
 
     # -- the pass ---------------------------------------------------------------------------------
     def run_once(self) -> int:
-        """One pass; the number of half records handled. StoreUnavailable if the store fails
+        """One pass; the number of half records handled. StoreError if the store fails
         (the progress made before is committed when the store still takes it)."""
         try:
             handled = self._pass()
-        except StoreUnavailable:
+        except StoreError:
             self._count("pass_failures")
             raise
         self._count("passes")
@@ -143,8 +142,8 @@ class HalfMessageChecker:
         now_ms = self._clock.now_ms()
         half_min, half_max = store.queue_offsets(TRANS_HALF_TOPIC, QUEUE_ID)
         op_min, op_max = store.queue_offsets(TRANS_OP_HALF_TOPIC, QUEUE_ID)
-        half_offset = max(store.committed_offset(TRANS_HALF_TOPIC, QUEUE_ID), half_min)
-        op_offset = max(store.committed_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID), op_min)
+        half_offset = max(store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID), half_min)
+        op_offset = max(store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, QUEUE_ID), op_min)
         if half_offset > half_max or op_offset > op_max:
             # The store lost a queue tail it had dispatched: records now written there would
             # never be read. Start over from the queues' beginnings (the op records settle what
@@ -152,8 +151,8 @@ class HalfMessageChecker:
             log.warning("committed offsets (half %d, op %d) beyond the queues' ends (%d, %d): rescanning",
                         half_offset, op_offset, half_max, op_max)
             half_offset, op_offset = half_min, op_min
-            store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
-            store.commit_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
+            store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
+            store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
         if self.round_complete or self._round_end is None:
             self._round_end = half_max
         end = self._round_end
@@ -197,12 +196,12 @@ class HalfMessageChecker:
         op_offset = tracker.next_op_offset(half_offset)
         try:
             if half_offset != committed[0]:
-                self._store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
+                self._store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
                 committed[0] = half_offset
             if op_offset > committed[1]:
-                self._store.commit_offset(TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
+                self._store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
                 committed[1] = op_offset
-        except StoreUnavailable:
+        except StoreError:
             log.warning("could not commit the transaction check progress (half %d, op %d)", half_offset, op_offset)
         with self._lock:
             self._offsets = (committed[0], max(half_max, committed[0]), committed[1], max(op_max, committed[1]))
@@ -210,18 +209,19 @@ class HalfMessageChecker:
     def _read_ops(self, tracker: OpTracker) -> None:
         """Every op record from the tracker's read position to the op queue's end."""
         while True:
-            page = self._store.read(TRANS_OP_HALF_TOPIC, QUEUE_ID, tracker.read_offset, self._config.read_batch_max)
-            for record in page.records:
+            page = self._store.get_messages(TRANS_OP_HALF_TOPIC, QUEUE_ID, tracker.read_offset,
+                                            self._config.read_batch_max)
+            for record in page.messages:
                 if record.queue_offset >= tracker.read_offset:
                     tracker.add(record)
-            if page.records:
+            if page.messages:
                 continue
-            if page.next_offset <= tracker.read_offset:
+            if page.next_begin_offset <= tracker.read_offset:
                 return
-            tracker.skip_to(page.next_offset)
+            tracker.skip_to(page.next_begin_offset)
 
     # -- one half record --------------------------------------------------------------------------
-    def _examine(self, record: MessageRecord, tracker: OpTracker, now_ms: int, committed: list[int]) -> _Step:
+    def _examine(self, record: StoredMessage, tracker: OpTracker, now_ms: int, committed: list[int]) -> _Step:
         config = self._config
         props = record.properties
         offset = record.queue_offset
@@ -255,21 +255,18 @@ class HalfMessageChecker:
         self._check(record, half, check_times, committed)
         return _Step.PASSED
 
-    def _check(self, record: MessageRecord, half: Half, check_times: int, committed: list[int]) -> None:
+    def _check(self, record: StoredMessage, half: Half, check_times: int, committed: list[int]) -> None:
         props = record.properties
         if record.queue_offset in self._checked:
             self._count_result("unknown")     # asked last pass, no answer resolved it
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
         copy = _half_copy(record, TRANS_HALF_TOPIC, {**props, TRANSACTION_CHECK_TIMES: str(check_times + 1)})
-        appended = self._store.append(copy)
-        copy.queue_offset, copy.phy_offset = appended.queue_offset, appended.phy_offset
-        copy.store_timestamp_ms = appended.store_timestamp_ms
-        copy.store_host = record.store_host
+        appended = self._append(copy)
         self._commit_half(record.queue_offset + 1, committed)
         outcome = self._producers.check(CheckRequest(
             producer_group=half.producer_group, topic=half.real_topic, message_id=half.message_id,
-            transaction_id=half.transaction_id, half=copy))
+            transaction_id=half.transaction_id, half=_appended(copy, appended, record.store_host)))
         if outcome is CheckOutcome.SENT:
             self._count("checks_sent")
             self._checked.add(appended.queue_offset, (half.real_topic, half.transaction_id))
@@ -279,14 +276,14 @@ class HalfMessageChecker:
             log.info("transaction %s of %s: %s, asking again next pass", half.transaction_id, half.producer_group,
                      outcome.value)
 
-    def _push_back(self, record: MessageRecord, first_offset: int) -> None:
-        self._store.append(_half_copy(record, TRANS_HALF_TOPIC, {
+    def _push_back(self, record: StoredMessage, first_offset: int) -> None:
+        self._append(_half_copy(record, TRANS_HALF_TOPIC, {
             **record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)}))
         self._count("immunity_pushbacks")
 
-    def _discard(self, record: MessageRecord, check_times: int, age_ms: int) -> None:
+    def _discard(self, record: StoredMessage, check_times: int, age_ms: int) -> None:
         """DefaultTransactionalMessageCheckListener.resolveDiscardMsg: keep it, never deliver it."""
-        self._store.append(_half_copy(record, TRANS_CHECK_MAX_TIME_TOPIC, dict(record.properties)))
+        self._append(_half_copy(record, TRANS_CHECK_MAX_TIME_TOPIC, dict(record.properties)))
         self._count("moved_to_max_time_topic")
         if record.queue_offset in self._checked:
             self._count_result("unknown")
@@ -306,8 +303,8 @@ class HalfMessageChecker:
     def _resolution(self, topic: str, transaction_id: str) -> str:
         """commit if the real topic holds the committed record, else rollback (metrics only)."""
         try:
-            records = self._store.find_by_key(topic, transaction_id, RESOLUTION_LOOKUP_MAX)
-        except StoreUnavailable:
+            records = self._store.query_messages_by_key(topic, transaction_id, RESOLUTION_LOOKUP_MAX)
+        except StoreError:
             return "unknown"
         committed = any(r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
                         and r.properties.get(UNIQ_KEY) == transaction_id for r in records)
@@ -315,8 +312,15 @@ class HalfMessageChecker:
 
     def _commit_half(self, offset: int, committed: list[int]) -> None:
         if offset > committed[0]:
-            self._store.commit_offset(TRANS_HALF_TOPIC, QUEUE_ID, offset)
+            self._store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID, offset)
             committed[0] = offset
+
+    def _append(self, message: StoreMessage) -> PutOutcome:
+        """Put one record the checker must write; a refusal ends the pass like a failed call."""
+        [outcome] = self._store.put_messages([message], allow_system_topics=True)
+        if not outcome.ok:
+            raise StoreError(f"store refused a {message.topic} record: {outcome.status.name} {outcome.error}")
+        return outcome
 
     # -- stats ------------------------------------------------------------------------------------
     def _count(self, name: str) -> None:
@@ -342,15 +346,24 @@ def _int(text: str | None, default: int) -> int:
         return default
 
 
-def _reference_ms(record: MessageRecord) -> int:
+def _reference_ms(record: StoredMessage) -> int:
     """When the transaction began: the born timestamp (kept by every copy), unless it is unset
     or later than the store timestamp (a producer clock running ahead)."""
     born = record.born_timestamp_ms
     return min(born, record.store_timestamp_ms) if born > 0 else record.store_timestamp_ms
 
 
-def _half_copy(record: MessageRecord, topic: str, properties: dict[str, str]) -> MessageRecord:
+def _half_copy(record: StoredMessage, topic: str, properties: dict[str, str]) -> StoreMessage:
     """The record again (body, flags, born time and host, reconsume times), in ``topic`` queue 0."""
-    return MessageRecord(topic=topic, queue_id=QUEUE_ID, body=record.body, properties=properties, flag=record.flag,
-                         sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms,
-                         born_host=record.born_host, reconsume_times=record.reconsume_times)
+    return StoreMessage(topic=topic, queue_id=QUEUE_ID, body=record.body, properties=properties, flag=record.flag,
+                        sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms,
+                        born_host=record.born_host, reconsume_times=record.reconsume_times)
+
+
+def _appended(copy: StoreMessage, outcome: PutOutcome, store_host: str) -> StoredMessage:
+    """The copy as stored: its offsets and store time from the put, the store host of the original."""
+    return StoredMessage(topic=copy.topic, queue_id=copy.queue_id, body=copy.body, properties=copy.properties,
+                         queue_offset=outcome.queue_offset, phy_offset=outcome.phy_offset, sys_flag=copy.sys_flag,
+                         flag=copy.flag, born_timestamp_ms=copy.born_timestamp_ms, born_host=copy.born_host,
+                         store_timestamp_ms=outcome.store_timestamp_ms, store_host=store_host,
+                         reconsume_times=copy.reconsume_times, offset_msg_id=outcome.offset_msg_id)

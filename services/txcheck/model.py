@@ -1,59 +1,40 @@
 """What the transaction checker needs from the store and from the brokers, and what it reports.
 
-No gRPC here: ``rpc/store_client.py`` and ``rpc/broker_client.py`` implement
-``TxStore`` and ``Producers`` over the store's and the brokers' gRPC APIs; tests implement
-them in memory. Records are the store's own ``MessageRecord`` (RocketMQ field names); the
+No gRPC here: the store client (``services.store.client``) serves ``TxStore``, and
+``rpc/broker_client.py`` implements ``Producers`` over the brokers' admin API. Records are the
+store client's ``StoredMessage`` and ``StoreMessage`` (RocketMQ field names); the
 topics, group and properties the checker reads and writes are in ``services.domain.names``,
 ``services.domain.format.properties_format`` and ``services.domain.contracts.transaction``.
 """
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.domain.format.commitlog_format import MessageRecord
-
-
-class StoreUnavailable(Exception):
-    """The store did not answer, or refused a write the checker must make: the pass stops
-    (its progress so far is committed) and is retried later."""
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """A read of one queue: ``records`` in queue order (each with its queue_offset);
-    ``next_offset`` is where to read on (beyond a removed or missing stretch too)."""
-
-    records: list[MessageRecord]
-    next_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    queue_offset: int
-    phy_offset: int
-    store_timestamp_ms: int
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
 
 
 class TxStore(Protocol):
-    """The store calls the checker makes. Failures raise ``StoreUnavailable``."""
+    """The store calls the checker makes (the store client's). Failures raise ``StoreError``."""
 
-    def read(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> Page: ...
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetOutcome:
+        """A read of one queue: ``messages`` in queue order; ``next_begin_offset`` is where to
+        read on (beyond a removed or missing stretch too)."""
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset); (0, 0) for a queue that never held a message."""
 
-    def append(self, record: MessageRecord) -> Appended:
-        """PutMessages of one record (system topics allowed); StoreUnavailable unless PUT_OK."""
+    def put_messages(self, messages: Sequence[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
+        """One PutMessages (the checker's allow system topics)."""
 
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
-        """CommitConsumerOffset for group CID_RMQ_SYS_TRANS."""
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
-    def committed_offset(self, topic: str, queue_id: int) -> int:
-        """QueryConsumerOffset for group CID_RMQ_SYS_TRANS; -1 if never committed."""
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """-1 if never committed."""
 
-    def find_by_key(self, topic: str, key: str, max_num: int) -> list[MessageRecord]:
+    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
         """QueryMessagesByKey (a UNIQ_KEY or a KEYS word)."""
 
 
@@ -69,7 +50,7 @@ class CheckRequest:
     topic: str                         # the real topic
     message_id: str
     transaction_id: str
-    half: MessageRecord                # the copy just appended (offsets and store time set)
+    half: StoredMessage                # the copy just appended (offsets and store time set)
 
 
 class Producers(Protocol):

@@ -17,7 +17,7 @@ forgets no resolution of a half it has not passed).
 from __future__ import annotations
 
 from services.domain.contracts.transaction import decode_op
-from services.domain.format.commitlog_format import MessageRecord
+from services.store.client.model import StoredMessage
 
 
 class OpTracker:
@@ -28,7 +28,7 @@ class OpTracker:
         self._listed: dict[int, tuple[int, ...]] = {}   # op offset -> half offsets it lists (>= floor)
         self._resolved: dict[int, int] = {}            # half offset -> first op offset listing it
 
-    def add(self, record: MessageRecord) -> None:
+    def add(self, record: StoredMessage) -> None:
         """Take one op record (read in queue order)."""
         op_offset = record.queue_offset
         assert op_offset >= self.read_offset, f"op record {op_offset} read twice or out of order"

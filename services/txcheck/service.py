@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
-from services.txcheck.model import StoreUnavailable
+from services.store.client.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class CheckService:
         """One pass; how long to wait before the next one, seconds."""
         try:
             handled = self._checker.run_once()
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             self._set_health(False)
             log.warning("transaction check pass failed: %s", exc)
             return self._config.retry_after_failure_ms / 1000

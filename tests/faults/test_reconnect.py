@@ -14,8 +14,6 @@ import pytest
 
 import services.runtime.rpc.tls as tls
 from services.store.client.client import GrpcStoreClient
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
-from services.txcheck.rpc.store_client import GrpcTxStore
 
 RECONNECT_BACKOFF_MAX_MS = 1000
 
@@ -33,7 +31,7 @@ def channel_options(monkeypatch: pytest.MonkeyPatch, make) -> dict:  # noqa: ANN
     return seen
 
 
-@pytest.mark.parametrize("make", [GrpcStoreClient, GrpcSchedulerStore, GrpcTxStore], ids=["broker", "scheduler", "txcheck"])
-def test_store_channel_reconnects_within_a_second(monkeypatch: pytest.MonkeyPatch, make) -> None:  # noqa: ANN001
-    options = channel_options(monkeypatch, make)
+def test_store_channel_reconnects_within_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One store client serves the broker, the scheduler and txcheck (services/store/client)."""
+    options = channel_options(monkeypatch, GrpcStoreClient)
     assert options.get("grpc.max_reconnect_backoff_ms", 120_000) <= RECONNECT_BACKOFF_MAX_MS, options

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.runtime.clock import ManualClock
-from services.scheduler.errors import StoreUnavailableError
-from services.scheduler.model import (
-    GetResult, GetStatus, OutgoingMessage, PutOutcome, PutStatus, StoredRecord)
+from services.store.client.errors import StoreUnavailableError
+from services.store.client.model import GetOutcome, StoreMessage, PutOutcome, StoredMessage
+from services.domain.statuses import GetStatus, PutStatus
 
 RECORD_OVERHEAD_BYTES = 100
 
@@ -22,12 +22,12 @@ RECORD_OVERHEAD_BYTES = 100
 class FakeStore:
     clock: ManualClock
     queues: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    records: dict[int, StoredRecord] = field(default_factory=dict)
+    records: dict[int, StoredMessage] = field(default_factory=dict)
     delay_offsets: dict[int, int] = field(default_factory=dict)
     next_phy_offset: int = 0
     down: bool = False
-    outcome: Callable[[OutgoingMessage], PutStatus] | None = None
-    after_put: Callable[[list[OutgoingMessage]], None] | None = None
+    outcome: Callable[[StoreMessage], PutStatus] | None = None
+    after_put: Callable[[list[StoreMessage]], None] | None = None
     put_calls: int = 0
 
     def _check(self) -> None:
@@ -35,7 +35,7 @@ class FakeStore:
             raise StoreUnavailableError("fake store is down")
 
     # -- writes ---------------------------------------------------------------------------------
-    def put_messages(self, messages: list[OutgoingMessage]) -> list[PutOutcome]:
+    def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
         self._check()
         self.put_calls += 1
         outcomes = []
@@ -45,15 +45,15 @@ class FakeStore:
                 outcomes.append(PutOutcome(status, error=f"fake {status.name}"))
                 continue
             record = self.append(message)
-            outcomes.append(PutOutcome(PutStatus.PUT_OK, record.phy_offset, record.queue_offset))
+            outcomes.append(PutOutcome(PutStatus.PUT_OK, queue_offset=record.queue_offset, phy_offset=record.phy_offset))
         if self.after_put is not None:
             self.after_put(messages)
         return outcomes
 
-    def append(self, message: OutgoingMessage) -> StoredRecord:
+    def append(self, message: StoreMessage) -> StoredMessage:
         queue = self.queues.setdefault((message.topic, message.queue_id), [])
         size = RECORD_OVERHEAD_BYTES + len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
-        record = StoredRecord(
+        record = StoredMessage(
             topic=message.topic, queue_id=message.queue_id, body=message.body, properties=dict(message.properties),
             queue_offset=len(queue), phy_offset=self.next_phy_offset, store_size_bytes=size,
             store_timestamp_ms=self.clock.now_ms(), sys_flag=message.sys_flag, flag=message.flag,
@@ -65,21 +65,21 @@ class FakeStore:
         return record
 
     # -- reads ----------------------------------------------------------------------------------
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetResult:
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetOutcome:
         self._check()
         queue = self.queues.get((topic, queue_id), [])
         max_offset = len(queue)
         if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE)
+            return GetOutcome(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
         if queue_offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, 0, max_offset)
+            return GetOutcome(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, 0, max_offset)
         if queue_offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, 0, max_offset)
+            return GetOutcome(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, 0, max_offset)
         end = min(max_offset, queue_offset + max_count)
         records = [self.records[phy] for phy in queue[queue_offset:end]]
-        return GetResult(GetStatus.FOUND, records, end, 0, max_offset)
+        return GetOutcome(GetStatus.FOUND, records, end, 0, max_offset)
 
-    def look_messages(self, refs: list[tuple[int, int]]) -> dict[int, StoredRecord]:
+    def look_messages(self, refs: list[tuple[int, int]]) -> dict[int, StoredMessage]:
         self._check()
         return {offset: self.records[offset] for offset, size in refs
                 if offset in self.records and self.records[offset].store_size_bytes == size}
@@ -97,6 +97,6 @@ class FakeStore:
         self.delay_offsets[level] = offset
 
     # -- test helpers -----------------------------------------------------------------------
-    def messages(self, topic: str, queue_id: int | None = None) -> list[StoredRecord]:
+    def messages(self, topic: str, queue_id: int | None = None) -> list[StoredMessage]:
         return [self.records[phy] for (t, q), queue in sorted(self.queues.items())
                 if t == topic and (queue_id is None or q == queue_id) for phy in queue]

@@ -21,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
+from services.store.client.client import GrpcStoreClient
 from services.scheduler.service import SchedulerService
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
@@ -47,7 +47,7 @@ def results(process: subprocess.Popen, timeout_s: float = 60) -> list[dict]:
 
 @pytest.fixture
 def scheduler_store(store_address: str):
-    store = GrpcSchedulerStore(store_address)
+    store = GrpcStoreClient(store_address, put_stream=False)
     yield store
     store.close()
 

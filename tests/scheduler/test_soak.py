@@ -13,8 +13,8 @@ import pytest
 
 from services.domain.contracts.delay import timer_out_ms
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import OutgoingMessage
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
+from services.store.client.model import StoreMessage
+from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
@@ -26,16 +26,16 @@ def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)
-    store = GrpcSchedulerStore(store_address)
+    store = GrpcStoreClient(store_address, put_stream=False)
     count = 20_000
     start_ms = int(time.time() * 1000) + 3_000
     due = {f"S{i:06d}": start_ms + rng.randrange(30_000) for i in range(count)}
     keys = list(due)
     for begin in range(0, count, 500):
-        store.put_messages([OutgoingMessage(TIMER_TOPIC, 0, b"soak", {
+        store.put_messages([StoreMessage(TIMER_TOPIC, 0, b"soak", {
             "TIMER_DELIVER_MS": str(due[key]), "TIMER_OUT_MS": str(timer_out_ms(due[key], 1000)),
             "REAL_TOPIC": "Soak", "REAL_QID": str(i % 4), "UNIQ_KEY": key})
-            for i, key in enumerate(keys[begin:begin + 500], begin)])
+            for i, key in enumerate(keys[begin:begin + 500], begin)], allow_system_topics=True)
     duplicates_counted = 0
     end_s = time.time() + 40
     kills = 0

@@ -9,24 +9,25 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import GetStatus, OutgoingMessage, PutStatus
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
+from services.domain.statuses import GetStatus, PutStatus
+from services.store.client.model import StoreMessage
+from services.store.client.client import GrpcStoreClient
 from services.scheduler.service import SchedulerService
 from services.domain.format.commitlog_format import decode_record
 
 
 @pytest.fixture
 def client(store_address: str):
-    store = GrpcSchedulerStore(store_address)
+    store = GrpcStoreClient(store_address, put_stream=False)
     yield store
     store.close()
 
 
-def put(client: GrpcSchedulerStore, count: int, topic: str = "rmq_sys_wheel_timer"):
+def put(client: GrpcStoreClient, count: int, topic: str = "rmq_sys_wheel_timer"):
     """Put ``count`` messages into queue 0 and wait until they are dispatched (readable)."""
-    outcomes = client.put_messages([OutgoingMessage(topic, 0, f"body{i}".encode(), {"UNIQ_KEY": f"K{i}", "TIMER_OUT_MS": "5"},
+    outcomes = client.put_messages([StoreMessage(topic, 0, f"body{i}".encode(), {"UNIQ_KEY": f"K{i}", "TIMER_OUT_MS": "5"},
                                                 flag=9, born_timestamp_ms=123, born_host="10.1.1.1:80")
-                                for i in range(count)])
+                                for i in range(count)], allow_system_topics=True)
     deadline = time.monotonic() + 10
     while client.queue_offsets(topic, 0)[1] < outcomes[-1].queue_offset + 1 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -81,8 +82,9 @@ def test_delay_level_delivery_against_a_real_store(client, tmp_path):
     service.open()
     service.start()
     try:
-        client.put_messages([OutgoingMessage("SCHEDULE_TOPIC_XXXX", 0, f"retry{i}".encode(), {
-            "DELAY": "1", "REAL_TOPIC": "%RETRY%G", "REAL_QID": "0", "UNIQ_KEY": f"R{i}"}) for i in range(2)])
+        client.put_messages([StoreMessage("SCHEDULE_TOPIC_XXXX", 0, f"retry{i}".encode(), {
+            "DELAY": "1", "REAL_TOPIC": "%RETRY%G", "REAL_QID": "0", "UNIQ_KEY": f"R{i}"}) for i in range(2)],
+            allow_system_topics=True)
         deadline = time.monotonic() + 10
         while client.get_messages("%RETRY%G", 0, 0, 10).max_offset < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import PutStatus
+from services.domain.statuses import PutStatus
 from tests.support.scheduler_timers import START_MS, delivered, lateness_ms, park, recall, run_for
 
 GATE_MS = 1 + 50 + 20 + 10   # recall guard + dispatch margin + a poll step: the first ms of a slot wait this long
@@ -177,7 +177,7 @@ def test_retryable_refusal_retries_later(make_service, store, clock):
 
 
 def test_a_put_whose_reply_is_lost_is_retried_and_counted(make_service, store, clock):
-    from services.scheduler.errors import StoreUnavailableError
+    from services.store.client.errors import StoreUnavailableError
 
     service = make_service()
     for i in range(5):

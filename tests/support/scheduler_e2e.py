@@ -1,20 +1,20 @@
 """The scheduler end to end, against a real store: ``SCHEDULER_READY`` (the ready line of
 ``python -m services.scheduler``), ``delivered`` (every record of a topic's queues, read through
-a GrpcSchedulerStore) and ``metric`` (one sample of a /metrics page). Used by
+a GrpcStoreClient) and ``metric`` (one sample of a /metrics page). Used by
 tests/scheduler/test_end_to_end.py and test_soak.py."""
 from __future__ import annotations
 
 import re
 import urllib.request
 
-from services.scheduler.model import StoredRecord
-from services.scheduler.rpc.store_client import GrpcSchedulerStore
+from services.store.client.model import StoredMessage
+from services.store.client.client import GrpcStoreClient
 
 SCHEDULER_READY = re.compile(r"^pyrmq-scheduler ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
                              r"store=(?P<store>\S+) data=(?P<data>\S+)$")
 
 
-def delivered(store: GrpcSchedulerStore, topic: str, queues: int = 8) -> list[StoredRecord]:
+def delivered(store: GrpcStoreClient, topic: str, queues: int = 8) -> list[StoredMessage]:
     records = []
     for queue_id in range(queues):
         offset = 0

@@ -14,7 +14,7 @@ from services.broker.recall import decode_handle, marker_message
 from services.runtime.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
 from services.domain.names import TIMER_TOPIC
-from services.scheduler.model import OutgoingMessage, StoredRecord
+from services.store.client.model import StoreMessage, StoredMessage
 from services.scheduler.service import SchedulerService
 from tests.scheduler.fake_store import FakeStore
 
@@ -31,22 +31,22 @@ def small_config(root: Path, **overrides) -> SchedulerConfig:
 
 
 def park(store: FakeStore, topic: str, deliver_ms: int, uniq_key: str, queue_id: int = 0, body: bytes = b"body",
-         **properties: str) -> StoredRecord:
+         **properties: str) -> StoredMessage:
     """A delay message as the broker parks it: rmq_sys_wheel_timer/0 with TIMER_* properties."""
     props = {"TIMER_DELIVER_MS": str(deliver_ms), "TIMER_OUT_MS": str(timer_out_ms(deliver_ms, PRECISION_MS)),
              "REAL_TOPIC": topic, "REAL_QID": str(queue_id), "UNIQ_KEY": uniq_key, "TAGS": "TagA", **properties}
-    return store.append(OutgoingMessage(TIMER_TOPIC, 0, body, props, sys_flag=0, flag=7, born_timestamp_ms=START_MS,
+    return store.append(StoreMessage(TIMER_TOPIC, 0, body, props, sys_flag=0, flag=7, born_timestamp_ms=START_MS,
                                         born_host="10.0.0.1:1234", reconsume_times=0))
 
 
-def recall(store: FakeStore, topic: str, deliver_ms: int, uniq_key: str) -> StoredRecord:
+def recall(store: FakeStore, topic: str, deliver_ms: int, uniq_key: str) -> StoredMessage:
     """The recall marker the broker puts for the handle of a message due at ``deliver_ms``."""
     config = BrokerConfig()
     handle = decode_handle(recall_handle(topic, config.broker_name, timer_out_ms(deliver_ms, PRECISION_MS), uniq_key))
     timestamp_ms = int(handle.timestamp_text)
     marker = marker_message(config, handle, timestamp_ms, timer_out_ms(timestamp_ms, PRECISION_MS), "",
                             store.clock.now_ms())
-    return store.append(OutgoingMessage(marker.topic, marker.queue_id, marker.body, marker.properties,
+    return store.append(StoreMessage(marker.topic, marker.queue_id, marker.body, marker.properties,
                                         born_timestamp_ms=marker.born_timestamp_ms))
 
 
@@ -61,9 +61,9 @@ def run_for(service: SchedulerService, clock: ManualClock, duration_ms: int, ste
         pass
 
 
-def delivered(store: FakeStore, topic: str) -> list[StoredRecord]:
+def delivered(store: FakeStore, topic: str) -> list[StoredMessage]:
     return store.messages(topic)
 
 
-def lateness_ms(record: StoredRecord) -> int:
+def lateness_ms(record: StoredMessage) -> int:
     return record.store_timestamp_ms - int(record.properties["TIMER_DELIVER_MS"])

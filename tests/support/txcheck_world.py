@@ -2,10 +2,11 @@
 the broker's own EndTransaction core on top of it; the ``world`` fixture (tests/txcheck/conftest.py
 exposes it) builds one with ``TIMEOUT_MS`` / ``INTERVAL_MS``.
 
-* ``MemoryTxStore``: ``txcheck.model.TxStore`` over ``MemoryStore`` (real offsets, store
-  timestamps from the ``ManualClock``, consumer offsets with ``halt()`` = a crash that keeps
-  only the persisted ones); ``fail_after`` makes the n-th next call raise StoreUnavailable (a
-  crash of txcheck at that point).
+* ``MemoryClientStore``: the store client's calls (``txcheck.model.TxStore`` and the broker's
+  ``TransactionStore``) over ``MemoryStore`` (real offsets, store timestamps from the
+  ``ManualClock``, consumer offsets with ``halt()`` = a crash that keeps only the persisted
+  ones); ``fail_after`` makes the n-th next call raise StoreUnavailableError (a crash of
+  txcheck at that point).
 * ``Broker``: the producer side as the broker does it: ``send_half`` parks a half message like
   ``producer.py``; ``end`` runs ``broker.transaction.TransactionService.end_transaction`` over
   the same store (commit record + op record listing every copy); ``Producers`` is the fake
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from services.runtime.clock import ManualClock
-from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
 from services.broker.store_client import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
@@ -28,15 +29,20 @@ from services.store.memory_store import MemoryStore
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.txcheck.model import (Appended, CheckOutcome, CheckRequest,
-                                    Page, StoreUnavailable)
+from services.store.client.errors import StoreUnavailableError
+from services.txcheck.model import CheckOutcome, CheckRequest
 from tests.support.filestore import small_config
 
 TIMEOUT_MS = 6_000
 INTERVAL_MS = 30_000
 
 
-class MemoryTxStore:
+class MemoryClientStore:
+    """The store client's calls that txcheck (``txcheck.model.TxStore``) and the broker's
+    transaction core make, served by the store's reference model (``MemoryStore``: synchronous
+    dispatch, store times from the manual clock), in the client's types. ``fail_after`` makes the
+    call after that many more raise StoreUnavailableError (a crash of txcheck at that point)."""
+
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.fail_after: int | None = None   # raise on the call after this many more
@@ -46,62 +52,48 @@ class MemoryTxStore:
         self.calls += 1
         if self.fail_after is not None:
             if self.fail_after <= 0:
-                raise StoreUnavailable("injected failure")
+                raise StoreUnavailableError("injected failure")
             self.fail_after -= 1
 
-    def read(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> Page:
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetOutcome:
         self._tick()
         result = self.store.get_messages(topic, queue_id, queue_offset, max_count)
-        return Page(result.messages, result.next_begin_offset)
+        return GetOutcome(result.status, [_stored(r) for r in result.messages], result.next_begin_offset,
+                          result.min_offset, result.max_offset)
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         self._tick()
         return self.store.min_offset_in_queue(topic, queue_id), self.store.max_offset_in_queue(topic, queue_id)
 
-    def append(self, record: MessageRecord) -> Appended:
+    def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
         self._tick()
-        [result] = self.store.put_messages([record], allow_system_topics=True)
-        if not result.ok:
-            raise StoreUnavailable(result.error)
-        return Appended(result.queue_offset, result.phy_offset, result.store_timestamp_ms)
-
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
-        self._tick()
-        self.store.consumer_offsets.commit_offset("CID_RMQ_SYS_TRANS", topic, queue_id, offset)
-
-    def committed_offset(self, topic: str, queue_id: int) -> int:
-        self._tick()
-        return self.store.consumer_offsets.query_offset("CID_RMQ_SYS_TRANS", topic, queue_id)
-
-    def find_by_key(self, topic: str, key: str, max_num: int) -> list[MessageRecord]:
-        self._tick()
-        return self.store.query_messages_by_key(topic, key, max_num, 0, 2**62)
-
-    # -- for assertions -----------------------------------------------------------------------
-    def queue(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
-        return self.store.get_messages(topic, queue_id, 0, 10_000).messages
-
-
-class BrokerStore:
-    """The broker's ``TransactionStore`` + put over the same MemoryStore."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-
-    def look_message(self, phy_offset: int) -> StoredMessage | None:
-        record = self.store.look_message_by_phy_offset(phy_offset)
-        return None if record is None else _stored(record)
-
-    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
-        return [_stored(r) for r in self.store.query_messages_by_key(topic, key, max_num, 0, 2**62)]
-
-    def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
         records = [MessageRecord(topic=m.topic, queue_id=m.queue_id, body=m.body, properties=dict(m.properties),
                                  flag=m.flag, sys_flag=m.sys_flag, born_timestamp_ms=m.born_timestamp_ms,
                                  born_host=host_from_string(m.born_host or "127.0.0.1:0"),
                                  reconsume_times=m.reconsume_times,
                                  prepared_transaction_offset=m.prepared_transaction_offset) for m in messages]
-        return [PutOutcome(r.status, r.queue_offset, r.phy_offset) for r in self.store.put_messages(records, True)]
+        return [PutOutcome(r.status, r.queue_offset, r.phy_offset, error=r.error, store_timestamp_ms=r.store_timestamp_ms)
+                for r in self.store.put_messages(records, allow_system_topics)]
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._tick()
+        self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)
+
+    def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        self._tick()
+        return self.store.consumer_offsets.query_offset(group, topic, queue_id)
+
+    def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
+        self._tick()
+        return [_stored(r) for r in self.store.query_messages_by_key(topic, key, max_num, 0, 2**62)]
+
+    def look_message(self, phy_offset: int) -> StoredMessage | None:
+        record = self.store.look_message_by_phy_offset(phy_offset)
+        return None if record is None else _stored(record)
+
+    # -- for assertions -----------------------------------------------------------------------
+    def queue(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
+        return self.store.get_messages(topic, queue_id, 0, 10_000).messages
 
 
 def _stored(record: MessageRecord) -> StoredMessage:
@@ -109,8 +101,11 @@ def _stored(record: MessageRecord) -> StoredMessage:
                          properties=dict(record.properties), queue_offset=record.queue_offset,
                          phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
                          born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
-                         store_timestamp_ms=record.store_timestamp_ms, reconsume_times=record.reconsume_times,
-                         prepared_transaction_offset=record.prepared_transaction_offset)
+                         store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
+                         reconsume_times=record.reconsume_times,
+                         prepared_transaction_offset=record.prepared_transaction_offset,
+                         offset_msg_id=record.offset_msg_id, store_size_bytes=record.total_size,
+                         body_crc=record.body_crc)
 
 
 @dataclass
@@ -140,7 +135,7 @@ class Broker:
         self.store = store
         self.clock = clock
         self.halves = HalfMessageTable()
-        broker_store = BrokerStore(store)
+        broker_store = MemoryClientStore(store)
         self.transactions = TransactionService(broker_store, DirectPutSink(broker_store.put_messages),
                                                self.halves, clock)
 
@@ -166,7 +161,7 @@ class Broker:
 class World:
     clock: ManualClock
     memory: MemoryStore
-    store: MemoryTxStore
+    store: MemoryClientStore
     broker: Broker
     producers: Producers
     config: TxCheckConfig
@@ -198,4 +193,4 @@ def world(tmp_path) -> World:
     memory.start()
     broker = Broker(memory, clock)
     config = TxCheckConfig(transaction_timeout_ms=TIMEOUT_MS, check_interval_ms=INTERVAL_MS)
-    return World(clock, memory, MemoryTxStore(memory), broker, Producers(broker), config)
+    return World(clock, memory, MemoryClientStore(memory), broker, Producers(broker), config)

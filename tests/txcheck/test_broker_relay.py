@@ -11,23 +11,23 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.admin.v1 import admin_pb2_grpc as apb_grpc
 
-from services.domain.format.commitlog_format import MessageRecord
 from services.txcheck.model import CheckOutcome, CheckRequest
 from services.txcheck.rpc.broker_client import GrpcProducers
-from services.txcheck.rpc.store_client import GrpcTxStore
+from services.store.client.client import GrpcStoreClient
+from services.store.client.model import StoredMessage
 from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import Stream, end, message, producer_settings, send
 
 
 @pytest.fixture
 def tx_store(store_address):
-    store = GrpcTxStore(store_address)
+    store = GrpcStoreClient(store_address, put_stream=False)
     yield store
     store.close()
 
 
-def half_of(tx_store: GrpcTxStore, key: str):
-    [half] = [r for r in tx_store.read("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 32).records if r.properties["UNIQ_KEY"] == key]
+def half_of(tx_store: GrpcStoreClient, key: str):
+    [half] = [r for r in tx_store.get_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 32).messages if r.properties["UNIQ_KEY"] == key]
     return half
 
 
@@ -74,7 +74,8 @@ def test_check_transaction_refuses_an_incomplete_request(broker):
 def test_unreachable_brokers():
     producers = GrpcProducers(("127.0.0.1:1",), rpc_timeout_s=0.5)
     try:
-        half = MessageRecord(topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, body=b"x", properties={})
+        half = StoredMessage(topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, body=b"x", properties={}, queue_offset=0,
+                             phy_offset=0)
         assert producers.check(CheckRequest("G", "T", "M", "M", half)) is CheckOutcome.UNREACHABLE
     finally:
         producers.close()

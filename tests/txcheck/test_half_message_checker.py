@@ -7,10 +7,11 @@ import pytest
 from services.broker.transaction import Resolution
 from services.domain.contracts.transaction import parse_op_body
 from services.domain.format.commitlog_format import MessageRecord
-from services.txcheck.model import CheckOutcome, StoreUnavailable
-from services.txcheck.op_records import OpTracker, parse_op_body
+from services.store.client.errors import StoreUnavailableError
+from services.txcheck.model import CheckOutcome
+from services.txcheck.op_records import OpTracker
 from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
-from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.domain.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
@@ -51,7 +52,7 @@ def test_a_half_is_checked_once_older_than_the_timeout(world):
     checker = world.checker()
     world.advance(TIMEOUT_MS - 1)
     checker.run_once()
-    assert world.producers.asked == [] and world.store.committed_offset(TRANS_HALF_TOPIC, 0) == -1
+    assert world.producers.asked == [] and world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == -1
     world.advance(2)
     checker.run_once()
     [request] = world.producers.requests
@@ -61,7 +62,7 @@ def test_a_half_is_checked_once_older_than_the_timeout(world):
     assert copy.properties["TRANSACTION_CHECK_TIMES"] == "1" and "TRANSACTION_CHECK_TIMES" not in original.properties
     assert copy.body == original.body and copy.born_timestamp_ms == original.born_timestamp_ms
     assert (request.half.queue_offset, request.half.phy_offset) == (copy.queue_offset, copy.phy_offset)
-    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 1
     checker.run_once()                      # the copy was appended in this round: not again at once
     assert world.producers.asked == ["TX1"]
     world.advance(INTERVAL_MS)
@@ -78,7 +79,7 @@ def test_a_young_half_stops_the_pass(world):
     checker = world.checker()
     checker.run_once()
     assert world.producers.asked == ["OLD"]
-    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1   # parked at YOUNG
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 1   # parked at YOUNG
     world.advance(TIMEOUT_MS)
     checker.run_once()                      # an early pass: YOUNG is due, OLD's copy is not
     assert world.producers.asked == ["OLD", "YOUNG"]
@@ -155,8 +156,8 @@ def test_a_batched_op_body_resolves_every_offset_it_lists(world):
     checker = world.checker()
     checker.run_once()
     assert world.producers.asked == ["C"]
-    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 4
-    assert world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) == 2    # both op records consumed
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 4
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) == 2    # both op records consumed
 
 
 def test_op_offset_waits_for_ops_of_halves_not_passed_yet(world):
@@ -167,12 +168,12 @@ def test_op_offset_waits_for_ops_of_halves_not_passed_yet(world):
     world.broker.end("DONE", COMMIT)      # op 0 lists half 2, not passed yet
     world.broker.end("OLD", ROLLBACK)     # op 1 lists half 0
     world.checker().run_once()
-    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1
-    assert world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) <= 0   # op 0 still matters after a restart
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 1
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) <= 0   # op 0 still matters after a restart
     world.advance(TIMEOUT_MS)
     world.checker().run_once()                             # a fresh instance: a restart
     assert world.producers.asked == ["YOUNG"]              # DONE is known to be resolved
-    assert world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 3 and world.store.committed_offset(TRANS_OP_HALF_TOPIC, 0) == 2
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 3 and world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) == 2
 
 
 def test_an_op_written_during_the_pass_is_seen_before_checking(world):
@@ -325,7 +326,7 @@ def _crash_run(world, crash_at: int) -> None:
     world.store.fail_after = crash_at
     try:
         world.checker().run_once()         # "killed" at its crash_at-th store call (if it makes that many)
-    except StoreUnavailable:
+    except StoreUnavailableError:
         pass
     world.store.fail_after = None
     for _ in range(3):
@@ -358,8 +359,8 @@ def test_a_pass_cut_short_by_its_budget_continues_to_the_same_end(world):
 
 
 def test_a_committed_offset_beyond_the_queue_end_restarts_from_the_beginning(world):
-    world.store.commit_offset(TRANS_HALF_TOPIC, 0, 50)    # the store lost the half queue's tail
-    world.store.commit_offset(TRANS_OP_HALF_TOPIC, 0, 50)
+    world.store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, 50)    # the store lost the half queue's tail
+    world.store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, 50)
     world.broker.send_half("TX")
     world.advance(TIMEOUT_MS + 1)
     world.checker().run_once()
@@ -369,9 +370,9 @@ def test_a_committed_offset_beyond_the_queue_end_restarts_from_the_beginning(wor
 def test_a_lost_queue_tail_rescans_without_asking_settled_transactions(world):
     world.broker.send_half("SETTLED")
     world.broker.end("SETTLED", COMMIT)
-    world.store.commit_offset(TRANS_HALF_TOPIC, 0, 60)
-    world.store.commit_offset(TRANS_OP_HALF_TOPIC, 0, 60)
+    world.store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, 60)
+    world.store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, 60)
     world.advance(TIMEOUT_MS + 1)
     checker = world.checker()
     checker.run_once()
-    assert world.producers.asked == [] and world.store.committed_offset(TRANS_HALF_TOPIC, 0) == 1
+    assert world.producers.asked == [] and world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 1

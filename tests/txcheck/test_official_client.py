@@ -21,7 +21,7 @@ from services.runtime.clock import SystemClock
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.rpc.broker_client import GrpcProducers
-from services.txcheck.rpc.store_client import GrpcTxStore
+from services.store.client.client import GrpcStoreClient
 from services.txcheck.service import CheckService
 from tests.support.official_client import WAIT_S, Client, consume
 from tests.support.processes import Process
@@ -57,12 +57,12 @@ def wait_for(predicate, what: str, timeout_s: float = WAIT_S) -> None:
 @pytest.fixture
 def run_checker(store_address) -> Iterator:
     """Start the checker core in this process against the real store and a broker."""
-    started: list[tuple[CheckService, GrpcTxStore, GrpcProducers, HalfMessageChecker]] = []
+    started: list[tuple[CheckService, GrpcStoreClient, GrpcProducers, HalfMessageChecker]] = []
 
     def start(broker_port: int, **overrides) -> HalfMessageChecker:
         config = TxCheckConfig(store_address=store_address, broker_addresses=(f"127.0.0.1:{broker_port}",),
                                **{**FAST, **overrides})
-        store, producers = GrpcTxStore(store_address), GrpcProducers(config.broker_addresses)
+        store, producers = GrpcStoreClient(store_address, put_stream=False), GrpcProducers(config.broker_addresses)
         checker = HalfMessageChecker(config, store, producers, SystemClock())
         service = CheckService(checker, config)
         service.start()

@@ -33,6 +33,7 @@ from services.store.client.model import (
     StoredMessage,
     StoreMessage,
     TopicInfo,
+    stored_from_raw,
 )
 from services.store.client.transport import GrpcTransport, LocalTransport, Stream, Transport
 from services.store.rpc.servicer import StoreServicer
@@ -99,8 +100,8 @@ class StoreClient:
         if not response.HasField("batch"):  # a store that predates batch_results
             if len(response.results) != len(messages):
                 raise StoreError(f"store answered {len(response.results)} results for {len(messages)} messages")
-            return [PutOutcome(_PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error)
-                    for r in response.results]
+            return [PutOutcome(_PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error,
+                               r.store_timestamp_ms) for r in response.results]
         return _outcomes(response.batch, len(messages))
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 0,
@@ -114,22 +115,27 @@ class StoreClient:
 
     def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 0,
                          tags_codes: Iterable[int] = ()) -> GetOutcome:
-        """GetRawMessages: the same read, whole CommitLog records as bytes (``model.stored_from_raw``)."""
+        """GetRawMessages: the same read, whole CommitLog records as bytes (``model.stored_from_raw``
+        decodes one)."""
         response = self._call("GetRawMessages", pb.GetMessagesRequest(
             topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=max_count, max_bytes=max_bytes,
             tags_codes=tags_codes))
         return GetOutcome(_GET_STATUS[response.status], list(response.records), response.next_begin_offset,
                           response.min_offset, response.max_offset)
 
-    def look_raw_messages(self, refs: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes at these (CommitLog offset, size) pairs, in order; b"" where nothing is."""
-        records: list[bytes] = []
+    def look_messages(self, refs: Sequence[tuple[int, int]]) -> dict[int, StoredMessage]:
+        """The records at these (CommitLog offset, size) pairs, by offset (LookRawMessages);
+        absent ones, and bytes that are not that record, are left out."""
+        found: dict[int, StoredMessage] = {}
         for start in range(0, len(refs), LOOK_RAW_RECORDS_MAX):
             chunk = refs[start:start + LOOK_RAW_RECORDS_MAX]
             response = self._call("LookRawMessages", pb.LookRawMessagesRequest(
                 phy_offsets=[offset for offset, _ in chunk], sizes=[size for _, size in chunk]))
-            records.extend(response.records)
-        return records
+            for (offset, size), raw in zip(chunk, response.records):
+                record = stored_from_raw(raw) if raw else None
+                if record is not None and record.phy_offset == offset and record.store_size_bytes == size:
+                    found[offset] = record
+        return found
 
     def look_message(self, phy_offset: int) -> StoredMessage | None:
         """The record starting at a CommitLog offset, or None."""
@@ -379,7 +385,8 @@ def _outcomes(batch: pb.PutBatchResult, count: int) -> list[PutOutcome]:
         return [PutOutcome(status, error=batch.error) for _ in range(count)]
     prefix = batch.store_host_prefix
     error = batch.error
-    return [PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error)
+    stored_ms = batch.store_timestamp_ms
+    return [PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error, stored_ms)
             for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)]
 
 

@@ -78,6 +78,7 @@ class PutOutcome:
     phy_offset: int = -1
     offset_msg_id: str = ""
     error: str = ""
+    store_timestamp_ms: int = 0   # written into the record; 0 if not appended
 
     @property
     def ok(self) -> bool:

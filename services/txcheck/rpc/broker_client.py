@@ -16,7 +16,6 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.runtime.rpc.tls import TlsFiles, open_channel
-from services.domain.format.commitlog_format import host_to_string
 from services.domain.format.properties_format import TAGS
 from services.txcheck.model import CheckOutcome, CheckRequest
 
@@ -31,8 +30,8 @@ def check_request_to_pb(request: CheckRequest) -> pb.CheckTransactionRequest:
             topic=half.topic, queue_id=half.queue_id, queue_offset=half.queue_offset, phy_offset=half.phy_offset,
             message_id=request.message_id, offset_msg_id=half.offset_msg_id,
             tag=half.properties.get(TAGS, ""), keys=half.keys, born_timestamp_ms=half.born_timestamp_ms,
-            store_timestamp_ms=half.store_timestamp_ms, born_host=host_to_string(half.born_host),
-            store_host=host_to_string(half.store_host), reconsume_times=half.reconsume_times,
+            store_timestamp_ms=half.store_timestamp_ms, born_host=half.born_host,
+            store_host=half.store_host, reconsume_times=half.reconsume_times,
             properties=half.properties, body=half.body))
 
 
