@@ -15,10 +15,10 @@ import sys
 import time
 
 from services.process import StopSignals, apply_cpu_affinity, configure_logging, format_address, tune_gc
-from services.store.checkpoint import StoreLockedError
 from services.rpc.tls import TlsFiles
 from services.settings import settings_from_args, settings_parser
 from services.store.config import SETTINGS, StoreConfig, config_from_settings
+from services.store.errors import StoreLockedError
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore

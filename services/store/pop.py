@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
+from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.domain.names import retry_topic, validate_group_name, validate_topic_name
 from services.store.model import GetStatus
@@ -515,5 +516,4 @@ class PopService:
 
     def _check_running(self) -> None:
         if not self._store.running:
-            from services.store.store import StoreNotRunningError
             raise StoreNotRunningError("the store is not running")

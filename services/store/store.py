@@ -55,10 +55,6 @@ log = logging.getLogger(__name__)
 CONSUMER_OFFSET_PERSIST_INTERVAL_MS = 5_000
 
 
-class StoreNotRunningError(RuntimeError):
-    """The store was used before start() or after shutdown()."""
-
-
 class _IndexDispatcher:
     def __init__(self, index_service: IndexService) -> None:
         self.index_service = index_service

@@ -14,7 +14,8 @@ from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.pop import AckStatus, PopResult, PopStatus
 from services.store.pop_revive import (
     DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, ReceiptHandle)
-from services.store.store import FileStore, StoreNotRunningError
+from services.store.errors import StoreNotRunningError
+from services.store.store import FileStore
 
 from tests.store.conftest import message
 

@@ -9,7 +9,7 @@ import pytest
 
 from services.store.checkpoint import CheckpointFile
 from services.store.model import GetStatus
-from services.store.recovery import CommitLogCorruptError
+from services.store.errors import CommitLogCorruptError
 from services.store.store import FileStore
 from tests.store.conftest import message, small_config
 

@@ -16,12 +16,13 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
+from services.store.errors import StoreUnavailableError
 from services.store.metrics import MetricsHttpServer, StoreMetrics
 from services.store.model import Arrival, PutResult, PutStatus
 from services.store.rpc import convert
 from services.store.rpc.server import build_server, stop_server
 from services.store.rpc.servicer import ArrivalWatcher
-from services.store.rpc.status import StoreUnavailableError, check_put_batch
+from services.store.rpc.status import check_put_batch
 from services.store.store import FileStore
 
 TOPIC = "TopicTest"

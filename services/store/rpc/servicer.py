@@ -20,9 +20,10 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from prometheus_client import Histogram
 
 from services.store.consumer_stats import consumer_stats
+from services.store.errors import TooManyWatchersError
 from services.store.model import Arrival
 from services.store.rpc import convert
-from services.store.rpc.status import TooManyWatchersError, check_put_batch, check_put_status, rpc_errors
+from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
 WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)

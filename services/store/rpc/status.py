@@ -24,18 +24,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from services.store.errors import StoreNotRunningError, StoreUnavailableError, TooManyWatchersError
 from services.store.model import PutResult, PutStatus
-from services.store.store import StoreNotRunningError
 
 log = logging.getLogger(__name__)
-
-
-class StoreUnavailableError(Exception):
-    """The store cannot serve the call now (shutting down, not started)."""
-
-
-class TooManyWatchersError(Exception):
-    """WatchArrivals: the server's limit of open watch streams is reached."""
 
 
 Code = grpc.StatusCode
