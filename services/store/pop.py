@@ -34,10 +34,10 @@ either filter rejects is finished on the spot, exactly like an acked one.
 
 FIFO pops (``fifo`` or the group's consume_message_orderly) lock the queue for the group while
 any popped message of it is in flight. Redelivery after the invisible time (retry topic, FIFO
-same offset, DLQ after retry_max_times + 1 deliveries): ``pop_revive``.
+same offset, DLQ after retry_max_times + 1 deliveries): ``revive``.
 
-Receipt handles (format in ``pop_revive``) name one delivery: a handle from an earlier delivery,
-an earlier change of invisible time or an earlier store process never acks a later one.
+Receipt handles (format in ``receipt_handle``) name one delivery: a handle from an earlier
+delivery, an earlier change of invisible time or an earlier store process never acks a later one.
 
 Locking: ``_lock`` guards all state. Puts into the retry and DLQ topics happen outside it (a
 SYNC flush wait must not stall pops): the entry is ``claimed`` first so no handle can ack it
@@ -59,8 +59,9 @@ from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.domain.names import retry_topic, validate_group_name, validate_topic_name
 from services.store.model import GetStatus
-from services.store.pop_revive import (
-    REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
+from services.store.receipt_handle import ReceiptHandle
+from services.store.revive import (
+    REVIVE_INTERVAL_MS, InFlight, QueueKey, ReviveSchedule, ReviveService, max_deliveries)
 from services.domain.sql_filter import SqlFilter, compile_sql
 
 if TYPE_CHECKING:
@@ -472,7 +473,7 @@ class PopService:
                 del state.in_flight[offset]
                 state.redeliver[offset] = entry
 
-    # -- revive hooks (pop_revive.ReviveService) --------------------------------------------------
+    # -- revive hooks (revive.ReviveService) --------------------------------------------------
     def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]:
         """Claim the entries whose revive time passed: (entries to re-put, FIFO queues unlocked).
 

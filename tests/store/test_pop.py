@@ -12,8 +12,8 @@ import pytest
 from services.domain.format.java_compat import java_string_hash
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.pop import AckStatus, PopResult, PopStatus
-from services.store.pop_revive import (
-    DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, ReceiptHandle)
+from services.store.receipt_handle import ReceiptHandle
+from services.store.revive import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID
 from services.store.errors import StoreNotRunningError
 from services.store.store import FileStore
 
