@@ -20,7 +20,7 @@ from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.service_main import retry_while_locked, run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.runtime.rpc.tls import TlsFiles
-from services.store.checkpoint import StoreLockedError
+from services.store.errors import StoreLockedError
 from services.store.config import SETTINGS, StoreConfig, config_from_settings
 from services.store.metrics import StoreMetrics
 from services.store.rpc.server import build_server, stop_server

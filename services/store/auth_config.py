@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.runtime.clock import Clock
+from services.store.errors import AuthConfigError
 from services.store.metadata import DataVersion, json_object, json_str, load_with_backup, write_atomically
 
 AUTH_FILE = "auth.json"
@@ -36,10 +37,6 @@ DECISIONS = ("Allow", "Deny")
 RESOURCE_TYPES = ("Topic", "Group", "Cluster")
 USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 POLICIES_MAX = 1_000
-
-
-class AuthConfigError(ValueError):
-    """A user or ACL that cannot be stored (INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True)

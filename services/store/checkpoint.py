@@ -11,6 +11,7 @@ from services.domain.format.checkpoint_format import (
     decode_checkpoint,
     encode_checkpoint,
 )
+from services.store.errors import StoreLockedError
 
 
 class CheckpointFile:
@@ -31,10 +32,6 @@ class CheckpointFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-class StoreLockedError(RuntimeError):
-    """Another process holds the store root's lock file."""
 
 
 class StoreLock:

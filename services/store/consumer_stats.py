@@ -11,12 +11,10 @@ The group's retry topic ``%RETRY%{group}`` appears as its own topic. No gRPC her
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from services.store.consumer_offsets import TOPIC_GROUP_SEPARATOR
-
-if TYPE_CHECKING:
-    from services.store.store import FileStore
+from services.store.consumer_offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsetManager
+from services.store.pop import PopService
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +25,18 @@ class ConsumerStats:
     inflight_messages: int
 
 
-def consumer_stats(store: FileStore, group: str = "") -> list[ConsumerStats]:
+class ConsumptionSource(Protocol):
+    """What the figures are read from (a FileStore)."""
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager: ...
+    @property
+    def pop(self) -> PopService: ...
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+
+def consumer_stats(store: ConsumptionSource, group: str = "") -> list[ConsumerStats]:
     """Every (group, topic) with committed offsets or messages in flight, sorted; ``group``
     limits it to one group."""
     lag: dict[tuple[str, str], int] = {}

@@ -36,6 +36,8 @@ from json import JSONDecodeError
 from json.decoder import scanstring
 from typing import Any
 
+from services.store.errors import FastjsonDecodeError
+
 NESTING_DEPTH_MAX = 64  # metadata files nest at most 6 levels deep
 
 
@@ -43,14 +45,6 @@ class Bean(dict):  # type: ignore[type-arg]
     """A Java bean: written with keys in alphabetical order and ``None`` values omitted."""
 
     __slots__ = ()
-
-
-class FastjsonDecodeError(ValueError):
-    """The text is not fastjson-flavoured JSON; ``pos`` is the offending character index."""
-
-    def __init__(self, message: str, pos: int) -> None:
-        super().__init__(f"{message} at char {pos}")
-        self.pos = pos
 
 
 # -- writer -------------------------------------------------------------------------------

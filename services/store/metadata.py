@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from services.domain.names import validate_group_name, validate_topic_name
-from services.store.fastjson import Bean, FastjsonDecodeError
+from services.store.errors import FastjsonDecodeError, MetadataFileError
+from services.store.fastjson import Bean
 from services.domain.format.java_compat import java_hashmap_order
 
 log = logging.getLogger(__name__)
@@ -273,10 +274,6 @@ DELAY_OFFSET_FILE = "delayOffset.json"
 BACKUP_SUFFIX = ".bak"
 TEMP_SUFFIX = ".tmp"          # ours; RocketMQ never creates it and ignores it
 CORRUPT_SUFFIX = ".corrupt"   # ours: an unreadable main file is set aside, not deleted
-
-
-class MetadataFileError(Exception):
-    """A metadata file and its ``.bak`` exist but neither can be decoded."""
 
 
 def _sibling(path: Path, suffix: str) -> Path:

@@ -34,15 +34,20 @@ either filter rejects is finished on the spot, exactly like an acked one.
 
 FIFO pops (``fifo`` or the group's consume_message_orderly) lock the queue for the group while
 any popped message of it is in flight. Redelivery after the invisible time (retry topic, FIFO
-same offset, DLQ after retry_max_times + 1 deliveries): ``pop_revive``.
+same offset, DLQ after retry_max_times + 1 deliveries): ``revive``.
 
-Receipt handles (format in ``pop_revive``) name one delivery: a handle from an earlier delivery,
-an earlier change of invisible time or an earlier store process never acks a later one.
+Receipt handles (format in ``receipt_handle``) name one delivery: a handle from an earlier
+delivery, an earlier change of invisible time or an earlier store process never acks a later one.
 
 Locking: ``_lock`` guards all state. Puts into the retry and DLQ topics happen outside it (a
 SYNC flush wait must not stall pops): the entry is ``claimed`` first so no handle can ack it
-meanwhile. Order: ``_lock -> topic/group/offset table locks``; arrival listeners are called
+meanwhile. Order: ``_lock -> topic/group/offset table locks``; the arrival bus is published to
 without ``_lock``.
+
+Collaborators are passed in by name, never the store: its ``get_messages`` (queue reads),
+the topic and subscription group tables, the consumer offsets, the clock and whether the store
+runs; for ``ReviveService``, which PopService starts and owns, also the store's
+``put_messages`` and ``max_offset_in_queue`` and the arrival bus.
 """
 from __future__ import annotations
 
@@ -50,20 +55,25 @@ import enum
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
+from services.store.arrivals import ArrivalBus
+from services.runtime.clock import Clock
+from services.store.consumer_offsets import ConsumerOffsetManager
+from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.domain.names import retry_topic, validate_group_name, validate_topic_name
 from services.domain.statuses import GetStatus
-from services.store.pop_revive import (
-    REVIVE_INTERVAL_MS, InFlight, QueueKey, ReceiptHandle, ReviveSchedule, ReviveService, max_deliveries)
+from services.store.model import GetResult
+from services.store.receipt_handle import ReceiptHandle
+from services.store.revive import (
+    REVIVE_INTERVAL_MS, InFlight, PutMessages, QueueKey, ReviveSchedule, ReviveService, max_deliveries)
 from services.domain.sql_filter import SqlFilter, compile_sql
-
-if TYPE_CHECKING:
-    from services.store.store import FileStore
+from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +147,13 @@ class _PopRequest:
     now_ms: int
 
 
+class GetMessages(Protocol):
+    """The store's read by queue offset (``FileStore.get_messages``)."""
+
+    def __call__(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                 max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> GetResult: ...
+
+
 def _check_names(group: str, topic: str) -> None:
     reason = validate_group_name(group) or validate_topic_name(topic)
     if reason:
@@ -144,9 +161,16 @@ def _check_names(group: str, topic: str) -> None:
 
 
 class PopService:
-    def __init__(self, store: FileStore, revive_interval_ms: int = REVIVE_INTERVAL_MS) -> None:
-        self._store = store
-        self._clock = store.clock
+    def __init__(self, *, get_messages: GetMessages, max_offset_in_queue: Callable[[str, int], int],
+                 put_messages: PutMessages, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 consumer_offsets: ConsumerOffsetManager, arrivals: ArrivalBus, clock: Clock,
+                 is_running: Callable[[], bool], revive_interval_ms: int = REVIVE_INTERVAL_MS) -> None:
+        self._get_messages = get_messages
+        self._topics = topics
+        self._groups = groups
+        self._consumer_offsets = consumer_offsets
+        self._clock = clock
+        self._is_running = is_running
         self._lock = threading.Lock()
         self._queues: dict[QueueKey, _QueueState] = {}
         self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
@@ -155,7 +179,14 @@ class PopService:
         self._rotation: dict[tuple[str, str], int] = {}
         self._group_cache: dict[str, SubscriptionGroupConfig] = {}
         self._group_cache_version = -1
-        self.revive = ReviveService(self, store, revive_interval_ms)
+        self._revive = ReviveService(
+            self, put_messages=put_messages, topics=topics, max_offset_in_queue=max_offset_in_queue,
+            arrivals=arrivals, clock=clock, is_running=is_running, interval_ms=revive_interval_ms)
+
+    @property
+    def revive(self) -> ReviveService:
+        """The redelivery loop (the store starts and stops it with its other services)."""
+        return self._revive
 
     # -- API ------------------------------------------------------------------------------------
     def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
@@ -205,7 +236,7 @@ class PopService:
                 unlocked.append(self._finish_locked(entry))
                 statuses.append(AckStatus.OK)
         if unlocked:
-            self.revive.announce(unlocked)
+            self._revive.announce(unlocked)
         return statuses
 
     def in_flight_counts(self) -> dict[tuple[str, str], int]:
@@ -240,14 +271,14 @@ class PopService:
                 return AckStatus.INVALID_RECEIPT_HANDLE
             entry.claimed = True
             entry.to_dlq = True
-        ok = self.revive.move(entry)
-        self.revive.announce([self.settle(entry, ok, retry_at_ms=None)])
+        ok = self._revive.move(entry)
+        self._revive.announce([self.settle(entry, ok, retry_at_ms=None)])
         return AckStatus.OK if ok else AckStatus.DLQ_PUT_FAILED
 
     def group_config(self, group: str, create: bool = True) -> SubscriptionGroupConfig:
         """The group's config; an unknown group is created with defaults (RocketMQ's
         autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
-        groups = self._store.groups
+        groups = self._groups
         version = groups.data_version.counter
         if version != self._group_cache_version:
             self._group_cache = {g.group_name: g for g in groups.list()}
@@ -270,7 +301,7 @@ class PopService:
     def _queues_to_scan_locked(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
         if queue_id >= 0:
             return [(topic, queue_id)]
-        config = self._store.topics.get(topic)
+        config = self._topics.get(topic)
         queues = [(topic, q) for q in range(config.read_queue_nums if config else 0)]
         retry = retry_topic(group)
         if topic != retry:
@@ -314,7 +345,7 @@ class PopService:
             want = min(req.max_count - len(out), POP_WINDOW_OFFSETS_MAX - (cursor - state.committed))
             if want <= 0:
                 return
-            result = self._store.get_messages(source, queue_id, cursor, want, tags_codes=filter_codes)
+            result = self._get_messages(source, queue_id, cursor, want, tags_codes=filter_codes)
             status = result.status
             if status is GetStatus.OFFSET_TOO_SMALL:
                 self._skip_to_locked(key, state, result.min_offset)
@@ -356,7 +387,7 @@ class PopService:
         out.append(PoppedMessage(raw, topic, key[1], key[2], offset, attempt, entry.handle))
 
     def _read_raw(self, source: str, queue_id: int, offset: int) -> bytes | None:
-        result = self._store.get_messages(source, queue_id, offset, 1)
+        result = self._get_messages(source, queue_id, offset, 1)
         if result.status is not GetStatus.FOUND:
             return None
         raw = result.raw_messages[0]
@@ -372,7 +403,7 @@ class PopService:
     # -- per-queue state ------------------------------------------------------------------------
     def _state_locked(self, key: QueueKey) -> _QueueState:
         group, source, queue_id = key
-        seen = self._store.consumer_offsets.query_offset(group, source, queue_id)
+        seen = self._consumer_offsets.query_offset(group, source, queue_id)
         state = self._queues.get(key)
         if state is None:
             state = self._queues[key] = _QueueState(committed=max(seen, 0), seen=seen)
@@ -419,7 +450,7 @@ class PopService:
 
     def _commit_locked(self, key: QueueKey, state: _QueueState) -> None:
         group, source, queue_id = key
-        self._store.consumer_offsets.commit_offset(group, source, queue_id, state.committed)
+        self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
         state.seen = state.committed
 
     # -- in-flight entries ----------------------------------------------------------------------
@@ -471,7 +502,7 @@ class PopService:
                 del state.in_flight[offset]
                 state.redeliver[offset] = entry
 
-    # -- revive hooks (pop_revive.ReviveService) --------------------------------------------------
+    # -- revive hooks (revive.ReviveService) --------------------------------------------------
     def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]:
         """Claim the entries whose revive time passed: (entries to re-put, FIFO queues unlocked).
 
@@ -514,6 +545,5 @@ class PopService:
             return None
 
     def _check_running(self) -> None:
-        if not self._store.running:
-            from services.store.store import StoreNotRunningError
+        if not self._is_running():
             raise StoreNotRunningError("the store is not running")

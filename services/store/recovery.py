@@ -29,21 +29,9 @@ from services.domain.format.commitlog_format import (
     validate_record,
 )
 from services.store.consume_queue import ConsumeQueueStore
+from services.store.errors import CommitLogCorruptError
 
 log = logging.getLogger(__name__)
-
-
-class CommitLogCorruptError(RuntimeError):
-    """Damaged CommitLog data with valid records after it: the store will not start."""
-
-    def __init__(self, phy_offset: int, next_valid_offset: int, reason: str) -> None:
-        super().__init__(
-            f"CommitLog damaged at phy_offset {phy_offset} ({reason}), yet a valid record follows at "
-            f"phy_offset {next_valid_offset}: refusing to truncate acknowledged data. Inspect the "
-            f"segment, or start with allow_truncate_corrupt to drop everything from {phy_offset}.")
-        self.phy_offset = phy_offset
-        self.next_valid_offset = next_valid_offset
-        self.reason = reason
 
 
 @dataclass(frozen=True)

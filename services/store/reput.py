@@ -2,7 +2,7 @@
 
 ``ReputService.run_once()`` dispatches everything between ``reput_from_offset`` and the
 CommitLog's max offset, in batches: each dispatcher gets a list of DispatchRequests, then the
-arrival listeners get one Arrival per queue that grew. The thread sleeps on a condition that
+arrival bus gets one Arrival per queue that grew. The thread sleeps on a condition that
 ``notify_append()`` signals after each put, so it never polls.
 
 Invariant: ``commitlog.min_offset <= reput_from_offset <= commitlog.max_offset`` and
@@ -16,6 +16,7 @@ import operator
 import threading
 from typing import Callable, Protocol
 
+from services.store.arrivals import ArrivalBus
 from services.store.commitlog import CommitLog
 from services.store.model import Arrival, DispatchRequest
 
@@ -30,25 +31,39 @@ class Dispatcher(Protocol):
 
 
 class ReputService:
-    def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher],
-                 listeners: list[Callable[[list[Arrival]], None]],
-                 queue_max_offset: Callable[[str, int], int]) -> None:
-        self.commitlog = commitlog
-        self.dispatchers = dispatchers
-        self.listeners = listeners
-        self.queue_max_offset = queue_max_offset
-        self.reput_from_offset = 0
-        self.dispatch_lock = threading.Lock()  # held while dispatching; retention takes it too
+    def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher], arrivals: ArrivalBus,
+                 queue_max_offset: Callable[[str, int], int], reput_from_offset: int) -> None:
+        self._commitlog = commitlog
+        self._dispatchers = dispatchers
+        self._arrivals = arrivals
+        self._queue_max_offset = queue_max_offset
+        self._reput_from_offset = reput_from_offset
+        self._dispatch_lock = threading.Lock()  # held while dispatching; retention takes it too
         self._cond = threading.Condition()
         self._pending = False
         self._stopped = False
         self._run_lock = threading.Lock()  # one run_once at a time (the thread, start-up, tests)
         self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def reput_from_offset(self) -> int:
+        """Where dispatch goes on: everything before it is in the ConsumeQueues and IndexFile."""
+        return self._reput_from_offset
+
+    @property
+    def dispatch_lock(self) -> threading.Lock:
+        """Held while a batch is dispatched (and reput_from_offset moves past it)."""
+        return self._dispatch_lock
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the reput thread, if anything did."""
+        return self._error
 
     @property
     def dispatch_behind_bytes(self) -> int:
-        return max(0, self.commitlog.max_offset - self.reput_from_offset)
+        return max(0, self._commitlog.max_offset - self._reput_from_offset)
 
     def notify_append(self) -> None:
         if self._pending:
@@ -59,10 +74,10 @@ class ReputService:
 
     def _next_batch(self, end: int) -> tuple[list[DispatchRequest], int]:
         """Up to DISPATCH_BATCH_MAX requests from reput_from_offset, and the offset after them."""
-        commitlog = self.commitlog
+        commitlog = self._commitlog
         backlog = commitlog.dispatch_backlog
         batch: list[DispatchRequest] = []
-        offset = self.reput_from_offset
+        offset = self._reput_from_offset
         while offset < end and len(batch) < DISPATCH_BATCH_MAX:
             while backlog and backlog[0].phy_offset < offset:
                 backlog.popleft()  # recorded before a restart of reput from an earlier point
@@ -121,26 +136,39 @@ class ReputService:
         with self._run_lock:
             return self._run_once_locked()
 
+    def redispatch(self, from_offset: int, dispatchers: list[Dispatcher]) -> int:
+        """Dispatch everything from ``from_offset`` into ``dispatchers`` only (rebuilding them
+        from the CommitLog; the other dispatchers keep what they hold). Returns the count."""
+        with self._run_lock:
+            saved = self._dispatchers
+            self._dispatchers = dispatchers
+            self._reput_from_offset = from_offset
+            try:
+                return self._run_once_locked()
+            finally:
+                self._dispatchers = saved
+
     def _run_once_locked(self) -> int:
         total = 0
+        commitlog = self._commitlog
         while True:
-            if self.reput_from_offset < self.commitlog.min_offset:
+            if self._reput_from_offset < commitlog.min_offset:
                 # Retention deleted segments before they were dispatched (RocketMQ's doReput
                 # clamps the same way): continue at the oldest segment still there.
                 log.warning("reput from %d is below the CommitLog min offset %d; skipping ahead",
-                            self.reput_from_offset, self.commitlog.min_offset)
-                self.reput_from_offset = self.commitlog.min_offset
-            end = self.commitlog.max_offset
-            if self.reput_from_offset >= end:
+                            self._reput_from_offset, commitlog.min_offset)
+                self._reput_from_offset = commitlog.min_offset
+            end = commitlog.max_offset
+            if self._reput_from_offset >= end:
                 return total
             batch, offset = self._next_batch(end)
             # reput_from_offset moves only once the batch is in the ConsumeQueues and IndexFile,
             # so whoever reads it under dispatch_lock (the checkpoint) never runs ahead of them.
-            with self.dispatch_lock:
-                for dispatcher in self.dispatchers:
+            with self._dispatch_lock:
+                for dispatcher in self._dispatchers:
                     dispatcher.dispatch(batch)
-                moved = offset != self.reput_from_offset
-                self.reput_from_offset = offset
+                moved = offset != self._reput_from_offset
+                self._reput_from_offset = offset
             if batch:
                 self._announce(batch)
                 total += len(batch)
@@ -148,18 +176,14 @@ class ReputService:
                 return total
 
     def _announce(self, batch: list[DispatchRequest]) -> None:
-        if not self.listeners:
+        if not self._arrivals.has_listeners:
             return
         last: dict[tuple[str, int], int] = {}
         for req in batch:
             if req.sys_flag & 0xC in (0x0, 0x8):
                 last[(req.topic, req.queue_id)] = req.store_timestamp_ms
-        arrivals = [Arrival(t, q, self.queue_max_offset(t, q), ts) for (t, q), ts in last.items()]
-        for listener in list(self.listeners):
-            try:
-                listener(arrivals)
-            except Exception:  # a listener must never stop dispatch
-                log.exception("arrival listener failed")
+        queue_max_offset = self._queue_max_offset
+        self._arrivals.publish([Arrival(t, q, queue_max_offset(t, q), ts) for (t, q), ts in last.items()])
 
     # -- thread ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,7 +195,7 @@ class ReputService:
             with self._cond:
                 while not self._pending and not self._stopped:
                     self._cond.wait(1.0)
-                    if self.commitlog.max_offset > self.reput_from_offset:
+                    if self._commitlog.max_offset > self._reput_from_offset:
                         break
                 if self._stopped:
                     return
@@ -179,8 +203,8 @@ class ReputService:
             try:
                 self.run_once()
             except BaseException as exc:  # keep the error visible; the store reports it
-                self.error = exc
-                log.exception("reput failed at phy_offset %d", self.reput_from_offset)
+                self._error = exc
+                log.exception("reput failed at phy_offset %d", self._reput_from_offset)
                 return
 
     def halt(self) -> None:

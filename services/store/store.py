@@ -1,5 +1,6 @@
-"""FileStore: the store core. Wires CommitLog, ConsumeQueues, IndexFile, reput, flush,
-recovery and retention together behind one narrow API (no gRPC here).
+"""FileStore: the store core. Constructs and wires CommitLog, ConsumeQueues, IndexFile, reput,
+flush, recovery, retention, the metadata tables and the pop engine behind one narrow API (no
+gRPC here), and delegates to them; it validates puts itself.
 
 Data flow::
 
@@ -9,7 +10,15 @@ Data flow::
                  ReputService (thread, woken on append) -> ConsumeQueueStore, IndexService
                                    |
                                    v
-                 arrival listeners (long polling, WatchArrivals)
+                 ArrivalBus <- PopService / ReviveService (FIFO queues unlocked)
+                                   |
+                                   v
+                 subscribers (long polling: WatchArrivals)
+
+The parts never see the FileStore: each gets the collaborators it uses (reput the CommitLog,
+its dispatchers and the bus; the pop engine the store's get_messages / put_messages /
+max_offset_in_queue, the tables, the bus and the clock). The read-only properties below expose
+the parts to the servicer, tests and benchmarks.
 
 The CommitLog is the truth; ConsumeQueues, IndexFiles and the checkpoint are caches that
 recovery truncates and reput rebuilds from it.
@@ -22,6 +31,7 @@ import shutil
 import threading
 from typing import Callable
 
+from services.store.arrivals import ArrivalBus, ArrivalListener
 from services.store.checkpoint import (
     CheckpointFile, StoreLock, abort_file_exists, create_abort_file, delete_abort_file)
 from services.store.clean import CleanService
@@ -32,11 +42,7 @@ from services.store.consume_queue import ConsumeQueueStore
 from services.store.mapped_file import WarmAheadService
 from services.store.flush import (
     ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
-from services.domain.format.commitlog_format import (
-    PROPERTIES_SIZE_MAX_BYTES,
-    MessageRecord,
-    decode_offset_msg_id,
-)
+from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
 from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
 from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
@@ -44,10 +50,11 @@ from services.store.metadata import TopicConfig
 from services.domain.names import is_system_topic, validate_topic_name
 from services.store.auth_config import AuthConfigManager
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from services.store.model import Arrival, DispatchRequest, GetResult, PutResult, StoreStats
-from services.domain.statuses import GetStatus, PutStatus
+from services.store.model import DispatchRequest, PutResult, StoreStats
+from services.domain.statuses import PutStatus
 from services.store.pop import PopService
-from services.store.recovery import recover
+from services.store.recovery import RecoveryResult, recover
+from services.store.reput import ReputService
 from services.store.store_read import StoreReader
 
 log = logging.getLogger(__name__)
@@ -55,16 +62,12 @@ log = logging.getLogger(__name__)
 CONSUMER_OFFSET_PERSIST_INTERVAL_MS = 5_000
 
 
-class StoreNotRunningError(RuntimeError):
-    """The store was used before start() or after shutdown()."""
-
-
 class _IndexDispatcher:
     def __init__(self, index_service: IndexService) -> None:
-        self.index_service = index_service
+        self._index_service = index_service
 
     def dispatch(self, requests: list[DispatchRequest]) -> None:
-        self.index_service.build_index_batch(requests)
+        self._index_service.build_index_batch(requests)
 
 
 # The batch-wide size checks run in C over the prepared tuples (record, topic part, properties).
@@ -75,37 +78,107 @@ _TOTAL_SIZE = operator.attrgetter("total_size")
 
 class FileStore(StoreReader):
     def __init__(self, config: StoreConfig, clock: Clock | None = None) -> None:
-        self.config = config
-        self.clock = clock or SystemClock()
-        self.commitlog = CommitLog(config, self.clock)
-        self.cq_store = ConsumeQueueStore(config.consume_queue_dir, config.consume_queue_units_per_file)
-        self.index_service = (IndexService(config.index_dir, config.index_hash_slot_num,
-                                           config.index_num_max, self.clock,
-                                           on_index_msg_timestamp=self._on_index_file_full)
-                              if config.message_index_enable else None)
-        self.topics = TopicConfigManager(config.config_dir, self.clock)
-        self.groups = SubscriptionGroupManager(config.config_dir, self.clock)
-        self.consumer_offsets = ConsumerOffsetManager(config.config_dir, self.clock)
-        self.delay_offsets = DelayOffsetManager(config.config_dir, self.clock)
-        self.auth = AuthConfigManager(config.config_dir, self.clock)
-        self._listeners: list[Callable[[list[Arrival]], None]] = []
+        self._config = config
+        self._clock = clock = clock or SystemClock()
+        self._checkpoint: CheckpointFile | None = None
+        super().__init__(
+            CommitLog(config, clock),
+            ConsumeQueueStore(config.consume_queue_dir, config.consume_queue_units_per_file),
+            IndexService(config.index_dir, config.index_hash_slot_num, config.index_num_max, clock,
+                         on_index_msg_timestamp=self._on_index_file_full)
+            if config.message_index_enable else None)
+        self._topics = TopicConfigManager(config.config_dir, clock)
+        self._groups = SubscriptionGroupManager(config.config_dir, clock)
+        self._consumer_offsets = ConsumerOffsetManager(config.config_dir, clock)
+        self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
+        self._auth = AuthConfigManager(config.config_dir, clock)
+        self._arrivals = ArrivalBus()
         self._services: list = []
         self._lock: StoreLock | None = None
-        self.checkpoint: CheckpointFile | None = None
-        self.reput = None
-        self.group_commit: GroupCommitService | None = None
-        self.clean: CleanService | None = None
-        self.running = False
-        self.recovery = None
+        self._reput: ReputService | None = None
+        self._group_commit: GroupCommitService | None = None
+        self._clean: CleanService | None = None
+        self._cq_flush: ConsumeQueueFlushService | None = None
+        self._running = False
+        self._recovery: RecoveryResult | None = None
         self._shutdown_lock = threading.Lock()
         self._topic_cache: dict[str, int] = {}
         self._topic_cache_version = -1
-        self.pop = PopService(self)  # consumer groups' pop / ack state; revive loop started below
+        # Consumer groups' pop / ack state; its revive loop is started with the other services.
+        self._pop = PopService(
+            get_messages=self.get_messages, max_offset_in_queue=self.max_offset_in_queue,
+            put_messages=self.put_messages, topics=self._topics, groups=self._groups,
+            consumer_offsets=self._consumer_offsets, arrivals=self._arrivals, clock=clock,
+            is_running=lambda: self._running)
+
+    # -- parts (read-only) ------------------------------------------------------------------
+    @property
+    def config(self) -> StoreConfig:
+        return self._config
+
+    @property
+    def commitlog(self) -> CommitLog:
+        return self._commitlog
+
+    @property
+    def cq_store(self) -> ConsumeQueueStore:
+        return self._cq_store
+
+    @property
+    def index_service(self) -> IndexService | None:
+        """None when message_index_enable is off."""
+        return self._index_service
+
+    @property
+    def topics(self) -> TopicConfigManager:
+        return self._topics
+
+    @property
+    def groups(self) -> SubscriptionGroupManager:
+        return self._groups
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager:
+        return self._consumer_offsets
+
+    @property
+    def delay_offsets(self) -> DelayOffsetManager:
+        return self._delay_offsets
+
+    @property
+    def auth(self) -> AuthConfigManager:
+        return self._auth
+
+    @property
+    def pop(self) -> PopService:
+        return self._pop
+
+    # Built by start(): None before it.
+    @property
+    def checkpoint(self) -> CheckpointFile | None:
+        return self._checkpoint
+
+    @property
+    def recovery(self) -> RecoveryResult | None:
+        return self._recovery
+
+    @property
+    def reput(self) -> ReputService | None:
+        return self._reput
+
+    @property
+    def group_commit(self) -> GroupCommitService | None:
+        """The SYNC flush's group commit; None in ASYNC mode."""
+        return self._group_commit
+
+    @property
+    def clean(self) -> CleanService | None:
+        return self._clean
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
-        self.config.store_root.mkdir(parents=True, exist_ok=True)
-        self._lock = StoreLock(self.config.lock_path)
+        self._config.store_root.mkdir(parents=True, exist_ok=True)
+        self._lock = StoreLock(self._config.lock_path)
         try:
             self._start_locked()
         except BaseException:
@@ -114,110 +187,108 @@ class FileStore(StoreReader):
             raise
 
     def _close_files(self) -> None:
-        if self.checkpoint is not None:
-            self.checkpoint.close()
-        if self.index_service is not None:
-            self.index_service.close()
-        self.cq_store.close()
-        self.commitlog.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+        if self._index_service is not None:
+            self._index_service.close()
+        self._cq_store.close()
+        self._commitlog.close()
 
     def _start_locked(self) -> None:
-        from services.store.reput import ReputService
-
-        config = self.config
+        config = self._config
         abnormal = abort_file_exists(config.abort_path)
         if abnormal:
             log.warning("abort file found: the last stop was not clean; recovering")
-        for manager in (self.topics, self.groups, self.consumer_offsets, self.delay_offsets, self.auth):
+        for manager in (self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth):
             manager.load()
-        self.checkpoint = CheckpointFile(config.checkpoint_path)
-        cp = self.checkpoint.loaded
-        self.commitlog.mfq.load()
-        self.cq_store.load()
-        self.cq_store.recover()
-        if self.index_service is not None:
+        self._checkpoint = CheckpointFile(config.checkpoint_path)
+        cp = self._checkpoint.loaded
+        self._commitlog.mfq.load()
+        self._cq_store.load()
+        self._cq_store.recover()
+        if self._index_service is not None:
             # RocketMQ drops index files newer than index_msg_timestamp after a crash (that
             # timestamp only moves when a file fills, so: every open file). Our offset checkpoint
             # says how far the index is durable, so with a valid one recovery truncates instead.
             trusted = not abnormal or cp.dispatched_phy_offset >= 0
-            self.index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
-        self.recovery = recover(config, self.commitlog, self.cq_store, self.index_service, cp, abnormal)
-        dispatchers = [self.cq_store] + ([_IndexDispatcher(self.index_service)] if self.index_service else [])
-        self.reput = ReputService(self.commitlog, dispatchers, self._listeners, self.max_offset_in_queue)
-        self.reput.reput_from_offset = self.recovery.reput_from_offset
+            self._index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
+        self._recovery = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
+        dispatchers = [self._cq_store] + ([_IndexDispatcher(self._index_service)] if self._index_service else [])
+        self._reput = ReputService(self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue,
+                                   self._recovery.reput_from_offset)
         lost = self._consume_queue_units_lost(cp)
-        self.reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
-        holes = self.cq_store.queues_with_holes() if abnormal else []
+        self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
+        holes = self._cq_store.queues_with_holes() if abnormal else []
         if holes:
             log.warning("ConsumeQueues with holes after an abnormal stop (%s): rebuilding them", ", ".join(holes[:5]))
         if lost or holes or not self._consume_queues_consistent():
             self._rebuild_consume_queues()
-        self.commitlog.queue_offset_table = self.cq_store.queue_offset_table()
-        self.cq_store.correct_min_offsets(self.commitlog.min_offset)
+        self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
+        self._cq_store.correct_min_offsets(self._commitlog.min_offset)
         # Recovery flushed the CommitLog to its end: record that before serving (the first
         # checkpoint save is just below), so a power cut before the next save still knows which
         # damage lies in the unflushed window (a torn tail) and which would be real corruption.
-        self.checkpoint.current.flushed_phy_offset = self.commitlog.flushed_where
+        self._checkpoint.current.flushed_phy_offset = self._commitlog.flushed_where
         create_abort_file(config.abort_path)
         self._start_services()
-        self.running = True
-        log.info("store started: commitlog [%d, %d), reput from %d, %d queues%s", self.commitlog.min_offset,
-                 self.commitlog.max_offset, self.recovery.reput_from_offset, len(self.cq_store.queues),
+        self._running = True
+        log.info("store started: commitlog [%d, %d), reput from %d, %d queues%s", self._commitlog.min_offset,
+                 self._commitlog.max_offset, self._recovery.reput_from_offset, len(self._cq_store.queues),
                  " (recovered after abnormal stop)" if abnormal else "")
 
     def _start_services(self) -> None:
-        config = self.config
-        assert self.checkpoint is not None and self.reput is not None
+        config = self._config
+        assert self._checkpoint is not None and self._reput is not None
         cq_flush = ConsumeQueueFlushService(
             config.flush_consume_queue_interval_ms, self._dispatched_state,
-            self._flush_derived, self.checkpoint, lambda: self._logics_timestamp())
+            self._flush_derived, self._checkpoint, lambda: self._logics_timestamp())
         cq_flush.run_once()
         self._cq_flush = cq_flush
         if config.flush_mode is FlushMode.SYNC:
-            self.group_commit = GroupCommitService(self.commitlog, self.checkpoint, config.sync_flush_timeout_ms)
-            flusher = self.group_commit
+            self._group_commit = GroupCommitService(self._commitlog, self._checkpoint, config.sync_flush_timeout_ms)
+            flusher = self._group_commit
         else:
-            flusher = FlushService(self.commitlog, self.checkpoint, self.clock, config.flush_interval_ms,
+            flusher = FlushService(self._commitlog, self._checkpoint, self._clock, config.flush_interval_ms,
                                    config.flush_least_pages, config.flush_thorough_interval_ms)
-        self.clean = CleanService(config, self.clock, self.commitlog, self.cq_store, self.index_service,
-                                  self.reput.dispatch_lock, disk_usage=self._disk_usage_ratio)
+        self._clean = CleanService(config, self._clock, self._commitlog, self._cq_store, self._index_service,
+                                  self._reput.dispatch_lock, disk_usage=self._disk_usage_ratio)
         offsets = PeriodicTask("persist-offsets", CONSUMER_OFFSET_PERSIST_INTERVAL_MS, self._persist_offsets)
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
-        self._services = [self.reput, flusher, cq_flush, self.clean, offsets, self.pop.revive]
+        self._services = [self._reput, flusher, cq_flush, self._clean, offsets, self._pop.revive]
         if config.warm_ahead_bytes > 0:
-            warm = WarmAheadService(self.commitlog.mfq, config.warm_ahead_bytes)
-            self.commitlog.on_populate_low = warm.wake
+            warm = WarmAheadService(self._commitlog.mfq, config.warm_ahead_bytes)
+            self._commitlog.on_populate_low = warm.wake
             self._services.insert(0, warm)
         for service in self._services:
             service.start()
 
     def shutdown(self) -> None:
         with self._shutdown_lock:
-            if not self.running:
+            if not self._running:
                 return
-            self.running = False
-            assert self.reput is not None and self.checkpoint is not None
+            self._running = False
+            assert self._reput is not None and self._checkpoint is not None
             for service in reversed(self._services):
-                if service is not self.reput:
+                if service is not self._reput:
                     service.stop()
-            self.reput.stop()
-            self.reput.run_once()
-            caught_up = self.reput.dispatch_behind_bytes == 0
+            self._reput.stop()
+            self._reput.run_once()
+            caught_up = self._reput.dispatch_behind_bytes == 0
             try:
-                self.commitlog.flush(0)
+                self._commitlog.flush(0)
             except OSError as exc:  # sticky write error: recover on the next start
                 log.error("final CommitLog flush failed: %s; keeping the abort file", exc)
                 caught_up = False
             self._flush_derived()
-            cp = self.checkpoint.current
+            cp = self._checkpoint.current
             cp.dispatched_phy_offset, cp.cq_max_offset_sum = self._dispatched_state()
-            cp.flushed_phy_offset = self.commitlog.flushed_where
+            cp.flushed_phy_offset = self._commitlog.flushed_where
             cp.logics_msg_timestamp = self._logics_timestamp()
-            self.checkpoint.save()
+            self._checkpoint.save()
             self._persist_offsets()
             self._close_files()
             if caught_up:
-                delete_abort_file(self.config.abort_path)
+                delete_abort_file(self._config.abort_path)
             if self._lock is not None:
                 self._lock.release()
             log.info("store stopped%s", "" if caught_up else " with dispatch behind; abort file kept")
@@ -226,9 +297,9 @@ class FileStore(StoreReader):
         """Stop as ``kill -9`` would: threads end, nothing is flushed or checkpointed, the abort
         file stays, written pages stay in the page cache. For fault-injection tests."""
         with self._shutdown_lock:
-            if not self.running:
+            if not self._running:
                 return
-            self.running = False
+            self._running = False
             for service in self._services:
                 service.halt()
             self._close_files()  # the IndexFile's close flushes: its pages are in the page cache anyway
@@ -237,37 +308,37 @@ class FileStore(StoreReader):
     # -- internals --------------------------------------------------------------------------
     def _dispatched_state(self) -> tuple[int, int]:
         """(reput_from_offset, sum of ConsumeQueue max offsets), consistent with each other."""
-        with self.reput.dispatch_lock:
-            return self.reput.reput_from_offset, self.cq_store.max_offset_sum()
+        with self._reput.dispatch_lock:
+            return self._reput.reput_from_offset, self._cq_store.max_offset_sum()
 
     def _flush_derived(self) -> None:
-        with self.reput.dispatch_lock:
-            self.cq_store.flush(0)
-        if self.index_service is not None:
-            self.index_service.flush()
+        with self._reput.dispatch_lock:
+            self._cq_store.flush(0)
+        if self._index_service is not None:
+            self._index_service.flush()
 
     def _logics_timestamp(self) -> int:
-        return max((cq.last_store_timestamp_ms for cq in self.cq_store.queues.values()), default=0)
+        return max((cq.last_store_timestamp_ms for cq in self._cq_store.queues.values()), default=0)
 
     def _on_index_file_full(self, end_timestamp_ms: int) -> None:
-        if self.checkpoint is not None:
-            self.checkpoint.current.index_msg_timestamp = end_timestamp_ms
+        if self._checkpoint is not None:
+            self._checkpoint.current.index_msg_timestamp = end_timestamp_ms
 
     def _persist_offsets(self) -> None:
-        self.consumer_offsets.persist_if_dirty()
-        self.delay_offsets.persist()
+        self._consumer_offsets.persist_if_dirty()
+        self._delay_offsets.persist()
 
     def _disk_usage_ratio(self) -> float:
-        usage = shutil.disk_usage(self.config.store_root)
+        usage = shutil.disk_usage(self._config.store_root)
         return usage.used / usage.total if usage.total else 0.0
 
     def _consume_queue_units_lost(self, cp) -> bool:
         """Did ConsumeQueue units below the checkpoint's dispatched offset disappear?"""
-        if cp.dispatched_phy_offset < self.commitlog.min_offset or cp.cq_max_offset_sum < 0:
+        if cp.dispatched_phy_offset < self._commitlog.min_offset or cp.cq_max_offset_sum < 0:
             # No checkpoint, or one older than retention: units in deleted files cannot be told
             # apart, and a needless rebuild would forget queues whose records all aged out.
             return False
-        held = self.cq_store.units_below_sum(cp.dispatched_phy_offset)
+        held = self._cq_store.units_below_sum(cp.dispatched_phy_offset)
         if held != cp.cq_max_offset_sum:
             log.warning("ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: "
                         "rebuilding them", held, cp.dispatched_phy_offset, cp.cq_max_offset_sum)
@@ -276,16 +347,16 @@ class FileStore(StoreReader):
 
     def _consume_queues_consistent(self) -> bool:
         """Each queue's last unit must point at a record of that queue with that offset."""
-        for (topic, queue_id), cq in self.cq_store.queues.items():
+        for (topic, queue_id), cq in self._cq_store.queues.items():
             if cq.max_offset <= cq.min_offset:
                 continue
             unit = cq.get_unit(cq.max_offset - 1)
             if unit is None:
                 return False
             phy_offset, size, _ = unit
-            if phy_offset < self.commitlog.min_offset:
+            if phy_offset < self._commitlog.min_offset:
                 continue
-            rec = self.commitlog.read_record(phy_offset)
+            rec = self._commitlog.read_record(phy_offset)
             if (rec is None or rec.total_size != size or rec.topic != topic
                     or rec.queue_id != queue_id or rec.queue_offset != cq.max_offset - 1):
                 log.warning("ConsumeQueue %s-%d disagrees with the CommitLog at queue offset %d",
@@ -296,24 +367,18 @@ class FileStore(StoreReader):
     def _rebuild_consume_queues(self) -> None:
         """Throw every ConsumeQueue away and re-dispatch the whole CommitLog into new ones."""
         log.warning("rebuilding all ConsumeQueues from the CommitLog")
-        for cq in list(self.cq_store.queues.values()):
+        for cq in list(self._cq_store.queues.values()):
             cq.destroy()
-        self.cq_store.queues = {}
-        self.commitlog.dispatch_backlog.clear()
-        self.reput.reput_from_offset = self.commitlog.min_offset
-        saved = self.reput.dispatchers
-        self.reput.dispatchers = [self.cq_store]
-        try:
-            self.reput.run_once()
-        finally:
-            self.reput.dispatchers = saved
+        self._cq_store.queues = {}
+        self._commitlog.dispatch_backlog.clear()
+        self._reput.redispatch(self._commitlog.min_offset, [self._cq_store])
 
     # -- writes -----------------------------------------------------------------------------
     def put_messages(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
         """Validate, append and (SYNC) wait for the flush of a batch. All or nothing on bad input."""
         status, error = self.put_batch(messages, allow_system_topics)
         if status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT:
-            prefix = self.commitlog.store_host_prefix
+            prefix = self._commitlog.store_host_prefix
             return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
                               "", prefix) for rec in messages]
         return [PutResult(status, error=error) for _ in messages]
@@ -323,9 +388,9 @@ class FileStore(StoreReader):
         whole batch (it is all or nothing). When the batch was appended (PUT_OK, or
         FLUSH_DISK_TIMEOUT in SYNC mode), each record holds its phy_offset, queue_offset,
         total_size and store_timestamp_ms."""
-        if not self.running:
+        if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
-        if self.clean is not None and self.clean.disk_full:
+        if self._clean is not None and self._clean.disk_full:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._prepare(messages, allow_system_topics)
         if bad is not None:
@@ -334,15 +399,15 @@ class FileStore(StoreReader):
         if not prepared:
             return PutStatus.PUT_OK, ""
         try:
-            self.commitlog.append_batch(prepared)
+            self._commitlog.append_batch(prepared)
         except OSError as exc:
             log.error("append failed: %s", exc)
             return PutStatus.UNKNOWN_ERROR, f"write failed: {exc}"
-        self.reput.notify_append()
-        if self.group_commit is not None and any(
+        self._reput.notify_append()
+        if self._group_commit is not None and any(
                 rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages):
             last = messages[-1]
-            if not self.group_commit.wait_for_flush(last.phy_offset + last.total_size):
+            if not self._group_commit.wait_for_flush(last.phy_offset + last.total_size):
                 return PutStatus.FLUSH_DISK_TIMEOUT, ""
         return PutStatus.PUT_OK, ""
 
@@ -352,7 +417,7 @@ class FileStore(StoreReader):
         that cannot be stored (None: all can). Cheap checks run first for the whole batch; the
         rare failing message is explained by :meth:`_validate` / :meth:`_check_sizes`."""
         topic_checks: dict[str, tuple[PutStatus | None, str, int]] = {}
-        body_max = self.config.body_size_max_bytes
+        body_max = self._config.body_size_max_bytes
         first_bad: tuple[int, PutStatus, str] | None = None
         last_topic = None
         write_queue_nums = 0
@@ -371,12 +436,12 @@ class FileStore(StoreReader):
                     messages = messages[:i]
                     break
         try:
-            prepared = self.commitlog.prepare_batch(messages)
+            prepared = self._commitlog.prepare_batch(messages)
         except PropertiesError as exc:
             first_bad = (exc.index, PutStatus.MESSAGE_ILLEGAL, str(exc))
-            prepared = self.commitlog.prepare_batch(messages[:exc.index])
-        properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self.config.append_prop_crc else 0)
-        record_max = min(self.config.record_size_max_bytes, self.config.commitlog_file_size_bytes - 8)
+            prepared = self._commitlog.prepare_batch(messages[:exc.index])
+        properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self._config.append_prop_crc else 0)
+        record_max = min(self._config.record_size_max_bytes, self._config.commitlog_file_size_bytes - 8)
         if prepared and (max(map(len, map(_PROPERTIES_BYTES, prepared))) > properties_max
                          or max(map(_TOTAL_SIZE, map(_RECORD, prepared))) > record_max):
             for i, (rec, _, properties_bytes) in enumerate(prepared):  # which one (rare)
@@ -396,9 +461,9 @@ class FileStore(StoreReader):
             return status, error
         if rec.body is None:
             return PutStatus.MESSAGE_ILLEGAL, "message body is missing"
-        if len(rec.body) > self.config.body_size_max_bytes:
+        if len(rec.body) > self._config.body_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, (
-                f"body of {len(rec.body)} bytes exceeds the limit of {self.config.body_size_max_bytes}")
+                f"body of {len(rec.body)} bytes exceeds the limit of {self._config.body_size_max_bytes}")
         if rec.queue_id < 0 or rec.queue_id >= write_queue_nums:
             return PutStatus.QUEUE_ID_ILLEGAL, (
                 f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues")
@@ -415,66 +480,59 @@ class FileStore(StoreReader):
             return None, "", 1 << 30  # internal callers choose system queues themselves
         write_queue_nums = self._write_queue_nums(topic)
         if write_queue_nums is None:
-            if not self.config.auto_create_topic_enable:
+            if not self._config.auto_create_topic_enable:
                 return PutStatus.TOPIC_NOT_FOUND, f"topic {topic} does not exist", 0
-            nums = self.config.default_topic_queue_nums
-            write_queue_nums = self.topics.create_or_update(
+            nums = self._config.default_topic_queue_nums
+            write_queue_nums = self._topics.create_or_update(
                 TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums)).write_queue_nums
         return None, "", write_queue_nums
 
     def _write_queue_nums(self, topic: str) -> int | None:
         """Write queue count of ``topic`` from a cache refreshed whenever the topic table changes."""
-        version = self.topics.data_version.counter
+        version = self._topics.data_version.counter
         if version != self._topic_cache_version:
-            self._topic_cache = {t.topic_name: t.write_queue_nums for t in self.topics.list()}
+            self._topic_cache = {t.topic_name: t.write_queue_nums for t in self._topics.list()}
             self._topic_cache_version = version
         return self._topic_cache.get(topic)
 
     def _check_sizes(self, rec: MessageRecord, properties_len: int) -> tuple[PutStatus | None, str]:
-        if self.config.append_prop_crc:
+        if self._config.append_prop_crc:
             properties_len += 20  # the CRC trailer counts too
         if properties_len > PROPERTIES_SIZE_MAX_BYTES:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED, (
                 f"properties of {properties_len} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}")
-        if rec.total_size > self.config.record_size_max_bytes:
+        if rec.total_size > self._config.record_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, f"record of {rec.total_size} bytes is too large"
-        if rec.total_size + 8 > self.config.commitlog_file_size_bytes:
+        segment_size = self._config.commitlog_file_size_bytes
+        if rec.total_size + 8 > segment_size:
             return PutStatus.MESSAGE_ILLEGAL, (
-                f"record of {rec.total_size} bytes does not fit a {self.config.commitlog_file_size_bytes}-byte segment")
+                f"record of {rec.total_size} bytes does not fit a {segment_size}-byte segment")
         return None, ""
 
-    # -- listeners and stats ------------------------------------------------------------------
-    def add_arrival_listener(self, listener: Callable[[list[Arrival]], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            try:
-                self._listeners.remove(listener)
-            except ValueError:
-                pass
-        return unsubscribe
+    # -- arrivals and stats -------------------------------------------------------------------
+    def add_arrival_listener(self, listener: ArrivalListener) -> Callable[[], None]:
+        """Subscribe to the store's arrival bus (see ``arrivals``); returns the unsubscribe."""
+        return self._arrivals.subscribe(listener)
 
     def delete_topic(self, topic: str) -> bool:
         """Remove a topic's config, ConsumeQueues and consumer offsets."""
-        existed = self.topics.delete(topic)
-        with self.reput.dispatch_lock:
-            self.cq_store.remove_topic(topic)
-        self.consumer_offsets.remove_topic(topic)
+        existed = self._topics.delete(topic)
+        with self._reput.dispatch_lock:
+            self._cq_store.remove_topic(topic)
+        self._consumer_offsets.remove_topic(topic)
         self._cq_flush.run_once()  # the checkpoint's queue-offset sum must not count the topic
         return existed
 
     def stats(self) -> StoreStats:
-        commitlog = self.commitlog
+        commitlog = self._commitlog
         return StoreStats(
             put_messages_total=commitlog.put_messages_total, put_bytes_total=commitlog.put_bytes_total,
             commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=commitlog.max_offset,
             flushed_offset=commitlog.flushed_where, confirm_offset=commitlog.confirm_offset,
-            reput_from_offset=self.reput.reput_from_offset if self.reput else 0,
-            dispatch_behind_bytes=self.reput.dispatch_behind_bytes if self.reput else 0,
+            reput_from_offset=self._reput.reput_from_offset if self._reput else 0,
+            dispatch_behind_bytes=self._reput.dispatch_behind_bytes if self._reput else 0,
             flush_behind_bytes=commitlog.mfq.flush_behind_bytes(),
-            storage_size_bytes=commitlog.mfq.total_size_bytes() + self.cq_store.total_size_bytes(),
-            topic_count=len(self.topics.list()), group_count=len(self.groups.list()),
-            flush_mode=self.config.flush_mode.value)
+            storage_size_bytes=commitlog.mfq.total_size_bytes() + self._cq_store.total_size_bytes(),
+            topic_count=len(self._topics.list()), group_count=len(self._groups.list()),
+            flush_mode=self._config.flush_mode.value)
 
-
-__all__ = ["FileStore", "GetResult", "GetStatus", "decode_offset_msg_id"]

@@ -9,9 +9,9 @@ import grpc
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.store.auth_config import (
-    AuthConfigError, AuthConfigManager, StoredAcl, StoredPolicy, StoredUser)
 from services.runtime.clock import ManualClock
+from services.store.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
+from services.store.errors import AuthConfigError
 from tests.support.store_rpc import Served
 
 

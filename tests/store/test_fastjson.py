@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from services.runtime.clock import ManualClock
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.fastjson import Bean, FastjsonDecodeError, dumps, loads
+from services.store.errors import FastjsonDecodeError
+from services.store.fastjson import Bean, dumps, loads
 from services.domain.names import (
     GROUP_NAME_LENGTH_MAX,
     SCHEDULE_TOPIC,
@@ -20,7 +21,7 @@ from services.domain.names import (
     validate_group_name,
     validate_topic_name,
 )
-from services.store.metadata import MetadataFileError, SubscriptionGroupConfig, TopicConfig, write_atomically
+from services.store.metadata import SubscriptionGroupConfig, TopicConfig, write_atomically
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48_COMPACT
 

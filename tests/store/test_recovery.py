@@ -9,7 +9,7 @@ import pytest
 
 from services.store.checkpoint import CheckpointFile
 from services.domain.statuses import GetStatus
-from services.store.recovery import CommitLogCorruptError
+from services.store.errors import CommitLogCorruptError
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

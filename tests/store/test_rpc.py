@@ -14,9 +14,10 @@ from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_T
 from services.runtime.metrics import MetricsHttpServer
 from services.store.model import Arrival, PutResult
 from services.domain.statuses import PutStatus
+from services.store.errors import StoreUnavailableError
 from services.store.rpc import convert
 from services.store.rpc.servicer import ArrivalWatcher
-from services.store.rpc.status import StoreUnavailableError, check_put_batch
+from services.store.rpc.status import check_put_batch
 from tests.support.store_rpc import RPC_TIMEOUT_S, TOPIC, Served, message, wait_until
 
 

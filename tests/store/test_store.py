@@ -188,7 +188,7 @@ def test_restart_keeps_messages_offsets_and_metadata(tmp_path, make_store):
 
 
 def test_second_store_on_the_same_root_is_refused(make_store, tmp_path):
-    from services.store.checkpoint import StoreLockedError
+    from services.store.errors import StoreLockedError
     from services.store.store import FileStore
     from tests.support.filestore import small_config
     make_store()

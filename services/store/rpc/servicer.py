@@ -20,9 +20,10 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from prometheus_client import Histogram
 
 from services.store.consumer_stats import consumer_stats
+from services.store.errors import TooManyWatchersError
 from services.store.model import Arrival
 from services.store.rpc import convert
-from services.store.rpc.status import TooManyWatchersError, check_put_batch, check_put_status, rpc_errors
+from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
 WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)
@@ -87,10 +88,22 @@ class ArrivalWatcher:
 class StoreCore(Protocol):
     """The part of FileStore the servicer uses (see services/store/store.py)."""
 
-    topics: Any
-    groups: Any
-    consumer_offsets: Any
-    delay_offsets: Any
+    @property
+    def config(self) -> Any: ...  # delay_level_millis
+    @property
+    def topics(self) -> Any: ...
+    @property
+    def groups(self) -> Any: ...
+    @property
+    def consumer_offsets(self) -> Any: ...
+    @property
+    def delay_offsets(self) -> Any: ...
+    @property
+    def auth(self) -> Any: ...
+    @property
+    def pop(self) -> Any: ...  # PopService
+    @property
+    def commitlog(self) -> Any: ...  # read_bytes(phy_offset, size) for LookRawMessages, store_host_prefix
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
     def put_batch(self, messages: list[Any], allow_system_topics: bool = False) -> tuple[Any, str]: ...
@@ -103,9 +116,6 @@ class StoreCore(Protocol):
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
-    pop: Any  # PopService
-    commitlog: Any  # read_bytes(phy_offset, size), for LookRawMessages
-
     def add_arrival_listener(self, listener: Callable[[list[Arrival]], None]) -> Callable[[], None]: ...
     def delete_topic(self, topic: str) -> bool: ...
     def stats(self) -> Any: ...

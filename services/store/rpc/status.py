@@ -26,17 +26,10 @@ import grpc
 
 from services.store.model import PutResult
 from services.domain.statuses import PutStatus
-from services.store.store import StoreNotRunningError
+from services.store.errors import StoreNotRunningError
+from services.store.errors import StoreUnavailableError, TooManyWatchersError
 
 log = logging.getLogger(__name__)
-
-
-class StoreUnavailableError(Exception):
-    """The store cannot serve the call now (shutting down, not started)."""
-
-
-class TooManyWatchersError(Exception):
-    """WatchArrivals: the server's limit of open watch streams is reached."""
 
 
 Code = grpc.StatusCode

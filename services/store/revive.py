@@ -1,18 +1,13 @@
-"""In-flight deliveries of the pop service and their redelivery: receipt handles, the
-``InFlight`` entry, and ``ReviveService`` (RocketMQ's PopReviveService, without CK/ack records:
-the in-flight state lives in ``pop.PopService``).
-
-Receipt handle: urlsafe base64 (unpadded) of ``"v1 <source topic> <queue id> <queue offset>
-<pop time ms> <invisible ms> <incarnation> <sequence>"``; fields are group-independent. The
-sequence grows with every delivery and every change of invisible time and the incarnation is
-random per PopService, so a handle names one delivery only. Expired: pop time + invisible <= now.
+"""In-flight deliveries of the pop service and their redelivery: the ``InFlight`` entry, the
+schedule of revive times, and ``ReviveService`` (RocketMQ's PopReviveService, without CK/ack
+records: the in-flight state lives in ``pop.PopService``). Receipt handles: ``receipt_handle``.
 
 Each ``ReviveService.run_once()`` (every ``REVIVE_INTERVAL_MS`` on its thread; tests call it
 with a ManualClock) claims the in-flight entries whose revive time passed and, per entry:
 
 * FIFO with deliveries left: nothing is written; the offset is delivered again, first, by the
-  next pop of its queue (with delivery_attempt + 1). Its queue is announced to the arrival
-  listeners so a parked long poll wakes up.
+  next pop of its queue (with delivery_attempt + 1). Its queue is published on the arrival bus
+  so a parked long poll wakes up.
 * non-FIFO with deliveries left: a copy goes to ``%RETRY%{group}`` queue 0 (topic created with
   one queue on demand) with reconsume_times + 1, ``RETRY_TOPIC`` = the topic the group
   consumed (always set: it routes the shared retry queue), ``ORIGIN_MESSAGE_ID`` = the first
@@ -26,17 +21,21 @@ with a ManualClock) claims the in-flight entries whose revive time passed and, p
 Only after the put succeeded is the original offset finished (its committed offset may move
 past it), so a crash in between delivers the message again rather than losing it. A failed
 put (store stopping, disk full) is retried ``REVIVE_RETRY_DELAY_MS`` later.
+
+What revive uses is named, never the store: the pop state as an ``InFlightTable``, the store's
+``put_messages`` and ``max_offset_in_queue``, the topic table, the arrival bus, the clock and
+whether the store runs.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from services.store.arrivals import ArrivalBus
+from services.runtime.clock import Clock
 from services.store.flush import _Loop
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, MessageRecord
 from services.domain.format.properties_format import (
@@ -48,12 +47,9 @@ from services.domain.format.properties_format import (
 )
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.domain.names import dlq_topic, retry_topic
-from services.store.model import Arrival
 from services.domain.statuses import PutStatus
-
-if TYPE_CHECKING:
-    from services.store.pop import PopService
-    from services.store.store import FileStore
+from services.store.model import Arrival, PutResult
+from services.store.topic_config import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -65,46 +61,6 @@ SCHEDULE_COMPACT_MIN = 4_096      # rebuild the revive heap when it outgrows 4x 
 SYSTEM_QUEUE_NUMS = 1             # %RETRY% and %DLQ% topics: one queue (retryQueueNums)
 
 _PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)  # appended either way
-HANDLE_VERSION = "v1"
-RECEIPT_HANDLE_LENGTH_MAX = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
-    source_topic: str
-    queue_id: int
-    queue_offset: int
-    pop_time_ms: int
-    invisible_ms: int
-    incarnation: str
-    sequence: int
-
-    @property
-    def expire_ms(self) -> int:
-        return self.pop_time_ms + self.invisible_ms
-
-    def encode(self) -> str:
-        text = (f"{HANDLE_VERSION} {self.source_topic} {self.queue_id} {self.queue_offset} "
-                f"{self.pop_time_ms} {self.invisible_ms} {self.incarnation} {self.sequence}")
-        return base64.urlsafe_b64encode(text.encode("ascii")).rstrip(b"=").decode("ascii")
-
-    @classmethod
-    def decode(cls, text: str) -> ReceiptHandle | None:
-        """None for anything that is not a well-formed handle."""
-        if not text or len(text) > RECEIPT_HANDLE_LENGTH_MAX:
-            return None
-        try:
-            parts = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii").split(" ")
-        except (binascii.Error, ValueError):
-            return None
-        if len(parts) != 8 or parts[0] != HANDLE_VERSION:
-            return None
-        try:
-            queue_id, queue_offset, pop_time_ms, invisible_ms, sequence = (
-                int(parts[i]) for i in (2, 3, 4, 5, 7))
-        except ValueError:
-            return None
-        return cls(parts[1], queue_id, queue_offset, pop_time_ms, invisible_ms, parts[6], sequence)
 
 
 QueueKey = tuple[str, str, int]  # (group, source topic, queue id)
@@ -200,21 +156,42 @@ def dlq_copy(rec: MessageRecord, group: str, original_topic: str, deliveries: in
     return _copy(rec, dlq_topic(group), properties, deliveries)
 
 
+class InFlightTable(Protocol):
+    """What revive needs of the pop state (``pop.PopService``)."""
+
+    def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]: ...
+    def settle(self, entry: InFlight, ok: bool, retry_at_ms: int | None) -> QueueKey | None: ...
+    def read_record(self, entry: InFlight) -> MessageRecord | None: ...
+
+
+class PutMessages(Protocol):
+    """The store's put (``FileStore.put_messages``): revive puts the retry and DLQ copies."""
+
+    def __call__(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]: ...
+
+
 class ReviveService(_Loop):
     name = "pop-revive"
 
-    def __init__(self, pop: PopService, store: FileStore, interval_ms: int = REVIVE_INTERVAL_MS) -> None:
+    def __init__(self, pop: InFlightTable, *, put_messages: PutMessages, topics: TopicConfigManager,
+                 max_offset_in_queue: Callable[[str, int], int], arrivals: ArrivalBus, clock: Clock,
+                 is_running: Callable[[], bool], interval_ms: int = REVIVE_INTERVAL_MS) -> None:
         super().__init__(interval_ms / 1000)
         self._pop = pop
-        self._store = store
+        self._put_messages = put_messages
+        self._topics = topics
+        self._max_offset_in_queue = max_offset_in_queue
+        self._arrivals = arrivals
+        self._clock = clock
+        self._is_running = is_running
         self.revived_total = 0      # copies put into retry topics
         self.dead_lettered_total = 0
 
     def run_once(self) -> int:
         """Redeliver everything due now; returns how many entries were handled."""
-        if not self._store.running:
+        if not self._is_running():
             return 0
-        now = self._store.clock.now_ms()
+        now = self._clock.now_ms()
         work, unlocked = self._pop.take_due(now)
         handled = len(unlocked)
         for entry in work[REVIVE_BATCH_MAX:]:
@@ -229,26 +206,20 @@ class ReviveService(_Loop):
         return handled
 
     def announce(self, keys: list[QueueKey | None]) -> None:
-        """Tell the store's arrival listeners (long-polling brokers) that FIFO queues unlocked.
+        """Publish on the arrival bus (long-polling brokers) that FIFO queues unlocked.
 
         No new message arrived, but a pop of those queues can now return something."""
-        now_ms = self._store.clock.now_ms()
-        arrivals = [Arrival(key[1], key[2], self._store.max_offset_in_queue(key[1], key[2]), now_ms)
+        now_ms = self._clock.now_ms()
+        arrivals = [Arrival(key[1], key[2], self._max_offset_in_queue(key[1], key[2]), now_ms)
                     for key in dict.fromkeys(keys) if key is not None]
-        if not arrivals:
-            return
-        reput = self._store.reput
-        for listener in list(reput.listeners if reput is not None else ()):
-            try:
-                listener(arrivals)
-            except Exception:  # a listener must never fail an ack
-                log.exception("arrival listener failed")
+        if arrivals:
+            self._arrivals.publish(arrivals)
 
     def move(self, entry: InFlight) -> bool:
         """Put a claimed entry's message into the retry topic or (``entry.to_dlq``) the DLQ.
 
         True when the entry is finished: the copy is written, or the record is gone."""
-        if not self._store.running:
+        if not self._is_running():
             return False
         rec = self._pop.read_record(entry)
         if rec is None:
@@ -270,11 +241,11 @@ class ReviveService(_Loop):
         return True
 
     def _put(self, copy: MessageRecord) -> bool:
-        topics = self._store.topics
+        topics = self._topics
         if topics.get(copy.topic) is None:
             topics.create_or_update(TopicConfig(topic_name=copy.topic, read_queue_nums=SYSTEM_QUEUE_NUMS,
                                                 write_queue_nums=SYSTEM_QUEUE_NUMS))
-        result = self._store.put_messages([copy], allow_system_topics=True)[0]
+        result = self._put_messages([copy], allow_system_topics=True)[0]
         if result.status not in _PUT_WRITTEN:
             log.warning("pop: put into %s failed: %s %s", copy.topic, result.status.name, result.error)
             return False

@@ -1,0 +1,63 @@
+"""The store's exceptions, in one place (no gRPC here: ``rpc/status.py`` maps them to codes).
+
+    RuntimeError
+    ├── StoreNotRunningError     the store was used before start() or after shutdown()
+    ├── StoreLockedError         another process holds the store root's lock file
+    └── CommitLogCorruptError    damaged durable CommitLog data: the store will not start
+    ValueError
+    ├── AuthConfigError          a user or ACL that cannot be stored
+    └── FastjsonDecodeError      text that is not fastjson-flavoured JSON
+    Exception
+    ├── MetadataFileError        a metadata file and its ``.bak`` both fail to decode
+    ├── StoreUnavailableError    the store cannot serve the call now (gRPC UNAVAILABLE)
+    └── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
+
+Errors of the pure byte formats (``PropertiesError``, ``CorruptRecord``, ...) and of the SQL
+filter stay with them in ``services/domain``.
+"""
+from __future__ import annotations
+
+
+class StoreNotRunningError(RuntimeError):
+    """The store was used before start() or after shutdown()."""
+
+
+class StoreLockedError(RuntimeError):
+    """Another process holds the store root's lock file."""
+
+
+class CommitLogCorruptError(RuntimeError):
+    """Damaged CommitLog data with valid records after it: the store will not start."""
+
+    def __init__(self, phy_offset: int, next_valid_offset: int, reason: str) -> None:
+        super().__init__(
+            f"CommitLog damaged at phy_offset {phy_offset} ({reason}), yet a valid record follows at "
+            f"phy_offset {next_valid_offset}: refusing to truncate acknowledged data. Inspect the "
+            f"segment, or start with allow_truncate_corrupt to drop everything from {phy_offset}.")
+        self.phy_offset = phy_offset
+        self.next_valid_offset = next_valid_offset
+        self.reason = reason
+
+
+class AuthConfigError(ValueError):
+    """A user or ACL that cannot be stored (INVALID_ARGUMENT)."""
+
+
+class FastjsonDecodeError(ValueError):
+    """The text is not fastjson-flavoured JSON; ``pos`` is the offending character index."""
+
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(f"{message} at char {pos}")
+        self.pos = pos
+
+
+class MetadataFileError(Exception):
+    """A metadata file and its ``.bak`` exist but neither can be decoded."""
+
+
+class StoreUnavailableError(Exception):
+    """The store cannot serve the call now (shutting down, not started)."""
+
+
+class TooManyWatchersError(Exception):
+    """WatchArrivals: the server's limit of open watch streams is reached."""
