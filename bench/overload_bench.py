@@ -39,7 +39,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from services.admin.v2_client import build_message  # noqa: E402
+from services.v2client.client import build_message  # noqa: E402
 
 METADATA = (("x-mq-client-id", "overload-bench"),)
 BODY = b"x" * 1024

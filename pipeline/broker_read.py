@@ -23,14 +23,11 @@ import logging
 import pyarrow.compute as pc
 
 from pipeline.options import SourceOptions
+from pipeline.errors import DataLossError
 
 log = logging.getLogger(__name__)
 BATCH_ROWS = 4096                 # rows per Arrow batch a reader yields (several pulls)
 RECORDS_PER_CALL_MAX = 1 << 16    # records one PullRecords call covers at most
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (failOnDataLoss=true)."""
 
 
 def lost(opts: SourceOptions, message: str) -> None:
@@ -42,7 +39,8 @@ def lost(opts: SourceOptions, message: str) -> None:
 def read_range(opts: SourceOptions, partition):
     """Arrow batches of the messages of ``[partition.start, partition.end)`` of one queue
     (``partition``: topic, broker, queue_id, endpoint, start, end)."""
-    from pipeline.client import Client, RecordsUnsupported, RouteQueue
+    from pipeline.client import Client, RouteQueue
+    from pipeline.errors import RecordsUnsupported
     client = Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
     route = RouteQueue(partition.topic, partition.broker, partition.queue_id, partition.endpoint)
     if opts.pull_method == "records":

@@ -31,8 +31,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import StructType
 
 from pipeline import offsets as off
-from pipeline.broker_read import DataLossError, lost, read_range  # noqa: F401 - DataLossError: public here too
-from pipeline.options import OptionError, SourceOptions, parse_sink_options, parse_source_options
+from pipeline.broker_read import lost, read_range
+from pipeline.errors import OptionError
+from pipeline.options import SourceOptions, parse_sink_options, parse_source_options
 from pipeline.schema import BROKER_COLUMNS, ddl
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ RocketMQ 5 proxy, remembered per endpoint); ``pyrmq.admin.v1.Admin`` ListTopics 
 subscribePattern). One channel per endpoint and process (``_channels``, created lazily: the
 reader and writer objects are pickled to the tasks and must not hold a channel, spark.md
 gotcha 4). Every call sends ``x-mq-client-id``; a response whose status is not OK raises
-``BrokerCallError`` with the v2 code (both from services/admin/v2_client.py, the CLI's client).
+``BrokerCallError`` with the v2 code (both from services/v2client/client.py, the CLI's client).
 Look-ups (route, offsets) are retried ``fetchOffset.numRetries`` times on UNAVAILABLE /
 DEADLINE_EXCEEDED.
 """
@@ -25,7 +25,8 @@ from google.protobuf.duration_pb2 import Duration
 from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
 from pyrmq.pull.v1 import pull_pb2, pull_pb2_grpc
 
-from services.admin.v2_client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
+from services.v2client.client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
+from pipeline.errors import RecordsUnsupported
 
 CLIENT_ID = new_client_id("spark-rocketmq")
 LOOKUP_TIMEOUT_S = 30.0
@@ -39,10 +40,6 @@ _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 _READABLE = (d.READ, d.READ_WRITE)
 _no_records: set[str] = set()   # endpoints that answered PullRecords with UNIMPLEMENTED
-
-
-class RecordsUnsupported(RuntimeError):
-    """The broker at an endpoint does not serve pyrmq.pull.v1.Pull (use PullMessage)."""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from services.domain.format.commitlog_format import (
 from services.domain.format.java_compat import java_string_hash
 from services.domain.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
 from services.domain.names import SCHEDULE_TOPIC
+from pipeline.errors import CorruptSegment
 
 BATCH_ROWS_DEFAULT = 32_768
 SEGMENT_NAME_LENGTH = 20  # 20-digit start offset
@@ -85,10 +86,6 @@ _HEADER_MIN = HEADERS[0].size
 _MAGICS = (MAGIC_V1, MAGIC_V2)
 _CRC_PREFIX = np.frombuffer(PROP_CRC_PREFIX, np.uint8)
 _POW10 = 10 ** np.arange(10, dtype=np.int64)
-
-
-class CorruptSegment(ValueError):
-    """A record's length arithmetic does not add up (the message names the phy offset)."""
 
 
 def walk(buf, pos: int, limit: int, stop: int, max_records: int) -> tuple[list[int], int, str]:

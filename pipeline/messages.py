@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from pipeline.options import OptionError
+from pipeline.errors import OptionError
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
 
 _TYPE_NAMES = {value: name for name, value in d.MessageType.items()}

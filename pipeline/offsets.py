@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from pipeline.options import OptionError
+from pipeline.errors import OptionError
 
 EARLIEST = -2
 LATEST = -1

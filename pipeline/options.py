@@ -33,6 +33,8 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pipeline.errors import OptionError
+from pipeline.offsets import EARLIEST, LATEST, parse_assign, parse_offsets
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +45,6 @@ PULL_METHODS = ("records", "messages")
 EXPRESSION_TYPES = ("TAG", "SQL92")
 SEND_BATCH_DEFAULT = 256
 SEND_BATCH_MAX = 1024
-
-
-class OptionError(ValueError):
-    """A source or sink option is missing, malformed or not allowed here."""
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -123,7 +121,6 @@ class SourceOptions:
 
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     """Validate the options of a read; ``streaming`` for readStream."""
-    from pipeline.offsets import LATEST, EARLIEST, parse_assign, parse_offsets
     opts = _lower(options)
     endpoints = parse_endpoints(opts)
     subscribe = _get(opts, "subscribe", "topic")

@@ -7,7 +7,7 @@ equals what the v2 PullMessage path gives (``messages.to_batch`` over the broker
 ``consumer_convert.delivered_message``); tests/pipeline/test_records.py checks the two agree:
 
 * ``messageId``: UNIQ_KEY, else the offset message id (store host + PHYSICALOFFSET);
-* ``properties``: the user properties, i.e. without the keys ``consumer.is_internal_property``
+* ``properties``: the user properties, i.e. without the keys ``domain.delivery.is_internal_property``
   names (decided once per distinct key of the batch, not per row);
 * ``bornHost``: the __BORNHOST property (the broker writes it on every message it receives),
   else the BORNHOST field; ``messageGroup``: __SHARDINGKEY, and such rows are FIFO; both set
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pipeline import arrow_util as au
 from pipeline.decode import decode_batch, walk
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
-from services.broker.consumer import delivered_message_type, delivery_timestamp_ms, is_internal_property
+from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, is_internal_property
 from services.domain.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
 from services.domain.format.properties_format import (
     BORN_HOST,
@@ -37,15 +37,12 @@ from services.domain.format.properties_format import (
     TIMER_DELIVER_MS,
     TRANSACTION_PREPARED,
 )
+from pipeline.errors import TruncatedRecords
 
 DECODED = ("queueId", "queueOffset", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
            "topic", "body", "properties", "tags", "keys", "uniqKey")
 # Properties that make a row a TRANSACTION or DELAY message (or give it a delivery time).
 _SPECIAL = (TRANSACTION_PREPARED, DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)
-
-
-class TruncatedRecords(ValueError):
-    """A response's bytes do not hold exactly ``record_count`` whole records."""
 
 
 def split_records(data: bytes, expected: int | None = None) -> np.ndarray:

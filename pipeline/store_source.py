@@ -23,7 +23,8 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pipeline.options import OptionError, parse_store_file_options
+from pipeline.errors import OptionError
+from pipeline.options import parse_store_file_options
 from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, ddl
 
 COMMITLOG_FORMAT = "rocketmq-commitlog"

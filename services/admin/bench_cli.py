@@ -37,9 +37,17 @@ from rich.progress import (
 from rich.text import Text
 
 from services.admin.cli import _positive, _table
-from services.admin.v2_client import (
-    BrokerCallError, V2Client, ack_request, build_message, check_entries, now_ms, receive_deadline_s, received,
-    receive_request)
+from services.v2client.client import (
+    BrokerCallError,
+    V2Client,
+    ack_request,
+    build_message,
+    check_entries,
+    now_ms,
+    receive_deadline_s,
+    received,
+    receive_request,
+)
 
 HELP = "a load generator: send messages with requests in flight, then consume them; prints msgs/s and latency"
 BENCH_TOPIC = "BenchTopic"

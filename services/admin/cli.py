@@ -39,7 +39,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from services.admin.v2_client import Credentials, open_channel
+from services.v2client.client import Credentials, open_channel
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 DEFAULT_TIMEOUT_S = 10.0

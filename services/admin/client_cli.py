@@ -59,8 +59,16 @@ from services.admin import bench_cli
 from services.admin.cli import (
     _EXIT_CODES, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
     EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text, common_arguments, positive_float)
-from services.admin.v2_client import (
-    RECEIVE_BATCH_MAX, BrokerCallError, Credentials, V2Client, build_message, long_polling_s, now_ms, timestamp_ms)
+from services.v2client.client import (
+    RECEIVE_BATCH_MAX,
+    BrokerCallError,
+    Credentials,
+    V2Client,
+    build_message,
+    long_polling_s,
+    now_ms,
+    timestamp_ms,
+)
 
 EXIT_INTERRUPTED = 130
 BODY_PREVIEW_CHARS = 60

@@ -59,30 +59,13 @@ from services.runtime.clock import Clock
 from services.broker.config import address_scheme
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.store.client.model import GroupInfo, TopicInfo
-from services.broker.model import MessageType
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
-    CLUSTER,
-    CRC32,
-    DELAY_TIME_LEVEL,
-    FIRST_POP_TIME,
     KEY_SEPARATOR,
     KEYS,
-    MESSAGE_TYPE,
-    ORIGIN_MESSAGE_ID,
-    POP_CK,
-    RESERVED_PROPERTY_KEYS,
-    RETRY_TOPIC,
-    SHARDING_KEY,
     TAGS,
-    TIMER_DELAY_SEC,
-    TIMER_DELIVER_MS,
-    TRACE_SWITCH,
-    TRANSACTION_CHECK_TIMES,
-    TRANSACTION_PREPARED,
     UNIQ_KEY,
-    WAIT_STORE_MSG_OK,
 )
 from services.domain.names import is_system_group, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
@@ -102,12 +85,6 @@ POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
 
 # Properties never handed to consumers as user properties: the proxy's reserved set, the keys
 # the broker writes, and the classic bookkeeping keys.
-_INTERNAL_KEYS = RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS | frozenset({
-    WAIT_STORE_MSG_OK, CLUSTER, RETRY_TOPIC, ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, POP_CK,
-    FIRST_POP_TIME, MESSAGE_TYPE, TRACE_SWITCH})
-_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", CRC32, "TIMER_", "POP_")
-
-
 class FilterType(enum.Enum):
     TAG = "TAG"
     SQL = "SQL"
@@ -293,40 +270,6 @@ def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool,
 
 def batch_size(requested: int, limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
     return min(BATCH_DEFAULT, limits.batch_max) if requested <= 0 else min(requested, limits.batch_max)
-
-
-# -- delivered messages ----------------------------------------------------------------------------
-
-def is_internal_property(key: str) -> bool:
-    return key in _INTERNAL_KEYS or key.startswith(_INTERNAL_PREFIXES)
-
-
-def user_properties(properties: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in properties.items() if not is_internal_property(k)}
-
-
-def delivered_message_type(properties: dict[str, str]) -> MessageType:
-    """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
-    if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
-        return MessageType.TRANSACTION
-    if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):
-        return MessageType.DELAY
-    if SHARDING_KEY in properties:
-        return MessageType.FIFO
-    return MessageType.NORMAL
-
-
-def delivery_timestamp_ms(properties: dict[str, str], store_timestamp_ms: int) -> int | None:
-    for key, base in ((TIMER_DELIVER_MS, 0), (TIMER_DELAY_SEC, None)):
-        value = properties.get(key)
-        if value is None:
-            continue
-        try:
-            number = int(value)
-        except ValueError:
-            continue
-        return number if base is not None else store_timestamp_ms + number * 1000
-    return None
 
 
 def message_id(delivery: Delivery) -> str:

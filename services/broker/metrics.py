@@ -29,7 +29,8 @@ from prometheus_client.registry import Collector
 
 from services.runtime.clock import Clock, SystemClock
 from services.broker.errors import Code
-from services.broker.model import IncomingMessage, MessageType, SendReceipt
+from services.broker.model import IncomingMessage, SendReceipt
+from services.domain.delivery import MessageType
 from services.broker.store_client import CoalescerStats
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
 

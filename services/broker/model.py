@@ -10,19 +10,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from services.domain.delivery import MessageType
 
-
-
-class MessageType(enum.IntEnum):
-    """``apache.rocketmq.v2.MessageType`` (pair-asserted in rpc/convert.py)."""
-
-    MESSAGE_TYPE_UNSPECIFIED = 0
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-    LITE = 5
-    PRIORITY = 6
 
 
 class ClientType(enum.IntEnum):

@@ -42,7 +42,8 @@ from services.broker import recall, validation
 from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
-from services.broker.model import BodyEncoding, IncomingMessage, MessageType, SendReceipt
+from services.broker.model import BodyEncoding, IncomingMessage, SendReceipt
+from services.domain.delivery import MessageType
 from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
@@ -71,6 +72,7 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
+from services.domain.delivery import BROKER_PROPERTY_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ _STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_N
 _has_control = validation.has_control_character
 # The broker's own property names and short values (RECONSUME_TIME, BORN_TIMESTAMP) in a plain message, bounded.
 _PLAIN_FIXED_BYTES = 160
-_PLAIN_USER_KEYS = (RESERVED_PROPERTY_KEYS | validation.BROKER_PROPERTY_KEYS).isdisjoint
+_PLAIN_USER_KEYS = (RESERVED_PROPERTY_KEYS | BROKER_PROPERTY_KEYS).isdisjoint
 
 
 def recall_handle(topic: str, broker_name: str, timer_out_ms: int, message_id: str) -> str:

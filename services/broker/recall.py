@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
-from services.broker.model import MessageType
+from services.domain.delivery import MessageType
 from services.store.client.model import PutStatus, StoreMessage, TopicInfo
 from services.domain.contracts.delay import delete_key, park_timer
 from services.domain.format.properties_format import (

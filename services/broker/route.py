@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from services.broker import validation
 from services.broker.config import address_scheme
-from services.broker.model import MessageType
+from services.domain.delivery import MessageType
 from services.store.client.model import TopicInfo
 from services.broker.topics import TopicRegistry
 

@@ -26,22 +26,13 @@ from __future__ import annotations
 import re
 
 from services.broker.errors import Code, RequestError
-from services.broker.model import IncomingMessage, MessageType
+from services.broker.model import IncomingMessage
+from services.domain.delivery import MessageType
 from services.domain.format.properties_format import (
-    CHECK_IMMUNITY_TIME_IN_SECONDS,
     RESERVED_PROPERTY_KEYS,
-    SHARDING_KEY,
-    TRACE_CONTEXT,
-    TRANSACTION_CHECK_TIMES,
-    TRANSACTION_ID,
 )
 from services.domain.names import is_system_topic, validate_topic_name
-
-# (pyrmq) Keys the broker writes whose presence changes how a message is typed or delivered:
-# a user-set ``__SHARDINGKEY`` would make a NORMAL message read back as FIFO, a user-set
-# ``__transactionId__`` would confuse the transaction checker. The proxy lets them through.
-BROKER_PROPERTY_KEYS = frozenset({
-    SHARDING_KEY, TRACE_CONTEXT, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_ID, TRANSACTION_CHECK_TIMES})
+from services.domain.delivery import BROKER_PROPERTY_KEYS
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # Unicode whitespace that Java's Character.isWhitespace does not count (non-breaking spaces).

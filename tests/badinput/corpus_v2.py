@@ -11,7 +11,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.broker.validation import BROKER_PROPERTY_KEYS
+from services.domain.delivery import BROKER_PROPERTY_KEYS
 from services.domain.format.properties_format import RESERVED_PROPERTY_KEYS
 from tests.badinput.cases import (
     BAD_NAMES, LONG_TOPICS, R, SC, SYSTEM_GROUP_NAMES, SYSTEM_TOPIC_NAMES, case, const, dur, resource)

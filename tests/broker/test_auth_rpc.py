@@ -14,7 +14,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from services.admin.v2_client import Credentials, open_channel
+from services.v2client.client import Credentials, open_channel
 from services.broker.auth import sign
 from services.broker.rpc.server import BrokerServer
 from services.cli import main as pyrmq

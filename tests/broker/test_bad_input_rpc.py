@@ -14,7 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.model import MessageType
+from services.domain.delivery import MessageType
 from tests.support.send_rules import CASES, NOW_MS
 from tests.support.v2_requests import METADATA, message, receive, send
 

@@ -9,13 +9,14 @@ import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
+from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
 from services.broker import consumer
 from services.runtime.clock import SystemClock
 from services.store.client.model import AckResult, Delivery, PopOutcome
 from services.broker.consumer import ArrivalHub, ConsumerService, FilterType, ReceiveRequest
 from services.broker.errors import BrokerError, Code
 from services.store.client.model import GroupInfo, TopicInfo
-from services.broker.model import MessageType
+from services.domain.delivery import MessageType
 from services.broker.rpc import consumer_convert
 from services.domain.format.java_compat import java_string_hash
 
@@ -73,17 +74,17 @@ def test_user_properties_drop_internal_keys():
              "REAL_QID": "1", "WAIT": "true", "CLUSTER": "c", "__CRC32#": "1", "PGROUP": "p", "__BORNHOST": "h",
              "BORN_TIMESTAMP": "1", "TIMER_DELIVER_MS": "1", "1ST_POP_TIME": "1", "RECONSUME_TIME": "1",
              "size": "L"}
-    assert consumer.user_properties(props) == {"color": "red", "size": "L"}
+    assert user_properties(props) == {"color": "red", "size": "L"}
 
 
 def test_message_type_and_delivery_time():
-    assert consumer.delivered_message_type({}) is MessageType.NORMAL
-    assert consumer.delivered_message_type({"__SHARDINGKEY": "g"}) is MessageType.FIFO
-    assert consumer.delivered_message_type({"TIMER_DELIVER_MS": "5"}) is MessageType.DELAY
-    assert consumer.delivered_message_type({"TRAN_MSG": "true", "__SHARDINGKEY": "g"}) is MessageType.TRANSACTION
-    assert consumer.delivery_timestamp_ms({"TIMER_DELIVER_MS": "123"}, 0) == 123
-    assert consumer.delivery_timestamp_ms({"TIMER_DELAY_SEC": "3"}, 1000) == 4000
-    assert consumer.delivery_timestamp_ms({}, 1000) is None
+    assert delivered_message_type({}) is MessageType.NORMAL
+    assert delivered_message_type({"__SHARDINGKEY": "g"}) is MessageType.FIFO
+    assert delivered_message_type({"TIMER_DELIVER_MS": "5"}) is MessageType.DELAY
+    assert delivered_message_type({"TRAN_MSG": "true", "__SHARDINGKEY": "g"}) is MessageType.TRANSACTION
+    assert delivery_timestamp_ms({"TIMER_DELIVER_MS": "123"}, 0) == 123
+    assert delivery_timestamp_ms({"TIMER_DELAY_SEC": "3"}, 1000) == 4000
+    assert delivery_timestamp_ms({}, 1000) is None
 
 
 def test_delivered_message_fields():

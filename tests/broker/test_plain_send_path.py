@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError
-from services.broker.model import IncomingMessage, MessageType
+from services.broker.model import IncomingMessage
+from services.domain.delivery import MessageType
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry

@@ -9,7 +9,8 @@ import pytest
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code
-from services.broker.model import BodyEncoding, IncomingMessage, MessageType
+from services.broker.model import BodyEncoding, IncomingMessage
+from services.domain.delivery import MessageType
 from services.store.client.model import PutStatus, TopicInfo
 from services.broker.producer import Producer, recall_handle, response_code
 from services.domain.contracts.delay import timer_out_ms

@@ -6,7 +6,8 @@ import pytest
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
-from services.broker.model import ClientType, MessageType
+from services.broker.model import ClientType
+from services.domain.delivery import MessageType
 from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.route import RouteService, queue_permission
 from services.broker.telemetry import ClientRegistry, ClientSettings, TelemetryService

@@ -9,7 +9,8 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
-from services.broker.model import IncomingMessage, MessageType
+from services.broker.model import IncomingMessage
+from services.domain.delivery import MessageType
 from services.store.client.model import StoreMessage
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink

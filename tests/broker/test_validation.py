@@ -9,7 +9,8 @@ from services.broker import validation
 from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
-from services.broker.model import IncomingMessage, MessageType
+from services.broker.model import IncomingMessage
+from services.domain.delivery import MessageType
 from services.store.client.model import TopicInfo
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink

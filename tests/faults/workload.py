@@ -1,4 +1,4 @@
-"""A v2 workload through the broker (services/admin/v2_client.py), recording into a History.
+"""A v2 workload through the broker (services/v2client/client.py), recording into a History.
 
 * Producers: ``producers`` threads send NORMAL messages (or DELAY ones with ``delay_s``), and
   ``fifo_producers`` threads send FIFO messages, each over its own ``groups_per_fifo_producer``
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from services.admin.v2_client import BrokerCallError, V2Client, build_message, now_ms
+from services.v2client.client import BrokerCallError, V2Client, build_message, now_ms
 from tests.faults.checker import FAIL, INFO, OK, Delivery, History, classify_code, classify_rpc_error, make_body
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ pa = pytest.importorskip("pyarrow")
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 
 from pipeline import client as client_module  # noqa: E402
-from pipeline.broker_read import DataLossError, read_range  # noqa: E402
+from pipeline.errors import DataLossError
+from pipeline.broker_read import read_range  # noqa: E402
 from pipeline.options import parse_source_options  # noqa: E402
 from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 

@@ -13,9 +13,16 @@ from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
-from pipeline.decode import (  # noqa: E402
-    ALL_COLUMNS, CorruptSegment, decode_batch, find_record_start, read_consume_queue, read_segment, walk,
-    walk_array)
+from pipeline.decode import (
+    ALL_COLUMNS,
+    decode_batch,
+    find_record_start,
+    read_consume_queue,
+    read_segment,
+    walk,
+    walk_array,
+)
+from pipeline.errors import CorruptSegment
 from services.domain.format.commitlog_format import (
     PROP_CRC_PREFIX,
     MessageRecord,

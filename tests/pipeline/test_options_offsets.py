@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from pipeline.offsets import (
     ANY_BROKER, canonical, from_nested, parse_assign, parse_offsets, rate_limit, resolve_brokers, to_json)
-from pipeline.options import (
-    OptionError, parse_sink_options, parse_source_options, parse_store_file_options)
+from pipeline.errors import OptionError
+from pipeline.options import parse_sink_options, parse_source_options, parse_store_file_options
 
 BASE = {"endpoints": "127.0.0.1:8081", "subscribe": "T1,T2"}
 

@@ -13,7 +13,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from pipeline.messages import to_batch  # noqa: E402
-from pipeline.records import TruncatedRecords, records_to_batch  # noqa: E402
+from pipeline.errors import TruncatedRecords
+from pipeline.records import records_to_batch  # noqa: E402
 from services.broker.offsets import pulled_delivery  # noqa: E402
 from services.store.client.client import stored_from_pb  # noqa: E402
 from services.broker.rpc.consumer_convert import delivered_message  # noqa: E402

@@ -5,7 +5,7 @@ ones over gRPC."""
 from __future__ import annotations
 
 from services.broker.errors import Code
-from services.broker.model import MessageType
+from services.domain.delivery import MessageType
 
 NOW_MS = 1_700_000_000_000
 DAY_MS = 24 * 3600 * 1000

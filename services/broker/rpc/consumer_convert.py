@@ -12,6 +12,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf import timestamp_pb2
 
+from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
 from services.broker import consumer
 from services.store.client.model import Delivery
 from services.broker.consumer import FilterType, ReceiveRequest
@@ -63,7 +64,7 @@ def timestamp(ms: int) -> timestamp_pb2.Timestamp:
 def delivered_message(delivery: Delivery) -> d.Message:
     props = delivery.properties
     out = d.Message(topic=d.Resource(name=delivery.topic), body=delivery.body)
-    out.user_properties.update(consumer.user_properties(props))
+    out.user_properties.update(user_properties(props))
     sp = out.system_properties
     if TAGS in props:
         sp.tag = props[TAGS]
@@ -72,12 +73,12 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.body_digest.type = d.MD5
     sp.body_digest.checksum = hashlib.md5(delivery.body).hexdigest().upper()
     sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
-    sp.message_type = int(consumer.delivered_message_type(props))
+    sp.message_type = int(delivered_message_type(props))
     sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
     sp.born_host = props.get(BORN_HOST) or delivery.born_host
     sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))
     sp.store_host = delivery.store_host
-    deliver_at = consumer.delivery_timestamp_ms(props, delivery.store_timestamp_ms)
+    deliver_at = delivery_timestamp_ms(props, delivery.store_timestamp_ms)
     if deliver_at is not None:
         sp.delivery_timestamp.CopyFrom(timestamp(deliver_at))
     sp.receipt_handle = delivery.receipt_handle

@@ -12,7 +12,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from services.broker.errors import Code, RequestError
-from services.broker.model import BodyEncoding, ClientType, IncomingMessage, MessageType, SendReceipt
+from services.broker.model import BodyEncoding, ClientType, IncomingMessage, SendReceipt
+from services.domain.delivery import MessageType
 from services.broker.producer import response_code
 from services.broker.route import Route
 from services.broker.rpc.status import OK_STATUS, status
