@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test soak fuzz bench bench-deps clean-gen node-clients java-check
+.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients java-check
 
 setup: $(STAMP) $(GEN_STAMP) node-clients java-check
 
@@ -47,7 +47,14 @@ node-clients:
 run: setup
 	$(VENV)/bin/pyrmq up
 
-test: setup
+# Lint (ruff), format check (ruff format) and types (mypy: strict on services/domain, services/runtime
+# and the store client; pyproject.toml), then the suite.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+test: lint
 	$(PY) -m pytest -q -m "not slow"
 
 soak: setup

@@ -20,6 +20,7 @@ system time over the measured run divided by messages. Each figure is the median
 runs, each on a fresh data directory. Targets (issue 3): send1 in flight 1 >= 1,000 msgs/s with
 p99 <= 3 ms, in flight 8 >= 2,000 msgs/s; send32 >= 30,000 msgs/s; consume >= 20,000 msgs/s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,9 @@ SEND_SCRIPT = ROOT / "tests" / "broker" / "clients" / "send.py"
 
 
 def start(args: list[str]) -> tuple[subprocess.Popen, re.Match[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     match = READY.search(line)
@@ -85,8 +87,18 @@ class Cluster:
 def cluster(broker_flags: list[str]):
     with tempfile.TemporaryDirectory(prefix="broker-bench-") as tmp:
         store, store_ready = start(["services.store", "--data-dir", tmp, "--port", "0", "--metrics-port", "-1"])
-        broker, broker_ready = start(["services.broker", "--port", "0", "--store-address", store_ready["grpc"],
-                                      "--metrics-port", "-1", *broker_flags])
+        broker, broker_ready = start(
+            [
+                "services.broker",
+                "--port",
+                "0",
+                "--store-address",
+                store_ready["grpc"],
+                "--metrics-port",
+                "-1",
+                *broker_flags,
+            ]
+        )
         try:
             yield Cluster(store, broker, broker_ready["grpc"])
         finally:
@@ -96,19 +108,31 @@ def cluster(broker_flags: list[str]):
 
 
 def message(body: bytes, i: int) -> d.Message:
-    return d.Message(topic=d.Resource(name=TOPIC), body=body, system_properties=d.SystemProperties(
-        tag="TagA", keys=[f"order-{i}"], message_id=uuid.uuid4().hex.upper(), message_type=d.NORMAL,
-        body_encoding=d.IDENTITY, born_host="127.0.0.1"))
+    return d.Message(
+        topic=d.Resource(name=TOPIC),
+        body=body,
+        system_properties=d.SystemProperties(
+            tag="TagA",
+            keys=[f"order-{i}"],
+            message_id=uuid.uuid4().hex.upper(),
+            message_type=d.NORMAL,
+            body_encoding=d.IDENTITY,
+            born_host="127.0.0.1",
+        ),
+    )
 
 
-def send_load(stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_request: int,
-              body: bytes) -> tuple[float, list[float]]:
+def send_load(
+    stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_request: int, body: bytes
+) -> tuple[float, list[float]]:
     """Send ``n`` messages; (elapsed s, sorted request latencies). The requests are built before
     the clock starts, so the client's protobuf work does not compete with the servers'."""
     latencies: list[float] = []
     lock = threading.Lock()
-    requests = [s.SendMessageRequest(messages=[message(body, r * per_request + j) for j in range(per_request)])
-                for r in range(n // per_request)]
+    requests = [
+        s.SendMessageRequest(messages=[message(body, r * per_request + j) for j in range(per_request)])
+        for r in range(n // per_request)
+    ]
 
     def caller(k: int) -> None:
         mine = []
@@ -134,9 +158,14 @@ def consume_load(stub: s_grpc.MessagingServiceStub, n: int, consumers: int = 1) 
     """Receive ``n`` messages in batches of 32, acking each batch in one AckMessage, with
     ``consumers`` receive-and-ack loops at once (a push consumer keeps several receives open)."""
     request = s.ReceiveMessageRequest(
-        group=d.Resource(name=GROUP), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
-        filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=32,
-        invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=5), auto_renew=False)
+        group=d.Resource(name=GROUP),
+        message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
+        filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=60),
+        long_polling_timeout=Duration(seconds=5),
+        auto_renew=False,
+    )
     latencies: list[float] = []
     got = [0]
     lock = threading.Lock()
@@ -148,16 +177,26 @@ def consume_load(stub: s_grpc.MessagingServiceStub, n: int, consumers: int = 1) 
                 if got[0] >= n or failures:
                     return
             begun = time.perf_counter()
-            messages = [r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
-                        if r.HasField("message")]
+            messages = [
+                r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30) if r.HasField("message")
+            ]
             if not messages:
                 failures.append(f"consume stalled after {got[0]} of {n} messages")
                 return
-            ack = stub.AckMessage(s.AckMessageRequest(
-                group=request.group, topic=d.Resource(name=TOPIC),
-                entries=[s.AckMessageEntry(message_id=m.system_properties.message_id,
-                                           receipt_handle=m.system_properties.receipt_handle) for m in messages]),
-                metadata=METADATA, timeout=30)
+            ack = stub.AckMessage(
+                s.AckMessageRequest(
+                    group=request.group,
+                    topic=d.Resource(name=TOPIC),
+                    entries=[
+                        s.AckMessageEntry(
+                            message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle
+                        )
+                        for m in messages
+                    ],
+                ),
+                metadata=METADATA,
+                timeout=30,
+            )
             if ack.status.code != d.OK:
                 failures.append(f"ack failed: {ack.status}")
                 return
@@ -189,8 +228,13 @@ def measured(c: Cluster, n: int, run: Callable[[], tuple[float, list[float]]]) -
     cpu0 = c.cpu_s()
     elapsed, lat = run()
     cpu1 = c.cpu_s()
-    return Row(n / elapsed, lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
-               (cpu1[0] - cpu0[0]) / n * 1e6, (cpu1[1] - cpu0[1]) / n * 1e6)
+    return Row(
+        n / elapsed,
+        lat[len(lat) // 2] * 1e3,
+        lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
+        (cpu1[0] - cpu0[0]) / n * 1e6,
+        (cpu1[1] - cpu0[1]) / n * 1e6,
+    )
 
 
 def scenario_send(c: Cluster, n: int, in_flight: int, per_request: int, body: bytes) -> Row:
@@ -209,13 +253,21 @@ def scenario_consume(c: Cluster, n: int, body: bytes, consumers: int) -> Row:
 
 
 def scenario_client(c: Cluster, n: int, body_bytes: int) -> Row:
-    job = {"endpoint": c.endpoint, "topics": [TOPIC],
-           "messages": [{"topic": TOPIC, "body_size": body_bytes, "tag": "TagA"} for _ in range(n)]}
+    job = {
+        "endpoint": c.endpoint,
+        "topics": [TOPIC],
+        "messages": [{"topic": TOPIC, "body_size": body_bytes, "tag": "TagA"} for _ in range(n)],
+    }
     with tempfile.TemporaryDirectory(prefix="bench-client-home-") as home:
         cpu0 = c.cpu_s()
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, str(SEND_SCRIPT), json.dumps(job)], capture_output=True, text=True,
-                              env=dict(os.environ, HOME=home), timeout=600)
+        done = subprocess.run(
+            [sys.executable, str(SEND_SCRIPT), json.dumps(job)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, HOME=home),
+            timeout=600,
+        )
         elapsed = time.perf_counter() - started  # includes the client's start-up and shutdown
         cpu1 = c.cpu_s()
     ok = sum(1 for line in done.stdout.splitlines() if line.startswith('{"ok": true'))
@@ -228,28 +280,42 @@ def report(name: str, rows: list[Row]) -> None:
     med = Row(*(statistics.median(getattr(r, f) for r in rows) for f in Row.__dataclass_fields__))
     spread = f"[{min(r.rate for r in rows):,.0f}-{max(r.rate for r in rows):,.0f}]"
     latency = f"p50 {med.p50_ms:6.2f} ms  p99 {med.p99_ms:6.2f} ms" if med.p99_ms else f"{'(latency n/a)':<29}"
-    print(f"{name:<22} {med.rate:>8,.0f} msgs/s {spread:<17} {latency}  broker {med.broker_us:5.0f} CPU-us/msg  "
-          f"store {med.store_us:5.0f} CPU-us/msg", flush=True)
+    print(
+        f"{name:<22} {med.rate:>8,.0f} msgs/s {spread:<17} {latency}  broker {med.broker_us:5.0f} CPU-us/msg  "
+        f"store {med.store_us:5.0f} CPU-us/msg",
+        flush=True,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenarios", nargs="+", choices=["send1", "send32", "consume", "client"],
-                        default=["send1", "send32", "consume", "client"])
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=["send1", "send32", "consume", "client"],
+        default=["send1", "send32", "consume", "client"],
+    )
     parser.add_argument("--messages", type=int, default=3000, help="per send1 run (x10 for send32 and consume)")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8], help="send1 requests in flight")
-    parser.add_argument("--send32-in-flight", type=int, nargs="+", default=[1, 4],
-                        help="send32 requests in flight")
-    parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4],
-                        help="consume: receive-and-ack loops at once")
+    parser.add_argument("--send32-in-flight", type=int, nargs="+", default=[1, 4], help="send32 requests in flight")
+    parser.add_argument(
+        "--consumers", type=int, nargs="+", default=[1, 4], help="consume: receive-and-ack loops at once"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--body-bytes", type=int, default=1024)
-    parser.add_argument("--broker-flag", action="append", default=[],
-                        help="extra flag for the broker process, e.g. --broker-flag=--no-put-coalescing")
+    parser.add_argument(
+        "--broker-flag",
+        action="append",
+        default=[],
+        help="extra flag for the broker process, e.g. --broker-flag=--no-put-coalescing",
+    )
     args = parser.parse_args()
     body = os.urandom(args.body_bytes)
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.body_bytes} B bodies, "
-          f"median of {args.runs} runs", flush=True)
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.body_bytes} B bodies, "
+        f"median of {args.runs} runs",
+        flush=True,
+    )
     for name in args.scenarios:
         if name == "send1":
             for in_flight in args.in_flight:

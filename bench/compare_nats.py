@@ -34,6 +34,7 @@ NATS: nats-server) over the measured part, per message. Each side's figure is th
 the median. Goals (issue): sync >= 0.5x, pipelined >= 1.5x (SYNC durability >= 2x), consume
 >= 1.0x. Ends with a markdown table for bench/RESULTS.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,13 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_bench import (GROUP, METADATA, TOPIC, consume_load, message, proc_cpu_s,  # noqa: E402
-                          send_load)
-
 import grpc  # noqa: E402
 from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
 from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
+from broker_bench import GROUP, METADATA, TOPIC, consume_load, message, proc_cpu_s, send_load  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 
 try:
@@ -82,8 +81,14 @@ PER_REQUEST, IN_FLIGHT, WINDOW = 32, 4, 4000
 CONSUMERS = 4  # pyrmq receive-and-ack loops at once (NATS fetches 500 at a time and acks without a reply)
 E2E_SECONDS, E2E_WARM = 10, 20
 STAMP = struct.Struct("<dI")  # e2e body head: perf_counter at send, message index
-GOALS = {("sync", "async"): 0.5, ("sync", "sync"): 0.5, ("pipelined", "async"): 1.5,
-         ("pipelined", "sync"): 2.0, ("consume", "async"): 1.0, ("consume", "sync"): 1.0}
+GOALS = {
+    ("sync", "async"): 0.5,
+    ("sync", "sync"): 0.5,
+    ("pipelined", "async"): 1.5,
+    ("pipelined", "sync"): 2.0,
+    ("consume", "async"): 1.0,
+    ("consume", "sync"): 1.0,
+}
 
 
 def _detached() -> None:
@@ -137,23 +142,36 @@ def pyrmq_cluster(durability: str):
         out, log = Path(tmp, "up.out"), Path(tmp, "up.log")
         env = dict(os.environ, PYRMQ_STORE_FLUSH_MODE="SYNC" if durability == "sync" else "ASYNC")
         with open(out, "w") as so, open(log, "w") as se:
-            proc = subprocess.Popen([PYRMQ, "up", "--data-dir", f"{tmp}/data", "--port", "0", "--store-port", "0",
-                                     "--metrics-port", "-1"], cwd=ROOT, env=env, stdout=so, stderr=se, **DETACH)
+            proc = subprocess.Popen(
+                [PYRMQ, "up", "--data-dir", f"{tmp}/data", "--port", "0", "--store-port", "0", "--metrics-port", "-1"],
+                cwd=ROOT,
+                env=env,
+                stdout=so,
+                stderr=se,
+                **DETACH,
+            )
         try:
             endpoint = wait_for(lambda: READY.search(out.read_text()), proc, "pyrmq up", log)[1]
             if f"(flush {env['PYRMQ_STORE_FLUSH_MODE']})" not in log.read_text():
                 raise SystemExit(f"the store did not log flush {env['PYRMQ_STORE_FLUSH_MODE']}: see {log}")
             roles = {}
-            for pid in [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir()
-                        for c in (task / "children").read_text().split()]:
+            for pid in [
+                int(c)
+                for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                for c in (task / "children").read_text().split()
+            ]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 for role in (b"services.store", b"services.broker"):
                     if role in cmdline:
                         roles[role] = pid
             if len(roles) != 2:
                 raise SystemExit(f"store and broker processes not found under pyrmq up: {roles}")
-            created = subprocess.run([PYRMQ, "topic", "create", TOPIC, "--type", "NORMAL", "--endpoint", endpoint],
-                                     capture_output=True, text=True, cwd=ROOT)
+            created = subprocess.run(
+                [PYRMQ, "topic", "create", TOPIC, "--type", "NORMAL", "--endpoint", endpoint],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             if created.returncode != 0:
                 raise SystemExit(f"pyrmq topic create failed: {created.stdout}{created.stderr}")
             yield Server(endpoint, list(roles.values()), Path(tmp))
@@ -173,9 +191,12 @@ def nats_server(binary: str, durability: str):
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         conf, log = Path(tmp, "nats.conf"), Path(tmp, "nats.log")
-        conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{tmp}/store"\n'
-                        "  max_memory_store: 1G\n  max_file_store: 16G\n"
-                        + ("  sync_interval: always\n" if durability == "sync" else "") + "}\n")
+        conf.write_text(
+            f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{tmp}/store"\n'
+            "  max_memory_store: 1G\n  max_file_store: 16G\n"
+            + ("  sync_interval: always\n" if durability == "sync" else "")
+            + "}\n"
+        )
         with open(log, "w") as lf:
             proc = subprocess.Popen([binary, "-c", str(conf)], stdout=lf, stderr=subprocess.STDOUT, **DETACH)
         try:
@@ -195,8 +216,9 @@ class Row:
 
 def row(n: int, elapsed: float, latencies: list[float], cpu_s: float) -> Row:
     lat = sorted(latencies)
-    return Row(n / elapsed, lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
-               cpu_s / n * 1e6)
+    return Row(
+        n / elapsed, lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, cpu_s / n * 1e6
+    )
 
 
 def stamped(i: int, size: int) -> bytes:
@@ -205,22 +227,32 @@ def stamped(i: int, size: int) -> bytes:
 
 # ---------------------------------------------------------------- pyrmq side (sync gRPC, threads)
 
+
 def pyrmq_sync(srv: Server, n: int, body: bytes, _rate: float) -> Row:
     job = {"endpoint": srv.endpoint, "topic": TOPIC, "count": n, "warmup": 200, "body_size": len(body)}
     home = srv.tmp / "home"
     home.mkdir(exist_ok=True)
     with open(srv.tmp / "client.log", "w") as err:
-        proc = subprocess.Popen([sys.executable, str(OFFICIAL_SEND), json.dumps(job)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True, env=dict(os.environ, HOME=str(home)),
-                                **DETACH)
+        proc = subprocess.Popen(
+            [sys.executable, str(OFFICIAL_SEND), json.dumps(job)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=dict(os.environ, HOME=str(home)),
+            **DETACH,
+        )
     try:
+
         def answer() -> dict:
             line = proc.stdout.readline()
             got = json.loads(line) if line.startswith("{") else {"error": f"client said {line!r}"}
             if "error" in got:
-                raise SystemExit(f"official client: {got['error']}\n"
-                                 f"{(srv.tmp / 'client.log').read_text(errors='replace')[-2000:]}")
+                raise SystemExit(
+                    f"official client: {got['error']}\n{(srv.tmp / 'client.log').read_text(errors='replace')[-2000:]}"
+                )
             return got
+
         answer()  # {"ready": true} after the warm-up
         cpu0 = srv.cpu_s()
         proc.stdin.write("go\n")
@@ -253,9 +285,14 @@ def pyrmq_consume(srv: Server, n: int, body: bytes, _rate: float) -> Row:
 
 def pyrmq_e2e(srv: Server, n: int, body: bytes, rate: float) -> Row:
     request = s.ReceiveMessageRequest(
-        group=d.Resource(name=GROUP), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
-        filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=32,
-        invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=5), auto_renew=False)
+        group=d.Resource(name=GROUP),
+        message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
+        filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=60),
+        long_polling_timeout=Duration(seconds=5),
+        auto_renew=False,
+    )
     latencies: list[float] = []
     failures: list[str] = []
     with grpc.insecure_channel(srv.endpoint) as channel:
@@ -265,18 +302,32 @@ def pyrmq_e2e(srv: Server, n: int, body: bytes, rate: float) -> Row:
             got, deadline = 0, time.perf_counter() + n / rate + 60
             try:
                 while got < n and time.perf_counter() < deadline:
-                    messages = [r.message for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
-                                if r.HasField("message")]
+                    messages = [
+                        r.message
+                        for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=30)
+                        if r.HasField("message")
+                    ]
                     now = time.perf_counter()
                     for m in messages:
                         sent, i = STAMP.unpack_from(m.body)
                         if i >= E2E_WARM:
                             latencies.append(now - sent)
                     if messages:
-                        stub.AckMessage(s.AckMessageRequest(group=request.group, topic=d.Resource(name=TOPIC), entries=[
-                            s.AckMessageEntry(message_id=m.system_properties.message_id,
-                                              receipt_handle=m.system_properties.receipt_handle) for m in messages]),
-                            metadata=METADATA, timeout=30)
+                        stub.AckMessage(
+                            s.AckMessageRequest(
+                                group=request.group,
+                                topic=d.Resource(name=TOPIC),
+                                entries=[
+                                    s.AckMessageEntry(
+                                        message_id=m.system_properties.message_id,
+                                        receipt_handle=m.system_properties.receipt_handle,
+                                    )
+                                    for m in messages
+                                ],
+                            ),
+                            metadata=METADATA,
+                            timeout=30,
+                        )
                     got += len(messages)
             except grpc.RpcError as exc:
                 failures.append(str(exc))
@@ -288,8 +339,9 @@ def pyrmq_e2e(srv: Server, n: int, body: bytes, rate: float) -> Row:
             delay = started + i / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            response = stub.SendMessage(s.SendMessageRequest(messages=[message(stamped(i, len(body)), i)]),
-                                        metadata=METADATA, timeout=30)
+            response = stub.SendMessage(
+                s.SendMessageRequest(messages=[message(stamped(i, len(body)), i)]), metadata=METADATA, timeout=30
+            )
             if response.status.code != d.OK:
                 raise SystemExit(f"send failed: {response.status}")
         consumer.join()
@@ -300,6 +352,7 @@ def pyrmq_e2e(srv: Server, n: int, body: bytes, rate: float) -> Row:
 
 
 # ---------------------------------------------------------------- NATS side (nats-py, asyncio)
+
 
 async def js_open(srv: Server):
     nc = await nats.connect(srv.endpoint)
@@ -354,8 +407,9 @@ async def nats_consume(srv: Server, n: int, body: bytes, _rate: float) -> Row:
     nc, js = await js_open(srv)
     try:
         await publish_window(js, "bench.c", n + 500, body)
-        sub = await js.pull_subscribe("bench.c", durable="c", config=ConsumerConfig(
-            ack_policy=AckPolicy.EXPLICIT, max_ack_pending=100_000))
+        sub = await js.pull_subscribe(
+            "bench.c", durable="c", config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=100_000)
+        )
 
         async def rounds(count: int, latencies: list[float]) -> None:
             got = 0
@@ -416,10 +470,12 @@ async def nats_e2e(srv: Server, n: int, body: bytes, rate: float) -> Row:
 
 # ---------------------------------------------------------------- driver
 
+
 def find_nats_server(given: str | None) -> str | None:
     """nats-server >= 2.10 (for sync_interval): --nats-server, beside this Python, or on PATH."""
-    for candidate in ([given] if given else [str(Path(sys.executable).parent / "nats-server"),
-                                              shutil.which("nats-server")]):
+    for candidate in (
+        [given] if given else [str(Path(sys.executable).parent / "nats-server"), shutil.which("nats-server")]
+    ):
         if candidate and os.access(candidate, os.X_OK):
             version = subprocess.run([candidate, "--version"], capture_output=True, text=True).stdout
             found = re.search(r"v(\d+)\.(\d+)", version)
@@ -453,8 +509,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=SCENARIOS)
     parser.add_argument("--durability", nargs="+", choices=["async", "sync"], default=["async", "sync"])
-    parser.add_argument("--messages", type=int, default=2000,
-                        help="per sync run; x10 for pipelined and consume; e2e: at most this many")
+    parser.add_argument(
+        "--messages", type=int, default=2000, help="per sync run; x10 for pipelined and consume; e2e: at most this many"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rate", type=float, default=0, help="e2e producer msgs/s (default: see above)")
     parser.add_argument("--body-bytes", type=int, default=1024)
@@ -462,29 +519,37 @@ def main() -> None:
     args = parser.parse_args()
     binary = find_nats_server(args.nats_server)
     if nats is None or binary is None:
-        missing = " and ".join(x for x, gone in (("nats-py", nats is None),
-                                                  ("nats-server >= 2.10", binary is None)) if gone)
+        missing = " and ".join(
+            x for x, gone in (("nats-py", nats is None), ("nats-server >= 2.10", binary is None)) if gone
+        )
         print(f"{missing} not found: run `make bench-deps` (or pass --nats-server BIN)", file=sys.stderr)
         sys.exit(2)
 
     def on_term(_signum, _frame):
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, on_term)
 
     body = os.urandom(args.body_bytes)
     many = max(PER_REQUEST, args.messages * 10 // PER_REQUEST * PER_REQUEST)
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {version}, nats-py "
-          f"{importlib.metadata.version('nats-py')}; {args.body_bytes} B bodies; {args.runs} A-B pairs (pyrmq first)",
-          flush=True)
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {version}, nats-py "
+        f"{importlib.metadata.version('nats-py')}; {args.body_bytes} B bodies; {args.runs} A-B pairs (pyrmq first)",
+        flush=True,
+    )
     table: list[str] = []
     sync_rates: dict[str, float] = {}
     try:
         for scenario in args.scenarios:
             for durability in args.durability:
                 rate = args.rate or sync_rates.get(durability, 400) / 2
-                n = {"sync": args.messages, "pipelined": many, "consume": many,
-                     "e2e": max(2 * E2E_WARM, min(args.messages, int(rate * E2E_SECONDS)))}[scenario]
+                n = {
+                    "sync": args.messages,
+                    "pipelined": many,
+                    "consume": many,
+                    "e2e": max(2 * E2E_WARM, min(args.messages, int(rate * E2E_SECONDS))),
+                }[scenario]
                 pairs = []
                 for run in range(args.runs):
                     with pyrmq_cluster(durability) as srv:
@@ -499,20 +564,26 @@ def main() -> None:
                 if scenario == "sync":
                     sync_rates[durability] = pa.rate
                 label = f"{scenario} ({n:,} msgs" + (f" at {rate:,.0f}/s)" if scenario == "e2e" else ")")
-                print(f"{label:<26} {durability:<5} pyrmq {fmt(pa)} | nats {fmt(pb)} | pyrmq/nats "
-                      f"{ratio:.2f}× [{' '.join(f'{r:.2f}' for r in each)}] {goal_text(scenario, durability, ratio)}",
-                      flush=True)
-                table.append(f"| {label} | {durability} | {pa.rate:,.0f} | {pa.p50_ms:.2f} / {pa.p99_ms:.2f} | "
-                             f"{pa.cpu_us:,.0f} | {pb.rate:,.0f} | {pb.p50_ms:.2f} / {pb.p99_ms:.2f} | "
-                             f"{pb.cpu_us:,.0f} | "
-                             f"{ratio:.2f}× ({', '.join(f'{r:.2f}' for r in each)}) | "
-                             f"{goal_text(scenario, durability, ratio)} |")
+                print(
+                    f"{label:<26} {durability:<5} pyrmq {fmt(pa)} | nats {fmt(pb)} | pyrmq/nats "
+                    f"{ratio:.2f}× [{' '.join(f'{r:.2f}' for r in each)}] {goal_text(scenario, durability, ratio)}",
+                    flush=True,
+                )
+                table.append(
+                    f"| {label} | {durability} | {pa.rate:,.0f} | {pa.p50_ms:.2f} / {pa.p99_ms:.2f} | "
+                    f"{pa.cpu_us:,.0f} | {pb.rate:,.0f} | {pb.p50_ms:.2f} / {pb.p99_ms:.2f} | "
+                    f"{pb.cpu_us:,.0f} | "
+                    f"{ratio:.2f}× ({', '.join(f'{r:.2f}' for r in each)}) | "
+                    f"{goal_text(scenario, durability, ratio)} |"
+                )
     except KeyboardInterrupt:
         print("interrupted; servers stopped", file=sys.stderr)
         sys.exit(130)
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| scenario | durability | pyrmq msgs/s | pyrmq p50 / p99 ms | pyrmq CPU-µs/msg | NATS msgs/s | "
-          "NATS p50 / p99 ms | NATS CPU-µs/msg | pyrmq/NATS, median of pairs (each) | goal |")
+    print(
+        "| scenario | durability | pyrmq msgs/s | pyrmq p50 / p99 ms | pyrmq CPU-µs/msg | NATS msgs/s | "
+        "NATS p50 / p99 ms | NATS CPU-µs/msg | pyrmq/NATS, median of pairs (each) | goal |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
 

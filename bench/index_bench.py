@@ -12,6 +12,7 @@ keys per record, as an official client sends a message with one business key. St
 advance 1 ms every 50 records; phy offsets by 1200 bytes. The best of ``--repeat`` runs is shown,
 as wall-clock keys/s and as CPU time per key (steadier on a busy machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.runtime.clock import ManualClock  # noqa: E402
 from services.domain.format.index_format import HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT  # noqa: E402
+from services.runtime.clock import ManualClock  # noqa: E402
 from services.store.index_service import IndexService  # noqa: E402
 from services.store.model import DispatchRequest  # noqa: E402
 
@@ -34,19 +35,29 @@ T0 = 1_700_000_000_000
 
 def make_requests(n: int) -> list[DispatchRequest]:
     rnd = random.Random(42)
-    return [DispatchRequest(topic=TOPIC, queue_id=i % 8, phy_offset=1000 + i * 1200, size=1200,
-                            tags_code=0, store_timestamp_ms=T0 + i // 50, queue_offset=i // 8,
-                            keys=f"order-{i}", uniq_key=f"{rnd.getrandbits(128):032X}", sys_flag=0,
-                            prepared_transaction_offset=0)
-            for i in range(n)]
+    return [
+        DispatchRequest(
+            topic=TOPIC,
+            queue_id=i % 8,
+            phy_offset=1000 + i * 1200,
+            size=1200,
+            tags_code=0,
+            store_timestamp_ms=T0 + i // 50,
+            queue_offset=i // 8,
+            keys=f"order-{i}",
+            uniq_key=f"{rnd.getrandbits(128):032X}",
+            sys_flag=0,
+            prepared_transaction_offset=0,
+        )
+        for i in range(n)
+    ]
 
 
 def run(requests: list[DispatchRequest], batch: int | str) -> tuple[float, float]:
     """(wall, CPU) seconds to index ``requests``: per record with ``"one"`` (build_index), else
     with build_index_batch in batches of ``batch``."""
     with tempfile.TemporaryDirectory(prefix="index-bench-") as tmp:
-        service = IndexService(Path(tmp) / "index", HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT,
-                               ManualClock(T0))
+        service = IndexService(Path(tmp) / "index", HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT, ManualClock(T0))
         try:
             if batch == "one":
                 build = service.build_index
@@ -54,7 +65,7 @@ def run(requests: list[DispatchRequest], batch: int | str) -> tuple[float, float
                 for r in requests:
                     build(r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms, r.sys_flag)
             else:
-                chunks = [requests[i:i + batch] for i in range(0, len(requests), batch)]
+                chunks = [requests[i : i + batch] for i in range(0, len(requests), batch)]
                 build_batch = service.build_index_batch
                 start, cpu_start = time.perf_counter(), time.process_time()
                 for chunk in chunks:
@@ -81,8 +92,10 @@ def main() -> None:
         runs = [run(requests, batch) for _ in range(args.repeat)]
         wall = min(w for w, _ in runs)
         cpu = min(c for _, c in runs)
-        print(f"  {label:<24} {keys / wall:>12,.0f} keys/s  {wall / keys * 1e6:6.2f} us/key"
-              f"  (CPU {cpu / keys * 1e6:5.2f} us/key)")
+        print(
+            f"  {label:<24} {keys / wall:>12,.0f} keys/s  {wall / keys * 1e6:6.2f} us/key"
+            f"  (CPU {cpu / keys * 1e6:5.2f} us/key)"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ On a small machine the Python load generator saturates before the broker does, s
 (``--pin``, with 2+ CPUs) the servers run on CPU 0 and the generator on the others: the broker
 is then the bottleneck, as in production where clients run elsewhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ def children(pid: int) -> dict[str, int]:
 def send(stub: s_grpc.MessagingServiceStub, topic: str) -> tuple[int, float]:
     started = time.monotonic()
     try:
-        response = stub.SendMessage(s.SendMessageRequest(messages=[build_message(topic, BODY)]),
-                                    metadata=METADATA, timeout=5)
+        response = stub.SendMessage(
+            s.SendMessageRequest(messages=[build_message(topic, BODY)]), metadata=METADATA, timeout=5
+        )
         code = response.status.code
     except grpc.RpcError as exc:
         code = -exc.code().value[0]  # transport failure: negative gRPC code
@@ -98,8 +100,13 @@ def _grpc_name(value: int) -> str:
 
 def stored(endpoint: str, topic: str) -> int:
     """Messages the store holds in ``topic`` (``pyrmq status --json``)."""
-    out = subprocess.run([sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json",
-                          "--metrics-port", "-1"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json", "--metrics-port", "-1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     return next(t["max_offset"] for t in json.loads(out)["topics"] if t["name"] == topic)
 
 
@@ -150,21 +157,45 @@ def main() -> None:
     parser.add_argument("--load-factor", type=float, default=3.0)
     parser.add_argument("--senders", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2, help="open-loop generator threads issuing calls")
-    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) > 1,
-                        help="servers on CPU 0, this generator on the other CPUs (default with 2+ CPUs)")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=(os.cpu_count() or 1) > 1,
+        help="servers on CPU 0, this generator on the other CPUs (default with 2+ CPUs)",
+    )
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     server_cpus, generator_cpus = ({cpus[0]}, set(cpus[1:])) if args.pin and len(cpus) > 1 else (set(cpus), set(cpus))
     os.sched_setaffinity(0, generator_cpus)
     print(f"servers on CPUs {sorted(server_cpus)}, generator on CPUs {sorted(generator_cpus)}")
     data = Path(tempfile.mkdtemp(prefix="pyrmq-overload-"))
-    up = subprocess.Popen(preexec_fn=lambda: os.sched_setaffinity(0, server_cpus), args=[sys.executable, "-m", "services.cli", "up", "--data-dir", str(data), "--port", "0",
-                           "--store-port", "0", "--metrics-port", "-1", "--broker-metrics-port", "-1"],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    up = subprocess.Popen(
+        preexec_fn=lambda: os.sched_setaffinity(0, server_cpus),
+        args=[
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(data),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "-1",
+            "--broker-metrics-port",
+            "-1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         endpoint = None
         for line in up.stdout:
-            if (m := UP_READY.search(line)):
+            if m := UP_READY.search(line):
                 endpoint = m.group(1)
                 break
         assert endpoint, "pyrmq up did not start"
@@ -192,22 +223,30 @@ def main() -> None:
             codes = Counter(code for _, code, _ in results)
             total = len(results)
             elapsed = max(at for at, _, _ in results)
-            print(f"overload: offered {offered:,.0f}/s ({args.load_factor:g}x) for {args.overload_s:g} s -> "
-                  f"{total:,} sends answered in {elapsed:.1f} s ({total / elapsed:,.0f}/s achieved; a generator "
-                  f"that falls behind its schedule sends late)")
+            print(
+                f"overload: offered {offered:,.0f}/s ({args.load_factor:g}x) for {args.overload_s:g} s -> "
+                f"{total:,} sends answered in {elapsed:.1f} s ({total / elapsed:,.0f}/s achieved; a generator "
+                f"that falls behind its schedule sends late)"
+            )
             for code, count in codes.most_common():
                 name = d.Code.Name(code) if code >= 0 else f"gRPC {_grpc_name(-code)}"
                 took = sorted(took for _, c, took in results if c == code)
-                print(f"  {name}: {count:,} ({100 * count / total:.1f} %), answered in p50 "
-                      f"{1000 * statistics.median(took):.1f} ms, p99 {1000 * took[int(len(took) * 0.99)]:.1f} ms")
+                print(
+                    f"  {name}: {count:,} ({100 * count / total:.1f} %), answered in p50 "
+                    f"{1000 * statistics.median(took):.1f} ms, p99 {1000 * took[int(len(took) * 0.99)]:.1f} ms"
+                )
             print(f"  accepted: {codes[d.OK] / elapsed:,.0f} msgs/s")
             refused = codes[d.TOO_MANY_REQUESTS] + codes[-grpc.StatusCode.UNAVAILABLE.value[0]]
             timeouts = codes[-grpc.StatusCode.DEADLINE_EXCEEDED.value[0]]
-            print(f"  refused (TOO_MANY_REQUESTS, or UNAVAILABLE = HTTP/2 REFUSED_STREAM, never processed): "
-                  f"{refused:,}; timed out: {timeouts:,}; other: {total - codes[d.OK] - refused - timeouts:,}")
+            print(
+                f"  refused (TOO_MANY_REQUESTS, or UNAVAILABLE = HTTP/2 REFUSED_STREAM, never processed): "
+                f"{refused:,}; timed out: {timeouts:,}; other: {total - codes[d.OK] - refused - timeouts:,}"
+            )
             sampling.set()
-            print("  RSS MiB (before -> peak): " + ", ".join(
-                f"{name} {rss_before[name]:.0f} -> {rss_peak[name]:.0f}" for name in pids))
+            print(
+                "  RSS MiB (before -> peak): "
+                + ", ".join(f"{name} {rss_before[name]:.0f} -> {rss_peak[name]:.0f}" for name in pids)
+            )
             recovery: list = []
             open_loop(stub, sustainable * 0.8, args.recovery_s, args.threads, recovery)
             by_second: dict[int, Counter] = {}
@@ -216,10 +255,14 @@ def main() -> None:
             clean = next((sec for sec in sorted(by_second) if by_second[sec][False] == 0), None)
             acked += codes[d.OK] + sum(1 for _, code, _ in recovery if code == d.OK)
             held = stored(endpoint, "OverloadBench")
-            print(f"stored {held:,} messages; sends answered OK {acked:,}: {held - acked:,} stored without an OK "
-                  f"(refused or cancelled sends that were stored anyway; 0 expected)")
-            print(f"recovery at 0.8x: first second with every send OK: {clean} s after the load dropped "
-                  f"({'within' if clean is not None and clean <= 10 else 'NOT within'} 10 s)")
+            print(
+                f"stored {held:,} messages; sends answered OK {acked:,}: {held - acked:,} stored without an OK "
+                f"(refused or cancelled sends that were stored anyway; 0 expected)"
+            )
+            print(
+                f"recovery at 0.8x: first second with every send OK: {clean} s after the load dropped "
+                f"({'within' if clean is not None and clean <= 10 else 'NOT within'} 10 s)"
+            )
     finally:
         up.send_signal(signal.SIGTERM)
         try:

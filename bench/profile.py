@@ -14,6 +14,7 @@ busy-sample count with the process's CPU time (bench/broker_bench.py) to see how
 the Python frames explain. ``--native`` adds C frames, where waits show as libc futex calls.
 Needs py-spy (``make bench-deps`` installs it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broker_bench as bb  # noqa: E402
-
 import grpc  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 # Leaf frames of threads that wait rather than work (grpc's poller, pool and queue waits).
-WAITING = re.compile(r"^(Condition\.wait|Condition\.__enter__|_worker \(concurrent/futures/thread\.py:81|"
-                     r"_serve \(grpc/_server\.py:13|PendingPut\.wait|_run_channel_spin_thread|"
-                     r"_consume_request_iterator|Event\.wait|_wait_once|select|sleep|SimpleQueue\.get)")
-LOADS = {"send1": lambda stub, body: bb.send_load(stub, 500, 1, 1, body),
-         "send32": lambda stub, body: bb.send_load(stub, 32 * 200, 4, 32, body),
-         "consume": lambda stub, body: (bb.send_load(stub, 32 * 100, 4, 32, body), bb.consume_load(stub, 3200, 4))}
+WAITING = re.compile(
+    r"^(Condition\.wait|Condition\.__enter__|_worker \(concurrent/futures/thread\.py:81|"
+    r"_serve \(grpc/_server\.py:13|PendingPut\.wait|_run_channel_spin_thread|"
+    r"_consume_request_iterator|Event\.wait|_wait_once|select|sleep|SimpleQueue\.get)"
+)
+LOADS = {
+    "send1": lambda stub, body: bb.send_load(stub, 500, 1, 1, body),
+    "send32": lambda stub, body: bb.send_load(stub, 32 * 200, 4, 32, body),
+    "consume": lambda stub, body: (bb.send_load(stub, 32 * 100, 4, 32, body), bb.consume_load(stub, 3200, 4)),
+}
 
 
 def summary(raw: Path, top: int) -> list[str]:
@@ -78,10 +82,27 @@ def main() -> None:
         for name, proc in (("broker", c.broker), ("store", c.store)):
             stem = args.out / f"{name}-{args.scenario}"
             for fmt, suffix in (("flamegraph", ".svg"), ("raw", ".txt")):
-                recorders.append(subprocess.Popen(
-                    [PY_SPY, "record", "-r", str(args.rate), "-d", str(args.seconds), "--format", fmt,
-                     "-o", str(stem.with_suffix(suffix)), "-p", str(proc.pid), *(["--native"] if args.native else [])],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                recorders.append(
+                    subprocess.Popen(
+                        [
+                            PY_SPY,
+                            "record",
+                            "-r",
+                            str(args.rate),
+                            "-d",
+                            str(args.seconds),
+                            "--format",
+                            fmt,
+                            "-o",
+                            str(stem.with_suffix(suffix)),
+                            "-p",
+                            str(proc.pid),
+                            *(["--native"] if args.native else []),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
         time.sleep(1)
         end = time.monotonic() + args.seconds - 2
         while time.monotonic() < end:

@@ -20,6 +20,7 @@ broker, and the sink. Prints one line per figure.
 Targets (issue 6): commitlog source >= 500,000 records/s on local[2]; streaming read >= 20,000
 msgs/s. Times exclude the SparkSession start; each Spark figure is the best of ``--runs``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,17 +39,28 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-NARROW = "commitLogOffset bigint, totalSize int, queueId int, queueOffset bigint, sysFlag int, " \
-         "storeTimestamp timestamp, topic string"
+NARROW = (
+    "commitLogOffset bigint, totalSize int, queueId int, queueOffset bigint, sysFlag int, "
+    "storeTimestamp timestamp, topic string"
+)
 
 
 def session(master: str):
     from pyspark.sql import SparkSession
+
     import pipeline
-    spark = (SparkSession.builder.master(master).appName("spark-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.memory", "2g").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     pipeline.register(spark)
     return spark
@@ -103,12 +115,14 @@ def cpu_note(count: int) -> str:
 
 # -- commitlog --------------------------------------------------------------------------------
 
+
 def write_store(root: Path, gib: float) -> tuple[int, int]:
     """(records, bytes) of a store root with >= gib GiB of CommitLog (reused if present)."""
+    from services.domain.format.commitlog_format import MessageRecord
     from services.runtime.clock import SystemClock
     from services.store.config import StoreConfig
-    from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
+
     marker = root / "bench-records"
     if marker.exists():
         records, size = map(int, marker.read_text().split())
@@ -121,11 +135,22 @@ def write_store(root: Path, gib: float) -> tuple[int, int]:
     target = int(gib * (1 << 30)) + (1 << 20)
     try:
         while store.commitlog.max_offset < target:
-            batch = [MessageRecord(
-                topic=f"BenchTopic{(records + i) % 4}", queue_id=(records + i) % 8, body=b"%010d" % (records + i) + b"x" * 90,
-                properties={"TAGS": "TagA" if i % 2 else "TagB", "KEYS": f"order-{records + i}",
-                            "UNIQ_KEY": f"7F000001{records + i:024X}", "CLUSTER": "DefaultCluster", "WAIT": "true"},
-                born_timestamp_ms=1_700_000_000_000 + records + i) for i in range(1000)]
+            batch = [
+                MessageRecord(
+                    topic=f"BenchTopic{(records + i) % 4}",
+                    queue_id=(records + i) % 8,
+                    body=b"%010d" % (records + i) + b"x" * 90,
+                    properties={
+                        "TAGS": "TagA" if i % 2 else "TagB",
+                        "KEYS": f"order-{records + i}",
+                        "UNIQ_KEY": f"7F000001{records + i:024X}",
+                        "CLUSTER": "DefaultCluster",
+                        "WAIT": "true",
+                    },
+                    born_timestamp_ms=1_700_000_000_000 + records + i,
+                )
+                for i in range(1000)
+            ]
             store.put_messages(batch)
             records += len(batch)
         store.reput.run_once()
@@ -139,11 +164,14 @@ def write_store(root: Path, gib: float) -> tuple[int, int]:
 
 def bench_commitlog(spark, args) -> None:
     from pipeline.decode import read_segment, segment_files
+
     root = Path(args.data_dir) / "commitlog-store" / "store"
     records, size = write_store(root, args.gib)
     mib = size / (1 << 20)
-    print(f"commitlog: {records:,} records, {mib:,.0f} MiB ({size / records:.0f} B/record), "
-          f"{len(segment_files(root))} segments")
+    print(
+        f"commitlog: {records:,} records, {mib:,.0f} MiB ({size / records:.0f} B/record), "
+        f"{len(segment_files(root))} segments"
+    )
     start, path = segment_files(root)[0]
     decoded, started, cpu = 0, time.perf_counter(), time.process_time()
     for batch in read_segment(path, start):
@@ -151,32 +179,54 @@ def bench_commitlog(spark, args) -> None:
         if decoded >= 1_000_000:
             break
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    print(f"  decoder alone (this process, all columns): {decoded / elapsed:,.0f} records/s "
-          f"({cpu / decoded * 1e6:.2f} CPU-µs each)")
-    cases = [("all columns, 1 partition/segment", None, {}),
-             ("all columns, splitSize 128 MiB", None, {"splitSize": str(128 << 20)}),
-             ("narrow schema, splitSize 128 MiB", NARROW, {"splitSize": str(128 << 20)})]
+    print(
+        f"  decoder alone (this process, all columns): {decoded / elapsed:,.0f} records/s "
+        f"({cpu / decoded * 1e6:.2f} CPU-µs each)"
+    )
+    cases = [
+        ("all columns, 1 partition/segment", None, {}),
+        ("all columns, splitSize 128 MiB", None, {"splitSize": str(128 << 20)}),
+        ("narrow schema, splitSize 128 MiB", NARROW, {"splitSize": str(128 << 20)}),
+    ]
     for name, schema, options in cases:
+
         def run():
             reader = spark.read.format("rocketmq-commitlog")
-            if schema:
-                reader = reader.schema(schema)
-            for key, value in options.items():
+            if schema:  # noqa: B023
+                reader = reader.schema(schema)  # noqa: B023
+            for key, value in options.items():  # noqa: B023
                 reader = reader.option(key, value)
             reader.load(str(root)).write.format("noop").mode("overwrite").save()
+
         elapsed = best(args.runs, run)
-        print(f"  spark {args.master}, {name}: {records / elapsed:,.0f} records/s, {mib / elapsed:,.0f} MiB/s "
-              f"({elapsed:.1f} s; {cpu_note(records)})")
+        print(
+            f"  spark {args.master}, {name}: {records / elapsed:,.0f} records/s, {mib / elapsed:,.0f} MiB/s "
+            f"({elapsed:.1f} s; {cpu_note(records)})"
+        )
 
 
 # -- live broker --------------------------------------------------------------------------------
 
+
 def start_cluster(data_dir: Path):
     from tests.support.processes import Process, start_store
+
     started: list = []
     _, ready = start_store(started, data_dir, ROOT)
-    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
-                      "--store-address", ready["grpc"]], ROOT)
+    broker = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.broker",
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+            "--store-address",
+            ready["grpc"],
+        ],
+        ROOT,
+    )
     started.append(broker)
     endpoint = broker.wait_line(re.compile(r"^pyrmq-broker ready .*endpoint=(?P<endpoint>\S+)$"))["endpoint"]
     return endpoint, started
@@ -184,15 +234,29 @@ def start_cluster(data_dir: Path):
 
 def fill(endpoint: str, topic: str, count: int) -> float:
     from apache.rocketmq.v2 import definition_pb2 as d
+
     from pipeline.client import Client
+
     client = Client((endpoint,))
 
     def chunk(first: int) -> None:
-        client.send([d.Message(topic=d.Resource(name=topic), body=b"%010d" % i + b"x" * 90,
-                               system_properties=d.SystemProperties(
-                                   message_id=f"B{i:031d}", message_type=d.NORMAL, body_encoding=d.IDENTITY,
-                                   tag="TagA", keys=[f"k{i}"]))
-                     for i in range(first, min(count, first + 256))])
+        client.send(
+            [
+                d.Message(
+                    topic=d.Resource(name=topic),
+                    body=b"%010d" % i + b"x" * 90,
+                    system_properties=d.SystemProperties(
+                        message_id=f"B{i:031d}",
+                        message_type=d.NORMAL,
+                        body_encoding=d.IDENTITY,
+                        tag="TagA",
+                        keys=[f"k{i}"],
+                    ),
+                )
+                for i in range(first, min(count, first + 256))
+            ]
+        )
+
     started = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(chunk, range(0, count, 256)))
@@ -207,25 +271,49 @@ def bench_stream(spark, args) -> None:
         time.sleep(1)
         print(f"stream: {args.messages:,} messages of 100 B sent at {rate:,.0f} msgs/s (SendMessage, 256 per call)")
         for method, pull in (("records", "256"), ("records", "1024"), ("messages", "1024")):
+
             def run():
                 with tempfile.TemporaryDirectory(dir=args.data_dir) as checkpoint:
-                    query = (spark.readStream.format("rocketmq").option("endpoints", endpoint)
-                             .option("subscribe", "StreamBench").option("startingOffsets", "earliest")
-                             .option("pullMethod", method).option("pullBatchSize", pull).load()
-                             .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                             .trigger(availableNow=True).start())
+                    query = (
+                        spark.readStream.format("rocketmq")
+                        .option("endpoints", endpoint)
+                        .option("subscribe", "StreamBench")
+                        .option("startingOffsets", "earliest")
+                        .option("pullMethod", method)  # noqa: B023 - runs within this iteration
+                        .option("pullBatchSize", pull)  # noqa: B023 - runs within this iteration
+                        .load()
+                        .writeStream.format("noop")
+                        .option("checkpointLocation", checkpoint)
+                        .trigger(availableNow=True)
+                        .start()
+                    )
                     query.awaitTermination()
                     rows = sum(p["numInputRows"] for p in query.recentProgress)
                     assert rows == args.messages, rows
+
             elapsed = best(args.runs if method == "records" else 1, run)
-            print(f"  readStream availableNow, pullMethod {method}, pullBatchSize {pull}: "
-                  f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "
-                  "broker and store included)")
-        elapsed = best(args.runs, lambda: spark.read.format("rocketmq").option("endpoints", endpoint)
-                       .option("subscribe", "StreamBench").option("pullBatchSize", "1024").load()
-                       .write.format("noop").mode("overwrite").save())
-        print(f"  batch read, pullMethod records, pullBatchSize 1024: {args.messages / elapsed:,.0f} msgs/s "
-              f"({elapsed:.1f} s; {cpu_note(args.messages)}, broker and store included)")
+            print(
+                f"  readStream availableNow, pullMethod {method}, pullBatchSize {pull}: "
+                f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "
+                "broker and store included)"
+            )
+        elapsed = best(
+            args.runs,
+            lambda: (
+                spark.read.format("rocketmq")
+                .option("endpoints", endpoint)
+                .option("subscribe", "StreamBench")
+                .option("pullBatchSize", "1024")
+                .load()
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            ),
+        )
+        print(
+            f"  batch read, pullMethod records, pullBatchSize 1024: {args.messages / elapsed:,.0f} msgs/s "
+            f"({elapsed:.1f} s; {cpu_note(args.messages)}, broker and store included)"
+        )
         if "sink" in args.only:
             bench_sink(spark, args, endpoint)
     finally:
@@ -236,17 +324,30 @@ def bench_stream(spark, args) -> None:
 
 def bench_sink(spark, args, endpoint: str) -> None:
     from pyspark.sql import functions as F
+
     df = spark.range(args.messages).select(
         F.concat(F.lpad(F.col("id").cast("string"), 10, "0"), F.lit("x" * 90)).alias("body"),
-        F.lit("TagS").alias("tags"))
+        F.lit("TagS").alias("tags"),
+    )
     df = df.repartition(2).cache()
     df.count()
     for size in ("256",):
-        elapsed = best(1, lambda: df.write.format("rocketmq").option("endpoints", endpoint)
-                       .option("topic", "SinkBench").option("sendBatchSize", size).mode("append").save())
-        print(f"sink: write.format('rocketmq'), {args.messages:,} rows, sendBatchSize {size}: "
-              f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "
-              "broker and store included)")
+        elapsed = best(
+            1,
+            lambda: (
+                df.write.format("rocketmq")
+                .option("endpoints", endpoint)
+                .option("topic", "SinkBench")
+                .option("sendBatchSize", size)  # noqa: B023 - runs within this iteration
+                .mode("append")
+                .save()
+            ),
+        )  # noqa: B023
+        print(
+            f"sink: write.format('rocketmq'), {args.messages:,} rows, sendBatchSize {size}: "
+            f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "
+            "broker and store included)"
+        )
 
 
 def main() -> None:
@@ -256,14 +357,19 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000, help="messages for stream and sink")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "pyrmq-spark-bench"),
-                        help="kept between runs (default: TMPDIR/pyrmq-spark-bench)")
+    parser.add_argument(
+        "--data-dir",
+        default=str(Path(tempfile.gettempdir()) / "pyrmq-spark-bench"),
+        help="kept between runs (default: TMPDIR/pyrmq-spark-bench)",
+    )
     args = parser.parse_args()
     Path(args.data_dir).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     spark = session(args.master)
-    print(f"SparkSession {args.master} started in {time.perf_counter() - started:.1f} s; "
-          f"java: {subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.splitlines()[0]}")
+    print(
+        f"SparkSession {args.master} started in {time.perf_counter() - started:.1f} s; "
+        f"java: {subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.splitlines()[0]}"
+    )
     if "commitlog" in args.only:
         bench_commitlog(spark, args)
     if "stream" in args.only or "sink" in args.only:

@@ -16,6 +16,7 @@ sends a message with a business key; so two IndexFile keys per message):
                  (the broker's put stream); runs with grpc
 Targets (issue 2): 150k / 50k / 300k msgs/s, 200 MB/s, 80k msgs/s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.store.config import FlushMode, StoreConfig  # noqa: E402
 from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
 from services.domain.statuses import PutStatus  # noqa: E402
 from services.runtime.process import tune_gc  # noqa: E402
+from services.store.config import FlushMode, StoreConfig  # noqa: E402
 from services.store.recovery import scan_commitlog  # noqa: E402
 from services.store.store import FileStore  # noqa: E402
 
@@ -50,16 +51,24 @@ def cpu_s() -> float:
 
 def make_messages(n: int, body_bytes: int, topic: str = "BenchTopic") -> list[MessageRecord]:
     body = os.urandom(body_bytes)
-    return [MessageRecord(topic=topic, queue_id=i % QUEUES, body=body,
-                          properties={"TAGS": "TagA", "KEYS": f"order-{i}",
-                                      "UNIQ_KEY": uuid.uuid4().hex.upper()},
-                          born_timestamp_ms=1_700_000_000_000)
-            for i in range(n)]
+    return [
+        MessageRecord(
+            topic=topic,
+            queue_id=i % QUEUES,
+            body=body,
+            properties={"TAGS": "TagA", "KEYS": f"order-{i}", "UNIQ_KEY": uuid.uuid4().hex.upper()},
+            born_timestamp_ms=1_700_000_000_000,
+        )
+        for i in range(n)
+    ]
 
 
 def report(name: str, count: int, seconds: float, cpu: float, nbytes: int, extra: str = "") -> None:
-    print(f"{name:<14} {count:>9,} msgs  {count / seconds:>10,.0f} msgs/s  {nbytes / seconds / 1e6:>7.1f} MB/s  "
-          f"{cpu / count * 1e6:>6.2f} CPU-us/msg  {extra}", flush=True)
+    print(
+        f"{name:<14} {count:>9,} msgs  {count / seconds:>10,.0f} msgs/s  {nbytes / seconds / 1e6:>7.1f} MB/s  "
+        f"{cpu / count * 1e6:>6.2f} CPU-us/msg  {extra}",
+        flush=True,
+    )
 
 
 def store_at(root: Path, **overrides) -> FileStore:
@@ -74,7 +83,7 @@ def bench_append_async(root: Path, n: int, body_bytes: int) -> None:
     # As the store process does once started (services/process.tune_gc); the bench's own
     # prepared records are frozen with it, as a store never holds its callers' messages.
     tune_gc(StoreConfig.gc_gen0_threshold)
-    batches = [msgs[i:i + 32] for i in range(0, n, 32)]
+    batches = [msgs[i : i + 32] for i in range(0, n, 32)]
     c0, t0 = cpu_s(), time.perf_counter()
     for batch in batches:
         status, error = store.put_batch(batch)
@@ -95,9 +104,9 @@ def bench_append_sync(root: Path, n: int, body_bytes: int, writers: int = 32, pe
     failures = []
 
     def writer(k: int) -> None:
-        mine = msgs[k * per:(k + 1) * per]
+        mine = msgs[k * per : (k + 1) * per]
         for i in range(0, len(mine), per_call):
-            batch = mine[i:i + per_call]
+            batch = mine[i : i + per_call]
             if not all(r.ok for r in store.put_messages(batch)):
                 failures.extend(batch)
 
@@ -109,9 +118,15 @@ def bench_append_sync(root: Path, n: int, body_bytes: int, writers: int = 32, pe
         t.join()
     t1, c1 = time.perf_counter(), cpu_s()
     flushes = store.group_commit.flush_count
-    report(f"append-sync/{per_call}", per * writers, t1 - t0, c1 - c0, store.commitlog.put_bytes_total,
-           f"({writers} writers x {per_call} msg/call, {flushes:,} fdatasyncs = "
-           f"{per * writers / max(flushes, 1):.0f} msgs/flush, {len(failures)} not OK)")
+    report(
+        f"append-sync/{per_call}",
+        per * writers,
+        t1 - t0,
+        c1 - c0,
+        store.commitlog.put_bytes_total,
+        f"({writers} writers x {per_call} msg/call, {flushes:,} fdatasyncs = "
+        f"{per * writers / max(flushes, 1):.0f} msgs/flush, {len(failures)} not OK)",
+    )
     store.shutdown()
 
 
@@ -139,22 +154,37 @@ def bench_recover(root: Path) -> None:
     c0, t0 = cpu_s(), time.perf_counter()
     end, _, failure = scan_commitlog(store.commitlog, 0, True, True)
     t1, c1 = time.perf_counter(), cpu_s()
-    print(f"{'recover':<14} {end / 1e6:>9,.0f} MB    {end / (t1 - t0) / 1e6:>10,.0f} MB/s  "
-          f"(CRC of body and whole record; {'clean end' if failure is None or 'magic 0x00000000' in failure.reason else failure.reason}; "
-          f"{(c1 - c0):.2f} CPU-s)", flush=True)
+    print(
+        f"{'recover':<14} {end / 1e6:>9,.0f} MB    {end / (t1 - t0) / 1e6:>10,.0f} MB/s  "
+        f"(CRC of body and whole record; {'clean end' if failure is None or 'magic 0x00000000' in failure.reason else failure.reason}; "
+        f"{(c1 - c0):.2f} CPU-s)",
+        flush=True,
+    )
     store.commitlog.close()
 
 
 WARMUP_CALLS = 20  # PutMessages calls before the clock starts
 
 
-def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100,
-               stream: bool = False) -> None:
+def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: int = 100, stream: bool = False) -> None:
     import grpc
     from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
-    proc = subprocess.Popen([sys.executable, "-m", "services.store", "--data-dir", str(root / "grpc"),
-                             "--port", "0", "--metrics-port", "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.store",
+            "--data-dir",
+            str(root / "grpc"),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     if PIN:
         os.sched_setaffinity(proc.pid, {0})
         os.sched_setaffinity(0, {1})
@@ -166,11 +196,22 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
         body = os.urandom(body_bytes)
         requests = []
         for b in range(n // batch + WARMUP_CALLS):
-            requests.append(store_pb2.PutMessagesRequest(messages=[
-                store_pb2.Message(topic="BenchTopic", queue_id=(b * batch + i) % QUEUES, body=body,
-                                  properties={"TAGS": "TagA", "KEYS": f"order-{b * batch + i}"},
-                                  born_timestamp_ms=1_700_000_000_000, born_host="127.0.0.1:1")
-                for i in range(batch)], batch_results=True))
+            requests.append(
+                store_pb2.PutMessagesRequest(
+                    messages=[
+                        store_pb2.Message(
+                            topic="BenchTopic",
+                            queue_id=(b * batch + i) % QUEUES,
+                            body=body,
+                            properties={"TAGS": "TagA", "KEYS": f"order-{b * batch + i}"},
+                            born_timestamp_ms=1_700_000_000_000,
+                            born_host="127.0.0.1:1",
+                        )
+                        for i in range(batch)
+                    ],
+                    batch_results=True,
+                )
+            )
         # Warm up (connection, HTTP/2 windows, the first segment and IndexFile) outside the timing.
         for req in requests[:WARMUP_CALLS]:
             stub.PutMessages(req, timeout=30)
@@ -212,11 +253,16 @@ def bench_grpc(root: Path, n: int, body_bytes: int, in_flight: int = 4, batch: i
             t.join()
         t1 = time.perf_counter()
         count = len(requests) * batch
-        report("grpc-stream" if stream else "grpc", count, t1 - t0, _proc_cpu(proc.pid) - server_cpu0,
-               count * (body_bytes + 150),
-               f"(batches of {batch}, {in_flight} {'PutMessagesStream' if stream else 'in flight'}, "
-               f"batch_results{', pinned' if PIN else ''}; "
-               "CPU is the store process's)")
+        report(
+            "grpc-stream" if stream else "grpc",
+            count,
+            t1 - t0,
+            _proc_cpu(proc.pid) - server_cpu0,
+            count * (body_bytes + 150),
+            f"(batches of {batch}, {in_flight} {'PutMessagesStream' if stream else 'in flight'}, "
+            f"batch_results{', pinned' if PIN else ''}; "
+            "CPU is the store process's)",
+        )
         channel.close()
     finally:
         proc.terminate()
@@ -234,10 +280,13 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir on this disk)")
-    parser.add_argument("--pin", action="store_true",
-                        help="pin this process (the in-process store) to CPU 0 and, for grpc, the store "
-                             "process to CPU 0 and the calling client to CPU 1: a GIL-bound process on "
-                             "one core is spared cross-core GIL hand-offs (as with a docker cpuset)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin this process (the in-process store) to CPU 0 and, for grpc, the store "
+        "process to CPU 0 and the calling client to CPU 1: a GIL-bound process on "
+        "one core is spared cross-core GIL hand-offs (as with a docker cpuset)",
+    )
     args = parser.parse_args()
     global PIN
     PIN = args.pin
@@ -245,8 +294,11 @@ def main() -> None:
         os.sched_setaffinity(0, {0})
     root = Path(args.dir or tempfile.mkdtemp(prefix="pyrmq-bench-", dir=os.environ.get("TMPDIR", "/tmp")))
     want = set(args.only or ["append-async", "append-sync", "read", "recover", "grpc"])
-    print(f"pyrmq store bench: {args.messages:,} x {args.body_bytes} B, data in {root}"
-          f"{' (pinned: --pin)' if PIN else ''}", flush=True)
+    print(
+        f"pyrmq store bench: {args.messages:,} x {args.body_bytes} B, data in {root}"
+        f"{' (pinned: --pin)' if PIN else ''}",
+        flush=True,
+    )
     try:
         if "append-async" in want or "read" in want or "recover" in want:
             bench_append_async(root, args.messages, args.body_bytes)

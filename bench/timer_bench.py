@@ -21,6 +21,7 @@ Reported: park (put) rate, scheduling rate, the scheduler's resident memory (pea
 the last VmRSS), its CPU per timer, and delivery lateness: store timestamp of the delivered
 copy minus its TIMER_DELIVER_MS, p50 / p99 / max, plus early / lost / duplicate counts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.domain.names import TIMER_TOPIC
-from services.store.client.model import OutgoingMessage  # noqa: E402
+from services.domain.names import TIMER_TOPIC  # noqa: E402
 from services.store.client.client import GrpcStoreClient  # noqa: E402
+from services.store.client.model import StoreMessage  # noqa: E402
 
 REAL_TOPIC = "TimerBench"
 QUEUES = 8
@@ -52,8 +53,9 @@ PUT_THREADS = 2
 
 
 def start(args: list[str], pattern: str) -> tuple[subprocess.Popen, re.Match]:
-    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     line = process.stdout.readline()
     match = re.search(pattern, line)
     if match is None:
@@ -92,13 +94,25 @@ def park(store: GrpcStoreClient, count: int, first_deliver_ms: int, spread_ms: i
     started = time.perf_counter()
 
     def worker(part: int) -> None:
-        batch: list[OutgoingMessage] = []
+        batch: list[StoreMessage] = []
         for i in range(part, count, PUT_THREADS):
             d = deliver[i]
-            batch.append(OutgoingMessage(TIMER_TOPIC, 0, body, {
-                "TIMER_DELIVER_MS": str(d), "TIMER_OUT_MS": str(timer_out_ms(d)), "REAL_TOPIC": REAL_TOPIC,
-                "REAL_QID": str(i % QUEUES), "UNIQ_KEY": f"BENCH{i:027d}", "TAGS": "TagA"},
-                born_timestamp_ms=first_deliver_ms))
+            batch.append(
+                StoreMessage(
+                    TIMER_TOPIC,
+                    0,
+                    body,
+                    {
+                        "TIMER_DELIVER_MS": str(d),
+                        "TIMER_OUT_MS": str(timer_out_ms(d)),
+                        "REAL_TOPIC": REAL_TOPIC,
+                        "REAL_QID": str(i % QUEUES),
+                        "UNIQ_KEY": f"BENCH{i:027d}",
+                        "TAGS": "TagA",
+                    },
+                    born_timestamp_ms=first_deliver_ms,
+                )
+            )
             if len(batch) == PUT_BATCH:
                 store.put_messages(batch, allow_system_topics=True)
                 batch = []
@@ -139,14 +153,18 @@ def main() -> None:
     parser.add_argument("--spread-s", type=float, default=120.0, help="deliveries spread over this long")
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--mode", choices=["prefill", "concurrent"], default="prefill")
-    parser.add_argument("--schedule-only", action="store_true",
-                        help="stop after scheduling (memory with every timer pending; use a far --start-in-s)")
+    parser.add_argument(
+        "--schedule-only",
+        action="store_true",
+        help="stop after scheduling (memory with every timer pending; use a far --start-in-s)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="timer-bench-"))
-    store_process, match = start(["-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
-                                  "--metrics-port", "-1"], r"grpc=(\S+)")
+    store_process, match = start(
+        ["-m", "services.store", "--data-dir", str(data_dir), "--port", "0", "--metrics-port", "-1"], r"grpc=(\S+)"
+    )
     address = match.group(1)
     client = GrpcStoreClient(address, rpc_timeout_s=60, put_stream=False)
     scheduler_process = None
@@ -156,16 +174,31 @@ def main() -> None:
         body = b"x" * args.body_bytes
 
         def start_scheduler() -> tuple[subprocess.Popen, str]:
-            process, ready = start(["-m", "services.scheduler", "--data-dir", str(data_dir), "--store-address",
-                                    address, "--port", "0", "--metrics-port", "0"], r"metrics=(\S+)")
+            process, ready = start(
+                [
+                    "-m",
+                    "services.scheduler",
+                    "--data-dir",
+                    str(data_dir),
+                    "--store-address",
+                    address,
+                    "--port",
+                    "0",
+                    "--metrics-port",
+                    "0",
+                ],
+                r"metrics=(\S+)",
+            )
             return process, ready.group(1)
 
         if args.mode == "concurrent":
             scheduler_process, metrics_url = start_scheduler()
             scheduling_started, cpu_start = time.perf_counter(), cpu_s(scheduler_process.pid)
         put_s = park(client, args.timers, first_deliver_ms, int(args.spread_s * 1000), body)
-        print(f"parked    {args.timers:>10,} timers in {put_s:6.1f} s: {args.timers / put_s:>9,.0f} puts/s "
-              f"({args.mode})", flush=True)
+        print(
+            f"parked    {args.timers:>10,} timers in {put_s:6.1f} s: {args.timers / put_s:>9,.0f} puts/s ({args.mode})",
+            flush=True,
+        )
         if args.mode == "prefill":
             scheduler_process, metrics_url = start_scheduler()
             scheduling_started, cpu_start = time.perf_counter(), cpu_s(scheduler_process.pid)
@@ -176,15 +209,21 @@ def main() -> None:
             time.sleep(0.05)
         scheduling_s = time.perf_counter() - scheduling_started
         cpu_scheduled = cpu_s(pid) - cpu_start
-        print(f"scheduled {args.timers:>10,} timers in {scheduling_s:6.1f} s: {args.timers / scheduling_s:>9,.0f} "
-              f"timers/s  (scheduler CPU {cpu_scheduled / args.timers * 1e6:.1f} us/timer)", flush=True)
+        print(
+            f"scheduled {args.timers:>10,} timers in {scheduling_s:6.1f} s: {args.timers / scheduling_s:>9,.0f} "
+            f"timers/s  (scheduler CPU {cpu_scheduled / args.timers * 1e6:.1f} us/timer)",
+            flush=True,
+        )
         if args.schedule_only:
             memory = memory_kib(pid)
             pending = metric(metrics_url, "pyrmq_scheduler_timer_pending")
-            print(f"scheduler memory with {pending:,.0f} timers pending: peak RSS "
-                  f"{max(peak_rss, memory['VmHWM']) / 1024:.0f} MiB, now {memory['VmRSS'] / 1024:.0f} MiB; "
-                  f"TimerLog {sum(f.stat().st_blocks * 512 for f in (data_dir / 'scheduler' / 'timerlog').iterdir()) >> 20} "
-                  f"MiB on disk", flush=True)
+            print(
+                f"scheduler memory with {pending:,.0f} timers pending: peak RSS "
+                f"{max(peak_rss, memory['VmHWM']) / 1024:.0f} MiB, now {memory['VmRSS'] / 1024:.0f} MiB; "
+                f"TimerLog {sum(f.stat().st_blocks * 512 for f in (data_dir / 'scheduler' / 'timerlog').iterdir()) >> 20} "
+                f"MiB on disk",
+                flush=True,
+            )
             return
         behind_s = time.time() - first_deliver_ms / 1000
         if behind_s > 0:
@@ -197,18 +236,27 @@ def main() -> None:
         cpu_delivered = cpu_s(pid) - cpu_delivery_start
         memory = memory_kib(pid)
         duplicates = metric(metrics_url, "pyrmq_scheduler_timer_duplicates_total")
-        print(f"delivered in {time.time() - first_deliver_ms / 1000:6.1f} s from the first due time "
-              f"(scheduler CPU {cpu_delivered / args.timers * 1e6:.1f} us/timer)", flush=True)
-        print(f"scheduler memory: peak RSS {max(peak_rss, memory['VmHWM']) / 1024:.0f} MiB "
-              f"(VmHWM {memory['VmHWM'] / 1024:.0f} MiB, now {memory['VmRSS'] / 1024:.0f} MiB)", flush=True)
+        print(
+            f"delivered in {time.time() - first_deliver_ms / 1000:6.1f} s from the first due time "
+            f"(scheduler CPU {cpu_delivered / args.timers * 1e6:.1f} us/timer)",
+            flush=True,
+        )
+        print(
+            f"scheduler memory: peak RSS {max(peak_rss, memory['VmHWM']) / 1024:.0f} MiB "
+            f"(VmHWM {memory['VmHWM'] / 1024:.0f} MiB, now {memory['VmRSS'] / 1024:.0f} MiB)",
+            flush=True,
+        )
         lateness, keys = read_back(client)
         lateness.sort()
         early = sum(1 for value in lateness if value < 0)
         lost = args.timers - len(keys)
         repeated = sum(count - 1 for count in keys.values() if count > 1)
-        print(f"lateness over {len(lateness):,} deliveries: p50 {percentile(lateness, 0.5)} ms  "
-              f"p99 {percentile(lateness, 0.99)} ms  max {lateness[-1]} ms  early {early}  lost {lost}  "
-              f"duplicates {repeated} (metric {duplicates:.0f})", flush=True)
+        print(
+            f"lateness over {len(lateness):,} deliveries: p50 {percentile(lateness, 0.5)} ms  "
+            f"p99 {percentile(lateness, 0.99)} ms  max {lateness[-1]} ms  early {early}  lost {lost}  "
+            f"duplicates {repeated} (metric {duplicates:.0f})",
+            flush=True,
+        )
     finally:
         for process in (scheduler_process, store_process):
             if process is not None and process.poll() is None:

@@ -19,6 +19,7 @@ delivered messages (``services.broker.consumer``: raw records get the columns th
 gives), the admin v2 client's helpers and, for rebuild, the store's own ConsumeQueue and
 IndexFile writers.
 """
+
 from __future__ import annotations
 
 BROKER_FORMAT = "rocketmq"
@@ -30,5 +31,6 @@ def register(spark) -> None:
     """Register the pipeline's data sources with a SparkSession."""
     from pipeline.broker_source import RocketMQDataSource
     from pipeline.store_source import CommitLogDataSource, ConsumeQueueDataSource
+
     for source in (RocketMQDataSource, CommitLogDataSource, ConsumeQueueDataSource):
         spark.dataSource.register(source)

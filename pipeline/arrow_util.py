@@ -10,6 +10,7 @@ Everything here works on a whole batch at once: no Python loop over rows on the 
   without exactly one 0x01, an empty name or value, a missing final 0x02) is decoded row by
   row with the store's own ``decode_properties`` instead, which has Java's exact semantics.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,8 +40,9 @@ def offsets_of(lengths: np.ndarray) -> np.ndarray:
 def windows(a: np.ndarray, width: int, starts: np.ndarray) -> np.ndarray:
     """``a[s:s+width]`` for every start, as an (n, width) uint8 copy: one row index per start
     over a strided view of all windows (no (n, width) index array)."""
-    view = np.lib.stride_tricks.as_strided(a, shape=(max(0, len(a) - width + 1), width), strides=(1, 1),
-                                           writeable=False)
+    view = np.lib.stride_tricks.as_strided(
+        a, shape=(max(0, len(a) - width + 1), width), strides=(1, 1), writeable=False
+    )
     return view[starts]
 
 
@@ -66,8 +68,12 @@ def gather_array(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind=No
     kind = kind or pa.binary()
     lengths = lengths.astype(np.int64, copy=False)
     count = len(starts)
-    if (count == 0 or len(a) >= 1 << 31 or int(lengths.sum()) < VIEW_MIN_MEAN_LENGTH * count
-            or int(starts.max()) + 12 > len(a)):
+    if (
+        count == 0
+        or len(a) >= 1 << 31
+        or int(lengths.sum()) < VIEW_MIN_MEAN_LENGTH * count
+        or int(starts.max()) + 12 > len(a)
+    ):
         return binary_array(*gather(a, starts, lengths), kind)
     views = np.zeros((count, 16), np.uint8)
     words = views.view(np.int32)
@@ -104,8 +110,9 @@ def binary_array(values: np.ndarray, offsets: np.ndarray, kind=None, valid: np.n
     if valid is not None and not valid.all():
         validity = pa.py_buffer(np.packbits(valid.astype(np.uint8), bitorder="little"))
         nulls = int(count - valid.sum())
-    return pa.Array.from_buffers(kind, count, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                               pa.py_buffer(values)], null_count=nulls)
+    return pa.Array.from_buffers(
+        kind, count, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)], null_count=nulls
+    )
 
 
 def string_array(values, offsets, valid=None) -> pa.Array:
@@ -173,8 +180,12 @@ def parse_properties(values: np.ndarray, offsets: np.ndarray, want_map: bool = T
         entry_starts[1:] = twos[:-1] + 1
         first_entry = offsets_of(entries_per_row)[:-1][entries_per_row > 0]
         entry_starts[first_entry] = row_starts[entries_per_row > 0]
-        well_formed = (bool(np.all(last == 2)) and bool(np.all(ones < twos))
-                       and bool(np.all(ones > entry_starts)) and bool(np.all(twos > ones + 1)))
+        well_formed = (
+            bool(np.all(last == 2))
+            and bool(np.all(ones < twos))
+            and bool(np.all(ones > entry_starts))
+            and bool(np.all(twos > ones + 1))
+        )
     elif well_formed:
         entry_starts = _EMPTY_I64
         well_formed = not np.any(row_ends > row_starts)  # non-empty without any 0x02
@@ -236,8 +247,9 @@ def _split_keys(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     word_starts, word_ends, word_rows = word_starts[keep][order], word_ends[keep][order], word_rows[keep][order]
     words, word_offsets = gather(data, word_starts, word_ends - word_starts)
     per_row = np.bincount(word_rows, minlength=count)
-    return pa.ListArray.from_arrays(pa.array(offsets_of(per_row).astype(np.int32)),
-                                    safe_strings(string_array(words, word_offsets)))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets_of(per_row).astype(np.int32)), safe_strings(string_array(words, word_offsets))
+    )
 
 
 def _parse_rows(values: np.ndarray, offsets: np.ndarray):
@@ -245,10 +257,14 @@ def _parse_rows(values: np.ndarray, offsets: np.ndarray):
     maps, tags, keys, uniq = [], [], [], []
     raw = values.tobytes()
     for i in range(len(offsets) - 1):
-        props = decode_properties(raw[offsets[i]:offsets[i + 1]])
+        props = decode_properties(raw[offsets[i] : offsets[i + 1]])
         maps.append(list(props.items()))
         tags.append(props.get(TAGS))
         keys.append([k for k in props.get(KEYS, "").split(KEY_SEPARATOR) if k])
         uniq.append(props.get(UNIQ_KEY))
-    return (pa.array(maps, pa.map_(pa.string(), pa.string())), pa.array(tags, pa.string()),
-            pa.array(keys, pa.list_(pa.string())), pa.array(uniq, pa.string()))
+    return (
+        pa.array(maps, pa.map_(pa.string(), pa.string())),
+        pa.array(tags, pa.string()),
+        pa.array(keys, pa.list_(pa.string())),
+        pa.array(uniq, pa.string()),
+    )

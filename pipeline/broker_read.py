@@ -16,18 +16,19 @@ or past ``end`` is yielded, ILLEGAL_OFFSET with a later next offset is data loss
 a queue that ends before ``end`` is data loss, any other non-OK status fails the task.
 No pyspark import here (tests run it without Spark).
 """
+
 from __future__ import annotations
 
 import logging
 
 import pyarrow.compute as pc
 
-from pipeline.options import SourceOptions
 from pipeline.errors import DataLossError
+from pipeline.options import SourceOptions
 
 log = logging.getLogger(__name__)
-BATCH_ROWS = 4096                 # rows per Arrow batch a reader yields (several pulls)
-RECORDS_PER_CALL_MAX = 1 << 16    # records one PullRecords call covers at most
+BATCH_ROWS = 4096  # rows per Arrow batch a reader yields (several pulls)
+RECORDS_PER_CALL_MAX = 1 << 16  # records one PullRecords call covers at most
 
 
 def lost(opts: SourceOptions, message: str) -> None:
@@ -41,6 +42,7 @@ def read_range(opts: SourceOptions, partition):
     (``partition``: topic, broker, queue_id, endpoint, start, end)."""
     from pipeline.client import Client, RouteQueue
     from pipeline.errors import RecordsUnsupported
+
     client = Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
     route = RouteQueue(partition.topic, partition.broker, partition.queue_id, partition.endpoint)
     if opts.pull_method == "records":
@@ -57,10 +59,12 @@ def read_range(opts: SourceOptions, partition):
     yield from _read_messages(opts, client, route, partition.start, partition.end)
 
 
-def _check(opts: SourceOptions, route, code: int, text: str, offset: int, next_offset: int, end: int,
-           what: str) -> bool:
+def _check(
+    opts: SourceOptions, route, code: int, text: str, offset: int, next_offset: int, end: int, what: str
+) -> bool:
     """Apply the status rules to one pull's outcome; False: stop reading (the queue ended)."""
     from pipeline.client import ILLEGAL_OFFSET, MESSAGE_NOT_FOUND, OK, BrokerCallError
+
     name = f"{route.topic}/{route.broker}/{route.queue_id}"
     if code == ILLEGAL_OFFSET and next_offset > offset:
         lost(opts, f"queue {name}: offsets {offset}..{next_offset - 1} were removed while reading ({text})")
@@ -74,11 +78,17 @@ def _check(opts: SourceOptions, route, code: int, text: str, offset: int, next_o
 
 def _read_messages(opts: SourceOptions, client, route, offset: int, end: int):
     from pipeline.messages import to_batch
+
     pending = []
     while offset < end:
-        code, text, messages, next_offset = client.pull(route, offset, min(opts.pull_batch_size, end - offset),
-                                                        opts.sub_expression, opts.pull_timeout_ms / 1000,
-                                                        expression_type=opts.expression_type)
+        code, text, messages, next_offset = client.pull(
+            route,
+            offset,
+            min(opts.pull_batch_size, end - offset),
+            opts.sub_expression,
+            opts.pull_timeout_ms / 1000,
+            expression_type=opts.expression_type,
+        )
         if not _check(opts, route, code, text, offset, next_offset, end, "PullMessage"):
             break
         pending += [m for m in messages if offset <= m.system_properties.queue_offset < end]
@@ -94,13 +104,21 @@ def _read_records(opts: SourceOptions, client, route, offset: int, end: int):
     """PullRecords calls until ``end``; RecordsUnsupported from the first one if the broker has
     no such service."""
     from pipeline.client import OK
+
     pending: list[bytes] = []
     count = 0
     start = offset
     while offset < end:
         call_end = min(end, offset + RECORDS_PER_CALL_MAX)
-        replies = client.pull_records(route, offset, call_end, opts.pull_batch_size, opts.expression_type,
-                                      opts.sub_expression, opts.pull_timeout_ms / 1000)
+        replies = client.pull_records(
+            route,
+            offset,
+            call_end,
+            opts.pull_batch_size,
+            opts.expression_type,
+            opts.sub_expression,
+            opts.pull_timeout_ms / 1000,
+        )
         ended = replied = False
         for reply in replies:
             replied = True
@@ -119,17 +137,22 @@ def _read_records(opts: SourceOptions, client, route, offset: int, end: int):
             break
         if not replied:
             from pipeline.client import INTERNAL_SERVER_ERROR, BrokerCallError
-            raise BrokerCallError(f"PullRecords {route.topic}/{route.queue_id}@{offset}", INTERNAL_SERVER_ERROR,
-                                  "the stream ended without a response")
+
+            raise BrokerCallError(
+                f"PullRecords {route.topic}/{route.queue_id}@{offset}",
+                INTERNAL_SERVER_ERROR,
+                "the stream ended without a response",
+            )
     if count:
         yield _decode(route, pending, count, start, end)
 
 
 def _decode(route, chunks: list[bytes], count: int, start: int, end: int):
     from pipeline.records import records_to_batch
+
     batch = records_to_batch(route.broker, b"".join(chunks), f"PullRecords {route.topic}/{route.queue_id}", count)
     offsets = batch.column("queueOffset")
     low, high = pc.min_max(offsets).values()
-    if low.as_py() < start or high.as_py() >= end:   # never expected from pyrmq: the broker stops at end
+    if low.as_py() < start or high.as_py() >= end:  # never expected from pyrmq: the broker stops at end
         batch = batch.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
     return batch

@@ -18,6 +18,7 @@ answering ILLEGAL_OFFSET, a queue in the checkpoint that the route no longer has
 whose earliest offset is not 0: the query fails, naming the queue; with
 ``failOnDataLoss=false`` it logs and continues at the earliest offset.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,14 @@ import re
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
-    DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter, DataSourceStreamReader,
-    InputPartition, WriterCommitMessage)
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
@@ -53,6 +60,7 @@ class QueueRange(InputPartition):
 
 def _client(opts: SourceOptions):
     from pipeline.client import Client
+
     return Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
 
 
@@ -80,8 +88,15 @@ def _route(opts: SourceOptions) -> dict[off.Queue, object]:
     return {q: routed[q] for q in resolved}
 
 
-def _resolve(opts: SourceOptions, queues: dict, spec: str, option: str, default_policy: int,
-             timestamp: int | None = None, by_timestamp: str | None = None) -> dict[off.Queue, int]:
+def _resolve(
+    opts: SourceOptions,
+    queues: dict,
+    spec: str,
+    option: str,
+    default_policy: int,
+    timestamp: int | None = None,
+    by_timestamp: str | None = None,
+) -> dict[off.Queue, int]:
     """Concrete offsets for ``queues`` from an option value (earliest / latest / JSON) or a
     timestamp (which takes precedence, as in Spark's Kafka source)."""
     client = _client(opts)
@@ -89,8 +104,14 @@ def _resolve(opts: SourceOptions, queues: dict, spec: str, option: str, default_
     brokers = {t: sorted({b for (tt, b, _) in queues if tt == t}) for t in topics}
     if by_timestamp is not None:
         stamps = off.resolve_brokers(off.parse_offsets(by_timestamp, option + "ByTimestamp", False), brokers, option)
-        return {q: (client.query_offset(route, TIMESTAMP_POLICY, stamps[q]) if q in stamps
-                    else client.query_offset(route, default_policy)) for q, route in queues.items()}
+        return {
+            q: (
+                client.query_offset(route, TIMESTAMP_POLICY, stamps[q])
+                if q in stamps
+                else client.query_offset(route, default_policy)
+            )
+            for q, route in queues.items()
+        }
     if timestamp is not None:
         return {q: client.query_offset(route, TIMESTAMP_POLICY, timestamp) for q, route in queues.items()}
     if spec in ("earliest", "latest"):
@@ -103,8 +124,11 @@ def _resolve(opts: SourceOptions, queues: dict, spec: str, option: str, default_
     out = {}
     for q, route in queues.items():
         value = given.get(q, off.EARLIEST if default_policy == EARLIEST_POLICY else off.LATEST)
-        out[q] = client.query_offset(route, EARLIEST_POLICY if value == off.EARLIEST else LATEST_POLICY) \
-            if value < 0 else value
+        out[q] = (
+            client.query_offset(route, EARLIEST_POLICY if value == off.EARLIEST else LATEST_POLICY)
+            if value < 0
+            else value
+        )
     return out
 
 
@@ -131,8 +155,10 @@ def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRa
         share = -(-min_partitions * (r.end - r.start) // total) if total else 1  # ceil: at least min_partitions
         pieces = max(1, min(r.end - r.start, share))
         step = -(-(r.end - r.start) // pieces)
-        out += [QueueRange(r.topic, r.broker, r.queue_id, r.endpoint, lo, min(r.end, lo + step))
-                for lo in range(r.start, r.end, step)]
+        out += [
+            QueueRange(r.topic, r.broker, r.queue_id, r.endpoint, lo, min(r.end, lo + step))
+            for lo in range(r.start, r.end, step)
+        ]
     return out
 
 
@@ -143,10 +169,24 @@ class BatchReader(DataSourceReader):
     def partitions(self):
         opts = self.options
         queues = _route(opts)
-        starts = _resolve(opts, queues, opts.starting_offsets, "startingOffsets", EARLIEST_POLICY,
-                          opts.starting_timestamp, opts.starting_offsets_by_timestamp)
-        ends = _resolve(opts, queues, opts.ending_offsets, "endingOffsets", LATEST_POLICY,
-                        opts.ending_timestamp, opts.ending_offsets_by_timestamp)
+        starts = _resolve(
+            opts,
+            queues,
+            opts.starting_offsets,
+            "startingOffsets",
+            EARLIEST_POLICY,
+            opts.starting_timestamp,
+            opts.starting_offsets_by_timestamp,
+        )
+        ends = _resolve(
+            opts,
+            queues,
+            opts.ending_offsets,
+            "endingOffsets",
+            LATEST_POLICY,
+            opts.ending_timestamp,
+            opts.ending_offsets_by_timestamp,
+        )
         ranges = []
         for q, route in queues.items():
             start = _checked_start(opts, q, route, starts[q])
@@ -164,13 +204,22 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options) -> None:
         self.options = parse_source_options(options, streaming=True)
-        self._target: dict[off.Queue, int] | None = None   # Trigger.AvailableNow: stop here
+        self._target: dict[off.Queue, int] | None = None  # Trigger.AvailableNow: stop here
         self._latest: dict[off.Queue, int] | None = None
 
     def initialOffset(self) -> dict:
         opts = self.options
-        return off.canonical(_resolve(opts, _route(opts), opts.starting_offsets, "startingOffsets", LATEST_POLICY,
-                                      opts.starting_timestamp, opts.starting_offsets_by_timestamp))
+        return off.canonical(
+            _resolve(
+                opts,
+                _route(opts),
+                opts.starting_offsets,
+                "startingOffsets",
+                LATEST_POLICY,
+                opts.starting_timestamp,
+                opts.starting_offsets_by_timestamp,
+            )
+        )
 
     def _ends(self) -> tuple[dict, dict[off.Queue, int]]:
         queues = _route(self.options)
@@ -202,7 +251,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = off.rate_limit(full_start, ends, limit.max_rows)
         merged = {**{q: v for q, v in begin.items() if q not in vanished}, **ends}
         if all(merged[q] == full_start.get(q, merged[q]) for q in merged) and set(merged) == set(begin):
-            return off.canonical(begin)   # nothing new: the same JSON, so no micro-batch
+            return off.canonical(begin)  # nothing new: the same JSON, so no micro-batch
         return off.canonical(merged)
 
     def reportLatestOffset(self):
@@ -232,6 +281,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not group:
             return
         from pipeline.client import RouteQueue
+
         client = _client(self.options)
         queues = _route(self.options)
         for q, offset in off.from_nested(end).items():
@@ -243,10 +293,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         from pipeline.client import close_all
+
         close_all()
 
 
 # -- sink --------------------------------------------------------------------------------------
+
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
@@ -258,6 +310,7 @@ class SinkCommit(WriterCommitMessage):
 def write_batches(options, columns, id_prefix: str, batches) -> SinkCommit:
     from pipeline.client import Client
     from pipeline.messages import to_messages
+
     opts = parse_sink_options(options)
     client = Client(opts.endpoints)
     sent, first, last, row = 0, None, None, 0
@@ -268,7 +321,7 @@ def write_batches(options, columns, id_prefix: str, batches) -> SinkCommit:
         row += batch.num_rows
         for messages in groups.values():
             for i in range(0, len(messages), opts.send_batch_size):
-                chunk = messages[i:i + opts.send_batch_size]
+                chunk = messages[i : i + opts.send_batch_size]
                 client.send(chunk, opts.endpoints[sent // opts.send_batch_size % len(opts.endpoints)])
                 first = first or chunk[0].system_properties.message_id
                 last = chunk[-1].system_properties.message_id
@@ -280,6 +333,7 @@ def _task_prefix(write_id: str) -> str:
     """write id / micro-batch / partition: with the row index, a message id that a retried task
     (or a replayed micro-batch) produces again."""
     from pyspark import TaskContext
+
     context = TaskContext.get()
     if context is None:
         return write_id
@@ -298,7 +352,9 @@ class _SinkWriter:
 
     def __init__(self, options, schema: StructType) -> None:
         import uuid
+
         from pipeline.messages import sink_columns
+
         self.options = dict(options)
         self.columns = sink_columns(schema, parse_sink_options(options).topic)
         self.write_id = uuid.uuid4().hex
@@ -314,8 +370,9 @@ class BatchWriter(_SinkWriter, DataSourceArrowWriter):
 
 class StreamWriter(_SinkWriter, DataSourceStreamArrowWriter):
     def commit(self, messages, batchId: int) -> None:
-        log.info("rocketmq sink: batch %d, %d messages sent", batchId,
-                 sum(m.messages for m in messages if m is not None))
+        log.info(
+            "rocketmq sink: batch %d, %d messages sent", batchId, sum(m.messages for m in messages if m is not None)
+        )
 
     def abort(self, messages, batchId: int) -> None:
         log.warning("rocketmq sink: batch %d aborted (messages already sent stay sent: at-least-once)", batchId)
@@ -333,8 +390,9 @@ class RocketMQDataSource(DataSource):
 
     def _check_schema(self, schema: StructType) -> None:
         if [(f.name, f.dataType.simpleString()) for f in schema.fields] != list(BROKER_COLUMNS):
-            raise OptionError("the rocketmq source has a fixed schema; do not set one (.schema(...)): "
-                              + ddl(BROKER_COLUMNS))
+            raise OptionError(
+                "the rocketmq source has a fixed schema; do not set one (.schema(...)): " + ddl(BROKER_COLUMNS)
+            )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self._check_schema(schema)

@@ -11,6 +11,7 @@ gotcha 4). Every call sends ``x-mq-client-id``; a response whose status is not O
 Look-ups (route, offsets) are retried ``fetchOffset.numRetries`` times on UNAVAILABLE /
 DEADLINE_EXCEEDED.
 """
+
 from __future__ import annotations
 
 import threading
@@ -25,8 +26,8 @@ from google.protobuf.duration_pb2 import Duration
 from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
 from pyrmq.pull.v1 import pull_pb2, pull_pb2_grpc
 
-from services.v2client.client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
 from pipeline.errors import RecordsUnsupported
+from services.v2client.client import CHANNEL_OPTIONS, BrokerCallError, check, metadata, new_client_id
 
 CLIENT_ID = new_client_id("spark-rocketmq")
 LOOKUP_TIMEOUT_S = 30.0
@@ -39,7 +40,7 @@ _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 _READABLE = (d.READ, d.READ_WRITE)
-_no_records: set[str] = set()   # endpoints that answered PullRecords with UNIMPLEMENTED
+_no_records: set[str] = set()  # endpoints that answered PullRecords with UNIMPLEMENTED
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RecordsReply:
 
     code: int
     text: str
-    records: bytes          # whole CommitLog records, concatenated
+    records: bytes  # whole CommitLog records, concatenated
     count: int
     next_offset: int
 
@@ -58,7 +59,7 @@ class RouteQueue:
     topic: str
     broker: str
     queue_id: int
-    endpoint: str           # host:port of the broker serving it
+    endpoint: str  # host:port of the broker serving it
 
 
 def _stub(endpoint: str) -> s_grpc.MessagingServiceStub:
@@ -73,8 +74,10 @@ def _channel(endpoint: str) -> grpc.Channel:
             if channel is None:
                 # SingleThreadedUnaryStream: a PullMessage stream is read on the calling thread,
                 # not handed over from gRPC's thread per message (measured: ~2x less client CPU).
-                channel = _channels[endpoint] = grpc.insecure_channel(endpoint, options=[
-                    *CHANNEL_OPTIONS, (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
+                channel = _channels[endpoint] = grpc.insecure_channel(
+                    endpoint,
+                    options=[*CHANNEL_OPTIONS, (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)],
+                )
     return channel
 
 
@@ -139,16 +142,29 @@ class Client:
         what = f"QueryOffset {d.QueryOffsetPolicy.Name(policy)} {queue.topic}/{queue.broker}/{queue.queue_id}"
         return self._unary(what, "QueryOffset", request, queue.endpoint).offset
 
-    def pull(self, queue: RouteQueue, offset: int, batch_size: int, expression: str, timeout_s: float,
-             group: str = "spark-rocketmq", long_polling_ms: int = 0,
-             expression_type: str = "TAG") -> tuple[int, str, list[d.Message], int]:
+    def pull(
+        self,
+        queue: RouteQueue,
+        offset: int,
+        batch_size: int,
+        expression: str,
+        timeout_s: float,
+        group: str = "spark-rocketmq",
+        long_polling_ms: int = 0,
+        expression_type: str = "TAG",
+    ) -> tuple[int, str, list[d.Message], int]:
         """(status code, status message, messages, next offset) of one PullMessage."""
-        request = s.PullMessageRequest(group=d.Resource(name=group), message_queue=_message_queue(queue),
-                                       offset=offset, batch_size=batch_size,
-                                       filter_expression=_filter(expression_type, expression))
+        request = s.PullMessageRequest(
+            group=d.Resource(name=group),
+            message_queue=_message_queue(queue),
+            offset=offset,
+            batch_size=batch_size,
+            filter_expression=_filter(expression_type, expression),
+        )
         if long_polling_ms:
-            request.long_polling_timeout.CopyFrom(Duration(seconds=long_polling_ms // 1000,
-                                                           nanos=long_polling_ms % 1000 * 1_000_000))
+            request.long_polling_timeout.CopyFrom(
+                Duration(seconds=long_polling_ms // 1000, nanos=long_polling_ms % 1000 * 1_000_000)
+            )
         code, text, messages, next_offset = d.CODE_UNSPECIFIED, "", [], offset
         try:
             for reply in _stub(queue.endpoint).PullMessage(request, metadata=_metadata(), timeout=timeout_s):
@@ -160,28 +176,48 @@ class Client:
                 elif kind == "next_offset":
                     next_offset = reply.next_offset
         except grpc.RpcError as exc:
-            raise BrokerCallError(f"PullMessage {queue.topic}/{queue.queue_id}@{offset}", d.INTERNAL_SERVER_ERROR,
-                                  f"{exc.code().name} {exc.details()}") from None
+            raise BrokerCallError(
+                f"PullMessage {queue.topic}/{queue.queue_id}@{offset}",
+                d.INTERNAL_SERVER_ERROR,
+                f"{exc.code().name} {exc.details()}",
+            ) from None
         return code, text, messages, next_offset
 
-    def pull_records(self, queue: RouteQueue, offset: int, end: int, batch_size: int, expression_type: str,
-                     expression: str, timeout_s: float, max_bytes: int = 0):
+    def pull_records(
+        self,
+        queue: RouteQueue,
+        offset: int,
+        end: int,
+        batch_size: int,
+        expression_type: str,
+        expression: str,
+        timeout_s: float,
+        max_bytes: int = 0,
+    ):
         """The responses of one PullRecords call over ``[offset, end)`` (RecordsReply each).
 
         RecordsUnsupported when the broker does not serve it (said before any response)."""
         if queue.endpoint in _no_records:
             raise RecordsUnsupported(queue.endpoint)
         request = pull_pb2.PullRecordsRequest(
-            topic=queue.topic, queue_id=queue.queue_id, broker_name=queue.broker, queue_offset=offset,
-            end_offset=end, max_msg_nums=batch_size, max_msg_bytes=max_bytes,
-            filter_expression=_filter(expression_type, expression))
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            broker_name=queue.broker,
+            queue_offset=offset,
+            end_offset=end,
+            max_msg_nums=batch_size,
+            max_msg_bytes=max_bytes,
+            filter_expression=_filter(expression_type, expression),
+        )
         what = f"PullRecords {queue.topic}/{queue.queue_id}@{offset}"
-        call = pull_pb2_grpc.PullStub(_channel(queue.endpoint)).PullRecords(request, metadata=_metadata(),
-                                                                            timeout=timeout_s)
+        call = pull_pb2_grpc.PullStub(_channel(queue.endpoint)).PullRecords(
+            request, metadata=_metadata(), timeout=timeout_s
+        )
         try:
             for reply in call:
-                yield RecordsReply(reply.status.code, reply.status.message, reply.records, reply.record_count,
-                                   reply.next_begin_offset)
+                yield RecordsReply(
+                    reply.status.code, reply.status.message, reply.records, reply.record_count, reply.next_begin_offset
+                )
         except grpc.RpcError as exc:
             if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
                 _no_records.add(queue.endpoint)
@@ -197,11 +233,13 @@ class Client:
             target = self.endpoints[attempt % len(self.endpoints)]
             try:
                 response = admin_pb2_grpc.AdminStub(_channel(target)).ListTopics(
-                    admin_pb2.ListTopicsRequest(), metadata=_metadata(), timeout=LOOKUP_TIMEOUT_S)
+                    admin_pb2.ListTopicsRequest(), metadata=_metadata(), timeout=LOOKUP_TIMEOUT_S
+                )
             except grpc.RpcError as exc:
                 if exc.code() not in _RETRIED:
-                    raise BrokerCallError("ListTopics", d.INTERNAL_SERVER_ERROR,
-                                          f"{exc.code().name} {exc.details()}") from None
+                    raise BrokerCallError(
+                        "ListTopics", d.INTERNAL_SERVER_ERROR, f"{exc.code().name} {exc.details()}"
+                    ) from None
                 last = exc
                 threading.Event().wait(self.retry_interval_s * (attempt + 1))
                 continue
@@ -209,16 +247,24 @@ class Client:
         raise BrokerCallError("ListTopics", d.INTERNAL_SERVER_ERROR, f"broker unreachable at {self.endpoints}: {last}")
 
     def send(self, messages: list[d.Message], endpoint: str | None = None) -> list[s.SendResultEntry]:
-        response = self._unary(f"SendMessage {messages[0].topic.name}", "SendMessage",
-                               s.SendMessageRequest(messages=messages), endpoint, SEND_TIMEOUT_S)
+        response = self._unary(
+            f"SendMessage {messages[0].topic.name}",
+            "SendMessage",
+            s.SendMessageRequest(messages=messages),
+            endpoint,
+            SEND_TIMEOUT_S,
+        )
         for entry in response.entries:
             check(f"SendMessage {messages[0].topic.name}", entry.status)
         return list(response.entries)
 
     def update_offset(self, group: str, queue: RouteQueue, offset: int) -> None:
-        self._unary(f"UpdateOffset {group} {queue.topic}/{queue.queue_id}", "UpdateOffset",
-                    s.UpdateOffsetRequest(group=d.Resource(name=group), message_queue=_message_queue(queue),
-                                          offset=offset), queue.endpoint)
+        self._unary(
+            f"UpdateOffset {group} {queue.topic}/{queue.queue_id}",
+            "UpdateOffset",
+            s.UpdateOffsetRequest(group=d.Resource(name=group), message_queue=_message_queue(queue), offset=offset),
+            queue.endpoint,
+        )
 
 
 def _message_queue(queue: RouteQueue) -> d.MessageQueue:

@@ -25,6 +25,7 @@ that starts in it by looking for the magic code and checking that field: no driv
 is needed to cut a 1 GiB segment into partitions. A split owns the records that *start* in
 ``[from, to)``.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -40,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import arrow_util as au
+from pipeline.errors import CorruptSegment
 from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, arrow_schema
 from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 from services.domain.format.commitlog_format import (
@@ -54,10 +56,9 @@ from services.domain.format.commitlog_format import (
     decode_record,
     tags_code,
 )
-from services.domain.format.java_compat import java_string_hash
 from services.domain.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
+from services.domain.format.java_compat import java_string_hash
 from services.domain.names import SCHEDULE_TOPIC
-from pipeline.errors import CorruptSegment
 
 BATCH_ROWS_DEFAULT = 32_768
 SEGMENT_NAME_LENGTH = 20  # 20-digit start offset
@@ -65,16 +66,36 @@ SEGMENT_NAME_LENGTH = 20  # 20-digit start offset
 
 def _header_dtype(born_v6: bool, store_v6: bool) -> np.dtype:
     ip = lambda v6: "V16" if v6 else "V4"  # noqa: E731
-    return np.dtype([
-        ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-        ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-        ("born_ip", ip(born_v6)), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", ip(store_v6)),
-        ("store_port", ">i4"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
+    return np.dtype(
+        [
+            ("total_size", ">i4"),
+            ("magic", ">u4"),
+            ("body_crc", ">i4"),
+            ("queue_id", ">i4"),
+            ("flag", ">i4"),
+            ("queue_offset", ">i8"),
+            ("phy_offset", ">i8"),
+            ("sys_flag", ">i4"),
+            ("born_ts", ">i8"),
+            ("born_ip", ip(born_v6)),
+            ("born_port", ">i4"),
+            ("store_ts", ">i8"),
+            ("store_ip", ip(store_v6)),
+            ("store_port", ">i4"),
+            ("reconsume", ">i4"),
+            ("prepared", ">i8"),
+            ("body_len", ">i4"),
+        ]
+    )
 
 
 # HEADER_DTYPES[sys_flag >> 4 & 3], exactly as HEADERS (pair assertion with the store's structs).
-HEADER_DTYPES = [_header_dtype(False, False), _header_dtype(True, False), _header_dtype(False, True),
-                 _header_dtype(True, True)]
+HEADER_DTYPES = [
+    _header_dtype(False, False),
+    _header_dtype(True, False),
+    _header_dtype(False, True),
+    _header_dtype(True, True),
+]
 for _dtype, _struct in zip(HEADER_DTYPES, HEADERS):
     assert _dtype.itemsize == _struct.size, (_dtype.itemsize, _struct.size)
 assert HEADER_DTYPES[0].fields["phy_offset"][1] == PHY_OFFSET_POS
@@ -158,15 +179,19 @@ def _chain(a: np.ndarray, pos: int, hi: int, limit: int, max_records: int) -> tu
     end = min(hi, limit - 7)  # a candidate p has its magic at p+4..p+8 <= limit
     if end <= pos:
         return _EMPTY_STARTS, pos
-    probe = a[pos + 5:end + 5]  # the magic's second byte
+    probe = a[pos + 5 : end + 5]  # the magic's second byte
     cand = np.flatnonzero(probe == (_MAGIC_HI >> 8) & 0xFF) + pos
     if len(cand) == 0 or cand[0] != pos:
         return _EMPTY_STARTS, pos
     words = au.windows(a, 8, cand).view(">u4")
     magic = words[:, 1]
     size = words[:, 0].view(">i4").astype(np.int64)
-    ok = (((magic >> 8) == _MAGIC_HI) & (((magic & 0xFF) == (MAGIC_V1 & 0xFF)) | ((magic & 0xFF) == (MAGIC_V2 & 0xFF)))
-          & (size >= _HEADER_MIN) & (size <= limit - cand))
+    ok = (
+        ((magic >> 8) == _MAGIC_HI)
+        & (((magic & 0xFF) == (MAGIC_V1 & 0xFF)) | ((magic & 0xFF) == (MAGIC_V2 & 0xFF)))
+        & (size >= _HEADER_MIN)
+        & (size <= limit - cand)
+    )
     cand, size = cand[ok], size[ok]
     if len(cand) == 0 or cand[0] != pos:
         return _EMPTY_STARTS, pos
@@ -201,7 +226,10 @@ def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
         if magic == MAGIC_BLANK:
             if size == limit - found:
                 return found
-        elif found + PHY_OFFSET_POS + 8 <= limit and _PHY.unpack_from(buf, found + PHY_OFFSET_POS)[0] == base_offset + found:
+        elif (
+            found + PHY_OFFSET_POS + 8 <= limit
+            and _PHY.unpack_from(buf, found + PHY_OFFSET_POS)[0] == base_offset + found
+        ):
             return found
         pos = found + 1
     return limit
@@ -227,7 +255,7 @@ def _skip_zeros(buf, pos: int, limit: int) -> int:
 
 
 def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
-    """"ip:port" strings, formatted once per distinct address (usually one or a few)."""
+    """ "ip:port" strings, formatted once per distinct address (usually one or a few)."""
     ip_bytes = np.ascontiguousarray(ip).view(np.uint8).reshape(len(port), -1)
     keys = np.concatenate([ip_bytes, port.astype(">i4").view(np.uint8).reshape(-1, 4)], axis=1)
     width = keys.shape[1]
@@ -294,12 +322,14 @@ _PROPERTY_COLUMNS = {"properties", "tags", "keys", "uniqKey", "tagsCode"}
 DELAY_LEVEL_MILLIS_DEFAULT = parse_delay_levels(DELAY_LEVELS_DEFAULT)
 
 
-def _tags_codes(buf, starts: np.ndarray, topics: pa.Array, tags: pa.Array,
-                delay_level_millis: tuple[int, ...]) -> pa.Array:
+def _tags_codes(
+    buf, starts: np.ndarray, topics: pa.Array, tags: pa.Array, delay_level_millis: tuple[int, ...]
+) -> pa.Array:
     """The ConsumeQueue tags code of every record, as the store computes it (``tags_code``):
     the Java hash of each distinct tag once; records of SCHEDULE_TOPIC_XXXX (whose code is a
     delivery time) through the store's own function."""
     import pyarrow.compute as pc
+
     encoded = tags.dictionary_encode()
     hashes = np.array([java_string_hash(t) if t else 0 for t in encoded.dictionary.to_pylist()] or [0], np.int64)
     codes = hashes[pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)]
@@ -310,9 +340,16 @@ def _tags_codes(buf, starts: np.ndarray, topics: pa.Array, tags: pa.Array,
     return pa.array(codes, pa.int64())
 
 
-def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segment: str,
-                 verify_crc: bool = False, columns: tuple[str, ...] = ALL_COLUMNS,
-                 delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT) -> pa.RecordBatch:
+def decode_batch(
+    buf,
+    a: np.ndarray,
+    starts: np.ndarray,
+    base_offset: int,
+    segment: str,
+    verify_crc: bool = False,
+    columns: tuple[str, ...] = ALL_COLUMNS,
+    delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT,
+) -> pa.RecordBatch:
     """One Arrow batch of ``columns`` (of ``COMMITLOG_COLUMNS``, in that order) for the records
     starting at ``starts`` in ``a`` (the segment's bytes as uint8; ``buf`` the same bytes, for
     CRCs); ``base_offset`` is the phy offset of ``a[0]``. Only the requested columns are
@@ -357,7 +394,8 @@ def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segme
     if wanted & _PROPERTY_COLUMNS:
         prop_values, prop_offsets = au.buffers_of(au.gather_array(a, props_starts, user_props_len))
         out["properties"], out["tags"], out["keys"], out["uniqKey"] = au.parse_properties(
-            prop_values, prop_offsets, want_map="properties" in wanted)
+            prop_values, prop_offsets, want_map="properties" in wanted
+        )
     if "topic" in wanted or "tagsCode" in wanted:
         topic_values, topic_offsets = au.gather(a, topic_starts, topic_len)
         out["topic"] = au.safe_strings(au.string_array(topic_values, topic_offsets))
@@ -366,9 +404,11 @@ def decode_batch(buf, a: np.ndarray, starts: np.ndarray, base_offset: int, segme
     if "body" in wanted:
         out["body"] = au.gather_array(a, body_starts, body_len)
     if "crcValid" in wanted:
-        out["crcValid"] = (pa.array(_check_crcs(buf, a, starts, ends, body_starts, body_len, f["body_crc"],
-                                                has_trailer), pa.bool_())
-                           if verify_crc else pa.nulls(count, pa.bool_()))
+        out["crcValid"] = (
+            pa.array(_check_crcs(buf, a, starts, ends, body_starts, body_len, f["body_crc"], has_trailer), pa.bool_())
+            if verify_crc
+            else pa.nulls(count, pa.bool_())
+        )
     to_us = lambda ms: pa.array(ms.astype(np.int64) * 1000, pa.timestamp("us", tz="UTC"))  # noqa: E731
     simple = {
         "commitLogOffset": lambda: pa.array(base_offset + starts, pa.int64()),
@@ -402,15 +442,24 @@ def _check_crcs(buf, a, starts, ends, body_starts, body_len, body_crc, has_trail
     the whole-record CRC (digits least-significant first) of every record."""
     view = memoryview(buf)
     crc32 = zlib.crc32
-    body = np.fromiter((crc32(view[s:s + n]) & 0x7FFFFFFF if n else 0
-                        for s, n in zip(body_starts.tolist(), body_len.tolist())), np.int64, len(starts))
+    body = np.fromiter(
+        (crc32(view[s : s + n]) & 0x7FFFFFFF if n else 0 for s, n in zip(body_starts.tolist(), body_len.tolist())),
+        np.int64,
+        len(starts),
+    )
     valid = body == body_crc.astype(np.int64)
     rows = np.flatnonzero(has_trailer)
     if len(rows):
         digits = au.windows(a, 10, ends[rows] - 11).astype(np.int64) - ord("0")
         stored = (digits * _POW10).sum(axis=1)
-        whole = np.fromiter((crc32(view[s:e - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
-                             for s, e in zip(starts[rows].tolist(), ends[rows].tolist())), np.int64, len(rows))
+        whole = np.fromiter(
+            (
+                crc32(view[s : e - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+                for s, e in zip(starts[rows].tolist(), ends[rows].tolist())
+            ),
+            np.int64,
+            len(rows),
+        )
         valid[rows] &= whole == stored
     view.release()
     return valid
@@ -418,20 +467,30 @@ def _check_crcs(buf, a, starts, ends, body_starts, body_len, body_crc, has_trail
 
 # -- files ------------------------------------------------------------------------------------
 
+
 def segment_files(path: str | os.PathLike) -> list[tuple[int, Path]]:
     """(start phy offset, path) of each CommitLog segment under a store root or commitlog dir."""
     root = Path(path)
     directory = root / "commitlog" if (root / "commitlog").is_dir() else root
     if not directory.is_dir():
         raise FileNotFoundError(f"no CommitLog directory at {root} (expected STORE_ROOT/commitlog)")
-    return sorted((int(p.name), p) for p in directory.iterdir()
-                  if p.is_file() and len(p.name) == SEGMENT_NAME_LENGTH and p.name.isdigit())
+    return sorted(
+        (int(p.name), p)
+        for p in directory.iterdir()
+        if p.is_file() and len(p.name) == SEGMENT_NAME_LENGTH and p.name.isdigit()
+    )
 
 
-def read_segment(path: Path, file_from_offset: int, from_offset: int | None = None, to_offset: int | None = None,
-                 batch_rows: int = BATCH_ROWS_DEFAULT, verify_crc: bool = False,
-                 columns: tuple[str, ...] = ALL_COLUMNS,
-                 delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT) -> Iterator[pa.RecordBatch]:
+def read_segment(
+    path: Path,
+    file_from_offset: int,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    batch_rows: int = BATCH_ROWS_DEFAULT,
+    verify_crc: bool = False,
+    columns: tuple[str, ...] = ALL_COLUMNS,
+    delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT,
+) -> Iterator[pa.RecordBatch]:
     """Batches of the records of one segment that start in [from_offset, to_offset) (phy
     offsets; default the whole segment). A range not starting at the segment start is
     re-synchronised with ``find_record_start``."""
@@ -449,16 +508,18 @@ def read_segment(path: Path, file_from_offset: int, from_offset: int | None = No
                 while True:
                     starts, pos, why = walk_array(mm, a, pos, size, stop, batch_rows)
                     if len(starts):
-                        yield decode_batch(mm, a, starts, file_from_offset, path.name,
-                                           verify_crc, columns, delay_level_millis)
+                        yield decode_batch(
+                            mm, a, starts, file_from_offset, path.name, verify_crc, columns, delay_level_millis
+                        )
                     if why != "more":
                         break
             finally:
                 del a
 
 
-def read_consume_queue(path: Path, topic: str, queue_id: int, file_from_offset: int,
-                       batch_rows: int = 262_144) -> Iterator[pa.RecordBatch]:
+def read_consume_queue(
+    path: Path, topic: str, queue_id: int, file_from_offset: int, batch_rows: int = 262_144
+) -> Iterator[pa.RecordBatch]:
     """Batches of the valid units of one ConsumeQueue file (it ends at the first unit that is
     not valid, ``phy_offset < 0 or size <= 0``; blank units before a queue's start are
     skipped)."""
@@ -468,12 +529,19 @@ def read_consume_queue(path: Path, topic: str, queue_id: int, file_from_offset: 
     first_offset = file_from_offset // CQ_UNIT_SIZE_BYTES
     schema = arrow_schema(CONSUMEQUEUE_COLUMNS)
     for begin in range(0, count, batch_rows):
-        units = data[begin:min(count, begin + batch_rows)]
+        units = data[begin : min(count, begin + batch_rows)]
         keep = ~((units["phy_offset"] == 0) & (units["size"] == 0x7FFFFFFF))  # the blank unit
         units = units[keep]
         offsets = (first_offset + begin + np.flatnonzero(keep)).astype(np.int64)
         n = len(units)
-        yield pa.RecordBatch.from_arrays([
-            au.constant_strings(topic, n), pa.array(np.full(n, queue_id, np.int32)), pa.array(offsets),
-            pa.array(units["phy_offset"].astype(np.int64)), pa.array(units["size"].astype(np.int32)),
-            pa.array(units["tags_code"].astype(np.int64))], schema=schema)
+        yield pa.RecordBatch.from_arrays(
+            [
+                au.constant_strings(topic, n),
+                pa.array(np.full(n, queue_id, np.int32)),
+                pa.array(offsets),
+                pa.array(units["phy_offset"].astype(np.int64)),
+                pa.array(units["size"].astype(np.int32)),
+                pa.array(units["tags_code"].astype(np.int64)),
+            ],
+            schema=schema,
+        )

@@ -1,5 +1,6 @@
 """Every error the pipeline raises on purpose: a bad option, a corrupt store file, records lost
 to retention, a broker without the records API."""
+
 from __future__ import annotations
 
 

@@ -11,6 +11,7 @@ message) and ``deliveryTimestamp`` (timestamp: a DELAY message). Other columns a
 Each message gets a deterministic id, so a retried task re-sends the same ids (at-least-once,
 duplicates detectable, gotcha 10).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,10 +53,28 @@ def to_batch(broker: str, messages: list[d.Message]) -> pa.RecordBatch:
         attempts.append(sp.delivery_attempt if sp.HasField("delivery_attempt") else 1)
     schema = arrow_schema(BROKER_COLUMNS)
     count = len(messages)
-    columns = [topics, [broker] * count, queue_ids, offsets, ids, tags, keys, bodies, props, born, stored,
-               born_hosts, store_hosts, types, groups, delivery, attempts]
-    return pa.RecordBatch.from_arrays([pa.array(values, field.type) for values, field in zip(columns, schema)],
-                                      schema=schema)
+    columns = [
+        topics,
+        [broker] * count,
+        queue_ids,
+        offsets,
+        ids,
+        tags,
+        keys,
+        bodies,
+        props,
+        born,
+        stored,
+        born_hosts,
+        store_hosts,
+        types,
+        groups,
+        delivery,
+        attempts,
+    ]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, field.type) for values, field in zip(columns, schema)], schema=schema
+    )
 
 
 @dataclass(frozen=True)
@@ -72,8 +91,13 @@ class SinkColumns:
 
 
 _ALLOWED = {
-    "body": ("binary", "string"), "value": ("binary", "string"), "topic": ("string",), "tags": ("string",),
-    "keys": ("array<string>", "string"), "properties": ("map<string,string>",), "messageGroup": ("string",),
+    "body": ("binary", "string"),
+    "value": ("binary", "string"),
+    "topic": ("string",),
+    "tags": ("string",),
+    "keys": ("array<string>", "string"),
+    "properties": ("map<string,string>",),
+    "messageGroup": ("string",),
     "deliveryTimestamp": ("timestamp",),
 }
 
@@ -87,13 +111,22 @@ def sink_columns(schema, topic_option: str | None) -> SinkColumns:
             raise OptionError(f"rocketmq sink: column {name!r} must be {' or '.join(allowed)}, not {kind}")
     body = "body" if "body" in types else "value" if "value" in types else None
     if body is None:
-        raise OptionError("rocketmq sink: a 'body' column (binary or string) is required "
-                          f"(or 'value'); the DataFrame has {sorted(types)}")
+        raise OptionError(
+            "rocketmq sink: a 'body' column (binary or string) is required "
+            f"(or 'value'); the DataFrame has {sorted(types)}"
+        )
     if topic_option is None and "topic" not in types:
         raise OptionError("rocketmq sink: set the 'topic' option or give the DataFrame a 'topic' column")
     have = lambda name: name if name in types else None  # noqa: E731
-    return SinkColumns(body, None if topic_option else "topic", have("tags"), have("keys"), have("properties"),
-                       have("messageGroup"), have("deliveryTimestamp"))
+    return SinkColumns(
+        body,
+        None if topic_option else "topic",
+        have("tags"),
+        have("keys"),
+        have("properties"),
+        have("messageGroup"),
+        have("deliveryTimestamp"),
+    )
 
 
 def message_id(*parts: object) -> str:
@@ -101,8 +134,9 @@ def message_id(*parts: object) -> str:
     return hashlib.md5("/".join(map(str, parts)).encode()).hexdigest().upper()
 
 
-def to_messages(batch: pa.RecordBatch, columns: SinkColumns, topic_option: str | None,
-                id_prefix: str, first_row: int) -> list[tuple[tuple[str, str | None], d.Message]]:
+def to_messages(
+    batch: pa.RecordBatch, columns: SinkColumns, topic_option: str | None, id_prefix: str, first_row: int
+) -> list[tuple[tuple[str, str | None], d.Message]]:
     """((topic, message group), message) per row: a SendMessage carries one topic, and one
     message group so the broker keeps a group on its queue."""
     count = batch.num_rows
@@ -133,8 +167,9 @@ def to_messages(batch: pa.RecordBatch, columns: SinkColumns, topic_option: str |
             sp.message_type = d.DELAY
         else:
             sp.message_type = d.NORMAL
-        message = d.Message(topic=d.Resource(name=topic), system_properties=sp,
-                            body=body.encode() if isinstance(body, str) else body)
+        message = d.Message(
+            topic=d.Resource(name=topic), system_properties=sp, body=body.encode() if isinstance(body, str) else body
+        )
         if props[i]:
             message.user_properties.update(dict(props[i]))
         out.append(((topic, groups[i]), message))

@@ -16,6 +16,7 @@ JSON (rocketmq-spark's form, spark.md §6.5)::
   new data and starts an empty micro-batch, forever. Every offset we hand to Spark goes
   through ``to_json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def _offset(value, option: str, allow_special: bool) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise OptionError(f"option {option!r}: offset {value!r} is not an integer")
     if value < 0 and not (allow_special and value in (EARLIEST, LATEST)):
-        raise OptionError(f"option {option!r}: offset {value} is negative"
-                          + (" (only -2 = earliest and -1 = latest are allowed)" if allow_special else ""))
+        raise OptionError(
+            f"option {option!r}: offset {value} is negative"
+            + (" (only -2 = earliest and -1 = latest are allowed)" if allow_special else "")
+        )
     return value
 
 
@@ -55,8 +58,10 @@ def parse_offsets(text: str, option: str, allow_special: bool = True) -> dict[Qu
     except json.JSONDecodeError as exc:
         raise OptionError(f"option {option!r}: not valid JSON ({exc.msg} at position {exc.pos}): {text!r}") from None
     if not isinstance(data, dict) or not data:
-        raise OptionError(f"option {option!r}: expected a JSON object "
-                          '{"topic": {"brokerName": {"queueId": offset}}}, got ' + repr(text))
+        raise OptionError(
+            f"option {option!r}: expected a JSON object "
+            '{"topic": {"brokerName": {"queueId": offset}}}, got ' + repr(text)
+        )
     out: dict[Queue, int] = {}
     for topic, inner in data.items():
         if not isinstance(inner, dict) or not inner:
@@ -84,8 +89,11 @@ def parse_assign(text: str, option: str = "assign") -> list[Queue]:
     queues: list[Queue] = []
 
     def ids(values, where: str) -> list[int]:
-        if not isinstance(values, list) or not values or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+        ):
             raise OptionError(f"option {option!r}: {where} must be a non-empty list of queue ids")
         return values
 
@@ -100,17 +108,18 @@ def parse_assign(text: str, option: str = "assign") -> list[Queue]:
     return sorted(set(queues), key=queue_order)
 
 
-def resolve_brokers(offsets: Mapping[Queue, int], brokers_of: Mapping[str, list[str]],
-                    option: str) -> dict[Queue, int]:
+def resolve_brokers(offsets: Mapping[Queue, int], brokers_of: Mapping[str, list[str]], option: str) -> dict[Queue, int]:
     """Fill in the broker of 2-level entries from the route (``brokers_of[topic]``)."""
     out: dict[Queue, int] = {}
     for (topic, broker, queue), offset in offsets.items():
         if broker == ANY_BROKER:
             names = brokers_of.get(topic, [])
             if len(names) != 1:
-                raise OptionError(f"option {option!r}: topic {topic!r} uses the 2-level form but has "
-                                  f"{len(names)} brokers {sorted(names)}; name the broker "
-                                  '({"topic": {"brokerName": {"queueId": offset}}})')
+                raise OptionError(
+                    f"option {option!r}: topic {topic!r} uses the 2-level form but has "
+                    f"{len(names)} brokers {sorted(names)}; name the broker "
+                    '({"topic": {"brokerName": {"queueId": offset}}})'
+                )
             broker = names[0]
         out[(topic, broker, queue)] = offset
     return out
@@ -134,9 +143,12 @@ def to_json(offsets: Mapping[Queue, int]) -> str:
 
 def from_nested(nested: Mapping) -> dict[Queue, int]:
     """The inverse of ``canonical`` (a checkpointed offset; no -1/-2 in it)."""
-    return {(topic, broker, int(queue)): int(offset)
-            for topic, brokers in nested.items() for broker, queues in brokers.items()
-            for queue, offset in queues.items()}
+    return {
+        (topic, broker, int(queue)): int(offset)
+        for topic, brokers in nested.items()
+        for broker, queues in brokers.items()
+        for queue, offset in queues.items()
+    }
 
 
 def rate_limit(start: Mapping[Queue, int], end: Mapping[Queue, int], limit: int) -> dict[Queue, int]:

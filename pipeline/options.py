@@ -27,12 +27,14 @@ the option and says what is allowed.
 | topic (sink) | the ``topic`` column | sink: overrides the column |
 | sendBatchSize (sink) | 256 | messages per SendMessage call |
 """
+
 from __future__ import annotations
 
 import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
 from pipeline.errors import OptionError
 from pipeline.offsets import EARLIEST, LATEST, parse_assign, parse_offsets
 
@@ -67,8 +69,9 @@ def parse_bool(opts: dict[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name!r} must be true or false, got {value!r}")
 
 
-def parse_int(opts: dict[str, str], name: str, default: int | None, minimum: int = 1,
-              maximum: int | None = None) -> int | None:
+def parse_int(
+    opts: dict[str, str], name: str, default: int | None, minimum: int = 1, maximum: int | None = None
+) -> int | None:
     value = _get(opts, name)
     if value is None:
         return default
@@ -97,13 +100,13 @@ def parse_endpoints(opts: dict[str, str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class SourceOptions:
     endpoints: tuple[str, ...]
-    topics: tuple[str, ...]               # subscribe (sorted), or the topics of assign; () with a pattern
-    assign: str | None                    # the assign JSON (parsed against the route later)
+    topics: tuple[str, ...]  # subscribe (sorted), or the topics of assign; () with a pattern
+    assign: str | None  # the assign JSON (parsed against the route later)
     sub_expression: str
-    starting_offsets: str                 # "earliest" | "latest" | JSON
+    starting_offsets: str  # "earliest" | "latest" | JSON
     starting_timestamp: int | None
     starting_offsets_by_timestamp: str | None
-    ending_offsets: str                   # "latest" | JSON (batch)
+    ending_offsets: str  # "latest" | JSON (batch)
     ending_timestamp: int | None
     ending_offsets_by_timestamp: str | None
     fail_on_data_loss: bool
@@ -115,8 +118,8 @@ class SourceOptions:
     fetch_retry_interval_ms: int
     consumer_group: str | None
     subscribe_pattern: str | None = None  # a regular expression over topic names (re.fullmatch)
-    expression_type: str = "TAG"          # TAG | SQL92 (subExpression)
-    pull_method: str = "records"          # records (PullRecords) | messages (PullMessage)
+    expression_type: str = "TAG"  # TAG | SQL92 (subExpression)
+    pull_method: str = "records"  # records (PullRecords) | messages (PullMessage)
 
 
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -126,13 +129,18 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     subscribe = _get(opts, "subscribe", "topic")
     pattern = _get(opts, "subscribePattern")
     assign = _get(opts, "assign")
-    given = [name for name, value in (("subscribe", subscribe), ("subscribePattern", pattern), ("assign", assign))
-             if value is not None]
+    given = [
+        name
+        for name, value in (("subscribe", subscribe), ("subscribePattern", pattern), ("assign", assign))
+        if value is not None
+    ]
     if len(given) != 1:
-        raise OptionError("exactly one of the options 'subscribe' (comma-separated topics), 'subscribePattern' "
-                          "(a regular expression over topic names) or 'assign' "
-                          '({"topic": {"brokerName": [queueIds]}}) must be set'
-                          + (f"; got {' and '.join(repr(g) for g in given)}" if given else ""))
+        raise OptionError(
+            "exactly one of the options 'subscribe' (comma-separated topics), 'subscribePattern' "
+            "(a regular expression over topic names) or 'assign' "
+            '({"topic": {"brokerName": [queueIds]}}) must be set'
+            + (f"; got {' and '.join(repr(g) for g in given)}" if given else "")
+        )
     if subscribe is not None:
         topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
         if not topics:
@@ -161,8 +169,10 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     ending_timestamp = parse_int(opts, "endingTimestamp", None, minimum=0)
     ending_by_ts = _get(opts, "endingOffsetsByTimestamp")
     if streaming and (ending is not None or ending_timestamp is not None or ending_by_ts is not None):
-        raise OptionError("options 'endingOffsets' / 'endingTimestamp' / 'endingOffsetsByTimestamp' apply to "
-                          "batch queries only, not to " + kind + " query")
+        raise OptionError(
+            "options 'endingOffsets' / 'endingTimestamp' / 'endingOffsetsByTimestamp' apply to "
+            "batch queries only, not to " + kind + " query"
+        )
     ending = "latest" if ending is None else ending
     if ending.strip().lower() == "earliest":
         raise OptionError("option 'endingOffsets': 'earliest' is not allowed (use 'latest' or offsets JSON)")
@@ -184,22 +194,33 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     sub_expression = check_expression(_get(opts, "subExpression"), expression_type)
     pull_method = (_get(opts, "pullMethod") or "records").strip().lower()
     if pull_method not in PULL_METHODS:
-        raise OptionError(f"option 'pullMethod' must be 'records' (PullRecords) or 'messages' (PullMessage), "
-                          f"got {pull_method!r}")
+        raise OptionError(
+            f"option 'pullMethod' must be 'records' (PullRecords) or 'messages' (PullMessage), got {pull_method!r}"
+        )
     group = _get(opts, "consumerGroup")
     return SourceOptions(
-        endpoints=endpoints, topics=topics, assign=assign, sub_expression=sub_expression,
-        starting_offsets=starting, starting_timestamp=parse_int(opts, "startingTimestamp", None, minimum=0),
-        starting_offsets_by_timestamp=starting_by_ts, ending_offsets=ending, ending_timestamp=ending_timestamp,
+        endpoints=endpoints,
+        topics=topics,
+        assign=assign,
+        sub_expression=sub_expression,
+        starting_offsets=starting,
+        starting_timestamp=parse_int(opts, "startingTimestamp", None, minimum=0),
+        starting_offsets_by_timestamp=starting_by_ts,
+        ending_offsets=ending,
+        ending_timestamp=ending_timestamp,
         ending_offsets_by_timestamp=ending_by_ts,
-        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True), max_offsets_per_trigger=max_per_trigger,
+        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+        max_offsets_per_trigger=max_per_trigger,
         min_partitions=parse_int(opts, "minPartitions", None),
         pull_batch_size=parse_int(opts, "pullBatchSize", PULL_BATCH_DEFAULT, maximum=PULL_BATCH_MAX),
         pull_timeout_ms=parse_int(opts, "pullTimeoutMs", PULL_TIMEOUT_MS_DEFAULT),
         fetch_retries=parse_int(opts, "fetchOffset.numRetries", 3, minimum=0),
         fetch_retry_interval_ms=parse_int(opts, "fetchOffset.retryIntervalMs", 10, minimum=0),
-        consumer_group=group.strip() if group and group.strip() else None, subscribe_pattern=pattern,
-        expression_type=expression_type, pull_method=pull_method)
+        consumer_group=group.strip() if group and group.strip() else None,
+        subscribe_pattern=pattern,
+        expression_type=expression_type,
+        pull_method=pull_method,
+    )
 
 
 def check_pattern(pattern: str) -> re.Pattern[str]:
@@ -217,6 +238,7 @@ def check_expression(text: str | None, expression_type: str) -> str:
     """subExpression, validated as the broker would (a bad one fails before any read)."""
     if expression_type == "SQL92":
         from services.domain.sql_filter import SqlFilterError, compile_sql
+
         if text is None or not text.strip():
             raise OptionError("option 'subExpression' must be an SQL92 condition when expressionType is SQL92")
         try:
@@ -233,7 +255,7 @@ def check_expression(text: str | None, expression_type: str) -> str:
 @dataclass(frozen=True)
 class SinkOptions:
     endpoints: tuple[str, ...]
-    topic: str | None          # overrides the topic column
+    topic: str | None  # overrides the topic column
     send_batch_size: int
 
 
@@ -242,8 +264,11 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = _get(opts, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic' is empty")
-    return SinkOptions(endpoints=parse_endpoints(opts), topic=topic.strip() if topic else None,
-                       send_batch_size=parse_int(opts, "sendBatchSize", SEND_BATCH_DEFAULT, maximum=SEND_BATCH_MAX))
+    return SinkOptions(
+        endpoints=parse_endpoints(opts),
+        topic=topic.strip() if topic else None,
+        send_batch_size=parse_int(opts, "sendBatchSize", SEND_BATCH_DEFAULT, maximum=SEND_BATCH_MAX),
+    )
 
 
 @dataclass(frozen=True)
@@ -265,23 +290,30 @@ def parse_store_file_options(options: Mapping[str, str]) -> StoreFileOptions:
     opts = _lower(options)
     path = _get(opts, "path")
     if not path:
-        raise OptionError("option 'path' is required: a store root (with commitlog/ and consumequeue/) "
-                          "or its commitlog/ or consumequeue/ directory; .load(path) sets it")
+        raise OptionError(
+            "option 'path' is required: a store root (with commitlog/ and consumequeue/) "
+            "or its commitlog/ or consumequeue/ directory; .load(path) sets it"
+        )
     from_offset = parse_int(opts, "fromOffset", None, minimum=0)
     to_offset = parse_int(opts, "toOffset", None, minimum=0)
     if from_offset is not None and to_offset is not None and to_offset < from_offset:
         raise OptionError(f"option 'toOffset' ({to_offset}) is below 'fromOffset' ({from_offset})")
     topics = _get(opts, "topics", "topic")
     from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
+
     levels = _get(opts, "delayLevels") or DELAY_LEVELS_DEFAULT
     try:
         delay_level_millis = parse_delay_levels(levels)
     except (KeyError, ValueError):
         raise OptionError(f"option 'delayLevels' must look like '1s 5s 10s 30s 1m ... 2h', got {levels!r}") from None
     return StoreFileOptions(
-        path=path, from_offset=from_offset, to_offset=to_offset, verify_crc=parse_bool(opts, "verifyCrc", False),
+        path=path,
+        from_offset=from_offset,
+        to_offset=to_offset,
+        verify_crc=parse_bool(opts, "verifyCrc", False),
         fail_on_crc_error=parse_bool(opts, "failOnCrcError", True),
         split_size=parse_int(opts, "splitSize", None, minimum=4096),
         batch_rows=parse_int(opts, "batchSize", 32_768, maximum=1 << 20),
         topics=tuple(sorted({t.strip() for t in topics.split(",") if t.strip()})) if topics else (),
-        delay_level_millis=delay_level_millis)
+        delay_level_millis=delay_level_millis,
+    )

@@ -18,6 +18,7 @@ equals what the v2 PullMessage path gives (``messages.to_batch`` over the broker
   row is NORMAL / FIFO with no delivery time;
 * ``deliveryAttempt``: RECONSUMETIMES + 1 (at least 1).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 
 from pipeline import arrow_util as au
 from pipeline.decode import decode_batch, walk
+from pipeline.errors import TruncatedRecords
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
 from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, is_internal_property
 from services.domain.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
@@ -37,10 +39,22 @@ from services.domain.format.properties_format import (
     TIMER_DELIVER_MS,
     TRANSACTION_PREPARED,
 )
-from pipeline.errors import TruncatedRecords
 
-DECODED = ("queueId", "queueOffset", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
-           "topic", "body", "properties", "tags", "keys", "uniqKey")
+DECODED = (
+    "queueId",
+    "queueOffset",
+    "bornTimestamp",
+    "bornHost",
+    "storeTimestamp",
+    "storeHost",
+    "reconsumeTimes",
+    "topic",
+    "body",
+    "properties",
+    "tags",
+    "keys",
+    "uniqKey",
+)
 # Properties that make a row a TRANSACTION or DELAY message (or give it a delivery time).
 _SPECIAL = (TRANSACTION_PREPARED, DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)
 
@@ -49,8 +63,10 @@ def split_records(data: bytes, expected: int | None = None) -> np.ndarray:
     """Start positions of the records concatenated in ``data``."""
     starts, pos, why = walk(data, 0, len(data), len(data), 1 << 62)
     if pos != len(data) or (expected is not None and len(starts) != expected):
-        raise TruncatedRecords(f"{len(data)} bytes of records: {len(starts)} whole records found "
-                               f"(expected {expected}), stopped at byte {pos} ({why})")
+        raise TruncatedRecords(
+            f"{len(data)} bytes of records: {len(starts)} whole records found "
+            f"(expected {expected}), stopped at byte {pos} ({why})"
+        )
     return np.array(starts, np.int64)
 
 
@@ -78,18 +94,34 @@ def records_to_batch(broker: str, data: bytes, where: str, expected: int | None 
     born_hosts = _replaced(col("bornHost"), *_values_of(BORN_HOST, keys, all_props.items, entry_row))
     group_rows, group_values = _values_of(SHARDING_KEY, keys, all_props.items, entry_row)
     groups = _replaced(pa.nulls(count, pa.string()), group_rows, group_values)
-    types = _replaced(au.constant_strings("NORMAL", count), group_rows,
-                      au.constant_strings("FIFO", len(group_rows)))
+    types = _replaced(au.constant_strings("NORMAL", count), group_rows, au.constant_strings("FIFO", len(group_rows)))
     delivery = pa.nulls(count, pa.timestamp("us", tz="UTC"))
     special = np.unique(entry_row[pc.is_in(keys, pa.array(_SPECIAL)).to_numpy(zero_copy_only=False)])
     if len(special):  # transaction and delay messages: the broker's own rules, row by row
-        born_hosts, types, groups, delivery = _special_rows(special, all_props, born_hosts, types, groups,
-                                                            delivery, col("storeTimestamp"))
+        born_hosts, types, groups, delivery = _special_rows(
+            special, all_props, born_hosts, types, groups, delivery, col("storeTimestamp")
+        )
     attempts = np.maximum(1, col("reconsumeTimes").to_numpy() + 1).astype(np.int32)
     schema = arrow_schema(BROKER_COLUMNS)
-    arrays = [col("topic"), au.constant_strings(broker, count), col("queueId"), col("queueOffset"), message_ids,
-              col("tags"), col("keys"), col("body"), user_props, col("bornTimestamp"), col("storeTimestamp"),
-              born_hosts, col("storeHost"), types, groups, delivery, pa.array(attempts, pa.int32())]
+    arrays = [
+        col("topic"),
+        au.constant_strings(broker, count),
+        col("queueId"),
+        col("queueOffset"),
+        message_ids,
+        col("tags"),
+        col("keys"),
+        col("body"),
+        user_props,
+        col("bornTimestamp"),
+        col("storeTimestamp"),
+        born_hosts,
+        col("storeHost"),
+        types,
+        groups,
+        delivery,
+        pa.array(attempts, pa.int32()),
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -104,12 +136,14 @@ def _user_properties(all_props: pa.MapArray, keys: pa.Array, entry_row: np.ndarr
         return all_props
     kept_per_row = np.bincount(entry_row[keep], minlength=len(all_props))
     mask = pa.array(keep)
-    return pa.MapArray.from_arrays(pa.array(au.offsets_of(kept_per_row).astype(np.int32)),
-                                   keys.filter(mask), all_props.items.filter(mask))
+    return pa.MapArray.from_arrays(
+        pa.array(au.offsets_of(kept_per_row).astype(np.int32)), keys.filter(mask), all_props.items.filter(mask)
+    )
 
 
-def _fill_offset_msg_ids(ids: pa.Array, rows: np.ndarray, a: np.ndarray, starts: np.ndarray,
-                         store_hosts: pa.Array) -> pa.Array:
+def _fill_offset_msg_ids(
+    ids: pa.Array, rows: np.ndarray, a: np.ndarray, starts: np.ndarray, store_hosts: pa.Array
+) -> pa.Array:
     """UNIQ_KEY, and the offset message id where a record has none (as the broker's Delivery)."""
     if not len(rows):
         return ids
@@ -127,7 +161,7 @@ def _values_of(name: str, keys: pa.Array, items: pa.Array, entry_row: np.ndarray
     hits = np.flatnonzero(pc.equal(keys, name).to_numpy(zero_copy_only=False))
     rows = entry_row[hits]
     if len(rows) > 1:
-        last = np.append(rows[1:] != rows[:-1], True)   # entries are in row order
+        last = np.append(rows[1:] != rows[:-1], True)  # entries are in row order
         hits, rows = hits[last], rows[last]
     return rows, items.take(pa.array(hits, pa.int64()))
 
@@ -141,8 +175,15 @@ def _replaced(column: pa.Array, rows: np.ndarray, values: pa.Array) -> pa.Array:
     return pc.replace_with_mask(column, pa.array(mask), values.cast(column.type))
 
 
-def _special_rows(rows: np.ndarray, all_props: pa.MapArray, born_hosts: pa.Array, types: pa.Array,
-                  groups: pa.Array, delivery: pa.Array, store_ts: pa.Array):
+def _special_rows(
+    rows: np.ndarray,
+    all_props: pa.MapArray,
+    born_hosts: pa.Array,
+    types: pa.Array,
+    groups: pa.Array,
+    delivery: pa.Array,
+    store_ts: pa.Array,
+):
     """bornHost, messageType, messageGroup, deliveryTimestamp with ``rows`` worked out one by
     one (consumer_convert.delivered_message's rules)."""
     born, kinds, group_of, at = born_hosts.to_pylist(), types.to_pylist(), groups.to_pylist(), delivery.to_pylist()
@@ -154,5 +195,9 @@ def _special_rows(rows: np.ndarray, all_props: pa.MapArray, born_hosts: pa.Array
         group_of[row] = props.get(SHARDING_KEY)
         at_ms = delivery_timestamp_ms(props, int(stored_us[row]) // 1000)
         at[row] = None if at_ms is None else at_ms * 1000
-    return (pa.array(born, pa.string()), pa.array(kinds, pa.string()), pa.array(group_of, pa.string()),
-            pa.array(at, pa.timestamp("us", tz="UTC")))
+    return (
+        pa.array(born, pa.string()),
+        pa.array(kinds, pa.string()),
+        pa.array(group_of, pa.string()),
+        pa.array(at, pa.timestamp("us", tz="UTC")),
+    )

@@ -5,36 +5,68 @@ Spark type (``ARROW_TYPES``), so the two can never drift. Timestamps are Arrow
 ``timestamp[us, UTC]`` (Spark's TimestampType); pyarrow is imported lazily so that option and
 offset code stays importable without it.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 # Source "rocketmq" (a topic read through the broker), spark.md §6.4.
 BROKER_COLUMNS = (
-    ("topic", "string"), ("brokerName", "string"), ("queueId", "int"), ("queueOffset", "bigint"),
-    ("messageId", "string"), ("tags", "string"), ("keys", "array<string>"), ("body", "binary"),
-    ("properties", "map<string,string>"), ("bornTimestamp", "timestamp"), ("storeTimestamp", "timestamp"),
-    ("bornHost", "string"), ("storeHost", "string"), ("messageType", "string"), ("messageGroup", "string"),
-    ("deliveryTimestamp", "timestamp"), ("deliveryAttempt", "int"),
+    ("topic", "string"),
+    ("brokerName", "string"),
+    ("queueId", "int"),
+    ("queueOffset", "bigint"),
+    ("messageId", "string"),
+    ("tags", "string"),
+    ("keys", "array<string>"),
+    ("body", "binary"),
+    ("properties", "map<string,string>"),
+    ("bornTimestamp", "timestamp"),
+    ("storeTimestamp", "timestamp"),
+    ("bornHost", "string"),
+    ("storeHost", "string"),
+    ("messageType", "string"),
+    ("messageGroup", "string"),
+    ("deliveryTimestamp", "timestamp"),
+    ("deliveryAttempt", "int"),
 )
 
 # Source "rocketmq-commitlog": every field of the record (store-format.md §2.2), the property
 # map (the whole-record CRC trailer removed) and what is derived from it, where the record lies.
 COMMITLOG_COLUMNS = (
-    ("commitLogOffset", "bigint"), ("totalSize", "int"), ("magicCode", "int"), ("bodyCrc", "int"),
-    ("queueId", "int"), ("flag", "int"), ("queueOffset", "bigint"), ("sysFlag", "int"),
-    ("bornTimestamp", "timestamp"), ("bornHost", "string"), ("storeTimestamp", "timestamp"),
-    ("storeHost", "string"), ("reconsumeTimes", "int"), ("preparedTransactionOffset", "bigint"),
-    ("topic", "string"), ("body", "binary"), ("properties", "map<string,string>"), ("tags", "string"),
-    ("keys", "array<string>"), ("uniqKey", "string"), ("segment", "string"),
+    ("commitLogOffset", "bigint"),
+    ("totalSize", "int"),
+    ("magicCode", "int"),
+    ("bodyCrc", "int"),
+    ("queueId", "int"),
+    ("flag", "int"),
+    ("queueOffset", "bigint"),
+    ("sysFlag", "int"),
+    ("bornTimestamp", "timestamp"),
+    ("bornHost", "string"),
+    ("storeTimestamp", "timestamp"),
+    ("storeHost", "string"),
+    ("reconsumeTimes", "int"),
+    ("preparedTransactionOffset", "bigint"),
+    ("topic", "string"),
+    ("body", "binary"),
+    ("properties", "map<string,string>"),
+    ("tags", "string"),
+    ("keys", "array<string>"),
+    ("uniqKey", "string"),
+    ("segment", "string"),
     ("crcValid", "boolean"),  # null unless verifyCrc: body CRC and, if present, the record CRC
-    ("tagsCode", "bigint"),   # what the ConsumeQueue unit holds: JavaHash(TAGS), deliver time on SCHEDULE_TOPIC_XXXX
+    ("tagsCode", "bigint"),  # what the ConsumeQueue unit holds: JavaHash(TAGS), deliver time on SCHEDULE_TOPIC_XXXX
 )
 
 # Source "rocketmq-consumequeue": one row per 20-byte unit (store-format.md §4).
 CONSUMEQUEUE_COLUMNS = (
-    ("topic", "string"), ("queueId", "int"), ("queueOffset", "bigint"), ("commitLogOffset", "bigint"),
-    ("size", "int"), ("tagsCode", "bigint"),
+    ("topic", "string"),
+    ("queueId", "int"),
+    ("queueOffset", "bigint"),
+    ("commitLogOffset", "bigint"),
+    ("size", "int"),
+    ("tagsCode", "bigint"),
 )
 
 
@@ -45,13 +77,22 @@ def ddl(columns) -> str:
 
 def _arrow_type(kind: str):
     import pyarrow as pa
-    simple = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "binary": pa.binary(),
-              "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
-              "array<string>": pa.list_(pa.string()), "map<string,string>": pa.map_(pa.string(), pa.string())}
+
+    simple = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "binary": pa.binary(),
+        "boolean": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "array<string>": pa.list_(pa.string()),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+    }
     return simple[kind]
 
 
-@lru_cache(maxsize=None)
+@cache
 def arrow_schema(columns):
     import pyarrow as pa
+
     return pa.schema([pa.field(name, _arrow_type(kind)) for name, kind in columns])

@@ -14,6 +14,7 @@ are decoded (``spark.read.format(...).schema("commitLogOffset bigint, topic stri
 ``rocketmq-consumequeue``: one partition per ConsumeQueue file; option ``topics`` (comma list)
 restricts the topics.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,11 +38,11 @@ def selected_columns(schema: StructType, columns, source: str) -> tuple[str, ...
     kinds = dict(columns)
     for field in schema.fields:
         if field.name not in kinds:
-            raise OptionError(f"{source}: unknown column {field.name!r} in the schema; columns are "
-                              + ", ".join(kinds))
+            raise OptionError(f"{source}: unknown column {field.name!r} in the schema; columns are " + ", ".join(kinds))
         if field.dataType.simpleString() != kinds[field.name]:
-            raise OptionError(f"{source}: column {field.name!r} is {kinds[field.name]}, "
-                              f"not {field.dataType.simpleString()}")
+            raise OptionError(
+                f"{source}: column {field.name!r} is {kinds[field.name]}, not {field.dataType.simpleString()}"
+            )
     wanted = {f.name for f in schema.fields}
     names = tuple(name for name, _ in columns if name in wanted)
     if [f.name for f in schema.fields] != list(names):
@@ -64,6 +65,7 @@ class CommitLogReader(DataSourceReader):
 
     def partitions(self):
         from pipeline.decode import segment_files
+
         opts = self.options
         splits = []
         for start, path in segment_files(opts.path):
@@ -77,8 +79,9 @@ class CommitLogReader(DataSourceReader):
             cut = low
             while cut < high:
                 upper = min(high, cut + step)
-                splits.append(SegmentSplit(str(path), start, None if cut == start else cut,
-                                           None if upper == end else upper))
+                splits.append(
+                    SegmentSplit(str(path), start, None if cut == start else cut, None if upper == end else upper)
+                )
                 cut = upper
         return splits or [SegmentSplit("", 0, 0, 0)]
 
@@ -86,15 +89,23 @@ class CommitLogReader(DataSourceReader):
         if not partition.path:
             return
         from pipeline.decode import read_segment
+
         opts = self.options
         columns = self.columns
         check = opts.verify_crc and opts.fail_on_crc_error
         decode_columns = columns if not check or "crcValid" in columns else columns + ("crcValid",)
         if check and "commitLogOffset" not in decode_columns:
             decode_columns = ("commitLogOffset",) + decode_columns
-        for batch in read_segment(Path(partition.path), partition.file_from_offset, partition.from_offset,
-                                  partition.to_offset, opts.batch_rows, opts.verify_crc, decode_columns,
-                                  opts.delay_level_millis):
+        for batch in read_segment(
+            Path(partition.path),
+            partition.file_from_offset,
+            partition.from_offset,
+            partition.to_offset,
+            opts.batch_rows,
+            opts.verify_crc,
+            decode_columns,
+            opts.delay_level_millis,
+        ):
             if check:
                 _fail_on_crc(batch, partition.path)
             yield batch.select(list(columns)) if decode_columns != columns else batch
@@ -102,11 +113,14 @@ class CommitLogReader(DataSourceReader):
 
 def _fail_on_crc(batch, path: str) -> None:
     import pyarrow.compute as pc
+
     bad = pc.invert(batch.column("crcValid"))
     if pc.any(bad).as_py():
         offsets = pc.filter(batch.column("commitLogOffset"), bad).to_pylist()
-        raise ValueError(f"{COMMITLOG_FORMAT}: CRC mismatch in {path} at phy offset(s) {offsets[:10]} "
-                         f"({len(offsets)} in this batch); failOnCrcError=false reports them in crcValid")
+        raise ValueError(
+            f"{COMMITLOG_FORMAT}: CRC mismatch in {path} at phy offset(s) {offsets[:10]} "
+            f"({len(offsets)} in this batch); failOnCrcError=false reports them in crcValid"
+        )
 
 
 class CommitLogDataSource(DataSource):
@@ -138,8 +152,9 @@ def consume_queue_files(path: str, topics: tuple[str, ...] = ()) -> list[QueueFi
     for topic_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
         if topics and topic_dir.name not in topics:
             continue
-        for queue_dir in sorted((p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()),
-                                key=lambda p: int(p.name)):
+        for queue_dir in sorted(
+            (p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+        ):
             for file in sorted(queue_dir.iterdir()):
                 if file.is_file() and file.name.isdigit():
                     files.append(QueueFile(str(file), topic_dir.name, int(queue_dir.name), int(file.name)))
@@ -158,9 +173,11 @@ class ConsumeQueueReader(DataSourceReader):
         if not partition.path:
             return
         from pipeline.decode import read_consume_queue
+
         all_columns = tuple(name for name, _ in CONSUMEQUEUE_COLUMNS)
-        for batch in read_consume_queue(Path(partition.path), partition.topic, partition.queue_id,
-                                        partition.file_from_offset):
+        for batch in read_consume_queue(
+            Path(partition.path), partition.topic, partition.queue_id, partition.file_from_offset
+        ):
             yield batch if self.columns == all_columns else batch.select(list(self.columns))
 
 

@@ -18,37 +18,37 @@ or SIGINT makes it stop cleanly and exit 0.
 ``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
 a child exits on its own, ``up`` stops the others and exits non-zero.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import logging
-import signal
 import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import TextIO
 
-from services.runtime import settings
-from services.broker.config import SETTINGS as BROKER_SETTINGS
-from services.runtime.rpc.tls import TlsFiles, open_channel
-from services.runtime.settings import CONFIG_ENV
-from services.store.config import SETTINGS as STORE_SETTINGS
-
 from services.admin.acl_cli import add_commands as add_acl_commands
 from services.admin.cli import add_commands as add_admin_commands
 from services.admin.client_cli import add_commands as add_client_commands
 from services.admin.status import add_commands as add_status_commands
-from services.topology import SERVICES, ServiceSpec, service_environment
+from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
 from services.config_cli import add_commands as add_config_commands
+from services.runtime import settings
+from services.runtime.rpc.tls import TlsFiles, open_channel
+from services.runtime.settings import CONFIG_ENV
+from services.store.config import SETTINGS as STORE_SETTINGS
+from services.topology import SERVICES, ServiceSpec, service_environment
 
 log = logging.getLogger("pyrmq")
 
-READY_TIMEOUT_S = 120.0     # recovery of a large store can take a while
-STOP_TIMEOUT_S = 30.0       # per child, after the signal; then it is killed
+READY_TIMEOUT_S = 120.0  # recovery of a large store can take a while
+STOP_TIMEOUT_S = 30.0  # per child, after the signal; then it is killed
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
@@ -58,6 +58,7 @@ def _die_with_parent() -> None:
     """In the child, before exec: get SIGTERM when `pyrmq up` dies, even by SIGKILL (Linux)."""
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
@@ -68,19 +69,26 @@ def _die_with_parent() -> None:
 class Child:
     """One running service: its process, and a thread reading its stdout for the ready line."""
 
-    def __init__(self, spec: ServiceSpec, env: dict[str, str], wake: threading.Event,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, spec: ServiceSpec, env: dict[str, str], wake: threading.Event, log_path: Path | None = None
+    ) -> None:
         self.spec = spec
         self.ready_line: str | None = None
         self.ready = threading.Event()
         self._wake = wake
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", spec.module], stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
-            env={**os.environ, **env}, preexec_fn=_die_with_parent,
+            [sys.executable, "-m", spec.module],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **env},
+            preexec_fn=_die_with_parent,
             # Its own process group: a terminal's Ctrl-C reaches only `up`, which forwards one
             # signal (a second SIGINT during the child's interpreter shutdown would kill it, -2).
-            process_group=0)
+            process_group=0,
+        )
         self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
         self._reader.start()
 
@@ -89,7 +97,7 @@ class Child:
         prefix = f"pyrmq-{self.spec.name} ready"
         for line in self.process.stdout:
             if self.ready_line is None and line.startswith(prefix):
-                self.ready_line = line[len(prefix):].strip()
+                self.ready_line = line[len(prefix) :].strip()
                 self.ready.set()
                 self._wake.set()
             else:
@@ -137,13 +145,22 @@ def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) ->
     if ns.config:
         environ[CONFIG_ENV] = str(Path(ns.config).resolve())
     # Under `up` the store's data_dir is not required: ./data unless the file or environment say.
-    store_settings = {**STORE_SETTINGS, "data_dir": dataclasses.replace(STORE_SETTINGS["data_dir"], default=Path("data"))}
+    store_settings = {
+        **STORE_SETTINGS,
+        "data_dir": dataclasses.replace(STORE_SETTINGS["data_dir"], default=Path("data")),
+    }
     store = settings.values(settings.resolve("store", store_settings, {}, environ))
     broker_set = settings.resolve("broker", BROKER_SETTINGS, {}, environ)
     broker = settings.values(broker_set)
-    fill = {"data_dir": store["data_dir"], "host": store["host"], "store_port": store["port"],
-            "metrics_host": store["metrics_host"], "metrics_port": store["metrics_port"],
-            "port": broker["port"], "advertised_host": broker["advertised_host"]}
+    fill = {
+        "data_dir": store["data_dir"],
+        "host": store["host"],
+        "store_port": store["port"],
+        "metrics_host": store["metrics_host"],
+        "metrics_port": store["metrics_port"],
+        "port": broker["port"],
+        "advertised_host": broker["advertised_host"],
+    }
     for key, value in fill.items():
         if getattr(ns, key) is None:
             setattr(ns, key, value)
@@ -175,8 +192,12 @@ def up(ns: argparse.Namespace) -> int:
     children: list[Child] = []
     ns.ready = {}
     for spec in SERVICES:
-        child = Child(spec, {**shared_env, **service_environment(spec, ns)}, wake,
-                      ns.log_dir / f"{spec.name}.log" if ns.log_dir else None)
+        child = Child(
+            spec,
+            {**shared_env, **service_environment(spec, ns)},
+            wake,
+            ns.log_dir / f"{spec.name}.log" if ns.log_dir else None,
+        )
         children.append(child)
         polls_left = int(READY_TIMEOUT_S / POLL_INTERVAL_S)
         while not child.ready.is_set() and not received and not child.exited():
@@ -225,11 +246,15 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     config = os.environ.get(CONFIG_ENV) if not ns.config else str(Path(ns.config).resolve())
-    lines += ["", f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
-                  f"(e.g. ClientConfiguration(\"{ready['broker']['endpoint']}\", Credentials()))",
-              f"  data directory:   {ns.data_dir}",
-              f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
-              "  stop with Ctrl-C (SIGINT) or SIGTERM", ""]
+    lines += [
+        "",
+        f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
+        f'(e.g. ClientConfiguration("{ready["broker"]["endpoint"]}", Credentials()))',
+        f"  data directory:   {ns.data_dir}",
+        f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
+        "  stop with Ctrl-C (SIGINT) or SIGTERM",
+        "",
+    ]
     out.write("\n".join(lines) + "\n")
     out.flush()
 
@@ -242,11 +267,13 @@ def _print(text: str) -> int:
 def _health(ns: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     try:
         tls = TlsFiles(ns.ca_file or "", ns.cert_file or "", ns.key_file or "")
         with open_channel(ns.address, tls) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
-                                                              timeout=ns.timeout)
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=ns.timeout
+            )
     except grpc.RpcError as exc:
         print(f"{ns.address}: {exc.code().name}", file=sys.stderr)
         return 1
@@ -270,31 +297,63 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrmq", description="pyrmq: a RocketMQ-compatible message broker.")
     commands = parser.add_subparsers(dest="command", required=True)
     up_parser = commands.add_parser("up", help="run every pyrmq service until SIGINT/SIGTERM")
-    up_parser.add_argument("--config", metavar="FILE", default=None,
-                           help="TOML settings file for every service (default: $PYRMQ_CONFIG if set)")
-    up_parser.add_argument("--data-dir", type=Path, default=None,
-                           help="data directory shared by the services (default: [store] data_dir, else ./data)")
-    up_parser.add_argument("--log-dir", type=Path, default=None,
-                           help="write each service's log to LOG_DIR/<service>.log (default: this stderr)")
-    up_parser.add_argument("--port", type=int, default=None,
-                           help="client (broker) port, for RocketMQ v2 gRPC clients, 0 for any free one "
-                                "(default: [broker] port, else 8081)")
-    up_parser.add_argument("--host", default=None,
-                           help="listen address of the services (default: [store] host, else 127.0.0.1)")
-    up_parser.add_argument("--store-port", type=int, default=None,
-                           help="store gRPC port, 0 for any free one (default: [store] port, else 10911)")
-    up_parser.add_argument("--metrics-port", type=int, default=None,
-                           help="store Prometheus port, 0 for any free one (default: [store] metrics_port, "
-                                "else 9101); the other services' are beside it")
-    up_parser.add_argument("--broker-metrics-port", type=int, default=None,
-                           help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, "
-                                "-1 off)")
-    up_parser.add_argument("--metrics-host", default=None,
-                           help="listen address of every service's Prometheus endpoint (default: [store] "
-                                "metrics_host, else 127.0.0.1)")
-    up_parser.add_argument("--advertised-host", default=None,
-                           help="host the broker names in routes (default: [broker] advertised_host, else its "
-                                "listen address)")
+    up_parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML settings file for every service (default: $PYRMQ_CONFIG if set)",
+    )
+    up_parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory shared by the services (default: [store] data_dir, else ./data)",
+    )
+    up_parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="write each service's log to LOG_DIR/<service>.log (default: this stderr)",
+    )
+    up_parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="client (broker) port, for RocketMQ v2 gRPC clients, 0 for any free one "
+        "(default: [broker] port, else 8081)",
+    )
+    up_parser.add_argument(
+        "--host", default=None, help="listen address of the services (default: [store] host, else 127.0.0.1)"
+    )
+    up_parser.add_argument(
+        "--store-port",
+        type=int,
+        default=None,
+        help="store gRPC port, 0 for any free one (default: [store] port, else 10911)",
+    )
+    up_parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="store Prometheus port, 0 for any free one (default: [store] metrics_port, "
+        "else 9101); the other services' are beside it",
+    )
+    up_parser.add_argument(
+        "--broker-metrics-port",
+        type=int,
+        default=None,
+        help="broker Prometheus port on 127.0.0.1 (default: the store's + 1; 0 any free, -1 off)",
+    )
+    up_parser.add_argument(
+        "--metrics-host",
+        default=None,
+        help="listen address of every service's Prometheus endpoint (default: [store] metrics_host, else 127.0.0.1)",
+    )
+    up_parser.add_argument(
+        "--advertised-host",
+        default=None,
+        help="host the broker names in routes (default: [broker] advertised_host, else its listen address)",
+    )
     up_parser.set_defaults(run=up)
     compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")
     compose_parser.set_defaults(run=lambda ns: _print(render_compose()))
@@ -311,8 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_commands(commands)
     add_client_commands(commands)
     pipeline_parser = commands.add_parser(
-        "pipeline", help="Spark jobs over a store's files: export, rebuild, audit, stats (needs the spark extra)",
-        add_help=False)
+        "pipeline",
+        help="Spark jobs over a store's files: export, rebuild, audit, stats (needs the spark extra)",
+        add_help=False,
+    )
     pipeline_parser.add_argument("job_args", nargs=argparse.REMAINDER)
     pipeline_parser.set_defaults(run=_pipeline)
     return parser

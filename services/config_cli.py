@@ -9,6 +9,7 @@ Values are resolved as the services resolve them (services/runtime/settings.py):
 (``--config`` or ``PYRMQ_CONFIG``) < ``PYRMQ_<SERVICE>_<KEY>`` environment variables. A bad file or
 variable is reported as the service would report it, with exit code 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,19 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from services.runtime import settings
 from services.broker.config import SETTINGS as BROKER_SETTINGS
-from services.scheduler.config import SETTINGS as SCHEDULER_SETTINGS
+from services.runtime import settings
 from services.runtime.settings import Setting, env_name, format_value
+from services.scheduler.config import SETTINGS as SCHEDULER_SETTINGS
 from services.store.config import SETTINGS as STORE_SETTINGS
 from services.txcheck.config import SETTINGS as TXCHECK_SETTINGS
 
 CATALOG: dict[str, Mapping[str, Setting]] = {
-    "store": STORE_SETTINGS, "broker": BROKER_SETTINGS, "scheduler": SCHEDULER_SETTINGS, "txcheck": TXCHECK_SETTINGS}
+    "store": STORE_SETTINGS,
+    "broker": BROKER_SETTINGS,
+    "scheduler": SCHEDULER_SETTINGS,
+    "txcheck": TXCHECK_SETTINGS,
+}
 
 
 def markdown_table() -> str:
@@ -37,16 +42,20 @@ def markdown_table() -> str:
         for s in catalog.values():
             default = format_value(s.default)
             shown = "required" if s.default is settings.REQUIRED else f"`{default}`" if default else "(empty)"
-            lines.append(f"| `[{service}] {s.name}` | `{env_name(service, s.name)}` | "
-                         f"{f'`{s.flag}`' if s.flag else ''} | {shown} | "
-                         f"{s.doc.replace('|', '/')} |")
+            lines.append(
+                f"| `[{service}] {s.name}` | `{env_name(service, s.name)}` | "
+                f"{f'`{s.flag}`' if s.flag else ''} | {shown} | "
+                f"{s.doc.replace('|', '/')} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def toml_example() -> str:
     """Every setting at its default, commented out, under its service's table."""
-    out = ["# pyrmq settings (pyrmq config --toml). Uncomment what you change; see the README's table.",
-           "# Precedence: defaults < this file < PYRMQ_<SERVICE>_<KEY> environment variables < flags."]
+    out = [
+        "# pyrmq settings (pyrmq config --toml). Uncomment what you change; see the README's table.",
+        "# Precedence: defaults < this file < PYRMQ_<SERVICE>_<KEY> environment variables < flags.",
+    ]
     for service, catalog in CATALOG.items():
         out += ["", f"[{service}]"]
         for s in catalog.values():
@@ -92,12 +101,19 @@ def run(ns: argparse.Namespace) -> int:
         print(f"pyrmq: error: {exc}", file=sys.stderr)
         return 2
     if ns.json:
-        print(json.dumps({service: {name: {"value": format_value(r.value), "source": r.source}
-                                    for name, r in values.items()} for service, values in resolved.items()},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    service: {name: {"value": format_value(r.value), "source": r.source} for name, r in values.items()}
+                    for service, values in resolved.items()
+                },
+                indent=2,
+            )
+        )
         return 0
     from rich.console import Console
     from rich.table import Table
+
     console = Console(markup=False, highlight=False, emoji=False, width=None if sys.stdout.isatty() else 1_000)
     for service, values in resolved.items():
         table = Table(title=f"[{service}]", title_justify="left")
@@ -110,10 +126,10 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("config", help="show every service's settings and where they come from",
-                                 description=__doc__.split("\n\n")[0])
-    parser.add_argument("service", nargs="*", metavar="SERVICE",
-                        help=f"only these ({', '.join(CATALOG)}; default all)")
+    parser = commands.add_parser(
+        "config", help="show every service's settings and where they come from", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("service", nargs="*", metavar="SERVICE", help=f"only these ({', '.join(CATALOG)}; default all)")
     parser.add_argument("--config", metavar="FILE", default=None, help="TOML file (default: $PYRMQ_CONFIG)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="one JSON document")

@@ -11,6 +11,7 @@ the broker's own choice) and ``ready`` (service name -> the key=value pairs of i
 names). Helper services take ports beside the store's: scheduler gRPC (health) store port + 4
 and metrics store metrics port + 2; txcheck gRPC + 3 and metrics + 3; the broker's metrics + 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,10 @@ from services.runtime.settings import env_name
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    name: str                                        # "store"; ready line is "pyrmq-store ready ..."
-    module: str                                      # run as ``python -m module``
+    name: str  # "store"; ready line is "pyrmq-store ready ..."
+    module: str  # run as ``python -m module``
     settings: Callable[[argparse.Namespace], dict[str, object]]  # setting name -> value, from the namespace
-    grpc_port: Callable[[argparse.Namespace], int]   # where its gRPC health service listens
+    grpc_port: Callable[[argparse.Namespace], int]  # where its gRPC health service listens
     metrics_port: Callable[[argparse.Namespace], int]
 
 
@@ -48,24 +49,61 @@ def _advertised(ns: argparse.Namespace) -> dict[str, str]:
 # ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
 # row can use the address that service actually bound (the broker gets the store's).
 SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("store", "services.store", lambda ns: {
-        "data_dir": ns.data_dir, "host": ns.host, "port": ns.store_port,
-        "metrics_host": ns.metrics_host, "metrics_port": ns.metrics_port},
-        lambda ns: ns.store_port, lambda ns: ns.metrics_port),
-    ServiceSpec("broker", "services.broker", lambda ns: {
-        "host": ns.host, "port": ns.port, "store_address": ns.ready["store"]["grpc"],
-        "metrics_host": ns.metrics_host, "metrics_port": _broker_metrics_port(ns), **_advertised(ns)},
-        lambda ns: ns.port, _broker_metrics_port),
-    ServiceSpec("scheduler", "services.scheduler", lambda ns: {
-        "data_dir": ns.data_dir, "store_address": ns.ready["store"]["grpc"], "host": ns.host,
-        "port": _beside(ns.store_port, 4), "metrics_host": ns.metrics_host,
-        "metrics_port": _beside(ns.metrics_port, 2)},
-        lambda ns: _beside(ns.store_port, 4), lambda ns: _beside(ns.metrics_port, 2)),
-    ServiceSpec("txcheck", "services.txcheck", lambda ns: {
-        "store_address": ns.ready["store"]["grpc"], "broker_addresses": ns.ready["broker"]["grpc"],
-        "host": ns.host, "port": _beside(ns.store_port, 3), "metrics_host": ns.metrics_host,
-        "metrics_port": _beside(ns.metrics_port, 3)},
-        lambda ns: _beside(ns.store_port, 3), lambda ns: _beside(ns.metrics_port, 3)),
+    ServiceSpec(
+        "store",
+        "services.store",
+        lambda ns: {
+            "data_dir": ns.data_dir,
+            "host": ns.host,
+            "port": ns.store_port,
+            "metrics_host": ns.metrics_host,
+            "metrics_port": ns.metrics_port,
+        },
+        lambda ns: ns.store_port,
+        lambda ns: ns.metrics_port,
+    ),
+    ServiceSpec(
+        "broker",
+        "services.broker",
+        lambda ns: {
+            "host": ns.host,
+            "port": ns.port,
+            "store_address": ns.ready["store"]["grpc"],
+            "metrics_host": ns.metrics_host,
+            "metrics_port": _broker_metrics_port(ns),
+            **_advertised(ns),
+        },
+        lambda ns: ns.port,
+        _broker_metrics_port,
+    ),
+    ServiceSpec(
+        "scheduler",
+        "services.scheduler",
+        lambda ns: {
+            "data_dir": ns.data_dir,
+            "store_address": ns.ready["store"]["grpc"],
+            "host": ns.host,
+            "port": _beside(ns.store_port, 4),
+            "metrics_host": ns.metrics_host,
+            "metrics_port": _beside(ns.metrics_port, 2),
+        },
+        lambda ns: _beside(ns.store_port, 4),
+        lambda ns: _beside(ns.metrics_port, 2),
+    ),
+    ServiceSpec(
+        "txcheck",
+        "services.txcheck",
+        lambda ns: {
+            "store_address": ns.ready["store"]["grpc"],
+            "broker_addresses": ns.ready["broker"]["grpc"],
+            "host": ns.host,
+            "port": _beside(ns.store_port, 3),
+            "metrics_host": ns.metrics_host,
+            "metrics_port": _beside(ns.metrics_port, 3),
+        },
+        lambda ns: _beside(ns.store_port, 3),
+        lambda ns: _beside(ns.metrics_port, 3),
+    ),
 )
 
 

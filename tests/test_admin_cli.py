@@ -1,6 +1,7 @@
 """The admin commands end to end: ``python -m services.cli topic|group|consumer|message ...`` run as
 subprocesses against a real broker and store (in this process, on 127.0.0.1:0; one pair for the
 module, so each test uses its own names)."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.config import BrokerConfig
-from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import build_server
 from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
@@ -31,8 +32,9 @@ CLI_TIMEOUT_S = 60
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, pb_grpc.StoreStub]]:
     """(broker endpoint, store stub)."""
-    store = FileStore(small_config(tmp_path_factory.mktemp("admin-cli") / "store",
-                                   commitlog_file_size_bytes=64 << 20), SystemClock())
+    store = FileStore(
+        small_config(tmp_path_factory.mktemp("admin-cli") / "store", commitlog_file_size_bytes=64 << 20), SystemClock()
+    )
     store.start()
     store_server, store_port = build_store_server(store, "127.0.0.1", 0)
     store_server.start()
@@ -60,8 +62,9 @@ def store_stub(servers) -> pb_grpc.StoreStub:
 
 
 def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+    )
 
 
 def ok(*args: str) -> str:
@@ -84,12 +87,22 @@ def fails(code: int, *args: str) -> str:
 
 
 def test_topic_create_list_delete(endpoint):
-    assert ok("topic", "create", "CliOrders", "--type", "fifo", "--queues", "4", "--endpoint", endpoint) == \
-        "Created topic CliOrders: FIFO, 4 queues.\n"
+    assert (
+        ok("topic", "create", "CliOrders", "--type", "fifo", "--queues", "4", "--endpoint", endpoint)
+        == "Created topic CliOrders: FIFO, 4 queues.\n"
+    )
     again = ok_json("topic", "create", "CliOrders", "--type", "TRANSACTION", "--endpoint", endpoint)
-    assert again == {"created": False, "topic": {"name": "CliOrders", "message_type": "TRANSACTION",
-                                                  "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6,
-                                                  "system": False}}
+    assert again == {
+        "created": False,
+        "topic": {
+            "name": "CliOrders",
+            "message_type": "TRANSACTION",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "system": False,
+        },
+    }
     table = ok("topic", "list", "--endpoint", endpoint)
     assert "TOPIC" in table and "TYPE" in table
     [row] = [line.split() for line in table.splitlines() if "CliOrders" in line]
@@ -99,8 +112,10 @@ def test_topic_create_list_delete(endpoint):
 
     assert ok("topic", "delete", "CliOrders", "--endpoint", endpoint) == "Deleted topic CliOrders.\n"
     assert "CliOrders" not in [t["name"] for t in ok_json("topic", "list", "--endpoint", endpoint)["topics"]]
-    assert fails(3, "topic", "delete", "CliOrders", "--endpoint", endpoint) == \
-        "pyrmq: error: topic CliOrders does not exist\n"
+    assert (
+        fails(3, "topic", "delete", "CliOrders", "--endpoint", endpoint)
+        == "pyrmq: error: topic CliOrders does not exist\n"
+    )
 
 
 def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):
@@ -110,10 +125,14 @@ def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):
 
 
 def test_group_create_and_list(endpoint):
-    assert ok("group", "create", "CliGroup", "--fifo", "--max-delivery-attempts", "5", "--endpoint", endpoint) == \
-        "Created group CliGroup: FIFO, 5 delivery attempts before the DLQ.\n"
+    assert (
+        ok("group", "create", "CliGroup", "--fifo", "--max-delivery-attempts", "5", "--endpoint", endpoint)
+        == "Created group CliGroup: FIFO, 5 delivery attempts before the DLQ.\n"
+    )
     assert ok_json("group", "create", "CliGroup", "--endpoint", endpoint) == {
-        "created": False, "group": {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False}}
+        "created": False,
+        "group": {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False},
+    }
     [row] = [line.split() for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "CliGroup" in line]
     assert row == ["CliGroup", "yes", "5"]
     groups = ok_json("group", "list", "--endpoint", endpoint)["groups"]
@@ -126,8 +145,9 @@ def test_consumer_progress(endpoint, store_stub):
     ok("group", "create", "CliConsumers", "--endpoint", endpoint)
     for i in range(3):
         put(store_stub, "CliProgress", 0, f"CliProgress-{i}")
-    store_stub.CommitConsumerOffset(pb.CommitConsumerOffsetRequest(
-        group="CliConsumers", topic="CliProgress", queue_id=0, offset=1), timeout=10)
+    store_stub.CommitConsumerOffset(
+        pb.CommitConsumerOffsetRequest(group="CliConsumers", topic="CliProgress", queue_id=0, offset=1), timeout=10
+    )
     wait_indexed(store_stub, "CliProgress", "CliProgress-2")
 
     table = ok("consumer", "progress", "CliConsumers", "--endpoint", endpoint)
@@ -136,11 +156,19 @@ def test_consumer_progress(endpoint, store_stub):
     assert "Total lag: 2" in table
     document = ok_json("consumer", "progress", "CliConsumers", "--topic", "CliProgress", "--endpoint", endpoint)
     assert document["group"] == "CliConsumers" and document["total_lag"] == 2
-    assert document["queues"][0] == {"topic": "CliProgress", "queue_id": 0, "min_offset": 0, "broker_offset": 3,
-                                     "consumer_offset": 1, "lag": 2}
+    assert document["queues"][0] == {
+        "topic": "CliProgress",
+        "queue_id": 0,
+        "min_offset": 0,
+        "broker_offset": 3,
+        "consumer_offset": 1,
+        "lag": 2,
+    }
 
-    assert fails(3, "consumer", "progress", "CliNobody", "--endpoint", endpoint) == \
-        "pyrmq: error: consumer group CliNobody does not exist\n"
+    assert (
+        fails(3, "consumer", "progress", "CliNobody", "--endpoint", endpoint)
+        == "pyrmq: error: consumer group CliNobody does not exist\n"
+    )
 
 
 def test_message_query_by_key_and_id(endpoint, store_stub):
@@ -152,19 +180,27 @@ def test_message_query_by_key_and_id(endpoint, store_stub):
     table = ok("message", "query", "--topic", "CliMessages", "--key", "cli-order-7", "--endpoint", endpoint)
     [row] = [line.split() for line in table.splitlines() if client_id in line]
     assert row[:6] == [client_id, "CliMessages", "3", "0", "TagA", "cli-order-7"] and row[-2:] == ["hello", "admin"]
-    [message] = ok_json("message", "query", "--topic", "CliMessages", "--key", "cli-order-7",
-                        "--endpoint", endpoint)["messages"]
+    [message] = ok_json("message", "query", "--topic", "CliMessages", "--key", "cli-order-7", "--endpoint", endpoint)[
+        "messages"
+    ]
     assert (message["message_id"], message["offset_msg_id"], message["body_text"], message["body_base64"]) == (
-        client_id, result.offset_msg_id, "hello admin", "aGVsbG8gYWRtaW4=")
+        client_id,
+        result.offset_msg_id,
+        "hello admin",
+        "aGVsbG8gYWRtaW4=",
+    )
     assert "No message of topic CliMessages has key nothing" in ok(
-        "message", "query", "--topic", "CliMessages", "--key", "nothing", "--endpoint", endpoint)
+        "message", "query", "--topic", "CliMessages", "--key", "nothing", "--endpoint", endpoint
+    )
 
     details = ok("message", "query", "--id", client_id, "--endpoint", endpoint)
     assert "Offset message ID" in details and result.offset_msg_id in details and "hello admin" in details
     [by_offset_id] = ok_json("message", "query", "--id", result.offset_msg_id, "--endpoint", endpoint)["messages"]
     assert by_offset_id["message_id"] == client_id
-    assert fails(3, "message", "query", "--id", "01NOPE", "--endpoint", endpoint) == \
-        "pyrmq: error: no message with id 01NOPE\n"
+    assert (
+        fails(3, "message", "query", "--id", "01NOPE", "--endpoint", endpoint)
+        == "pyrmq: error: no message with id 01NOPE\n"
+    )
 
 
 def test_usage_errors_exit_2(endpoint):
@@ -181,9 +217,12 @@ def test_unreachable_endpoint_exits_4():
 def test_pyrmq_pipeline_runs_the_pipeline_jobs_cli() -> None:
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "services.cli", "pipeline", "--help"], capture_output=True,
-                          text=True, timeout=120)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "pipeline", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert "pipeline.jobs {export|rebuild|audit|stats}" in done.stdout + done.stderr  # the jobs' own usage
-    bad = subprocess.run([sys.executable, "-m", "services.cli", "pipeline", "no-such-job"], capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "services.cli", "pipeline", "no-such-job"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2

@@ -2,6 +2,7 @@
 process, against a real cluster: ``pyrmq up`` (store, broker, scheduler, txcheck) on free
 loopback ports, plus a second broker on the same store with topic auto-create off. One cluster
 for the module, so each test uses its own topic and group names."""
+
 from __future__ import annotations
 
 import io
@@ -17,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from services.broker.config import BrokerConfig
-from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import build_server
 from services.cli import main
+from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,21 +29,37 @@ UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<store>\S+) .*\(RocketMQ client
 
 @dataclass(frozen=True)
 class Cluster:
-    endpoint: str          # the broker of `pyrmq up` (topics are created on demand)
-    strict_endpoint: str   # a broker on the same store that does not create topics
+    endpoint: str  # the broker of `pyrmq up` (topics are created on demand)
+    strict_endpoint: str  # a broker on the same store that does not create topics
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data_dir = tmp_path_factory.mktemp("client-cli") / "data"
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir), "--port", "0",
-                  "--store-port", "0", "--metrics-port", "-1"], ROOT)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "-1",
+        ],
+        ROOT,
+    )
     store_client = strict = None
     try:
         ready = up.wait_line(UP_READY)
         store_client = GrpcStoreClient(ready["store"])
-        strict = build_server(BrokerConfig(port=0, store_address=ready["store"], auto_create_topic_enable=False),
-                              store_client)
+        strict = build_server(
+            BrokerConfig(port=0, store_address=ready["store"], auto_create_topic_enable=False), store_client
+        )
         strict.start()
         yield Cluster(ready["clients"], f"127.0.0.1:{strict.port}")
     finally:
@@ -84,8 +101,26 @@ def fails(capsys: pytest.CaptureFixture[str], code: int, *args: str) -> str:
 
 
 def test_send_then_consume_returns_bodies_tags_keys_and_properties(cluster: Cluster, capsys) -> None:
-    sent = ok_json(capsys, "send", "CliSend", "hello {n}", "--tag", "TagA", "--key", "order-{n}", "--key", "k2",
-                   "--property", "color=red", "--property", "size=3", "--count", "3", "--endpoint", cluster.endpoint)
+    sent = ok_json(
+        capsys,
+        "send",
+        "CliSend",
+        "hello {n}",
+        "--tag",
+        "TagA",
+        "--key",
+        "order-{n}",
+        "--key",
+        "k2",
+        "--property",
+        "color=red",
+        "--property",
+        "size=3",
+        "--count",
+        "3",
+        "--endpoint",
+        cluster.endpoint,
+    )
     assert sent["topic"] == "CliSend" and len(sent["messages"]) == 3
     ids = [m["message_id"] for m in sent["messages"]]
     assert len(set(ids)) == 3 and all(re.fullmatch(r"01[0-9A-F]{32}", i) for i in ids)
@@ -113,8 +148,9 @@ def test_people_get_one_line_per_message(cluster: Cluster, capsys, monkeypatch) 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\x00\xffbinary")))
     ok(capsys, "send", "CliText", "-", "--endpoint", cluster.endpoint)
 
-    lines = ok(capsys, "consume", "CliText", "--group", "CliTextGroup", "--max", "2",
-               "--endpoint", cluster.endpoint).splitlines()
+    lines = ok(
+        capsys, "consume", "CliText", "--group", "CliTextGroup", "--max", "2", "--endpoint", cluster.endpoint
+    ).splitlines()
     assert len(lines) == 3 and lines[-1] == "2 messages received and acked."
     [text_line] = [line for line in lines if line.startswith(message_id)]
     assert f"queue={queue}  offset={offset}  attempt=1  tag=TagT" in text_line and text_line.endswith("body: first")
@@ -124,105 +160,236 @@ def test_people_get_one_line_per_message(cluster: Cluster, capsys, monkeypatch) 
 
 def test_tag_and_sql_filters(cluster: Cluster, capsys) -> None:
     for tag, color in (("TagA", "red"), ("TagB", "red"), ("TagA", "blue"), ("TagC", "blue")):
-        ok(capsys, "send", "CliFilter", f"{tag} {color}", "--tag", tag, "--property", f"color={color}",
-           "--endpoint", cluster.endpoint)
-    tagged = ok_json(capsys, "consume", "CliFilter", "--group", "CliTags", "--tag-expression", "TagA || TagC",
-                     "--max", "3", "--endpoint", cluster.endpoint)["messages"]
+        ok(
+            capsys,
+            "send",
+            "CliFilter",
+            f"{tag} {color}",
+            "--tag",
+            tag,
+            "--property",
+            f"color={color}",
+            "--endpoint",
+            cluster.endpoint,
+        )
+    tagged = ok_json(
+        capsys,
+        "consume",
+        "CliFilter",
+        "--group",
+        "CliTags",
+        "--tag-expression",
+        "TagA || TagC",
+        "--max",
+        "3",
+        "--endpoint",
+        cluster.endpoint,
+    )["messages"]
     assert sorted(m["body_text"] for m in tagged) == ["TagA blue", "TagA red", "TagC blue"]
-    red = ok_json(capsys, "consume", "CliFilter", "--group", "CliSql", "--sql", "color = 'red' AND TAGS <> 'TagA'",
-                  "--max", "1", "--endpoint", cluster.endpoint)["messages"]
+    red = ok_json(
+        capsys,
+        "consume",
+        "CliFilter",
+        "--group",
+        "CliSql",
+        "--sql",
+        "color = 'red' AND TAGS <> 'TagA'",
+        "--max",
+        "1",
+        "--endpoint",
+        cluster.endpoint,
+    )["messages"]
     assert [m["body_text"] for m in red] == ["TagB red"]
-    assert fails(capsys, 2, "consume", "CliFilter", "--group", "CliSql", "--sql", "color =",
-                 "--endpoint", cluster.endpoint).startswith("pyrmq: error: ILLEGAL_FILTER_EXPRESSION: ")
+    assert fails(
+        capsys, 2, "consume", "CliFilter", "--group", "CliSql", "--sql", "color =", "--endpoint", cluster.endpoint
+    ).startswith("pyrmq: error: ILLEGAL_FILTER_EXPRESSION: ")
 
 
 def test_fifo_message_group_keeps_order_on_one_queue(cluster: Cluster, capsys) -> None:
     ok(capsys, "group", "create", "CliFifoGroup", "--fifo", "--endpoint", cluster.endpoint)
-    sent = ok_json(capsys, "send", "CliFifo", "step {n}", "--group", "order-7", "--count", "5",
-                   "--endpoint", cluster.endpoint)["messages"]
+    sent = ok_json(
+        capsys, "send", "CliFifo", "step {n}", "--group", "order-7", "--count", "5", "--endpoint", cluster.endpoint
+    )["messages"]
     assert len({m["queue_id"] for m in sent}) == 1
     assert [m["queue_offset"] for m in sent] == list(range(sent[0]["queue_offset"], sent[0]["queue_offset"] + 5))
-    got = ok_json(capsys, "consume", "CliFifo", "--group", "CliFifoGroup", "--max", "5",
-                  "--endpoint", cluster.endpoint)["messages"]
+    got = ok_json(
+        capsys, "consume", "CliFifo", "--group", "CliFifoGroup", "--max", "5", "--endpoint", cluster.endpoint
+    )["messages"]
     assert [m["body_text"] for m in got] == [f"step {n}" for n in range(1, 6)]
     assert {(m["message_group"], m["message_type"], m["queue_id"]) for m in got} == {
-        ("order-7", "FIFO", sent[0]["queue_id"])}
+        ("order-7", "FIFO", sent[0]["queue_id"])
+    }
 
 
 def test_delayed_message_arrives_not_before_its_time(cluster: Cluster, capsys) -> None:
-    [sent] = ok_json(capsys, "send", "CliDelay", "later", "--delay-ms", "2000",
-                     "--endpoint", cluster.endpoint)["messages"]
+    [sent] = ok_json(capsys, "send", "CliDelay", "later", "--delay-ms", "2000", "--endpoint", cluster.endpoint)[
+        "messages"
+    ]
     assert sent["queue_id"] is None and sent["queue_offset"] is None and sent["recall_handle"]
     deliver_at_ms = sent["deliver_at_ms"]
-    [got] = ok_json(capsys, "consume", "CliDelay", "--group", "CliDelayGroup", "--max", "1", "--wait-seconds", "15",
-                    "--endpoint", cluster.endpoint)["messages"]
+    [got] = ok_json(
+        capsys,
+        "consume",
+        "CliDelay",
+        "--group",
+        "CliDelayGroup",
+        "--max",
+        "1",
+        "--wait-seconds",
+        "15",
+        "--endpoint",
+        cluster.endpoint,
+    )["messages"]
     assert time.time() * 1000 >= deliver_at_ms
     assert got["store_timestamp_ms"] >= deliver_at_ms - 1000  # put back by the scheduler on its tick, never early
     assert (got["message_id"], got["message_type"], got["delivery_timestamp_ms"]) == (
-        sent["message_id"], "DELAY", deliver_at_ms)
+        sent["message_id"],
+        "DELAY",
+        deliver_at_ms,
+    )
 
 
 def test_no_ack_redelivers_after_the_invisible_time(cluster: Cluster, capsys) -> None:
     [sent] = ok_json(capsys, "send", "CliNoAck", "again", "--endpoint", cluster.endpoint)["messages"]
-    first = ok_json(capsys, "consume", "CliNoAck", "--group", "CliNoAckGroup", "--max", "1", "--no-ack",
-                    "--invisible-seconds", "10", "--endpoint", cluster.endpoint)
+    first = ok_json(
+        capsys,
+        "consume",
+        "CliNoAck",
+        "--group",
+        "CliNoAckGroup",
+        "--max",
+        "1",
+        "--no-ack",
+        "--invisible-seconds",
+        "10",
+        "--endpoint",
+        cluster.endpoint,
+    )
     assert first["acked"] is False and first["messages"][0]["acked"] is False
     assert first["messages"][0]["delivery_attempt"] == 1
     started = time.monotonic()
-    [again] = ok_json(capsys, "consume", "CliNoAck", "--group", "CliNoAckGroup", "--max", "1", "--wait-seconds",
-                      "20", "--endpoint", cluster.endpoint)["messages"]
+    [again] = ok_json(
+        capsys,
+        "consume",
+        "CliNoAck",
+        "--group",
+        "CliNoAckGroup",
+        "--max",
+        "1",
+        "--wait-seconds",
+        "20",
+        "--endpoint",
+        cluster.endpoint,
+    )["messages"]
     assert time.monotonic() - started > 8  # hidden until the invisible time ended
     assert (again["message_id"], again["delivery_attempt"], again["acked"]) == (sent["message_id"], 2, True)
 
 
 def test_consume_stops_when_nothing_arrives(cluster: Cluster, capsys) -> None:
     started = time.monotonic()
-    assert ok(capsys, "consume", "CliEmpty", "--group", "CliEmptyGroup", "--wait-seconds", "1",
-              "--endpoint", cluster.endpoint) == "No message arrived within 5 s.\n"  # the broker's shortest poll
+    assert (
+        ok(
+            capsys,
+            "consume",
+            "CliEmpty",
+            "--group",
+            "CliEmptyGroup",
+            "--wait-seconds",
+            "1",
+            "--endpoint",
+            cluster.endpoint,
+        )
+        == "No message arrived within 5 s.\n"
+    )  # the broker's shortest poll
     assert time.monotonic() - started < 15
-    assert ok_json(capsys, "consume", "CliEmpty", "--group", "CliEmptyGroup", "--wait-seconds", "0",
-                   "--endpoint", cluster.endpoint)["messages"] == []
+    assert (
+        ok_json(
+            capsys,
+            "consume",
+            "CliEmpty",
+            "--group",
+            "CliEmptyGroup",
+            "--wait-seconds",
+            "0",
+            "--endpoint",
+            cluster.endpoint,
+        )["messages"]
+        == []
+    )
 
 
 def test_error_exit_codes(cluster: Cluster, capsys, tmp_path) -> None:
     assert fails(capsys, 4, "send", "CliErr", "x", "--endpoint", "127.0.0.1:1", "--timeout", "5").startswith(
-        "pyrmq: error: 127.0.0.1:1: UNAVAILABLE")
+        "pyrmq: error: 127.0.0.1:1: UNAVAILABLE"
+    )
     assert fails(capsys, 4, "consume", "CliErr", "--group", "G", "--endpoint", "127.0.0.1:1").startswith(
-        "pyrmq: error: 127.0.0.1:1: UNAVAILABLE")
+        "pyrmq: error: 127.0.0.1:1: UNAVAILABLE"
+    )
     assert fails(capsys, 2, "send", "bad/name", "x", "--endpoint", cluster.endpoint).startswith(
-        "pyrmq: error: ILLEGAL_TOPIC: The specified topic: bad/name, contains illegal characters")
-    assert "ILLEGAL_MESSAGE_TAG" in fails(capsys, 2, "send", "CliErr", "x", "--tag", "a|b",
-                                          "--endpoint", cluster.endpoint)
-    assert "ILLEGAL_INVISIBLE_TIME" in fails(capsys, 2, "consume", "CliErr", "--group", "G", "--invisible-seconds",
-                                             "1", "--endpoint", cluster.endpoint)
+        "pyrmq: error: ILLEGAL_TOPIC: The specified topic: bad/name, contains illegal characters"
+    )
+    assert "ILLEGAL_MESSAGE_TAG" in fails(
+        capsys, 2, "send", "CliErr", "x", "--tag", "a|b", "--endpoint", cluster.endpoint
+    )
+    assert "ILLEGAL_INVISIBLE_TIME" in fails(
+        capsys, 2, "consume", "CliErr", "--group", "G", "--invisible-seconds", "1", "--endpoint", cluster.endpoint
+    )
     assert fails(capsys, 3, "send", "CliNowhere", "x", "--endpoint", cluster.strict_endpoint) == (
         "pyrmq: error: topic CliNowhere does not exist, and the broker does not create topics on demand "
-        "(pyrmq topic create CliNowhere --type NORMAL)")
-    assert fails(capsys, 3, "consume", "CliNowhere", "--group", "G", "--endpoint", cluster.strict_endpoint
-                 ).startswith("pyrmq: error: topic CliNowhere does not exist")
+        "(pyrmq topic create CliNowhere --type NORMAL)"
+    )
+    assert fails(capsys, 3, "consume", "CliNowhere", "--group", "G", "--endpoint", cluster.strict_endpoint).startswith(
+        "pyrmq: error: topic CliNowhere does not exist"
+    )
     # Usage errors: argparse's usage and its message, exit 2.
     assert "BODY" in fails(capsys, 2, "send", "CliErr", "--endpoint", cluster.endpoint)
     assert "exclusive" in fails(capsys, 2, "send", "CliErr", "x", "--group", "g", "--delay-ms", "5")
     assert "not KEY=VALUE" in fails(capsys, 2, "send", "CliErr", "x", "--property", "novalue")
     assert "cannot read" in fails(capsys, 2, "send", "CliErr", "--file", str(tmp_path / "missing"))
-    assert "not allowed with" in fails(capsys, 2, "consume", "CliErr", "--group", "G", "--sql", "a = 1",
-                                       "--tag-expression", "A")
+    assert "not allowed with" in fails(
+        capsys, 2, "consume", "CliErr", "--group", "G", "--sql", "a = 1", "--tag-expression", "A"
+    )
 
 
 def test_file_body_and_deliver_at_in_the_past(cluster: Cluster, capsys, tmp_path) -> None:
     body = tmp_path / "body.json"
     body.write_text('{"order": 7}')
-    [sent] = ok_json(capsys, "send", "CliFile", "--file", str(body), "--deliver-at", "2020-01-01T00:00:00+00:00",
-                     "--endpoint", cluster.endpoint)["messages"]
+    [sent] = ok_json(
+        capsys,
+        "send",
+        "CliFile",
+        "--file",
+        str(body),
+        "--deliver-at",
+        "2020-01-01T00:00:00+00:00",
+        "--endpoint",
+        cluster.endpoint,
+    )["messages"]
     assert sent["deliver_at_ms"] == 1_577_836_800_000 and sent["recall_handle"] is None  # due: stored at once
-    [got] = ok_json(capsys, "consume", "CliFile", "--group", "CliFileGroup", "--max", "1",
-                    "--endpoint", cluster.endpoint)["messages"]
+    [got] = ok_json(
+        capsys, "consume", "CliFile", "--group", "CliFileGroup", "--max", "1", "--endpoint", cluster.endpoint
+    )["messages"]
     assert got["body_text"] == '{"order": 7}' and got["queue_id"] == sent["queue_id"]
 
 
 def test_bench_sends_and_consumes_every_message(cluster: Cluster, capsys) -> None:
-    args = ("bench", "--topic", "CliBench", "--group", "CliBenchGroup", "--messages", "300", "--body-bytes", "100",
-            "--in-flight", "3", "--batch", "4", "--endpoint", cluster.endpoint)
+    args = (
+        "bench",
+        "--topic",
+        "CliBench",
+        "--group",
+        "CliBenchGroup",
+        "--messages",
+        "300",
+        "--body-bytes",
+        "100",
+        "--in-flight",
+        "3",
+        "--batch",
+        "4",
+        "--endpoint",
+        cluster.endpoint,
+    )
     result = ok_json(capsys, *args)
     assert result["messages"] == result["sent"] == result["consumed"] == 300
     for phase in ("send", "consume"):

@@ -1,5 +1,6 @@
 """deploy/: the compose file is what the service table renders, parses as compose expects, and its
 services' own command lines make a working cluster when run as local processes on loopback."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def compose() -> dict:
 
 
 def test_the_compose_file_is_the_rendered_service_table() -> None:
-    assert (DEPLOY / "docker-compose.yml").read_text() == render_compose(), \
+    assert (DEPLOY / "docker-compose.yml").read_text() == render_compose(), (
         "regenerate it: pyrmq compose > deploy/docker-compose.yml"
+    )
 
 
 def test_compose_file_is_valid_against_the_compose_specification() -> None:
@@ -52,8 +54,12 @@ def test_docker_compose_config_accepts_the_file_where_installed(tmp_path: Path) 
     assert yaml.safe_load(yaml.safe_dump(compose())) == compose()
     for command in (["docker", "compose"], ["docker-compose"]):
         if shutil.which(command[0]) and subprocess.run([*command, "version"], capture_output=True).returncode == 0:
-            result = subprocess.run([*command, "-f", str(DEPLOY / "docker-compose.yml"), "config", "--quiet"],
-                                    capture_output=True, text=True, timeout=60)
+            result = subprocess.run(
+                [*command, "-f", str(DEPLOY / "docker-compose.yml"), "config", "--quiet"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert result.returncode == 0, result.stderr
 
 
@@ -99,9 +105,12 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
     started = {}
     for spec in SERVICES:  # compose starts them in dependency order, as the table lists them
         command = [sys.executable if part == "python" else part for part in doc["services"][spec.name]["command"]]
-        env = {name: str(tmp_path / "data") if value == "/data" else
-               re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", value)
-               for name, value in doc["services"][spec.name]["environment"].items()}
+        env = {
+            name: str(tmp_path / "data")
+            if value == "/data"
+            else re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", value)
+            for name, value in doc["services"][spec.name]["environment"].items()
+        }
         process = Process(command, tmp_path, env)
         processes.append(process)
         ready = process.wait_line(READY)
@@ -111,8 +120,11 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         checked = Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
         assert checked.popen.wait(60) == 0, checked.log()
         with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
-            reply = next(reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+            reply = next(
+                reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+                )
+            )
         listed = {service.name for service in reply.list_services_response.service}
         assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
     with grpc.insecure_channel("127.0.0.1:8081") as channel:
@@ -141,8 +153,23 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
 
 
 def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processes: list[Process]) -> None:
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"), "--port", "0",
-                  "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     ready = up.wait_line(re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"))
     urls = re.findall(r"metrics=(http\S+)", ready.group(0))

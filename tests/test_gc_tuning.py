@@ -1,6 +1,7 @@
 """gc_gen0_threshold (store and broker settings): start-up objects frozen, young collections rarer.
 
 Run in a child process so the test process keeps Python's collector settings."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,10 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gc_after(threshold: int) -> list[str]:
-    code = ("import gc; from services.runtime.process import tune_gc; before = gc.get_freeze_count(); "
-            "objs = [[i] for i in range(1000)]; "
-            f"changed = tune_gc({threshold}); "
-            "print(changed, gc.get_threshold(), gc.get_freeze_count() - before >= 1000)")
+    code = (
+        "import gc; from services.runtime.process import tune_gc; before = gc.get_freeze_count(); "
+        "objs = [[i] for i in range(1000)]; "
+        f"changed = tune_gc({threshold}); "
+        "print(changed, gc.get_threshold(), gc.get_freeze_count() - before >= 1000)"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().split(" ", 1)

@@ -1,6 +1,7 @@
 """TLS between pyrmq's own services (services/rpc/tls.py): a store that serves mutual TLS, and a
 broker and a scheduler that reach it with a CA and a client certificate, all as real processes
 configured through the environment. A plaintext or certificate-less client gets nothing."""
+
 from __future__ import annotations
 
 import re
@@ -28,14 +29,55 @@ def openssl(*args: str, cwd: Path) -> None:
 
 def make_pki(directory: Path) -> dict[str, str]:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by the CA."""
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pyrmq-test-ca",
-            "-keyout", "ca.key", "-out", "ca.pem", cwd=directory)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=pyrmq-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=directory,
+    )
     for name, extension in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"), ("client", "")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=pyrmq-{name}", "-keyout", f"{name}.key",
-                "-out", f"{name}.csr", cwd=directory)
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN=pyrmq-{name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=directory,
+        )
         (directory / f"{name}.ext").write_text(extension + "\n" if extension else "basicConstraints=CA:FALSE\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext", cwd=directory)
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            f"{name}.pem",
+            "-extfile",
+            f"{name}.ext",
+            cwd=directory,
+        )
     return {name: str(directory / name) for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
 
 
@@ -46,23 +88,48 @@ def health(address: str, tls: TlsFiles | None) -> int:
 
 def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, processes: list[Process]) -> None:
     pki = make_pki(tmp_path)
-    store = Process([sys.executable, "-m", "services.store"], tmp_path, {
-        "PYRMQ_STORE_DATA_DIR": str(tmp_path / "data"), "PYRMQ_STORE_PORT": "0", "PYRMQ_STORE_METRICS_PORT": "-1",
-        "PYRMQ_STORE_TLS_CERT_PATH": pki["server.pem"], "PYRMQ_STORE_TLS_KEY_PATH": pki["server.key"],
-        "PYRMQ_STORE_TLS_CLIENT_CA_PATH": pki["ca.pem"]})
+    store = Process(
+        [sys.executable, "-m", "services.store"],
+        tmp_path,
+        {
+            "PYRMQ_STORE_DATA_DIR": str(tmp_path / "data"),
+            "PYRMQ_STORE_PORT": "0",
+            "PYRMQ_STORE_METRICS_PORT": "-1",
+            "PYRMQ_STORE_TLS_CERT_PATH": pki["server.pem"],
+            "PYRMQ_STORE_TLS_KEY_PATH": pki["server.key"],
+            "PYRMQ_STORE_TLS_CLIENT_CA_PATH": pki["ca.pem"],
+        },
+    )
     processes.append(store)
     store_address = store.wait_line(READY)["grpc"]
-    client_tls = {"STORE_TLS_CA_PATH": pki["ca.pem"], "STORE_TLS_CERT_PATH": pki["client.pem"],
-                  "STORE_TLS_KEY_PATH": pki["client.key"]}
-    broker = Process([sys.executable, "-m", "services.broker"], tmp_path, {
-        "PYRMQ_BROKER_PORT": "0", "PYRMQ_BROKER_METRICS_PORT": "-1", "PYRMQ_BROKER_STORE_ADDRESS": store_address,
-        **{f"PYRMQ_BROKER_{k}": v for k, v in client_tls.items()}})
+    client_tls = {
+        "STORE_TLS_CA_PATH": pki["ca.pem"],
+        "STORE_TLS_CERT_PATH": pki["client.pem"],
+        "STORE_TLS_KEY_PATH": pki["client.key"],
+    }
+    broker = Process(
+        [sys.executable, "-m", "services.broker"],
+        tmp_path,
+        {
+            "PYRMQ_BROKER_PORT": "0",
+            "PYRMQ_BROKER_METRICS_PORT": "-1",
+            "PYRMQ_BROKER_STORE_ADDRESS": store_address,
+            **{f"PYRMQ_BROKER_{k}": v for k, v in client_tls.items()},
+        },
+    )
     processes.append(broker)
     broker_address = broker.wait_line(READY)["grpc"]
-    scheduler = Process([sys.executable, "-m", "services.scheduler"], tmp_path, {
-        "PYRMQ_SCHEDULER_DATA_DIR": str(tmp_path / "data"), "PYRMQ_SCHEDULER_PORT": "0",
-        "PYRMQ_SCHEDULER_METRICS_PORT": "-1", "PYRMQ_SCHEDULER_STORE_ADDRESS": store_address,
-        **{f"PYRMQ_SCHEDULER_{k}": v for k, v in client_tls.items()}})
+    scheduler = Process(
+        [sys.executable, "-m", "services.scheduler"],
+        tmp_path,
+        {
+            "PYRMQ_SCHEDULER_DATA_DIR": str(tmp_path / "data"),
+            "PYRMQ_SCHEDULER_PORT": "0",
+            "PYRMQ_SCHEDULER_METRICS_PORT": "-1",
+            "PYRMQ_SCHEDULER_STORE_ADDRESS": store_address,
+            **{f"PYRMQ_SCHEDULER_{k}": v for k, v in client_tls.items()},
+        },
+    )
     processes.append(scheduler)
     scheduler.wait_line(READY)
 
@@ -78,8 +145,22 @@ def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, proce
         with pytest.raises(grpc.RpcError) as info:
             health(store_address, refused)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-    health_cli = Process([sys.executable, "-m", "services.cli", "health", store_address, "--ca-file", pki["ca.pem"],
-                          "--cert-file", pki["client.pem"], "--key-file", pki["client.key"]], tmp_path)
+    health_cli = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "health",
+            store_address,
+            "--ca-file",
+            pki["ca.pem"],
+            "--cert-file",
+            pki["client.pem"],
+            "--key-file",
+            pki["client.key"],
+        ],
+        tmp_path,
+    )
     assert health_cli.popen.wait(60) == 0, health_cli.log()
 
     for process in (scheduler, broker, store):

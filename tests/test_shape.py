@@ -12,6 +12,7 @@
 
 Every import counts, at module level or inside a function.
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,8 +41,13 @@ EXCEPTIONS = {("pipeline.jobs.rebuild", "store")}
 
 
 def _modules() -> dict[str, Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "services/*.py",
-                          "pipeline/*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "services/*.py", "pipeline/*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     modules = {}
     for line in out.splitlines():
         path = ROOT / line
@@ -99,8 +105,12 @@ def test_packages_import_only_what_their_layer_allows() -> None:
 
 def test_the_command_line_is_imported_by_no_package() -> None:
     edges = _imports(_modules())
-    offenders = [f"{source} -> {target}" for source, targets in edges.items() for target in targets
-                 if layer(target) == COMMAND_LINE and layer(source) != COMMAND_LINE]
+    offenders = [
+        f"{source} -> {target}"
+        for source, targets in edges.items()
+        for target in targets
+        if layer(target) == COMMAND_LINE and layer(source) != COMMAND_LINE
+    ]
     assert not offenders
 
 

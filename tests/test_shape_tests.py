@@ -2,6 +2,7 @@
 ``conftest`` module. Shared helpers, fakes and fixtures live in tests/support/ (a directory's
 conftest.py exposes the fixtures it needs); importing a test module would also run its
 module-level code and share its fixtures by accident."""
+
 from __future__ import annotations
 
 import ast
@@ -29,7 +30,7 @@ def resolve(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
         return node.module or ""
     base = importer.split(".")
     base = base if is_package else base[:-1]
-    base = base[:len(base) - (node.level - 1)]
+    base = base[: len(base) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -45,12 +46,20 @@ def forbidden_imports(tree: ast.AST, importer: str, is_package: bool = False) ->
             if is_forbidden(module):
                 found.append((node.lineno, module))
             else:  # from tests.broker import test_rpc / conftest
-                found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names
-                          if is_forbidden(f"{module}.{alias.name}")]
-        elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
-              and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and is_forbidden(node.args[0].value)):
+                found += [
+                    (node.lineno, f"{module}.{alias.name}")
+                    for alias in node.names
+                    if is_forbidden(f"{module}.{alias.name}")
+                ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and is_forbidden(node.args[0].value)
+        ):
             found.append((node.lineno, node.args[0].value))
     return found
 
@@ -84,5 +93,6 @@ def test_no_module_imports_a_test_module_or_a_conftest() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for line, imported in forbidden_imports(tree, module_name(path), path.name == "__init__.py"):
             offenders.append(f"{path.relative_to(TESTS.parent)}:{line} imports {imported}")
-    assert not offenders, ("test and conftest modules are not imported; move what is shared to tests/support/:\n"
-                           + "\n".join(offenders))
+    assert not offenders, (
+        "test and conftest modules are not imported; move what is shared to tests/support/:\n" + "\n".join(offenders)
+    )

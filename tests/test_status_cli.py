@@ -2,6 +2,7 @@
 module, on free ports placed as topology.py places them, so status finds the scheduler, the
 transaction checker and every metrics endpoint by its defaults), messages sent and partly
 consumed through MessagingService, then ``services.cli.main(["status", ...])``."""
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,10 @@ UP_READY = re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\
 
 @dataclass(frozen=True)
 class Cluster:
-    endpoint: str          # the broker
+    endpoint: str  # the broker
     store_port: int
-    metrics_port: int      # the store's; the others' are beside it
-    consumed: int          # of the SENT messages, received and acked by GROUP
+    metrics_port: int  # the store's; the others' are beside it
+    consumed: int  # of the SENT messages, received and acked by GROUP
 
 
 def free_ports(count: int) -> int:
@@ -80,9 +81,23 @@ def wait_message_count(endpoint: str, topic: str, count: int) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("status")
     store_port, metrics_port, broker_port = free_ports(5), free_ports(4), free_ports(1)
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp / "data"),
-                  "--port", str(broker_port), "--store-port", str(store_port),
-                  "--metrics-port", str(metrics_port)], ROOT)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp / "data"),
+            "--port",
+            str(broker_port),
+            "--store-port",
+            str(store_port),
+            "--metrics-port",
+            str(metrics_port),
+        ],
+        ROOT,
+    )
     try:
         endpoint = up.wait_line(UP_READY)["clients"]
         with grpc.insecure_channel(endpoint) as channel:
@@ -100,8 +115,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def status_args(cluster: Cluster, *extra: str) -> list[str]:
-    return ["status", "--endpoint", cluster.endpoint, "--metrics-port", str(cluster.metrics_port),
-            "--timeout", "10", *extra]
+    return [
+        "status",
+        "--endpoint",
+        cluster.endpoint,
+        "--metrics-port",
+        str(cluster.metrics_port),
+        "--timeout",
+        "10",
+        *extra,
+    ]
 
 
 def run_status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -116,7 +139,7 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
     doc = json.loads(out)
     services = {s["name"]: s for s in doc["services"]}
     assert list(services) == ["store", "broker", "scheduler", "txcheck"]
-    for name, service in services.items():
+    for _name, service in services.items():
         assert service["status"] == "SERVING" and service["latency_ms"] >= 0, service
         assert service["metrics_reachable"] is True, service
     assert services["store"]["address"] == doc["store_address"] == f"127.0.0.1:{cluster.store_port}"
@@ -134,9 +157,12 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
 
 def test_all_adds_system_topics(cluster, capsys):
     with grpc.insecure_channel(f"127.0.0.1:{cluster.store_port}") as channel:
-        store_pb2_grpc.StoreStub(channel).CreateOrUpdateTopic(store_pb2.CreateOrUpdateTopicRequest(
-            config=store_pb2.TopicConfig(topic_name="rmq_sys_status_test", read_queue_nums=1, write_queue_nums=1)),
-            timeout=10)
+        store_pb2_grpc.StoreStub(channel).CreateOrUpdateTopic(
+            store_pb2.CreateOrUpdateTopicRequest(
+                config=store_pb2.TopicConfig(topic_name="rmq_sys_status_test", read_queue_nums=1, write_queue_nums=1)
+            ),
+            timeout=10,
+        )
     code, out, _ = run_status(capsys, *status_args(cluster, "--json"))
     assert code == 0 and "rmq_sys_status_test" not in [t["name"] for t in json.loads(out)["topics"]]
     code, out, _ = run_status(capsys, *status_args(cluster, "--json", "--all"))
@@ -177,12 +203,17 @@ def test_a_service_down_is_exit_4_and_the_rest_still_prints(cluster, capsys):
 def test_broker_down_still_reports_the_services(cluster, capsys):
     closed = f"127.0.0.1:{free_ports(1)}"
     store = f"127.0.0.1:{cluster.store_port}"
-    code, out, err = run_status(capsys, "status", "--endpoint", closed, "--store", store, "--metrics-port", "-1",
-                                "--json")
+    code, out, err = run_status(
+        capsys, "status", "--endpoint", closed, "--store", store, "--metrics-port", "-1", "--json"
+    )
     assert code == 4 and err.startswith("pyrmq: error: ") and len(err.splitlines()) == 1
     doc = json.loads(out)
     assert {s["name"]: s["status"] for s in doc["services"]} == {
-        "store": "SERVING", "broker": "DOWN", "scheduler": "SERVING", "txcheck": "SERVING"}
+        "store": "SERVING",
+        "broker": "DOWN",
+        "scheduler": "SERVING",
+        "txcheck": "SERVING",
+    }
     assert doc["topics"] is None and doc["groups"] is None and "UNAVAILABLE" in doc["error"]
     assert all(s["metrics_url"] == "" and s["metrics_reachable"] is None for s in doc["services"])
 

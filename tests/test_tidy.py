@@ -1,4 +1,5 @@
 """House style, enforced (style.md rule 15)."""
+
 from __future__ import annotations
 
 import re
@@ -15,6 +16,8 @@ CLI_DIR = ROOT / "services" / "admin"
 
 def is_command_line(f: Path) -> bool:
     return f.name in PRINT_ALLOWED or f.name.endswith("_cli.py") or f.parent == CLI_DIR
+
+
 WALL_CLOCK = re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns)\(|datetime\.now\(")
 WALL_CLOCK_ALLOWED = {"clock.py", "cli.py", "__main__.py", "metrics.py", "interceptors.py"}
 CORE_DIRS = [ROOT / "services" / "store"]
@@ -23,8 +26,13 @@ CORE_DIRS = [ROOT / "services" / "store"]
 def tracked_python_files() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
     files = [ROOT / line for line in out.stdout.splitlines() if line]
-    untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
-                               capture_output=True, text=True, check=True)
+    untracked = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     files += [ROOT / line for line in untracked.stdout.splitlines() if line]
     return [f for f in files if f.exists() and not f.name.endswith(("_pb2.py", "_pb2_grpc.py"))]
 
@@ -34,20 +42,29 @@ def service_modules() -> list[Path]:
 
 
 def test_modules_stay_small():
-    big = {str(f.relative_to(ROOT)): n for f in service_modules()
-           if (n := len(f.read_text().splitlines())) > MODULE_LINES_MAX}
+    big = {
+        str(f.relative_to(ROOT)): n
+        for f in service_modules()
+        if (n := len(f.read_text().splitlines())) > MODULE_LINES_MAX
+    }
     assert not big, f"modules over {MODULE_LINES_MAX} lines: {big}"
 
 
 def test_no_print_outside_entry_points():
-    offenders = [str(f.relative_to(ROOT)) for f in service_modules()
-                 if not is_command_line(f) and re.search(r"^\s*print\(", f.read_text(), re.M)]
+    offenders = [
+        str(f.relative_to(ROOT))
+        for f in service_modules()
+        if not is_command_line(f) and re.search(r"^\s*print\(", f.read_text(), re.M)
+    ]
     assert not offenders
 
 
 def test_wall_clock_only_in_clock_modules():
-    offenders = [str(f.relative_to(ROOT)) for f in service_modules()
-                 if f.name not in WALL_CLOCK_ALLOWED and not is_command_line(f) and WALL_CLOCK.search(f.read_text())]
+    offenders = [
+        str(f.relative_to(ROOT))
+        for f in service_modules()
+        if f.name not in WALL_CLOCK_ALLOWED and not is_command_line(f) and WALL_CLOCK.search(f.read_text())
+    ]
     assert not offenders, f"read the wall clock through an injected Clock: {offenders}"
 
 
@@ -57,8 +74,12 @@ def test_core_does_not_import_grpc():
         rel = f.relative_to(ROOT)
         # The gRPC edges: each service's rpc/ shell, runtime/rpc/, and the store client (its job
         # is the store API's protobuf).
-        if "rpc" in rel.parts or rel.parts[:3] == ("services", "store", "client") \
-                or f.name in ("__main__.py", "metrics.py") or is_command_line(f):
+        if (
+            "rpc" in rel.parts
+            or rel.parts[:3] == ("services", "store", "client")
+            or f.name in ("__main__.py", "metrics.py")
+            or is_command_line(f)
+        ):
             continue
         if re.search(r"^\s*(import grpc|from grpc|.*_pb2)", f.read_text(), re.M):
             offenders.append(str(rel))
@@ -81,6 +102,9 @@ def test_no_generated_stubs_committed():
 
 
 def test_no_fixme_left():
-    offenders = [str(f.relative_to(ROOT)) for f in tracked_python_files()
-                 if f.name != "test_tidy.py" and re.search(r"\bFIXME\b", f.read_text())]
+    offenders = [
+        str(f.relative_to(ROOT))
+        for f in tracked_python_files()
+        if f.name != "test_tidy.py" and re.search(r"\bFIXME\b", f.read_text())
+    ]
     assert not offenders

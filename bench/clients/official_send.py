@@ -11,6 +11,7 @@ messages one at a time (``Producer.send``, one in flight) and prints
 {"n", "seconds", "rate", "p50_ms", "p99_ms"} before shutting the producer down. A failed send
 prints {"error": ...} and exits 1.
 """
+
 import json
 import sys
 import time
@@ -45,10 +46,18 @@ def main():
             latencies.append(time.perf_counter() - begun)
         seconds = time.perf_counter() - started
         latencies.sort()
-        print(json.dumps({"n": job["count"], "seconds": seconds, "rate": job["count"] / seconds,
-                          "p50_ms": latencies[len(latencies) // 2] * 1e3,
-                          "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "n": job["count"],
+                    "seconds": seconds,
+                    "rate": job["count"] / seconds,
+                    "p50_ms": latencies[len(latencies) // 2] * 1e3,
+                    "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
+                }
+            ),
+            flush=True,
+        )
     except Exception as exc:  # noqa: BLE001 - reported to the caller
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         sys.exit(1)

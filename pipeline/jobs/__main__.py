@@ -1,4 +1,5 @@
 """``python -m pipeline.jobs <export|rebuild|audit|stats> ...``."""
+
 import sys
 
 from pipeline.jobs.cli import main

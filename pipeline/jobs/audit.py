@@ -15,6 +15,7 @@ Checks (exit code 1 when any fails, with examples):
 Run it on a stopped store (or a copy): a running store appends records before it dispatches
 them. Units below the CommitLog's first segment (retention) are not checked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,10 @@ RECORD_COLUMNS = ("commitLogOffset", "totalSize", "queueId", "queueOffset", "sys
 class AuditSummary:
     records: int
     units: int
-    crc_failures: list[int]                                   # phy offsets
-    unit_mismatches: list[tuple[str, int, int, int, str]]     # (topic, queue, queue offset, phy offset, why)
+    crc_failures: list[int]  # phy offsets
+    unit_mismatches: list[tuple[str, int, int, int, str]]  # (topic, queue, queue offset, phy offset, why)
     dispatch_mismatches: list[tuple[int, str, int, int, int]]  # (phy offset, topic, queue, queue offset, units)
-    counts: dict[str, int] = field(default_factory=dict)      # check -> failures (all, not just examples)
+    counts: dict[str, int] = field(default_factory=dict)  # check -> failures (all, not just examples)
     elapsed_s: float = 0.0
 
     @property
@@ -47,49 +48,105 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
     failure (counted per check, the first ``examples`` of each by offset kept)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     watch = cli.Stopwatch()
     records = commitlog_frame(spark, store, RECORD_COLUMNS, verifyCrc="true", failOnCrcError="false").cache()
-    units = (spark.read.format("rocketmq-consumequeue").load(store)
-             .select("topic", "queueId", "queueOffset", "commitLogOffset", "size", "tagsCode").cache())
+    units = (
+        spark.read.format("rocketmq-consumequeue")
+        .load(store)
+        .select("topic", "queueId", "queueOffset", "commitLogOffset", "size", "tagsCode")
+        .cache()
+    )
     try:
         min_phy, total_records = records.agg(F.min("commitLogOffset"), F.count(F.lit(1))).first()
         total_units = units.count()
 
         def failure(df, check: str, topic, queue, queue_offset, phy, detail):
-            return df.select(F.lit(check).alias("check"), topic.alias("topic"), queue.alias("queueId"),
-                             queue_offset.alias("queueOffset"), phy.alias("commitLogOffset"),
-                             detail.cast("string").alias("detail"))
+            return df.select(
+                F.lit(check).alias("check"),
+                topic.alias("topic"),
+                queue.alias("queueId"),
+                queue_offset.alias("queueOffset"),
+                phy.alias("commitLogOffset"),
+                detail.cast("string").alias("detail"),
+            )
 
         crc = records.where(~F.col("crcValid"))
-        crc = failure(crc, "crc", F.col("topic"), F.col("queueId"), F.col("queueOffset"), F.col("commitLogOffset"),
-                      F.lit("crc mismatch"))
+        crc = failure(
+            crc,
+            "crc",
+            F.col("topic"),
+            F.col("queueId"),
+            F.col("queueOffset"),
+            F.col("commitLogOffset"),
+            F.lit("crc mismatch"),
+        )
         r = records.alias("r")
         u = units.where(F.col("commitLogOffset") >= F.lit(min_phy if min_phy is not None else 0)).alias("u")
-        why = (F.when(F.col("r.commitLogOffset").isNull(), F.lit("no record starts there"))
-               .when(F.col("u.size") != F.col("r.totalSize"),
-                     F.concat(F.lit("size "), F.col("u.size").cast("string"), F.lit(" != record "),
-                              F.col("r.totalSize").cast("string")))
-               .when(F.col("u.topic") != F.col("r.topic"), F.concat(F.lit("record topic "), F.col("r.topic")))
-               .when(F.col("u.queueId") != F.col("r.queueId"),
-                     F.concat(F.lit("record queue "), F.col("r.queueId").cast("string")))
-               .when(F.col("u.queueOffset") != F.col("r.queueOffset"),
-                     F.concat(F.lit("record queue offset "), F.col("r.queueOffset").cast("string")))
-               .when(F.col("u.tagsCode") != F.col("r.tagsCode"),
-                     F.concat(F.lit("tags code != record's "), F.col("r.tagsCode").cast("string"))))
-        bad_units = (u.join(r, F.col("u.commitLogOffset") == F.col("r.commitLogOffset"), "left")
-                     .withColumn("why", why).where(F.col("why").isNotNull()))
-        bad_units = failure(bad_units, "units", F.col("u.topic"), F.col("u.queueId"), F.col("u.queueOffset"),
-                            F.col("u.commitLogOffset"), F.col("why"))
+        why = (
+            F.when(F.col("r.commitLogOffset").isNull(), F.lit("no record starts there"))
+            .when(
+                F.col("u.size") != F.col("r.totalSize"),
+                F.concat(
+                    F.lit("size "),
+                    F.col("u.size").cast("string"),
+                    F.lit(" != record "),
+                    F.col("r.totalSize").cast("string"),
+                ),
+            )
+            .when(F.col("u.topic") != F.col("r.topic"), F.concat(F.lit("record topic "), F.col("r.topic")))
+            .when(
+                F.col("u.queueId") != F.col("r.queueId"),
+                F.concat(F.lit("record queue "), F.col("r.queueId").cast("string")),
+            )
+            .when(
+                F.col("u.queueOffset") != F.col("r.queueOffset"),
+                F.concat(F.lit("record queue offset "), F.col("r.queueOffset").cast("string")),
+            )
+            .when(
+                F.col("u.tagsCode") != F.col("r.tagsCode"),
+                F.concat(F.lit("tags code != record's "), F.col("r.tagsCode").cast("string")),
+            )
+        )
+        bad_units = (
+            u.join(r, F.col("u.commitLogOffset") == F.col("r.commitLogOffset"), "left")
+            .withColumn("why", why)
+            .where(F.col("why").isNotNull())
+        )
+        bad_units = failure(
+            bad_units,
+            "units",
+            F.col("u.topic"),
+            F.col("u.queueId"),
+            F.col("u.queueOffset"),
+            F.col("u.commitLogOffset"),
+            F.col("why"),
+        )
         expected = dispatchable(records).join(units.select("topic").distinct(), "topic", "left_semi").alias("e")
         per_record = units.groupBy("commitLogOffset").agg(F.count(F.lit(1)).alias("n")).alias("c")
-        dispatch = (expected.join(per_record, F.col("e.commitLogOffset") == F.col("c.commitLogOffset"), "left")
-                    .withColumn("n", F.coalesce(F.col("c.n"), F.lit(0))).where(F.col("n") != 1))
-        dispatch = failure(dispatch, "dispatch", F.col("e.topic"), F.col("e.queueId"), F.col("e.queueOffset"),
-                           F.col("e.commitLogOffset"), F.col("n"))
+        dispatch = (
+            expected.join(per_record, F.col("e.commitLogOffset") == F.col("c.commitLogOffset"), "left")
+            .withColumn("n", F.coalesce(F.col("c.n"), F.lit(0)))
+            .where(F.col("n") != 1)
+        )
+        dispatch = failure(
+            dispatch,
+            "dispatch",
+            F.col("e.topic"),
+            F.col("e.queueId"),
+            F.col("e.queueOffset"),
+            F.col("e.commitLogOffset"),
+            F.col("n"),
+        )
         ranked = Window.partitionBy("check").orderBy("commitLogOffset", "topic", "queueId", "queueOffset")
-        found = (crc.unionByName(bad_units).unionByName(dispatch)
-                 .withColumn("failures", F.count(F.lit(1)).over(Window.partitionBy("check")))
-                 .withColumn("rank", F.row_number().over(ranked)).where(F.col("rank") <= examples).collect())
+        found = (
+            crc.unionByName(bad_units)
+            .unionByName(dispatch)
+            .withColumn("failures", F.count(F.lit(1)).over(Window.partitionBy("check")))
+            .withColumn("rank", F.row_number().over(ranked))
+            .where(F.col("rank") <= examples)
+            .collect()
+        )
     finally:
         records.unpersist()
         units.unpersist()
@@ -98,11 +155,20 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
         counts[row["check"]] = row["failures"]
     of = lambda check: [row for row in found if row["check"] == check]  # noqa: E731
     return AuditSummary(
-        total_records, total_units, [row["commitLogOffset"] for row in of("crc")],
-        [(row["topic"], row["queueId"], row["queueOffset"], row["commitLogOffset"], row["detail"])
-         for row in of("units")],
-        [(row["commitLogOffset"], row["topic"], row["queueId"], row["queueOffset"], int(row["detail"]))
-         for row in of("dispatch")], counts, watch.elapsed_s)
+        total_records,
+        total_units,
+        [row["commitLogOffset"] for row in of("crc")],
+        [
+            (row["topic"], row["queueId"], row["queueOffset"], row["commitLogOffset"], row["detail"])
+            for row in of("units")
+        ],
+        [
+            (row["commitLogOffset"], row["topic"], row["queueId"], row["queueOffset"], int(row["detail"]))
+            for row in of("dispatch")
+        ],
+        counts,
+        watch.elapsed_s,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,20 +181,38 @@ def main(argv: list[str] | None = None) -> int:
     with cli.progress(spark, "audit", not args.no_progress):
         s = run(spark, args.store, args.examples)
     verdict = lambda n: "[green]ok[/green]" if n == 0 else f"[red]{n:,} failed[/red]"  # noqa: E731
-    cli.console.print(cli.table("Audit", ("check", "checked", "result"), [
-        ("record CRCs", s.records, verdict(s.counts["crc"])),
-        ("units point at matching records", s.units, verdict(s.counts["units"])),
-        ("dispatchable records have exactly one unit", s.records, verdict(s.counts["dispatch"]))]))
+    cli.console.print(
+        cli.table(
+            "Audit",
+            ("check", "checked", "result"),
+            [
+                ("record CRCs", s.records, verdict(s.counts["crc"])),
+                ("units point at matching records", s.units, verdict(s.counts["units"])),
+                ("dispatchable records have exactly one unit", s.records, verdict(s.counts["dispatch"])),
+            ],
+        )
+    )
     if s.crc_failures:
         cli.console.print("CRC failures at phy offsets: " + ", ".join(map(str, s.crc_failures)))
     if s.unit_mismatches:
-        cli.console.print(cli.table("Units that do not match their record", ("topic", "queue", "queue offset",
-                                                                             "phy offset", "why"), s.unit_mismatches))
+        cli.console.print(
+            cli.table(
+                "Units that do not match their record",
+                ("topic", "queue", "queue offset", "phy offset", "why"),
+                s.unit_mismatches,
+            )
+        )
     if s.dispatch_mismatches:
-        cli.console.print(cli.table("Records without exactly one unit", ("phy offset", "topic", "queue",
-                                                                          "queue offset", "units"), s.dispatch_mismatches))
-    cli.console.print(f"{'OK' if s.ok else 'INCONSISTENT'}: {s.records:,} records, {s.units:,} units, "
-                      f"{s.elapsed_s:.1f} s")
+        cli.console.print(
+            cli.table(
+                "Records without exactly one unit",
+                ("phy offset", "topic", "queue", "queue offset", "units"),
+                s.dispatch_mismatches,
+            )
+        )
+    cli.console.print(
+        f"{'OK' if s.ok else 'INCONSISTENT'}: {s.records:,} records, {s.units:,} units, {s.elapsed_s:.1f} s"
+    )
     return 0 if s.ok else 1
 
 

@@ -7,6 +7,7 @@ The progress display polls Spark's status tracker: tasks done / total of the run
 Output goes through ``console`` (rich); this is the only module of the jobs that reads the
 wall clock (``Stopwatch``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,13 +18,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
-from rich.text import Text
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -55,13 +64,16 @@ def parse_time_ms(text: str | None) -> int | None:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not epoch ms or an ISO-8601 time: {text!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--master", default=os.environ.get("PYRMQ_SPARK_MASTER", "local[2]"),
-                        help="Spark master (default local[2]; PYRMQ_SPARK_MASTER)")
+    parser.add_argument(
+        "--master",
+        default=os.environ.get("PYRMQ_SPARK_MASTER", "local[2]"),
+        help="Spark master (default local[2]; PYRMQ_SPARK_MASTER)",
+    )
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
 
@@ -71,13 +83,21 @@ def session(args: argparse.Namespace, app: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+
     import pipeline
-    builder = (SparkSession.builder.master(args.master).appName(f"pyrmq-{app}")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
+
+    builder = (
+        SparkSession.builder.master(args.master)
+        .appName(f"pyrmq-{app}")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
     if args.master.startswith("local"):
-        builder = (builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1"))
+        builder = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep:
@@ -109,8 +129,15 @@ def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
         return
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn("tasks"),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn("tasks"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task(description, total=None)
 
@@ -119,9 +146,13 @@ def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
                 stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
                 stages = [s for s in stages if s is not None]
                 if stages:
-                    bar.update(task, total=sum(s.numTasks for s in stages),
-                               completed=sum(s.numCompletedTasks for s in stages),
-                               description=f"{description} (stage {', '.join(str(s.stageId) for s in stages)})")
+                    bar.update(
+                        task,
+                        total=sum(s.numTasks for s in stages),
+                        completed=sum(s.numCompletedTasks for s in stages),
+                        description=f"{description} (stage {', '.join(str(s.stageId) for s in stages)})",
+                    )
+
         thread = threading.Thread(target=poll, name="job-progress", daemon=True)
         thread.start()
         try:
@@ -136,8 +167,7 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) 
     for i, header in enumerate(headers):
         out.add_column(header, justify="left" if i == 0 else "right")
     for row in rows:
-        out.add_row(*(f"{v:,}" if isinstance(v, int) else f"{v:,.1f}" if isinstance(v, float) else str(v)
-                      for v in row))
+        out.add_row(*(f"{v:,}" if isinstance(v, int) else f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row))
     return out
 
 

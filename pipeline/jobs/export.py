@@ -9,6 +9,7 @@ the records of the given topics stored in ``[since, until)`` (epoch ms or ISO-86
 exported (not transactional, or committed: what the store dispatches to ConsumeQueues);
 ``--all-records`` keeps half (prepared) and rolled-back ones too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,15 +18,32 @@ from dataclasses import dataclass
 
 from pipeline.jobs import cli
 
-EXPORT_COLUMNS = ("commitLogOffset", "totalSize", "queueId", "flag", "queueOffset", "sysFlag", "bornTimestamp",
-                  "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
-                  "topic", "body", "properties", "tags", "keys", "uniqKey")
+EXPORT_COLUMNS = (
+    "commitLogOffset",
+    "totalSize",
+    "queueId",
+    "flag",
+    "queueOffset",
+    "sysFlag",
+    "bornTimestamp",
+    "bornHost",
+    "storeTimestamp",
+    "storeHost",
+    "reconsumeTimes",
+    "preparedTransactionOffset",
+    "topic",
+    "body",
+    "properties",
+    "tags",
+    "keys",
+    "uniqKey",
+)
 
 
 @dataclass(frozen=True)
 class ExportSummary:
     out: str
-    per_topic: list[tuple[str, int, int]]   # (topic, records, record bytes)
+    per_topic: list[tuple[str, int, int]]  # (topic, records, record bytes)
     elapsed_s: float
 
     @property
@@ -36,15 +54,19 @@ class ExportSummary:
 def dispatchable(df):
     """Records the store dispatches: SYSFLAG transaction type NOT (0) or COMMIT (8)."""
     from pyspark.sql import functions as F
+
     kind = F.col("sysFlag").bitwiseAND(0xC)
     return df.where((kind == 0) | (kind == 8))
 
 
-def commitlog_frame(spark, store: str, columns, topics=(), since_ms: int | None = None,
-                    until_ms: int | None = None, **options):
+def commitlog_frame(
+    spark, store: str, columns, topics=(), since_ms: int | None = None, until_ms: int | None = None, **options
+):
     """The commitlog source with ``columns`` selected (decoded only those) and the filters."""
     from pyspark.sql import functions as F
+
     from pipeline.schema import COMMITLOG_COLUMNS, ddl
+
     kinds = dict(COMMITLOG_COLUMNS)
     wanted = set(columns) | ({"topic"} if topics else set()) | ({"storeTimestamp"} if since_ms or until_ms else set())
     schema = ddl([(name, kinds[name]) for name, _ in COMMITLOG_COLUMNS if name in wanted])
@@ -61,16 +83,30 @@ def commitlog_frame(spark, store: str, columns, topics=(), since_ms: int | None 
     return df.select(*columns)
 
 
-def run(spark, store: str, out: str, topics=(), since_ms: int | None = None, until_ms: int | None = None,
-        mode: str = "error", all_records: bool = False) -> ExportSummary:
+def run(
+    spark,
+    store: str,
+    out: str,
+    topics=(),
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    mode: str = "error",
+    all_records: bool = False,
+) -> ExportSummary:
     from pyspark.sql import functions as F
+
     watch = cli.Stopwatch()
     df = commitlog_frame(spark, store, EXPORT_COLUMNS, topics, since_ms, until_ms)
     if not all_records:
         df = dispatchable(df)
     df.write.mode(mode).partitionBy("topic").parquet(out)
-    counted = (spark.read.parquet(out).groupBy("topic")
-               .agg(F.count(F.lit(1)).alias("n"), F.sum("totalSize").alias("bytes")).orderBy("topic").collect())
+    counted = (
+        spark.read.parquet(out)
+        .groupBy("topic")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("totalSize").alias("bytes"))
+        .orderBy("topic")
+        .collect()
+    )
     return ExportSummary(out, [(r["topic"], r["n"], r["bytes"] or 0) for r in counted], watch.elapsed_s)
 
 
@@ -87,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spark = cli.session(args, "export")
     with cli.progress(spark, "export", not args.no_progress):
-        summary = run(spark, args.store, args.out, tuple(args.topic), args.since, args.until, args.mode,
-                      args.all_records)
+        summary = run(
+            spark, args.store, args.out, tuple(args.topic), args.since, args.until, args.mode, args.all_records
+        )
     cli.console.print(cli.table(f"Exported to {summary.out}", ("topic", "records", "bytes"), summary.per_topic))
     rate = summary.records / summary.elapsed_s if summary.elapsed_s else 0.0
     cli.console.print(f"{summary.records:,} records in {summary.elapsed_s:.1f} s ({rate:,.0f} records/s)")

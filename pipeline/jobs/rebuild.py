@@ -25,6 +25,7 @@ writers, fed the same ``DispatchRequest``s in the same order as its reput thread
   differ from the originals by the store's dispatch delay (milliseconds); contents are
   identical, and names only order the files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,16 @@ from pipeline.jobs import cli
 from pipeline.jobs.export import commitlog_frame, dispatchable
 from services.domain.format.properties_format import KEYS, UNIQ_KEY
 
-CQ_COLUMNS = ("commitLogOffset", "totalSize", "queueId", "queueOffset", "sysFlag", "storeTimestamp", "topic",
-              "tagsCode")
+CQ_COLUMNS = (
+    "commitLogOffset",
+    "totalSize",
+    "queueId",
+    "queueOffset",
+    "sysFlag",
+    "storeTimestamp",
+    "topic",
+    "tagsCode",
+)
 INDEX_COLUMNS = ("commitLogOffset", "sysFlag", "storeTimestamp", "topic", "properties")
 DISPATCH_BATCH_MAX = 4096  # the store's reput batch (reput.DISPATCH_BATCH_MAX)
 
@@ -69,42 +78,75 @@ class ReplayClock:
 def _requests(table):
     """DispatchRequests of an Arrow table sorted by commitLogOffset."""
     from services.store.model import DispatchRequest
+
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     store_ms = [int(ts.timestamp() * 1000) if ts is not None else 0 for ts in columns["storeTimestamp"]]
     count = table.num_rows
     get = lambda name: columns.get(name, [None] * count)  # noqa: E731
     props = get("properties")
-    return [DispatchRequest(t, q, phy, size, code, ms, qo, (dict(p).get(KEYS, "") if p else ""),
-                            (dict(p).get(UNIQ_KEY, "") if p else ""), flag, 0)
-            for t, q, phy, size, code, ms, qo, p, flag in zip(
-                get("topic"), get("queueId"), get("commitLogOffset"), get("totalSize"), get("tagsCode"),
-                store_ms, get("queueOffset"), props, get("sysFlag"))]
+    return [
+        DispatchRequest(
+            t,
+            q,
+            phy,
+            size,
+            code,
+            ms,
+            qo,
+            (dict(p).get(KEYS, "") if p else ""),
+            (dict(p).get(UNIQ_KEY, "") if p else ""),
+            flag,
+            0,
+        )
+        for t, q, phy, size, code, ms, qo, p, flag in zip(
+            get("topic"),
+            get("queueId"),
+            get("commitLogOffset"),
+            get("totalSize"),
+            get("tagsCode"),
+            store_ms,
+            get("queueOffset"),
+            props,
+            get("sysFlag"),
+        )
+    ]
 
 
 def _write_queue_fn(cq_dir: str, units_per_file: int):
     def write_queue(key, table):
         import pyarrow as pa
+
         from services.store.consume_queue import ConsumeQueue
+
         topic, queue_id = key[0].as_py(), key[1].as_py()
         table = table.sort_by("commitLogOffset")
         cq = ConsumeQueue(topic, queue_id, Path(cq_dir), units_per_file)
         try:
             requests = _requests(table)
             for start in range(0, len(requests), DISPATCH_BATCH_MAX):
-                cq.put_requests(requests[start:start + DISPATCH_BATCH_MAX])
+                cq.put_requests(requests[start : start + DISPATCH_BATCH_MAX])
             cq.flush()
             files = len(cq.mfq.files)
         finally:
             cq.close()
-        return pa.table({"topic": pa.array([topic], pa.string()), "queueId": pa.array([queue_id], pa.int32()),
-                         "units": pa.array([table.num_rows], pa.int64()), "files": pa.array([files], pa.int32())})
+        return pa.table(
+            {
+                "topic": pa.array([topic], pa.string()),
+                "queueId": pa.array([queue_id], pa.int32()),
+                "units": pa.array([table.num_rows], pa.int64()),
+                "files": pa.array([files], pa.int32()),
+            }
+        )
+
     return write_queue
 
 
 def _write_index_fn(index_dir: str, hash_slot_num: int, index_num_max: int):
     def write_index(batches):
         import pyarrow as pa
+
         from services.store.index_service import IndexService
+
         clock = ReplayClock()
         service = IndexService(Path(index_dir), hash_slot_num, index_num_max, clock)
         keys = 0
@@ -112,7 +154,7 @@ def _write_index_fn(index_dir: str, hash_slot_num: int, index_num_max: int):
             for batch in batches:
                 requests = _requests(pa.Table.from_batches([batch]))
                 for start in range(0, len(requests), DISPATCH_BATCH_MAX):
-                    chunk = requests[start:start + DISPATCH_BATCH_MAX]
+                    chunk = requests[start : start + DISPATCH_BATCH_MAX]
                     clock.now = chunk[0].store_timestamp_ms
                     service.build_index_batch(chunk)
                     keys += sum(bool(r.uniq_key) + len([k for k in r.keys.split(" ") if k]) for r in chunk)
@@ -120,14 +162,25 @@ def _write_index_fn(index_dir: str, hash_slot_num: int, index_num_max: int):
         finally:
             service.close()
         yield pa.RecordBatch.from_pydict({"files": pa.array([files], pa.int32()), "keys": pa.array([keys], pa.int64())})
+
     return write_index
 
 
-def run(spark, store: str, output: str | None = None, index: bool = True, force: bool = False,
-        units_per_file: int | None = None, hash_slot_num: int | None = None, index_num_max: int | None = None,
-        delay_levels: str | None = None) -> RebuildSummary:
+def run(
+    spark,
+    store: str,
+    output: str | None = None,
+    index: bool = True,
+    force: bool = False,
+    units_per_file: int | None = None,
+    hash_slot_num: int | None = None,
+    index_num_max: int | None = None,
+    delay_levels: str | None = None,
+) -> RebuildSummary:
     from pyspark.sql import functions as F
+
     from services.store.config import StoreConfig
+
     defaults = StoreConfig(store_root=Path(store))
     units_per_file = units_per_file or defaults.consume_queue_units_per_file
     hash_slot_num = hash_slot_num or defaults.index_hash_slot_num
@@ -143,26 +196,39 @@ def run(spark, store: str, output: str | None = None, index: bool = True, force:
     options = {"delayLevels": delay_levels} if delay_levels else {}
 
     records = dispatchable(commitlog_frame(spark, store, CQ_COLUMNS, **options))
-    written = (records.groupBy("topic", "queueId")
-               .applyInArrow(_write_queue_fn(str(cq_dir), units_per_file),
-                             "topic string, queueId int, units bigint, files int")
-               .collect())
+    written = (
+        records.groupBy("topic", "queueId")
+        .applyInArrow(
+            _write_queue_fn(str(cq_dir), units_per_file), "topic string, queueId int, units bigint, files int"
+        )
+        .collect()
+    )
     index_files = index_keys = 0
     if index:
         from pyspark.sql.functions import col
+
         rollback = 0xC
-        keyed = (commitlog_frame(spark, store, INDEX_COLUMNS, **options)
-                 .where(col("sysFlag").bitwiseAND(0xC) != rollback)
-                 .where(F.col("properties").getItem(UNIQ_KEY).isNotNull()
-                        | F.col("properties").getItem(KEYS).isNotNull())
-                 .withColumn("properties", F.map_filter("properties", lambda k, v: k.isin(KEYS, UNIQ_KEY))))
-        built = (keyed.repartition(1).sortWithinPartitions("commitLogOffset")
-                 .mapInArrow(_write_index_fn(str(index_dir), hash_slot_num, index_num_max), "files int, keys bigint")
-                 .collect())
+        keyed = (
+            commitlog_frame(spark, store, INDEX_COLUMNS, **options)
+            .where(col("sysFlag").bitwiseAND(0xC) != rollback)
+            .where(F.col("properties").getItem(UNIQ_KEY).isNotNull() | F.col("properties").getItem(KEYS).isNotNull())
+            .withColumn("properties", F.map_filter("properties", lambda k, v: k.isin(KEYS, UNIQ_KEY)))
+        )
+        built = (
+            keyed.repartition(1)
+            .sortWithinPartitions("commitLogOffset")
+            .mapInArrow(_write_index_fn(str(index_dir), hash_slot_num, index_num_max), "files int, keys bigint")
+            .collect()
+        )
         index_files, index_keys = built[0]["files"], built[0]["keys"]
-    return RebuildSummary(queues=len(written), units=sum(r["units"] for r in written),
-                          consume_queue_files=sum(r["files"] for r in written), index_files=index_files,
-                          index_keys=index_keys, elapsed_s=watch.elapsed_s)
+    return RebuildSummary(
+        queues=len(written),
+        units=sum(r["units"] for r in written),
+        consume_queue_files=sum(r["files"] for r in written),
+        index_files=index_files,
+        index_keys=index_keys,
+        elapsed_s=watch.elapsed_s,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,20 +244,40 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_spark_arguments(parser)
     args = parser.parse_args(argv)
     if (Path(args.store) / "abort").exists() and not args.force:
-        cli.err_console.print(f"{args.store}/abort exists: the store is running or did not stop cleanly; "
-                              "stop it (or pass --force)")
+        cli.err_console.print(
+            f"{args.store}/abort exists: the store is running or did not stop cleanly; stop it (or pass --force)"
+        )
         return 2
     spark = cli.session(args, "rebuild")
     try:
         with cli.progress(spark, "rebuild", not args.no_progress):
-            s = run(spark, args.store, args.output, not args.no_index, args.force, args.consume_queue_units_per_file,
-                    args.index_hash_slot_num, args.index_num_max, args.delay_levels)
+            s = run(
+                spark,
+                args.store,
+                args.output,
+                not args.no_index,
+                args.force,
+                args.consume_queue_units_per_file,
+                args.index_hash_slot_num,
+                args.index_num_max,
+                args.delay_levels,
+            )
     except FileExistsError as exc:
         cli.err_console.print(str(exc))
         return 2
-    cli.console.print(cli.table("Rebuilt", ("what", "count"), [
-        ("queues", s.queues), ("ConsumeQueue units", s.units), ("ConsumeQueue files", s.consume_queue_files),
-        ("IndexFiles", s.index_files), ("index keys", s.index_keys)]))
+    cli.console.print(
+        cli.table(
+            "Rebuilt",
+            ("what", "count"),
+            [
+                ("queues", s.queues),
+                ("ConsumeQueue units", s.units),
+                ("ConsumeQueue files", s.consume_queue_files),
+                ("IndexFiles", s.index_files),
+                ("index keys", s.index_keys),
+            ],
+        )
+    )
     cli.console.print(f"done in {s.elapsed_s:.1f} s")
     return 0
 

@@ -8,6 +8,7 @@ newest ``--rows`` windows shown; ``--out`` writes the whole (topic, window) seri
 Counts every record in the log (half and rolled-back transaction records included, system
 topics too), so the numbers add up to the CommitLog's size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ class TopicStats:
     bytes: int
     first_ms: int
     last_ms: int
-    peak_per_s: float      # the busiest window's records / window length
+    peak_per_s: float  # the busiest window's records / window length
 
     @property
     def rate_per_s(self) -> float:
@@ -36,45 +37,78 @@ class TopicStats:
 @dataclass(frozen=True)
 class StatsSummary:
     topics: list[TopicStats]
-    windows: list[tuple[str, int, int]]     # (window start, records, bytes), oldest first
+    windows: list[tuple[str, int, int]]  # (window start, records, bytes), oldest first
     window_s: float
     elapsed_s: float
 
 
 def _window_seconds(spark, window: str) -> float:
-    row = spark.sql(f"SELECT CAST(INTERVAL {window} AS STRING) AS text, "
-                    f"unix_micros(TIMESTAMP'1970-01-01 00:00:00 UTC' + INTERVAL {window}) / 1e6 AS s").first()
+    row = spark.sql(
+        f"SELECT CAST(INTERVAL {window} AS STRING) AS text, "
+        f"unix_micros(TIMESTAMP'1970-01-01 00:00:00 UTC' + INTERVAL {window}) / 1e6 AS s"
+    ).first()
     return float(row["s"])
 
 
 def run(spark, store: str, window: str = "1 minute", topics=(), out: str | None = None) -> StatsSummary:
     from pyspark.sql import functions as F
+
     watch = cli.Stopwatch()
     window_s = _window_seconds(spark, window)
     df = commitlog_frame(spark, store, ("topic", "storeTimestamp", "totalSize"), topics)
-    series = (df.groupBy("topic", F.window("storeTimestamp", window).alias("w"))
-              .agg(F.count(F.lit(1)).alias("records"), F.sum("totalSize").alias("bytes"),
-                   F.min("storeTimestamp").alias("first"), F.max("storeTimestamp").alias("last"))
-              .select("topic", F.col("w.start").alias("window_start"), "records", "bytes", "first", "last")
-              .cache())
+    series = (
+        df.groupBy("topic", F.window("storeTimestamp", window).alias("w"))
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum("totalSize").alias("bytes"),
+            F.min("storeTimestamp").alias("first"),
+            F.max("storeTimestamp").alias("last"),
+        )
+        .select("topic", F.col("w.start").alias("window_start"), "records", "bytes", "first", "last")
+        .cache()
+    )
     try:
         if out:
             series.write.mode("overwrite").parquet(out)
-        per_topic = (series.groupBy("topic").agg(
-            F.sum("records").alias("records"), F.sum("bytes").alias("bytes"),
-            F.min("first").alias("first"), F.max("last").alias("last"), F.max("records").alias("peak"))
-            .orderBy("topic").collect())
-        over_time = (series.groupBy("window_start").agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
-                     .orderBy("window_start").collect())
+        per_topic = (
+            series.groupBy("topic")
+            .agg(
+                F.sum("records").alias("records"),
+                F.sum("bytes").alias("bytes"),
+                F.min("first").alias("first"),
+                F.max("last").alias("last"),
+                F.max("records").alias("peak"),
+            )
+            .orderBy("topic")
+            .collect()
+        )
+        over_time = (
+            series.groupBy("window_start")
+            .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
+            .orderBy("window_start")
+            .collect()
+        )
     finally:
         series.unpersist()
     to_ms = lambda ts: int(ts.timestamp() * 1000)  # noqa: E731
     return StatsSummary(
-        topics=[TopicStats(r["topic"], int(r["records"]), int(r["bytes"]), to_ms(r["first"]), to_ms(r["last"]),
-                           r["peak"] / window_s) for r in per_topic],
-        windows=[(r["window_start"].strftime("%Y-%m-%d %H:%M:%S"), int(r["records"]), int(r["bytes"]))
-                 for r in over_time],
-        window_s=window_s, elapsed_s=watch.elapsed_s)
+        topics=[
+            TopicStats(
+                r["topic"],
+                int(r["records"]),
+                int(r["bytes"]),
+                to_ms(r["first"]),
+                to_ms(r["last"]),
+                r["peak"] / window_s,
+            )
+            for r in per_topic
+        ],
+        windows=[
+            (r["window_start"].strftime("%Y-%m-%d %H:%M:%S"), int(r["records"]), int(r["bytes"])) for r in over_time
+        ],
+        window_s=window_s,
+        elapsed_s=watch.elapsed_s,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,13 +124,24 @@ def main(argv: list[str] | None = None) -> int:
     with cli.progress(spark, "stats", not args.no_progress):
         summary = run(spark, args.store, args.window, tuple(args.topic), args.out)
     stamp = lambda ms: cli.datetime.fromtimestamp(ms / 1000, cli.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
-    cli.console.print(cli.table("Per topic", ("topic", "records", "bytes", "first", "last", "avg/s", "peak/s"), [
-        (t.topic, t.records, t.bytes, stamp(t.first_ms), stamp(t.last_ms), t.rate_per_s, t.peak_per_s)
-        for t in summary.topics]))
-    shown = summary.windows[-args.rows:]
-    cli.console.print(cli.table(f"Over time ({args.window} windows, newest {len(shown)} of {len(summary.windows)})",
-                                ("window start (UTC)", "records", "bytes", "records/s"),
-                                [(w, n, b, n / summary.window_s) for w, n, b in shown]))
+    cli.console.print(
+        cli.table(
+            "Per topic",
+            ("topic", "records", "bytes", "first", "last", "avg/s", "peak/s"),
+            [
+                (t.topic, t.records, t.bytes, stamp(t.first_ms), stamp(t.last_ms), t.rate_per_s, t.peak_per_s)
+                for t in summary.topics
+            ],
+        )
+    )
+    shown = summary.windows[-args.rows :]
+    cli.console.print(
+        cli.table(
+            f"Over time ({args.window} windows, newest {len(shown)} of {len(summary.windows)})",
+            ("window start (UTC)", "records", "bytes", "records/s"),
+            [(w, n, b, n / summary.window_s) for w, n, b in shown],
+        )
+    )
     total = sum(t.records for t in summary.topics)
     cli.console.print(f"{total:,} records, {len(summary.topics)} topics, in {summary.elapsed_s:.1f} s")
     return 0

@@ -18,6 +18,7 @@ With authentication on, these commands need a Super user's ``--access-key`` / ``
 (or $PYRMQ_ACCESS_KEY / $PYRMQ_SECRET_KEY). Exit codes as the other admin commands; 2 also for a
 bad resource or action, 3 for an unknown user.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,13 +46,18 @@ def _secret() -> str:
 
 
 def user_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    response = stub.PutUser(pb.PutUserRequest(username=ns.name, secret_key=_secret(), super_user=ns.super,
-                                              disabled=ns.disabled), timeout=ns.timeout)
+    response = stub.PutUser(
+        pb.PutUserRequest(username=ns.name, secret_key=_secret(), super_user=ns.super, disabled=ns.disabled),
+        timeout=ns.timeout,
+    )
     kind = "Super" if ns.super else "Normal"
 
     def render(console: Console) -> None:
-        console.print(f"{'Created' if response.created else 'Updated'} user {ns.name} ({kind}"
-                      f"{', disabled' if ns.disabled else ''}).")
+        console.print(
+            f"{'Created' if response.created else 'Updated'} user {ns.name} ({kind}"
+            f"{', disabled' if ns.disabled else ''})."
+        )
+
     return {"created": response.created, "username": ns.name, "user_type": kind}, render
 
 
@@ -61,14 +67,17 @@ def user_delete(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docume
 
 
 def user_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    users = [{"username": u.username, "user_type": u.user_type, "user_status": u.user_status}
-             for u in stub.ListUsers(pb.ListUsersRequest(), timeout=ns.timeout).users]
+    users = [
+        {"username": u.username, "user_type": u.user_type, "user_status": u.user_status}
+        for u in stub.ListUsers(pb.ListUsersRequest(), timeout=ns.timeout).users
+    ]
 
     def render(console: Console) -> None:
         table = _table("USER", "TYPE", "STATUS")
         for u in users:
             table.add_row(u["username"], u["user_type"], u["user_status"])
         _print_table(console, table, users, "No users.")
+
     return {"users": users}, render
 
 
@@ -80,12 +89,20 @@ def _policies_of(stub: pb_grpc.AdminStub, ns: argparse.Namespace, user: str) -> 
 def policy_add(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
     """Read the user's policies, replace any entry for the same resource, write them back."""
     policies = [p for p in _policies_of(stub, ns, ns.user) if p.resource != ns.resource]
-    policies.append(pb.Policy(resource=ns.resource, actions=ns.actions, decision="Deny" if ns.deny else "Allow",
-                              source_ips=ns.source_ip or []))
+    policies.append(
+        pb.Policy(
+            resource=ns.resource,
+            actions=ns.actions,
+            decision="Deny" if ns.deny else "Allow",
+            source_ips=ns.source_ip or [],
+        )
+    )
     stub.SetAcl(pb.SetAclRequest(acl=pb.Acl(username=ns.user, policies=policies)), timeout=ns.timeout)
     verb = "Deny" if ns.deny else "Allow"
-    return ({"username": ns.user, "resource": ns.resource, "actions": ns.actions, "decision": verb},
-            lambda console: console.print(f"{verb} {ns.user} {','.join(ns.actions)} on {ns.resource}."))
+    return (
+        {"username": ns.user, "resource": ns.resource, "actions": ns.actions, "decision": verb},
+        lambda console: console.print(f"{verb} {ns.user} {','.join(ns.actions)} on {ns.resource}."),
+    )
 
 
 def policy_remove(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
@@ -95,22 +112,38 @@ def policy_remove(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docu
         print(f"pyrmq: error: {ns.user} has no policy on {ns.resource}", file=sys.stderr)
         raise SystemExit(3)
     stub.SetAcl(pb.SetAclRequest(acl=pb.Acl(username=ns.user, policies=kept)), timeout=ns.timeout)
-    return ({"username": ns.user, "removed": ns.resource},
-            lambda console: console.print(f"Removed {ns.user}'s policy on {ns.resource}."))
+    return (
+        {"username": ns.user, "removed": ns.resource},
+        lambda console: console.print(f"Removed {ns.user}'s policy on {ns.resource}."),
+    )
 
 
 def acl_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    acls = [{"username": a.username, "policies": [
-        {"resource": p.resource, "actions": list(p.actions), "decision": p.decision, "source_ips": list(p.source_ips)}
-        for p in a.policies]} for a in stub.ListAcls(pb.ListAclsRequest(username=ns.user or ""),
-                                                      timeout=ns.timeout).acls]
+    acls = [
+        {
+            "username": a.username,
+            "policies": [
+                {
+                    "resource": p.resource,
+                    "actions": list(p.actions),
+                    "decision": p.decision,
+                    "source_ips": list(p.source_ips),
+                }
+                for p in a.policies
+            ],
+        }
+        for a in stub.ListAcls(pb.ListAclsRequest(username=ns.user or ""), timeout=ns.timeout).acls
+    ]
     rows = [(a["username"], p) for a in acls for p in a["policies"]]
 
     def render(console: Console) -> None:
         table = _table("USER", "RESOURCE", "ACTIONS", "DECISION", "SOURCE IPS")
         for user, p in rows:
-            table.add_row(user, p["resource"], ",".join(p["actions"]), p["decision"], ",".join(p["source_ips"]) or "any")
+            table.add_row(
+                user, p["resource"], ",".join(p["actions"]), p["decision"], ",".join(p["source_ips"]) or "any"
+            )
         _print_table(console, table, rows, "No policies.")
+
     return {"acls": acls}, render
 
 
@@ -128,9 +161,9 @@ def _actions(text: str) -> list[str]:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     common = common_arguments()
-    acl = commands.add_parser("acl", help="users and their ACLs (authentication and authorization)",
-                              description=__doc__.split("\n\n")[0]).add_subparsers(
-        dest="acl_command", required=True, metavar="{user,policy,list}")
+    acl = commands.add_parser(
+        "acl", help="users and their ACLs (authentication and authorization)", description=__doc__.split("\n\n")[0]
+    ).add_subparsers(dest="acl_command", required=True, metavar="{user,policy,list}")
 
     def leaf(parent: argparse._SubParsersAction, name: str, run, help_text: str) -> argparse.ArgumentParser:
         parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
@@ -138,9 +171,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         return parser
 
     user = acl.add_parser("user", help="create, delete and list users").add_subparsers(
-        dest="user_command", required=True, metavar="{create,delete,list}")
-    create = leaf(user, "create", user_create,
-                  f"create a user, or change one (the secret key is read from ${SECRET_ENV}, stdin or a prompt)")
+        dest="user_command", required=True, metavar="{create,delete,list}"
+    )
+    create = leaf(
+        user,
+        "create",
+        user_create,
+        f"create a user, or change one (the secret key is read from ${SECRET_ENV}, stdin or a prompt)",
+    )
     create.add_argument("name", metavar="NAME")
     create.add_argument("--super", action="store_true", help="a Super user: may do anything")
     create.add_argument("--disabled", action="store_true", help="cannot authenticate until re-created without it")
@@ -148,7 +186,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     leaf(user, "list", user_list, "list users (never their secret keys)")
 
     policy = acl.add_parser("policy", help="add and remove a user's policies").add_subparsers(
-        dest="policy_command", required=True, metavar="{add,remove}")
+        dest="policy_command", required=True, metavar="{add,remove}"
+    )
     add = leaf(policy, "add", policy_add, "allow (or deny) a user actions on a resource")
     add.add_argument("user", metavar="USER")
     add.add_argument("resource", metavar="RESOURCE", help="Topic:NAME, Group:NAME, Topic:PREFIX*, Topic:*, or *")
@@ -159,4 +198,5 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     remove.add_argument("user", metavar="USER")
     remove.add_argument("resource", metavar="RESOURCE")
     leaf(acl, "list", acl_list, "list every user's policies, or one user's").add_argument(
-        "user", nargs="?", metavar="USER")
+        "user", nargs="?", metavar="USER"
+    )

@@ -18,6 +18,7 @@ The summary: per phase, messages, seconds, msgs/s, MiB/s (bodies) and request la
 (10,000 messages of 1 KiB, 8 requests in flight, 8 messages per request) take about 5 s on
 two CPUs shared with the broker and the store.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,14 @@ import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeRemainingColumn)
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from services.admin.cli import _positive, _table
@@ -45,16 +53,16 @@ from services.v2client.client import (
     check_entries,
     now_ms,
     receive_deadline_s,
-    received,
     receive_request,
+    received,
 )
 
 HELP = "a load generator: send messages with requests in flight, then consume them; prints msgs/s and latency"
 BENCH_TOPIC = "BenchTopic"
 BENCH_GROUP = "BenchGroup"
-INVISIBLE_S = 60.0        # a consumed message is acked long before this
-RECEIVE_WAIT_S = 5.0      # the broker's shortest long polling
-STALL_S_MIN = 10.0        # consume gives up after this long without a message (or --timeout if longer)
+INVISIBLE_S = 60.0  # a consumed message is acked long before this
+RECEIVE_WAIT_S = 5.0  # the broker's shortest long polling
+STALL_S_MIN = 10.0  # consume gives up after this long without a message (or --timeout if longer)
 MIB = 1 << 20
 
 
@@ -73,10 +81,17 @@ class Phase:
 
     def document(self, body_bytes: int) -> dict[str, Any]:
         rate = self.messages / self.seconds if self.seconds > 0 else 0.0
-        return {"messages": self.messages, "seconds": round(self.seconds, 3), "msgs_per_s": round(rate, 1),
-                "mib_per_s": round(rate * body_bytes / MIB, 2), "requests": len(self.latencies_s),
-                "latency_ms": {"p50": _percentile_ms(self.latencies_s, 0.50),
-                               "p99": _percentile_ms(self.latencies_s, 0.99)}}
+        return {
+            "messages": self.messages,
+            "seconds": round(self.seconds, 3),
+            "msgs_per_s": round(rate, 1),
+            "mib_per_s": round(rate * body_bytes / MIB, 2),
+            "requests": len(self.latencies_s),
+            "latency_ms": {
+                "p50": _percentile_ms(self.latencies_s, 0.50),
+                "p99": _percentile_ms(self.latencies_s, 0.99),
+            },
+        }
 
 
 def _percentile_ms(latencies_s: list[float], q: float) -> float | None:
@@ -97,12 +112,30 @@ class RateColumn(ProgressColumn):
 def bench(client: V2Client, ns: argparse.Namespace, console: Console | None, document: dict[str, Any]) -> None:
     tag = f"bench-{uuid.uuid4().hex[:8]}"
     client.route(ns.topic)  # creates the topic (auto-create on), or TOPIC_NOT_FOUND before any load
-    document.update(topic=ns.topic, group=ns.group, tag=tag, messages=ns.messages, body_bytes=ns.body_bytes,
-                    in_flight=ns.in_flight, batch=ns.batch, sent=0, consumed=0, send=None, consume=None)
+    document.update(
+        topic=ns.topic,
+        group=ns.group,
+        tag=tag,
+        messages=ns.messages,
+        body_bytes=ns.body_bytes,
+        in_flight=ns.in_flight,
+        batch=ns.batch,
+        sent=0,
+        consumed=0,
+        send=None,
+        consume=None,
+    )
     body = os.urandom(ns.body_bytes)
     stderr = Console(stderr=True)
-    progress = Progress(TextColumn("{task.description:<8}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
-                        TimeRemainingColumn(), console=stderr, disable=ns.no_progress or not stderr.is_terminal)
+    progress = Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        disable=ns.no_progress or not stderr.is_terminal,
+    )
     with progress:
         sent = _send_phase(client, ns, body, tag, progress)
         document.update(sent=sent.messages, send=sent.document(ns.body_bytes))
@@ -138,8 +171,12 @@ def _send_phase(client: V2Client, ns: argparse.Namespace, body: bytes, tag: str,
     started = time.perf_counter()
     for first in range(0, ns.messages, ns.batch):
         born_ms = now_ms()
-        request = s.SendMessageRequest(messages=[build_message(ns.topic, body, tag=tag, born_timestamp_ms=born_ms)
-                                                 for _ in range(min(ns.batch, ns.messages - first))])
+        request = s.SendMessageRequest(
+            messages=[
+                build_message(ns.topic, body, tag=tag, born_timestamp_ms=born_ms)
+                for _ in range(min(ns.batch, ns.messages - first))
+            ]
+        )
         slots.acquire()
         if errors:
             slots.release()
@@ -188,9 +225,14 @@ def _consume_phase(client: V2Client, ns: argparse.Namespace, tag: str, progress:
             try:
                 messages = received(f"ReceiveMessage {ns.group} {ns.topic}", call)
                 if messages:
-                    check_entries(f"AckMessage {ns.group} {ns.topic}", client.stub.AckMessage(
-                        ack_request(ns.group, ns.topic, messages), metadata=client.metadata,
-                        timeout=client.timeout_s))
+                    check_entries(
+                        f"AckMessage {ns.group} {ns.topic}",
+                        client.stub.AckMessage(
+                            ack_request(ns.group, ns.topic, messages),
+                            metadata=client.metadata,
+                            timeout=client.timeout_s,
+                        ),
+                    )
             except (grpc.RpcError, BrokerCallError) as exc:
                 if not stop.is_set():
                     finish(exc)
@@ -213,11 +255,14 @@ def _consume_phase(client: V2Client, ns: argparse.Namespace, tag: str, progress:
                 phase.seconds = now - started_at[0]
                 finish()
             elif stalled:
-                finish(BenchError(f"consume stalled: {phase.messages} of {ns.messages} messages came back, "
-                                  f"none in the last {stall_s:g} s"))
+                finish(
+                    BenchError(
+                        f"consume stalled: {phase.messages} of {ns.messages} messages came back, "
+                        f"none in the last {stall_s:g} s"
+                    )
+                )
 
-    threads = [threading.Thread(target=receiver, name=f"bench-receiver-{i}", daemon=True)
-               for i in range(ns.in_flight)]
+    threads = [threading.Thread(target=receiver, name=f"bench-receiver-{i}", daemon=True) for i in range(ns.in_flight)]
     started_at[0] = last_progress[0] = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -241,12 +286,21 @@ def _render(console: Console, ns: argparse.Namespace, document: dict[str, Any]) 
         if phase is None:
             continue
         latency = phase["latency_ms"]
-        table.add_row(name, f"{phase['messages']:,}", f"{phase['seconds']:.2f}", f"{phase['msgs_per_s']:,.0f}",
-                      f"{phase['mib_per_s']:.2f}", _ms_text(latency["p50"]), _ms_text(latency["p99"]))
+        table.add_row(
+            name,
+            f"{phase['messages']:,}",
+            f"{phase['seconds']:.2f}",
+            f"{phase['msgs_per_s']:,.0f}",
+            f"{phase['mib_per_s']:.2f}",
+            _ms_text(latency["p50"]),
+            _ms_text(latency["p99"]),
+        )
     console.print(table)
-    console.print(f"{ns.messages:,} messages of {ns.body_bytes:,} bytes to {ns.topic}, {ns.in_flight} requests in "
-                  f"flight, {ns.batch} message{'s' if ns.batch != 1 else ''} per SendMessage"
-                  + (f"; consumed as {ns.group} (tag {document['tag']})." if ns.consume else "; not consumed."))
+    console.print(
+        f"{ns.messages:,} messages of {ns.body_bytes:,} bytes to {ns.topic}, {ns.in_flight} requests in "
+        f"flight, {ns.batch} message{'s' if ns.batch != 1 else ''} per SendMessage"
+        + (f"; consumed as {ns.group} (tag {document['tag']})." if ns.consume else "; not consumed.")
+    )
     console.print("Latency: send per SendMessage request, consume per receive + ack round.")
 
 
@@ -257,14 +311,26 @@ def _ms_text(ms: float | None) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", default=BENCH_TOPIC, help="the topic to load (default %(default)s)")
     parser.add_argument("--group", default=BENCH_GROUP, help="the consumer group (default %(default)s)")
-    parser.add_argument("--messages", type=_positive, default=10_000, metavar="N",
-                        help="messages to send (default %(default)s)")
-    parser.add_argument("--body-bytes", type=_positive, default=1024, metavar="B",
-                        help="body size (default %(default)s)")
-    parser.add_argument("--in-flight", type=_positive, default=8, metavar="K",
-                        help="requests in flight, and receivers (default %(default)s)")
-    parser.add_argument("--batch", type=_positive, default=8, metavar="M",
-                        help="messages per SendMessage (default %(default)s)")
-    parser.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
-                        help="receive and ack the messages after sending them (default: yes)")
+    parser.add_argument(
+        "--messages", type=_positive, default=10_000, metavar="N", help="messages to send (default %(default)s)"
+    )
+    parser.add_argument(
+        "--body-bytes", type=_positive, default=1024, metavar="B", help="body size (default %(default)s)"
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=_positive,
+        default=8,
+        metavar="K",
+        help="requests in flight, and receivers (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch", type=_positive, default=8, metavar="M", help="messages per SendMessage (default %(default)s)"
+    )
+    parser.add_argument(
+        "--consume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="receive and ack the messages after sending them (default: yes)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -21,6 +21,7 @@ Exit codes: 0 done; 1 any other error; 2 bad usage or an argument the broker ref
 did not answer (UNAVAILABLE, DEADLINE_EXCEEDED); 5 not allowed: no or bad credentials
 (UNAUTHENTICATED) or a user the ACLs do not allow (PERMISSION_DENIED). Errors are one line on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +46,28 @@ DEFAULT_ENDPOINT = "127.0.0.1:8081"
 DEFAULT_TIMEOUT_S = 10.0
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 BODY_PREVIEW_CHARS = 40
-_NUMERIC_COLUMNS = frozenset({"QUEUE", "READ QUEUES", "WRITE QUEUES", "MAX DELIVERY ATTEMPTS", "MIN OFFSET",
-                              "BROKER OFFSET", "CONSUMER OFFSET", "QUEUE OFFSET", "LAG"})
+_NUMERIC_COLUMNS = frozenset(
+    {
+        "QUEUE",
+        "READ QUEUES",
+        "WRITE QUEUES",
+        "MAX DELIVERY ATTEMPTS",
+        "MIN OFFSET",
+        "BROKER OFFSET",
+        "CONSUMER OFFSET",
+        "QUEUE OFFSET",
+        "LAG",
+    }
+)
 EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_DENIED = 0, 1, 2, 3, 4, 5
-_EXIT_CODES = {grpc.StatusCode.INVALID_ARGUMENT: EXIT_INVALID, grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
-               grpc.StatusCode.UNAVAILABLE: EXIT_UNREACHABLE, grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNREACHABLE,
-               grpc.StatusCode.UNAUTHENTICATED: EXIT_DENIED, grpc.StatusCode.PERMISSION_DENIED: EXIT_DENIED}
+_EXIT_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT: EXIT_INVALID,
+    grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
+    grpc.StatusCode.UNAVAILABLE: EXIT_UNREACHABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNREACHABLE,
+    grpc.StatusCode.UNAUTHENTICATED: EXIT_DENIED,
+    grpc.StatusCode.PERMISSION_DENIED: EXIT_DENIED,
+}
 
 Document = dict[str, Any]
 Render = Callable[[Console], None]
@@ -59,27 +76,41 @@ Command = Callable[[pb_grpc.AdminStub, argparse.Namespace], tuple[Document, Rend
 
 # -- commands: each calls one RPC and returns (JSON document, how to render it) -------------------
 
+
 def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    response = stub.CreateTopic(pb.CreateTopicRequest(
-        name=ns.name, message_type=pb.MessageType.Value(ns.type), queue_nums=ns.queues or 0), timeout=ns.timeout)
+    response = stub.CreateTopic(
+        pb.CreateTopicRequest(name=ns.name, message_type=pb.MessageType.Value(ns.type), queue_nums=ns.queues or 0),
+        timeout=ns.timeout,
+    )
     topic = _topic_doc(response.topic)
 
     def render(console: Console) -> None:
-        console.print(f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
-                      f"{topic['message_type']}, {topic['write_queue_nums']} queues.")
+        console.print(
+            f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
+            f"{topic['message_type']}, {topic['write_queue_nums']} queues."
+        )
+
     return {"created": response.created, "topic": topic}, render
 
 
 def topic_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    topics = [_topic_doc(t) for t in stub.ListTopics(pb.ListTopicsRequest(include_system=ns.all),
-                                                     timeout=ns.timeout).topics]
+    topics = [
+        _topic_doc(t) for t in stub.ListTopics(pb.ListTopicsRequest(include_system=ns.all), timeout=ns.timeout).topics
+    ]
 
     def render(console: Console) -> None:
         table = _table("TOPIC", "TYPE", "READ QUEUES", "WRITE QUEUES", "PERM", *(["SYSTEM"] if ns.all else []))
         for t in topics:
-            table.add_row(t["name"], t["message_type"], str(t["read_queue_nums"]), str(t["write_queue_nums"]),
-                          _perm_text(t["perm"]), *(["yes" if t["system"] else ""] if ns.all else []))
+            table.add_row(
+                t["name"],
+                t["message_type"],
+                str(t["read_queue_nums"]),
+                str(t["write_queue_nums"]),
+                _perm_text(t["perm"]),
+                *(["yes" if t["system"] else ""] if ns.all else []),
+            )
         _print_table(console, table, topics, "No topics.")
+
     return {"topics": topics}, render
 
 
@@ -96,52 +127,77 @@ def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
     group = _group_doc(response.group)
 
     def render(console: Console) -> None:
-        console.print(f"{'Created' if response.created else 'Updated'} group {group['name']}: "
-                      f"{'FIFO' if group['fifo'] else 'not FIFO'}, "
-                      f"{group['max_delivery_attempts']} delivery attempts before the DLQ.")
+        console.print(
+            f"{'Created' if response.created else 'Updated'} group {group['name']}: "
+            f"{'FIFO' if group['fifo'] else 'not FIFO'}, "
+            f"{group['max_delivery_attempts']} delivery attempts before the DLQ."
+        )
+
     return {"created": response.created, "group": group}, render
 
 
 def group_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    groups = [_group_doc(g) for g in stub.ListGroups(pb.ListGroupsRequest(include_system=ns.all),
-                                                     timeout=ns.timeout).groups]
+    groups = [
+        _group_doc(g) for g in stub.ListGroups(pb.ListGroupsRequest(include_system=ns.all), timeout=ns.timeout).groups
+    ]
 
     def render(console: Console) -> None:
         table = _table("GROUP", "FIFO", "MAX DELIVERY ATTEMPTS", *(["SYSTEM"] if ns.all else []))
         for g in groups:
-            table.add_row(g["name"], "yes" if g["fifo"] else "no", str(g["max_delivery_attempts"]),
-                          *(["yes" if g["system"] else ""] if ns.all else []))
+            table.add_row(
+                g["name"],
+                "yes" if g["fifo"] else "no",
+                str(g["max_delivery_attempts"]),
+                *(["yes" if g["system"] else ""] if ns.all else []),
+            )
         _print_table(console, table, groups, "No consumer groups.")
+
     return {"groups": groups}, render
 
 
 def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    response = stub.GetConsumerProgress(pb.GetConsumerProgressRequest(group=ns.group, topic=ns.topic or ""),
-                                        timeout=ns.timeout)
-    queues = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset,
-               "broker_offset": q.broker_offset, "consumer_offset": q.consumer_offset, "lag": q.lag}
-              for q in response.queues]
+    response = stub.GetConsumerProgress(
+        pb.GetConsumerProgressRequest(group=ns.group, topic=ns.topic or ""), timeout=ns.timeout
+    )
+    queues = [
+        {
+            "topic": q.topic,
+            "queue_id": q.queue_id,
+            "min_offset": q.min_offset,
+            "broker_offset": q.broker_offset,
+            "consumer_offset": q.consumer_offset,
+            "lag": q.lag,
+        }
+        for q in response.queues
+    ]
     document = {"group": response.group, "total_lag": response.total_lag, "queues": queues}
 
     def render(console: Console) -> None:
         if not queues:
-            console.print(f"Group {response.group} has no consumer offsets yet "
-                          "(--topic TOPIC shows a topic's queues).")
+            console.print(f"Group {response.group} has no consumer offsets yet (--topic TOPIC shows a topic's queues).")
             return
         console.print(f"Consumer group {response.group}")
         table = _table("TOPIC", "QUEUE", "MIN OFFSET", "BROKER OFFSET", "CONSUMER OFFSET", "LAG")
         for q in queues:
             consumer_offset = str(q["consumer_offset"]) if q["consumer_offset"] >= 0 else "-"
-            table.add_row(q["topic"], str(q["queue_id"]), str(q["min_offset"]), str(q["broker_offset"]),
-                          consumer_offset, str(q["lag"]))
+            table.add_row(
+                q["topic"],
+                str(q["queue_id"]),
+                str(q["min_offset"]),
+                str(q["broker_offset"]),
+                consumer_offset,
+                str(q["lag"]),
+            )
         console.print(table)
         console.print(f"Total lag: {response.total_lag}")
+
     return document, render
 
 
 def message_query(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    request = pb.QueryMessagesRequest(topic=ns.topic or "", key=ns.key or "", message_id=ns.id or "",
-                                      max_num=ns.max or 0)
+    request = pb.QueryMessagesRequest(
+        topic=ns.topic or "", key=ns.key or "", message_id=ns.id or "", max_num=ns.max or 0
+    )
     messages = [_message_doc(m) for m in stub.QueryMessages(request, timeout=ns.timeout).messages]
 
     def render(console: Console) -> None:
@@ -151,23 +207,42 @@ def message_query(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docu
             return
         table = _table("MESSAGE ID", "TOPIC", "QUEUE", "QUEUE OFFSET", "TAG", "KEYS", "STORE TIME", "BODY")
         for m in messages:
-            table.add_row(m["message_id"], m["topic"], str(m["queue_id"]), str(m["queue_offset"]), m["tag"],
-                          " ".join(m["keys"]), _time_text(m["store_timestamp_ms"]), _body_preview(m))
+            table.add_row(
+                m["message_id"],
+                m["topic"],
+                str(m["queue_id"]),
+                str(m["queue_offset"]),
+                m["tag"],
+                " ".join(m["keys"]),
+                _time_text(m["store_timestamp_ms"]),
+                _body_preview(m),
+            )
         _print_table(console, table, messages, f"No message of topic {ns.topic} has key {ns.key}.")
+
     return {"messages": messages}, render
 
 
 # -- documents and rendering -----------------------------------------------------------------------
 
+
 def _topic_doc(topic: pb.Topic) -> Document:
-    return {"name": topic.name, "message_type": pb.MessageType.Name(topic.message_type),
-            "read_queue_nums": topic.read_queue_nums, "write_queue_nums": topic.write_queue_nums,
-            "perm": topic.perm, "system": topic.system}
+    return {
+        "name": topic.name,
+        "message_type": pb.MessageType.Name(topic.message_type),
+        "read_queue_nums": topic.read_queue_nums,
+        "write_queue_nums": topic.write_queue_nums,
+        "perm": topic.perm,
+        "system": topic.system,
+    }
 
 
 def _group_doc(group: pb.Group) -> Document:
-    return {"name": group.name, "fifo": group.fifo, "max_delivery_attempts": group.max_delivery_attempts,
-            "system": group.system}
+    return {
+        "name": group.name,
+        "fifo": group.fifo,
+        "max_delivery_attempts": group.max_delivery_attempts,
+        "system": group.system,
+    }
 
 
 def _message_doc(m: pb.MessageRecord) -> Document:
@@ -175,13 +250,25 @@ def _message_doc(m: pb.MessageRecord) -> Document:
         body_text: str | None = m.body.decode("utf-8")
     except UnicodeDecodeError:
         body_text = None
-    return {"message_id": m.message_id, "offset_msg_id": m.offset_msg_id, "topic": m.topic,
-            "queue_id": m.queue_id, "queue_offset": m.queue_offset, "phy_offset": m.phy_offset, "tag": m.tag,
-            "keys": list(m.keys), "born_timestamp_ms": m.born_timestamp_ms,
-            "store_timestamp_ms": m.store_timestamp_ms, "born_host": m.born_host, "store_host": m.store_host,
-            "reconsume_times": m.reconsume_times, "properties": dict(sorted(m.properties.items())),
-            "body_size_bytes": len(m.body), "body_text": body_text,
-            "body_base64": base64.b64encode(m.body).decode("ascii")}
+    return {
+        "message_id": m.message_id,
+        "offset_msg_id": m.offset_msg_id,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "phy_offset": m.phy_offset,
+        "tag": m.tag,
+        "keys": list(m.keys),
+        "born_timestamp_ms": m.born_timestamp_ms,
+        "store_timestamp_ms": m.store_timestamp_ms,
+        "born_host": m.born_host,
+        "store_host": m.store_host,
+        "reconsume_times": m.reconsume_times,
+        "properties": dict(sorted(m.properties.items())),
+        "body_size_bytes": len(m.body),
+        "body_text": body_text,
+        "body_base64": base64.b64encode(m.body).decode("ascii"),
+    }
 
 
 def _table(*columns: str) -> Table:
@@ -199,13 +286,19 @@ def _print_message_details(console: Console, m: Document) -> None:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, show_header=False)
     table.add_column("FIELD", style="bold")
     table.add_column("VALUE")
-    for name, value in (("Message ID", m["message_id"]), ("Offset message ID", m["offset_msg_id"]),
-                        ("Topic", m["topic"]), ("Queue", str(m["queue_id"])), ("Queue offset", str(m["queue_offset"])),
-                        ("Tag", m["tag"]), ("Keys", " ".join(m["keys"])),
-                        ("Born", f"{_time_text(m['born_timestamp_ms'])} from {m['born_host']}"),
-                        ("Stored", f"{_time_text(m['store_timestamp_ms'])} at {m['store_host']}"),
-                        ("Reconsume times", str(m["reconsume_times"])),
-                        ("Body", f"{_body_preview(m)} ({m['body_size_bytes']} bytes)")):
+    for name, value in (
+        ("Message ID", m["message_id"]),
+        ("Offset message ID", m["offset_msg_id"]),
+        ("Topic", m["topic"]),
+        ("Queue", str(m["queue_id"])),
+        ("Queue offset", str(m["queue_offset"])),
+        ("Tag", m["tag"]),
+        ("Keys", " ".join(m["keys"])),
+        ("Born", f"{_time_text(m['born_timestamp_ms'])} from {m['born_host']}"),
+        ("Stored", f"{_time_text(m['store_timestamp_ms'])} at {m['store_host']}"),
+        ("Reconsume times", str(m["reconsume_times"])),
+        ("Body", f"{_body_preview(m)} ({m['body_size_bytes']} bytes)"),
+    ):
         table.add_row(name, value)
     table.add_row("Properties", "" if m["properties"] else "-")
     for key, value in m["properties"].items():
@@ -226,10 +319,11 @@ def _body_preview(m: Document) -> str:
     if text is None:
         return f"<{m['body_size_bytes']} bytes, not UTF-8>"
     text = text.replace("\n", " ")
-    return text if len(text) <= BODY_PREVIEW_CHARS else text[:BODY_PREVIEW_CHARS - 1] + "…"
+    return text if len(text) <= BODY_PREVIEW_CHARS else text[: BODY_PREVIEW_CHARS - 1] + "…"
 
 
 # -- running a command -----------------------------------------------------------------------------
+
 
 def _error_line(exc: grpc.RpcError, endpoint: str) -> str:
     code, details = exc.code(), " ".join((exc.details() or "").split())
@@ -256,10 +350,10 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
             print(json.dumps(document, indent=2))
         else:
             # Not a terminal (a pipe, a file): never wrap or cut a column at 80 characters.
-            console = Console(markup=False, highlight=False, emoji=False,
-                              width=None if sys.stdout.isatty() else 1_000)
+            console = Console(markup=False, highlight=False, emoji=False, width=None if sys.stdout.isatty() else 1_000)
             render(console)
         return EXIT_OK
+
     return run
 
 
@@ -268,49 +362,67 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     leaf sets ``run`` (namespace -> exit code)."""
     common = common_arguments()
 
-    def leaf(parent: argparse._SubParsersAction, name: str, command: Command,
-             help_text: str) -> argparse.ArgumentParser:
+    def leaf(
+        parent: argparse._SubParsersAction, name: str, command: Command, help_text: str
+    ) -> argparse.ArgumentParser:
         parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
         parser.set_defaults(run=_run(command))
         return parser
 
     topic = commands.add_parser("topic", help="create, list and delete topics").add_subparsers(
-        dest="topic_command", required=True, metavar="{create,list,delete}")
+        dest="topic_command", required=True, metavar="{create,list,delete}"
+    )
     create = leaf(topic, "create", topic_create, "create a topic, or change its type and queue count")
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--type", required=True, type=str.upper, choices=MESSAGE_TYPES,
-                        help="the message type the topic accepts (MIXED: any)")
-    create.add_argument("--queues", type=_positive, metavar="N",
-                        help="read and write queues (default: 8 for a new topic, unchanged for an existing one)")
+    create.add_argument(
+        "--type",
+        required=True,
+        type=str.upper,
+        choices=MESSAGE_TYPES,
+        help="the message type the topic accepts (MIXED: any)",
+    )
+    create.add_argument(
+        "--queues",
+        type=_positive,
+        metavar="N",
+        help="read and write queues (default: 8 for a new topic, unchanged for an existing one)",
+    )
     listing = leaf(topic, "list", topic_list, "list topics")
     listing.add_argument("--all", action="store_true", help="include system topics")
     delete = leaf(topic, "delete", topic_delete, "delete a topic (its queues and consumer offsets)")
     delete.add_argument("name", metavar="NAME")
 
     group = commands.add_parser("group", help="create and list consumer groups").add_subparsers(
-        dest="group_command", required=True, metavar="{create,list}")
+        dest="group_command", required=True, metavar="{create,list}"
+    )
     create = leaf(group, "create", group_create, "create a consumer group, or change its settings")
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None,
-                        help="deliver each message group in order (default: off for a new group, unchanged "
-                             "for an existing one)")
-    create.add_argument("--max-delivery-attempts", type=_positive, metavar="N",
-                        help="deliveries before a message goes to the DLQ (default: 17 for a new group, "
-                             "unchanged for an existing one)")
+    create.add_argument(
+        "--fifo",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="deliver each message group in order (default: off for a new group, unchanged for an existing one)",
+    )
+    create.add_argument(
+        "--max-delivery-attempts",
+        type=_positive,
+        metavar="N",
+        help="deliveries before a message goes to the DLQ (default: 17 for a new group, unchanged for an existing one)",
+    )
     listing = leaf(group, "list", group_list, "list consumer groups")
     listing.add_argument("--all", action="store_true", help="include system groups")
 
     consumer = commands.add_parser("consumer", help="consumer group progress").add_subparsers(
-        dest="consumer_command", required=True, metavar="{progress}")
-    progress = leaf(consumer, "progress", consumer_progress,
-                    "a consumer group's offsets and lag, per queue")
+        dest="consumer_command", required=True, metavar="{progress}"
+    )
+    progress = leaf(consumer, "progress", consumer_progress, "a consumer group's offsets and lag, per queue")
     progress.add_argument("group", metavar="GROUP")
     progress.add_argument("--topic", help="only this topic (default: every topic the group has consumed)")
 
     message = commands.add_parser("message", help="find messages").add_subparsers(
-        dest="message_command", required=True, metavar="{query}")
-    query = leaf(message, "query", message_query,
-                 "find messages by key (--topic and --key) or by message id (--id)")
+        dest="message_command", required=True, metavar="{query}"
+    )
+    query = leaf(message, "query", message_query, "find messages by key (--topic and --key) or by message id (--id)")
     by = query.add_mutually_exclusive_group(required=True)
     by.add_argument("--key", help="a message key (one of KEYS) or a UNIQ_KEY; needs --topic")
     by.add_argument("--id", help="a message id (the client's) or an offset message id")
@@ -320,6 +432,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     def check_query(ns: argparse.Namespace) -> None:
         if ns.key is not None and not ns.topic:
             query.error("--key needs --topic")
+
     query.set_defaults(check=check_query)
 
 
@@ -327,17 +440,32 @@ def common_arguments(json_help: str = "print one JSON document instead of a tabl
     """``--endpoint``, ``--json`` and ``--timeout``, which every command against the broker takes
     (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--endpoint", default=DEFAULT_ENDPOINT, metavar="HOST:PORT",
-                        help="the broker's gRPC address (default %(default)s)")
+    common.add_argument(
+        "--endpoint",
+        default=DEFAULT_ENDPOINT,
+        metavar="HOST:PORT",
+        help="the broker's gRPC address (default %(default)s)",
+    )
     common.add_argument("--json", action="store_true", help=json_help)
-    common.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="give up on a call after this long (default %(default)s)")
-    common.add_argument("--access-key", default=os.environ.get("PYRMQ_ACCESS_KEY", ""), metavar="AK",
-                        help="sign calls as this user, when the broker has authentication on "
-                             "(default $PYRMQ_ACCESS_KEY)")
-    common.add_argument("--secret-key", default=os.environ.get("PYRMQ_SECRET_KEY", ""), metavar="SK",
-                        help="the user's secret key (default $PYRMQ_SECRET_KEY; prefer the variable: "
-                             "a flag shows in the process list)")
+    common.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up on a call after this long (default %(default)s)",
+    )
+    common.add_argument(
+        "--access-key",
+        default=os.environ.get("PYRMQ_ACCESS_KEY", ""),
+        metavar="AK",
+        help="sign calls as this user, when the broker has authentication on (default $PYRMQ_ACCESS_KEY)",
+    )
+    common.add_argument(
+        "--secret-key",
+        default=os.environ.get("PYRMQ_SECRET_KEY", ""),
+        metavar="SK",
+        help="the user's secret key (default $PYRMQ_SECRET_KEY; prefer the variable: a flag shows in the process list)",
+    )
     common.add_argument("--tls", action="store_true", help="connect with TLS (the broker's tls_cert_path is set)")
     common.add_argument("--ca-file", metavar="PEM", help="with --tls: trust this CA (default: the system's roots)")
     return common

@@ -37,6 +37,7 @@ access, payment and flow control); 3 not found (TOPIC_NOT_FOUND: the topic does 
 the broker does not create topics on demand); 4 the broker could not be reached or did not
 answer; 5 not allowed (UNAUTHORIZED: no or bad --access-key/--secret-key; FORBIDDEN: the ACLs). Errors are one line on stderr; Ctrl-C exits 130.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,20 @@ from rich.console import Console
 
 from services.admin import bench_cli
 from services.admin.cli import (
-    _EXIT_CODES, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK,
-    EXIT_UNREACHABLE, _error_line, _positive, _table, _time_text, common_arguments, positive_float)
+    _EXIT_CODES,
+    EXIT_DENIED,
+    EXIT_ERROR,
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    _error_line,
+    _positive,
+    _table,
+    _time_text,
+    common_arguments,
+    positive_float,
+)
 from services.v2client.client import (
     RECEIVE_BATCH_MAX,
     BrokerCallError,
@@ -73,11 +86,20 @@ from services.v2client.client import (
 EXIT_INTERRUPTED = 130
 BODY_PREVIEW_CHARS = 60
 BASE64_PREVIEW_CHARS = 24
-QUEUE_LOOKUP_BUDGET_S = 1.0   # per command: how long to wait for sent messages to be indexed
+QUEUE_LOOKUP_BUDGET_S = 1.0  # per command: how long to wait for sent messages to be indexed
 QUEUE_LOOKUP_RETRY_S = 0.02
 # v2 codes (protocol-v2.md §2) that are no refusal of the request's content.
-_NOT_INVALID = frozenset({d.UNAUTHORIZED, d.PAYMENT_REQUIRED, d.FORBIDDEN, d.REQUEST_TIMEOUT,
-                          d.TOO_MANY_REQUESTS, d.LITE_TOPIC_QUOTA_EXCEEDED, d.LITE_SUBSCRIPTION_QUOTA_EXCEEDED})
+_NOT_INVALID = frozenset(
+    {
+        d.UNAUTHORIZED,
+        d.PAYMENT_REQUIRED,
+        d.FORBIDDEN,
+        d.REQUEST_TIMEOUT,
+        d.TOO_MANY_REQUESTS,
+        d.LITE_TOPIC_QUOTA_EXCEEDED,
+        d.LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+    }
+)
 _NOT_FOUND = frozenset({d.NOT_FOUND, d.TOPIC_NOT_FOUND, d.CONSUMER_GROUP_NOT_FOUND})
 _NO_ANSWER = frozenset({d.REQUEST_TIMEOUT, d.PROXY_TIMEOUT})
 
@@ -101,6 +123,7 @@ def exit_code(code: int) -> int:
 
 # -- send ----------------------------------------------------------------------------------------
 
+
 def send(client: V2Client, ns: argparse.Namespace, console: Console | None, document: Document) -> None:
     client.route(ns.topic)  # an unknown topic (auto-create off) fails here, before anything is sent
     rows: list[Document] = []
@@ -109,14 +132,25 @@ def send(client: V2Client, ns: argparse.Namespace, console: Console | None, docu
     try:
         for n in range(1, ns.count + 1):
             message = build_message(
-                ns.topic, _numbered(ns.body_bytes, n), tag=ns.tag, keys=[k.replace("{n}", str(n)) for k in ns.key],
-                properties=dict(ns.property), message_group=ns.group, delivery_timestamp_ms=ns.deliver_at_ms)
+                ns.topic,
+                _numbered(ns.body_bytes, n),
+                tag=ns.tag,
+                keys=[k.replace("{n}", str(n)) for k in ns.key],
+                properties=dict(ns.property),
+                message_group=ns.group,
+                delivery_timestamp_ms=ns.deliver_at_ms,
+            )
             [entry] = client.send([message])
             parked = bool(entry.recall_handle)  # a future delivery time: in the timer topic until then
-            rows.append({"message_id": entry.message_id,
-                         "queue_id": None if parked else lookup.queue_id(entry.message_id),
-                         "queue_offset": None if parked else entry.offset,
-                         "deliver_at_ms": ns.deliver_at_ms, "recall_handle": entry.recall_handle or None})
+            rows.append(
+                {
+                    "message_id": entry.message_id,
+                    "queue_id": None if parked else lookup.queue_id(entry.message_id),
+                    "queue_offset": None if parked else entry.offset,
+                    "deliver_at_ms": ns.deliver_at_ms,
+                    "recall_handle": entry.recall_handle or None,
+                }
+            )
     finally:
         if console is not None and rows:
             _render_sent(console, rows)
@@ -140,8 +174,9 @@ class _QueueLookup:
     def queue_id(self, message_id: str) -> int | None:
         while self._budget_s > 0:
             try:
-                found = self._stub.QueryMessages(admin_pb.QueryMessagesRequest(
-                    topic=self._topic, message_id=message_id), timeout=self._timeout_s).messages
+                found = self._stub.QueryMessages(
+                    admin_pb.QueryMessagesRequest(topic=self._topic, message_id=message_id), timeout=self._timeout_s
+                ).messages
             except grpc.RpcError as exc:
                 if exc.code() is not grpc.StatusCode.NOT_FOUND:  # not indexed yet: look again
                     self._budget_s = 0
@@ -163,12 +198,17 @@ def _render_sent(console: Console, rows: list[Document]) -> None:
     for r in rows:
         queue = "-" if r["recall_handle"] else "?" if r["queue_id"] is None else str(r["queue_id"])
         offset = "-" if r["queue_offset"] is None else str(r["queue_offset"])
-        table.add_row(r["message_id"], queue, offset,
-                      *([_time_text(r["deliver_at_ms"]) if r["deliver_at_ms"] is not None else ""] if delayed else []))
+        table.add_row(
+            r["message_id"],
+            queue,
+            offset,
+            *([_time_text(r["deliver_at_ms"]) if r["deliver_at_ms"] is not None else ""] if delayed else []),
+        )
     console.print(table)
 
 
 # -- consume ---------------------------------------------------------------------------------------
+
 
 def consume(client: V2Client, ns: argparse.Namespace, console: Console | None, document: Document) -> None:
     readable = [q for q in client.route(ns.topic) if q.permission in (d.READ, d.READ_WRITE)]
@@ -178,9 +218,16 @@ def consume(client: V2Client, ns: argparse.Namespace, console: Console | None, d
     idle_until = time.monotonic() + ns.wait_seconds
     while ns.max is None or len(messages) < ns.max:
         batch = RECEIVE_BATCH_MAX if ns.max is None else min(RECEIVE_BATCH_MAX, ns.max - len(messages))
-        got = client.receive(ns.group, ns.topic, expression, sql=sql, batch_size=batch,
-                             invisible_s=ns.invisible_seconds, queue=readable[0] if readable else None,
-                             wait_s=max(0.0, idle_until - time.monotonic()))
+        got = client.receive(
+            ns.group,
+            ns.topic,
+            expression,
+            sql=sql,
+            batch_size=batch,
+            invisible_s=ns.invisible_seconds,
+            queue=readable[0] if readable else None,
+            wait_s=max(0.0, idle_until - time.monotonic()),
+        )
         if not got:
             if time.monotonic() >= idle_until:
                 break
@@ -214,20 +261,37 @@ def _message_doc(m: d.Message) -> Document:
         body_text: str | None = m.body.decode("utf-8")
     except UnicodeDecodeError:
         body_text = None
-    return {"message_id": sp.message_id, "topic": m.topic.name, "queue_id": sp.queue_id,
-            "queue_offset": sp.queue_offset, "tag": sp.tag if sp.HasField("tag") else None,
-            "keys": list(sp.keys), "message_group": sp.message_group if sp.HasField("message_group") else None,
-            "properties": dict(sorted(m.user_properties.items())), "message_type": d.MessageType.Name(sp.message_type),
-            "delivery_attempt": sp.delivery_attempt, "born_timestamp_ms": timestamp_ms(sp.born_timestamp),
-            "born_host": sp.born_host, "store_timestamp_ms": timestamp_ms(sp.store_timestamp),
-            "delivery_timestamp_ms": timestamp_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None,
-            "body_size_bytes": len(m.body), "body_text": body_text,
-            "body_base64": base64.b64encode(m.body).decode("ascii"), "acked": False}
+    return {
+        "message_id": sp.message_id,
+        "topic": m.topic.name,
+        "queue_id": sp.queue_id,
+        "queue_offset": sp.queue_offset,
+        "tag": sp.tag if sp.HasField("tag") else None,
+        "keys": list(sp.keys),
+        "message_group": sp.message_group if sp.HasField("message_group") else None,
+        "properties": dict(sorted(m.user_properties.items())),
+        "message_type": d.MessageType.Name(sp.message_type),
+        "delivery_attempt": sp.delivery_attempt,
+        "born_timestamp_ms": timestamp_ms(sp.born_timestamp),
+        "born_host": sp.born_host,
+        "store_timestamp_ms": timestamp_ms(sp.store_timestamp),
+        "delivery_timestamp_ms": timestamp_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None,
+        "body_size_bytes": len(m.body),
+        "body_text": body_text,
+        "body_base64": base64.b64encode(m.body).decode("ascii"),
+        "acked": False,
+    }
 
 
 def _message_line(m: Document) -> str:
-    parts = [m["message_id"], f"queue={m['queue_id']}", f"offset={m['queue_offset']}",
-             f"attempt={m['delivery_attempt']}", f"tag={m['tag'] or '-'}", f"keys={','.join(m['keys']) or '-'}"]
+    parts = [
+        m["message_id"],
+        f"queue={m['queue_id']}",
+        f"offset={m['queue_offset']}",
+        f"attempt={m['delivery_attempt']}",
+        f"tag={m['tag'] or '-'}",
+        f"keys={','.join(m['keys']) or '-'}",
+    ]
     if m["message_group"]:
         parts.append(f"group={m['message_group']}")
     if m["properties"]:
@@ -241,7 +305,7 @@ def _body_preview(m: Document) -> str:
     text = m["body_text"]
     if text is not None and all(ch.isprintable() or ch in "\t\r\n" for ch in text):
         text = " ".join(text.split("\n"))
-        return text if len(text) <= BODY_PREVIEW_CHARS else text[:BODY_PREVIEW_CHARS - 1] + "…"
+        return text if len(text) <= BODY_PREVIEW_CHARS else text[: BODY_PREVIEW_CHARS - 1] + "…"
     encoded = m["body_base64"]
     if len(encoded) > BASE64_PREVIEW_CHARS:
         encoded = encoded[:BASE64_PREVIEW_CHARS] + "…"
@@ -250,11 +314,14 @@ def _body_preview(m: Document) -> str:
 
 # -- running a command -----------------------------------------------------------------------------
 
+
 def _broker_error_line(exc: BrokerCallError, ns: argparse.Namespace) -> str:
     topic = getattr(ns, "topic", "")
     if exc.code == d.TOPIC_NOT_FOUND:
-        return (f"topic {topic} does not exist, and the broker does not create topics on demand "
-                f"(pyrmq topic create {topic} --type NORMAL)")
+        return (
+            f"topic {topic} does not exist, and the broker does not create topics on demand "
+            f"(pyrmq topic create {topic} --type NORMAL)"
+        )
     name = d.Code.Name(exc.code) if exc.code in d.Code.values() else str(exc.code)
     return f"{name}: {' '.join(exc.status_message.split())}"
 
@@ -265,12 +332,20 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
             check(ns)  # argument rules argparse cannot express; exits 2 with the usage
         document: Document = {}
         # Not a terminal (a pipe, a file): never wrap or cut a line at 80 characters.
-        console = None if ns.json else Console(markup=False, highlight=False, emoji=False,
-                                               width=None if sys.stdout.isatty() else 1_000)
+        console = (
+            None
+            if ns.json
+            else Console(markup=False, highlight=False, emoji=False, width=None if sys.stdout.isatty() else 1_000)
+        )
         code, error = EXIT_OK, None
         try:
-            with V2Client(ns.endpoint, ns.timeout, credentials=Credentials(ns.access_key, ns.secret_key),
-                          tls=ns.tls, ca_file=ns.ca_file) as client:
+            with V2Client(
+                ns.endpoint,
+                ns.timeout,
+                credentials=Credentials(ns.access_key, ns.secret_key),
+                tls=ns.tls,
+                ca_file=ns.ca_file,
+            ) as client:
                 command(client, ns, console, document)
         except BrokerCallError as exc:
             code, error = exit_code(exc.code), _broker_error_line(exc, ns)
@@ -285,6 +360,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
         if error is not None:
             print(f"pyrmq: error: {error}", file=sys.stderr)
         return code
+
     return run
 
 
@@ -298,25 +374,53 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         parser.set_defaults(run=_run(run))
         return parser
 
-    sender = command("send", send, "send a message (or --count copies) to a topic; prints each one's id, "
-                                   "queue and offset")
+    sender = command(
+        "send", send, "send a message (or --count copies) to a topic; prints each one's id, queue and offset"
+    )
     sender.add_argument("topic", metavar="TOPIC")
-    sender.add_argument("body", metavar="BODY", nargs="?",
-                        help="the message body; '-' reads it from standard input ({n}: the copy's number)")
+    sender.add_argument(
+        "body",
+        metavar="BODY",
+        nargs="?",
+        help="the message body; '-' reads it from standard input ({n}: the copy's number)",
+    )
     sender.add_argument("--file", type=Path, metavar="PATH", help="send this file's bytes as the body")
     sender.add_argument("--tag", help="the message tag (what --tag-expression filters on)")
-    sender.add_argument("--key", action="append", default=[], metavar="K",
-                        help="a message key (pyrmq message query --key); repeat for several")
-    sender.add_argument("--property", action="append", default=[], type=_property, metavar="K=V",
-                        help="a user property (what --sql filters on); repeat for several")
-    sender.add_argument("--group", metavar="MESSAGE_GROUP",
-                        help="send FIFO messages of this message group (kept in order, on one queue)")
+    sender.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="K",
+        help="a message key (pyrmq message query --key); repeat for several",
+    )
+    sender.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        type=_property,
+        metavar="K=V",
+        help="a user property (what --sql filters on); repeat for several",
+    )
+    sender.add_argument(
+        "--group",
+        metavar="MESSAGE_GROUP",
+        help="send FIFO messages of this message group (kept in order, on one queue)",
+    )
     when = sender.add_mutually_exclusive_group()
     when.add_argument("--delay-ms", type=_positive, metavar="N", help="deliver N ms from now (a DELAY message)")
-    when.add_argument("--deliver-at", type=_deliver_at, metavar="TIME",
-                      help="deliver at TIME: ISO 8601 (local time unless it has an offset) or ms since the epoch")
-    sender.add_argument("--count", type=_positive, default=1, metavar="N",
-                        help="send N messages, one request each ({n} in BODY and keys: 1..N; default 1)")
+    when.add_argument(
+        "--deliver-at",
+        type=_deliver_at,
+        metavar="TIME",
+        help="deliver at TIME: ISO 8601 (local time unless it has an offset) or ms since the epoch",
+    )
+    sender.add_argument(
+        "--count",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="send N messages, one request each ({n} in BODY and keys: 1..N; default 1)",
+    )
 
     def check_send(ns: argparse.Namespace) -> None:
         if (ns.body is None) == (ns.file is None):
@@ -324,30 +428,53 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         if ns.group is not None and (ns.delay_ms or ns.deliver_at):
             sender.error("--group (FIFO) and --delay-ms/--deliver-at (DELAY) are exclusive")
         try:
-            ns.body_bytes = (ns.file.read_bytes() if ns.file is not None else sys.stdin.buffer.read()
-                             if ns.body == "-" else ns.body.encode("utf-8"))
+            ns.body_bytes = (
+                ns.file.read_bytes()
+                if ns.file is not None
+                else sys.stdin.buffer.read()
+                if ns.body == "-"
+                else ns.body.encode("utf-8")
+            )
         except OSError as exc:
             sender.error(f"cannot read {ns.file}: {exc.strerror}")
         ns.deliver_at_ms = now_ms() + ns.delay_ms if ns.delay_ms else ns.deliver_at
+
     sender.set_defaults(check=check_send)
 
-    consumer = command("consume", consume, "receive messages as a consumer group (long polling), print and "
-                                           "ack them")
+    consumer = command("consume", consume, "receive messages as a consumer group (long polling), print and ack them")
     consumer.add_argument("topic", metavar="TOPIC")
     consumer.add_argument("--group", required=True, help="the consumer group (created on its first receive)")
     expression = consumer.add_mutually_exclusive_group()
-    expression.add_argument("--tag-expression", default="*", metavar="EXPR",
-                            help="only these tags: 'TagA || TagB' (default '*': every message)")
-    expression.add_argument("--sql", metavar="EXPR", help="only messages matching this SQL92 expression over "
-                                                          "their properties and TAGS, e.g. \"color = 'red'\"")
+    expression.add_argument(
+        "--tag-expression",
+        default="*",
+        metavar="EXPR",
+        help="only these tags: 'TagA || TagB' (default '*': every message)",
+    )
+    expression.add_argument(
+        "--sql",
+        metavar="EXPR",
+        help="only messages matching this SQL92 expression over their properties and TAGS, e.g. \"color = 'red'\"",
+    )
     consumer.add_argument("--max", type=_positive, metavar="N", help="stop after N messages (default: no limit)")
-    consumer.add_argument("--wait-seconds", type=_non_negative_float, default=5.0, metavar="S",
-                          help="stop when nothing arrived for S seconds (at least 5; default %(default)s)")
-    consumer.add_argument("--invisible-seconds", type=positive_float, default=30.0, metavar="S",
-                          help="a received message stays hidden from the group this long unless acked "
-                               "(10 s to 12 h; default %(default)s)")
-    consumer.add_argument("--no-ack", action="store_true",
-                          help="do not ack: the messages are delivered again after --invisible-seconds")
+    consumer.add_argument(
+        "--wait-seconds",
+        type=_non_negative_float,
+        default=5.0,
+        metavar="S",
+        help="stop when nothing arrived for S seconds (at least 5; default %(default)s)",
+    )
+    consumer.add_argument(
+        "--invisible-seconds",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="a received message stays hidden from the group this long unless acked "
+        "(10 s to 12 h; default %(default)s)",
+    )
+    consumer.add_argument(
+        "--no-ack", action="store_true", help="do not ack: the messages are delivered again after --invisible-seconds"
+    )
 
     bench_cli.add_arguments(command("bench", bench_cli.bench, bench_cli.HELP))
 

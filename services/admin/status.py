@@ -27,6 +27,7 @@ the broker answered; 4 a service is not SERVING (DOWN: it did not answer; or it 
 NOT_SERVING), or the broker or its store could not be reached (the rest of the report still
 prints); 1, 2, 3 another error of GetClusterStatus. Errors are one line on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,14 +50,22 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from services.admin.cli import (_EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE,
-                                _error_line, channel_of, common_arguments, positive_float)
+from services.admin.cli import (
+    _EXIT_CODES,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    _error_line,
+    channel_of,
+    common_arguments,
+    positive_float,
+)
 from services.runtime.process import format_address
 from services.topology import SERVICES
 
-DEFAULT_STORE_PORT = 10911              # the store's default gRPC port ([store] port)
-DEFAULT_METRICS_PORT = 9101             # the store's default Prometheus port ([store] metrics_port)
-HEALTH_TIMEOUT_S_MAX = 5.0              # per service check; a dead host must not hold the report long
+DEFAULT_STORE_PORT = 10911  # the store's default gRPC port ([store] port)
+DEFAULT_METRICS_PORT = 9101  # the store's default Prometheus port ([store] metrics_port)
+HEALTH_TIMEOUT_S_MAX = 5.0  # per service check; a dead host must not hold the report long
 SERVING = "SERVING"
 DOWN = "DOWN"
 _NUMERIC_COLUMNS = frozenset({"LATENCY", "QUEUES", "MESSAGES", "MAX OFFSET", "LAG", "IN FLIGHT"})
@@ -70,10 +79,10 @@ class ServiceCheck:
 
     name: str
     address: str
-    status: str                 # SERVING, NOT_SERVING, SERVICE_UNKNOWN, UNKNOWN or DOWN
-    latency_ms: float | None    # of the health check; None when DOWN
-    error: str                  # why DOWN ("" otherwise)
-    metrics_url: str            # "" when not probed (--metrics-port -1)
+    status: str  # SERVING, NOT_SERVING, SERVICE_UNKNOWN, UNKNOWN or DOWN
+    latency_ms: float | None  # of the health check; None when DOWN
+    error: str  # why DOWN ("" otherwise)
+    metrics_url: str  # "" when not probed (--metrics-port -1)
     metrics_reachable: bool | None
 
 
@@ -81,20 +90,25 @@ class ServiceCheck:
 class Report:
     services: list[ServiceCheck]
     store_address: str
-    topics: list[Document] | None     # None: GetClusterStatus failed (``error``)
+    topics: list[Document] | None  # None: GetClusterStatus failed (``error``)
     groups: list[Document] | None
     error: str
     exit_code: int
 
     def document(self) -> Document:
-        doc: Document = {"services": [asdict(s) for s in self.services], "store_address": self.store_address,
-                         "topics": self.topics, "groups": self.groups}
+        doc: Document = {
+            "services": [asdict(s) for s in self.services],
+            "store_address": self.store_address,
+            "topics": self.topics,
+            "groups": self.groups,
+        }
         if self.error:
             doc["error"] = self.error
         return doc
 
 
 # -- collecting ------------------------------------------------------------------------------------
+
 
 def collect(ns: argparse.Namespace) -> Report:
     """Ask the broker for the cluster status, then check every service's health and metrics."""
@@ -103,7 +117,8 @@ def collect(ns: argparse.Namespace) -> Report:
     try:
         with channel_of(ns) as channel:
             response = pb_grpc.AdminStub(channel).GetClusterStatus(
-                pb.GetClusterStatusRequest(include_system=ns.all), timeout=ns.timeout)
+                pb.GetClusterStatusRequest(include_system=ns.all), timeout=ns.timeout
+            )
     except grpc.RpcError as exc:
         error = _cluster_error(exc, ns.endpoint)
         exit_code = _EXIT_CODES.get(exc.code(), EXIT_ERROR)
@@ -117,9 +132,16 @@ def collect(ns: argparse.Namespace) -> Report:
     with ThreadPoolExecutor(max_workers=2 * len(addresses), thread_name_prefix="status") as pool:
         health = {name: pool.submit(check_health, address, timeout_s) for name, address in addresses.items()}
         scraped = {name: pool.submit(probe_metrics, url, timeout_s) for name, url in metrics.items() if url}
-        services = [ServiceCheck(name, addresses[name], *health[name].result(), metrics[name],
-                                 scraped[name].result() if name in scraped else None)
-                    for name in addresses]
+        services = [
+            ServiceCheck(
+                name,
+                addresses[name],
+                *health[name].result(),
+                metrics[name],
+                scraped[name].result() if name in scraped else None,
+            )
+            for name in addresses
+        ]
     if exit_code == EXIT_OK and any(s.status != SERVING for s in services):
         exit_code = EXIT_UNREACHABLE
     return Report(services, addresses["store"], topics, groups, error, exit_code)
@@ -149,8 +171,9 @@ def metrics_urls(ns: argparse.Namespace, addresses: dict[str, str]) -> dict[str,
 def _placement(ns: argparse.Namespace, store_port: int) -> argparse.Namespace:
     """The namespace topology.SERVICES computes ports from (as ``pyrmq up`` fills it)."""
     _, broker_port = split_address(ns.endpoint)
-    return argparse.Namespace(port=broker_port, store_port=store_port, metrics_port=ns.metrics_port,
-                              broker_metrics_port=None)
+    return argparse.Namespace(
+        port=broker_port, store_port=store_port, metrics_port=ns.metrics_port, broker_metrics_port=None
+    )
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -166,8 +189,9 @@ def check_health(address: str, timeout_s: float) -> tuple[str, float | None, str
     started_s = time.monotonic()
     try:
         with grpc.insecure_channel(address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
-                                                              timeout=timeout_s)
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
+            )
     except grpc.RpcError as exc:
         return DOWN, None, f"{exc.code().name}: {' '.join((exc.details() or '').split())}"
     latency_ms = round((time.monotonic() - started_s) * 1000, 1)
@@ -193,31 +217,56 @@ def _cluster_error(exc: grpc.RpcError, endpoint: str) -> str:
 
 
 def _topic_doc(status: pb.TopicStatus) -> Document:
-    return {"name": status.topic.name, "message_type": pb.MessageType.Name(status.topic.message_type),
-            "system": status.topic.system, "queue_nums": len(status.queues), "message_count": status.message_count,
-            "max_offset": sum(q.max_offset for q in status.queues),
-            "queues": [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset}
-                       for q in status.queues]}
+    return {
+        "name": status.topic.name,
+        "message_type": pb.MessageType.Name(status.topic.message_type),
+        "system": status.topic.system,
+        "queue_nums": len(status.queues),
+        "message_count": status.message_count,
+        "max_offset": sum(q.max_offset for q in status.queues),
+        "queues": [
+            {"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset} for q in status.queues
+        ],
+    }
 
 
 def _group_doc(status: pb.GroupTopicStatus) -> Document:
-    return {"group": status.group, "topic": status.topic, "lag": status.lag,
-            "inflight_messages": status.inflight_messages,
-            "queues": [{"queue_id": q.queue_id, "min_offset": q.min_offset, "broker_offset": q.broker_offset,
-                        "consumer_offset": q.consumer_offset, "lag": q.lag} for q in status.queues]}
+    return {
+        "group": status.group,
+        "topic": status.topic,
+        "lag": status.lag,
+        "inflight_messages": status.inflight_messages,
+        "queues": [
+            {
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "broker_offset": q.broker_offset,
+                "consumer_offset": q.consumer_offset,
+                "lag": q.lag,
+            }
+            for q in status.queues
+        ],
+    }
 
 
 # -- rendering -------------------------------------------------------------------------------------
+
 
 def render(report: Report, with_error: bool = False) -> RenderableType:
     """The three tables; ``with_error``: the broker's error as a line too (--watch has no stderr)."""
     parts: list[RenderableType] = [Text("Services", style="bold"), _services_table(report.services)]
     if report.topics is not None:
-        parts += [Text(""), Text("Topics", style="bold"), _topics_table(report.topics) if report.topics
-                  else Text("No topics.")]
+        parts += [
+            Text(""),
+            Text("Topics", style="bold"),
+            _topics_table(report.topics) if report.topics else Text("No topics."),
+        ]
     if report.groups is not None:
-        parts += [Text(""), Text("Consumer groups", style="bold"), _groups_table(report.groups) if report.groups
-                  else Text("No consumer groups.")]
+        parts += [
+            Text(""),
+            Text("Consumer groups", style="bold"),
+            _groups_table(report.groups) if report.groups else Text("No consumer groups."),
+        ]
     if with_error and report.error:
         parts += [Text(""), Text(f"error: {report.error}", style="red")]
     return Group(*parts)
@@ -246,8 +295,14 @@ def _topics_table(topics: list[Document]) -> Table:
     system = any(t["system"] for t in topics)
     table = _table("TOPIC", "TYPE", "QUEUES", "MESSAGES", "MAX OFFSET", *(["SYSTEM"] if system else []))
     for t in topics:
-        table.add_row(t["name"], t["message_type"], str(t["queue_nums"]), str(t["message_count"]),
-                      str(t["max_offset"]), *(["yes" if t["system"] else ""] if system else []))
+        table.add_row(
+            t["name"],
+            t["message_type"],
+            str(t["queue_nums"]),
+            str(t["message_count"]),
+            str(t["max_offset"]),
+            *(["yes" if t["system"] else ""] if system else []),
+        )
     return table
 
 
@@ -260,6 +315,7 @@ def _groups_table(groups: list[Document]) -> Table:
 
 
 # -- running ---------------------------------------------------------------------------------------
+
 
 def run(ns: argparse.Namespace) -> int:
     console = Console(markup=False, highlight=False, emoji=False, width=None if sys.stdout.isatty() else 1_000)
@@ -283,8 +339,12 @@ def _watch(ns: argparse.Namespace, console: Console) -> int:
             while True:
                 report = collect(ns)
                 exit_code = report.exit_code
-                live.update(Group(render(report, with_error=True),
-                                  Text(f"\nevery {ns.watch:g} s, Ctrl-C to stop", style="dim")), refresh=True)
+                live.update(
+                    Group(
+                        render(report, with_error=True), Text(f"\nevery {ns.watch:g} s, Ctrl-C to stop", style="dim")
+                    ),
+                    refresh=True,
+                )
                 _wait(ns.watch)
     except KeyboardInterrupt:
         return exit_code
@@ -297,25 +357,43 @@ def _wait(seconds: float) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``status`` to ``pyrmq``'s subcommands."""
     help_text = "every service's health, the topics' queue depths and the consumer groups' lag"
-    parser = commands.add_parser("status", help=help_text, description=help_text,
-                                 parents=[common_arguments("print one JSON document instead of tables")],
-                                 epilog=f"Health checks wait at most {HEALTH_TIMEOUT_S_MAX:g} s.")
+    parser = commands.add_parser(
+        "status",
+        help=help_text,
+        description=help_text,
+        parents=[common_arguments("print one JSON document instead of tables")],
+        epilog=f"Health checks wait at most {HEALTH_TIMEOUT_S_MAX:g} s.",
+    )
     parser.add_argument("--all", action="store_true", help="include system topics and groups")
-    parser.add_argument("--store", metavar="HOST:PORT",
-                        help="the store's gRPC address (default: the one the broker uses, else the broker's host, "
-                             f"port {DEFAULT_STORE_PORT})")
-    parser.add_argument("--scheduler", metavar="HOST:PORT",
-                        help="the scheduler's gRPC (health) address (default: the store's host, its port + 4)")
-    parser.add_argument("--txcheck", metavar="HOST:PORT",
-                        help="the transaction checker's gRPC (health) address (default: the store's host, its port + 3)")
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="PORT",
-                        help="the store's Prometheus port; the broker's is + 1, the scheduler's + 2, txcheck's + 3 "
-                             "(default %(default)s; -1: do not probe metrics)")
-    parser.add_argument("--watch", type=positive_float, metavar="SECONDS",
-                        help="redraw every SECONDS until Ctrl-C")
+    parser.add_argument(
+        "--store",
+        metavar="HOST:PORT",
+        help="the store's gRPC address (default: the one the broker uses, else the broker's host, "
+        f"port {DEFAULT_STORE_PORT})",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="HOST:PORT",
+        help="the scheduler's gRPC (health) address (default: the store's host, its port + 4)",
+    )
+    parser.add_argument(
+        "--txcheck",
+        metavar="HOST:PORT",
+        help="the transaction checker's gRPC (health) address (default: the store's host, its port + 3)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="the store's Prometheus port; the broker's is + 1, the scheduler's + 2, txcheck's + 3 "
+        "(default %(default)s; -1: do not probe metrics)",
+    )
+    parser.add_argument("--watch", type=positive_float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
 
     def checked_run(ns: argparse.Namespace) -> int:
         if ns.watch and ns.json:
             parser.error("--watch draws tables; it cannot be used with --json")
         return run(ns)
+
     parser.set_defaults(run=checked_run)

@@ -10,6 +10,7 @@ as the Python client's ``ClientConfiguration`` endpoints). Logs go to stderr. SI
 SIGINT stops the server (in-flight calls get a grace period) and exits 0
 (services/runtime/service_main.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,9 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import build_server
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
+from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.rpc.tls import TlsFiles
 from services.store.client.client import GrpcStoreClient
 
 log = logging.getLogger("services.broker")
@@ -38,21 +39,35 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
     """BrokerConfig from the command line, the environment and the config file
     (services/runtime/settings.py); SettingsError (a ValueError) if a setting is unknown,
     malformed or missing."""
-    parser = settings_parser("broker", SETTINGS, "python -m services.broker",
-                             "Run the pyrmq broker (RocketMQ v2 gRPC frontend).")
-    parser.add_argument("--no-auto-create-topic", dest="auto_create_topic_enable", action="store_const",
-                        const="false", default=argparse.SUPPRESS,
-                        help="answer TOPIC_NOT_FOUND for unknown topics instead of creating them")
-    parser.add_argument("--no-put-coalescing", dest="put_coalescing_enable", action="store_const",
-                        const="false", default=argparse.SUPPRESS,
-                        help="one store PutMessages per message instead of one per batch of concurrent sends")
+    parser = settings_parser(
+        "broker", SETTINGS, "python -m services.broker", "Run the pyrmq broker (RocketMQ v2 gRPC frontend)."
+    )
+    parser.add_argument(
+        "--no-auto-create-topic",
+        dest="auto_create_topic_enable",
+        action="store_const",
+        const="false",
+        default=argparse.SUPPRESS,
+        help="answer TOPIC_NOT_FOUND for unknown topics instead of creating them",
+    )
+    parser.add_argument(
+        "--no-put-coalescing",
+        dest="put_coalescing_enable",
+        action="store_const",
+        const="false",
+        default=argparse.SUPPRESS,
+        help="one store PutMessages per message instead of one per batch of concurrent sends",
+    )
     return BrokerConfig(**settings_from_args("broker", SETTINGS, parser.parse_args(argv), environ))
 
 
 def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
-    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
-        put_stream=config.put_stream_enable)
+    store = GrpcStoreClient(
+        config.store_address,
+        rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
+        tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
+        put_stream=config.put_stream_enable,
+    )
     stack.callback(store.close)
     log.info("waiting for the store at %s", config.store_address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):

@@ -19,6 +19,7 @@ Users and ACLs come from the store (config/auth.json) through ``load``, re-read 
 ``cache_ttl_ms``; if the store cannot be read, the last copy is used and a first read fails the
 request with INTERNAL_SERVER_ERROR (never "allow").
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,9 +28,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.broker.auth import (
-    AccessDenied, Acl, Action, Authenticator, Authorizer, ResourceType, User, UserStatus, UserType, policy_entry)
-from services.runtime.clock import Clock
+    AccessDenied,
+    Acl,
+    Action,
+    Authenticator,
+    Authorizer,
+    ResourceType,
+    User,
+    UserStatus,
+    UserType,
+    policy_entry,
+)
 from services.broker.errors import FAILURES, BrokerError, Code
+from services.runtime.clock import Clock
 from services.store.client.model import PolicyView
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
@@ -65,8 +76,10 @@ NEEDS: dict[str, Callable[[Any], Needs]] = {
     "Heartbeat": lambda r: (_group_if_named(r), Action.SUB),
     "NotifyClientTermination": lambda r: (_group_if_named(r), Action.SUB),
     "Telemetry": lambda r: ([], Action.SUB),
-    "PullRecords": lambda r: ([(TOPIC, r.topic)] + ([(GROUP, r.consumer_group)] if r.consumer_group else []),
-                              Action.SUB),
+    "PullRecords": lambda r: (
+        [(TOPIC, r.topic)] + ([(GROUP, r.consumer_group)] if r.consumer_group else []),
+        Action.SUB,
+    ),
 }
 UNGUARDED = frozenset({"CheckTransaction"})
 
@@ -78,7 +91,7 @@ class AuthSnapshot:
     version: int
 
 
-StoredUsers = Iterable[tuple[str, str, str, str]]                                  # name, secret, type, status
+StoredUsers = Iterable[tuple[str, str, str, str]]  # name, secret, type, status
 StoredAcls = Iterable[tuple[str, Iterable[tuple[str, Iterable[str], str, Iterable[str]]]]]
 
 
@@ -87,7 +100,8 @@ def snapshot_of(users: StoredUsers, acls: StoredAcls, version: int) -> AuthSnaps
     return AuthSnapshot(
         users={name: User(name, secret, UserType(kind), UserStatus(status)) for name, secret, kind, status in users},
         acls={name: Acl(name, tuple(policy_entry(*p) for p in policies)) for name, policies in acls},
-        version=version)
+        version=version,
+    )
 
 
 class AuthConfigSource(Protocol):
@@ -97,15 +111,25 @@ class AuthConfigSource(Protocol):
 def auth_snapshot(store: AuthConfigSource) -> AuthSnapshot:
     """The store's users and ACLs now (the store client's ``auth_config``) as auth.py's model."""
     users, acls, version = store.auth_config()
-    return snapshot_of(users, [(name, [(p.resource, p.actions, p.decision, p.source_ips) for p in policies])
-                               for name, policies in acls], version)
+    return snapshot_of(
+        users,
+        [(name, [(p.resource, p.actions, p.decision, p.source_ips) for p in policies]) for name, policies in acls],
+        version,
+    )
 
 
 class AccessGuard:
     """The one check every guarded RPC runs first. ``load`` reads the store's users and ACLs."""
 
-    def __init__(self, load: Callable[[], AuthSnapshot], clock: Clock, authorization: bool = True,
-                 cache_ttl_ms: int = 3_000, max_clock_skew_s: int = 0, local_time_tolerant: bool = True) -> None:
+    def __init__(
+        self,
+        load: Callable[[], AuthSnapshot],
+        clock: Clock,
+        authorization: bool = True,
+        cache_ttl_ms: int = 3_000,
+        max_clock_skew_s: int = 0,
+        local_time_tolerant: bool = True,
+    ) -> None:
         self._load = load
         self._clock = clock
         self._authorization = authorization
@@ -124,8 +148,9 @@ class AccessGuard:
                     self._read_at = self._clock.monotonic_s()
                 except FAILURES:
                     if self._snapshot is None:
-                        raise BrokerError("users and ACLs cannot be read from the store",
-                                          Code.INTERNAL_SERVER_ERROR) from None
+                        raise BrokerError(
+                            "users and ACLs cannot be read from the store", Code.INTERNAL_SERVER_ERROR
+                        ) from None
             return self._snapshot
 
     def invalidate(self) -> None:
@@ -138,7 +163,9 @@ class AccessGuard:
         if method in UNGUARDED:
             return None
         snapshot = self._current()
-        user = Authenticator(snapshot.users, self._clock, self._skew_s, self._local_time_tolerant).authenticate(metadata)
+        user = Authenticator(snapshot.users, self._clock, self._skew_s, self._local_time_tolerant).authenticate(
+            metadata
+        )
         if not self._authorization:
             return user
         needs = NEEDS.get(method)

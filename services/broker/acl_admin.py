@@ -2,6 +2,7 @@
 config/auth.json. Secret keys go in and never come out. A change invalidates the broker's
 AccessGuard cache so it applies to the next request here (other brokers within their cache TTL).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -16,8 +17,8 @@ from services.store.client.model import PolicyView
 @dataclass(frozen=True)
 class UserView:
     username: str
-    user_type: str           # Super | Normal
-    user_status: str         # enable | disable
+    user_type: str  # Super | Normal
+    user_status: str  # enable | disable
 
 
 class AuthStore(Protocol):
@@ -40,8 +41,9 @@ class AclAdmin:
     def put_user(self, username: str, secret_key: str, super_user: bool, disabled: bool) -> bool:
         if not secret_key:
             raise RequestError("a secret key is required")
-        created = self._store.put_user(username, secret_key, "Super" if super_user else "Normal",
-                                       "disable" if disabled else "enable")
+        created = self._store.put_user(
+            username, secret_key, "Super" if super_user else "Normal", "disable" if disabled else "enable"
+        )
         self._on_change()
         return created
 

@@ -31,6 +31,7 @@ client's id is a UNIQ_KEY (indexed too) and an offset message id (32 or 56 hex c
 names a CommitLog offset. A 4.x UNIQ_KEY is also 32 hex characters, so an id is tried both
 ways; without a topic, every non-system topic's index is searched (one store call per topic).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,27 +42,34 @@ from typing import Protocol
 
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
-from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.validation import validate_key, validate_message_id, validate_topic
 from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
-from services.store.client.model import StoredMessage
+from services.store.client.model import GroupInfo, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
 TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
-TOPIC_QUEUE_NUMS_DEFAULT = 8           # mqadmin updateTopic's -r / -w default
+TOPIC_QUEUE_NUMS_DEFAULT = 8  # mqadmin updateTopic's -r / -w default
 TOPIC_QUEUE_NUMS_MAX = 1024
-MAX_DELIVERY_ATTEMPTS_DEFAULT = 17     # RocketMQ's 16 retries (retryMaxTimes) + the first delivery
+MAX_DELIVERY_ATTEMPTS_DEFAULT = 17  # RocketMQ's 16 retries (retryMaxTimes) + the first delivery
 MAX_DELIVERY_ATTEMPTS_MAX = 1000
 QUERY_MESSAGES_DEFAULT = 32
-QUERY_MESSAGES_MAX = 64                # the store's IndexFile query cap (maxMsgsNumBatch)
+QUERY_MESSAGES_MAX = 64  # the store's IndexFile query cap (maxMsgsNumBatch)
 # An offset message id: store host (IPv4 4 + port 4, or IPv6 16 + port 4) + phy offset 8, in hex.
 _OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 
-CONSUMER_STATS_TIMEOUT_S = 5.0        # the store's GetConsumerStats walks every offset: allow it time
+CONSUMER_STATS_TIMEOUT_S = 5.0  # the store's GetConsumerStats walks every offset: allow it time
 
-__all__ = ["AdminService", "AdminStore", "ClusterStatus", "ConsumerProgress", "GroupTopicStatus",
-           "QueueOffsets", "QueueProgress", "TopicStatus"]
+__all__ = [
+    "AdminService",
+    "AdminStore",
+    "ClusterStatus",
+    "ConsumerProgress",
+    "GroupTopicStatus",
+    "QueueOffsets",
+    "QueueProgress",
+    "TopicStatus",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +77,8 @@ class QueueProgress:
     topic: str
     queue_id: int
     min_offset: int
-    broker_offset: int       # the queue's max offset (next to be written)
-    consumer_offset: int     # the group's next offset to consume; -1: none committed
+    broker_offset: int  # the queue's max offset (next to be written)
+    consumer_offset: int  # the group's next offset to consume; -1: none committed
     lag: int
 
 
@@ -88,7 +96,7 @@ class ConsumerProgress:
 class QueueOffsets:
     queue_id: int
     min_offset: int
-    max_offset: int          # next to be written; 0: the queue never held a message
+    max_offset: int  # next to be written; 0: the queue never held a message
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +112,7 @@ class TopicStatus:
 @dataclass(frozen=True, slots=True)
 class GroupTopicStatus:
     group: str
-    topic: str               # "": the group has consumed nothing yet
+    topic: str  # "": the group has consumed nothing yet
     queues: list[QueueProgress]
     inflight_messages: int
 
@@ -115,7 +123,7 @@ class GroupTopicStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
-    store_address: str       # "": unknown (a store double)
+    store_address: str  # "": unknown (a store double)
     topics: list[TopicStatus]
     groups: list[GroupTopicStatus]
 
@@ -159,8 +167,9 @@ class AdminService:
     broker drops its cached config, so sends see the change at once). ``store_address`` is
     only reported (cluster status)."""
 
-    def __init__(self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None,
-                 store_address: str = "") -> None:
+    def __init__(
+        self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None, store_address: str = ""
+    ) -> None:
         self._store = store
         self._on_topic_changed = on_topic_changed
         self._store_address = store_address
@@ -181,8 +190,13 @@ class AdminService:
             message_type = message_type or existing.message_type
         topic = self._store.update_topic(name, queue_nums, message_type)
         self._on_topic_changed(name)
-        log.info("%s topic %s (%s, %d queues)", "created" if existing is None else "updated", name,
-                 topic.message_type, topic.write_queue_nums)
+        log.info(
+            "%s topic %s (%s, %d queues)",
+            "created" if existing is None else "updated",
+            name,
+            topic.message_type,
+            topic.write_queue_nums,
+        )
         return topic, existing is None
 
     def list_topics(self, include_system: bool = False) -> list[TopicInfo]:
@@ -198,13 +212,15 @@ class AdminService:
         log.info("deleted topic %s", name)
 
     # -- groups ----------------------------------------------------------------------------
-    def create_group(self, name: str, fifo: bool | None = None,
-                     max_delivery_attempts: int = 0) -> tuple[GroupInfo, bool]:
+    def create_group(
+        self, name: str, fifo: bool | None = None, max_delivery_attempts: int = 0
+    ) -> tuple[GroupInfo, bool]:
         """(the stored group, whether it is new). Unset (None / 0) values keep the stored ones."""
         validate_group(name)
         if max_delivery_attempts and not 1 <= max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS_MAX:
-            raise RequestError(f"max delivery attempts must be in [1, {MAX_DELIVERY_ATTEMPTS_MAX}], "
-                               f"not {max_delivery_attempts}")
+            raise RequestError(
+                f"max delivery attempts must be in [1, {MAX_DELIVERY_ATTEMPTS_MAX}], not {max_delivery_attempts}"
+            )
         existing = self._store.get_group(name)
         if fifo is None:
             fifo = existing.consume_message_orderly if existing is not None else False
@@ -213,8 +229,13 @@ class AdminService:
         else:
             retry_max_times = existing.retry_max_times if existing is not None else MAX_DELIVERY_ATTEMPTS_DEFAULT - 1
         group = self._store.update_group(name, fifo, retry_max_times)
-        log.info("%s group %s (fifo=%s, %d deliveries)", "created" if existing is None else "updated", name,
-                 group.consume_message_orderly, group.retry_max_times + 1)
+        log.info(
+            "%s group %s (fifo=%s, %d deliveries)",
+            "created" if existing is None else "updated",
+            name,
+            group.consume_message_orderly,
+            group.retry_max_times + 1,
+        )
         return group, existing is None
 
     def list_groups(self, include_system: bool = False) -> list[GroupInfo]:
@@ -256,9 +277,16 @@ class AdminService:
             return read[(topic, queue_id)]
 
         topics = {t.name: t for t in self.list_topics(include_system)}
-        topic_status = [TopicStatus(info, [QueueOffsets(q, *queue_offsets(name, q))
-                                           for q in range(max(info.read_queue_nums, info.write_queue_nums))])
-                        for name, info in topics.items()]
+        topic_status = [
+            TopicStatus(
+                info,
+                [
+                    QueueOffsets(q, *queue_offsets(name, q))
+                    for q in range(max(info.read_queue_nums, info.write_queue_nums))
+                ],
+            )
+            for name, info in topics.items()
+        ]
         in_flight: dict[str, dict[str, int]] = {g.name: {} for g in self.list_groups(include_system)}
         for group, topic, _lag, count in self._store.consumer_stats(CONSUMER_STATS_TIMEOUT_S):
             if include_system or not is_system_group(group):
@@ -321,8 +349,9 @@ class AdminService:
             raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
 
 
-def _progress(topic: str, info: TopicInfo | None, committed: dict[int, int],
-              queue_offsets: Callable[[str, int], tuple[int, int]]) -> list[QueueProgress]:
+def _progress(
+    topic: str, info: TopicInfo | None, committed: dict[int, int], queue_offsets: Callable[[str, int], tuple[int, int]]
+) -> list[QueueProgress]:
     """The group's progress in each read queue of ``topic`` and each queue it has an offset in
     (``committed``: queue id -> offset). ``lag = max_offset - max(consumer_offset, min_offset)``."""
     queues = []

@@ -29,6 +29,7 @@ servicer strips every header the server derives itself (reliability.md §4.4).
 Errors: UNAUTHORIZED (40100) for a missing, malformed or wrong signature, an unknown or
 disabled user; FORBIDDEN (40300) for a request the policies do not allow.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -39,8 +40,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from services.runtime.clock import Clock
 from services.broker.errors import BrokerError, Code
+from services.runtime.clock import Clock
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
@@ -48,9 +49,48 @@ ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 # A local time sent as UTC is off by its zone's offset: the UTC offsets in use (IANA tz database,
 # standard and daylight time), in minutes.
-ZONE_OFFSETS_MIN = (-720, -660, -600, -570, -540, -480, -420, -360, -300, -240, -210, -180, -150, -120, -60, 0,
-                    60, 120, 180, 210, 240, 270, 300, 330, 345, 360, 390, 420, 480, 525, 540, 570, 600, 630, 660,
-                    720, 765, 780, 825, 840)
+ZONE_OFFSETS_MIN = (
+    -720,
+    -660,
+    -600,
+    -570,
+    -540,
+    -480,
+    -420,
+    -360,
+    -300,
+    -240,
+    -210,
+    -180,
+    -150,
+    -120,
+    -60,
+    0,
+    60,
+    120,
+    180,
+    210,
+    240,
+    270,
+    300,
+    330,
+    345,
+    360,
+    390,
+    420,
+    480,
+    525,
+    540,
+    570,
+    600,
+    630,
+    660,
+    720,
+    765,
+    780,
+    825,
+    840,
+)
 ZONE_OFFSETS_MS = tuple(minutes * 60_000 for minutes in ZONE_OFFSETS_MIN)
 # Headers the server sets itself; a client's copy is dropped before anything reads it.
 SERVER_DERIVED_HEADERS = ("rpc-remote-address", "x-mq-channel-id", "x-mq-authorization-ak")
@@ -106,25 +146,30 @@ class AccessDenied(BrokerError):
 @dataclass(frozen=True)
 class User:
     username: str
-    password: str                                    # the secret key (SK)
+    password: str  # the secret key (SK)
     user_type: UserType = UserType.NORMAL
     user_status: UserStatus = UserStatus.ENABLE
 
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    resource_type: ResourceType                      # ignored when pattern is ANY
-    resource_name: str                               # a name, or a prefix for PREFIXED
+    resource_type: ResourceType  # ignored when pattern is ANY
+    resource_name: str  # a name, or a prefix for PREFIXED
     pattern: ResourcePattern
     actions: frozenset[Action]
     decision: Decision
-    source_ips: tuple[str, ...] = ()                 # CIDRs or addresses; empty: any source
+    source_ips: tuple[str, ...] = ()  # CIDRs or addresses; empty: any source
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_networks", tuple(ipaddress.ip_network(s, strict=False) for s in self.source_ips))
 
-    def matches(self, resource_type: ResourceType, name: str, action: Action,
-                source: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
+    def matches(
+        self,
+        resource_type: ResourceType,
+        name: str,
+        action: Action,
+        source: ipaddress.IPv4Address | ipaddress.IPv6Address | None,
+    ) -> bool:
         if self.resource_type is not ResourceType.ANY and resource_type is not self.resource_type:
             return False
         if self.pattern is not ResourcePattern.ANY:
@@ -134,7 +179,7 @@ class PolicyEntry:
                 return False
         if action not in self.actions and Action.ALL not in self.actions:
             return False
-        networks = getattr(self, "_networks")
+        networks = self._networks
         return not networks or (source is not None and any(source in n for n in networks))
 
     def specificity(self) -> tuple[int, int, int]:
@@ -150,6 +195,7 @@ class Acl:
 
 
 # -- authentication ---------------------------------------------------------------------------------
+
 
 def parse_authorization(header: str) -> tuple[str, str, str]:
     """``MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=hex`` ->
@@ -180,8 +226,9 @@ def sign(secret_key: str, date_time: str) -> str:
 
 
 class Authenticator:
-    def __init__(self, users: Mapping[str, User], clock: Clock, max_clock_skew_s: int = 0,
-                 local_time_tolerant: bool = True) -> None:
+    def __init__(
+        self, users: Mapping[str, User], clock: Clock, max_clock_skew_s: int = 0, local_time_tolerant: bool = True
+    ) -> None:
         self._users = users
         self._clock = clock
         self._max_skew_ms = max_clock_skew_s * 1000
@@ -208,24 +255,31 @@ class Authenticator:
 
     def _check_skew(self, date_time: str) -> None:
         try:
-            sent = datetime.datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=datetime.timezone.utc)
+            sent = datetime.datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=datetime.UTC)
         except ValueError:
             raise AuthError(f"{DATE_TIME} must look like 20261122T093015Z, not {date_time!r}") from None
         raw_ms = int(sent.timestamp() * 1000) - self._clock.now_ms()
         skew_ms = min(abs(raw_ms - zone) for zone in self._zones)
         if skew_ms > self._max_skew_ms:
-            raise AuthError(f"{DATE_TIME} is {skew_ms // 1000} s from the broker's clock "
-                            f"(at most {self._max_skew_ms // 1000} s)")
+            raise AuthError(
+                f"{DATE_TIME} is {skew_ms // 1000} s from the broker's clock (at most {self._max_skew_ms // 1000} s)"
+            )
 
 
 # -- authorization ----------------------------------------------------------------------------------
+
 
 class Authorizer:
     def __init__(self, acls: Mapping[str, Acl]) -> None:
         self._acls = acls
 
-    def check(self, user: User, resources: Iterable[tuple[ResourceType, str]], action: Action | tuple[Action, ...],
-              source: str) -> None:
+    def check(
+        self,
+        user: User,
+        resources: Iterable[tuple[ResourceType, str]],
+        action: Action | tuple[Action, ...],
+        source: str,
+    ) -> None:
         """AccessDenied unless ``user`` may do ``action`` (one of them, for a tuple: QueryRoute
         needs Pub or Sub) on every resource from ``source``."""
         if user.user_type is UserType.SUPER:
@@ -235,10 +289,15 @@ class Authorizer:
         entries = sorted(acl.policies if acl else (), key=PolicyEntry.specificity)
         actions = action if isinstance(action, tuple) else (action,)
         for resource_type, name in resources:
-            if not any(next((e.decision for e in entries if e.matches(resource_type, name, a, address)),
-                            Decision.DENY) is Decision.ALLOW for a in actions):
-                raise AccessDenied(f"user {user.username!r} may not {'/'.join(a.value for a in actions)} "
-                                   f"{resource_type.value} {name!r}{f' from {address}' if address else ''}")
+            if not any(
+                next((e.decision for e in entries if e.matches(resource_type, name, a, address)), Decision.DENY)
+                is Decision.ALLOW
+                for a in actions
+            ):
+                raise AccessDenied(
+                    f"user {user.username!r} may not {'/'.join(a.value for a in actions)} "
+                    f"{resource_type.value} {name!r}{f' from {address}' if address else ''}"
+                )
 
 
 def _address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -246,7 +305,7 @@ def _address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | Non
     text = source
     if text.startswith(("ipv4:", "ipv6:")):
         text = text.split(":", 1)[1]
-        text = text[1:text.index("]")] if text.startswith("[") else text.rsplit(":", 1)[0]
+        text = text[1 : text.index("]")] if text.startswith("[") else text.rsplit(":", 1)[0]
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -269,5 +328,6 @@ def parse_resource(text: str) -> tuple[ResourceType, str, ResourcePattern]:
 def policy_entry(resource: str, actions: Iterable[str], decision: str, source_ips: Iterable[str] = ()) -> PolicyEntry:
     """A stored policy (config/auth.json's words) as an entry."""
     resource_type, name, pattern = parse_resource(resource)
-    return PolicyEntry(resource_type, name, pattern, frozenset(Action(a) for a in actions), Decision(decision),
-                       tuple(source_ips))
+    return PolicyEntry(
+        resource_type, name, pattern, frozenset(Action(a) for a in actions), Decision(decision), tuple(source_ips)
+    )

@@ -46,6 +46,7 @@ not match as if acked: they are never delivered to this group, not even later. O
 matches; a comparison with an absent property (or one that does not parse as the literal's number)
 is UNKNOWN, and so is its NOT.
 """
+
 from __future__ import annotations
 
 import enum
@@ -55,10 +56,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker import validation
-from services.runtime.clock import Clock
 from services.broker.config import address_scheme
-from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
-from services.store.client.model import GroupInfo, TopicInfo
+from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
@@ -69,8 +68,8 @@ from services.domain.format.properties_format import (
 )
 from services.domain.names import is_system_group, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
-from services.store.client.model import AckResult, Delivery, PopOutcome
-from services.broker.errors import FAILURES, as_broker_error
+from services.runtime.clock import Clock
+from services.store.client.model import AckResult, Delivery, GroupInfo, PopOutcome, TopicInfo
 
 INVISIBLE_MS_MIN = 10_000
 INVISIBLE_MS_MAX = 12 * 3600 * 1000
@@ -80,8 +79,9 @@ POLLING_MS_MAX = 20_000
 DEADLINE_MARGIN_MS = 100
 BATCH_DEFAULT = 32
 BATCH_MAX = 32
-ALIVE_CHECK_S = 1.0   # a parked receive checks this often whether its caller is still there
+ALIVE_CHECK_S = 1.0  # a parked receive checks this often whether its caller is still there
 POP_ROUNDS_MAX = 1000  # pops per receive (each round either returns or waits)
+
 
 # Properties never handed to consumers as user properties: the proxy's reserved set, the keys
 # the broker writes, and the classic bookkeeping keys.
@@ -93,12 +93,23 @@ class FilterType(enum.Enum):
 class PopStore(Protocol):
     """The store's pop RPCs. Failures to reach the store raise StoreCallError."""
 
-    def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                     tags_codes: Iterable[int], fifo: bool, sql_expression: str = "") -> PopOutcome:
+    def pop_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_count: int,
+        invisible_ms: int,
+        tags_codes: Iterable[int],
+        fifo: bool,
+        sql_expression: str = "",
+    ) -> PopOutcome:
         """``sql_expression``: a SQL92 filter already validated by ``compile_sql``, or "" for none."""
+
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]: ...
-    def change_invisible_duration(self, group: str, topic: str, handle: str,
-                                  invisible_ms: int) -> tuple[AckResult, str]: ...
+    def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> tuple[AckResult, str]: ...
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult: ...
     def get_group(self, name: str) -> GroupInfo | None: ...
 
@@ -108,6 +119,7 @@ class TopicSource(Protocol):
 
 
 # -- long polling ---------------------------------------------------------------------------------
+
 
 class Parked:
     """One waiting receiver: set by ``ArrivalHub.notify`` for any of its topics."""
@@ -166,6 +178,7 @@ class ArrivalHub:
 
 # -- requests ----------------------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class ReceiveRequest:
     group: str
@@ -173,11 +186,11 @@ class ReceiveRequest:
     filter_type: FilterType = FilterType.TAG
     filter_expression: str = "*"
     batch_size: int = 0
-    invisible_ms: int | None = None       # None: field absent
+    invisible_ms: int | None = None  # None: field absent
     auto_renew: bool = False
-    long_polling_ms: int | None = None    # None: field absent
+    long_polling_ms: int | None = None  # None: field absent
     deadline_remaining_ms: int | None = None  # None: no gRPC deadline
-    fifo: bool = False                    # the client's subscription says FIFO
+    fifo: bool = False  # the client's subscription says FIFO
     alive: Callable[[], bool] = lambda: True  # False once the caller cancelled the call
 
 
@@ -196,8 +209,8 @@ def validate_group(name: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Filter:
-    tags: frozenset[str] | None = None   # TAG: the accepted tags; None: every message
-    sql_expression: str = ""             # SQL92: evaluated by the store's pop; "": none
+    tags: frozenset[str] | None = None  # TAG: the accepted tags; None: every message
+    sql_expression: str = ""  # SQL92: evaluated by the store's pop; "": none
 
 
 def parse_filter(filter_type: FilterType, expression: str) -> Filter:
@@ -231,6 +244,7 @@ def tags_codes(tags: frozenset[str] | None) -> list[int]:
 class ConsumerLimits:
     """The bounds a receive is held to (BrokerConfig: invisible_duration_ms_min/max,
     long_polling_timeout_ms_min/max, consumer_receive_batch_size)."""
+
     invisible_ms_min: int = INVISIBLE_MS_MIN
     invisible_ms_max: int = INVISIBLE_MS_MAX
     polling_ms_min: int = POLLING_MS_MIN
@@ -241,30 +255,36 @@ class ConsumerLimits:
 DEFAULT_LIMITS = ConsumerLimits()
 
 
-def polling_ms(long_polling_ms: int | None, deadline_remaining_ms: int | None,
-               limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
+def polling_ms(
+    long_polling_ms: int | None, deadline_remaining_ms: int | None, limits: ConsumerLimits = DEFAULT_LIMITS
+) -> int:
     low, high = limits.polling_ms_min, limits.polling_ms_max
     if deadline_remaining_ms is not None and deadline_remaining_ms < low:
-        raise RequestError(f"the request deadline ({deadline_remaining_ms} ms) is shorter than the "
-                           f"minimum polling time {low} ms", Code.ILLEGAL_POLLING_TIME)
-    wanted = long_polling_ms if long_polling_ms is not None else (
-        deadline_remaining_ms if deadline_remaining_ms is not None else high)
+        raise RequestError(
+            f"the request deadline ({deadline_remaining_ms} ms) is shorter than the minimum polling time {low} ms",
+            Code.ILLEGAL_POLLING_TIME,
+        )
+    wanted = (
+        long_polling_ms
+        if long_polling_ms is not None
+        else (deadline_remaining_ms if deadline_remaining_ms is not None else high)
+    )
     wanted = min(max(wanted, low), high)
     if deadline_remaining_ms is not None:
         wanted = min(wanted, deadline_remaining_ms - DEADLINE_MARGIN_MS)
     return max(0, wanted)
 
 
-def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool,
-                         limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
+def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool, limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
     if invisible_ms is None:
         if auto_renew:
             return AUTO_RENEW_INVISIBLE_MS
         raise RequestError("invisible_duration is required", Code.ILLEGAL_INVISIBLE_TIME)
     low, high = limits.invisible_ms_min, limits.invisible_ms_max
     if not low <= invisible_ms <= high:
-        raise RequestError(f"invisible_duration must be in [{low}, {high}] ms, not {invisible_ms}",
-                           Code.ILLEGAL_INVISIBLE_TIME)
+        raise RequestError(
+            f"invisible_duration must be in [{low}, {high}] ms, not {invisible_ms}", Code.ILLEGAL_INVISIBLE_TIME
+        )
     return invisible_ms
 
 
@@ -282,9 +302,18 @@ def keys_of(properties: dict[str, str]) -> list[str]:
 
 # -- the service ---------------------------------------------------------------------------------
 
+
 class ConsumerService:
-    def __init__(self, store: PopStore, topics: TopicSource, hub: ArrivalHub, clock: Clock,
-                 broker_name: str, endpoint: tuple[str, int], limits: ConsumerLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        store: PopStore,
+        topics: TopicSource,
+        hub: ArrivalHub,
+        clock: Clock,
+        broker_name: str,
+        endpoint: tuple[str, int],
+        limits: ConsumerLimits = DEFAULT_LIMITS,
+    ) -> None:
         self._store = store
         self._limits = limits
         self._topics = topics
@@ -319,8 +348,9 @@ class ConsumerService:
                 return ReceiveResult()
             parked = self._hub.park(watched)
             try:
-                outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
-                                                   codes, request.fifo, sql_expression=sql)
+                outcome = self._store.pop_messages(
+                    request.group, request.topic, -1, count, invisible, codes, request.fifo, sql_expression=sql
+                )
                 found = self._drop_mismatched(request, tags, outcome.messages)
                 if found:
                     return ReceiveResult(found)
@@ -333,8 +363,9 @@ class ConsumerService:
                 self._hub.unpark(parked)
             if self._clock.monotonic_s() >= deadline and not self._closed:
                 # One last look: the wake-up may have come right at the end.
-                outcome = self._store.pop_messages(request.group, request.topic, -1, count, invisible,
-                                                   codes, request.fifo, sql_expression=sql)
+                outcome = self._store.pop_messages(
+                    request.group, request.topic, -1, count, invisible, codes, request.fifo, sql_expression=sql
+                )
                 return ReceiveResult(self._drop_mismatched(request, tags, outcome.messages))
         return ReceiveResult()
 
@@ -350,8 +381,9 @@ class ConsumerService:
                 return False
         return not self._closed
 
-    def _drop_mismatched(self, request: ReceiveRequest, tags: frozenset[str] | None,
-                         messages: list[Delivery]) -> list[Delivery]:
+    def _drop_mismatched(
+        self, request: ReceiveRequest, tags: frozenset[str] | None, messages: list[Delivery]
+    ) -> list[Delivery]:
         if tags is None:
             return messages
         kept = []
@@ -370,7 +402,8 @@ class ConsumerService:
         """One (code, message) per handle, in order."""
         self._check(group, topic)
         results: list[tuple[Code, str] | None] = [
-            None if handle else (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty") for handle in handles]
+            None if handle else (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty") for handle in handles
+        ]
         sent = [i for i, result in enumerate(results) if result is None]
         if sent:  # one store call for the whole request
             try:
@@ -386,8 +419,10 @@ class ConsumerService:
         """The new receipt handle."""
         self._check(group, topic)
         if not 0 <= invisible_ms <= self._limits.invisible_ms_max:
-            raise RequestError(f"invisible_duration must be in [0, {self._limits.invisible_ms_max}] ms, "
-                               f"not {invisible_ms}", Code.ILLEGAL_INVISIBLE_TIME)
+            raise RequestError(
+                f"invisible_duration must be in [0, {self._limits.invisible_ms_max}] ms, not {invisible_ms}",
+                Code.ILLEGAL_INVISIBLE_TIME,
+            )
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
         result, new_handle = self._store.change_invisible_duration(group, topic, handle, invisible_ms)
@@ -417,9 +452,16 @@ class ConsumerService:
         else:
             queues = (RouteQueue(-1, permission),)
         host, port = self._endpoint
-        return Route(topic=topic.name, broker_name=self._broker_name, broker_id=MASTER_BROKER_ID,
-                     endpoint_scheme=address_scheme(host), endpoint_host=host, endpoint_port=port,
-                     queues=queues, accept_message_types=())
+        return Route(
+            topic=topic.name,
+            broker_name=self._broker_name,
+            broker_id=MASTER_BROKER_ID,
+            endpoint_scheme=address_scheme(host),
+            endpoint_host=host,
+            endpoint_port=port,
+            queues=queues,
+            accept_message_types=(),
+        )
 
 
 def _ack_code(result: AckResult) -> tuple[Code, str]:

@@ -21,6 +21,7 @@ both trees, for the ``except`` clauses that answer clients.
 
 ``Code`` mirrors the proto enum value for value; ``rpc/status.py`` asserts that at import.
 """
+
 from __future__ import annotations
 
 import enum

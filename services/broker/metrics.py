@@ -16,6 +16,7 @@
   (GetConsumerStats) at scrape time, since the broker keeps no state; a store that does not
   answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,11 +28,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.runtime.clock import Clock, SystemClock
 from services.broker.errors import Code
 from services.broker.model import IncomingMessage, SendReceipt
-from services.domain.delivery import MessageType
 from services.broker.store_client import CoalescerStats
+from services.domain.delivery import MessageType
+from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
@@ -41,18 +42,20 @@ COALESCER_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("pyrmq_broker_store_put_calls", "counter", "PutMessages calls made to the store.", "put_calls"),
     ("pyrmq_broker_store_put_messages", "counter", "Messages put into the store.", "messages"),
     ("pyrmq_broker_store_put_batches", "counter", "Coalesced batches taken from the send queue.", "batches"),
-    ("pyrmq_broker_store_put_isolated_batches", "counter",
-     "Batches the store refused as a whole and the broker re-put one by one.", "isolated_batches"),
-    ("pyrmq_broker_store_put_batch_messages_max", "gauge", "The largest coalesced batch so far.",
-     "batch_messages_max"),
+    (
+        "pyrmq_broker_store_put_isolated_batches",
+        "counter",
+        "Batches the store refused as a whole and the broker re-put one by one.",
+        "isolated_batches",
+    ),
+    ("pyrmq_broker_store_put_batch_messages_max", "gauge", "The largest coalesced batch so far.", "batch_messages_max"),
     ("pyrmq_broker_send_queue_messages", "gauge", "Sends waiting for the put dispatcher.", "queued_messages"),
 )
 assert all(field in CoalescerStats.__dataclass_fields__ for *_, field in COALESCER_METRICS)
 
 
 class BrokerStatsCollector(Collector):
-    def __init__(self, coalescer_stats: Callable[[], CoalescerStats | None],
-                 sessions: Callable[[], int]) -> None:
+    def __init__(self, coalescer_stats: Callable[[], CoalescerStats | None], sessions: Callable[[], int]) -> None:
         self._coalescer_stats = coalescer_stats
         self._sessions = sessions
 
@@ -86,8 +89,10 @@ def in_band_code(response: Any) -> str | None:
     if has_status is None:
         field = descriptor.fields_by_name.get("status") if descriptor is not None else None
         has_status = _HAS_V2_STATUS[descriptor] = (  # grpc health's ``status`` is an enum
-            field is not None and field.message_type is not None
-            and field.message_type.full_name == d.Status.DESCRIPTOR.full_name)
+            field is not None
+            and field.message_type is not None
+            and field.message_type.full_name == d.Status.DESCRIPTOR.full_name
+        )
     if not has_status or not response.HasField("status"):
         return None
     code = response.status.code
@@ -107,14 +112,24 @@ class TrafficMetrics:
     """Messages and bytes in and out, by topic (``model.TrafficObserver``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._messages_in = Counter("rocketmq_messages_in", "Messages accepted by SendMessage.",
-                                   ["topic", "message_type"], registry=registry)
-        self._bytes_in = Counter("rocketmq_throughput_in", "Body bytes accepted by SendMessage.",
-                                ["topic"], registry=registry)
-        self._messages_out = Counter("rocketmq_messages_out", "Messages handed out by ReceiveMessage.",
-                                    ["topic", "consumer_group"], registry=registry)
-        self._bytes_out = Counter("rocketmq_throughput_out", "Body bytes handed out by ReceiveMessage.",
-                                 ["topic", "consumer_group"], registry=registry)
+        self._messages_in = Counter(
+            "rocketmq_messages_in", "Messages accepted by SendMessage.", ["topic", "message_type"], registry=registry
+        )
+        self._bytes_in = Counter(
+            "rocketmq_throughput_in", "Body bytes accepted by SendMessage.", ["topic"], registry=registry
+        )
+        self._messages_out = Counter(
+            "rocketmq_messages_out",
+            "Messages handed out by ReceiveMessage.",
+            ["topic", "consumer_group"],
+            registry=registry,
+        )
+        self._bytes_out = Counter(
+            "rocketmq_throughput_out",
+            "Body bytes handed out by ReceiveMessage.",
+            ["topic", "consumer_group"],
+            registry=registry,
+        )
 
     def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
         counts: dict[tuple[str, str], list[int]] = {}  # one label lookup per (topic, type) per call
@@ -149,12 +164,16 @@ class ConsumerStatsCollector(Collector):
         self._source = source
 
     def _families(self, stats: list[tuple[str, str, int, int]]) -> list[Metric]:
-        lag = GaugeMetricFamily("rocketmq_consumer_lag_messages",
-                                "Messages a consumer group has not acknowledged yet (in-flight included).",
-                                labels=["consumer_group", "topic"])
-        inflight = GaugeMetricFamily("rocketmq_consumer_inflight_messages",
-                                     "Messages received by a consumer group and not yet acknowledged.",
-                                     labels=["consumer_group", "topic"])
+        lag = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages a consumer group has not acknowledged yet (in-flight included).",
+            labels=["consumer_group", "topic"],
+        )
+        inflight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages",
+            "Messages received by a consumer group and not yet acknowledged.",
+            labels=["consumer_group", "topic"],
+        )
         for group, topic, lag_messages, inflight_messages in stats:
             lag.add_metric([group, topic], lag_messages)
             inflight.add_metric([group, topic], inflight_messages)
@@ -176,13 +195,21 @@ class BrokerMetrics:
     def __init__(self, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
         self.rpc_latency = Histogram(
-            "rocketmq_rpc_latency_seconds", "Time to serve one call, by method and (in-band) code.",
-            ["method", "code"], buckets=RPC_LATENCY_BUCKETS_S, registry=self.registry)
+            "rocketmq_rpc_latency_seconds",
+            "Time to serve one call, by method and (in-band) code.",
+            ["method", "code"],
+            buckets=RPC_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock(), in_band_code)
         self.traffic = TrafficMetrics(self.registry)
 
-    def watch(self, coalescer_stats: Callable[[], CoalescerStats | None], sessions: Callable[[], int],
-              consumer_stats: ConsumerStatsSource | None = None) -> None:
+    def watch(
+        self,
+        coalescer_stats: Callable[[], CoalescerStats | None],
+        sessions: Callable[[], int],
+        consumer_stats: ConsumerStatsSource | None = None,
+    ) -> None:
         self.registry.register(BrokerStatsCollector(coalescer_stats, sessions))
         if consumer_stats is not None:
             self.registry.register(ConsumerStatsCollector(consumer_stats))

@@ -4,14 +4,15 @@
 names follow the v2 protocol (``message_group``, ``delivery_timestamp_ms``) on the client side
 and RocketMQ's store vocabulary (``queue_offset``, ``phy_offset``) on the store side.
 """
+
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from services.domain.delivery import MessageType
 
+from services.domain.delivery import MessageType
 
 
 class ClientType(enum.IntEnum):
@@ -42,11 +43,11 @@ class IncomingMessage:
     body: bytes
     topic_namespace: str = ""
     user_properties: dict[str, str] = field(default_factory=dict)
-    tag: str | None = None                       # None: field absent
+    tag: str | None = None  # None: field absent
     keys: list[str] = field(default_factory=list)
     message_id: str = ""
     message_type: MessageType = MessageType.MESSAGE_TYPE_UNSPECIFIED
-    born_timestamp_ms: int | None = None          # None: field absent
+    born_timestamp_ms: int | None = None  # None: field absent
     born_host: str = ""
     body_encoding: BodyEncoding = BodyEncoding.IDENTITY
     message_group: str | None = None
@@ -62,7 +63,7 @@ class IncomingMessage:
 class SendReceipt:
     """One ``SendResultEntry``: the outcome of one message."""
 
-    code: int                    # errors.Code value
+    code: int  # errors.Code value
     status_message: str
     message_id: str = ""
     transaction_id: str = ""

@@ -44,6 +44,7 @@ PullRecords: the same pulls answered with raw CommitLog records): park on the Ar
 store's GetStatus, read on past filtered-out messages (at most ``PULL_ROUNDS_MAX`` store reads),
 wait only when caught up.
 """
+
 from __future__ import annotations
 
 import enum
@@ -52,12 +53,19 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker import validation
-from services.runtime.clock import Clock
 from services.broker.consumer import (
-    ArrivalHub, Filter, FilterType, TopicSource, parse_filter, tags_codes, validate_group)
+    ArrivalHub,
+    Filter,
+    FilterType,
+    TopicSource,
+    parse_filter,
+    tags_codes,
+    validate_group,
+)
 from services.broker.errors import Code, RequestError
 from services.domain.format.properties_format import TAGS
 from services.domain.sql_filter import compile_sql
+from services.runtime.clock import Clock
 from services.store.client.model import Delivery, GetOutcome, GetStatus, StoredMessage
 
 PULL_BATCH_DEFAULT = 32
@@ -80,8 +88,9 @@ class OffsetStore(Protocol):
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                     tags_codes: list[int]) -> GetOutcome: ...
+    def get_messages(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, tags_codes: list[int]
+    ) -> GetOutcome: ...
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
     def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int: ...
 
@@ -96,8 +105,8 @@ class PullRequest:
     batch_size: int = 0
     filter_type: FilterType = FilterType.TAG
     filter_expression: str = "*"
-    long_polling_ms: int | None = None          # None: do not wait
-    deadline_remaining_ms: int | None = None    # None: no gRPC deadline
+    long_polling_ms: int | None = None  # None: do not wait
+    deadline_remaining_ms: int | None = None  # None: no gRPC deadline
     alive: Callable[[], bool] = lambda: True
 
 
@@ -106,8 +115,8 @@ class PullResult:
     code: Code
     message: str
     next_offset: int
-    messages: list = field(default_factory=list)   # what the fetch returned and kept
-    min_offset: int = -1                           # the queue's, at the last read (-1: none)
+    messages: list = field(default_factory=list)  # what the fetch returned and kept
+    min_offset: int = -1  # the queue's, at the last read (-1: none)
     max_offset: int = -1
 
 
@@ -118,11 +127,20 @@ def pulled_delivery(record: StoredMessage) -> Delivery:
     """A record read by offset as the v2 path delivers it: no receipt handle, delivery attempt
     = reconsume times + 1."""
     return Delivery(
-        topic=record.topic, body=record.body, properties=record.properties, queue_id=record.queue_id,
-        queue_offset=record.queue_offset, delivery_attempt=record.reconsume_times + 1, receipt_handle="",
-        sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
-        store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
-        offset_msg_id=record.offset_msg_id)
+        topic=record.topic,
+        body=record.body,
+        properties=record.properties,
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset,
+        delivery_attempt=record.reconsume_times + 1,
+        receipt_handle="",
+        sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=record.store_host,
+        offset_msg_id=record.offset_msg_id,
+    )
 
 
 def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool] | None:
@@ -137,8 +155,9 @@ def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool]
 
 
 class OffsetService:
-    def __init__(self, store: OffsetStore, topics: TopicSource, hub: ArrivalHub, clock: Clock,
-                 broker_name: str) -> None:
+    def __init__(
+        self, store: OffsetStore, topics: TopicSource, hub: ArrivalHub, clock: Clock, broker_name: str
+    ) -> None:
         self._store = store
         self._topics = topics
         self._hub = hub
@@ -156,15 +175,19 @@ class OffsetService:
         validation.validate_topic(topic)
         info = self._topics.get(topic, create=False)  # type: ignore[call-arg]
         if broker_name and broker_name != self._broker_name:
-            raise RequestError(f"queue {topic}/{queue_id} is on broker {broker_name!r}, this is "
-                               f"{self._broker_name!r}", Code.BAD_REQUEST)
+            raise RequestError(
+                f"queue {topic}/{queue_id} is on broker {broker_name!r}, this is {self._broker_name!r}",
+                Code.BAD_REQUEST,
+            )
         if not 0 <= queue_id < info.read_queue_nums:
-            raise RequestError(f"topic {topic} has read queues 0..{info.read_queue_nums - 1}, not {queue_id}",
-                               Code.BAD_REQUEST)
+            raise RequestError(
+                f"topic {topic} has read queues 0..{info.read_queue_nums - 1}, not {queue_id}", Code.BAD_REQUEST
+            )
 
     # -- QueryOffset ----------------------------------------------------------------------------
-    def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int | None = None,
-                     broker_name: str = "") -> int:
+    def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int | None = None, broker_name: str = ""
+    ) -> int:
         self.check_queue(topic, queue_id, broker_name)
         if policy is OffsetPolicy.TIMESTAMP:
             if timestamp_ms is None:
@@ -208,8 +231,9 @@ class OffsetService:
         wait_ms = self.polling_ms(request.long_polling_ms, request.deadline_remaining_ms)
         return self.read(request.topic, request.offset, wait_ms, request.alive, fetch)
 
-    def read(self, topic: str, offset: int, wait_ms: int, alive: Callable[[], bool], fetch: Fetch,
-             end: int | None = None) -> PullResult:
+    def read(
+        self, topic: str, offset: int, wait_ms: int, alive: Callable[[], bool], fetch: Fetch, end: int | None = None
+    ) -> PullResult:
         """One pull: ``fetch`` from ``offset`` until something is kept (OK), the queue is
         caught up (MESSAGE_NOT_FOUND, after waiting up to ``wait_ms`` for an arrival in
         ``topic``), ``end`` is reached (MESSAGE_NOT_FOUND: all before it was filtered out; the
@@ -218,33 +242,50 @@ class OffsetService:
         low = high = -1
         for _ in range(PULL_ROUNDS_MAX):
             if end is not None and offset >= end:
-                return PullResult(Code.MESSAGE_NOT_FOUND, "no matching message before the end offset", offset,
-                                  min_offset=low, max_offset=high)
+                return PullResult(
+                    Code.MESSAGE_NOT_FOUND,
+                    "no matching message before the end offset",
+                    offset,
+                    min_offset=low,
+                    max_offset=high,
+                )
             parked = self._hub.park((topic,)) if wait_ms > 0 else None
             try:
                 got = fetch(offset)
                 low, high = got.min_offset, got.max_offset
                 if got.status is GetStatus.OFFSET_TOO_SMALL:
-                    return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is below the queue's min offset "
-                                      f"{got.min_offset} (removed by retention)", got.min_offset,
-                                      min_offset=low, max_offset=high)
+                    return PullResult(
+                        Code.ILLEGAL_OFFSET,
+                        f"offset {offset} is below the queue's min offset {got.min_offset} (removed by retention)",
+                        got.min_offset,
+                        min_offset=low,
+                        max_offset=high,
+                    )
                 if got.status is GetStatus.OFFSET_OVERFLOW_BADLY or (
-                        got.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > got.max_offset):
-                    return PullResult(Code.ILLEGAL_OFFSET, f"offset {offset} is beyond the queue's max offset "
-                                      f"{got.max_offset}", got.max_offset, min_offset=low, max_offset=high)
+                    got.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > got.max_offset
+                ):
+                    return PullResult(
+                        Code.ILLEGAL_OFFSET,
+                        f"offset {offset} is beyond the queue's max offset {got.max_offset}",
+                        got.max_offset,
+                        min_offset=low,
+                        max_offset=high,
+                    )
                 if got.status is GetStatus.FOUND and got.next_begin_offset > offset:
                     offset = got.next_begin_offset
                     if got.messages:
                         return PullResult(Code.OK, "OK", offset, got.messages, low, high)
                     continue  # everything read was filtered out (tags-code collisions, SQL): read on
-                if got.status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING,
-                                  GetStatus.OFFSET_FOUND_NULL) and got.next_begin_offset > offset:
+                if (
+                    got.status
+                    in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING, GetStatus.OFFSET_FOUND_NULL)
+                    and got.next_begin_offset > offset
+                ):
                     offset = got.next_begin_offset  # everything read was filtered out or removed
                     continue
                 # Caught up (or an empty queue): wait for an arrival, then look again.
                 if parked is None or self._closed or not self._wait(parked, deadline, alive):
-                    return PullResult(Code.MESSAGE_NOT_FOUND, "no new message", offset,
-                                      min_offset=low, max_offset=high)
+                    return PullResult(Code.MESSAGE_NOT_FOUND, "no new message", offset, min_offset=low, max_offset=high)
             finally:
                 if parked is not None:
                     self._hub.unpark(parked)

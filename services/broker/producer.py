@@ -32,6 +32,7 @@ for the scheduler and the transaction checker (the writers of ``services.domain.
 
 The write queue is chosen here (``queue_selection``), never by the client.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,20 +40,18 @@ import logging
 from collections.abc import Callable
 
 from services.broker import recall, validation
-from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import BodyEncoding, IncomingMessage, SendReceipt
-from services.domain.delivery import MessageType
-from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import park_timer, timer_out_ms
 from services.domain.contracts.transaction import park_half
+from services.domain.delivery import BROKER_PROPERTY_KEYS, MessageType
 from services.domain.format.commitlog_format import (
-    PROPERTIES_SIZE_MAX_BYTES,
     PROP_CRC_RESERVED_LEN,
+    PROPERTIES_SIZE_MAX_BYTES,
     SYSFLAG_COMPRESSED,
 )
 from services.domain.format.properties_format import (
@@ -72,7 +71,8 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
-from services.domain.delivery import BROKER_PROPERTY_KEYS
+from services.runtime.clock import Clock
+from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +83,14 @@ _HOOK_PROPERTIES_RESERVE_BYTES = 3 * 32 + 127 + 128 + PROP_CRC_RESERVED_LEN
 # Store outcome -> the v2 code of the message's SendResultEntry (the proxy's mapping, store statuses named).
 PUT_STATUS_CODES: dict[PutStatus, Code] = {
     PutStatus.PUT_OK: Code.OK,
-    PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,   # appended, not yet on disk
+    PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,  # appended, not yet on disk
     PutStatus.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
     PutStatus.CREATE_MAPPED_FILE_FAILED: Code.INTERNAL_SERVER_ERROR,
     PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
     PutStatus.TOPIC_ILLEGAL: Code.ILLEGAL_TOPIC,
     PutStatus.TOPIC_NOT_FOUND: Code.TOPIC_NOT_FOUND,
-    PutStatus.QUEUE_ID_ILLEGAL: Code.INTERNAL_SERVER_ERROR,         # stale queue count; a retry re-reads it
+    PutStatus.QUEUE_ID_ILLEGAL: Code.INTERNAL_SERVER_ERROR,  # stale queue count; a retry re-reads it
     PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
     PutStatus.UNKNOWN_ERROR: Code.INTERNAL_SERVER_ERROR,
 }
@@ -119,8 +119,14 @@ HalfStored = Callable[[str, str, PutOutcome], None]
 
 
 class Producer:
-    def __init__(self, config: BrokerConfig, topics: TopicRegistry, sink: PutSink, clock: Clock,
-                 on_half_stored: HalfStored | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicRegistry,
+        sink: PutSink,
+        clock: Clock,
+        on_half_stored: HalfStored | None = None,
+    ) -> None:
         self._config = config
         self._topics = topics
         self._sink = sink
@@ -165,8 +171,10 @@ class Producer:
             handles.append(handle)
         pendings = self._sink.submit_many(records)  # queue full or shutting down: a BrokerError in place
         receipt = self._receipt
-        return [receipt(topic, message, message_type, handle, pending, deadline_s)
-                for (message, message_type, _), handle, pending in zip(built, handles, pendings)]
+        return [
+            receipt(topic, message, message_type, handle, pending, deadline_s)
+            for (message, message_type, _), handle, pending in zip(built, handles, pendings)
+        ]
 
     # -- mapping -------------------------------------------------------------------------------
     def _build_plain(self, message: IncomingMessage, now_ms: int) -> tuple[MessageType, dict[str, str]] | None:
@@ -177,8 +185,13 @@ class Producer:
         raising the proxy's first error, so the outcome is the same either way."""
         body = message.body
         config = self._config
-        if not body or len(body) > config.body_size_max_bytes or message.delivery_timestamp_ms is not None \
-                or message.lite_topic or message.priority is not None:
+        if (
+            not body
+            or len(body) > config.body_size_max_bytes
+            or message.delivery_timestamp_ms is not None
+            or message.lite_topic
+            or message.priority is not None
+        ):
             return None
         group = message.message_group or ""
         stated = message.message_type
@@ -191,8 +204,14 @@ class Producer:
         trace = message.trace_context or ""
         keys = message.keys
         user = message.user_properties
-        if (not message_id or message_id[0].isspace() or not born_host or born_host[0].isspace()
-                or (tag and (tag[0].isspace() or "|" in tag)) or (group and group[0].isspace())):
+        if (
+            not message_id
+            or message_id[0].isspace()
+            or not born_host
+            or born_host[0].isspace()
+            or (tag and (tag[0].isspace() or "|" in tag))
+            or (group and group[0].isspace())
+        ):
             return None
         texts = [tag, message_id, group, trace, born_host, *keys]
         user_chars = 0
@@ -230,14 +249,30 @@ class Producer:
         if message.born_timestamp_ms is not None:
             properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
         properties[CLUSTER] = config.cluster_name
-        if 4 * (user_chars + len(tag) + key_chars + len(message_id) + len(group) + len(trace) + len(born_host)
-                + len(message.topic) + len(config.cluster_name)) + 2 * len(properties) + _PLAIN_FIXED_BYTES \
-                + _HOOK_PROPERTIES_RESERVE_BYTES > PROPERTIES_SIZE_MAX_BYTES:
+        if (
+            4
+            * (
+                user_chars
+                + len(tag)
+                + key_chars
+                + len(message_id)
+                + len(group)
+                + len(trace)
+                + len(born_host)
+                + len(message.topic)
+                + len(config.cluster_name)
+            )
+            + 2 * len(properties)
+            + _PLAIN_FIXED_BYTES
+            + _HOOK_PROPERTIES_RESERVE_BYTES
+            > PROPERTIES_SIZE_MAX_BYTES
+        ):
             return None  # maybe too large for the store: measured exactly by the full checks
         return derived, properties
 
-    def build_properties(self, message: IncomingMessage, peer_address: str,
-                         now_ms: int) -> tuple[MessageType, dict[str, str]]:
+    def build_properties(
+        self, message: IncomingMessage, peer_address: str, now_ms: int
+    ) -> tuple[MessageType, dict[str, str]]:
         """Validate one message (in the proxy's order) and build its store properties."""
         config = self._config
         validation.validate_body(message.body, config.body_size_max_bytes)
@@ -251,8 +286,10 @@ class Producer:
             validation.validate_key(key)
             user_size += validation.utf8_len(key)
         if user_size > config.user_properties_size_max_bytes:
-            raise RequestError(f"the total size of user property is too large, max is "
-                               f"{config.user_properties_size_max_bytes}", Code.MESSAGE_PROPERTIES_TOO_LARGE)
+            raise RequestError(
+                f"the total size of user property is too large, max is {config.user_properties_size_max_bytes}",
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            )
         keys = KEY_SEPARATOR.join(key for key in message.keys if key)
         if keys:
             properties[KEYS] = keys
@@ -261,12 +298,12 @@ class Producer:
         if message.message_type is MessageType.TRANSACTION:
             properties[TRANSACTION_PREPARED] = "true"
             if message.orphaned_transaction_recovery_s is not None:
-                validation.validate_transaction_recovery(message.orphaned_transaction_recovery_s,
-                                                         config.transaction_recovery_max_s)
+                validation.validate_transaction_recovery(
+                    message.orphaned_transaction_recovery_s, config.transaction_recovery_max_s
+                )
                 properties[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(message.orphaned_transaction_recovery_s)
         if message.delivery_timestamp_ms is not None:
-            validation.validate_delivery_timestamp(message.delivery_timestamp_ms, now_ms,
-                                                   config.delivery_delay_max_ms)
+            validation.validate_delivery_timestamp(message.delivery_timestamp_ms, now_ms, config.delivery_delay_max_ms)
             properties[TIMER_DELIVER_MS] = str(message.delivery_timestamp_ms)
         properties[RECONSUME_TIME] = str(message.delivery_attempt)
         properties[PRODUCER_GROUP] = message.topic
@@ -285,8 +322,11 @@ class Producer:
         if message.born_timestamp_ms is not None:
             properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
         properties[CLUSTER] = config.cluster_name
-        if message.lite_topic or message.priority is not None or message.message_type in (
-                MessageType.LITE, MessageType.PRIORITY):
+        if (
+            message.lite_topic
+            or message.priority is not None
+            or message.message_type in (MessageType.LITE, MessageType.PRIORITY)
+        ):
             raise RequestError("lite and priority messages are not supported by this broker", Code.UNSUPPORTED)
         message_type = validation.effective_message_type(message)
         self._check_properties_size(properties)
@@ -297,11 +337,15 @@ class Producer:
         """(pyrmq) The store refuses a properties string over 32767 bytes, batch and all."""
         # The UTF-8 size of all keys and of all values, each joined once (not per entry: this
         # runs for every message sent), plus a separator and a terminator per property.
-        size = validation.utf8_len("".join(properties)) + validation.utf8_len("".join(properties.values())) \
+        size = (
+            validation.utf8_len("".join(properties))
+            + validation.utf8_len("".join(properties.values()))
             + 2 * len(properties)
+        )
         if size + _HOOK_PROPERTIES_RESERVE_BYTES > PROPERTIES_SIZE_MAX_BYTES:
-            raise RequestError(f"message properties take {size} bytes, more than the store can hold",
-                               Code.MESSAGE_PROPERTIES_TOO_LARGE)
+            raise RequestError(
+                f"message properties take {size} bytes, more than the store can hold", Code.MESSAGE_PROPERTIES_TOO_LARGE
+            )
 
     def select_queue(self, topic: TopicInfo, messages: list[IncomingMessage]) -> int:
         """FIFO: hash of the message group; otherwise round-robin. One queue per request."""
@@ -310,14 +354,26 @@ class Producer:
             return fifo_queue_id(group, topic.write_queue_nums)
         return self._round_robin.next_queue_id(topic.name, topic.write_queue_nums)
 
-    def to_store_message(self, message: IncomingMessage, message_type: MessageType, properties: dict[str, str],
-                         queue_id: int, peer_address: str, now_ms: int) -> tuple[StoreMessage, str]:
+    def to_store_message(
+        self,
+        message: IncomingMessage,
+        message_type: MessageType,
+        properties: dict[str, str],
+        queue_id: int,
+        peer_address: str,
+        now_ms: int,
+    ) -> tuple[StoreMessage, str]:
         """The record to put (after the put hooks) and its recall handle ("" if none)."""
         record = StoreMessage(
-            topic=message.topic, queue_id=queue_id, body=message.body, properties=properties,
+            topic=message.topic,
+            queue_id=queue_id,
+            body=message.body,
+            properties=properties,
             sys_flag=SYSFLAG_COMPRESSED if message.body_encoding is BodyEncoding.GZIP else 0,
             born_timestamp_ms=message.born_timestamp_ms if message.born_timestamp_ms is not None else now_ms,
-            born_host=peer_address, reconsume_times=message.delivery_attempt)
+            born_host=peer_address,
+            reconsume_times=message.delivery_attempt,
+        )
         handle = ""
         if message_type is MessageType.TRANSACTION:
             parked = park_half(properties, record.topic, record.queue_id, message.message_id)
@@ -339,8 +395,14 @@ class Producer:
         handle = recall.decode_handle(handle_text)
         now_ms = self._clock.now_ms()
         timestamp_ms = recall.check_recall(self._config, topic, handle, now_ms)
-        marker = recall.marker_message(self._config, handle, timestamp_ms,
-                                       timer_out_ms(timestamp_ms, self._config.timer_precision_ms), peer_address, now_ms)
+        marker = recall.marker_message(
+            self._config,
+            handle,
+            timestamp_ms,
+            timer_out_ms(timestamp_ms, self._config.timer_precision_ms),
+            peer_address,
+            now_ms,
+        )
         outcome = self._sink.submit(marker).wait(timeout_s)
         error = recall.recall_outcome_error(outcome.status, outcome.error, PUT_STATUS_CODES)
         if error is not None:
@@ -348,8 +410,15 @@ class Producer:
         return handle.message_id
 
     # -- outcomes ----------------------------------------------------------------------------
-    def _receipt(self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str,
-                 pending: PendingPut | BrokerError, deadline_s: float) -> SendReceipt:
+    def _receipt(
+        self,
+        topic: TopicInfo,
+        message: IncomingMessage,
+        message_type: MessageType,
+        handle: str,
+        pending: PendingPut | BrokerError,
+        deadline_s: float,
+    ) -> SendReceipt:
         try:
             if isinstance(pending, BrokerError):
                 raise pending
@@ -358,17 +427,24 @@ class Producer:
             return SendReceipt(code=exc.code, status_message=exc.message)
         return self._receipt_for(topic, message, message_type, handle, outcome)
 
-    def _receipt_for(self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str,
-                     outcome: PutOutcome) -> SendReceipt:
+    def _receipt_for(
+        self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str, outcome: PutOutcome
+    ) -> SendReceipt:
         if outcome.ok:
             if message_type is MessageType.TRANSACTION and self._on_half_stored is not None:
                 self._on_half_stored(message.message_id, topic.name, outcome)
             return SendReceipt(
-                code=Code.OK, status_message="OK", message_id=message.message_id,
+                code=Code.OK,
+                status_message="OK",
+                message_id=message.message_id,
                 transaction_id=message.message_id if message_type is MessageType.TRANSACTION else "",
-                offset=outcome.queue_offset, recall_handle=handle)
+                offset=outcome.queue_offset,
+                recall_handle=handle,
+            )
         if outcome.status in _STALE_TOPIC_STATUSES:
             self._topics.invalidate(topic.name)
         log.warning("store refused a message of topic %s: %s %s", topic.name, outcome.status.name, outcome.error)
-        return SendReceipt(code=PUT_STATUS_CODES[outcome.status],
-                           status_message=f"send message failed, store status {outcome.status.name}: {outcome.error}")
+        return SendReceipt(
+            code=PUT_STATUS_CODES[outcome.status],
+            status_message=f"send message failed, store status {outcome.status.name}: {outcome.error}",
+        )

@@ -9,6 +9,7 @@ none), so, like the RocketMQ 5 proxy's ``SendMessageQueueSelector``:
   moves as few groups as possible, and the queue is the one a Java proxy would pick.
 * otherwise round-robin over the write queues, one counter per topic.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -28,6 +28,7 @@ Bounds: ``max_msg_nums`` <= ``RAW_PULL_BATCH_MAX`` records and ``max_msg_bytes``
 ``RAW_PULL_BYTES_MAX`` per response (the store still returns one larger record alone, and a body
 is at most 4 MiB, so a response stays under the broker's 16 MiB message limit).
 """
+
 from __future__ import annotations
 
 import struct
@@ -37,24 +38,24 @@ from typing import Protocol
 
 from services.broker.consumer import FilterType, parse_filter, tags_codes, validate_group
 from services.broker.errors import Code, RequestError
-from services.store.client.model import GetOutcome, GetStatus
 from services.broker.offsets import OffsetService, exact_matcher
 from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
+from services.store.client.model import GetOutcome, GetStatus
 
 RAW_PULL_BATCH_DEFAULT = 32
 RAW_PULL_BATCH_MAX = 4096
 RAW_PULL_BYTES_DEFAULT = 4 << 20
 RAW_PULL_BYTES_MAX = 8 << 20
 _QUEUE_OFFSET = struct.Struct(">q")
-_READ_ON = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING,
-            GetStatus.OFFSET_FOUND_NULL)
+_READ_ON = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING, GetStatus.OFFSET_FOUND_NULL)
 
 
 class RawStore(Protocol):
     """The store call behind PullRecords. Failures raise StoreCallError."""
 
-    def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                         tags_codes: list[int]) -> GetOutcome:
+    def get_raw_messages(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, tags_codes: list[int]
+    ) -> GetOutcome:
         """GetRawMessages: ``messages`` are whole CommitLog records (bytes), in queue order."""
 
 
@@ -63,16 +64,16 @@ class RawPullRequest:
     topic: str
     queue_id: int
     queue_offset: int
-    end_offset: int = 0                          # exclusive; <= 0: none (one response)
-    consumer_group: str = ""                     # optional
+    end_offset: int = 0  # exclusive; <= 0: none (one response)
+    consumer_group: str = ""  # optional
     broker_name: str = ""
-    max_msg_nums: int = 0                        # 0: RAW_PULL_BATCH_DEFAULT
-    max_msg_bytes: int = 0                       # 0: RAW_PULL_BYTES_DEFAULT
+    max_msg_nums: int = 0  # 0: RAW_PULL_BATCH_DEFAULT
+    max_msg_bytes: int = 0  # 0: RAW_PULL_BYTES_DEFAULT
     filter_type: FilterType = FilterType.TAG
     filter_expression: str = "*"
-    suspend_timeout_ms: int = 0                  # long polling of the first read; 0: none
-    deadline_remaining_ms: int | None = None     # None: no gRPC deadline
-    alive: Callable[[], bool] = lambda: True     # False once the caller cancelled the call
+    suspend_timeout_ms: int = 0  # long polling of the first read; 0: none
+    deadline_remaining_ms: int | None = None  # None: no gRPC deadline
+    alive: Callable[[], bool] = lambda: True  # False once the caller cancelled the call
 
 
 @dataclass(slots=True)
@@ -142,8 +143,9 @@ class RawPullService:
         if request.end_offset <= 0:
             return None
         if request.end_offset <= request.queue_offset:
-            raise RequestError(f"end_offset {request.end_offset} must be above queue_offset {request.queue_offset}",
-                               Code.BAD_REQUEST)
+            raise RequestError(
+                f"end_offset {request.end_offset} must be above queue_offset {request.queue_offset}", Code.BAD_REQUEST
+            )
         return request.end_offset
 
     def _responses(self, request: RawPullRequest, end: int | None, fetch) -> Iterator[RawPullResult]:
@@ -151,8 +153,9 @@ class RawPullService:
         wait_ms = self._offsets.polling_ms(request.suspend_timeout_ms, request.deadline_remaining_ms)
         while True:
             result = self._offsets.read(request.topic, offset, wait_ms, request.alive, fetch, end)
-            yield RawPullResult(result.code, result.message, result.next_offset, result.min_offset,
-                                result.max_offset, result.messages)
+            yield RawPullResult(
+                result.code, result.message, result.next_offset, result.min_offset, result.max_offset, result.messages
+            )
             if result.code is not Code.OK or end is None or result.next_offset >= end or not request.alive():
                 return
             offset, wait_ms = result.next_offset, 0

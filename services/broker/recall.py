@@ -22,6 +22,7 @@ INTERNAL_SERVER_ERROR for every broker-side refusal; we give the client a code i
 | ``now >= timestamp`` (the message's slot has begun) or beyond the max delay | ILLEGAL_DELIVERY_TIME |
 | the store refused the marker | the send path's mapping (``producer.PUT_STATUS_CODES``) |
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,9 +32,8 @@ from dataclasses import dataclass
 from services.broker import validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, RequestError
-from services.domain.delivery import MessageType
-from services.store.client.model import PutStatus, StoreMessage, TopicInfo
 from services.domain.contracts.delay import delete_key, park_timer
+from services.domain.delivery import MessageType
 from services.domain.format.properties_format import (
     BORN_TIMESTAMP,
     CLUSTER,
@@ -42,6 +42,7 @@ from services.domain.format.properties_format import (
     TIMER_DELIVER_MS,
     UNIQ_KEY,
 )
+from services.store.client.model import PutStatus, StoreMessage, TopicInfo
 
 HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"
@@ -52,7 +53,7 @@ RECALL_BODY = b"0"
 class RecallHandle:
     topic: str
     broker_name: str
-    timestamp_text: str     # TIMER_OUT_MS + 1 of the message, as written
+    timestamp_text: str  # TIMER_OUT_MS + 1 of the message, as written
     message_id: str
 
 
@@ -84,13 +85,18 @@ def check_recall(config: BrokerConfig, topic: TopicInfo, handle: RecallHandle, n
     except ValueError:
         timestamp_ms = -1
     time_left_ms = timestamp_ms - now_ms
-    if timestamp_ms < 0 or time_left_ms <= 0 or time_left_ms >= config.delivery_delay_max_ms + config.timer_precision_ms:
+    if (
+        timestamp_ms < 0
+        or time_left_ms <= 0
+        or time_left_ms >= config.delivery_delay_max_ms + config.timer_precision_ms
+    ):
         raise RequestError("recall failed, timestamp invalid", Code.ILLEGAL_DELIVERY_TIME)
     return timestamp_ms
 
 
-def marker_message(config: BrokerConfig, handle: RecallHandle, timestamp_ms: int, timer_out_ms: int,
-                   peer_address: str, now_ms: int) -> StoreMessage:
+def marker_message(
+    config: BrokerConfig, handle: RecallHandle, timestamp_ms: int, timer_out_ms: int, peer_address: str, now_ms: int
+) -> StoreMessage:
     """The DELETE marker, already parked in rmq_sys_wheel_timer as the timer put hook would."""
     properties = {
         TAGS: RECALL_TAG,
@@ -101,8 +107,15 @@ def marker_message(config: BrokerConfig, handle: RecallHandle, timestamp_ms: int
         CLUSTER: config.cluster_name,
     }
     topic, queue_id = park_timer(properties, handle.topic, 0, timer_out_ms)
-    return StoreMessage(topic=topic, queue_id=queue_id, body=RECALL_BODY, properties=properties,
-                        born_timestamp_ms=now_ms, born_host=peer_address, allow_system_topic=True)
+    return StoreMessage(
+        topic=topic,
+        queue_id=queue_id,
+        body=RECALL_BODY,
+        properties=properties,
+        born_timestamp_ms=now_ms,
+        born_host=peer_address,
+        allow_system_topic=True,
+    )
 
 
 def recall_outcome_error(status: PutStatus, error: str, codes: dict[PutStatus, Code]) -> BrokerError | None:

@@ -7,15 +7,16 @@ exists with both permissions for an ordinary topic (Node uses only queue 0, prot
 the server picks the real write queue anyway). ``accept_message_types`` follows the topic's
 ``message.type`` (§5.1): MIXED accepts NORMAL, FIFO, DELAY and TRANSACTION.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from services.broker import validation
 from services.broker.config import address_scheme
+from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
 from services.store.client.model import TopicInfo
-from services.broker.topics import TopicRegistry
 
 ACCEPT_MESSAGE_TYPES: dict[str, tuple[MessageType, ...]] = {
     "NORMAL": (MessageType.NORMAL,),
@@ -30,7 +31,7 @@ MASTER_BROKER_ID = 0
 @dataclass(frozen=True, slots=True)
 class RouteQueue:
     queue_id: int
-    permission: str              # v2 Permission name: NONE, READ, WRITE, READ_WRITE
+    permission: str  # v2 Permission name: NONE, READ, WRITE, READ_WRITE
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class Route:
     topic: str
     broker_name: str
     broker_id: int
-    endpoint_scheme: str         # v2 AddressScheme name: IPv4, IPv6, DOMAIN_NAME
+    endpoint_scheme: str  # v2 AddressScheme name: IPv4, IPv6, DOMAIN_NAME
     endpoint_host: str
     endpoint_port: int
     queues: tuple[RouteQueue, ...]
@@ -48,8 +49,7 @@ class Route:
 def queue_permission(queue_id: int, topic: TopicInfo) -> str:
     readable = topic.readable and queue_id < topic.read_queue_nums
     writable = topic.writable and queue_id < topic.write_queue_nums
-    return {(True, True): "READ_WRITE", (True, False): "READ", (False, True): "WRITE"}.get(
-        (readable, writable), "NONE")
+    return {(True, True): "READ_WRITE", (True, False): "READ", (False, True): "WRITE"}.get((readable, writable), "NONE")
 
 
 class RouteService:
@@ -64,8 +64,15 @@ class RouteService:
         topic = self._topics.get(topic_name)
         host, port = self._endpoint
         return Route(
-            topic=topic.name, broker_name=self._broker_name, broker_id=MASTER_BROKER_ID,
-            endpoint_scheme=address_scheme(host), endpoint_host=host, endpoint_port=port,
-            queues=tuple(RouteQueue(i, queue_permission(i, topic))
-                         for i in range(max(topic.read_queue_nums, topic.write_queue_nums))),
-            accept_message_types=ACCEPT_MESSAGE_TYPES[topic.message_type])
+            topic=topic.name,
+            broker_name=self._broker_name,
+            broker_id=MASTER_BROKER_ID,
+            endpoint_scheme=address_scheme(host),
+            endpoint_host=host,
+            endpoint_port=port,
+            queues=tuple(
+                RouteQueue(i, queue_permission(i, topic))
+                for i in range(max(topic.read_queue_nums, topic.write_queue_nums))
+            ),
+            accept_message_types=ACCEPT_MESSAGE_TYPES[topic.message_type],
+        )

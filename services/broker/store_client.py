@@ -37,6 +37,7 @@ one dispatcher at a time takes *whatever is queued* (up to ``batch_messages_max`
 Cost per message: one lock round trip to enqueue, one to complete; under concurrency, a thread
 hand-off to the waiters (tens of µs; bench/broker_bench.py measures it against direct puts).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from services.broker.errors import BrokerError, Code, FlowControlError, StoreCallError
+from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, StoreCallError, as_broker_error
 from services.store.client.model import (
     GroupInfo,
     PutOutcome,
@@ -55,7 +56,6 @@ from services.store.client.model import (
     StoreMessage,
     TopicInfo,
 )
-from services.broker.errors import FAILURES, as_broker_error
 
 if TYPE_CHECKING:
     from services.store.client.model import GetOutcome
@@ -63,9 +63,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Statuses with which the store refuses a *whole* batch because of one message's content.
-BATCH_REFUSAL_STATUSES = frozenset({
-    PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED, PutStatus.TOPIC_ILLEGAL,
-    PutStatus.TOPIC_NOT_FOUND, PutStatus.QUEUE_ID_ILLEGAL})
+BATCH_REFUSAL_STATUSES = frozenset(
+    {
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        PutStatus.TOPIC_ILLEGAL,
+        PutStatus.TOPIC_NOT_FOUND,
+        PutStatus.QUEUE_ID_ILLEGAL,
+    }
+)
 DISPATCH_IDLE_WAIT_S = 1.0
 
 
@@ -81,8 +87,9 @@ class StoreClient(Protocol):
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
         """Records of ``topic`` indexed under ``key`` (a KEYS word or a UNIQ_KEY)."""
 
-    def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                         tags_codes: list[int]) -> GetOutcome:
+    def get_raw_messages(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, tags_codes: list[int]
+    ) -> GetOutcome:
         """GetRawMessages (PullRecords, ``raw_pull.py``): whole CommitLog records as bytes."""
 
     def get_topic(self, name: str) -> TopicInfo | None: ...
@@ -103,8 +110,9 @@ class PendingPut:
 
     __slots__ = ("message", "size_bytes", "enqueued_s", "lead", "_done", "_outcome", "_error")
 
-    def __init__(self, message: StoreMessage, enqueued_s: float = 0.0,
-                 lead: Callable[[PendingPut], None] | None = None) -> None:
+    def __init__(
+        self, message: StoreMessage, enqueued_s: float = 0.0, lead: Callable[[PendingPut], None] | None = None
+    ) -> None:
         self.message = message
         self.size_bytes = len(message.body)
         self.enqueued_s = enqueued_s
@@ -144,19 +152,20 @@ class PendingPut:
 
 @dataclass(frozen=True, slots=True)
 class CoalescerStats:
-    put_calls: int            # PutMessages RPCs made (isolation re-puts included)
-    messages: int             # messages completed
-    batches: int              # batches taken from the queue
-    isolated_batches: int     # batches refused as a whole and re-put one by one
-    batch_messages_max: int   # the largest batch so far
-    queued_messages: int      # waiting now
-    shed: int = 0             # refused TOO_MANY_REQUESTS after waiting longer than queue_wait_max_ms
+    put_calls: int  # PutMessages RPCs made (isolation re-puts included)
+    messages: int  # messages completed
+    batches: int  # batches taken from the queue
+    isolated_batches: int  # batches refused as a whole and re-put one by one
+    batch_messages_max: int  # the largest batch so far
+    queued_messages: int  # waiting now
+    shed: int = 0  # refused TOO_MANY_REQUESTS after waiting longer than queue_wait_max_ms
 
 
 class PutSink(Protocol):
     def submit(self, message: StoreMessage) -> PendingPut: ...
     def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
         """``submit`` each, in order; a message that cannot be submitted gets its BrokerError."""
+
     def stats(self) -> CoalescerStats: ...
     def close(self) -> None: ...
 
@@ -184,8 +193,14 @@ class DirectPutSink:
 
     def stats(self) -> CoalescerStats:
         calls = self.put_calls
-        return CoalescerStats(put_calls=calls, messages=calls, batches=calls, isolated_batches=0,
-                              batch_messages_max=1 if calls else 0, queued_messages=0)
+        return CoalescerStats(
+            put_calls=calls,
+            messages=calls,
+            batches=calls,
+            isolated_batches=0,
+            batch_messages_max=1 if calls else 0,
+            queued_messages=0,
+        )
 
     def close(self) -> None:
         pass
@@ -195,9 +210,16 @@ class PutCoalescer:
     """The dispatcher described in the module docstring. ``start()`` runs it on a thread;
     tests may call ``run_once()`` instead."""
 
-    def __init__(self, store_put: StorePut, batch_messages_max: int = 256, batch_bytes_max: int = 16 << 20,
-                 queue_messages_max: int = 16_384, queue_bytes_max: int = 256 << 20,
-                 queue_wait_max_ms: int = 0, monotonic_s: Callable[[], float] = lambda: 0.0) -> None:
+    def __init__(
+        self,
+        store_put: StorePut,
+        batch_messages_max: int = 256,
+        batch_bytes_max: int = 16 << 20,
+        queue_messages_max: int = 16_384,
+        queue_bytes_max: int = 256 << 20,
+        queue_wait_max_ms: int = 0,
+        monotonic_s: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         assert batch_messages_max > 0 and batch_bytes_max > 0
         assert queue_messages_max >= batch_messages_max, "a full queue must hold at least one batch"
         self._store_put = store_put
@@ -205,13 +227,13 @@ class PutCoalescer:
         self._batch_bytes_max = batch_bytes_max
         self._queue_messages_max = queue_messages_max
         self._queue_bytes_max = queue_bytes_max
-        self._queue_wait_max_s = queue_wait_max_ms / 1000   # 0: off
+        self._queue_wait_max_s = queue_wait_max_ms / 1000  # 0: off
         self._monotonic_s = monotonic_s
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[PendingPut] = deque()
         self._queued_bytes = 0
-        self._idle = False          # the dispatcher thread is waiting for work: notify it
-        self._dispatching = False   # a batch is being sent (by a leader or the dispatcher thread)
+        self._idle = False  # the dispatcher thread is waiting for work: notify it
+        self._dispatching = False  # a batch is being sent (by a leader or the dispatcher thread)
         self._closed = False
         self._thread: threading.Thread | None = None
         # Written by whoever is dispatching (one at a time).
@@ -245,10 +267,12 @@ class PutCoalescer:
             queue = self._queue
             for pending in pendings:
                 if len(queue) >= self._queue_messages_max or (
-                        queue and self._queued_bytes + pending.size_bytes > self._queue_bytes_max):
+                    queue and self._queued_bytes + pending.size_bytes > self._queue_bytes_max
+                ):
                     full = FlowControlError(
-                        f"too many sends waiting for the store ({len(queue)} messages, "
-                        f"{self._queued_bytes} bytes)", Code.TOO_MANY_REQUESTS)
+                        f"too many sends waiting for the store ({len(queue)} messages, {self._queued_bytes} bytes)",
+                        Code.TOO_MANY_REQUESTS,
+                    )
                     return out + [full] * (len(pendings) - len(out))
                 queue.append(pending)
                 self._queued_bytes += pending.size_bytes
@@ -333,9 +357,12 @@ class PutCoalescer:
 
     def _fail_stale(self, stale: list[PendingPut]) -> None:
         for pending in stale:
-            pending.fail(FlowControlError(
-                f"waited over {self._queue_wait_max_s * 1000:.0f} ms for the store; not sent "
-                "(TIMEOUT_CLEAN_QUEUE)", Code.TOO_MANY_REQUESTS))
+            pending.fail(
+                FlowControlError(
+                    f"waited over {self._queue_wait_max_s * 1000:.0f} ms for the store; not sent (TIMEOUT_CLEAN_QUEUE)",
+                    Code.TOO_MANY_REQUESTS,
+                )
+            )
 
     def _shed_stale_locked(self) -> list[PendingPut]:
         """Sends queued longer than ``queue_wait_max_ms`` (RocketMQ's waitTimeMillsInSendQueue):
@@ -375,8 +402,12 @@ class PutCoalescer:
         if len(batch) > 1 and _refused_as_a_whole(outcomes):
             # One message sank the batch: re-put each alone, in order, so only it fails.
             self._isolated_batches += 1
-            log.warning("store refused a batch of %d as a whole (%s: %s); re-putting one by one",
-                        len(batch), outcomes[0].status.name, outcomes[0].error)
+            log.warning(
+                "store refused a batch of %d as a whole (%s: %s); re-putting one by one",
+                len(batch),
+                outcomes[0].status.name,
+                outcomes[0].error,
+            )
             for pending in batch:
                 single = self._call_store([pending])
                 if single is not None:
@@ -406,13 +437,19 @@ class PutCoalescer:
         return None
 
     def stats(self) -> CoalescerStats:
-        return CoalescerStats(put_calls=self._put_calls, messages=self._messages, batches=self._batches,
-                              isolated_batches=self._isolated_batches,
-                              batch_messages_max=self._batch_messages_peak, queued_messages=len(self._queue),
-                              shed=self._shed)
+        return CoalescerStats(
+            put_calls=self._put_calls,
+            messages=self._messages,
+            batches=self._batches,
+            isolated_batches=self._isolated_batches,
+            batch_messages_max=self._batch_messages_peak,
+            queued_messages=len(self._queue),
+            shed=self._shed,
+        )
 
 
 def _refused_as_a_whole(outcomes: list[PutOutcome]) -> bool:
     first = outcomes[0]
-    return (first.status in BATCH_REFUSAL_STATUSES
-            and all(o.status is first.status and o.error == first.error for o in outcomes))
+    return first.status in BATCH_REFUSAL_STATUSES and all(
+        o.status is first.status and o.error == first.error for o in outcomes
+    )

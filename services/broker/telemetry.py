@@ -17,6 +17,7 @@ its type, the topics it publishes (producer group = topic, as in the proxy), its
 group, and ``push`` to write a server command (RecoverOrphanedTransactionCommand, ...) onto
 its stream. A session ends with its stream; a newer stream of the same client replaces it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, RequestError
 from services.broker.model import ClientType
+from services.runtime.clock import Clock
 from services.store.client.model import GroupInfo
 
 
@@ -36,8 +37,8 @@ class ClientSettings:
     """What a client's Settings command says about itself."""
 
     client_type: ClientType
-    publishing_topics: tuple[str, ...] | None = None   # None: no publishing block
-    subscription_group: str | None = None              # None: no subscription block
+    publishing_topics: tuple[str, ...] | None = None  # None: no publishing block
+    subscription_group: str | None = None  # None: no subscription block
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +53,9 @@ class ServerSettings:
     """The server's part of a settings reply."""
 
     backoff: RetryPolicySettings
-    max_body_size: int | None = None          # publishing only
+    max_body_size: int | None = None  # publishing only
     validate_message_type: bool | None = None
-    fifo: bool | None = None                  # subscription only
+    fifo: bool | None = None  # subscription only
     receive_batch_size: int | None = None
     long_polling_timeout_ms: int | None = None
 
@@ -68,7 +69,7 @@ class ClientSession:
     """One client's live Telemetry stream."""
 
     client_id: str
-    push: Callable[[Any], bool]               # enqueue a server command; False if the stream is gone
+    push: Callable[[Any], bool]  # enqueue a server command; False if the stream is gone
     opened_ms: int
     client_type: ClientType = ClientType.CLIENT_TYPE_UNSPECIFIED
     producer_topics: frozenset[str] = field(default_factory=frozenset)
@@ -106,8 +107,11 @@ class ClientRegistry:
     def producers_of(self, topic: str) -> list[ClientSession]:
         """Live producers that publish ``topic``: where transaction checks for it can go."""
         with self._lock:
-            return [s for s in self._sessions.values()
-                    if s.client_type is ClientType.PRODUCER and topic in s.producer_topics]
+            return [
+                s
+                for s in self._sessions.values()
+                if s.client_type is ClientType.PRODUCER and topic in s.producer_topics
+            ]
 
     def push_to_producer(self, group: str, command: Any) -> str | None:
         """Write ``command`` on the stream of one live producer of ``group`` (v2 producers'
@@ -143,18 +147,27 @@ class TelemetryService:
             return ServerSettings(
                 backoff=RetryPolicySettings(
                     max_attempts=config.producer_max_attempts,
-                    exponential=(config.producer_backoff_initial_ms, config.producer_backoff_max_ms,
-                                 config.producer_backoff_multiplier)),
-                max_body_size=config.body_size_max_bytes, validate_message_type=config.validate_message_type)
+                    exponential=(
+                        config.producer_backoff_initial_ms,
+                        config.producer_backoff_max_ms,
+                        config.producer_backoff_multiplier,
+                    ),
+                ),
+                max_body_size=config.body_size_max_bytes,
+                validate_message_type=config.validate_message_type,
+            )
         if settings.subscription_group is not None:
             group = self._groups.get_group(settings.subscription_group) if settings.subscription_group else None
             if group is None:
                 group = GroupInfo(name=settings.subscription_group)
             return ServerSettings(
-                backoff=RetryPolicySettings(max_attempts=group.retry_max_times + 1,
-                                            customized_ms=config.consumer_retry_delays_ms),
-                fifo=group.consume_message_orderly, receive_batch_size=config.consumer_receive_batch_size,
-                long_polling_timeout_ms=config.consumer_long_polling_timeout_ms)
+                backoff=RetryPolicySettings(
+                    max_attempts=group.retry_max_times + 1, customized_ms=config.consumer_retry_delays_ms
+                ),
+                fifo=group.consume_message_orderly,
+                receive_batch_size=config.consumer_receive_batch_size,
+                long_polling_timeout_ms=config.consumer_long_polling_timeout_ms,
+            )
         raise RequestError("settings must carry publishing or subscription", Code.BAD_REQUEST)
 
     def open_session(self, client_id: str, push: Callable[[Any], bool]) -> ClientSession:

@@ -11,15 +11,16 @@ creates the topic in the store with ``auto_create_topic_queue_nums`` queues and
 which makes the official clients refuse FIFO/DELAY/TRANSACTION sends until an operator sets
 the type).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 from typing import Protocol
 
-from services.runtime.clock import Clock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, NotFoundError
+from services.runtime.clock import Clock
 from services.store.client.model import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,15 @@ class TopicRegistry:
 
     def _create(self, name: str, now_ms: int) -> TopicInfo:
         nums = self._config.auto_create_topic_queue_nums
-        topic = self._store.create_topic(TopicInfo(
-            name=name, read_queue_nums=nums, write_queue_nums=nums, perm=PERM_READ_WRITE,
-            message_type=self._config.auto_create_topic_message_type))
+        topic = self._store.create_topic(
+            TopicInfo(
+                name=name,
+                read_queue_nums=nums,
+                write_queue_nums=nums,
+                perm=PERM_READ_WRITE,
+                message_type=self._config.auto_create_topic_message_type,
+            )
+        )
         log.info("auto-created topic %s (%d queues, %s)", name, nums, topic.message_type)
         self._remember(name, topic, now_ms)
         return topic

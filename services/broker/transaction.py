@@ -32,6 +32,7 @@ remember where the checker's half copy is, then write the RecoverOrphanedTransac
 on the Telemetry stream of one live producer of the half's group; the producer answers with
 EndTransaction (source SERVER_CHECK), handled above.
 """
+
 from __future__ import annotations
 
 import enum
@@ -42,19 +43,19 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.broker import validation
-from services.runtime.clock import Clock
 from services.broker.errors import Code, RequestError, StoreCallError
-from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.broker.producer import PUT_STATUS_CODES
 from services.broker.store_client import PutSink
 from services.domain.contracts.parking import real_destination
 from services.domain.contracts.transaction import QUEUE_ID, encode_op, read_half
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.runtime.clock import Clock
+from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 
 log = logging.getLogger(__name__)
 
-HALF_COPIES_MAX = 32      # half copies looked up per transaction (the checker re-appends at most 15)
+HALF_COPIES_MAX = 32  # half copies looked up per transaction (the checker re-appends at most 15)
 LOCK_STRIPES = 64
 
 
@@ -68,9 +69,9 @@ class Resolution(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class HalfRef:
-    topic: str           # the real topic
-    phy_offset: int      # of the half record
-    queue_offset: int    # in RMQ_SYS_TRANS_HALF_TOPIC
+    topic: str  # the real topic
+    phy_offset: int  # of the half record
+    queue_offset: int  # in RMQ_SYS_TRANS_HALF_TOPIC
 
 
 class _Bounded(OrderedDict):
@@ -110,7 +111,7 @@ class HalfMessageTable:
 @dataclass(frozen=True, slots=True)
 class _Resolved:
     resolution: Resolution
-    covered: frozenset[int]   # half queue offsets listed in the op records written
+    covered: frozenset[int]  # half queue offsets listed in the op records written
 
 
 class TransactionStore(Protocol):
@@ -119,8 +120,14 @@ class TransactionStore(Protocol):
 
 
 class TransactionService:
-    def __init__(self, store: TransactionStore, sink: PutSink, halves: HalfMessageTable, clock: Clock,
-                 resolved_capacity: int = 100_000) -> None:
+    def __init__(
+        self,
+        store: TransactionStore,
+        sink: PutSink,
+        halves: HalfMessageTable,
+        clock: Clock,
+        resolved_capacity: int = 100_000,
+    ) -> None:
         self._store = store
         self._sink = sink
         self._halves = halves
@@ -141,13 +148,18 @@ class TransactionService:
             if not halves:
                 if isinstance(done, _Resolved):
                     return
-                raise RequestError(f"no half message for transaction {transaction_id} of topic {topic}",
-                                   Code.INVALID_TRANSACTION_ID)
+                raise RequestError(
+                    f"no half message for transaction {transaction_id} of topic {topic}", Code.INVALID_TRANSACTION_ID
+                )
             offsets = frozenset(h.queue_offset for h in halves)
             if isinstance(done, _Resolved):
                 if done.resolution is not resolution:
-                    log.warning("transaction %s already resolved as %s, ignoring %s",
-                                transaction_id, done.resolution.name, resolution.name)
+                    log.warning(
+                        "transaction %s already resolved as %s, ignoring %s",
+                        transaction_id,
+                        done.resolution.name,
+                        resolution.name,
+                    )
                 if offsets <= done.covered:
                     return
                 # Copies the checker appended after the resolution: cover them, commit nothing.
@@ -173,15 +185,19 @@ class TransactionService:
 
     def _already_committed(self, topic: str, transaction_id: str, halves: list[StoredMessage]) -> bool:
         half_offsets = {h.phy_offset for h in halves}
-        return any(r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
-                   and r.prepared_transaction_offset in half_offsets
-                   for r in self._store.query_messages_by_key(topic, transaction_id, HALF_COPIES_MAX))
+        return any(
+            r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
+            and r.prepared_transaction_offset in half_offsets
+            for r in self._store.query_messages_by_key(topic, transaction_id, HALF_COPIES_MAX)
+        )
 
     def _put(self, record: StoreMessage, deadline_s: float) -> PutOutcome:
         outcome = self._sink.submit(record).wait(deadline_s - self._clock.monotonic_s())
         if not outcome.ok:
-            raise StoreCallError(f"store refused the {record.topic} record: {outcome.status.name} {outcome.error}",
-                                 PUT_STATUS_CODES[outcome.status])
+            raise StoreCallError(
+                f"store refused the {record.topic} record: {outcome.status.name} {outcome.error}",
+                PUT_STATUS_CODES[outcome.status],
+            )
         return outcome
 
 
@@ -197,17 +213,30 @@ def commit_record(half: StoredMessage) -> StoreMessage:
         raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID")
     real_topic, real_queue_id = destination
     return StoreMessage(
-        topic=real_topic, queue_id=real_queue_id, body=half.body, properties=dict(half.properties),
-        sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT_TYPE, flag=half.flag,
-        born_timestamp_ms=half.born_timestamp_ms, born_host=half.born_host, reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=half.phy_offset)
+        topic=real_topic,
+        queue_id=real_queue_id,
+        body=half.body,
+        properties=dict(half.properties),
+        sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT_TYPE,
+        flag=half.flag,
+        born_timestamp_ms=half.born_timestamp_ms,
+        born_host=half.born_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.phy_offset,
+    )
 
 
 def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
     """An op record: "these half queue offsets are resolved"."""
     properties, body = encode_op(half_queue_offsets)
-    return StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=QUEUE_ID, body=body, properties=properties,
-                        born_timestamp_ms=now_ms, allow_system_topic=True)
+    return StoreMessage(
+        topic=TRANS_OP_HALF_TOPIC,
+        queue_id=QUEUE_ID,
+        body=body,
+        properties=properties,
+        born_timestamp_ms=now_ms,
+        allow_system_topic=True,
+    )
 
 
 class ProducerChannels(Protocol):

@@ -21,18 +21,18 @@ message, so nothing it would refuse may reach a coalesced batch.
 "Control character" is Java's ``Character.isISOControl`` (U+0000-U+001F, U+007F-U+009F);
 "blank" is commons-lang ``StringUtils.isBlank`` (empty or all ``Character.isWhitespace``).
 """
+
 from __future__ import annotations
 
 import re
 
 from services.broker.errors import Code, RequestError
 from services.broker.model import IncomingMessage
-from services.domain.delivery import MessageType
+from services.domain.delivery import BROKER_PROPERTY_KEYS, MessageType
 from services.domain.format.properties_format import (
     RESERVED_PROPERTY_KEYS,
 )
 from services.domain.names import is_system_topic, validate_topic_name
-from services.domain.delivery import BROKER_PROPERTY_KEYS
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # Unicode whitespace that Java's Character.isWhitespace does not count (non-breaking spaces).
@@ -80,11 +80,13 @@ def validate_user_properties(properties: dict[str, str], count_max: int) -> int:
         if not key:
             raise RequestError("the key of property cannot be empty", Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
         if has_control_character(key):
-            raise RequestError("the key of property cannot contain control character",
-                               Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+            raise RequestError(
+                "the key of property cannot contain control character", Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+            )
         if has_control_character(value):
-            raise RequestError("the value of property cannot contain control character",
-                               Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+            raise RequestError(
+                "the value of property cannot contain control character", Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+            )
         size += utf8_len(key) + utf8_len(value)
     return size
 
@@ -130,14 +132,16 @@ def validate_message_group(group: str | None, size_max_bytes: int) -> None:
 def validate_delivery_timestamp(delivery_timestamp_ms: int, now_ms: int, delay_max_ms: int) -> None:
     """A past time is fine (delivered at once); more than ``delay_max_ms`` ahead is not."""
     if delivery_timestamp_ms - now_ms > delay_max_ms:
-        raise RequestError(f"the max delay time of message is too large, max is {delay_max_ms}",
-                           Code.ILLEGAL_DELIVERY_TIME)
+        raise RequestError(
+            f"the max delay time of message is too large, max is {delay_max_ms}", Code.ILLEGAL_DELIVERY_TIME
+        )
 
 
 def validate_transaction_recovery(seconds: int, max_s: int) -> None:
     if seconds > max_s:
-        raise RequestError(f"the max transaction recovery time of message is too large, max is {max_s}",
-                           Code.BAD_REQUEST)
+        raise RequestError(
+            f"the max transaction recovery time of message is too large, max is {max_s}", Code.BAD_REQUEST
+        )
 
 
 def effective_message_type(message: IncomingMessage) -> MessageType:
@@ -151,16 +155,21 @@ def effective_message_type(message: IncomingMessage) -> MessageType:
     stated = message.message_type
     if stated is MessageType.TRANSACTION:
         if has_group or has_delivery:
-            raise RequestError("a transaction message cannot have a message group or a delivery timestamp",
-                               Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+            raise RequestError(
+                "a transaction message cannot have a message group or a delivery timestamp",
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            )
         return MessageType.TRANSACTION
     if has_group and has_delivery:
-        raise RequestError("message group and delivery timestamp are exclusive",
-                           Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+        raise RequestError(
+            "message group and delivery timestamp are exclusive", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+        )
     derived = MessageType.DELAY if has_delivery else MessageType.FIFO if has_group else MessageType.NORMAL
     if stated is not MessageType.MESSAGE_TYPE_UNSPECIFIED and stated is not derived:
-        raise RequestError(f"message type {stated.name} conflicts with the message's fields ({derived.name})",
-                           Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+        raise RequestError(
+            f"message type {stated.name} conflicts with the message's fields ({derived.name})",
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        )
     return derived
 
 
@@ -169,4 +178,5 @@ def validate_topic_accepts(topic: str, topic_type: str, message_type: MessageTyp
     if topic_type != "MIXED" and topic_type != message_type.name:
         raise RequestError(
             f"topic {topic} accepts {topic_type} messages, not {message_type.name}",
-            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        )

@@ -3,6 +3,7 @@
 A message with DELAY property N (1-based) waits the Nth duration. The store, the scheduler and
 the Spark pipeline must read the same table, so the default and its parser live here.
 """
+
 from __future__ import annotations
 
 DELAY_LEVELS_DEFAULT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

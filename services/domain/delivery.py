@@ -3,6 +3,7 @@
 the system's and never shown as user properties, the v2 message type a record reads back as, and
 its delivery time. Pure: no I/O, imports nothing else of the project but the domain.
 """
+
 from __future__ import annotations
 
 import enum
@@ -45,11 +46,26 @@ class MessageType(enum.IntEnum):
 # (pyrmq) Keys the broker writes whose presence changes how a message is typed or delivered:
 # a user-set ``__SHARDINGKEY`` would make a NORMAL message read back as FIFO, a user-set
 # ``__transactionId__`` would confuse the transaction checker. The proxy lets them through.
-BROKER_PROPERTY_KEYS = frozenset({
-    SHARDING_KEY, TRACE_CONTEXT, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_ID, TRANSACTION_CHECK_TIMES})
-_INTERNAL_KEYS = RESERVED_PROPERTY_KEYS | BROKER_PROPERTY_KEYS | frozenset({
-    WAIT_STORE_MSG_OK, CLUSTER, RETRY_TOPIC, ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, POP_CK,
-    FIRST_POP_TIME, MESSAGE_TYPE, TRACE_SWITCH})
+BROKER_PROPERTY_KEYS = frozenset(
+    {SHARDING_KEY, TRACE_CONTEXT, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_ID, TRANSACTION_CHECK_TIMES}
+)
+_INTERNAL_KEYS = (
+    RESERVED_PROPERTY_KEYS
+    | BROKER_PROPERTY_KEYS
+    | frozenset(
+        {
+            WAIT_STORE_MSG_OK,
+            CLUSTER,
+            RETRY_TOPIC,
+            ORIGIN_MESSAGE_ID,
+            TRANSACTION_CHECK_TIMES,
+            POP_CK,
+            FIRST_POP_TIME,
+            MESSAGE_TYPE,
+            TRACE_SWITCH,
+        }
+    )
+)
 _INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", CRC32, "TIMER_", "POP_")
 
 

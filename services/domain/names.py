@@ -4,6 +4,7 @@ The constants are TopicValidator's, MixAll's, TimerMessageStore's and PopAckCons
 validation is TopicValidator.validateTopic/validateGroup, with RocketMQ's own error texts.
 Pure: no I/O, imports nothing else of the project.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,10 +22,20 @@ CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
 REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"
-SYSTEM_TOPICS = frozenset({
-    AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
-    TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT_TOPIC,
-    CHECKPOINT_TOPIC})
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT_TOPIC,
+        CHECKPOINT_TOPIC,
+    }
+)
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 
@@ -32,11 +43,24 @@ SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 TRANS_CHECK_GROUP = SYSTEM_GROUP_PREFIX + "TRANS"
 REVIVE_GROUP = SYSTEM_GROUP_PREFIX + "REVIVE_GROUP"
 # MixAll.PREDEFINE_GROUP_SET, verbatim.
-PREDEFINED_GROUPS = frozenset({
-    "DEFAULT_CONSUMER", "DEFAULT_PRODUCER", "TOOLS_CONSUMER", "SCHEDULE_CONSUMER",
-    "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",
-    "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER",
-    "CID_ONSAPI_PULL", TRANS_CHECK_GROUP})
+PREDEFINED_GROUPS = frozenset(
+    {
+        "DEFAULT_CONSUMER",
+        "DEFAULT_PRODUCER",
+        "TOOLS_CONSUMER",
+        "SCHEDULE_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        TRANS_CHECK_GROUP,
+    }
+)
 
 TOPIC_NAME_LENGTH_MAX = 127
 RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX = 255
@@ -57,12 +81,13 @@ def validate_topic_name(name: str) -> str | None:
     if not name or name.isspace():
         return "The specified topic is blank."
     if not _NAME_CHARS.fullmatch(name):
-        return (f"The specified topic: {name}, contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$")
+        return f"The specified topic: {name}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if name.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
         if len(name) > RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX:
-            return (f"The specified topic is DLQ or Retry topic: {name}, and it's longer than "
-                    f"topic max length: {RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX}")
+            return (
+                f"The specified topic is DLQ or Retry topic: {name}, and it's longer than "
+                f"topic max length: {RETRY_OR_DLQ_TOPIC_NAME_LENGTH_MAX}"
+            )
     elif len(name) > TOPIC_NAME_LENGTH_MAX:
         return f"The specified topic: {name}, is longer than topic max length: {TOPIC_NAME_LENGTH_MAX}"
     return None
@@ -78,8 +103,7 @@ def validate_group_name(name: str) -> str | None:
     if not name or name.isspace():
         return "The specified group is blank."
     if not _NAME_CHARS.fullmatch(name):
-        return (f"The specified group: {name}, contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$")
+        return f"The specified group: {name}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(name) > GROUP_NAME_LENGTH_MAX:
         return f"The specified group: {name}, is longer than group max length: {GROUP_NAME_LENGTH_MAX}"
     return None

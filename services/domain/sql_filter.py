@@ -56,6 +56,7 @@ Limits, so hostile input cannot exhaust the stack: ``EXPRESSION_LENGTH_MAX`` cha
 ``NESTING_MAX`` nested parentheses / unary operators, ``DEPTH_MAX`` levels of expression tree
 (AND / OR chains are flattened: ``a=1 OR a=2 OR ...`` is one level).
 """
+
 from __future__ import annotations
 
 import functools
@@ -86,20 +87,24 @@ class SqlFilterError(ValueError):
 
 # -- tokens ----------------------------------------------------------------------------------------
 
-KEYWORDS = frozenset({"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS",
-                      "STARTSWITH", "ENDSWITH"})
-_TOKEN = re.compile(r"""
+KEYWORDS = frozenset(
+    {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH", "ENDSWITH"}
+)
+_TOKEN = re.compile(
+    r"""
     (?P<blank>[ \t\n\r\f]+ | --[^\n\r]*(?:\r\n|\n|\r) | /\*.*?\*/)
   | (?P<decimal>(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)
   | (?P<integer>(?:0|[1-9][0-9]*)[lL]?)
   | (?P<string>'(?:''|[^'])*')
   | (?P<name>[A-Za-z_$][A-Za-z0-9_$.]*)
   | (?P<op><>|<=|>=|[=<>(),+-])
-""", re.VERBOSE | re.DOTALL)
+""",
+    re.VERBOSE | re.DOTALL,
+)
 
 
 class Token(NamedTuple):
-    kind: str        # "number", "string", "name", a keyword ("AND"), an operator ("<="), "end"
+    kind: str  # "number", "string", "name", a keyword ("AND"), an operator ("<="), "end"
     value: Value
     position: int
 
@@ -203,16 +208,17 @@ CONSTANT, PROPERTY, BOOLEAN, OTHER = "constant", "property", "boolean", "other"
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    kind: str              # CONSTANT (a literal), PROPERTY, BOOLEAN (a predicate) or OTHER (-a)
+    kind: str  # CONSTANT (a literal), PROPERTY, BOOLEAN (a predicate) or OTHER (-a)
     evaluate: Evaluate
     depth: int = 1
-    value: Value = None    # CONSTANT only
-    logic: str = ""        # "AND" / "OR": a flattened chain of ``operands``
+    value: Value = None  # CONSTANT only
+    logic: str = ""  # "AND" / "OR": a flattened chain of ``operands``
     operands: tuple[Evaluate, ...] = ()
 
 
 def _chain(operands: tuple[Evaluate, ...], decisive: bool) -> Evaluate:
     """AND (decisive False) or OR (decisive True) over any number of operands."""
+
     def evaluate(properties: Mapping[str, str]) -> bool | None:
         unknown = False
         for operand in operands:
@@ -221,13 +227,21 @@ def _chain(operands: tuple[Evaluate, ...], decisive: bool) -> Evaluate:
                 return decisive
             unknown = unknown or result is None
         return None if unknown else not decisive
+
     return evaluate
 
 
 _ORDERINGS: dict[str, Callable[[int], bool]] = {
-    ">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+    ">": lambda c: c > 0,
+    ">=": lambda c: c >= 0,
+    "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0,
+}
 _TEXT_TESTS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": lambda value, search: search in value, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith}
+    "CONTAINS": lambda value, search: search in value,
+    "STARTSWITH": str.startswith,
+    "ENDSWITH": str.endswith,
+}
 
 
 def _node(evaluate: Evaluate, position: int, *children: Node, kind: str = BOOLEAN) -> Node:
@@ -279,6 +293,7 @@ def _ordering(op: str, left: Node, right: Node, position: int) -> Node:
     def evaluate(properties: Mapping[str, str]) -> bool | None:
         compared = order(read_left(properties), read_right(properties))
         return None if compared is None else test(compared)
+
     return _node(evaluate, position, left, right)
 
 
@@ -297,6 +312,7 @@ def _text_test(op: str, negated: bool, left: Node, search: str, position: int) -
     def evaluate(properties: Mapping[str, str]) -> bool:
         value = read(properties)
         return bool(search) and isinstance(value, str) and test(value, search) != negated
+
     return _node(evaluate, position, left)
 
 
@@ -304,8 +320,9 @@ def _in(negated: bool, left: Node, values: frozenset[str], position: int) -> Nod
     if left.kind != PROPERTY:
         raise SqlFilterError("IN needs a property on its left", position)
     read = left.evaluate
-    return _node(lambda properties: None if (v := read(properties)) is None else (v in values) != negated,
-                 position, left)
+    return _node(
+        lambda properties: None if (v := read(properties)) is None else (v in values) != negated, position, left
+    )
 
 
 def _minus(node: Node, position: int) -> Node:
@@ -315,11 +332,16 @@ def _minus(node: Node, position: int) -> Node:
             raise SqlFilterError(f"integer literal {value} is out of range", position)
         return Node(CONSTANT, lambda _properties: value, value=value)
     read = node.evaluate  # never a number here: a property, a predicate or a string
-    return _node(lambda properties: -v if _is_number(v := read(properties)) else None,  # type: ignore[operator]
-                 position, node, kind=OTHER)
+    return _node(
+        lambda properties: -v if _is_number(v := read(properties)) else None,  # type: ignore[operator]
+        position,
+        node,
+        kind=OTHER,
+    )
 
 
 # -- parser ----------------------------------------------------------------------------------------
+
 
 class _Parser:
     def __init__(self, text: str) -> None:
@@ -346,8 +368,11 @@ class _Parser:
 
     def _unexpected(self, wanted: str) -> SqlFilterError:
         token = self._token
-        seen = "the end" if token.kind == "end" else repr(
-            token.value if token.kind in ("name", "string", "number") else token.kind)
+        seen = (
+            "the end"
+            if token.kind == "end"
+            else repr(token.value if token.kind in ("name", "string", "number") else token.kind)
+        )
         return SqlFilterError(f"expected {wanted}, found {seen}", token.position)
 
     def selector(self) -> Node:
@@ -383,9 +408,7 @@ class _Parser:
             elif (token := self._take("IS")) is not None:
                 negated = self._take("NOT") is not None
                 self._expect("NULL", "NULL")
-                read = left.evaluate
-                left = _node((lambda p: read(p) is not None) if negated else (lambda p: read(p) is None),
-                             token.position, left)
+                left = _node(_is_null_test(left.evaluate, negated), token.position, left)
             else:
                 return left
 
@@ -398,7 +421,12 @@ class _Parser:
                 continue
             # NOT here only with one of these after it (RocketMQ's LOOKAHEAD(2))
             negated = self._token.kind == "NOT" and self._tokens[self._index + 1].kind in (
-                "CONTAINS", "STARTSWITH", "ENDSWITH", "BETWEEN", "IN")
+                "CONTAINS",
+                "STARTSWITH",
+                "ENDSWITH",
+                "BETWEEN",
+                "IN",
+            )
             self._index += negated
             if (token := self._take("CONTAINS", "STARTSWITH", "ENDSWITH")) is not None:
                 left = _text_test(token.kind, negated, left, str(self._expect("string", "a string").value), position)
@@ -421,8 +449,7 @@ class _Parser:
         for node in (value, low, high):
             _check_ordered(node, position)
         if low.kind == CONSTANT == high.kind and _compare_numbers(low.value, high.value) > 0:  # type: ignore[arg-type]
-            raise SqlFilterError(f"BETWEEN {low.value} AND {high.value}: the low bound is above the high one",
-                                 position)
+            raise SqlFilterError(f"BETWEEN {low.value} AND {high.value}: the low bound is above the high one", position)
         if negated:
             return _logic("OR", _ordering("<", value, low, position), _ordering(">", value, high, position), position)
         return _logic("AND", _ordering(">=", value, low, position), _ordering("<=", value, high, position), position)
@@ -453,7 +480,11 @@ class _Parser:
         if token.kind == "number":
             # 9223372036854775808 only as the magnitude of -9223372036854775808, Long.MIN_VALUE
             after_minus = self._index >= 2 and self._tokens[self._index - 2].kind == "-"
-            if isinstance(token.value, int) and token.value > LONG_MAX and not (token.value == -LONG_MIN and after_minus):  # type: ignore[operator]
+            if (
+                isinstance(token.value, int)
+                and token.value > LONG_MAX
+                and not (token.value == -LONG_MIN and after_minus)
+            ):
                 raise SqlFilterError(f"integer literal {token.value} is out of range", token.position)
             return Node(CONSTANT, lambda _properties: token.value, value=token.value)
         if token.kind in ("string", "TRUE", "FALSE", "NULL"):
@@ -479,6 +510,14 @@ class SqlFilter:
 
     def matches(self, properties: Mapping[str, str]) -> bool:
         return self._evaluate(properties) is True
+
+
+def _is_null_test(read: Callable[[Mapping[str, str]], object], negated: bool) -> Callable[[Mapping[str, str]], bool]:
+    """``x IS [NOT] NULL`` over the operand's reader, bound per test (``a IS NULL IS NOT NULL``
+    chains two of them; a closure over the parser's loop variable made the outer test call itself)."""
+    if negated:
+        return lambda properties: read(properties) is not None
+    return lambda properties: read(properties) is None
 
 
 @functools.lru_cache(maxsize=COMPILED_CACHE_MAX)

@@ -1,4 +1,5 @@
 """Time source. The only module of the store that reads the wall clock or sleeps on it."""
+
 from __future__ import annotations
 
 import threading

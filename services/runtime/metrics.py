@@ -5,6 +5,7 @@ Each service keeps its own registry (never prometheus-client's global one, so te
 services in one process do not collide) and its own metric families; only this plumbing is shared.
 The HTTP endpoint binds to 127.0.0.1 by default: it is unauthenticated.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,25 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from services.runtime.clock import Clock
 
-RPC_LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                         0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+RPC_LATENCY_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):
@@ -28,16 +46,23 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
     streaming RPC is timed from its start until its last response (or its cancellation).
     """
 
-    def __init__(self, rpc_latency: Histogram, clock: Clock,
-                 in_band_code: Callable[[Any], str | None] | None = None) -> None:
+    def __init__(
+        self, rpc_latency: Histogram, clock: Clock, in_band_code: Callable[[Any], str | None] | None = None
+    ) -> None:
         self._rpc_latency = rpc_latency
         self._clock = clock
         # A protocol with in-band errors (apache.rocketmq.v2) names the code a response
         # carries; None: the response carries none, the gRPC code counts.
         self._in_band_code = in_band_code
 
-    def _observe(self, method: str, context: grpc.ServicerContext, started_s: float,
-                 failed: BaseException | None, in_band: str | None = None) -> None:
+    def _observe(
+        self,
+        method: str,
+        context: grpc.ServicerContext,
+        started_s: float,
+        failed: BaseException | None,
+        in_band: str | None = None,
+    ) -> None:
         code = context.code()  # set by context.abort / set_code; None means OK
         if code is None:
             if isinstance(failed, GeneratorExit):
@@ -64,6 +89,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
                 raise
             finally:
                 self._observe(method, context, started_s, failed, in_band)
+
         return wrapped
 
     def _wrap_stream_response(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,27 +109,34 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
                 raise
             finally:
                 self._observe(method, context, started_s, failed, in_band)
+
         return wrapped
 
-    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],
-                          handler_call_details: grpc.HandlerCallDetails) -> Any:
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
-        serializers = dict(request_deserializer=handler.request_deserializer,
-                           response_serializer=handler.response_serializer)
+        serializers = dict(
+            request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary_response(method, handler.unary_unary), **serializers)
+                self._wrap_unary_response(method, handler.unary_unary), **serializers
+            )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream_response(method, handler.unary_stream), **serializers)
+                self._wrap_stream_response(method, handler.unary_stream), **serializers
+            )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary_response(method, handler.stream_unary), **serializers)
+                self._wrap_unary_response(method, handler.stream_unary), **serializers
+            )
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream_response(method, handler.stream_stream), **serializers)
+            self._wrap_stream_response(method, handler.stream_stream), **serializers
+        )
 
 
 class MetricsHttpServer:

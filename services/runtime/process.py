@@ -3,6 +3,7 @@ CPU affinity, garbage-collector tuning.
 
 Used by ``service_main.run_service``, which every service's ``__main__`` calls.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -32,9 +33,14 @@ class JsonFormatter(logging.Formatter):
         self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
-        out = {"ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "level": record.levelname,
-               "logger": record.name, "message": record.getMessage(), "service": self.service}
+        ts = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        out = {
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "service": self.service,
+        }
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
@@ -79,8 +85,10 @@ def apply_cpu_affinity(text: str) -> frozenset[int] | None:
         return None
     available = os.sched_getaffinity(0)
     if not cpus <= available:
-        raise ValueError(f"cpu_affinity {text!r} names CPUs this process may not use (it may use "
-                         f"{','.join(map(str, sorted(available)))})")
+        raise ValueError(
+            f"cpu_affinity {text!r} names CPUs this process may not use (it may use "
+            f"{','.join(map(str, sorted(available)))})"
+        )
     os.sched_setaffinity(0, cpus)
     return cpus
 
@@ -117,8 +125,8 @@ class StopSignals:
         return signal.Signals(self.received[0]).name
 
 
-GC_GEN1_THRESHOLD = 20    # young collections per middle one (Python: 10)
-GC_GEN2_THRESHOLD = 100   # middle collections per full one (Python: 10)
+GC_GEN1_THRESHOLD = 20  # young collections per middle one (Python: 10)
+GC_GEN2_THRESHOLD = 100  # middle collections per full one (Python: 10)
 
 
 def tune_gc(gen0_threshold: int) -> bool:

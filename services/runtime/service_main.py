@@ -12,6 +12,7 @@ the rest, the same way for all:
 3. exactly one line on stdout once it serves: ``pyrmq-<name> ready key=value ...``;
 4. on a stop signal, the teardowns in reverse order of set-up; exit code 0, or 1 on a failure.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,9 +43,15 @@ def ready_line(name: str, fields: Mapping[str, object]) -> str:
     return f"pyrmq-{name} ready " + " ".join(f"{key}={value}" for key, value in fields.items())
 
 
-def run_service(name: str, argv: list[str] | None, load_config: Callable[[list[str] | None], C],
-                start: StartFn[C], *, label: str | None = None,
-                expected_errors: tuple[type[BaseException], ...] = ()) -> int:
+def run_service(
+    name: str,
+    argv: list[str] | None,
+    load_config: Callable[[list[str] | None], C],
+    start: StartFn[C],
+    *,
+    label: str | None = None,
+    expected_errors: tuple[type[BaseException], ...] = (),
+) -> int:
     """Run service ``name`` until a stop signal; returns the process exit code. ``label`` names
     it in the log lines (``<label> failed: ...``, ``<label> stopped``; default ``name``)."""
     log = logging.getLogger(f"services.{name}")
@@ -61,6 +68,7 @@ def run_service(name: str, argv: list[str] | None, load_config: Callable[[list[s
         return 2
 
     received = StopSignals()
+    failures: tuple[type[BaseException], ...] = (OSError, *expected_errors)  # OSError: a port that cannot be bound
     stack = ExitStack()
     try:
         fields = start(config, stack, received)
@@ -69,7 +77,7 @@ def run_service(name: str, argv: list[str] | None, load_config: Callable[[list[s
             return 0
         print(ready_line(name, fields), flush=True)
         log.info("received %s, stopping", received.wait())
-    except (OSError, *expected_errors) as exc:  # OSError: a port that cannot be bound
+    except failures as exc:
         log.error("%s failed: %s", label, exc)
         return 1
     except Exception:
@@ -81,9 +89,14 @@ def run_service(name: str, argv: list[str] | None, load_config: Callable[[list[s
     return 0
 
 
-def retry_while_locked(open_fn: Callable[[], None], locked: type[BaseException], wait_s: float,
-                       received: StopSignals, clock: Clock | None = None,
-                       on_wait: Callable[[], None] = lambda: None) -> None:
+def retry_while_locked(
+    open_fn: Callable[[], None],
+    locked: type[BaseException],
+    wait_s: float,
+    received: StopSignals,
+    clock: Clock | None = None,
+    on_wait: Callable[[], None] = lambda: None,
+) -> None:
     """``open_fn()``, retried while it raises ``locked`` (a process killed a moment ago, by a
     kill -9 of ``pyrmq up`` or a container restart, may not have exited and released its data
     directory's lock yet), for up to ``wait_s``; a stop signal ends the wait (``locked`` is
@@ -99,4 +112,3 @@ def retry_while_locked(open_fn: Callable[[], None], locked: type[BaseException],
                 raise
             on_wait()
             received.sleep(LOCK_RETRY_INTERVAL_S)
-

@@ -24,6 +24,7 @@ that names the closest known key: a typo must not silently leave the default in 
 A setting's documentation is the comment on its line in the dataclass (or the comment block
 just above it): ``pyrmq config --markdown`` renders the README's table from them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,25 +56,26 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    name: str          # the dataclass field name, the TOML key
-    type: Any          # its annotation (int, str, Path, an Enum, tuple[int, ...], ...)
-    default: Any       # REQUIRED if it has none
-    doc: str           # one sentence, from the source comment
-    flag: str = ""     # its own command-line flag, if any ("--port")
+    name: str  # the dataclass field name, the TOML key
+    type: Any  # its annotation (int, str, Path, an Enum, tuple[int, ...], ...)
+    default: Any  # REQUIRED if it has none
+    doc: str  # one sentence, from the source comment
+    flag: str = ""  # its own command-line flag, if any ("--port")
 
 
 @dataclass(frozen=True)
 class Resolved:
     value: Any
-    source: str        # "default", "file FILE", "env NAME", "command line"
+    source: str  # "default", "file FILE", "env NAME", "command line"
 
 
 def env_name(service: str, key: str) -> str:
     return f"{ENV_PREFIX}{service}_{key}".upper()
 
 
-def settings_of(cls: type, exclude: tuple[str, ...] = (), extra: tuple[Setting, ...] = (),
-                flags: Mapping[str, str] | None = None) -> dict[str, Setting]:
+def settings_of(
+    cls: type, exclude: tuple[str, ...] = (), extra: tuple[Setting, ...] = (), flags: Mapping[str, str] | None = None
+) -> dict[str, Setting]:
     """The settings of a config dataclass: its fields (less ``exclude``) and ``extra`` ones
     (``data_dir``, which the service turns into a path of its own), with their docs."""
     hints = typing.get_type_hints(cls)
@@ -83,8 +85,11 @@ def settings_of(cls: type, exclude: tuple[str, ...] = (), extra: tuple[Setting, 
     for f in dataclasses.fields(cls):
         if f.name in exclude:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else REQUIRED)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else REQUIRED)
+        )
         out[f.name] = Setting(f.name, hints[f.name], default, docs.get(f.name, ""), flags.get(f.name, ""))
     return out
 
@@ -100,9 +105,13 @@ def field_comments(cls: type) -> dict[str, str]:
     block: list[str] = []
     last_field = ""
     for i, tok in enumerate(tokens):
-        if tok.type == tokenize.NAME and tok.start[1] == body_col and i + 1 < len(tokens) \
-                and tokens[i + 1].string == ":" and tokens[i - 1].type in (tokenize.INDENT, tokenize.NL,
-                                                                           tokenize.NEWLINE, tokenize.DEDENT):
+        if (
+            tok.type == tokenize.NAME
+            and tok.start[1] == body_col
+            and i + 1 < len(tokens)
+            and tokens[i + 1].string == ":"
+            and tokens[i - 1].type in (tokenize.INDENT, tokenize.NL, tokenize.NEWLINE, tokenize.DEDENT)
+        ):
             last_field = tok.string
             trailing = [t.string for t in tokens[i:] if t.start[0] == tok.start[0] and t.type == tokenize.COMMENT]
             docs[last_field] = _comment_text(trailing[0]) if trailing else " ".join(block)
@@ -124,12 +133,15 @@ def _comment_text(comment: str) -> str:
 
 # -- reading values ---------------------------------------------------------------------------------
 
+
 def coerce(setting: Setting, value: Any, where: str, typed: bool = False) -> Any:
     """``value`` (TOML's type, or text) as the setting's type; SettingsError naming ``where``.
     ``typed`` (a TOML value): a number or boolean must not be a string."""
     try:
         if typed and isinstance(value, str) and setting.type in (int, float, bool):
-            raise ValueError(f"not {'a boolean' if setting.type is bool else 'an integer' if setting.type is int else 'a number'} (a TOML string)")
+            raise ValueError(
+                f"not {'a boolean' if setting.type is bool else 'an integer' if setting.type is int else 'a number'} (a TOML string)"
+            )
         return _coerce(setting.type, value)
     except (ValueError, TypeError, KeyError) as exc:
         raise SettingsError(f"{where}: {setting.name} = {value!r}: {exc}") from None
@@ -192,9 +204,13 @@ def _unknown(what: str, key: str, known: Mapping[str, Setting]) -> SettingsError
     return SettingsError(f"{what}: unknown setting {key!r}{hint}")
 
 
-def resolve(service: str, settings: Mapping[str, Setting], cli: Mapping[str, Any] | None = None,
-            environ: Mapping[str, str] | None = None, config_path: Path | str | None = None,
-            ) -> dict[str, Resolved]:
+def resolve(
+    service: str,
+    settings: Mapping[str, Setting],
+    cli: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | str | None = None,
+) -> dict[str, Resolved]:
     """Every setting's value and where it came from. ``config_path`` None: ``PYRMQ_CONFIG`` if set.
     Raises SettingsError for an unknown key, a value of the wrong type or a missing required one."""
     environ = os.environ if environ is None else environ
@@ -209,15 +225,16 @@ def resolve(service: str, settings: Mapping[str, Setting], cli: Mapping[str, Any
         for key, value in table.items():
             if key not in settings:
                 raise _unknown(f"config file {path} [{service}]", key, settings)
-            out[key] = Resolved(coerce(settings[key], value, f"config file {path} [{service}]", typed=True),
-                                f"file {path}")
+            out[key] = Resolved(
+                coerce(settings[key], value, f"config file {path} [{service}]", typed=True), f"file {path}"
+            )
     prefix = env_name(service, "")
     by_env = {env_name(service, name): name for name in settings}
     for variable, text in environ.items():
         if not variable.startswith(prefix):
             continue
         if variable not in by_env:
-            raise _unknown(f"environment {variable}", variable[len(prefix):].lower(), settings)
+            raise _unknown(f"environment {variable}", variable[len(prefix) :].lower(), settings)
         name = by_env[variable]
         out[name] = Resolved(coerce(settings[name], text, f"environment {variable}"), f"env {variable}")
     for key, value in cli.items():
@@ -228,8 +245,10 @@ def resolve(service: str, settings: Mapping[str, Setting], cli: Mapping[str, Any
     if missing:
         name = missing[0]
         flag = f"{settings[name].flag}, " if settings[name].flag else ""
-        raise SettingsError(f"{service}.{name} is required: give {flag}--set {name}=..., "
-                            f"{env_name(service, name)} or [{service}] {name} in the config file")
+        raise SettingsError(
+            f"{service}.{name} is required: give {flag}--set {name}=..., "
+            f"{env_name(service, name)} or [{service}] {name} in the config file"
+        )
     return out
 
 
@@ -265,25 +284,43 @@ def format_value(value: Any) -> str:
 
 # -- the command line ---------------------------------------------------------------------------------
 
-def settings_parser(service: str, settings: Mapping[str, Setting], prog: str, description: str,
-                    ) -> argparse.ArgumentParser:
+
+def settings_parser(
+    service: str,
+    settings: Mapping[str, Setting],
+    prog: str,
+    description: str,
+) -> argparse.ArgumentParser:
     """``--config FILE``, ``--set KEY=VALUE`` and each setting's own flag. A flag left out is not
     in the namespace (SUPPRESS), so the file and the environment are not overridden by a default."""
     parser = argparse.ArgumentParser(
-        prog=prog, description=description,
+        prog=prog,
+        description=description,
         epilog=f"Every setting is also read from the environment as {env_name(service, 'KEY')} and from "
-               f"the [{service}] table of a TOML file (--config or {CONFIG_ENV}); the command line wins, "
-               f"then the environment, then the file. `pyrmq config {service}` lists them all.")
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help=f"TOML file with a [{service}] table (default: ${CONFIG_ENV} if set)")
-    parser.add_argument("--set", dest="set_items", action="append", metavar="KEY=VALUE",
-                        help="any setting by its name, e.g. --set flush_interval_ms=200 (repeatable)")
+        f"the [{service}] table of a TOML file (--config or {CONFIG_ENV}); the command line wins, "
+        f"then the environment, then the file. `pyrmq config {service}` lists them all.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"TOML file with a [{service}] table (default: ${CONFIG_ENV} if set)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="set_items",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any setting by its name, e.g. --set flush_interval_ms=200 (repeatable)",
+    )
     for s in settings.values():
         if not s.flag:
             continue
-        kwargs: dict[str, Any] = {"dest": s.name, "default": argparse.SUPPRESS,
-                                  "help": f"{s.doc} (default {format_value(s.default)}; "
-                                          f"env {env_name(service, s.name)})".replace("%", "%%")}
+        kwargs: dict[str, Any] = {
+            "dest": s.name,
+            "default": argparse.SUPPRESS,
+            "help": f"{s.doc} (default {format_value(s.default)}; env {env_name(service, s.name)})".replace("%", "%%"),
+        }
         if typing.get_origin(s.type) is tuple:
             kwargs["action"] = "append"
         elif isinstance(s.type, type) and issubclass(s.type, enum.Enum):
@@ -292,8 +329,9 @@ def settings_parser(service: str, settings: Mapping[str, Setting], prog: str, de
     return parser
 
 
-def settings_from_args(service: str, settings: Mapping[str, Setting], args: argparse.Namespace,
-                       environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def settings_from_args(
+    service: str, settings: Mapping[str, Setting], args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The values of every setting: defaults < file < environment < ``--set`` < own flags."""
     cli: dict[str, Any] = parse_assignments(args.set_items)
     for name in settings:

@@ -9,6 +9,7 @@ Logs go to stderr. SIGTERM or SIGINT stops the loops, flushes and checkpoints th
 and exits 0 (services/runtime/service_main.py). A ``kill -9`` at any moment is safe: the next
 start recovers (timer_store.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,12 +17,12 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 
-from services.runtime.rpc.health import HealthServer
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address
+from services.runtime.rpc.health import HealthServer
+from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import retry_while_locked, run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.rpc.tls import TlsFiles
 from services.scheduler.config import SETTINGS, SchedulerConfig, config_from_settings
 from services.scheduler.errors import SchedulerLockedError
 from services.scheduler.metrics import SchedulerMetrics
@@ -31,20 +32,28 @@ from services.store.client.errors import StoreError
 
 log = logging.getLogger("services.scheduler")
 
-HEALTH_SERVICE_NAME = "pyrmq.scheduler"   # the health service name probes ask for ("" works too)
+HEALTH_SERVICE_NAME = "pyrmq.scheduler"  # the health service name probes ask for ("" works too)
 
 
 def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -> SchedulerConfig:
     """SchedulerConfig from the command line, the environment and the config file
     (services/runtime/settings.py); SettingsError (a ValueError) if a setting is unknown or malformed."""
-    parser = settings_parser("scheduler", SETTINGS, "python -m services.scheduler",
-                             "Run the pyrmq scheduler (delay levels and timer messages).")
+    parser = settings_parser(
+        "scheduler",
+        SETTINGS,
+        "python -m services.scheduler",
+        "Run the pyrmq scheduler (delay levels and timer messages).",
+    )
     return config_from_settings(settings_from_args("scheduler", SETTINGS, parser.parse_args(argv), environ))
 
 
 def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
-    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path), put_stream=False)
+    store = GrpcStoreClient(
+        config.store_address,
+        rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
+        tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
+        put_stream=False,
+    )
     stack.callback(store.close)
     service = SchedulerService(config, store, watch=store.watch_arrivals)
     log.info("waiting for the store at %s", config.store_address)
@@ -68,8 +77,7 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_service("scheduler", argv, load_config, start,
-                       expected_errors=(StoreError, SchedulerLockedError))
+    return run_service("scheduler", argv, load_config, start, expected_errors=(StoreError, SchedulerLockedError))
 
 
 if __name__ == "__main__":

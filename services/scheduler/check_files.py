@@ -2,13 +2,13 @@
 
 Byte layouts: ``format/timercheck_format.py``, ``format/delaycheck_format.py``.
 """
+
 from __future__ import annotations
 
 import fcntl
 import os
 from pathlib import Path
 
-from services.scheduler.errors import SchedulerLockedError
 from services.domain.format.delaycheck_format import (
     DELAY_CHECK_FILE_SIZE_BYTES,
     NONE,
@@ -24,6 +24,7 @@ from services.domain.format.timercheck_format import (
     decode_timer_check,
     encode_timer_check,
 )
+from services.scheduler.errors import SchedulerLockedError
 
 
 class TimerCheckFile:

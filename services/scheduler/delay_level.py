@@ -15,6 +15,7 @@ the store's delay offset moves after the put; the record is cleared after that. 
 present at start-up marks messages that may already have been delivered: their second delivery
 is counted in ``duplicates``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,26 +23,34 @@ import logging
 from services.domain.contracts.delay import level_delay_ms, unpark_delay_level
 from services.domain.format.properties_format import REAL_TOPIC, UNIQ_KEY
 from services.domain.names import SCHEDULE_TOPIC
-from services.scheduler.check_files import DelayCheckFile
-from services.runtime.clock import Clock
-from services.scheduler.config import SchedulerConfig
-from services.store.client.errors import StoreError
-from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
 from services.domain.statuses import GetStatus
-from services.store.client.model import StoreMessage, StoredMessage
+from services.runtime.clock import Clock
+from services.scheduler.check_files import DelayCheckFile
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
 from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_stats import DelayCounters, DelayStats
+from services.store.client.errors import StoreError
+from services.store.client.model import StoredMessage, StoreMessage
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_MS = 1_000   # after the store refused a delivery for now
+RETRY_DELAY_MS = 1_000  # after the store refused a delivery for now
 WATCHED_IDLE_FACTOR = 20  # with arrivals followed, a caught-up level is read every 20 idle polls
-_MOVED = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MATCHED_MESSAGE,
-                    GetStatus.MESSAGE_WAS_REMOVING})
+_MOVED = frozenset(
+    {
+        GetStatus.OFFSET_TOO_SMALL,
+        GetStatus.OFFSET_OVERFLOW_BADLY,
+        GetStatus.NO_MATCHED_MESSAGE,
+        GetStatus.MESSAGE_WAS_REMOVING,
+    }
+)
 
 
 class DelayLevelService:
-    def __init__(self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, check_file: DelayCheckFile) -> None:
+    def __init__(
+        self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, check_file: DelayCheckFile
+    ) -> None:
         self._config = config
         self._clock = clock
         self._store = store
@@ -49,12 +58,12 @@ class DelayLevelService:
         self.levels_ms = config.delay_level_ms
         levels = len(self.levels_ms)
         self.counters = DelayCounters(levels)
-        self._offsets: list[int | None] = [None] * levels     # next offset to deliver, per level
-        self._confirmed: list[int] = [0] * levels             # what the store has recorded
+        self._offsets: list[int | None] = [None] * levels  # next offset to deliver, per level
+        self._confirmed: list[int] = [0] * levels  # what the store has recorded
         self._suspects: list[tuple[int, int]] = [check_file.in_flight(level) for level in range(1, levels + 1)]
         self._next_check_ms: list[int] = [0] * levels
         self._woken = False
-        self.arrivals_watched = False   # arrivals wake the levels: poll caught-up ones rarely
+        self.arrivals_watched = False  # arrivals wake the levels: poll caught-up ones rarely
 
     # -- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -90,8 +99,12 @@ class DelayLevelService:
             begin, end = self._suspects[level - 1]
             self._suspects[level - 1] = (max(begin, offset), end) if end > offset else (-1, -1)
             if end > offset:
-                log.warning("delay level %d: messages %d..%d may have been delivered before a crash; "
-                            "delivering them again", level, max(begin, offset), end)
+                log.warning(
+                    "delay level %d: messages %d..%d may have been delivered before a crash; delivering them again",
+                    level,
+                    max(begin, offset),
+                    end,
+                )
         return offset
 
     def _run_level(self, level: int, now_ms: int) -> int:
@@ -100,10 +113,12 @@ class DelayLevelService:
         result = self._store.get_messages(SCHEDULE_TOPIC, index, offset, self._config.delay_batch_messages)
         if result.status in _MOVED and not result.messages:
             if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                log.warning("delay level %d: offset %d out of [%d, %d]", level, offset, result.min_offset,
-                            result.max_offset)
-            self._next_check_ms[index] = now_ms if result.next_begin_offset != offset else (
-                now_ms + self._config.idle_poll_interval_ms)
+                log.warning(
+                    "delay level %d: offset %d out of [%d, %d]", level, offset, result.min_offset, result.max_offset
+                )
+            self._next_check_ms[index] = (
+                now_ms if result.next_begin_offset != offset else (now_ms + self._config.idle_poll_interval_ms)
+            )
             self._move(level, result.next_begin_offset)
             return 0
         # A record stored after ``now_ms`` was read would look like one from a clock that went
@@ -118,14 +133,14 @@ class DelayLevelService:
         for record in result.messages:
             deliver_ms = record.store_timestamp_ms + self._level_delay_ms(record, level_ms)
             if deliver_ms > now_ms + level_ms:
-                deliver_ms = now_ms       # correctDeliverTimestamp: a clock that went back
+                deliver_ms = now_ms  # correctDeliverTimestamp: a clock that went back
             if deliver_ms > now_ms:
                 self._next_check_ms[index] = deliver_ms
                 break
             due.append((record, deliver_ms))
         else:
             if result.messages and result.next_begin_offset < result.max_offset:
-                self._next_check_ms[index] = now_ms   # more are queued: come back at once
+                self._next_check_ms[index] = now_ms  # more are queued: come back at once
         if due:
             self._deliver(level, due)
         return len(due)
@@ -144,8 +159,12 @@ class DelayLevelService:
         for record, deliver_ms in due:
             destination = unpark_delay_level(record.properties)
             if destination is None:
-                log.error("delay level %d: message at %d has real topic %r; discarded", level, record.queue_offset,
-                          record.properties.get(REAL_TOPIC))
+                log.error(
+                    "delay level %d: message at %d has real topic %r; discarded",
+                    level,
+                    record.queue_offset,
+                    record.properties.get(REAL_TOPIC),
+                )
                 counters.dropped += 1
                 continue
             out.append(copy_to(record, destination[0], destination[1], dict(record.properties)))
@@ -156,7 +175,7 @@ class DelayLevelService:
             try:
                 outcomes = self._store.put_messages(out, allow_system_topics=True)
             except StoreError:
-                self._suspects[index] = (sent[0][0].queue_offset, end)   # it may have landed
+                self._suspects[index] = (sent[0][0].queue_offset, end)  # it may have landed
                 raise
             done_ms = self._clock.now_ms()
             begin, suspect_end = self._suspects[index]
@@ -167,13 +186,21 @@ class DelayLevelService:
                     if begin <= record.queue_offset < suspect_end:
                         counters.duplicates += 1
                 elif outcome.status in PERMANENT_FAILURES:
-                    log.error("store refused delayed message %s for %s-%d: %s %s; dropped",
-                              message.properties.get(UNIQ_KEY), message.topic, message.queue_id, outcome.status.name,
-                              outcome.error)
+                    log.error(
+                        "store refused delayed message %s for %s-%d: %s %s; dropped",
+                        message.properties.get(UNIQ_KEY),
+                        message.topic,
+                        message.queue_id,
+                        outcome.status.name,
+                        outcome.error,
+                    )
                     counters.dropped += 1
-                else:   # not appended, retry from here; later ones may have landed
-                    log.warning("store did not take delayed message %s (%s); retrying", message.properties.get(UNIQ_KEY),
-                                outcome.status.name)
+                else:  # not appended, retry from here; later ones may have landed
+                    log.warning(
+                        "store did not take delayed message %s (%s); retrying",
+                        message.properties.get(UNIQ_KEY),
+                        outcome.status.name,
+                    )
                     next_offset = record.queue_offset
                     self._suspects[index] = (record.queue_offset + 1, end)
                     self._next_check_ms[index] = done_ms + RETRY_DELAY_MS

@@ -5,6 +5,7 @@
 
 A failed store call is the store client's ``StoreError``: the loops retry later, state unchanged.
 """
+
 from __future__ import annotations
 
 

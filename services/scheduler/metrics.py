@@ -18,6 +18,7 @@
 | ``pyrmq_scheduler_delay_offset{level}`` / ``pyrmq_scheduler_delay_lag{level}`` | gauge | per level: next SCHEDULE_TOPIC_XXXX offset, messages behind |
 | ``pyrmq_scheduler_delay_lateness_seconds`` | histogram | put completed minus store time + level delay |
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,21 +40,26 @@ TIMER_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("pyrmq_scheduler_timer_recall_markers", "counter", "Recall markers enqueued.", "recall_markers"),
     ("pyrmq_scheduler_timer_recalled", "counter", "Timers skipped because they were recalled.", "recalled"),
     ("pyrmq_scheduler_timer_dropped", "counter", "Timers that could not be delivered.", "dropped"),
-    ("pyrmq_scheduler_timer_duplicates", "counter",
-     "Timers delivered again after a crash although their first put may have landed.", "duplicates"),
+    (
+        "pyrmq_scheduler_timer_duplicates",
+        "counter",
+        "Timers delivered again after a crash although their first put may have landed.",
+        "duplicates",
+    ),
     ("pyrmq_scheduler_timer_pending", "gauge", "Timers not yet delivered (approximate).", "pending"),
     ("pyrmq_scheduler_timer_enqueue_lag", "gauge", "rmq_sys_wheel_timer messages not yet enqueued.", "enqueue_lag"),
-    ("pyrmq_scheduler_timer_active_units", "gauge", "Units in memory for the slots being delivered.",
-     "active_units"),
-    ("pyrmq_scheduler_timer_read_time_ms", "gauge", "The wheel's read pointer, ms since the epoch.",
-     "read_time_ms"),
+    ("pyrmq_scheduler_timer_active_units", "gauge", "Units in memory for the slots being delivered.", "active_units"),
+    ("pyrmq_scheduler_timer_read_time_ms", "gauge", "The wheel's read pointer, ms since the epoch.", "read_time_ms"),
 )
 DELAY_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("pyrmq_scheduler_delay_delivered", "counter", "Delay-level messages put into their real topic.", "delivered"),
     ("pyrmq_scheduler_delay_dropped", "counter", "Delay-level messages discarded.", "dropped"),
-    ("pyrmq_scheduler_delay_duplicates", "counter",
-     "Delay-level messages delivered again after a crash although their first put may have landed.",
-     "duplicates"),
+    (
+        "pyrmq_scheduler_delay_duplicates",
+        "counter",
+        "Delay-level messages delivered again after a crash although their first put may have landed.",
+        "duplicates",
+    ),
 )
 
 
@@ -81,14 +87,22 @@ class SchedulerStatsCollector(Collector):
                 family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, help_text)
                 family.add_metric([], getattr(source, field))
                 yield family
-        yield _histogram("pyrmq_scheduler_timer_lateness_seconds",
-                         "Delivery of a timer message (put completed) minus its requested time.", stats.timer.lateness)
-        yield _histogram("pyrmq_scheduler_delay_lateness_seconds",
-                         "Delivery of a delay-level message minus its store time + level delay.", stats.delay.lateness)
-        offsets = GaugeMetricFamily("pyrmq_scheduler_delay_offset", "Next SCHEDULE_TOPIC_XXXX offset per level.",
-                                    labels=["level"])
-        lags = GaugeMetricFamily("pyrmq_scheduler_delay_lag", "SCHEDULE_TOPIC_XXXX messages behind, per level.",
-                                 labels=["level"])
+        yield _histogram(
+            "pyrmq_scheduler_timer_lateness_seconds",
+            "Delivery of a timer message (put completed) minus its requested time.",
+            stats.timer.lateness,
+        )
+        yield _histogram(
+            "pyrmq_scheduler_delay_lateness_seconds",
+            "Delivery of a delay-level message minus its store time + level delay.",
+            stats.delay.lateness,
+        )
+        offsets = GaugeMetricFamily(
+            "pyrmq_scheduler_delay_offset", "Next SCHEDULE_TOPIC_XXXX offset per level.", labels=["level"]
+        )
+        lags = GaugeMetricFamily(
+            "pyrmq_scheduler_delay_lag", "SCHEDULE_TOPIC_XXXX messages behind, per level.", labels=["level"]
+        )
         for index, (offset, lag) in enumerate(zip(stats.delay.offsets, stats.delay.lags)):
             offsets.add_metric([str(index + 1)], offset)
             lags.add_metric([str(index + 1)], lag)

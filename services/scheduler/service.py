@@ -10,27 +10,28 @@ No lock is shared between the loops: each core is touched by its own thread only
 reads integers, which the GIL keeps whole). A failed store call backs the loop off for
 ``store_retry_backoff_ms``; its state is unchanged, so the next pass retries the same work.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from services.domain.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from services.scheduler.check_files import DelayCheckFile, SchedulerLock
 from services.runtime.clock import Clock, SystemClock
+from services.scheduler.check_files import DelayCheckFile, SchedulerLock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.delay_level import DelayLevelService
-from services.store.client.errors import StoreError
 from services.scheduler.store_access import ArrivalWatch, SchedulerStore
 from services.scheduler.timer_stats import DelayStats, TimerStats
 from services.scheduler.timer_store import TimerStore
+from services.store.client.errors import StoreError
 
 log = logging.getLogger(__name__)
 
 STOP_JOIN_TIMEOUT_S = 10.0
-ERROR_LOG_INTERVAL_S = 10.0   # repeated store failures are logged at most this often per loop
+ERROR_LOG_INTERVAL_S = 10.0  # repeated store failures are logged at most this often per loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,13 @@ class SchedulerStats:
 
 
 class SchedulerService:
-    def __init__(self, config: SchedulerConfig, store: SchedulerStore, clock: Clock | None = None,
-                 watch: ArrivalWatch | None = None) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        store: SchedulerStore,
+        clock: Clock | None = None,
+        watch: ArrivalWatch | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
         self._store = store
@@ -70,8 +76,10 @@ class SchedulerService:
 
     def start(self) -> None:
         assert self.delay is not None, "open() first"
-        self._threads = [threading.Thread(target=self._timer_loop, name="timer", daemon=True),
-                         threading.Thread(target=self._delay_loop, name="delay-levels", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._timer_loop, name="timer", daemon=True),
+            threading.Thread(target=self._delay_loop, name="delay-levels", daemon=True),
+        ]
         if self._watch is not None:
             assert self.timer.enqueue is not None
             self.timer.enqueue.arrivals_watched = True
@@ -120,8 +128,9 @@ class SchedulerService:
         return SchedulerStats(self.timer.stats(), self.delay.stats())
 
     # -- loops --------------------------------------------------------------------------------
-    def _run_loop(self, name: str, run_once: Callable[[], int], wait_hint_ms: Callable[[], int],
-                  wake: threading.Event) -> None:
+    def _run_loop(
+        self, name: str, run_once: Callable[[], int], wait_hint_ms: Callable[[], int], wake: threading.Event
+    ) -> None:
         backoff_s = self.config.store_retry_backoff_ms / 1000
         last_error_s = -ERROR_LOG_INTERVAL_S
         while not self._stopped.is_set():

@@ -4,6 +4,7 @@
 Every call raises ``StoreError`` when the store cannot be reached or fails it; the loops then
 back off and retry with their state unchanged.
 """
+
 from __future__ import annotations
 
 import threading

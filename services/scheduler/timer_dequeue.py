@@ -29,15 +29,15 @@ are delivered again and counted in ``duplicates``. Nothing is delivered before i
 unit is due at ``delayed_ms + 1``, and a unit that arrives after its slot was read
 (store-side skew, a slow put) is placed into slot C with ``delayed_ms = C``, still past D.
 """
+
 from __future__ import annotations
 
 import heapq
 import logging
 from dataclasses import dataclass
 
-from services.runtime.clock import Clock
-from services.scheduler.config import SchedulerConfig
-from services.store.client.errors import StoreError
+from services.domain.contracts.delay import delete_key_of, roll_timer, unpark_timer
+from services.domain.format.properties_format import TIMER_DEL_UNIQKEY, UNIQ_KEY
 from services.domain.format.timerlog_format import (
     MAGIC_ROLL,
     NO_POS,
@@ -46,26 +46,27 @@ from services.domain.format.timerlog_format import (
     STATE_PENDING,
     TimerUnit,
 )
-from services.domain.contracts.delay import delete_key_of, roll_timer, unpark_timer
-from services.domain.format.properties_format import TIMER_DEL_UNIQKEY, UNIQ_KEY
 from services.domain.names import TIMER_TOPIC
+from services.runtime.clock import Clock
+from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
-from services.store.client.model import StoreMessage, StoredMessage
 from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
+from services.store.client.errors import StoreError
+from services.store.client.model import StoredMessage, StoreMessage
 
 log = logging.getLogger(__name__)
 
-SLOTS_PER_RUN_MAX = 100_000   # empty slots skipped per run_once (catch-up after a long stop)
-RETRY_DELAY_MS = 1_000        # a unit the store refused for now is retried this much later
+SLOTS_PER_RUN_MAX = 100_000  # empty slots skipped per run_once (catch-up after a long stop)
+RETRY_DELAY_MS = 1_000  # a unit the store refused for now is retried this much later
 
 
 @dataclass(slots=True)
 class ActiveSlot:
     time_ms: int
-    pending: int = 0          # units of this slot in the heap
+    pending: int = 0  # units of this slot in the heap
     resume_pos: int = NO_POS  # chain position of the next unit not loaded yet (slot over budget)
 
 
@@ -74,8 +75,16 @@ Entry = tuple[int, int, int, int, int, int, int, int, bool]
 
 
 class TimerDequeue:
-    def __init__(self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, timer_log: TimerLog,
-                 wheel: TimerWheel, counters: TimerCounters, read_time_ms: int) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        clock: Clock,
+        store: SchedulerStore,
+        timer_log: TimerLog,
+        wheel: TimerWheel,
+        counters: TimerCounters,
+        read_time_ms: int,
+    ) -> None:
         self._config = config
         self._precision_ms = config.timer_precision_ms
         self._clock = clock
@@ -83,13 +92,13 @@ class TimerDequeue:
         self._log = timer_log
         self._wheel = wheel
         self._counters = counters
-        self.read_time_ms = read_time_ms       # C
-        self.snapshot_time_ms = read_time_ms   # S
+        self.read_time_ms = read_time_ms  # C
+        self.snapshot_time_ms = read_time_ms  # S
         self.active: dict[int, ActiveSlot] = {}
         self._heap: list[Entry] = []
         self.delete_keys: dict[str, int] = {}  # TIMER_DEL_UNIQKEY -> slot it came from
-        self.next_due_ms: int | None = None    # for the loop's sleep: earliest due unit
-        self.next_pass_ms = 0                  # no delivery pass before (timer_delivery_interval_ms)
+        self.next_due_ms: int | None = None  # for the loop's sleep: earliest due unit
+        self.next_pass_ms = 0  # no delivery pass before (timer_delivery_interval_ms)
 
     # -- placement (called by the enqueue) ------------------------------------------------------
     def slot_of(self, delayed_ms: int) -> int:
@@ -198,8 +207,20 @@ class TimerDequeue:
     def _push(self, active: ActiveSlot, position: int, unit: TimerUnit, duplicate: bool) -> None:
         delayed_ms = unit.delayed_ms
         gate_ms = self.slot_of(delayed_ms) + 1 + self._config.timer_recall_guard_ms
-        heapq.heappush(self._heap, (delayed_ms + 1, position, active.time_ms, gate_ms, unit.offset_py, unit.size_py,
-                                    unit.magic, unit.write_time_ms, duplicate))
+        heapq.heappush(
+            self._heap,
+            (
+                delayed_ms + 1,
+                position,
+                active.time_ms,
+                gate_ms,
+                unit.offset_py,
+                unit.size_py,
+                unit.magic,
+                unit.write_time_ms,
+                duplicate,
+            ),
+        )
         active.pending += 1
 
     def _complete_slots(self, watermark_ms: int) -> None:
@@ -232,8 +253,8 @@ class TimerDequeue:
             batch: list[Entry] = []
             while heap and len(batch) < batch_max and heap[0][0] <= now_ms and heap[0][3] <= watermark_ms:
                 batch.append(heapq.heappop(heap))
-            self._deliver_batch(batch)   # StoreError: the batch is back in the heap
-            done += len(batch)   # units that fell due meanwhile wait for the next pass: full batches
+            self._deliver_batch(batch)  # StoreError: the batch is back in the heap
+            done += len(batch)  # units that fell due meanwhile wait for the next pass: full batches
         return done
 
     def _deliver_batch(self, batch: list[Entry]) -> None:
@@ -249,8 +270,9 @@ class TimerDequeue:
         for entry in batch:
             record = records.get(entry[4])
             if record is None or record.store_size_bytes != entry[5]:
-                log.warning("timer unit %d: no record of %d bytes at CommitLog offset %d; dropped",
-                            entry[1], entry[5], entry[4])
+                log.warning(
+                    "timer unit %d: no record of %d bytes at CommitLog offset %d; dropped", entry[1], entry[5], entry[4]
+                )
                 self._finish(entry, STATE_DONE)
                 self._counters.dropped += 1
                 continue
@@ -285,14 +307,23 @@ class TimerDequeue:
                 if entry[8]:
                     counters.duplicates += 1
             elif outcome.status in PERMANENT_FAILURES:
-                log.error("store refused timer message %s for %s-%d: %s %s; dropped",
-                          message.properties.get(UNIQ_KEY), message.topic, message.queue_id,
-                          outcome.status.name, outcome.error)
+                log.error(
+                    "store refused timer message %s for %s-%d: %s %s; dropped",
+                    message.properties.get(UNIQ_KEY),
+                    message.topic,
+                    message.queue_id,
+                    outcome.status.name,
+                    outcome.error,
+                )
                 self._finish(entry, STATE_DONE)
                 counters.dropped += 1
             else:
-                log.warning("store did not take timer message %s (%s); retrying in %d ms",
-                            message.properties.get(UNIQ_KEY), outcome.status.name, RETRY_DELAY_MS)
+                log.warning(
+                    "store did not take timer message %s (%s); retrying in %d ms",
+                    message.properties.get(UNIQ_KEY),
+                    outcome.status.name,
+                    RETRY_DELAY_MS,
+                )
                 self._log.set_state(entry[1], STATE_PENDING)
                 self._forget(entry)
                 self._repush(entry, done_ms + RETRY_DELAY_MS, duplicate=entry[8])

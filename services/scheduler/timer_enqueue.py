@@ -17,16 +17,17 @@ queue caught up at time t moves it to ``t - store_dispatch_margin_ms`` (a messag
 that long ago is in the ConsumeQueue); enqueuing a message stored at s moves it to ``s - 1``
 (store timestamps grow with queue offsets). The dequeue's recall gate reads it.
 """
+
 from __future__ import annotations
 
 import logging
-from zlib import crc32
 from concurrent.futures import Future, ThreadPoolExecutor
+from zlib import crc32
 
-from services.runtime.clock import Clock
-from services.scheduler.config import SchedulerConfig
+from services.domain.contracts.delay import delivery_time_ms
+from services.domain.format.java_compat import java_string_hash
+from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY
 from services.domain.format.timerlog_format import HEAD as UNIT_HEAD
-from services.domain.format.timerlog_format import TAIL as UNIT_TAIL
 from services.domain.format.timerlog_format import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
@@ -36,28 +37,36 @@ from services.domain.format.timerlog_format import (
     UNIT_SIZE_BYTES,
     TimerUnit,
 )
-from services.domain.contracts.delay import delivery_time_ms
-from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY
+from services.domain.format.timerlog_format import TAIL as UNIT_TAIL
 from services.domain.names import TIMER_TOPIC
-from services.store.client.model import GetOutcome, StoredMessage
 from services.domain.statuses import GetStatus
+from services.runtime.clock import Clock
+from services.scheduler.config import SchedulerConfig
 from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
-from services.domain.format.java_compat import java_string_hash
+from services.store.client.model import GetOutcome, StoredMessage
 
 log = logging.getLogger(__name__)
 
-_CAUGHT_UP = frozenset({GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
-                        GetStatus.NO_MATCHED_LOGIC_QUEUE})
+_CAUGHT_UP = frozenset({GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE})
 
 
 class TimerEnqueue:
-    def __init__(self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, timer_log: TimerLog,
-                 wheel: TimerWheel, dequeue: TimerDequeue, counters: TimerCounters,
-                 checkpoint_offset: int, last_unit: TimerUnit | None) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        clock: Clock,
+        store: SchedulerStore,
+        timer_log: TimerLog,
+        wheel: TimerWheel,
+        dequeue: TimerDequeue,
+        counters: TimerCounters,
+        checkpoint_offset: int,
+        last_unit: TimerUnit | None,
+    ) -> None:
         self._config = config
         self._precision_ms = config.timer_precision_ms
         self._clock = clock
@@ -68,7 +77,7 @@ class TimerEnqueue:
         self._counters = counters
         self._checkpoint_offset = checkpoint_offset
         self._last_unit = last_unit
-        self.queue_offset: int | None = None   # resolved against the store on the first run
+        self.queue_offset: int | None = None  # resolved against the store on the first run
         self.watermark_ms = 0
         self.caught_up = False
         # While behind, the next batch is read on this thread while the current one is
@@ -103,8 +112,13 @@ class TimerEnqueue:
     def _start_prefetch(self, offset: int) -> None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="timer-prefetch")
-        self._prefetch = (offset, self._clock.now_ms(), self._executor.submit(
-            self._store.get_messages, TIMER_TOPIC, 0, offset, self._config.timer_enqueue_batch_messages))
+        self._prefetch = (
+            offset,
+            self._clock.now_ms(),
+            self._executor.submit(
+                self._store.get_messages, TIMER_TOPIC, 0, offset, self._config.timer_enqueue_batch_messages
+            ),
+        )
 
     def resolve_start_offset(self) -> int:
         """The first queue offset to read: after the last unit's message, else the checkpoint's."""
@@ -115,9 +129,12 @@ class TimerEnqueue:
             if record is not None and record.topic == TIMER_TOPIC and record.store_size_bytes == unit.size_py:
                 offset = record.queue_offset + 1
             else:
-                log.warning("the last TimerLog unit's message (CommitLog offset %d) is gone; resuming at the "
-                            "checkpoint's queue offset %d (units after it may be appended twice)",
-                            unit.offset_py, offset)
+                log.warning(
+                    "the last TimerLog unit's message (CommitLog offset %d) is gone; resuming at the "
+                    "checkpoint's queue offset %d (units after it may be appended twice)",
+                    unit.offset_py,
+                    offset,
+                )
         low, high = self._store.queue_offsets(TIMER_TOPIC, 0)
         if offset < low:
             log.warning("rmq_sys_wheel_timer messages %d..%d are gone from the store; not scheduled", offset, low)
@@ -136,8 +153,13 @@ class TimerEnqueue:
         if self.queue_offset is None:
             self.resolve_start_offset()
         assert self.queue_offset is not None
-        if (self.caught_up and self.arrivals_watched and not self._arrived and not need_watermark
-                and self._clock.now_ms() < self._last_read_ms + self._config.idle_poll_interval_ms):
+        if (
+            self.caught_up
+            and self.arrivals_watched
+            and not self._arrived
+            and not need_watermark
+            and self._clock.now_ms() < self._last_read_ms + self._config.idle_poll_interval_ms
+        ):
             return 0
         self._arrived = False
         started_ms, result = self._fetch(self.queue_offset)
@@ -152,14 +174,23 @@ class TimerEnqueue:
             self._log.commit()
             self.watermark_ms = max(self.watermark_ms, messages[-1].store_timestamp_ms - 1)
         if result.status is GetStatus.FOUND or result.status in (
-                GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING, GetStatus.OFFSET_TOO_SMALL,
-                GetStatus.OFFSET_OVERFLOW_BADLY):
+            GetStatus.NO_MATCHED_MESSAGE,
+            GetStatus.MESSAGE_WAS_REMOVING,
+            GetStatus.OFFSET_TOO_SMALL,
+            GetStatus.OFFSET_OVERFLOW_BADLY,
+        ):
             if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                log.warning("rmq_sys_wheel_timer offset %d is out of [%d, %d]; moving to %d", self.queue_offset,
-                            result.min_offset, result.max_offset, result.next_begin_offset)
+                log.warning(
+                    "rmq_sys_wheel_timer offset %d is out of [%d, %d]; moving to %d",
+                    self.queue_offset,
+                    result.min_offset,
+                    result.max_offset,
+                    result.next_begin_offset,
+                )
             self.queue_offset = result.next_begin_offset
         self.caught_up = result.status in _CAUGHT_UP or (
-            result.status is GetStatus.FOUND and result.next_begin_offset >= result.max_offset)
+            result.status is GetStatus.FOUND and result.next_begin_offset >= result.max_offset
+        )
         if self.caught_up:
             self.watermark_ms = max(self.watermark_ms, started_ms - self._config.store_dispatch_margin_ms)
         counters = self._counters
@@ -177,8 +208,11 @@ class TimerEnqueue:
             self._counters.dropped += 1
             return
         if deliver_ms - now_ms > self._config.timer_max_delay_ms:
-            log.error("rmq_sys_wheel_timer message at %d is due %d ms ahead, beyond timer_max_delay_ms; dropped",
-                      record.phy_offset, deliver_ms - now_ms)
+            log.error(
+                "rmq_sys_wheel_timer message at %d is due %d ms ahead, beyond timer_max_delay_ms; dropped",
+                record.phy_offset,
+                deliver_ms - now_ms,
+            )
             self._counters.dropped += 1
             return
         marker_key = properties.get(TIMER_DEL_UNIQKEY)
@@ -189,28 +223,38 @@ class TimerEnqueue:
         if delayed_ms - write_time_ms >= window_ms:
             magic |= MAGIC_ROLL
             if delayed_ms - write_time_ms - window_ms < window_ms // 3:
-                delayed_ms = write_time_ms + window_ms // 2   # leave time for the next roll
+                delayed_ms = write_time_ms + window_ms // 2  # leave time for the next roll
             else:
                 delayed_ms = write_time_ms + window_ms
         slot_ms, delayed_ms = self._dequeue.placement(delayed_ms)
         wheel = self._wheel
         slot_pos, first_pos, last_pos, num = wheel.head(slot_ms)
         real_topic = properties.get(REAL_TOPIC)
-        head = UNIT_HEAD.pack(UNIT_SIZE_BYTES, last_pos, magic, write_time_ms, delayed_ms - write_time_ms,
-                              record.phy_offset, record.store_size_bytes,
-                              java_string_hash(real_topic) if real_topic else 0)
+        head = UNIT_HEAD.pack(
+            UNIT_SIZE_BYTES,
+            last_pos,
+            magic,
+            write_time_ms,
+            delayed_ms - write_time_ms,
+            record.phy_offset,
+            record.store_size_bytes,
+            java_string_hash(real_topic) if real_topic else 0,
+        )
         position = self._log.append_encoded(head + UNIT_TAIL.pack(crc32(head), STATE_PENDING))
         delete = bool(magic & MAGIC_DELETE)
-        wheel.relink(slot_pos, slot_ms, position if first_pos == NO_POS else first_pos, position,
-                     num + (-1 if delete else 1))
+        wheel.relink(
+            slot_pos, slot_ms, position if first_pos == NO_POS else first_pos, position, num + (-1 if delete else 1)
+        )
         counters = self._counters
         counters.enqueued += 1
         if delete:
             counters.recall_markers += 1
         if not delete or magic & MAGIC_ROLL:
             counters.pending += 1
-        if slot_ms < self._dequeue.snapshot_time_ms:   # a loaded (or passed) slot: tell the dequeue
-            unit = TimerUnit(last_pos, magic, write_time_ms, delayed_ms - write_time_ms, record.phy_offset,
-                             record.store_size_bytes)
-            self._dequeue.on_appended(slot_ms, position, unit,
-                                      marker_key if delete and not magic & MAGIC_ROLL else None)
+        if slot_ms < self._dequeue.snapshot_time_ms:  # a loaded (or passed) slot: tell the dequeue
+            unit = TimerUnit(
+                last_pos, magic, write_time_ms, delayed_ms - write_time_ms, record.phy_offset, record.store_size_bytes
+            )
+            self._dequeue.on_appended(
+                slot_ms, position, unit, marker_key if delete and not magic & MAGIC_ROLL else None
+            )

@@ -15,6 +15,7 @@ Invariants:
   unused tail after a blank.
 * Units are appended by one thread (the timer loop); ``set_state`` rewrites 4 bytes in place.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,12 +51,12 @@ class TimerLog:
         assert segment_size_bytes >= UNIT_SIZE_BYTES + BLANK_SIZE_BYTES
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
-        self._fds: dict[int, int] = {}        # segment start -> descriptor, ascending
+        self._fds: dict[int, int] = {}  # segment start -> descriptor, ascending
         self.write_pos = 0
         self.flushed_pos = 0
-        self._pending = bytearray()           # appended, not yet written: starts at _pending_pos
+        self._pending = bytearray()  # appended, not yet written: starts at _pending_pos
         self._pending_pos = 0
-        self._dirty: set[int] = set()         # segments written since the last flush
+        self._dirty: set[int] = set()  # segments written since the last flush
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
@@ -70,8 +71,10 @@ class TimerLog:
                 path.unlink()
                 continue
             if size != self.segment_size_bytes:
-                raise ValueError(f"TimerLog segment {path} is {size} bytes, expected {self.segment_size_bytes} "
-                                 "(was timerlog_file_size_bytes changed?)")
+                raise ValueError(
+                    f"TimerLog segment {path} is {size} bytes, expected {self.segment_size_bytes} "
+                    "(was timerlog_file_size_bytes changed?)"
+                )
             start = int(name)
             if start % self.segment_size_bytes:
                 raise ValueError(f"TimerLog segment {path} does not start on a segment boundary")
@@ -231,7 +234,7 @@ class TimerLog:
         start = end - end % size
         fd = self._fds.get(start)
         if fd is not None and start < end:
-            os.ftruncate(fd, end - start)   # shrink then grow: the tail reads as zeros
+            os.ftruncate(fd, end - start)  # shrink then grow: the tail reads as zeros
             os.ftruncate(fd, size)
             self._dirty.add(start)
         self.write_pos = self._pending_pos = end

@@ -3,6 +3,7 @@
 The core counts with plain integers (one writer thread each); ``snapshot()`` copies them into
 frozen dataclasses, the only thing the metrics module sees (style rule 15).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -38,7 +39,7 @@ class LatenessHistogram:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSnapshot:
-    buckets: tuple[tuple[float, int], ...]   # (upper bound in seconds, cumulative count)
+    buckets: tuple[tuple[float, int], ...]  # (upper bound in seconds, cumulative count)
     count: int
     sum_s: float
 
@@ -47,15 +48,15 @@ class TimerCounters:
     """Mutable counters of the timer store (written by the timer loop thread only)."""
 
     def __init__(self) -> None:
-        self.enqueued = 0            # units appended for rmq_sys_wheel_timer messages (markers included)
-        self.recall_markers = 0      # of which DELETE markers (recalls)
-        self.delivered = 0           # re-put into their real topic
-        self.rolled = 0              # re-put into rmq_sys_wheel_timer (far future)
-        self.recalled = 0            # skipped: a recall marker named them
-        self.dropped = 0             # not deliverable (missing record, bad properties, refused by the store)
-        self.duplicates = 0          # re-delivered after a crash although possibly delivered before
-        self.pending = 0             # approx.: units not yet delivered
-        self.enqueue_lag = 0         # rmq_sys_wheel_timer messages not yet enqueued
+        self.enqueued = 0  # units appended for rmq_sys_wheel_timer messages (markers included)
+        self.recall_markers = 0  # of which DELETE markers (recalls)
+        self.delivered = 0  # re-put into their real topic
+        self.rolled = 0  # re-put into rmq_sys_wheel_timer (far future)
+        self.recalled = 0  # skipped: a recall marker named them
+        self.dropped = 0  # not deliverable (missing record, bad properties, refused by the store)
+        self.duplicates = 0  # re-delivered after a crash although possibly delivered before
+        self.pending = 0  # approx.: units not yet delivered
+        self.enqueue_lag = 0  # rmq_sys_wheel_timer messages not yet enqueued
         self.queue_offset = 0
         self.read_time_ms = 0
         self.watermark_ms = 0
@@ -64,11 +65,21 @@ class TimerCounters:
 
     def snapshot(self) -> TimerStats:
         return TimerStats(
-            enqueued=self.enqueued, recall_markers=self.recall_markers, delivered=self.delivered,
-            rolled=self.rolled, recalled=self.recalled, dropped=self.dropped, duplicates=self.duplicates,
-            pending=max(0, self.pending), enqueue_lag=self.enqueue_lag, queue_offset=self.queue_offset,
-            read_time_ms=self.read_time_ms, watermark_ms=self.watermark_ms, active_units=self.active_units,
-            lateness=self.lateness.snapshot())
+            enqueued=self.enqueued,
+            recall_markers=self.recall_markers,
+            delivered=self.delivered,
+            rolled=self.rolled,
+            recalled=self.recalled,
+            dropped=self.dropped,
+            duplicates=self.duplicates,
+            pending=max(0, self.pending),
+            enqueue_lag=self.enqueue_lag,
+            queue_offset=self.queue_offset,
+            read_time_ms=self.read_time_ms,
+            watermark_ms=self.watermark_ms,
+            active_units=self.active_units,
+            lateness=self.lateness.snapshot(),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +107,19 @@ class DelayCounters:
         self.delivered = 0
         self.dropped = 0
         self.duplicates = 0
-        self.offsets = [0] * levels      # next queue offset per level (index level - 1)
-        self.lags = [0] * levels         # messages behind per level
+        self.offsets = [0] * levels  # next queue offset per level (index level - 1)
+        self.lags = [0] * levels  # messages behind per level
         self.lateness = LatenessHistogram()
 
     def snapshot(self) -> DelayStats:
-        return DelayStats(self.delivered, self.dropped, self.duplicates, tuple(self.offsets), tuple(self.lags),
-                          self.lateness.snapshot())
+        return DelayStats(
+            self.delivered,
+            self.dropped,
+            self.duplicates,
+            tuple(self.offsets),
+            tuple(self.lags),
+            self.lateness.snapshot(),
+        )
 
 
 @dataclass(frozen=True, slots=True)

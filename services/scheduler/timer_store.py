@@ -29,15 +29,13 @@ Crash safety (the argument, in order):
    units whose put was in flight are delivered again and counted as possible duplicates. Slots
    are re-read from the checkpointed read pointer, so every undelivered unit is found again.
 """
+
 from __future__ import annotations
 
 import logging
 
 import numpy as np
 
-from services.scheduler.check_files import TimerCheckFile
-from services.runtime.clock import Clock
-from services.scheduler.config import SchedulerConfig
 from services.domain.format.timercheck_format import TimerCheck
 from services.domain.format.timerlog_format import (
     MAGIC_DELETE,
@@ -46,6 +44,9 @@ from services.domain.format.timerlog_format import (
     UNIT_SIZE_BYTES,
     TimerUnit,
 )
+from services.runtime.clock import Clock
+from services.scheduler.check_files import TimerCheckFile
+from services.scheduler.config import SchedulerConfig
 from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
 from services.scheduler.timer_enqueue import TimerEnqueue
@@ -98,13 +99,24 @@ class TimerStore:
         if end < self.timer_log.write_pos:
             self.timer_log.truncate(end)
         self._clear_slots_past(end, read_time_ms)
-        log.info("timer log recovered: %d units after the checkpoint, end at %d, read time %d",
-                 replayed, end, read_time_ms)
+        log.info(
+            "timer log recovered: %d units after the checkpoint, end at %d, read time %d", replayed, end, read_time_ms
+        )
 
-        self.dequeue = TimerDequeue(config, self._clock, self._store, self.timer_log, self.wheel, self.counters,
-                                    read_time_ms)
-        self.enqueue = TimerEnqueue(config, self._clock, self._store, self.timer_log, self.wheel, self.dequeue,
-                                    self.counters, check.last_timer_queue_offset if check.valid else 0, last_unit)
+        self.dequeue = TimerDequeue(
+            config, self._clock, self._store, self.timer_log, self.wheel, self.counters, read_time_ms
+        )
+        self.enqueue = TimerEnqueue(
+            config,
+            self._clock,
+            self._store,
+            self.timer_log,
+            self.wheel,
+            self.dequeue,
+            self.counters,
+            check.last_timer_queue_offset if check.valid else 0,
+            last_unit,
+        )
         self.counters.pending = self.wheel.pending_count(read_time_ms)
         self.counters.read_time_ms = read_time_ms
         self._next_flush_s = self._clock.monotonic_s() + config.timer_flush_interval_ms / 1000
@@ -115,13 +127,17 @@ class TimerStore:
         oldest_ms = now_ms - (self.config.wheel_span_ms - self.config.roll_window_ms - 60 * precision_ms)
         oldest_ms -= oldest_ms % precision_ms
         if not check.valid and not self.timer_log.segment_starts():
-            return now_ms - now_ms % precision_ms   # a new scheduler: nothing to catch up on
+            return now_ms - now_ms % precision_ms  # a new scheduler: nothing to catch up on
         read_time_ms = check.last_read_time_ms if check.valid else 0
         read_time_ms -= read_time_ms % precision_ms
         if read_time_ms < oldest_ms:
             if check.valid and read_time_ms > 0:
-                log.error("timer read time %d is older than the wheel can hold; timers due before %d may have "
-                          "been overwritten", read_time_ms, oldest_ms)
+                log.error(
+                    "timer read time %d is older than the wheel can hold; timers due before %d may have "
+                    "been overwritten",
+                    read_time_ms,
+                    oldest_ms,
+                )
             read_time_ms = oldest_ms
         return read_time_ms
 
@@ -205,13 +221,19 @@ class TimerStore:
         read_time_ms = self.dequeue.read_time_ms
         flushed_pos = self.timer_log.flush()
         self.wheel.flush()
-        if queue_offset is None:   # never talked to the store: keep the loaded offset
+        if queue_offset is None:  # never talked to the store: keep the loaded offset
             queue_offset = self.check_file.loaded.last_timer_queue_offset
         self._check_counter += 1
-        self.check_file.save(TimerCheck(
-            last_read_time_ms=read_time_ms, last_timer_log_flush_pos=flushed_pos,
-            last_timer_queue_offset=queue_offset, master_timer_queue_offset=queue_offset,
-            timestamp_ms=self._clock.now_ms(), counter=self._check_counter))
+        self.check_file.save(
+            TimerCheck(
+                last_read_time_ms=read_time_ms,
+                last_timer_log_flush_pos=flushed_pos,
+                last_timer_queue_offset=queue_offset,
+                master_timer_queue_offset=queue_offset,
+                timestamp_ms=self._clock.now_ms(),
+                counter=self._check_counter,
+            )
+        )
 
     def cleanup(self) -> int:
         """Delete TimerLog segments (never the last) whose units all belong to done slots."""
@@ -240,7 +262,7 @@ class TimerStore:
         chunk_bytes = SCAN_CHUNK_UNITS * UNIT_SIZE_BYTES
         for offset in range(0, size - size % UNIT_SIZE_BYTES, chunk_bytes):
             data = self.timer_log.read_range(start, offset, min(chunk_bytes, size - offset))
-            units = np.frombuffer(data[:len(data) - len(data) % UNIT_SIZE_BYTES], dtype=UNIT_DTYPE)
+            units = np.frombuffer(data[: len(data) - len(data) % UNIT_SIZE_BYTES], dtype=UNIT_DTYPE)
             valid = units[units["size"] == UNIT_SIZE_BYTES]
             if len(valid):
                 delayed = valid["write_time_ms"].astype(np.int64) + valid["delay_ms"].astype(np.int64)

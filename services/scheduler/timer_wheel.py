@@ -6,6 +6,7 @@ of units due in it. The wheel is a cache of the TimerLog: recovery revises it fr
 the checkpoint may not cover (``revise_slot``). Writes go to the mapping, i.e. the page cache,
 so a ``kill -9`` loses none; ``flush`` (msync) makes them survive a power loss.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,9 @@ class TimerWheel:
         try:
             length = os.fstat(fd).st_size
             if length not in (0, self.size_bytes):
-                raise ValueError(f"timer wheel {path} is {length} bytes, expected {self.size_bytes} "
-                                 "(was timer_wheel_slots changed?)")
+                raise ValueError(
+                    f"timer wheel {path} is {length} bytes, expected {self.size_bytes} (was timer_wheel_slots changed?)"
+                )
             if length == 0:
                 os.ftruncate(fd, self.size_bytes)
             self._mm = mmap.mmap(fd, self.size_bytes)
@@ -58,8 +60,7 @@ class TimerWheel:
         return decode_slot(self._mm, self._position(time_ms), time_ms, self.precision_ms)
 
     def put_slot(self, time_ms: int, first_pos: int, last_pos: int, num: int, magic: int = 0) -> None:
-        SLOT.pack_into(self._mm, self._position(time_ms), time_ms // self.precision_ms, first_pos, last_pos, num,
-                       magic)
+        SLOT.pack_into(self._mm, self._position(time_ms), time_ms // self.precision_ms, first_pos, last_pos, num, magic)
 
     def head(self, time_ms: int) -> tuple[int, int, int, int]:
         """(byte position, first_pos, last_pos, num) of the slot of ``time_ms``, as seen for that

@@ -8,6 +8,7 @@ metrics endpoints accept connections (ports are the bound ones, so ``--port 0`` 
 Everything else goes to the log (stderr). SIGTERM or SIGINT stops the server (in-flight calls
 get a grace period), shuts the store down cleanly, and exits 0 (services/runtime/service_main.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,11 +18,11 @@ from contextlib import ExitStack
 
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
+from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import retry_while_locked, run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.rpc.tls import TlsFiles
-from services.store.errors import StoreLockedError
 from services.store.config import SETTINGS, StoreConfig, config_from_settings
+from services.store.errors import StoreLockedError
 from services.store.metrics import StoreMetrics
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
@@ -43,13 +44,24 @@ def start(config: StoreConfig, stack: ExitStack, received: StopSignals) -> Mappi
     store = FileStore(config)
     stack.callback(store.shutdown)
     log.info("starting store at %s (flush %s)", config.store_root, config.flush_mode.name)
-    retry_while_locked(store.start, StoreLockedError, config.lock_wait_ms / 1000, received,
-                       on_wait=lambda: log.info("store root is locked by another process; waiting for it to exit"))
-    metrics = StoreMetrics(store, labels={"cluster": config.cluster_name, "node_id": config.broker_name,
-                                          "node_type": "store"})
+    retry_while_locked(
+        store.start,
+        StoreLockedError,
+        config.lock_wait_ms / 1000,
+        received,
+        on_wait=lambda: log.info("store root is locked by another process; waiting for it to exit"),
+    )
+    metrics = StoreMetrics(
+        store, labels={"cluster": config.cluster_name, "node_id": config.broker_name, "node_type": "store"}
+    )
     tune_gc(config.gc_gen0_threshold)  # after start-up: recovery's and metadata's objects are frozen
-    server, port = build_server(store, config.host, config.port, metrics=metrics, tls=TlsFiles(
-        config.tls_client_ca_path, config.tls_cert_path, config.tls_key_path))
+    server, port = build_server(
+        store,
+        config.host,
+        config.port,
+        metrics=metrics,
+        tls=TlsFiles(config.tls_client_ca_path, config.tls_cert_path, config.tls_key_path),
+    )
     metrics_url = "off"
     if config.metrics_port >= 0:
         metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)

@@ -14,6 +14,7 @@ it never stops dispatch or fails an ack.
 The listener set is an immutable tuple replaced on (un)subscribe, so ``publish`` iterates it
 without a lock or a copy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,6 +51,7 @@ class ArrivalBus:
                 except ValueError:
                     return
                 self._listeners = tuple(listeners)
+
         return unsubscribe
 
     def publish(self, arrivals: list[Arrival]) -> None:

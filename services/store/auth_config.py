@@ -15,6 +15,7 @@ enable | disable; a resource is ``Topic:NAME`` / ``Group:NAME`` (LITERAL), ``Top
 Delete, Get, List, All; decision Allow | Deny. The secret keys are the HMAC keys clients sign
 with, so the file holds them in clear, as RocketMQ's does: it is written mode 0600.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -59,7 +60,7 @@ class StoredUser:
 
 @dataclass(frozen=True)
 class StoredPolicy:
-    resource: str                                 # Topic:orders, Topic:ord*, Topic:*, Group:g, *
+    resource: str  # Topic:orders, Topic:ord*, Topic:*, Group:g, *
     actions: tuple[str, ...]
     decision: str
     source_ips: tuple[str, ...] = ()
@@ -88,8 +89,7 @@ def check_resource(resource: str) -> None:
         return
     kind, sep, name = resource.partition(":")
     if not sep or kind not in RESOURCE_TYPES or not name or "*" in name[:-1]:
-        raise AuthConfigError(f"resource must be Topic:NAME, Topic:PREFIX*, Topic:*, Group:... or *, "
-                              f"not {resource!r}")
+        raise AuthConfigError(f"resource must be Topic:NAME, Topic:PREFIX*, Topic:*, Group:... or *, not {resource!r}")
 
 
 class AuthConfigManager:
@@ -151,11 +151,31 @@ class AuthConfigManager:
         self._data_version.next_version(self._clock.now_ms())
         document = {
             "dataVersion": self._data_version.to_bean(),
-            "users": {u.username: {"username": u.username, "password": u.password, "userType": u.user_type,
-                                   "userStatus": u.user_status} for u in self._users.values()},
-            "acls": {a.username: {"subject": f"User:{a.username}", "policies": [
-                {"resource": p.resource, "actions": list(p.actions), "decision": p.decision,
-                 "sourceIps": list(p.source_ips)} for p in a.policies]} for a in self._acls.values()}}
+            "users": {
+                u.username: {
+                    "username": u.username,
+                    "password": u.password,
+                    "userType": u.user_type,
+                    "userStatus": u.user_status,
+                }
+                for u in self._users.values()
+            },
+            "acls": {
+                a.username: {
+                    "subject": f"User:{a.username}",
+                    "policies": [
+                        {
+                            "resource": p.resource,
+                            "actions": list(p.actions),
+                            "decision": p.decision,
+                            "sourceIps": list(p.source_ips),
+                        }
+                        for p in a.policies
+                    ],
+                }
+                for a in self._acls.values()
+            },
+        }
         write_atomically(self.path, json.dumps(document, indent=2))
         os.chmod(self.path, 0o600)
 
@@ -164,18 +184,26 @@ class AuthConfigManager:
         users = {}
         for name, obj in json_object(root.get("users", {}), "users").items():
             obj = json_object(obj, f"user {name}")
-            user = StoredUser(json_str(obj.get("username", name), "username"), json_str(obj["password"], "password"),
-                              json_str(obj.get("userType", "Normal"), "userType"),
-                              json_str(obj.get("userStatus", "enable"), "userStatus"))
+            user = StoredUser(
+                json_str(obj.get("username", name), "username"),
+                json_str(obj["password"], "password"),
+                json_str(obj.get("userType", "Normal"), "userType"),
+                json_str(obj.get("userStatus", "enable"), "userStatus"),
+            )
             user.check()
             users[user.username] = user
         acls = {}
         for name, obj in json_object(root.get("acls", {}), "acls").items():
-            policies = tuple(StoredPolicy(json_str(p["resource"], "resource"), tuple(p["actions"]),
-                                          json_str(p["decision"], "decision"), tuple(p.get("sourceIps", ())))
-                             for p in json_object(obj, f"acl {name}").get("policies", []))
+            policies = tuple(
+                StoredPolicy(
+                    json_str(p["resource"], "resource"),
+                    tuple(p["actions"]),
+                    json_str(p["decision"], "decision"),
+                    tuple(p.get("sourceIps", ())),
+                )
+                for p in json_object(obj, f"acl {name}").get("policies", [])
+            )
             for policy in policies:
                 policy.check()
             acls[name] = StoredAcl(name, policies)
         return users, acls, DataVersion.from_json(root.get("dataVersion", {}), self._clock.now_ms())
-

@@ -1,4 +1,5 @@
 """The ``checkpoint`` file, the ``abort`` marker and the ``lock`` file of a store root."""
+
 from __future__ import annotations
 
 import fcntl
@@ -7,7 +8,6 @@ from pathlib import Path
 
 from services.domain.format.checkpoint_format import (
     CHECKPOINT_FILE_SIZE_BYTES,
-    Checkpoint,
     decode_checkpoint,
     encode_checkpoint,
 )

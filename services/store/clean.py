@@ -7,12 +7,13 @@ A segment (never the last one) is deleted when its last write is older than
 file, so the log never has holes. Above ``disk_space_warning_level_ratio`` the store refuses
 writes (``disk_full``) until space is back.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from services.runtime.clock import Clock
 from services.store.commitlog import CommitLog
@@ -26,9 +27,16 @@ log = logging.getLogger(__name__)
 class CleanService(_Loop):
     name = "clean"
 
-    def __init__(self, config: StoreConfig, clock: Clock, commitlog: CommitLog,
-                 cq_store: ConsumeQueueStore, index_service, dispatch_lock: threading.Lock,
-                 disk_usage: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock: Clock,
+        commitlog: CommitLog,
+        cq_store: ConsumeQueueStore,
+        index_service,
+        dispatch_lock: threading.Lock,
+        disk_usage: Callable[[], float],
+    ) -> None:
         super().__init__(config.clean_resource_interval_ms / 1000)
         self.config = config
         self.clock = clock

@@ -15,16 +15,15 @@ The put path also leaves a DispatchRequest for each record in ``dispatch_backlog
 reput service need not parse what was just encoded; reput parses the log whenever the
 backlog does not start exactly at its reput_from_offset (after a restart, or an overflow).
 """
+
 from __future__ import annotations
 
 import collections
 import logging
 import struct
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from services.runtime.clock import Clock
-from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import (
     BLANK,
     BLANK_RECORD_SIZE_BYTES,
@@ -44,11 +43,12 @@ from services.domain.format.commitlog_format import (
     host_from_string,
     tags_code,
 )
-from services.domain.format.properties_format import PropertiesError, encode_properties_checked
 from services.domain.format.crc32 import crc32 as fast_crc32
 from services.domain.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
-from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY
+from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY, PropertiesError, encode_properties_checked
 from services.domain.names import SCHEDULE_TOPIC
+from services.runtime.clock import Clock
+from services.store.config import StoreConfig
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 
@@ -64,8 +64,9 @@ class CommitLog:
     def __init__(self, config: StoreConfig, clock: Clock) -> None:
         self.config = config
         self.clock = clock
-        self.mfq = MappedFileQueue(config.commitlog_dir, config.commitlog_file_size_bytes,
-                                   warm=config.warm_mapped_files)
+        self.mfq = MappedFileQueue(
+            config.commitlog_dir, config.commitlog_file_size_bytes, warm=config.warm_mapped_files
+        )
         self.put_lock = threading.Lock()
         self.queue_offset_table: dict[str, int] = {}
         self.store_host = host_from_string(config.store_host)
@@ -74,7 +75,7 @@ class CommitLog:
         self._topic_parts: dict[str, bytes] = {}
         self.delay_level_millis = config.delay_level_millis
         self.dispatch_backlog: collections.deque[DispatchRequest] = collections.deque()
-        self.confirm_offset = 0      # start of the last valid record found at recovery
+        self.confirm_offset = 0  # start of the last valid record found at recovery
         self.last_store_timestamp_ms = 0
         self.put_messages_total = 0
         self.put_bytes_total = 0
@@ -134,8 +135,9 @@ class CommitLog:
             rec.store_host = store_host
             rec.body_crc = crc32(body) & 0x7FFFFFFF if body else 0
             rec.magic = MAGIC_V2 if len(topic_part) > _TOPIC_PART_V1_MAX else MAGIC_V1
-            rec.total_size = (header_sizes[(sys_flag >> 4) & 3] + len(body) + len(topic_part) + 2
-                              + len(properties_bytes) + prop_extra)
+            rec.total_size = (
+                header_sizes[(sys_flag >> 4) & 3] + len(body) + len(topic_part) + 2 + len(properties_bytes) + prop_extra
+            )
             add((rec, topic_part, properties_bytes))
         return prepared
 
@@ -194,20 +196,43 @@ class CommitLog:
                     phy_offset = base + pos
                     body = rec.body
                     born_ip, born_port = rec.born_host
-                    data = join((
-                        HEADERS[(sys_flag >> 4) & 3].pack(
-                            size, rec.magic, rec.body_crc, queue_id, rec.flag, queue_offset, phy_offset,
-                            sys_flag, rec.born_timestamp_ms, born_ip, born_port, now, store_ip, store_port,
-                            rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
-                        body, topic_part, pack_len(len(properties_bytes) + prop_extra), properties_bytes))
+                    data = join(
+                        (
+                            HEADERS[(sys_flag >> 4) & 3].pack(
+                                size,
+                                rec.magic,
+                                rec.body_crc,
+                                queue_id,
+                                rec.flag,
+                                queue_offset,
+                                phy_offset,
+                                sys_flag,
+                                rec.born_timestamp_ms,
+                                born_ip,
+                                born_port,
+                                now,
+                                store_ip,
+                                store_port,
+                                rec.reconsume_times,
+                                rec.prepared_transaction_offset,
+                                len(body),
+                            ),
+                            body,
+                            topic_part,
+                            pack_len(len(properties_bytes) + prop_extra),
+                            properties_bytes,
+                        )
+                    )
                     try:
                         if prop_crc:
-                            mm[end - PROP_CRC_RESERVED_LEN:end] = b"%b%b\x02" % (
-                                PROP_CRC_PREFIX, (b"%d" % (crc32(data) & 0x7FFFFFFF))[::-1].ljust(10, b"0"))
-                        mm[pos:end - prop_extra] = data  # IndexError if the sizes disagree
+                            mm[end - PROP_CRC_RESERVED_LEN : end] = b"%b%b\x02" % (
+                                PROP_CRC_PREFIX,
+                                (b"%d" % (crc32(data) & 0x7FFFFFFF))[::-1].ljust(10, b"0"),
+                            )
+                        mm[pos : end - prop_extra] = data  # IndexError if the sizes disagree
                     except (OSError, ValueError, TypeError, IndexError) as exc:
                         mf.write_error = exc if isinstance(exc, OSError) else OSError(str(exc))
-                        raise mf.write_error
+                        raise mf.write_error  # noqa: B904 - the stored error is what every later write raises
                     pos = end
                     rec.queue_offset = queue_offset
                     rec.phy_offset = phy_offset
@@ -223,10 +248,24 @@ class CommitLog:
                             code = known_hash(tags) if tags else 0  # the memo first: no call
                             if code is None:
                                 code = java_string_hash_repeated(tags)
-                        backlog.append(new_request(DispatchRequest, (
-                            topic, queue_id, phy_offset, size, code, now, queue_offset,
-                            props.get(KEYS, ""), props.get(UNIQ_KEY, ""), sys_flag,
-                            rec.prepared_transaction_offset)))
+                        backlog.append(
+                            new_request(
+                                DispatchRequest,
+                                (
+                                    topic,
+                                    queue_id,
+                                    phy_offset,
+                                    size,
+                                    code,
+                                    now,
+                                    queue_offset,
+                                    props.get(KEYS, ""),
+                                    props.get(UNIQ_KEY, ""),
+                                    sys_flag,
+                                    rec.prepared_transaction_offset,
+                                ),
+                            )
+                        )
                     put_bytes += size
             finally:
                 if pos > mf.wrote_position:
@@ -242,7 +281,7 @@ class CommitLog:
         """Write the blank record at ``pos``, mark the segment full, return the next one."""
         left = self.config.commitlog_file_size_bytes - pos
         assert left >= BLANK_RECORD_SIZE_BYTES, left
-        mf.mm[pos:pos + BLANK_RECORD_SIZE_BYTES] = encode_blank(left)
+        mf.mm[pos : pos + BLANK_RECORD_SIZE_BYTES] = encode_blank(left)
         mf.wrote_position = self.config.commitlog_file_size_bytes
         nxt = self.mfq.create_file(mf.file_end_offset)
         nxt.check_writable()
@@ -258,7 +297,7 @@ class CommitLog:
             return None
         pos = phy_offset - mf.file_from_offset
         try:
-            return mf.mm[pos:pos + size]
+            return mf.mm[pos : pos + size]
         except (ValueError, TypeError):  # mapping closed by retention meanwhile
             return None
 
@@ -289,17 +328,27 @@ class CommitLog:
             return None, -1
         pos = phy_offset - mf.file_from_offset
         try:
-            rec = decode_record(mf.mm, pos, mf.wrote_position, check_crc=False,
-                                base_offset=mf.file_from_offset, read_body=False)
+            rec = decode_record(
+                mf.mm, pos, mf.wrote_position, check_crc=False, base_offset=mf.file_from_offset, read_body=False
+            )
         except CorruptRecord as exc:
             return None, exc.size
         if rec is BLANK:
             return None, 0
         props = rec.properties
         return DispatchRequest(
-            rec.topic, rec.queue_id, phy_offset, rec.total_size, tags_code(rec, self.delay_level_millis),
-            rec.store_timestamp_ms, rec.queue_offset, props.get(KEYS, ""), props.get(UNIQ_KEY, ""),
-            rec.sys_flag, rec.prepared_transaction_offset), rec.total_size
+            rec.topic,
+            rec.queue_id,
+            phy_offset,
+            rec.total_size,
+            tags_code(rec, self.delay_level_millis),
+            rec.store_timestamp_ms,
+            rec.queue_offset,
+            props.get(KEYS, ""),
+            props.get(UNIQ_KEY, ""),
+            rec.sys_flag,
+            rec.prepared_transaction_offset,
+        ), rec.total_size
 
     def store_timestamp_at(self, phy_offset: int) -> int:
         rec = self.read_record(phy_offset)

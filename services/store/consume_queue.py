@@ -7,6 +7,7 @@ A ConsumeQueue is a cache: recovery truncates it to the CommitLog and reput refi
 Invariants: ``min_offset <= max_offset``; ``max_physic_offset`` is the end (phy_offset + size)
 of the record behind the last unit written, and units only ever point forward in the log.
 """
+
 from __future__ import annotations
 
 import logging
@@ -66,7 +67,7 @@ class ConsumeQueue:
         start = max(0, len(files) - 3)
         process_offset = files[start].file_from_offset
         for mf in files[start:]:
-            units = decode_units(mf.mm[:self.file_size])
+            units = decode_units(mf.mm[: self.file_size])
             n = valid_prefix_length(units)
             real = np.flatnonzero(~_is_blank(units[:n]))
             if len(real):
@@ -85,7 +86,7 @@ class ConsumeQueue:
             self.min_logic_offset = 0
             return
         first = files[0]
-        units = decode_units(first.mm[:first.wrote_position])
+        units = decode_units(first.mm[: first.wrote_position])
         ok = np.flatnonzero((units["phy_offset"] >= commitlog_min_offset) & ~_is_blank(units))
         if len(ok):
             self.min_logic_offset = first.file_from_offset + int(ok[0]) * CQ_UNIT_SIZE_BYTES
@@ -98,7 +99,7 @@ class ConsumeQueue:
         """Drop units whose record starts at or after ``phy_offset`` (a truncated CommitLog)."""
         while self.mfq.files:
             mf = self.mfq.files[-1]
-            units = decode_units(mf.mm[:mf.wrote_position])
+            units = decode_units(mf.mm[: mf.wrote_position])
             if len(units) and int(units[0]["phy_offset"]) >= phy_offset and not _is_blank(units[:1])[0]:
                 self.mfq.files = self.mfq.files[:-1]
                 mf.destroy()
@@ -106,8 +107,9 @@ class ConsumeQueue:
             keep = 0
             if len(units):
                 rest = units[1:]
-                bad = np.flatnonzero((rest["phy_offset"] < 0) | (rest["size"] <= 0)
-                                     | (rest["phy_offset"] >= phy_offset))
+                bad = np.flatnonzero(
+                    (rest["phy_offset"] < 0) | (rest["size"] <= 0) | (rest["phy_offset"] >= phy_offset)
+                )
                 keep = 1 + (int(bad[0]) if len(bad) else len(rest))
             mf.set_positions(keep * CQ_UNIT_SIZE_BYTES)
             break
@@ -120,7 +122,7 @@ class ConsumeQueue:
         as zeros while later pages survived; such a hole must never be served."""
         previous = -1
         for mf in self.mfq.files:
-            units = decode_units(mf.mm[:mf.wrote_position])
+            units = decode_units(mf.mm[: mf.wrote_position])
             real = ~_is_blank(units)
             phy, size = units["phy_offset"], units["size"]
             bad = real & ((size <= 0) | (phy < 0))
@@ -137,7 +139,7 @@ class ConsumeQueue:
     def _reset_max_physic_offset(self) -> None:
         self.max_physic_offset = -1
         for mf in reversed(self.mfq.files):
-            units = decode_units(mf.mm[:mf.wrote_position])
+            units = decode_units(mf.mm[: mf.wrote_position])
             real = np.flatnonzero(~_is_blank(units))
             if len(real):
                 last = units[real[-1]]
@@ -151,7 +153,7 @@ class ConsumeQueue:
             if expected > mf.file_from_offset:
                 # The queue starts past 0: blank units fill the slots before its first unit.
                 count = (expected - mf.file_from_offset) // CQ_UNIT_SIZE_BYTES
-                mf.mm[0:count * CQ_UNIT_SIZE_BYTES] = BLANK_UNIT_BYTES * count
+                mf.mm[0 : count * CQ_UNIT_SIZE_BYTES] = BLANK_UNIT_BYTES * count
                 mf.wrote_position = count * CQ_UNIT_SIZE_BYTES
             self.min_logic_offset = expected
             return mf
@@ -175,9 +177,11 @@ class ConsumeQueue:
             return False
         start = first.queue_offset
         count = len(requests)
-        if (start * CQ_UNIT_SIZE_BYTES != last.file_from_offset + last.wrote_position
-                or requests[-1].queue_offset != start + count - 1
-                or last.wrote_position + count * CQ_UNIT_SIZE_BYTES > self.file_size):
+        if (
+            start * CQ_UNIT_SIZE_BYTES != last.file_from_offset + last.wrote_position
+            or requests[-1].queue_offset != start + count - 1
+            or last.wrote_position + count * CQ_UNIT_SIZE_BYTES > self.file_size
+        ):
             return False
         pack = CQ_UNIT.pack
         parts = []
@@ -189,7 +193,7 @@ class ConsumeQueue:
             phy_offset = req.phy_offset
             add(pack(phy_offset, req.size, req.tags_code))
         pos = last.wrote_position
-        last.mm[pos:pos + count * CQ_UNIT_SIZE_BYTES] = b"".join(parts)
+        last.mm[pos : pos + count * CQ_UNIT_SIZE_BYTES] = b"".join(parts)
         last.wrote_position = pos + count * CQ_UNIT_SIZE_BYTES
         tail = requests[-1]
         self.max_physic_offset = tail.phy_offset + tail.size
@@ -208,8 +212,13 @@ class ConsumeQueue:
             if expected < current:
                 continue
             if expected != current:
-                log.error("%s-%d: queue order may be wrong: expected unit at %d, writing at %d",
-                          self.topic, self.queue_id, expected, current)
+                log.error(
+                    "%s-%d: queue order may be wrong: expected unit at %d, writing at %d",
+                    self.topic,
+                    self.queue_id,
+                    expected,
+                    current,
+                )
             pack_into(mf.mm, mf.wrote_position, req.phy_offset, req.size, req.tags_code)
             mf.wrote_position += CQ_UNIT_SIZE_BYTES
             self.max_physic_offset = req.phy_offset + req.size
@@ -315,8 +324,9 @@ class ConsumeQueueStore:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
     def queues_with_holes(self) -> list[str]:
-        return [f"{cq.topic}-{cq.queue_id}@{hole}" for cq in self.queues.values()
-                if (hole := cq.first_hole()) is not None]
+        return [
+            f"{cq.topic}-{cq.queue_id}@{hole}" for cq in self.queues.values() if (hole := cq.first_hole()) is not None
+        ]
 
     def truncate_dirty(self, phy_offset: int) -> None:
         for cq in self.queues.values():

@@ -18,23 +18,32 @@ ids), ``groupTopicMap`` as a ``HashMap(128)`` of ``HashSet(8)``s (a Set: written
 Locking: ``_persist_lock -> _lock``. ``_lock`` guards the table and the dirty flag only;
 ``persist`` copies the table under it and encodes and writes outside it.
 """
+
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 from typing import Any
 
+from services.domain.format.java_compat import java_hashmap_order
 from services.runtime.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
-from services.domain.format.java_compat import java_hashmap_order
 from services.store.metadata import (
-    CONSUMER_OFFSET_FILE, DELAY_OFFSET_FILE, DataVersion, hashmap_ordered, json_int,
-    json_object, json_str, load_with_backup, write_atomically)
+    CONSUMER_OFFSET_FILE,
+    DELAY_OFFSET_FILE,
+    DataVersion,
+    hashmap_ordered,
+    json_int,
+    json_object,
+    json_str,
+    load_with_backup,
+    write_atomically,
+)
 
 TOPIC_GROUP_SEPARATOR = "@"
-OFFSET_TABLE_JAVA_CAPACITY = 1024     # ConcurrentHashMap(512): tableSizeFor(512 + 256 + 1)
-GROUP_TOPIC_MAP_JAVA_CAPACITY = 128   # new HashMap<>(128)
-GROUP_TOPIC_SET_JAVA_CAPACITY = 8     # new HashSet<>(8)
+OFFSET_TABLE_JAVA_CAPACITY = 1024  # ConcurrentHashMap(512): tableSizeFor(512 + 256 + 1)
+GROUP_TOPIC_MAP_JAVA_CAPACITY = 128  # new HashMap<>(128)
+GROUP_TOPIC_SET_JAVA_CAPACITY = 8  # new HashSet<>(8)
 
 
 def _int_key(key: Any, what: str) -> int:
@@ -177,8 +186,9 @@ class ConsumerOffsetManager(_ProgressFile):
 
     def _remove(self, matches: Any) -> int:
         with self._lock:
-            doomed = [key for key in self._table
-                      if len(parts := key.split(TOPIC_GROUP_SEPARATOR)) == 2 and matches(parts)]
+            doomed = [
+                key for key in self._table if len(parts := key.split(TOPIC_GROUP_SEPARATOR)) == 2 and matches(parts)
+            ]
             for key in doomed:
                 del self._table[key]
             if doomed:
@@ -190,9 +200,9 @@ class ConsumerOffsetManager(_ProgressFile):
 
     def _encode(self, version: Bean, snapshot: dict[str, dict[int, int]]) -> str:
         offset_table = hashmap_ordered(
-            {key: {queue_id: queues[queue_id] for queue_id in sorted(queues)}
-             for key, queues in snapshot.items()},
-            OFFSET_TABLE_JAVA_CAPACITY)
+            {key: {queue_id: queues[queue_id] for queue_id in sorted(queues)} for key, queues in snapshot.items()},
+            OFFSET_TABLE_JAVA_CAPACITY,
+        )
         group_topics: dict[str, list[str]] = {}
         for key in offset_table:
             parts = key.split(TOPIC_GROUP_SEPARATOR)
@@ -200,13 +210,15 @@ class ConsumerOffsetManager(_ProgressFile):
                 group_topics.setdefault(parts[1], []).append(parts[0])
         group_topic_map = {
             group: tuple(java_hashmap_order(topics, GROUP_TOPIC_SET_JAVA_CAPACITY))
-            for group, topics in hashmap_ordered(group_topics, GROUP_TOPIC_MAP_JAVA_CAPACITY).items()}
-        return dumps(Bean(dataVersion=version, groupTopicMap=group_topic_map,
-                          offsetTable=offset_table))
+            for group, topics in hashmap_ordered(group_topics, GROUP_TOPIC_MAP_JAVA_CAPACITY).items()
+        }
+        return dumps(Bean(dataVersion=version, groupTopicMap=group_topic_map, offsetTable=offset_table))
 
     def _decode_table(self, raw: Any) -> dict[str, dict[int, int]]:
-        return {json_str(key, "offsetTable key"): _int_table(queues, key)
-                for key, queues in json_object(raw, "offsetTable").items()}
+        return {
+            json_str(key, "offsetTable key"): _int_table(queues, key)
+            for key, queues in json_object(raw, "offsetTable").items()
+        }
 
 
 class DelayOffsetManager(_ProgressFile):
@@ -233,8 +245,7 @@ class DelayOffsetManager(_ProgressFile):
         return dict(self._table)
 
     def _encode(self, version: Bean, snapshot: dict[int, int]) -> str:
-        return dumps(Bean(dataVersion=version,
-                          offsetTable={level: snapshot[level] for level in sorted(snapshot)}))
+        return dumps(Bean(dataVersion=version, offsetTable={level: snapshot[level] for level in sorted(snapshot)}))
 
     def _decode_table(self, raw: Any) -> dict[int, int]:
         return _int_table(raw, "offsetTable")

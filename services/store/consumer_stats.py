@@ -8,6 +8,7 @@
 
 The group's retry topic ``%RETRY%{group}`` appears as its own topic. No gRPC here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,5 +51,7 @@ def consumer_stats(store: ConsumptionSource, group: str = "") -> list[ConsumerSt
             total += max(0, max_offset - max(committed, store.min_offset_in_queue(topic, queue_id)))
         lag[(owner, topic)] = total
     in_flight = {k: v for k, v in store.pop.in_flight_counts().items() if not group or k[0] == group}
-    return [ConsumerStats(g, t, lag.get((g, t), 0), in_flight.get((g, t), 0))
-            for g, t in sorted(lag.keys() | in_flight.keys())]
+    return [
+        ConsumerStats(g, t, lag.get((g, t), 0), in_flight.get((g, t), 0))
+        for g, t in sorted(lag.keys() | in_flight.keys())
+    ]

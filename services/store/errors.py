@@ -15,6 +15,7 @@
 Errors of the pure byte formats (``PropertiesError``, ``CorruptRecord``, ...) and of the SQL
 filter stay with them in ``services/domain``.
 """
+
 from __future__ import annotations
 
 
@@ -33,7 +34,8 @@ class CommitLogCorruptError(RuntimeError):
         super().__init__(
             f"CommitLog damaged at phy_offset {phy_offset} ({reason}), yet a valid record follows at "
             f"phy_offset {next_valid_offset}: refusing to truncate acknowledged data. Inspect the "
-            f"segment, or start with allow_truncate_corrupt to drop everything from {phy_offset}.")
+            f"segment, or start with allow_truncate_corrupt to drop everything from {phy_offset}."
+        )
         self.phy_offset = phy_offset
         self.next_valid_offset = next_valid_offset
         self.reason = reason

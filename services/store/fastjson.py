@@ -29,6 +29,7 @@ writer produces: unquoted integer keys (returned as ``int``), unquoted identifie
 tabs/newlines/``\\f``/``\\b`` as whitespace, raw control characters inside strings and a
 leading BOM. It never evaluates its input.
 """
+
 from __future__ import annotations
 
 import re
@@ -50,8 +51,7 @@ class Bean(dict):  # type: ignore[type-arg]
 # -- writer -------------------------------------------------------------------------------
 
 _ESCAPE = re.compile('[\x00-\x1f"\\\\\x7f-\x9f\u2028\u2029]')
-_ESCAPE_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
-                 "\f": "\\f", "\r": "\\r"}
+_ESCAPE_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
 def _escape_char(match: re.Match[str]) -> str:
@@ -199,7 +199,7 @@ class _Parser:
         if depth > NESTING_DEPTH_MAX:
             raise FastjsonDecodeError("nesting too deep", pos)
         pos = self.skip(pos)
-        char = self.text[pos:pos + 1]
+        char = self.text[pos : pos + 1]
         if char == "{":
             return self.object(pos + 1, depth + 1)
         if char == "[":

@@ -12,14 +12,15 @@
   and the IndexFile, then record in the checkpoint the reput offset captured *before* that
   flush, so recovery re-dispatches from a point whose derived data is surely on disk.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from services.store.checkpoint import CheckpointFile
 from services.runtime.clock import Clock
+from services.store.checkpoint import CheckpointFile
 from services.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,15 @@ class PeriodicTask(_Loop):
 class FlushService(_Loop):
     name = "flush-commitlog"
 
-    def __init__(self, commitlog: CommitLog, checkpoint: CheckpointFile, clock: Clock,
-                 interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        checkpoint: CheckpointFile,
+        clock: Clock,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+    ) -> None:
         super().__init__(interval_ms / 1000)
         self.commitlog = commitlog
         self.checkpoint = checkpoint
@@ -221,9 +229,14 @@ class GroupCommitService:
 class ConsumeQueueFlushService(_Loop):
     name = "flush-consumequeue"
 
-    def __init__(self, interval_ms: int, dispatched_state: Callable[[], tuple[int, int]],
-                 flush_derived: Callable[[], None], checkpoint: CheckpointFile,
-                 logics_timestamp: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        interval_ms: int,
+        dispatched_state: Callable[[], tuple[int, int]],
+        flush_derived: Callable[[], None],
+        checkpoint: CheckpointFile,
+        logics_timestamp: Callable[[], int],
+    ) -> None:
         super().__init__(interval_ms / 1000)
         self.dispatched_state = dispatched_state
         self.flush_derived = flush_derived

@@ -1,22 +1,41 @@
 """IndexService's vectorised batch path: split, hash and put the keys of a large dispatch
 batch with numpy (see index_service.py for the semantics it must keep byte for byte)."""
+
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.store.index_file import (  # noqa: F401 (helpers shared by the index modules)
-    INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, IndexFile, JAVA_INT_MAX,
-    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK_TYPE, _FIELD_SEPARATOR,
-    _FIELD_SEPARATOR_UNIT, _KEY_SEPARATOR, _KEY_SEPARATOR_UNIT, _SLOTS_DTYPE, _get_keys,
-    _get_phy_offset, _get_store_timestamp_ms, _get_sys_flag, _get_topic, _get_uniq_key,
-    _set_header_fields, index_key_hashes_of_ranges, text_units)
-
+from services.domain.format.commitlog_format import (
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+)
+from services.domain.format.index_format import (
+    INDEX_ENTRY_DTYPE,
+    INDEX_ENTRY_SIZE_BYTES,
+    index_key_hashes_of_ranges,
+    text_units,
+)
+from services.store.index_file import (
+    _FIELD_SEPARATOR,
+    _FIELD_SEPARATOR_UNIT,
+    _KEY_SEPARATOR,
+    _KEY_SEPARATOR_UNIT,
+    _SLOTS_DTYPE,
+    INDEX_HEADER_SIZE_BYTES,
+    JAVA_INT_MAX,
+    IndexFile,
+    _get_keys,
+    _get_phy_offset,
+    _get_store_timestamp_ms,
+    _get_sys_flag,
+    _get_topic,
+    _get_uniq_key,
+    _set_header_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +69,7 @@ class NumpyIndexBatch:
         # (an odd field number: an odd count of field separators before it). Key j runs from
         # after boundary j-1 to boundary j.
         if _KEY_SEPARATOR in joined:
-            candidates = np.flatnonzero((units == _FIELD_SEPARATOR_UNIT)
-                                        | (units == _KEY_SEPARATOR_UNIT))
+            candidates = np.flatnonzero((units == _FIELD_SEPARATOR_UNIT) | (units == _KEY_SEPARATOR_UNIT))
             is_field_separator = units[candidates] == _FIELD_SEPARATOR_UNIT
             is_boundary = is_field_separator | (np.cumsum(is_field_separator) & 1).astype(np.bool_)
             boundaries = candidates[is_boundary]
@@ -83,8 +101,10 @@ class NumpyIndexBatch:
         key_phy_offsets = phy_offsets[record_of_key]
         # None may be skipped or partial: phy offsets strictly increase from record to record
         # (the check against the last file's end is made under the lock).
-        if len(starts) > 1 and not ((key_phy_offsets[1:] > key_phy_offsets[:-1])
-                                    | (record_of_key[1:] == record_of_key[:-1])).all():
+        if (
+            len(starts) > 1
+            and not ((key_phy_offsets[1:] > key_phy_offsets[:-1]) | (record_of_key[1:] == record_of_key[:-1])).all()
+        ):
             return False
         topics = list(map(_get_topic, requests))
         prefix_hashes = self._prefix_hashes
@@ -97,7 +117,8 @@ class NumpyIndexBatch:
             if None in record_prefixes:  # the cache was cleared under us
                 record_prefixes = [self._prefix_hash(topic) for topic in topics]
         key_hashes = index_key_hashes_of_ranges(
-            units, starts, lengths, np.array(record_prefixes, np.uint32)[record_of_key])
+            units, starts, lengths, np.array(record_prefixes, np.uint32)[record_of_key]
+        )
         slots = key_hashes % self.hash_slot_num
         key_timestamps = timestamps[record_of_key]
         with self._lock:
@@ -112,14 +133,24 @@ class NumpyIndexBatch:
                 if index_file is None or index_file.index_count >= self.index_num_max:
                     index_file = self._roll_locked()  # header pre-set from the old file's end
                 end = done + min(total - done, self.index_num_max - index_file.index_count)
-                self._put_run_np_locked(index_file, key_hashes[done:end], slots[done:end],
-                                        key_phy_offsets[done:end], key_timestamps[done:end])
+                self._put_run_np_locked(
+                    index_file,
+                    key_hashes[done:end],
+                    slots[done:end],
+                    key_phy_offsets[done:end],
+                    key_timestamps[done:end],
+                )
                 done = end
         return True
 
-    def _put_run_np_locked(self, index_file: IndexFile, key_hashes: np.ndarray,
-                           slots: np.ndarray, phy_offsets: np.ndarray,
-                           timestamps: np.ndarray) -> None:
+    def _put_run_np_locked(
+        self,
+        index_file: IndexFile,
+        key_hashes: np.ndarray,
+        slots: np.ndarray,
+        phy_offsets: np.ndarray,
+        timestamps: np.ndarray,
+    ) -> None:
         """``put_key_hash`` for each key in order, vectorised; they all fit in ``index_file``.
 
         Key k gets index ``index_count + k``. Its prev_index is the index of the latest earlier
@@ -152,25 +183,31 @@ class NumpyIndexBatch:
             entries["time_diff"] = 0
         if first_begin_timestamp_ms != begin_timestamp_ms:
             timestamp_ms = int(timestamps[0])
-            entries["time_diff"][0] = (0 if first_begin_timestamp_ms <= 0
-                                       or timestamp_ms <= first_begin_timestamp_ms
-                                       else min((timestamp_ms - first_begin_timestamp_ms) // 1000,
-                                                JAVA_INT_MAX))
+            entries["time_diff"][0] = (
+                0
+                if first_begin_timestamp_ms <= 0 or timestamp_ms <= first_begin_timestamp_ms
+                else min((timestamp_ms - first_begin_timestamp_ms) // 1000, JAVA_INT_MAX)
+            )
         mm = index_file._mm
         start = index_file._entries_pos + index_count * INDEX_ENTRY_SIZE_BYTES
-        slot_view = np.frombuffer(mm, _SLOTS_DTYPE, count=self.hash_slot_num,
-                                  offset=INDEX_HEADER_SIZE_BYTES)
+        slot_view = np.frombuffer(mm, _SLOTS_DTYPE, count=self.hash_slot_num, offset=INDEX_HEADER_SIZE_BYTES)
         try:
             # As if no slot repeats within the run (the usual case): read every slot first.
             prev_indexes = slot_view[slots].astype(np.int64)
             prev_indexes[(prev_indexes <= 0) | (prev_indexes > indexes)] = 0
             entries["prev_index"] = prev_indexes
-            mm[start:start + n * INDEX_ENTRY_SIZE_BYTES] = entries.tobytes()
+            mm[start : start + n * INDEX_ENTRY_SIZE_BYTES] = entries.tobytes()
             # The entries are written: a query may follow a slot to any of them from now on,
             # so index_count (and the rest) are published before the slots change.
-            _set_header_fields(index_file, begin_timestamp_ms, int(timestamps[-1]),
-                               begin_phy_offset, int(phy_offsets[-1]),
-                               index_file.hash_slot_count, index_count + n)
+            _set_header_fields(
+                index_file,
+                begin_timestamp_ms,
+                int(timestamps[-1]),
+                begin_phy_offset,
+                int(phy_offsets[-1]),
+                index_file.hash_slot_count,
+                index_count + n,
+            )
             slot_view[slots] = indexes
             if not (slot_view[slots] == indexes).all():
                 # A slot repeats (some key reads back another's index): chain each repeat to
@@ -180,11 +217,10 @@ class NumpyIndexBatch:
                 repeat = slots[order[1:]] == slots[order[:-1]]
                 prev_indexes[order[1:][repeat]] = indexes[order[:-1][repeat]]
                 entries["prev_index"] = prev_indexes
-                mm[start:start + n * INDEX_ENTRY_SIZE_BYTES] = entries.tobytes()
+                mm[start : start + n * INDEX_ENTRY_SIZE_BYTES] = entries.tobytes()
                 last = order[np.append(~repeat, True)]
                 slot_view[slots[last]] = indexes[last]
         finally:
             del slot_view  # the mapping cannot be closed while a view of it exists
         index_file.hash_slot_count += n - int(np.count_nonzero(prev_indexes))
         index_file.write_header()
-

@@ -51,33 +51,21 @@ Threads and locks (``_flush_lock -> _lock``):
 Invariants: a file's ``1 <= index_count <= index_num_max``; chains strictly decrease
 (``prev_index < index``); end_phy_offset and end_timestamp never decrease across files.
 """
+
 from __future__ import annotations
 
 import logging
 import mmap
 import operator
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.runtime.clock import Clock
-from services.domain.format.commitlog_format import (
-    SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
-)
 from services.domain.format.index_format import (
-    HASH_ASCII_UNITS_MAX,
-    HASH_DIGITS_Q31,
-    HASH_DIGITS_R31,
-    HASH_POW31,
     INDEX_ENTRY,
-    INDEX_ENTRY_DTYPE,
-    INDEX_ENTRY_SIZE_BYTES,
     INDEX_FILE_NAME_LENGTH,
     INDEX_HEADER,
     INDEX_HEADER_SIZE_BYTES,
@@ -87,17 +75,12 @@ from services.domain.format.index_format import (
     IndexHeader,
     entry_position,
     index_file_size_bytes,
-    index_key,
     index_key_hash,
-    index_key_hash_from_u32,
-    index_key_hashes_of_ranges,
-    java_hash_extend_u32,
-    text_units,
 )
 from services.domain.format.properties_format import KEY_SEPARATOR
 
 if TYPE_CHECKING:
-    from services.store.model import DispatchRequest
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +113,9 @@ class _Record:
 
     __slots__ = ("topic", "keys", "uniq_key", "phy_offset", "store_timestamp_ms", "sys_flag")
 
-    def __init__(self, topic: str, keys: str, uniq_key: str, phy_offset: int,
-                 store_timestamp_ms: int, sys_flag: int) -> None:
+    def __init__(
+        self, topic: str, keys: str, uniq_key: str, phy_offset: int, store_timestamp_ms: int, sys_flag: int
+    ) -> None:
         self.topic = topic
         self.keys = keys
         self.uniq_key = uniq_key
@@ -140,9 +124,15 @@ class _Record:
         self.sys_flag = sys_flag
 
 
-def _set_header_fields(index_file: IndexFile, begin_timestamp_ms: int, end_timestamp_ms: int,
-                       begin_phy_offset: int, end_phy_offset: int, hash_slot_count: int,
-                       index_count: int) -> None:
+def _set_header_fields(
+    index_file: IndexFile,
+    begin_timestamp_ms: int,
+    end_timestamp_ms: int,
+    begin_phy_offset: int,
+    end_phy_offset: int,
+    hash_slot_count: int,
+    index_count: int,
+) -> None:
     """Publish build_index_batch's header values to the attributes queries read, index_count
     last (a query that sees it sees the rest)."""
     index_file.begin_timestamp_ms = begin_timestamp_ms
@@ -153,14 +143,29 @@ def _set_header_fields(index_file: IndexFile, begin_timestamp_ms: int, end_times
     index_file.index_count = index_count
 
 
-def _store_header(index_file: IndexFile, begin_timestamp_ms: int, end_timestamp_ms: int,
-                  begin_phy_offset: int, end_phy_offset: int, hash_slot_count: int,
-                  index_count: int) -> None:
+def _store_header(
+    index_file: IndexFile,
+    begin_timestamp_ms: int,
+    end_timestamp_ms: int,
+    begin_phy_offset: int,
+    end_phy_offset: int,
+    hash_slot_count: int,
+    index_count: int,
+) -> None:
     """``_set_header_fields``, then the 40 header bytes through the mapping."""
-    _set_header_fields(index_file, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset,
-                       end_phy_offset, hash_slot_count, index_count)
-    _header_pack_into(index_file._mm, 0, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset,
-                      end_phy_offset, hash_slot_count, index_count)
+    _set_header_fields(
+        index_file, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset, end_phy_offset, hash_slot_count, index_count
+    )
+    _header_pack_into(
+        index_file._mm,
+        0,
+        begin_timestamp_ms,
+        end_timestamp_ms,
+        begin_phy_offset,
+        end_phy_offset,
+        hash_slot_count,
+        index_count,
+    )
 
 
 def index_file_name(now_ms: int) -> str:
@@ -179,12 +184,23 @@ class IndexFile:
     is >= 1 and is the index the next put writes.
     """
 
-    __slots__ = ("path", "hash_slot_num", "index_num_max", "file_size", "begin_timestamp_ms",
-                 "end_timestamp_ms", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
-                 "index_count", "_fd", "_mm", "_entries_pos")
+    __slots__ = (
+        "path",
+        "hash_slot_num",
+        "index_num_max",
+        "file_size",
+        "begin_timestamp_ms",
+        "end_timestamp_ms",
+        "begin_phy_offset",
+        "end_phy_offset",
+        "hash_slot_count",
+        "index_count",
+        "_fd",
+        "_mm",
+        "_entries_pos",
+    )
 
-    def __init__(self, path: Path, hash_slot_num: int, index_num_max: int, fd: int,
-                 mm: mmap.mmap) -> None:
+    def __init__(self, path: Path, hash_slot_num: int, index_num_max: int, fd: int, mm: mmap.mmap) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num_max = index_num_max
@@ -202,8 +218,9 @@ class IndexFile:
         self.index_count = min(max(header.index_count, 1), index_num_max)
 
     @classmethod
-    def create(cls, path: Path, hash_slot_num: int, index_num_max: int, end_phy_offset: int = 0,
-               end_timestamp_ms: int = 0) -> IndexFile:
+    def create(
+        cls, path: Path, hash_slot_num: int, index_num_max: int, end_phy_offset: int = 0, end_timestamp_ms: int = 0
+    ) -> IndexFile:
         """A new sparse file; begin/end phy offset and timestamp pre-set to the previous
         file's end values when they are > 0 (written through, like RocketMQ's setters)."""
         file_size = index_file_size_bytes(hash_slot_num, index_num_max)
@@ -222,8 +239,16 @@ class IndexFile:
             index_file.begin_timestamp_ms = index_file.end_timestamp_ms = end_timestamp_ms
         if end_phy_offset > 0 or end_timestamp_ms > 0:
             # index_count stays 0 on disk until the first put, as in RocketMQ.
-            _header_pack_into(mm, 0, index_file.begin_timestamp_ms, index_file.end_timestamp_ms,
-                              index_file.begin_phy_offset, index_file.end_phy_offset, 0, 0)
+            _header_pack_into(
+                mm,
+                0,
+                index_file.begin_timestamp_ms,
+                index_file.end_timestamp_ms,
+                index_file.begin_phy_offset,
+                index_file.end_phy_offset,
+                0,
+                0,
+            )
         return index_file
 
     @classmethod
@@ -261,20 +286,36 @@ class IndexFile:
     def put_state(self) -> tuple:
         """What an inlined put loop keeps in locals: (mapping, entries position, index_count,
         begin/end timestamp, begin/end phy offset, hash_slot_count)."""
-        return (self._mm, self._entries_pos, self.index_count, self.begin_timestamp_ms,
-                self.end_timestamp_ms, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count)
+        return (
+            self._mm,
+            self._entries_pos,
+            self.index_count,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+        )
 
     def header(self) -> IndexHeader:
         """The in-memory header (index_count as RocketMQ keeps it, >= 1)."""
-        return IndexHeader(self.begin_timestamp_ms, self.end_timestamp_ms, self.begin_phy_offset,
-                           self.end_phy_offset, self.hash_slot_count, self.index_count)
+        return IndexHeader(
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
 
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
         """[begin_ms, end_ms] overlaps [begin_timestamp, end_timestamp] (RocketMQ's three tests)."""
         file_begin, file_end = self.begin_timestamp_ms, self.end_timestamp_ms
-        return ((begin_ms < file_begin and end_ms > file_end)
-                or file_begin <= begin_ms <= file_end
-                or file_begin <= end_ms <= file_end)
+        return (
+            (begin_ms < file_begin and end_ms > file_end)
+            or file_begin <= begin_ms <= file_end
+            or file_begin <= end_ms <= file_end
+        )
 
     # -- put ---------------------------------------------------------------------------------
     def put_key(self, key_str: str, phy_offset: int, store_timestamp_ms: int) -> bool:
@@ -300,8 +341,7 @@ class IndexFile:
                 time_diff = JAVA_INT_MAX
         # Entry first, then the slot, then the counters: a concurrent reader that sees the
         # slot already finds the entry.
-        _entry_pack_into(mm, self._entries_pos + index_count * 20, key_hash, phy_offset,
-                         time_diff, prev_index)
+        _entry_pack_into(mm, self._entries_pos + index_count * 20, key_hash, phy_offset, time_diff, prev_index)
         _slot_pack_into(mm, slot_pos, index_count)
         if index_count <= 1:
             # First entry: begin values become this message's, after time_diff used the old ones.
@@ -312,8 +352,16 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp_ms = store_timestamp_ms
         self.index_count = index_count + 1
-        _header_pack_into(mm, 0, begin_timestamp_ms, store_timestamp_ms, self.begin_phy_offset,
-                          phy_offset, self.hash_slot_count, index_count + 1)
+        _header_pack_into(
+            mm,
+            0,
+            begin_timestamp_ms,
+            store_timestamp_ms,
+            self.begin_phy_offset,
+            phy_offset,
+            self.hash_slot_count,
+            index_count + 1,
+        )
         return True
 
     def has_entry(self, key_hash: int, phy_offset: int) -> bool:
@@ -337,16 +385,14 @@ class IndexFile:
         return False
 
     # -- select ------------------------------------------------------------------------------
-    def select_phy_offsets(self, key_str: str, max_num: int, begin_ms: int,
-                           end_ms: int) -> list[int]:
+    def select_phy_offsets(self, key_str: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
         """Phy offsets of entries with ``key_str``'s hash stored in [begin_ms, end_ms], newest
         first, at most ``max_num``. Hash collisions are included: the caller checks the keys."""
         phy_offsets: list[int] = []
         self.select_into(phy_offsets, index_key_hash(key_str), max_num, begin_ms, end_ms)
         return phy_offsets
 
-    def select_into(self, phy_offsets: list[int], key_hash: int, max_num: int, begin_ms: int,
-                    end_ms: int) -> None:
+    def select_into(self, phy_offsets: list[int], key_hash: int, max_num: int, begin_ms: int, end_ms: int) -> None:
         """``selectPhyOffset``: append to ``phy_offsets`` until it holds ``max_num``."""
         mm = self._mm
         if mm is None:
@@ -368,24 +414,29 @@ class IndexFile:
         for _ in range(index_count - 1):  # no valid chain is longer; a corrupt one may loop
             if len(phy_offsets) >= max_num:
                 break
-            key_hash_read, phy_offset, time_diff, prev_index = _entry_unpack_from(
-                mm, entries_pos + index * 20)
+            key_hash_read, phy_offset, time_diff, prev_index = _entry_unpack_from(mm, entries_pos + index * 20)
             if time_diff < 0:
                 break
             timestamp_ms = begin_timestamp_ms + time_diff * 1000
             if key_hash_read == key_hash and begin_ms <= timestamp_ms <= end_ms:
                 phy_offsets.append(phy_offset)
-            if (prev_index <= 0 or prev_index > index_max or prev_index == index
-                    or timestamp_ms < begin_ms):
+            if prev_index <= 0 or prev_index > index_max or prev_index == index or timestamp_ms < begin_ms:
                 break
             index = prev_index
 
     # -- lifecycle ---------------------------------------------------------------------------
     def write_header(self) -> None:
         """``IndexHeader.updateByteBuffer``: the in-memory header, index_count included."""
-        _header_pack_into(self._mm, 0, self.begin_timestamp_ms, self.end_timestamp_ms,
-                          self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,
-                          self.index_count)
+        _header_pack_into(
+            self._mm,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
 
     def sync(self) -> None:
         """fdatasync: writes back the pages dirtied through the mapping (releases the GIL)."""
@@ -409,6 +460,8 @@ class IndexFile:
         self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
-        return (f"IndexFile({self.name}, entries={self.entry_count}, "
-                f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}], "
-                f"ts=[{self.begin_timestamp_ms}, {self.end_timestamp_ms}])")
+        return (
+            f"IndexFile({self.name}, entries={self.entry_count}, "
+            f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}], "
+            f"ts=[{self.begin_timestamp_ms}, {self.end_timestamp_ms}])"
+        )

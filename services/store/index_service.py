@@ -1,6 +1,7 @@
 """IndexService: the files of ``index/``; builds the index on dispatch and answers queries.
 
 Format and quirks: see index_file.py (one file) and format/index_format.py (bytes)."""
+
 from __future__ import annotations
 
 import logging
@@ -9,19 +10,41 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from services.runtime.clock import Clock
+from services.domain.format.commitlog_format import (
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+)
+from services.domain.format.index_format import (
+    HASH_ASCII_UNITS_MAX,
+    HASH_DIGITS_Q31,
+    HASH_DIGITS_R31,
+    HASH_POW31,
+    INDEX_ENTRY_SIZE_BYTES,
+    index_key,
+    index_key_hash_from_u32,
+    java_hash_extend_u32,
+)
 from services.domain.format.properties_format import KEY_SEPARATOR
+from services.runtime.clock import Clock
 from services.store.index_batch import NumpyIndexBatch
-from services.store.index_file import (  # noqa: F401 (helpers shared by the index modules)
-    HASH_ASCII_UNITS_MAX, HASH_DIGITS_Q31, HASH_DIGITS_R31, HASH_POW31, INDEX_ENTRY_SIZE_BYTES,
-    INDEX_FILE_NAME_LENGTH, INDEX_HEADER_SIZE_BYTES, INDEX_SLOT_SIZE_BYTES, IndexFile,
-    JAVA_INT_MAX, QUERY_MAX_NUM_DEFAULT, SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_ROLLBACK_TYPE, _NP_MIN_RECORDS, _PREFIX_CACHE_MAX, _Record,
-    _entry_pack_into, _is_index_file_name, _slot_pack_into, _slot_unpack_from, _store_header,
-    index_file_name, index_file_size_bytes, index_key, index_key_hash_from_u32,
-    java_hash_extend_u32)
+from services.store.index_file import (
+    _NP_MIN_RECORDS,
+    _PREFIX_CACHE_MAX,
+    INDEX_FILE_NAME_LENGTH,
+    INDEX_HEADER_SIZE_BYTES,
+    INDEX_SLOT_SIZE_BYTES,
+    JAVA_INT_MAX,
+    QUERY_MAX_NUM_DEFAULT,
+    IndexFile,
+    _entry_pack_into,
+    _is_index_file_name,
+    _Record,
+    _slot_pack_into,
+    _slot_unpack_from,
+    _store_header,
+    index_file_name,
+    index_file_size_bytes,
+)
 
 if TYPE_CHECKING:
     from services.store.model import DispatchRequest
@@ -40,9 +63,15 @@ class IndexService(NumpyIndexBatch):
     may lower it.
     """
 
-    def __init__(self, index_dir: Path, hash_slot_num: int, index_num_max: int, clock: Clock,
-                 query_max_num: int = QUERY_MAX_NUM_DEFAULT,
-                 on_index_msg_timestamp: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: Path,
+        hash_slot_num: int,
+        index_num_max: int,
+        clock: Clock,
+        query_max_num: int = QUERY_MAX_NUM_DEFAULT,
+        on_index_msg_timestamp: Callable[[int], None] | None = None,
+    ) -> None:
         if hash_slot_num <= 0:
             raise ValueError("hash_slot_num must be positive")
         if index_num_max < 2:
@@ -86,8 +115,7 @@ class IndexService(NumpyIndexBatch):
             assert not self._files, "load() on a service that already has files"
             self.last_full_end_timestamp = index_msg_timestamp
             self.index_dir.mkdir(parents=True, exist_ok=True)
-            names = sorted(p.name for p in self.index_dir.iterdir()
-                           if p.is_file() and _is_index_file_name(p.name))
+            names = sorted(p.name for p in self.index_dir.iterdir() if p.is_file() and _is_index_file_name(p.name))
             files = []
             for name in names:
                 path = self.index_dir / name
@@ -98,8 +126,9 @@ class IndexService(NumpyIndexBatch):
                     path.unlink()
                     continue
                 if not last_exit_ok and index_file.end_timestamp_ms > index_msg_timestamp:
-                    log.info("abnormal exit: deleting %r, newer than index_msg_timestamp %d",
-                             index_file, index_msg_timestamp)
+                    log.info(
+                        "abnormal exit: deleting %r, newer than index_msg_timestamp %d", index_file, index_msg_timestamp
+                    )
                     index_file.destroy()
                     continue
                 files.append(index_file)
@@ -108,12 +137,12 @@ class IndexService(NumpyIndexBatch):
                 self._last_name = names[-1]
 
     # -- build -------------------------------------------------------------------------------
-    def build_index(self, topic: str, keys: str, uniq_key: str, phy_offset: int,
-                    store_timestamp_ms: int, sys_flag: int) -> None:
+    def build_index(
+        self, topic: str, keys: str, uniq_key: str, phy_offset: int, store_timestamp_ms: int, sys_flag: int
+    ) -> None:
         """``buildIndex`` for one dispatched record: UNIQ_KEY, then each key of ``keys``."""
         with self._lock:
-            self._build_batch_py_locked((_Record(topic, keys, uniq_key, phy_offset,
-                                                 store_timestamp_ms, sys_flag),))
+            self._build_batch_py_locked((_Record(topic, keys, uniq_key, phy_offset, store_timestamp_ms, sys_flag),))
 
     def build_index_batch(self, requests: Sequence[DispatchRequest]) -> None:
         """``build_index`` for each record of ``requests``, in order: the same files, byte for
@@ -177,9 +206,16 @@ class IndexService(NumpyIndexBatch):
         prefix_hash = 0
         files = self._files
         index_file = files[-1] if files else None
-        (mm, entries_pos, index_count, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset,
-         end_phy_offset, hash_slot_count) = (index_file.put_state() if index_file is not None
-                                             else (None, 0, 0, 0, 0, 0, 0, 0))
+        (
+            mm,
+            entries_pos,
+            index_count,
+            begin_timestamp_ms,
+            end_timestamp_ms,
+            begin_phy_offset,
+            end_phy_offset,
+            hash_slot_count,
+        ) = index_file.put_state() if index_file is not None else (None, 0, 0, 0, 0, 0, 0, 0)
         dirty = False  # the locals hold puts not yet in index_file's attributes and header
         try:
             for req in requests:
@@ -214,29 +250,52 @@ class IndexService(NumpyIndexBatch):
                     # -- index_key_hash_from_u32(java_hash_extend_u32(prefix_hash, key)), inlined
                     if key.isascii() and len(key) <= ascii_units_max:
                         units = key.encode()
-                        key_hash = (prefix_hash * pow31[len(units)] + int(units.translate(digits_r), 31)
-                                    + 31 * int(units.translate(digits_q), 31)) & 0xFFFFFFFF
+                        key_hash = (
+                            prefix_hash * pow31[len(units)]
+                            + int(units.translate(digits_r), 31)
+                            + 31 * int(units.translate(digits_q), 31)
+                        ) & 0xFFFFFFFF
                     else:
                         key_hash = java_hash_extend_u32(prefix_hash, key)
                     if key_hash >= 0x80000000:
                         key_hash = 0 if key_hash == 0x80000000 else 0x100000000 - key_hash
                     if partial:
                         if dirty:
-                            _store_header(index_file, begin_timestamp_ms, end_timestamp_ms,
-                                          begin_phy_offset, end_phy_offset, hash_slot_count,
-                                          index_count)
+                            _store_header(
+                                index_file,
+                                begin_timestamp_ms,
+                                end_timestamp_ms,
+                                begin_phy_offset,
+                                end_phy_offset,
+                                hash_slot_count,
+                                index_count,
+                            )
                             dirty = False
                         if self._has_entry_locked(key_hash, phy_offset):
                             continue
                     if index_count >= index_num_max or index_file is None:
                         if dirty:
-                            _store_header(index_file, begin_timestamp_ms, end_timestamp_ms,
-                                          begin_phy_offset, end_phy_offset, hash_slot_count,
-                                          index_count)
+                            _store_header(
+                                index_file,
+                                begin_timestamp_ms,
+                                end_timestamp_ms,
+                                begin_phy_offset,
+                                end_phy_offset,
+                                hash_slot_count,
+                                index_count,
+                            )
                             dirty = False
                         index_file = self._roll_locked()  # header pre-set from the old file's end
-                        (mm, entries_pos, index_count, begin_timestamp_ms, end_timestamp_ms,
-                         begin_phy_offset, end_phy_offset, hash_slot_count) = index_file.put_state()
+                        (
+                            mm,
+                            entries_pos,
+                            index_count,
+                            begin_timestamp_ms,
+                            end_timestamp_ms,
+                            begin_phy_offset,
+                            end_phy_offset,
+                            hash_slot_count,
+                        ) = index_file.put_state()
                     # -- IndexFile.put_key_hash, inlined (keep the two in step)
                     slot_pos = slots_pos + (key_hash % hash_slot_num) * slot_size
                     prev_index = slot_unpack_from(mm, slot_pos)[0]
@@ -249,8 +308,9 @@ class IndexService(NumpyIndexBatch):
                         time_diff = (store_timestamp_ms - begin_timestamp_ms) // 1000
                         if time_diff > java_int_max:
                             time_diff = java_int_max
-                    entry_pack_into(mm, entries_pos + index_count * entry_size,
-                                    key_hash, phy_offset, time_diff, prev_index)
+                    entry_pack_into(
+                        mm, entries_pos + index_count * entry_size, key_hash, phy_offset, time_diff, prev_index
+                    )
                     slot_pack_into(mm, slot_pos, index_count)
                     if index_count <= 1:
                         # First entry: begin values become this message's, after time_diff
@@ -266,10 +326,15 @@ class IndexService(NumpyIndexBatch):
                     dirty = True
         finally:
             if dirty:
-                _store_header(index_file, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset,
-                              end_phy_offset, hash_slot_count, index_count)
-
-
+                _store_header(
+                    index_file,
+                    begin_timestamp_ms,
+                    end_timestamp_ms,
+                    begin_phy_offset,
+                    end_phy_offset,
+                    hash_slot_count,
+                    index_count,
+                )
 
     def _has_entry_locked(self, key_hash: int, phy_offset: int) -> bool:
         """Does a file that may hold this record's keys (newest ones) already have this key?"""
@@ -298,8 +363,9 @@ class IndexService(NumpyIndexBatch):
         end_timestamp_ms = prev.end_timestamp_ms if prev is not None else 0
         self.index_dir.mkdir(parents=True, exist_ok=True)
         name = self._new_file_name_locked()
-        index_file = IndexFile.create(self.index_dir / name, self.hash_slot_num, self.index_num_max,
-                                      end_phy_offset, end_timestamp_ms)
+        index_file = IndexFile.create(
+            self.index_dir / name, self.hash_slot_num, self.index_num_max, end_phy_offset, end_timestamp_ms
+        )
         self._last_name = name
         self._files = files + (index_file,)
         if prev is not None:
@@ -399,8 +465,9 @@ class IndexService(NumpyIndexBatch):
                 self._files = files[:keep]
                 # The checkpoint must not vouch for files that are gone: fall back to the
                 # newest remaining full file that has been flushed.
-                durable = [f.end_timestamp_ms for f in files[:keep]
-                           if f.is_write_full and f not in self._full_unflushed]
+                durable = [
+                    f.end_timestamp_ms for f in files[:keep] if f.is_write_full and f not in self._full_unflushed
+                ]
                 lowered = min(self.last_full_end_timestamp, max(durable, default=0))
                 if lowered != self.last_full_end_timestamp:
                     self._set_last_full_end_timestamp(lowered)

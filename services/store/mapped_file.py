@@ -15,6 +15,7 @@ Write errors are sticky: after a failed write or fdatasync a file refuses every 
 
 Invariants (per file): 0 <= flushed_position <= wrote_position <= file_size.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -196,7 +197,7 @@ class MappedFile:
         return target
 
     def read(self, position: int, size: int) -> bytes:
-        return self.mm[position:position + size]
+        return self.mm[position : position + size]
 
     def zero(self, start: int, end: int) -> None:
         """Overwrite [start, end) with zeros (used after truncating a torn tail)."""
@@ -296,8 +297,9 @@ class MappedFileQueue:
         """Create the file starting at ``start_offset`` and append it to the queue."""
         assert start_offset % self.file_size == 0, start_offset
         self.directory.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile(self.directory / offset_to_file_name(start_offset), self.file_size,
-                        start_offset, warm=self.warm)
+        mf = MappedFile(
+            self.directory / offset_to_file_name(start_offset), self.file_size, start_offset, warm=self.warm
+        )
         fsync_dir(self.directory)  # the new name must survive a crash before any ack
         if not self.files:
             self.flushed_where = start_offset

@@ -20,10 +20,9 @@ synchronous: a put is readable as soon as put_messages returns.
 Invariants: ``records`` is in phy_offset order; ``queues[(topic, queue_id)][n]`` is the
 phy_offset of the record with queue offset n; ``max_phy_offset`` is the next append position.
 """
+
 from __future__ import annotations
 
-from services.runtime.clock import Clock, SystemClock
-from services.store.config import StoreConfig
 from services.domain.format.commitlog_format import (
     BLANK_RECORD_SIZE_BYTES,
     PROPERTIES_SIZE_MAX_BYTES,
@@ -39,11 +38,13 @@ from services.domain.format.commitlog_format import (
 )
 from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, PropertiesError, check_properties
 from services.domain.names import is_system_topic, validate_topic_name
-from services.store.model import GetResult, PutResult
 from services.domain.statuses import GetStatus, PutStatus
+from services.runtime.clock import Clock, SystemClock
+from services.store.config import StoreConfig
+from services.store.model import GetResult, PutResult
 
 FILTER_SCAN_UNITS_MAX = 16_000  # as store_read: units examined per call with a tag filter
-QUERY_MAX_NUM = 64              # as IndexService: index entries returned per key query
+QUERY_MAX_NUM = 64  # as IndexService: index entries returned per key query
 
 
 class MemoryConsumerOffsets:
@@ -76,9 +77,9 @@ class MemoryStore:
         self.clock = clock or SystemClock()
         self.store_host = host_from_string(config.store_host)
         self.running = False
-        self.topics: dict[str, int] = {}                    # topic -> write queue count
-        self.raw_by_phy_offset: dict[int, bytes] = {}       # the CommitLog, record by record
-        self.records: list[MessageRecord] = []              # decoded, in phy_offset order
+        self.topics: dict[str, int] = {}  # topic -> write queue count
+        self.raw_by_phy_offset: dict[int, bytes] = {}  # the CommitLog, record by record
+        self.records: list[MessageRecord] = []  # decoded, in phy_offset order
         self.queues: dict[tuple[str, int], list[int]] = {}  # queue -> phy_offset per queue offset
         self.max_phy_offset = 0
         self.last_store_timestamp_ms = 0
@@ -127,8 +128,17 @@ class MemoryStore:
             if counted:
                 queue.append(rec.phy_offset)
             self.max_phy_offset = rec.phy_offset + rec.total_size
-            results.append(PutResult(PutStatus.PUT_OK, rec.phy_offset, rec.total_size, rec.queue_offset,
-                                     now, "", rec.store_host[0] + rec.store_host[1].to_bytes(4, "big")))
+            results.append(
+                PutResult(
+                    PutStatus.PUT_OK,
+                    rec.phy_offset,
+                    rec.total_size,
+                    rec.queue_offset,
+                    now,
+                    "",
+                    rec.store_host[0] + rec.store_host[1].to_bytes(4, "big"),
+                )
+            )
         return results
 
     def _append_position(self, size: int) -> int:
@@ -172,8 +182,15 @@ class MemoryStore:
         return None, ""
 
     # -- reads by queue offset ----------------------------------------------------------------
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-                     max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> GetResult:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 << 20,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult:
         queue = self.queues.get((topic, queue_id), [])
         min_offset, max_offset = 0, len(queue)
         if max_offset == 0:
@@ -234,8 +251,9 @@ class MemoryStore:
         _, phy_offset = decode_offset_msg_id(msg_id)
         return self.look_message_by_phy_offset(phy_offset)
 
-    def query_messages_by_key(self, topic: str, key: str, max_num: int, begin_timestamp_ms: int,
-                              end_timestamp_ms: int) -> list[MessageRecord]:
+    def query_messages_by_key(
+        self, topic: str, key: str, max_num: int, begin_timestamp_ms: int, end_timestamp_ms: int
+    ) -> list[MessageRecord]:
         """Newest first. Like the IndexFile, a record counts once per index entry it has for
         ``key`` (UNIQ_KEY, then each KEYS word) towards ``min(max_num, 64)`` before the
         duplicates are dropped; ROLLBACK records are not indexed. The time window applies to
@@ -243,20 +261,30 @@ class MemoryStore:
         agree on windows only for whole-second store times in an IndexFile that never rolled."""
         entries: list[int] = []
         for rec in reversed(self.records):
-            if (rec.topic != topic or rec.transaction_type == SYSFLAG_TRANSACTION_ROLLBACK_TYPE
-                    or not begin_timestamp_ms <= rec.store_timestamp_ms <= end_timestamp_ms):
+            if (
+                rec.topic != topic
+                or rec.transaction_type == SYSFLAG_TRANSACTION_ROLLBACK_TYPE
+                or not begin_timestamp_ms <= rec.store_timestamp_ms <= end_timestamp_ms
+            ):
                 continue
             indexed = [rec.uniq_key or ""] + rec.properties.get(KEYS, "").split(KEY_SEPARATOR)
             entries += [rec.phy_offset] * sum(1 for k in indexed if k and k == key)
-        entries = entries[:max(0, min(max_num, QUERY_MAX_NUM))]
+        entries = entries[: max(0, min(max_num, QUERY_MAX_NUM))]
         return [self.look_message_by_phy_offset(phy_offset) for phy_offset in dict.fromkeys(entries)]
 
 
 def _copy(rec: MessageRecord) -> MessageRecord:
     """A copy to fill in (FileStore fills the caller's records; the model leaves them alone)."""
     return MessageRecord(
-        topic=rec.topic, queue_id=rec.queue_id, body=rec.body, properties=dict(rec.properties),
-        flag=rec.flag, sys_flag=rec.sys_flag, born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host, store_host=rec.store_host, reconsume_times=rec.reconsume_times,
-        prepared_transaction_offset=rec.prepared_transaction_offset)
-
+        topic=rec.topic,
+        queue_id=rec.queue_id,
+        body=rec.body,
+        properties=dict(rec.properties),
+        flag=rec.flag,
+        sys_flag=rec.sys_flag,
+        born_timestamp_ms=rec.born_timestamp_ms,
+        born_host=rec.born_host,
+        store_host=rec.store_host,
+        reconsume_times=rec.reconsume_times,
+        prepared_transaction_offset=rec.prepared_transaction_offset,
+    )

@@ -11,6 +11,7 @@ directory. RocketMQ renames first and then writes ``<name>`` in place; writing t
 first only shortens the window in which ``<name>`` is missing. At every instant either
 ``<name>`` is complete or it is missing and ``<name>.bak`` holds the previous content.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,15 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from services.domain.format.java_compat import java_hashmap_order
 from services.domain.names import validate_group_name, validate_topic_name
 from services.store.errors import FastjsonDecodeError, MetadataFileError
 from services.store.fastjson import Bean
-from services.domain.format.java_compat import java_hashmap_order
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # -- field decoding helpers ------------------------------------------------------------------
+
 
 def json_object(value: Any, what: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
@@ -94,9 +96,9 @@ JAVA_DEFAULT_QUEUE_NUMS = 16  # TopicConfig.defaultReadQueueNums: used for absen
 @dataclass
 class TopicConfig:
     topic_name: str
-    read_queue_nums: int = 8           # our auto-create default; RocketMQ's is 16
+    read_queue_nums: int = 8  # our auto-create default; RocketMQ's is 16
     write_queue_nums: int = 8
-    perm: int = PERM_READ_WRITE        # PERM_READ 4 | PERM_WRITE 2 | PERM_INHERIT 1
+    perm: int = PERM_READ_WRITE  # PERM_READ 4 | PERM_WRITE 2 | PERM_INHERIT 1
     order: bool = False
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
@@ -118,9 +120,16 @@ class TopicConfig:
         self.attributes[MESSAGE_TYPE_ATTRIBUTE] = value
 
     def copy(self) -> TopicConfig:
-        return TopicConfig(self.topic_name, self.read_queue_nums, self.write_queue_nums,
-                           self.perm, self.order, self.topic_filter_type, self.topic_sys_flag,
-                           dict(self.attributes))
+        return TopicConfig(
+            self.topic_name,
+            self.read_queue_nums,
+            self.write_queue_nums,
+            self.perm,
+            self.order,
+            self.topic_filter_type,
+            self.topic_sys_flag,
+            dict(self.attributes),
+        )
 
     def check(self) -> None:
         """Raise ValueError unless the config can be stored."""
@@ -135,10 +144,16 @@ class TopicConfig:
             raise ValueError(f"topic_filter_type must be one of {TOPIC_FILTER_TYPES}")
 
     def to_bean(self) -> Bean:
-        return Bean(attributes=hashmap_ordered(self.attributes), order=self.order,
-                    perm=self.perm, readQueueNums=self.read_queue_nums,
-                    topicFilterType=self.topic_filter_type, topicName=self.topic_name,
-                    topicSysFlag=self.topic_sys_flag, writeQueueNums=self.write_queue_nums)
+        return Bean(
+            attributes=hashmap_ordered(self.attributes),
+            order=self.order,
+            perm=self.perm,
+            readQueueNums=self.read_queue_nums,
+            topicFilterType=self.topic_filter_type,
+            topicName=self.topic_name,
+            topicSysFlag=self.topic_sys_flag,
+            writeQueueNums=self.write_queue_nums,
+        )
 
     @classmethod
     def from_json(cls, obj: Any) -> TopicConfig:
@@ -153,7 +168,8 @@ class TopicConfig:
             order=json_bool(get("order", False), "order"),
             topic_filter_type=json_str(get("topicFilterType", "SINGLE_TAG"), "topicFilterType"),
             topic_sys_flag=json_int(get("topicSysFlag", 0), "topicSysFlag"),
-            attributes=string_map(get("attributes"), "attributes"))
+            attributes=string_map(get("attributes"), "attributes"),
+        )
 
 
 def default_group_retry_policy() -> dict[str, Any]:
@@ -166,7 +182,7 @@ class SubscriptionGroupConfig:
     consume_enable: bool = True
     consume_from_min_enable: bool = True
     consume_broadcast_enable: bool = True
-    consume_message_orderly: bool = False      # FIFO group
+    consume_message_orderly: bool = False  # FIFO group
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     broker_id: int = 0
@@ -195,16 +211,22 @@ class SubscriptionGroupConfig:
     def to_bean(self) -> Bean:
         data_set = self.subscription_data_set
         return Bean(
-            attributes=hashmap_ordered(self.attributes), brokerId=self.broker_id,
+            attributes=hashmap_ordered(self.attributes),
+            brokerId=self.broker_id,
             consumeBroadcastEnable=self.consume_broadcast_enable,
-            consumeEnable=self.consume_enable, consumeFromMinEnable=self.consume_from_min_enable,
+            consumeEnable=self.consume_enable,
+            consumeFromMinEnable=self.consume_from_min_enable,
             consumeMessageOrderly=self.consume_message_orderly,
-            consumeTimeoutMinute=self.consume_timeout_minute, groupName=self.group_name,
-            groupRetryPolicy=_to_beans(self.group_retry_policy), groupSysFlag=self.group_sys_flag,
+            consumeTimeoutMinute=self.consume_timeout_minute,
+            groupName=self.group_name,
+            groupRetryPolicy=_to_beans(self.group_retry_policy),
+            groupSysFlag=self.group_sys_flag,
             notifyConsumerIdsChangedEnable=self.notify_consumer_ids_changed_enable,
-            retryMaxTimes=self.retry_max_times, retryQueueNums=self.retry_queue_nums,
+            retryMaxTimes=self.retry_max_times,
+            retryQueueNums=self.retry_queue_nums,
             subscriptionDataSet=None if data_set is None else _to_beans(data_set),
-            whichBrokerWhenConsumeSlowly=self.which_broker_when_consume_slowly)
+            whichBrokerWhenConsumeSlowly=self.which_broker_when_consume_slowly,
+        )
 
     @classmethod
     def from_json(cls, obj: Any) -> SubscriptionGroupConfig:
@@ -225,18 +247,23 @@ class SubscriptionGroupConfig:
             retry_max_times=json_int(get("retryMaxTimes", 16), "retryMaxTimes"),
             broker_id=json_int(get("brokerId", 0), "brokerId"),
             which_broker_when_consume_slowly=json_int(
-                get("whichBrokerWhenConsumeSlowly", 1), "whichBrokerWhenConsumeSlowly"),
+                get("whichBrokerWhenConsumeSlowly", 1), "whichBrokerWhenConsumeSlowly"
+            ),
             notify_consumer_ids_changed_enable=json_bool(
-                get("notifyConsumerIdsChangedEnable", True), "notifyConsumerIdsChangedEnable"),
+                get("notifyConsumerIdsChangedEnable", True), "notifyConsumerIdsChangedEnable"
+            ),
             group_sys_flag=json_int(get("groupSysFlag", 0), "groupSysFlag"),
             consume_timeout_minute=json_int(get("consumeTimeoutMinute", 15), "consumeTimeoutMinute"),
             attributes=string_map(get("attributes"), "attributes"),
-            group_retry_policy=(default_group_retry_policy() if policy is None
-                                else json_object(policy, "groupRetryPolicy")),
-            subscription_data_set=data_set)
+            group_retry_policy=(
+                default_group_retry_policy() if policy is None else json_object(policy, "groupRetryPolicy")
+            ),
+            subscription_data_set=data_set,
+        )
 
 
 # -- dataVersion -----------------------------------------------------------------------------
+
 
 @dataclass
 class DataVersion:
@@ -251,8 +278,7 @@ class DataVersion:
         self.timestamp_ms = now_ms
 
     def to_bean(self) -> Bean:
-        return Bean(counter=self.counter, stateVersion=self.state_version,
-                    timestamp=self.timestamp_ms)
+        return Bean(counter=self.counter, stateVersion=self.state_version, timestamp=self.timestamp_ms)
 
     @classmethod
     def from_json(cls, obj: Any, now_ms: int) -> DataVersion:
@@ -260,9 +286,11 @@ class DataVersion:
         if obj is None:
             return cls(timestamp_ms=now_ms)
         obj = json_object(obj, "dataVersion")
-        return cls(counter=json_int(obj.get("counter", 0), "dataVersion.counter"),
-                   state_version=json_int(obj.get("stateVersion", 0), "dataVersion.stateVersion"),
-                   timestamp_ms=json_int(obj.get("timestamp", now_ms), "dataVersion.timestamp"))
+        return cls(
+            counter=json_int(obj.get("counter", 0), "dataVersion.counter"),
+            state_version=json_int(obj.get("stateVersion", 0), "dataVersion.stateVersion"),
+            timestamp_ms=json_int(obj.get("timestamp", now_ms), "dataVersion.timestamp"),
+        )
 
 
 # -- one file: atomic write, load with fallback ----------------------------------------------
@@ -272,8 +300,8 @@ SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 DELAY_OFFSET_FILE = "delayOffset.json"
 BACKUP_SUFFIX = ".bak"
-TEMP_SUFFIX = ".tmp"          # ours; RocketMQ never creates it and ignores it
-CORRUPT_SUFFIX = ".corrupt"   # ours: an unreadable main file is set aside, not deleted
+TEMP_SUFFIX = ".tmp"  # ours; RocketMQ never creates it and ignores it
+CORRUPT_SUFFIX = ".corrupt"  # ours: an unreadable main file is set aside, not deleted
 
 
 def _sibling(path: Path, suffix: str) -> Path:

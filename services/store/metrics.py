@@ -12,6 +12,7 @@ several stores in one process do not collide):
 The HTTP endpoint binds to 127.0.0.1 by default: it is unauthenticated and names topics'
 and groups' counts (reliability.md §4.6). No label ever carries a topic, key or client address.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,24 @@ from services.store.model import StoreStats
 log = logging.getLogger(__name__)
 
 # 50 µs .. 5 s: a put into the page cache is tens of µs, a SYNC flush on a slow disk seconds.
-PUT_LATENCY_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                         0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+PUT_LATENCY_BUCKETS_S = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
 
 
 class StatsSource(Protocol):
@@ -39,21 +56,29 @@ class StatsSource(Protocol):
 
 # (name, kind, help, StoreStats field). Counters are exposed with a "_total" suffix.
 STATS_METRICS: tuple[tuple[str, str, str, str], ...] = (
-    ("rocketmq_storage_size", "gauge", "Bytes used by the store root's files.",
-     "storage_size_bytes"),
-    ("rocketmq_storage_flush_behind_bytes", "gauge",
-     "CommitLog bytes written but not yet flushed to disk.", "flush_behind_bytes"),
-    ("rocketmq_storage_dispatch_behind_bytes", "gauge",
-     "CommitLog bytes written but not yet dispatched to ConsumeQueues and IndexFiles.",
-     "dispatch_behind_bytes"),
+    ("rocketmq_storage_size", "gauge", "Bytes used by the store root's files.", "storage_size_bytes"),
+    (
+        "rocketmq_storage_flush_behind_bytes",
+        "gauge",
+        "CommitLog bytes written but not yet flushed to disk.",
+        "flush_behind_bytes",
+    ),
+    (
+        "rocketmq_storage_dispatch_behind_bytes",
+        "gauge",
+        "CommitLog bytes written but not yet dispatched to ConsumeQueues and IndexFiles.",
+        "dispatch_behind_bytes",
+    ),
     ("rocketmq_topic_number", "gauge", "Topics configured.", "topic_count"),
     ("rocketmq_consumer_group_number", "gauge", "Subscription groups configured.", "group_count"),
-    ("pyrmq_store_commitlog_max_offset_bytes", "gauge",
-     "The CommitLog offset the next record will get.", "commitlog_max_offset"),
-    ("pyrmq_store_put_messages", "counter", "Messages appended since the process started.",
-     "put_messages_total"),
-    ("pyrmq_store_put_bytes", "counter", "Record bytes appended since the process started.",
-     "put_bytes_total"),
+    (
+        "pyrmq_store_commitlog_max_offset_bytes",
+        "gauge",
+        "The CommitLog offset the next record will get.",
+        "commitlog_max_offset",
+    ),
+    ("pyrmq_store_put_messages", "counter", "Messages appended since the process started.", "put_messages_total"),
+    ("pyrmq_store_put_bytes", "counter", "Record bytes appended since the process started.", "put_bytes_total"),
 )
 assert all(field in StoreStats.__dataclass_fields__ for *_, field in STATS_METRICS)
 
@@ -89,14 +114,20 @@ class StoreStatsCollector(Collector):
 class StoreMetrics:
     """Every metric of one store process, in its own registry."""
 
-    def __init__(self, store: StatsSource, labels: dict[str, str] | None = None,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, store: StatsSource, labels: dict[str, str] | None = None, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StoreStatsCollector(store, labels))
         self.put_latency = Histogram(
-            "pyrmq_store_put_latency_seconds", "Time to serve one PutMessages batch.",
-            buckets=PUT_LATENCY_BUCKETS_S, registry=self.registry)
+            "pyrmq_store_put_latency_seconds",
+            "Time to serve one PutMessages batch.",
+            buckets=PUT_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.rpc_latency = Histogram(
-            "rocketmq_rpc_latency_seconds", "Time to serve one gRPC call, by method and code.",
-            ["method", "code"], buckets=RPC_LATENCY_BUCKETS_S, registry=self.registry)
+            "rocketmq_rpc_latency_seconds",
+            "Time to serve one gRPC call, by method and code.",
+            ["method", "code"],
+            buckets=RPC_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock())

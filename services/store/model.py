@@ -3,10 +3,11 @@
 Statuses (``services.domain.statuses``) are enums named as RocketMQ names them
 (PutMessageStatus, GetMessageStatus): expected outcomes are values, not exceptions, on the hot path.
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from services.domain.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
 from services.domain.statuses import GetStatus, PutStatus
@@ -47,6 +48,7 @@ class GetResult:
     @property
     def messages(self) -> list[MessageRecord]:
         from services.domain.format.commitlog_format import decode_record
+
         return [decode_record(raw, 0, len(raw), check_crc=False) for raw in self.raw_messages]
 
 
@@ -61,8 +63,8 @@ class DispatchRequest(NamedTuple):
     tags_code: int
     store_timestamp_ms: int
     queue_offset: int
-    keys: str            # raw KEYS property ("" if none), space separated
-    uniq_key: str        # UNIQ_KEY ("" if none)
+    keys: str  # raw KEYS property ("" if none), space separated
+    uniq_key: str  # UNIQ_KEY ("" if none)
     sys_flag: int
     prepared_transaction_offset: int
 
@@ -73,7 +75,7 @@ class Arrival:
 
     topic: str
     queue_id: int
-    max_offset: int          # next queue offset (exclusive end)
+    max_offset: int  # next queue offset (exclusive end)
     store_timestamp_ms: int
 
 

@@ -49,6 +49,7 @@ the topic and subscription group tables, the consumer offsets, the clock and whe
 runs; for ``ReviveService``, which PopService starts and owns, also the store's
 ``put_messages`` and ``max_offset_in_queue`` and the arrival bus.
 """
+
 from __future__ import annotations
 
 import enum
@@ -61,31 +62,38 @@ from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
-from services.store.arrivals import ArrivalBus
+from services.domain.names import retry_topic, validate_group_name, validate_topic_name
+from services.domain.sql_filter import SqlFilter, compile_sql
+from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
+from services.store.arrivals import ArrivalBus
 from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
-from services.domain.names import retry_topic, validate_group_name, validate_topic_name
-from services.domain.statuses import GetStatus
 from services.store.model import GetResult
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
-    REVIVE_INTERVAL_MS, InFlight, PutMessages, QueueKey, ReviveSchedule, ReviveService, max_deliveries)
-from services.domain.sql_filter import SqlFilter, compile_sql
+    REVIVE_INTERVAL_MS,
+    InFlight,
+    PutMessages,
+    QueueKey,
+    ReviveSchedule,
+    ReviveService,
+    max_deliveries,
+)
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
-POP_BATCH_MAX = 32                        # messages per pop (the proxy clamps batch_size to 32)
-INVISIBLE_MS_MAX = 24 * 3600 * 1000       # the proxy allows 12 h; the store accepts up to a day
-POP_WINDOW_OFFSETS_MAX = 100_000          # cursor - committed per queue (bounds the done set)
-POP_READ_ROUNDS_MAX = 64                  # get_messages calls per queue per pop
+POP_BATCH_MAX = 32  # messages per pop (the proxy clamps batch_size to 32)
+INVISIBLE_MS_MAX = 24 * 3600 * 1000  # the proxy allows 12 h; the store accepts up to a day
+POP_WINDOW_OFFSETS_MAX = 100_000  # cursor - committed per queue (bounds the done set)
+POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
 
 
 class PopStatus(enum.Enum):
-    FOUND = "FOUND"            # at least one message
+    FOUND = "FOUND"  # at least one message
     NO_MESSAGE = "NO_MESSAGE"  # nothing available now: long-poll on arrivals in ``examined``
 
 
@@ -101,12 +109,12 @@ class AckStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PoppedMessage:
-    raw: bytes              # the CommitLog record, as get_messages returns it
-    topic: str              # the original topic (RETRY_TOPIC of a retry copy)
-    source_topic: str       # where the record lives: ``topic`` or ``%RETRY%{group}``
-    queue_id: int           # of source_topic
-    queue_offset: int       # of source_topic
-    delivery_attempt: int   # >= 1
+    raw: bytes  # the CommitLog record, as get_messages returns it
+    topic: str  # the original topic (RETRY_TOPIC of a retry copy)
+    source_topic: str  # where the record lives: ``topic`` or ``%RETRY%{group}``
+    queue_id: int  # of source_topic
+    queue_offset: int  # of source_topic
+    delivery_attempt: int  # >= 1
     receipt_handle: str
 
     @property
@@ -127,9 +135,9 @@ class PopResult:
 @dataclass(slots=True)
 class _QueueState:
     committed: int
-    seen: int                                   # consumer_offsets value last read or written
-    cursors: dict[str, int] = field(default_factory=dict)       # requested topic -> next offset
-    done: set[int] = field(default_factory=set)                 # finished offsets > committed
+    seen: int  # consumer_offsets value last read or written
+    cursors: dict[str, int] = field(default_factory=dict)  # requested topic -> next offset
+    done: set[int] = field(default_factory=set)  # finished offsets > committed
     in_flight: dict[int, InFlight] = field(default_factory=dict)
     redeliver: dict[int, InFlight] = field(default_factory=dict)  # FIFO, expired: deliver again
 
@@ -150,8 +158,15 @@ class _PopRequest:
 class GetMessages(Protocol):
     """The store's read by queue offset (``FileStore.get_messages``)."""
 
-    def __call__(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-                 max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> GetResult: ...
+    def __call__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 << 20,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult: ...
 
 
 def _check_names(group: str, topic: str) -> None:
@@ -161,10 +176,20 @@ def _check_names(group: str, topic: str) -> None:
 
 
 class PopService:
-    def __init__(self, *, get_messages: GetMessages, max_offset_in_queue: Callable[[str, int], int],
-                 put_messages: PutMessages, topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 consumer_offsets: ConsumerOffsetManager, arrivals: ArrivalBus, clock: Clock,
-                 is_running: Callable[[], bool], revive_interval_ms: int = REVIVE_INTERVAL_MS) -> None:
+    def __init__(
+        self,
+        *,
+        get_messages: GetMessages,
+        max_offset_in_queue: Callable[[str, int], int],
+        put_messages: PutMessages,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        consumer_offsets: ConsumerOffsetManager,
+        arrivals: ArrivalBus,
+        clock: Clock,
+        is_running: Callable[[], bool],
+        revive_interval_ms: int = REVIVE_INTERVAL_MS,
+    ) -> None:
         self._get_messages = get_messages
         self._topics = topics
         self._groups = groups
@@ -180,8 +205,15 @@ class PopService:
         self._group_cache: dict[str, SubscriptionGroupConfig] = {}
         self._group_cache_version = -1
         self._revive = ReviveService(
-            self, put_messages=put_messages, topics=topics, max_offset_in_queue=max_offset_in_queue,
-            arrivals=arrivals, clock=clock, is_running=is_running, interval_ms=revive_interval_ms)
+            self,
+            put_messages=put_messages,
+            topics=topics,
+            max_offset_in_queue=max_offset_in_queue,
+            arrivals=arrivals,
+            clock=clock,
+            is_running=is_running,
+            interval_ms=revive_interval_ms,
+        )
 
     @property
     def revive(self) -> ReviveService:
@@ -189,9 +221,17 @@ class PopService:
         return self._revive
 
     # -- API ------------------------------------------------------------------------------------
-    def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-            tags_codes: frozenset[int] | None = None, fifo: bool = False,
-            sql_expression: str = "") -> PopResult:
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_count: int,
+        invisible_ms: int,
+        tags_codes: frozenset[int] | None = None,
+        fifo: bool = False,
+        sql_expression: str = "",
+    ) -> PopResult:
         """Up to ``max_count`` (at most 32) messages, invisible to the group for ``invisible_ms``.
 
         ``sql_expression``: "" for none; a bad one raises ``SqlFilterError`` (a ValueError)."""
@@ -205,9 +245,17 @@ class PopService:
             raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
         sql = compile_sql(sql_expression) if sql_expression else None
         config = self.group_config(group)
-        request = _PopRequest(group, topic, min(max_count, POP_BATCH_MAX), invisible_ms, tags_codes, sql,
-                              fifo or config.consume_message_orderly, max_deliveries(config),
-                              self._clock.now_ms())
+        request = _PopRequest(
+            group,
+            topic,
+            min(max_count, POP_BATCH_MAX),
+            invisible_ms,
+            tags_codes,
+            sql,
+            fifo or config.consume_message_orderly,
+            max_deliveries(config),
+            self._clock.now_ms(),
+        )
         out: list[PoppedMessage] = []
         examined: list[tuple[str, int]] = []
         with self._lock:
@@ -248,8 +296,9 @@ class PopService:
                     counts[(group, topic)] = counts.get((group, topic), 0) + len(state.in_flight)
         return counts
 
-    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int) -> tuple[AckStatus, str]:
+    def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> tuple[AckStatus, str]:
         """Make the message visible again ``invisible_ms`` from now; the old handle dies."""
         self._check_running()
         if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
@@ -335,8 +384,7 @@ class PopService:
         self._read_new_locked(req, state, key, out)
         self._advance_locked(key, state)
 
-    def _read_new_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey,
-                         out: list[PoppedMessage]) -> None:
+    def _read_new_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey, out: list[PoppedMessage]) -> None:
         _, source, queue_id = key
         from_retry = source != req.topic
         filter_codes = None if from_retry else req.tags_codes  # the retry queue is filtered here
@@ -351,8 +399,9 @@ class PopService:
                 self._skip_to_locked(key, state, result.min_offset)
                 continue
             if status is GetStatus.OFFSET_OVERFLOW_BADLY:
-                log.warning("%s: offset %d is beyond the queue's max %d; resetting to it", key, cursor,
-                            result.max_offset)
+                log.warning(
+                    "%s: offset %d is beyond the queue's max %d; resetting to it", key, cursor, result.max_offset
+                )
                 self._reset_locked(key, state, result.max_offset, commit=True)
                 return
             if status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
@@ -367,8 +416,9 @@ class PopService:
                     continue  # another topic's retry: left for that topic's cursor
                 if offset in state.done or offset in state.in_flight or offset in state.redeliver:
                     continue
-                if ((from_retry and req.tags_codes is not None and tags_code(rec) not in req.tags_codes)
-                        or (req.sql is not None and not req.sql.matches(rec.properties))):
+                if (from_retry and req.tags_codes is not None and tags_code(rec) not in req.tags_codes) or (
+                    req.sql is not None and not req.sql.matches(rec.properties)
+                ):
                     self._mark_done_locked(state, offset)  # filtered out: finished like an ack
                     continue
                 self._deliver_locked(req, state, key, offset, raw, topic, rec.reconsume_times + 1, out)
@@ -379,8 +429,17 @@ class PopService:
             if result.next_begin_offset >= result.max_offset or result.next_begin_offset == cursor:
                 return
 
-    def _deliver_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey, offset: int,
-                        raw: bytes, topic: str, attempt: int, out: list[PoppedMessage]) -> None:
+    def _deliver_locked(
+        self,
+        req: _PopRequest,
+        state: _QueueState,
+        key: QueueKey,
+        offset: int,
+        raw: bytes,
+        topic: str,
+        attempt: int,
+        out: list[PoppedMessage],
+    ) -> None:
         entry = InFlight(key, offset, topic, req.fifo, attempt, "", 0, 0, 0, 0)
         state.in_flight[offset] = entry
         self._issue_locked(entry, req.now_ms, req.invisible_ms)
@@ -408,8 +467,7 @@ class PopService:
         if state is None:
             state = self._queues[key] = _QueueState(committed=max(seen, 0), seen=seen)
         elif seen != state.seen:
-            log.info("%s: committed offset changed from %d to %d outside pop; pop state reset",
-                     key, state.seen, seen)
+            log.info("%s: committed offset changed from %d to %d outside pop; pop state reset", key, state.seen, seen)
             self._reset_locked(key, state, max(seen, 0), commit=False)
             state.seen = seen
         return state
@@ -461,8 +519,9 @@ class PopService:
         entry.pop_time_ms = now_ms
         entry.invisible_ms = invisible_ms
         entry.revive_at_ms = now_ms + invisible_ms
-        entry.handle = ReceiptHandle(entry.key[1], entry.key[2], entry.queue_offset, now_ms, invisible_ms,
-                                     self._incarnation, entry.sequence).encode()
+        entry.handle = ReceiptHandle(
+            entry.key[1], entry.key[2], entry.queue_offset, now_ms, invisible_ms, self._incarnation, entry.sequence
+        ).encode()
         self._schedule.push(entry)
 
     def _live_entries_locked(self) -> list[InFlight]:
@@ -497,8 +556,12 @@ class PopService:
         if not state.in_flight:
             return
         for offset, entry in list(state.in_flight.items()):
-            if (entry.fifo and not entry.claimed and entry.revive_at_ms <= now_ms
-                    and entry.delivery_attempt < deliveries_max):
+            if (
+                entry.fifo
+                and not entry.claimed
+                and entry.revive_at_ms <= now_ms
+                and entry.delivery_attempt < deliveries_max
+            ):
                 del state.in_flight[offset]
                 state.redeliver[offset] = entry
 
@@ -514,8 +577,7 @@ class PopService:
             for revive_at, sequence, key, offset in self._schedule.pop_due(now_ms):
                 state = self._queues.get(key)
                 entry = state.in_flight.get(offset) if state is not None else None
-                if (entry is None or entry.sequence != sequence or entry.revive_at_ms != revive_at
-                        or entry.claimed):
+                if entry is None or entry.sequence != sequence or entry.revive_at_ms != revive_at or entry.claimed:
                     continue  # acked, changed, reset or already claimed: a stale heap item
                 deliveries_max = max_deliveries(self.group_config(entry.group, create=False))
                 if entry.fifo and entry.delivery_attempt < deliveries_max:

@@ -6,6 +6,7 @@ A handle is the urlsafe base64 (unpadded) of ``"v1 <source topic> <queue id> <qu
 sequence grows with every delivery and every change of invisible time and the incarnation is
 random per PopService, so a handle names one delivery only. Expired: pop time + invisible <= now.
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,10 @@ class ReceiptHandle:
         return self.pop_time_ms + self.invisible_ms
 
     def encode(self) -> str:
-        text = (f"{HANDLE_VERSION} {self.source_topic} {self.queue_id} {self.queue_offset} "
-                f"{self.pop_time_ms} {self.invisible_ms} {self.incarnation} {self.sequence}")
+        text = (
+            f"{HANDLE_VERSION} {self.source_topic} {self.queue_id} {self.queue_offset} "
+            f"{self.pop_time_ms} {self.invisible_ms} {self.incarnation} {self.sequence}"
+        )
         return base64.urlsafe_b64encode(text.encode("ascii")).rstrip(b"=").decode("ascii")
 
     @classmethod
@@ -47,8 +50,7 @@ class ReceiptHandle:
         if len(parts) != 8 or parts[0] != HANDLE_VERSION:
             return None
         try:
-            queue_id, queue_offset, pop_time_ms, invisible_ms, sequence = (
-                int(parts[i]) for i in (2, 3, 4, 5, 7))
+            queue_id, queue_offset, pop_time_ms, invisible_ms, sequence = (int(parts[i]) for i in (2, 3, 4, 5, 7))
         except ValueError:
             return None
         return cls(parts[1], queue_id, queue_offset, pop_time_ms, invisible_ms, parts[6], sequence)

@@ -14,13 +14,12 @@
 4. ConsumeQueues and the IndexFile are truncated to the new end; reput restarts at
    ``min(dispatched, end)`` and re-dispatches the rest (dispatch is idempotent).
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from services.store.commitlog import CommitLog
-from services.store.config import StoreConfig
 from services.domain.format.checkpoint_format import Checkpoint
 from services.domain.format.commitlog_format import (
     MAGIC_V1_BYTES,
@@ -28,6 +27,8 @@ from services.domain.format.commitlog_format import (
     CorruptRecord,
     validate_record,
 )
+from services.store.commitlog import CommitLog
+from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.errors import CommitLogCorruptError
 
@@ -36,15 +37,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RecoveryResult:
-    process_offset: int        # end of valid CommitLog data
-    reput_from_offset: int     # where dispatch restarts
+    process_offset: int  # end of valid CommitLog data
+    reput_from_offset: int  # where dispatch restarts
     scanned_bytes: int
-    truncated_tail: bool       # bytes after the end were dropped
-    confirm_offset: int        # start of the last valid record
+    truncated_tail: bool  # bytes after the end were dropped
+    confirm_offset: int  # start of the last valid record
 
 
-def scan_start(commitlog: CommitLog, cq_store: ConsumeQueueStore, cp: Checkpoint,
-               abnormal: bool) -> tuple[int, int]:
+def scan_start(commitlog: CommitLog, cq_store: ConsumeQueueStore, cp: Checkpoint, abnormal: bool) -> tuple[int, int]:
     """(scan_from, dispatch_from), both record boundaries within the CommitLog."""
     lo, hi = commitlog.min_offset, commitlog.mfq.files[-1].file_end_offset
     if cp.dispatched_phy_offset >= 0 and cp.flushed_phy_offset >= 0:
@@ -58,8 +58,7 @@ def scan_start(commitlog: CommitLog, cq_store: ConsumeQueueStore, cp: Checkpoint
     return clamp(scan_from), clamp(dispatch_from)
 
 
-def find_valid_record_after(commitlog: CommitLog, offset: int, check_crc: bool,
-                            require_prop_crc: bool = False) -> int:
+def find_valid_record_after(commitlog: CommitLog, offset: int, check_crc: bool, require_prop_crc: bool = False) -> int:
     """phy_offset of the first valid record after ``offset``, or -1."""
     for mf in commitlog.mfq.files:
         if mf.file_end_offset <= offset:
@@ -69,8 +68,10 @@ def find_valid_record_after(commitlog: CommitLog, offset: int, check_crc: bool,
             for magic in _candidates(mf.mm, start):
                 pos = magic - 4
                 try:
-                    if validate_record(view, pos, mf.file_size, mf.file_from_offset + pos, check_crc,
-                                       require_prop_crc) > 0:
+                    if (
+                        validate_record(view, pos, mf.file_size, mf.file_from_offset + pos, check_crc, require_prop_crc)
+                        > 0
+                    ):
                         return mf.file_from_offset + pos
                 except CorruptRecord:
                     continue
@@ -91,8 +92,9 @@ def _candidates(mm, start: int):
         p = h + 1
 
 
-def scan_commitlog(commitlog: CommitLog, start: int, check_crc: bool,
-                   require_prop_crc: bool = False) -> tuple[int, int, CorruptRecord | None]:
+def scan_commitlog(
+    commitlog: CommitLog, start: int, check_crc: bool, require_prop_crc: bool = False
+) -> tuple[int, int, CorruptRecord | None]:
     """Validate from ``start``; returns (end of valid data, start of last valid record, failure)."""
     offset = start
     last_valid = -1
@@ -104,8 +106,7 @@ def scan_commitlog(commitlog: CommitLog, start: int, check_crc: bool,
         with memoryview(mf.mm) as view:
             while pos < file_size:
                 try:
-                    size = validate_record(view, pos, file_size, mf.file_from_offset + pos, check_crc,
-                                           require_prop_crc)
+                    size = validate_record(view, pos, file_size, mf.file_from_offset + pos, check_crc, require_prop_crc)
                 except CorruptRecord as exc:
                     return mf.file_from_offset + pos, last_valid, exc
                 if size == 0:  # blank: the rest of this segment is unused
@@ -117,8 +118,14 @@ def scan_commitlog(commitlog: CommitLog, start: int, check_crc: bool,
     return offset, last_valid, None
 
 
-def recover(config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueStore, index_service,
-            cp: Checkpoint, abnormal: bool) -> RecoveryResult:
+def recover(
+    config: StoreConfig,
+    commitlog: CommitLog,
+    cq_store: ConsumeQueueStore,
+    index_service,
+    cp: Checkpoint,
+    abnormal: bool,
+) -> RecoveryResult:
     files = commitlog.mfq.files
     if not files:
         cq_store.truncate_dirty(0)
@@ -138,11 +145,16 @@ def recover(config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueSto
         if following >= 0:
             flushed = cp.flushed_phy_offset
             if flushed >= 0 and end >= flushed:
-                log.warning("unflushed CommitLog tail damaged at %d (%s); dropping it and what follows",
-                            end, failure.reason)
+                log.warning(
+                    "unflushed CommitLog tail damaged at %d (%s); dropping it and what follows", end, failure.reason
+                )
             elif config.allow_truncate_corrupt:
-                log.error("CommitLog damaged at %d (%s) with valid data at %d; truncating as allowed",
-                          end, failure.reason, following)
+                log.error(
+                    "CommitLog damaged at %d (%s) with valid data at %d; truncating as allowed",
+                    end,
+                    failure.reason,
+                    following,
+                )
             else:
                 raise CommitLogCorruptError(end, following, failure.reason)
             if mf is not None:  # no stale record may ever be mistaken for new data
@@ -169,5 +181,6 @@ def recover(config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueSto
         if len(index_service.files) < files_before or cp.dispatched_phy_offset < 0:
             reput_from = min(reput_from, max_indexed if max_indexed >= 0 else commitlog.min_offset)
     cq_store.correct_min_offsets(commitlog.min_offset)
-    return RecoveryResult(end, max(reput_from, commitlog.min_offset), end - scan_from, truncated,
-                          commitlog.confirm_offset)
+    return RecoveryResult(
+        end, max(reput_from, commitlog.min_offset), end - scan_from, truncated, commitlog.confirm_offset
+    )

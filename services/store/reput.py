@@ -8,13 +8,15 @@ arrival bus gets one Arrival per queue that grew. The thread sleeps on a conditi
 Invariant: ``commitlog.min_offset <= reput_from_offset <= commitlog.max_offset`` and
 reput_from_offset is always a record (or blank record, or file) boundary.
 """
+
 from __future__ import annotations
 
 import collections
 import logging
 import operator
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from services.store.arrivals import ArrivalBus
 from services.store.commitlog import CommitLog
@@ -31,8 +33,14 @@ class Dispatcher(Protocol):
 
 
 class ReputService:
-    def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher], arrivals: ArrivalBus,
-                 queue_max_offset: Callable[[str, int], int], reput_from_offset: int) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        dispatchers: list[Dispatcher],
+        arrivals: ArrivalBus,
+        queue_max_offset: Callable[[str, int], int],
+        reput_from_offset: int,
+    ) -> None:
         self._commitlog = commitlog
         self._dispatchers = dispatchers
         self._arrivals = arrivals
@@ -106,8 +114,9 @@ class ReputService:
         return batch, offset
 
     @staticmethod
-    def _take_run(backlog: collections.deque[DispatchRequest], offset: int, end: int,
-                  limit: int) -> list[DispatchRequest]:
+    def _take_run(
+        backlog: collections.deque[DispatchRequest], offset: int, end: int, limit: int
+    ) -> list[DispatchRequest]:
         """Pop the backlog's head run in one go: the records from ``offset`` that end by ``end``,
         when they are contiguous (the usual case: one segment, appended in order). Otherwise
         put everything back and return [] (the record-by-record loop handles segment ends).
@@ -155,8 +164,11 @@ class ReputService:
             if self._reput_from_offset < commitlog.min_offset:
                 # Retention deleted segments before they were dispatched (RocketMQ's doReput
                 # clamps the same way): continue at the oldest segment still there.
-                log.warning("reput from %d is below the CommitLog min offset %d; skipping ahead",
-                            self._reput_from_offset, commitlog.min_offset)
+                log.warning(
+                    "reput from %d is below the CommitLog min offset %d; skipping ahead",
+                    self._reput_from_offset,
+                    commitlog.min_offset,
+                )
                 self._reput_from_offset = commitlog.min_offset
             end = commitlog.max_offset
             if self._reput_from_offset >= end:

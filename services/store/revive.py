@@ -26,6 +26,7 @@ What revive uses is named, never the store: the pop state as an ``InFlightTable`
 ``put_messages`` and ``max_offset_in_queue``, the topic table, the arrival bus, the clock and
 whether the store runs.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -34,9 +35,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.store.arrivals import ArrivalBus
-from services.runtime.clock import Clock
-from services.store.flush import _Loop
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, MessageRecord
 from services.domain.format.properties_format import (
     DLQ_ORIGIN_MESSAGE_ID,
@@ -45,20 +43,23 @@ from services.domain.format.properties_format import (
     ORIGIN_MESSAGE_ID,
     RETRY_TOPIC,
 )
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.domain.names import dlq_topic, retry_topic
 from services.domain.statuses import PutStatus
+from services.runtime.clock import Clock
+from services.store.arrivals import ArrivalBus
+from services.store.flush import _Loop
+from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, PutResult
 from services.store.topic_config import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
-REVIVE_INTERVAL_MS = 1_000        # RocketMQ reviveInterval
-REVIVE_RETRY_DELAY_MS = 5_000     # after a failed retry / DLQ put
-REVIVE_BATCH_MAX = 1_024          # entries re-put per run_once (the rest wait for the next run)
-SCHEDULE_COMPACT_MIN = 4_096      # rebuild the revive heap when it outgrows 4x its last size
+REVIVE_INTERVAL_MS = 1_000  # RocketMQ reviveInterval
+REVIVE_RETRY_DELAY_MS = 5_000  # after a failed retry / DLQ put
+REVIVE_BATCH_MAX = 1_024  # entries re-put per run_once (the rest wait for the next run)
+SCHEDULE_COMPACT_MIN = 4_096  # rebuild the revive heap when it outgrows 4x its last size
 
-SYSTEM_QUEUE_NUMS = 1             # %RETRY% and %DLQ% topics: one queue (retryQueueNums)
+SYSTEM_QUEUE_NUMS = 1  # %RETRY% and %DLQ% topics: one queue (retryQueueNums)
 
 _PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)  # appended either way
 
@@ -72,16 +73,16 @@ class InFlight:
 
     key: QueueKey
     queue_offset: int
-    topic: str                # original topic
+    topic: str  # original topic
     fifo: bool
     delivery_attempt: int
     handle: str
     sequence: int
     pop_time_ms: int
     invisible_ms: int
-    revive_at_ms: int         # when the revive service looks at it (expiry, or a retry)
-    claimed: bool = False     # a retry / DLQ put is under way: no handle is valid
-    to_dlq: bool = False      # set when claimed: DLQ rather than retry topic
+    revive_at_ms: int  # when the revive service looks at it (expiry, or a retry)
+    claimed: bool = False  # a retry / DLQ put is under way: no handle is valid
+    to_dlq: bool = False  # set when claimed: DLQ rather than retry topic
 
     @property
     def group(self) -> str:
@@ -92,11 +93,9 @@ class InFlight:
         return self.pop_time_ms + self.invisible_ms
 
 
-
 def max_deliveries(config: SubscriptionGroupConfig) -> int:
     """Deliveries before the DLQ: retry_max_times + 1 (17 for a default group)."""
     return max(0, config.retry_max_times) + 1
-
 
 
 class ReviveSchedule:
@@ -129,13 +128,21 @@ class ReviveSchedule:
 
 def _copy(rec: MessageRecord, topic: str, properties: dict[str, str], reconsume_times: int) -> MessageRecord:
     return MessageRecord(
-        topic=topic, queue_id=0, body=rec.body, properties=properties, flag=rec.flag,
-        sys_flag=rec.sys_flag & ~SYSFLAG_TRANSACTION_MASK, born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host, reconsume_times=reconsume_times)
+        topic=topic,
+        queue_id=0,
+        body=rec.body,
+        properties=properties,
+        flag=rec.flag,
+        sys_flag=rec.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+        born_timestamp_ms=rec.born_timestamp_ms,
+        born_host=rec.born_host,
+        reconsume_times=reconsume_times,
+    )
 
 
-def retry_copy(rec: MessageRecord, group: str, original_topic: str, reconsume_times: int,
-               first_pop_time_ms: int) -> MessageRecord:
+def retry_copy(
+    rec: MessageRecord, group: str, original_topic: str, reconsume_times: int, first_pop_time_ms: int
+) -> MessageRecord:
     """The record to put into ``%RETRY%{group}`` for a redelivery.
 
     RETRY_TOPIC is always (re)set to the topic the group consumed: the group's retry queue is
@@ -173,9 +180,18 @@ class PutMessages(Protocol):
 class ReviveService(_Loop):
     name = "pop-revive"
 
-    def __init__(self, pop: InFlightTable, *, put_messages: PutMessages, topics: TopicConfigManager,
-                 max_offset_in_queue: Callable[[str, int], int], arrivals: ArrivalBus, clock: Clock,
-                 is_running: Callable[[], bool], interval_ms: int = REVIVE_INTERVAL_MS) -> None:
+    def __init__(
+        self,
+        pop: InFlightTable,
+        *,
+        put_messages: PutMessages,
+        topics: TopicConfigManager,
+        max_offset_in_queue: Callable[[str, int], int],
+        arrivals: ArrivalBus,
+        clock: Clock,
+        is_running: Callable[[], bool],
+        interval_ms: int = REVIVE_INTERVAL_MS,
+    ) -> None:
         super().__init__(interval_ms / 1000)
         self._pop = pop
         self._put_messages = put_messages
@@ -184,7 +200,7 @@ class ReviveService(_Loop):
         self._arrivals = arrivals
         self._clock = clock
         self._is_running = is_running
-        self.revived_total = 0      # copies put into retry topics
+        self.revived_total = 0  # copies put into retry topics
         self.dead_lettered_total = 0
 
     def run_once(self) -> int:
@@ -210,8 +226,11 @@ class ReviveService(_Loop):
 
         No new message arrived, but a pop of those queues can now return something."""
         now_ms = self._clock.now_ms()
-        arrivals = [Arrival(key[1], key[2], self._max_offset_in_queue(key[1], key[2]), now_ms)
-                    for key in dict.fromkeys(keys) if key is not None]
+        arrivals = [
+            Arrival(key[1], key[2], self._max_offset_in_queue(key[1], key[2]), now_ms)
+            for key in dict.fromkeys(keys)
+            if key is not None
+        ]
         if arrivals:
             self._arrivals.publish(arrivals)
 
@@ -223,8 +242,7 @@ class ReviveService(_Loop):
             return False
         rec = self._pop.read_record(entry)
         if rec is None:
-            log.warning("pop: %s offset %d was removed before it could be redelivered",
-                        entry.key, entry.queue_offset)
+            log.warning("pop: %s offset %d was removed before it could be redelivered", entry.key, entry.queue_offset)
             return True
         if entry.to_dlq:
             copy = dlq_copy(rec, entry.group, entry.topic, entry.delivery_attempt)
@@ -234,8 +252,13 @@ class ReviveService(_Loop):
             return False
         if entry.to_dlq:
             self.dead_lettered_total += 1
-            log.info("pop: %s offset %d moved to %s after %d deliveries", entry.key, entry.queue_offset,
-                     copy.topic, entry.delivery_attempt)
+            log.info(
+                "pop: %s offset %d moved to %s after %d deliveries",
+                entry.key,
+                entry.queue_offset,
+                copy.topic,
+                entry.delivery_attempt,
+            )
         else:
             self.revived_total += 1
         return True
@@ -243,8 +266,11 @@ class ReviveService(_Loop):
     def _put(self, copy: MessageRecord) -> bool:
         topics = self._topics
         if topics.get(copy.topic) is None:
-            topics.create_or_update(TopicConfig(topic_name=copy.topic, read_queue_nums=SYSTEM_QUEUE_NUMS,
-                                                write_queue_nums=SYSTEM_QUEUE_NUMS))
+            topics.create_or_update(
+                TopicConfig(
+                    topic_name=copy.topic, read_queue_nums=SYSTEM_QUEUE_NUMS, write_queue_nums=SYSTEM_QUEUE_NUMS
+                )
+            )
         result = self._put_messages([copy], allow_system_topics=True)[0]
         if result.status not in _PUT_WRITTEN:
             log.warning("pop: put into %s failed: %s %s", copy.topic, result.status.name, result.error)

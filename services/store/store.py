@@ -23,39 +23,38 @@ the parts to the servicer, tests and benchmarks.
 The CommitLog is the truth; ConsumeQueues, IndexFiles and the checkpoint are caches that
 recovery truncates and reput rebuilds from it.
 """
+
 from __future__ import annotations
 
 import logging
 import operator
 import shutil
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from services.store.arrivals import ArrivalBus, ArrivalListener
-from services.store.checkpoint import (
-    CheckpointFile, StoreLock, abort_file_exists, create_abort_file, delete_abort_file)
-from services.store.clean import CleanService
+from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
+from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
+from services.domain.names import is_system_topic, validate_topic_name
+from services.domain.statuses import PutStatus
 from services.runtime.clock import Clock, SystemClock
+from services.store.arrivals import ArrivalBus, ArrivalListener
+from services.store.auth_config import AuthConfigManager
+from services.store.checkpoint import CheckpointFile, StoreLock, abort_file_exists, create_abort_file, delete_abort_file
+from services.store.clean import CleanService
 from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
-from services.store.mapped_file import WarmAheadService
-from services.store.flush import (
-    ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask)
-from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
-from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
-from services.store.index_service import IndexService
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
+from services.store.index_service import IndexService
+from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
-from services.domain.names import is_system_topic, validate_topic_name
-from services.store.auth_config import AuthConfigManager
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import DispatchRequest, PutResult, StoreStats
-from services.domain.statuses import PutStatus
 from services.store.pop import PopService
 from services.store.recovery import RecoveryResult, recover
 from services.store.reput import ReputService
 from services.store.store_read import StoreReader
+from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +83,16 @@ class FileStore(StoreReader):
         super().__init__(
             CommitLog(config, clock),
             ConsumeQueueStore(config.consume_queue_dir, config.consume_queue_units_per_file),
-            IndexService(config.index_dir, config.index_hash_slot_num, config.index_num_max, clock,
-                         on_index_msg_timestamp=self._on_index_file_full)
-            if config.message_index_enable else None)
+            IndexService(
+                config.index_dir,
+                config.index_hash_slot_num,
+                config.index_num_max,
+                clock,
+                on_index_msg_timestamp=self._on_index_file_full,
+            )
+            if config.message_index_enable
+            else None,
+        )
         self._topics = TopicConfigManager(config.config_dir, clock)
         self._groups = SubscriptionGroupManager(config.config_dir, clock)
         self._consumer_offsets = ConsumerOffsetManager(config.config_dir, clock)
@@ -106,10 +112,16 @@ class FileStore(StoreReader):
         self._topic_cache_version = -1
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
         self._pop = PopService(
-            get_messages=self.get_messages, max_offset_in_queue=self.max_offset_in_queue,
-            put_messages=self.put_messages, topics=self._topics, groups=self._groups,
-            consumer_offsets=self._consumer_offsets, arrivals=self._arrivals, clock=clock,
-            is_running=lambda: self._running)
+            get_messages=self.get_messages,
+            max_offset_in_queue=self.max_offset_in_queue,
+            put_messages=self.put_messages,
+            topics=self._topics,
+            groups=self._groups,
+            consumer_offsets=self._consumer_offsets,
+            arrivals=self._arrivals,
+            clock=clock,
+            is_running=lambda: self._running,
+        )
 
     # -- parts (read-only) ------------------------------------------------------------------
     @property
@@ -214,8 +226,9 @@ class FileStore(StoreReader):
             self._index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
         self._recovery = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
         dispatchers = [self._cq_store] + ([_IndexDispatcher(self._index_service)] if self._index_service else [])
-        self._reput = ReputService(self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue,
-                                   self._recovery.reput_from_offset)
+        self._reput = ReputService(
+            self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue, self._recovery.reput_from_offset
+        )
         lost = self._consume_queue_units_lost(cp)
         self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
         holes = self._cq_store.queues_with_holes() if abnormal else []
@@ -232,26 +245,48 @@ class FileStore(StoreReader):
         create_abort_file(config.abort_path)
         self._start_services()
         self._running = True
-        log.info("store started: commitlog [%d, %d), reput from %d, %d queues%s", self._commitlog.min_offset,
-                 self._commitlog.max_offset, self._recovery.reput_from_offset, len(self._cq_store.queues),
-                 " (recovered after abnormal stop)" if abnormal else "")
+        log.info(
+            "store started: commitlog [%d, %d), reput from %d, %d queues%s",
+            self._commitlog.min_offset,
+            self._commitlog.max_offset,
+            self._recovery.reput_from_offset,
+            len(self._cq_store.queues),
+            " (recovered after abnormal stop)" if abnormal else "",
+        )
 
     def _start_services(self) -> None:
         config = self._config
         assert self._checkpoint is not None and self._reput is not None
         cq_flush = ConsumeQueueFlushService(
-            config.flush_consume_queue_interval_ms, self._dispatched_state,
-            self._flush_derived, self._checkpoint, lambda: self._logics_timestamp())
+            config.flush_consume_queue_interval_ms,
+            self._dispatched_state,
+            self._flush_derived,
+            self._checkpoint,
+            lambda: self._logics_timestamp(),
+        )
         cq_flush.run_once()
         self._cq_flush = cq_flush
         if config.flush_mode is FlushMode.SYNC:
             self._group_commit = GroupCommitService(self._commitlog, self._checkpoint, config.sync_flush_timeout_ms)
             flusher = self._group_commit
         else:
-            flusher = FlushService(self._commitlog, self._checkpoint, self._clock, config.flush_interval_ms,
-                                   config.flush_least_pages, config.flush_thorough_interval_ms)
-        self._clean = CleanService(config, self._clock, self._commitlog, self._cq_store, self._index_service,
-                                  self._reput.dispatch_lock, disk_usage=self._disk_usage_ratio)
+            flusher = FlushService(
+                self._commitlog,
+                self._checkpoint,
+                self._clock,
+                config.flush_interval_ms,
+                config.flush_least_pages,
+                config.flush_thorough_interval_ms,
+            )
+        self._clean = CleanService(
+            config,
+            self._clock,
+            self._commitlog,
+            self._cq_store,
+            self._index_service,
+            self._reput.dispatch_lock,
+            disk_usage=self._disk_usage_ratio,
+        )
         offsets = PeriodicTask("persist-offsets", CONSUMER_OFFSET_PERSIST_INTERVAL_MS, self._persist_offsets)
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
         self._services = [self._reput, flusher, cq_flush, self._clean, offsets, self._pop.revive]
@@ -340,8 +375,12 @@ class FileStore(StoreReader):
             return False
         held = self._cq_store.units_below_sum(cp.dispatched_phy_offset)
         if held != cp.cq_max_offset_sum:
-            log.warning("ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: "
-                        "rebuilding them", held, cp.dispatched_phy_offset, cp.cq_max_offset_sum)
+            log.warning(
+                "ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: rebuilding them",
+                held,
+                cp.dispatched_phy_offset,
+                cp.cq_max_offset_sum,
+            )
             return True
         return False
 
@@ -357,10 +396,19 @@ class FileStore(StoreReader):
             if phy_offset < self._commitlog.min_offset:
                 continue
             rec = self._commitlog.read_record(phy_offset)
-            if (rec is None or rec.total_size != size or rec.topic != topic
-                    or rec.queue_id != queue_id or rec.queue_offset != cq.max_offset - 1):
-                log.warning("ConsumeQueue %s-%d disagrees with the CommitLog at queue offset %d",
-                            topic, queue_id, cq.max_offset - 1)
+            if (
+                rec is None
+                or rec.total_size != size
+                or rec.topic != topic
+                or rec.queue_id != queue_id
+                or rec.queue_offset != cq.max_offset - 1
+            ):
+                log.warning(
+                    "ConsumeQueue %s-%d disagrees with the CommitLog at queue offset %d",
+                    topic,
+                    queue_id,
+                    cq.max_offset - 1,
+                )
                 return False
         return True
 
@@ -379,8 +427,10 @@ class FileStore(StoreReader):
         status, error = self.put_batch(messages, allow_system_topics)
         if status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT:
             prefix = self._commitlog.store_host_prefix
-            return [PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms,
-                              "", prefix) for rec in messages]
+            return [
+                PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms, "", prefix)
+                for rec in messages
+            ]
         return [PutResult(status, error=error) for _ in messages]
 
     def put_batch(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> tuple[PutStatus, str]:
@@ -404,15 +454,15 @@ class FileStore(StoreReader):
             log.error("append failed: %s", exc)
             return PutStatus.UNKNOWN_ERROR, f"write failed: {exc}"
         self._reput.notify_append()
-        if self._group_commit is not None and any(
-                rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages):
+        if self._group_commit is not None and any(rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages):
             last = messages[-1]
             if not self._group_commit.wait_for_flush(last.phy_offset + last.total_size):
                 return PutStatus.FLUSH_DISK_TIMEOUT, ""
         return PutStatus.PUT_OK, ""
 
-    def _prepare(self, messages: list[MessageRecord], allow_system_topics: bool
-                 ) -> tuple[list[tuple[MessageRecord, bytes, bytes]], tuple[int, PutStatus, str] | None]:
+    def _prepare(
+        self, messages: list[MessageRecord], allow_system_topics: bool
+    ) -> tuple[list[tuple[MessageRecord, bytes, bytes]], tuple[int, PutStatus, str] | None]:
         """The batch prepared for the CommitLog, and (index, status, error) of the first message
         that cannot be stored (None: all can). Cheap checks run first for the whole batch; the
         rare failing message is explained by :meth:`_validate` / :meth:`_check_sizes`."""
@@ -439,19 +489,22 @@ class FileStore(StoreReader):
             prepared = self._commitlog.prepare_batch(messages)
         except PropertiesError as exc:
             first_bad = (exc.index, PutStatus.MESSAGE_ILLEGAL, str(exc))
-            prepared = self._commitlog.prepare_batch(messages[:exc.index])
+            prepared = self._commitlog.prepare_batch(messages[: exc.index])
         properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self._config.append_prop_crc else 0)
         record_max = min(self._config.record_size_max_bytes, self._config.commitlog_file_size_bytes - 8)
-        if prepared and (max(map(len, map(_PROPERTIES_BYTES, prepared))) > properties_max
-                         or max(map(_TOTAL_SIZE, map(_RECORD, prepared))) > record_max):
+        if prepared and (
+            max(map(len, map(_PROPERTIES_BYTES, prepared))) > properties_max
+            or max(map(_TOTAL_SIZE, map(_RECORD, prepared))) > record_max
+        ):
             for i, (rec, _, properties_bytes) in enumerate(prepared):  # which one (rare)
                 status, error = self._check_sizes(rec, len(properties_bytes))
                 if status is not None:
                     return prepared, (i, status, error)
         return prepared, first_bad
 
-    def _validate(self, rec: MessageRecord, allow_system_topics: bool,
-                  topic_checks: dict[str, tuple[PutStatus | None, str, int]]) -> tuple[PutStatus | None, str]:
+    def _validate(
+        self, rec: MessageRecord, allow_system_topics: bool, topic_checks: dict[str, tuple[PutStatus | None, str, int]]
+    ) -> tuple[PutStatus | None, str]:
         """Check one message; ``topic_checks`` memoises the per-topic part within a batch."""
         check = topic_checks.get(rec.topic)
         if check is None:
@@ -463,10 +516,12 @@ class FileStore(StoreReader):
             return PutStatus.MESSAGE_ILLEGAL, "message body is missing"
         if len(rec.body) > self._config.body_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, (
-                f"body of {len(rec.body)} bytes exceeds the limit of {self._config.body_size_max_bytes}")
+                f"body of {len(rec.body)} bytes exceeds the limit of {self._config.body_size_max_bytes}"
+            )
         if rec.queue_id < 0 or rec.queue_id >= write_queue_nums:
             return PutStatus.QUEUE_ID_ILLEGAL, (
-                f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues")
+                f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues"
+            )
         return None, ""  # properties are checked while they are encoded (CommitLog.prepare)
 
     def _check_topic(self, topic: str, allow_system_topics: bool) -> tuple[PutStatus | None, str, int]:
@@ -484,7 +539,8 @@ class FileStore(StoreReader):
                 return PutStatus.TOPIC_NOT_FOUND, f"topic {topic} does not exist", 0
             nums = self._config.default_topic_queue_nums
             write_queue_nums = self._topics.create_or_update(
-                TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums)).write_queue_nums
+                TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums)
+            ).write_queue_nums
         return None, "", write_queue_nums
 
     def _write_queue_nums(self, topic: str) -> int | None:
@@ -500,13 +556,15 @@ class FileStore(StoreReader):
             properties_len += 20  # the CRC trailer counts too
         if properties_len > PROPERTIES_SIZE_MAX_BYTES:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED, (
-                f"properties of {properties_len} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}")
+                f"properties of {properties_len} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}"
+            )
         if rec.total_size > self._config.record_size_max_bytes:
             return PutStatus.MESSAGE_ILLEGAL, f"record of {rec.total_size} bytes is too large"
         segment_size = self._config.commitlog_file_size_bytes
         if rec.total_size + 8 > segment_size:
             return PutStatus.MESSAGE_ILLEGAL, (
-                f"record of {rec.total_size} bytes does not fit a {segment_size}-byte segment")
+                f"record of {rec.total_size} bytes does not fit a {segment_size}-byte segment"
+            )
         return None, ""
 
     # -- arrivals and stats -------------------------------------------------------------------
@@ -526,13 +584,17 @@ class FileStore(StoreReader):
     def stats(self) -> StoreStats:
         commitlog = self._commitlog
         return StoreStats(
-            put_messages_total=commitlog.put_messages_total, put_bytes_total=commitlog.put_bytes_total,
-            commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=commitlog.max_offset,
-            flushed_offset=commitlog.flushed_where, confirm_offset=commitlog.confirm_offset,
+            put_messages_total=commitlog.put_messages_total,
+            put_bytes_total=commitlog.put_bytes_total,
+            commitlog_min_offset=commitlog.min_offset,
+            commitlog_max_offset=commitlog.max_offset,
+            flushed_offset=commitlog.flushed_where,
+            confirm_offset=commitlog.confirm_offset,
             reput_from_offset=self._reput.reput_from_offset if self._reput else 0,
             dispatch_behind_bytes=self._reput.dispatch_behind_bytes if self._reput else 0,
             flush_behind_bytes=commitlog.mfq.flush_behind_bytes(),
             storage_size_bytes=commitlog.mfq.total_size_bytes() + self._cq_store.total_size_bytes(),
-            topic_count=len(self._topics.list()), group_count=len(self._groups.list()),
-            flush_mode=self._config.flush_mode.value)
-
+            topic_count=len(self._topics.list()),
+            group_count=len(self._groups.list()),
+            flush_mode=self._config.flush_mode.value,
+        )

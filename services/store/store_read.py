@@ -3,14 +3,15 @@
 ``StoreReader`` reads a CommitLog through its ConsumeQueues and IndexFiles; FileStore is one
 (it passes its parts to ``StoreReader.__init__``), so a read costs no extra call.
 """
+
 from __future__ import annotations
 
 from services.domain.format.commitlog_format import MessageRecord, decode_offset_msg_id
-from services.store.model import GetResult
 from services.domain.statuses import GetStatus
 from services.store.commitlog import CommitLog
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.index_service import IndexService
+from services.store.model import GetResult
 
 FILTER_SCAN_UNITS_MAX = 16_000  # units examined per call when a tag filter skips most of them
 
@@ -21,8 +22,15 @@ class StoreReader:
         self._cq_store = cq_store
         self._index_service = index_service  # None: message_index_enable is off
 
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-                     max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> GetResult:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 << 20,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult:
         """Up to ``max_count`` records of a queue from ``queue_offset`` (RocketMQ's getMessage)."""
         cq = self._cq_store.find(topic, queue_id)
         # RocketMQ creates a missing ConsumeQueue on lookup, so an unknown queue reads as empty.
@@ -30,14 +38,23 @@ class StoreReader:
         if max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=0, min_offset=0, max_offset=0)
         if queue_offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, next_begin_offset=min_offset,
-                             min_offset=min_offset, max_offset=max_offset)
+            return GetResult(
+                GetStatus.OFFSET_TOO_SMALL, next_begin_offset=min_offset, min_offset=min_offset, max_offset=max_offset
+            )
         if queue_offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, next_begin_offset=queue_offset,
-                             min_offset=min_offset, max_offset=max_offset)
+            return GetResult(
+                GetStatus.OFFSET_OVERFLOW_ONE,
+                next_begin_offset=queue_offset,
+                min_offset=min_offset,
+                max_offset=max_offset,
+            )
         if queue_offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_begin_offset=max_offset,
-                             min_offset=min_offset, max_offset=max_offset)
+            return GetResult(
+                GetStatus.OFFSET_OVERFLOW_BADLY,
+                next_begin_offset=max_offset,
+                min_offset=min_offset,
+                max_offset=max_offset,
+            )
         max_count = max(1, max_count)
         scan = max_count if tags_codes is None else max(max_count, FILTER_SCAN_UNITS_MAX)
         raw: list[bytes] = []
@@ -84,8 +101,9 @@ class StoreReader:
         _, phy_offset = decode_offset_msg_id(msg_id)
         return self._commitlog.read_record(phy_offset)
 
-    def query_messages_by_key(self, topic: str, key: str, max_num: int, begin_timestamp_ms: int,
-                              end_timestamp_ms: int) -> list[MessageRecord]:
+    def query_messages_by_key(
+        self, topic: str, key: str, max_num: int, begin_timestamp_ms: int, end_timestamp_ms: int
+    ) -> list[MessageRecord]:
         """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS equals ``key``."""
         if self._index_service is None:
             return []
@@ -116,7 +134,7 @@ class StoreReader:
             mid = (lo + hi) // 2
             unit = cq.get_unit(mid)
             stamp = self._commitlog.store_timestamp_at(unit[0]) if unit is not None else -1
-            if stamp < 0:      # removed meanwhile: look later
+            if stamp < 0:  # removed meanwhile: look later
                 lo = mid + 1
             elif stamp < timestamp_ms:
                 lo = mid + 1

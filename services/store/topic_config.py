@@ -13,6 +13,7 @@ Locking: ``_persist_lock -> _lock``. A change holds ``_persist_lock`` from the m
 end of the file write, so files are written in change order; ``_lock`` is held only while
 the dict is touched, so ``get`` never waits for an fsync.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -23,8 +24,18 @@ from typing import Any, Generic, TypeVar
 from services.runtime.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
 from services.store.metadata import (
-    SUBSCRIPTION_GROUP_FILE, TOPICS_FILE, DataVersion, SubscriptionGroupConfig, TopicConfig,
-    hashmap_ordered, json_int, json_object, json_str, load_with_backup, write_atomically)
+    SUBSCRIPTION_GROUP_FILE,
+    TOPICS_FILE,
+    DataVersion,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    hashmap_ordered,
+    json_int,
+    json_object,
+    json_str,
+    load_with_backup,
+    write_atomically,
+)
 
 JAVA_TABLE_CAPACITY = 2048  # ConcurrentHashMap(1024): tableSizeFor(1024 + 512 + 1)
 
@@ -50,8 +61,9 @@ class _ConfigTable(Generic[C]):
     @property
     def data_version(self) -> DataVersion:
         with self._lock:
-            return DataVersion(self._data_version.counter, self._data_version.state_version,
-                               self._data_version.timestamp_ms)
+            return DataVersion(
+                self._data_version.counter, self._data_version.state_version, self._data_version.timestamp_ms
+            )
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); neither present -> empty table, counter 0."""
@@ -125,9 +137,11 @@ class _ConfigTable(Generic[C]):
 
     def _encode_locked(self) -> str:
         table = {name: config.to_bean() for name, config in self._table.items()}
-        bean = Bean(dataVersion=self._data_version.to_bean(),
-                    **{self.table_key: hashmap_ordered(table, JAVA_TABLE_CAPACITY)},
-                    **self._extra_fields_locked())
+        bean = Bean(
+            dataVersion=self._data_version.to_bean(),
+            **{self.table_key: hashmap_ordered(table, JAVA_TABLE_CAPACITY)},
+            **self._extra_fields_locked(),
+        )
         return dumps(bean)
 
     def _decode(self, text: str) -> tuple[dict[str, C], DataVersion, Any]:
@@ -177,16 +191,17 @@ class SubscriptionGroupManager(_ConfigTable[SubscriptionGroupConfig]):
         return config.group_name
 
     def _extra_fields_locked(self) -> dict[str, Any]:
-        return {"forbiddenTable": {group: dict(topics)
-                                   for group, topics in self._forbidden_table.items()}}
+        return {"forbiddenTable": {group: dict(topics) for group, topics in self._forbidden_table.items()}}
 
     def _decode_extra(self, document: dict[Any, Any]) -> dict[str, dict[str, int]]:
         raw = json_object(document.get("forbiddenTable") or {}, "forbiddenTable")
         return {
             json_str(group, "forbiddenTable key"): {
                 json_str(topic, "forbiddenTable topic"): json_int(perm, "forbiddenTable perm")
-                for topic, perm in json_object(topics, group).items()}
-            for group, topics in raw.items()}
+                for topic, perm in json_object(topics, group).items()
+            }
+            for group, topics in raw.items()
+        }
 
     def _set_extra_locked(self, extra: Any) -> None:
         self._forbidden_table = extra

@@ -9,6 +9,7 @@ Logs go to stderr. SIGTERM or SIGINT stops the loop after the pass in progress a
 (services/runtime/service_main.py); kill -9 at any moment is safe too (progress is in the
 store: README.md, "Crash safety").
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,17 +18,17 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 
 from services.runtime.clock import SystemClock
-from services.runtime.rpc.health import HealthServer
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address
+from services.runtime.rpc.health import HealthServer
+from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.runtime.rpc.tls import TlsFiles
+from services.store.client.client import GrpcStoreClient
+from services.store.client.errors import StoreError
 from services.txcheck.config import SETTINGS, TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.metrics import TxCheckMetrics
-from services.store.client.client import GrpcStoreClient
-from services.store.client.errors import StoreError
 from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.service import CheckService
 
@@ -46,11 +47,18 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
 
 def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
     clock = SystemClock()
-    store = GrpcStoreClient(config.store_address, rpc_timeout_s=config.store_rpc_timeout_ms / 1000, tls=TlsFiles(
-        config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path), put_stream=False)
+    store = GrpcStoreClient(
+        config.store_address,
+        rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
+        tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
+        put_stream=False,
+    )
     stack.callback(store.close)
-    producers = GrpcProducers(config.broker_addresses, rpc_timeout_s=config.broker_rpc_timeout_ms / 1000,
-                              tls=TlsFiles(config.broker_tls_ca_path))
+    producers = GrpcProducers(
+        config.broker_addresses,
+        rpc_timeout_s=config.broker_rpc_timeout_ms / 1000,
+        tls=TlsFiles(config.broker_tls_ca_path),
+    )
     stack.callback(producers.close)
     log.info("waiting for the store at %s", config.store_address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received), clock=clock):
@@ -59,8 +67,9 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
     health = HealthServer(config.host, config.port, HEALTH_SERVICE_NAME)
     metrics_url = "off"
     if config.metrics_port >= 0:
-        metrics_http = MetricsHttpServer(TxCheckMetrics(checker.stats).registry, config.metrics_port,
-                                         config.metrics_host)
+        metrics_http = MetricsHttpServer(
+            TxCheckMetrics(checker.stats).registry, config.metrics_port, config.metrics_host
+        )
         stack.callback(metrics_http.close)
         metrics_url = metrics_http.url
     service = CheckService(checker, config, on_health=health.set_serving)
@@ -69,11 +78,20 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
     service.start()
     stack.callback(service.stop)
     grpc_address = format_address(config.host, health.port)
-    log.info("transaction checker running: store %s, brokers %s, timeout %d ms, interval %d ms, max %d checks",
-             config.store_address, ",".join(config.broker_addresses), config.transaction_timeout_ms,
-             config.check_interval_ms, config.check_max)
-    return {"grpc": grpc_address, "metrics": metrics_url, "store": config.store_address,
-            "broker": ",".join(config.broker_addresses)}
+    log.info(
+        "transaction checker running: store %s, brokers %s, timeout %d ms, interval %d ms, max %d checks",
+        config.store_address,
+        ",".join(config.broker_addresses),
+        config.transaction_timeout_ms,
+        config.check_interval_ms,
+        config.check_max,
+    )
+    return {
+        "grpc": grpc_address,
+        "metrics": metrics_url,
+        "store": config.store_address,
+        "broker": ",".join(config.broker_addresses),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

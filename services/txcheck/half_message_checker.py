@@ -39,6 +39,7 @@ copy, push-back, max-time copy) and at the end of the pass; the op offset at the
 after the committed half offset is examined again after a restart; a copy appended before a
 crash at most duplicates one check; op records listing unpassed halves are never skipped.
 """
+
 from __future__ import annotations
 
 import enum
@@ -46,9 +47,8 @@ import logging
 import threading
 from collections import OrderedDict
 
-from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
-from services.runtime.clock import Clock
 from services.domain.contracts.transaction import QUEUE_ID, Half, read_half
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.domain.format.properties_format import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
     TRANSACTION_CHECK_TIMES,
@@ -57,6 +57,7 @@ from services.domain.format.properties_format import (
     UNIQ_KEY,
 )
 from services.domain.names import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.runtime.clock import Clock
 from services.store.client.errors import StoreError
 from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
 from services.txcheck.config import TxCheckConfig
@@ -66,12 +67,12 @@ from services.txcheck.op_records import OpTracker
 log = logging.getLogger(__name__)
 
 RESULTS = ("commit", "rollback", "unknown")
-RESOLUTION_LOOKUP_MAX = 32    # records of the real topic looked at to tell a commit from a rollback
+RESOLUTION_LOOKUP_MAX = 32  # records of the real topic looked at to tell a commit from a rollback
 
 
 class _Step(enum.Enum):
-    PASSED = "passed"      # the record is handled; go on with the next one
-    STOP = "stop"          # a young record: the pass ends here
+    PASSED = "passed"  # the record is handled; go on with the next one
+    STOP = "stop"  # a young record: the pass ends here
 
 
 class _Bounded(OrderedDict):
@@ -94,7 +95,7 @@ class _HalfReader:
         self._store = store
         self._batch = batch
         self._records: dict[int, StoredMessage] = {}
-        self._next = -1   # read position after the cached batch
+        self._next = -1  # read position after the cached batch
 
     def at(self, offset: int) -> tuple[StoredMessage | None, int]:
         record = self._records.get(offset)
@@ -115,14 +116,14 @@ class HalfMessageChecker:
         self._store = store
         self._producers = producers
         self._clock = clock
-        self._lock = threading.Lock()    # guards the counters for stats()
+        self._lock = threading.Lock()  # guards the counters for stats()
         self._counts: dict[str, int] = {}
         self._results = dict.fromkeys(RESULTS, 0)
-        self._offsets = (0, 0, 0, 0)     # half offset, half max, op offset, op max
-        self._checked = _Bounded(config.tracked_copies_max)   # copy offset -> (topic, transaction id)
-        self._refunds = _Bounded(config.tracked_copies_max)   # copy offset -> True: its check reached nobody
+        self._offsets = (0, 0, 0, 0)  # half offset, half max, op offset, op max
+        self._checked = _Bounded(config.tracked_copies_max)  # copy offset -> (topic, transaction id)
+        self._refunds = _Bounded(config.tracked_copies_max)  # copy offset -> True: its check reached nobody
         self._round_end: int | None = None  # the half max offset the current round stops at
-        self.round_complete = True         # False: the last pass hit its budget; run again at once
+        self.round_complete = True  # False: the last pass hit its budget; run again at once
 
     # -- the pass ---------------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -148,8 +149,13 @@ class HalfMessageChecker:
             # The store lost a queue tail it had dispatched: records now written there would
             # never be read. Start over from the queues' beginnings (the op records settle what
             # was settled; at worst some open transactions are asked again).
-            log.warning("committed offsets (half %d, op %d) beyond the queues' ends (%d, %d): rescanning",
-                        half_offset, op_offset, half_max, op_max)
+            log.warning(
+                "committed offsets (half %d, op %d) beyond the queues' ends (%d, %d): rescanning",
+                half_offset,
+                op_offset,
+                half_max,
+                op_max,
+            )
             half_offset, op_offset = half_min, op_min
             store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID, half_offset)
             store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, QUEUE_ID, op_offset)
@@ -168,8 +174,10 @@ class HalfMessageChecker:
                 if i >= end:
                     complete = True
                     break
-                if handled >= config.pass_halves_max or \
-                        (self._clock.monotonic_s() - started_s) * 1000 >= config.pass_duration_max_ms:
+                if (
+                    handled >= config.pass_halves_max
+                    or (self._clock.monotonic_s() - started_s) * 1000 >= config.pass_duration_max_ms
+                ):
                     break
                 if tracker.is_resolved(i):
                     self._on_resolved(i)
@@ -179,8 +187,8 @@ class HalfMessageChecker:
                 if record is None:
                     if next_offset <= i:
                         complete = True
-                        break          # nothing there (yet)
-                    i = next_offset    # removed by retention: nothing to check
+                        break  # nothing there (yet)
+                    i = next_offset  # removed by retention: nothing to check
                     continue
                 if self._examine(record, tracker, now_ms, committed) is _Step.STOP:
                     complete = True
@@ -209,8 +217,9 @@ class HalfMessageChecker:
     def _read_ops(self, tracker: OpTracker) -> None:
         """Every op record from the tracker's read position to the op queue's end."""
         while True:
-            page = self._store.get_messages(TRANS_OP_HALF_TOPIC, QUEUE_ID, tracker.read_offset,
-                                            self._config.read_batch_max)
+            page = self._store.get_messages(
+                TRANS_OP_HALF_TOPIC, QUEUE_ID, tracker.read_offset, self._config.read_batch_max
+            )
             for record in page.messages:
                 if record.queue_offset >= tracker.read_offset:
                     tracker.add(record)
@@ -229,7 +238,7 @@ class HalfMessageChecker:
         if offset in self._refunds:
             check_times = max(0, check_times - 1)
         if TRANSACTION_CHECK_TIMES in props and now_ms - record.store_timestamp_ms < config.check_interval_ms // 2:
-            return _Step.STOP               # asked just now (an early pass, e.g. after a failure): wait
+            return _Step.STOP  # asked just now (an early pass, e.g. after a failure): wait
         age_ms = now_ms - _reference_ms(record)
         half = read_half(props)
         if check_times >= config.check_max or age_ms > config.half_retention_ms or half is None:
@@ -243,12 +252,12 @@ class HalfMessageChecker:
                 return _Step.STOP
             prepared = _int(props.get(TRANSACTION_PREPARED_QUEUE_OFFSET), -1)
             if prepared >= 0 and tracker.is_resolved(prepared):
-                self._on_resolved(offset)   # the original is resolved: this push-back copy is done
+                self._on_resolved(offset)  # the original is resolved: this push-back copy is done
                 return _Step.PASSED
             self._push_back(record, prepared if prepared >= 0 else offset)
             self._commit_half(offset + 1, committed)
             return _Step.PASSED
-        self._read_ops(tracker)             # resolutions written since the pass began
+        self._read_ops(tracker)  # resolutions written since the pass began
         if tracker.is_resolved(offset):
             self._on_resolved(offset)
             return _Step.PASSED
@@ -258,27 +267,40 @@ class HalfMessageChecker:
     def _check(self, record: StoredMessage, half: Half, check_times: int, committed: list[int]) -> None:
         props = record.properties
         if record.queue_offset in self._checked:
-            self._count_result("unknown")     # asked last pass, no answer resolved it
+            self._count_result("unknown")  # asked last pass, no answer resolved it
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
         copy = _half_copy(record, TRANS_HALF_TOPIC, {**props, TRANSACTION_CHECK_TIMES: str(check_times + 1)})
         appended = self._append(copy)
         self._commit_half(record.queue_offset + 1, committed)
-        outcome = self._producers.check(CheckRequest(
-            producer_group=half.producer_group, topic=half.real_topic, message_id=half.message_id,
-            transaction_id=half.transaction_id, half=_appended(copy, appended, record.store_host)))
+        outcome = self._producers.check(
+            CheckRequest(
+                producer_group=half.producer_group,
+                topic=half.real_topic,
+                message_id=half.message_id,
+                transaction_id=half.transaction_id,
+                half=_appended(copy, appended, record.store_host),
+            )
+        )
         if outcome is CheckOutcome.SENT:
             self._count("checks_sent")
             self._checked.add(appended.queue_offset, (half.real_topic, half.transaction_id))
         else:
             self._count("no_producer_retries" if outcome is CheckOutcome.NO_PRODUCER else "broker_unreachable_retries")
             self._refunds.add(appended.queue_offset, True)
-            log.info("transaction %s of %s: %s, asking again next pass", half.transaction_id, half.producer_group,
-                     outcome.value)
+            log.info(
+                "transaction %s of %s: %s, asking again next pass",
+                half.transaction_id,
+                half.producer_group,
+                outcome.value,
+            )
 
     def _push_back(self, record: StoredMessage, first_offset: int) -> None:
-        self._append(_half_copy(record, TRANS_HALF_TOPIC, {
-            **record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)}))
+        self._append(
+            _half_copy(
+                record, TRANS_HALF_TOPIC, {**record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)}
+            )
+        )
         self._count("immunity_pushbacks")
 
     def _discard(self, record: StoredMessage, check_times: int, age_ms: int) -> None:
@@ -289,9 +311,14 @@ class HalfMessageChecker:
             self._count_result("unknown")
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
-        log.warning("half message %s (transaction %s) moved to %s after %d checks, %d s old",
-                    record.queue_offset, record.properties.get(TRANSACTION_ID), TRANS_CHECK_MAX_TIME_TOPIC,
-                    check_times, age_ms // 1000)
+        log.warning(
+            "half message %s (transaction %s) moved to %s after %d checks, %d s old",
+            record.queue_offset,
+            record.properties.get(TRANSACTION_ID),
+            TRANS_CHECK_MAX_TIME_TOPIC,
+            check_times,
+            age_ms // 1000,
+        )
 
     def _on_resolved(self, offset: int) -> None:
         self._count("resolved")
@@ -306,8 +333,11 @@ class HalfMessageChecker:
             records = self._store.query_messages_by_key(topic, transaction_id, RESOLUTION_LOOKUP_MAX)
         except StoreError:
             return "unknown"
-        committed = any(r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
-                        and r.properties.get(UNIQ_KEY) == transaction_id for r in records)
+        committed = any(
+            r.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT_TYPE
+            and r.properties.get(UNIQ_KEY) == transaction_id
+            for r in records
+        )
         return "commit" if committed else "rollback"
 
     def _commit_half(self, offset: int, committed: list[int]) -> None:
@@ -334,9 +364,14 @@ class HalfMessageChecker:
     def stats(self) -> TxCheckStats:
         with self._lock:
             half_offset, half_max, op_offset, op_max = self._offsets
-            return TxCheckStats(results=tuple(self._results.items()), half_offset=half_offset,
-                                half_max_offset=half_max, op_offset=op_offset, op_max_offset=op_max,
-                                **self._counts)
+            return TxCheckStats(
+                results=tuple(self._results.items()),
+                half_offset=half_offset,
+                half_max_offset=half_max,
+                op_offset=op_offset,
+                op_max_offset=op_max,
+                **self._counts,
+            )
 
 
 def _int(text: str | None, default: int) -> int:
@@ -355,15 +390,34 @@ def _reference_ms(record: StoredMessage) -> int:
 
 def _half_copy(record: StoredMessage, topic: str, properties: dict[str, str]) -> StoreMessage:
     """The record again (body, flags, born time and host, reconsume times), in ``topic`` queue 0."""
-    return StoreMessage(topic=topic, queue_id=QUEUE_ID, body=record.body, properties=properties, flag=record.flag,
-                        sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms,
-                        born_host=record.born_host, reconsume_times=record.reconsume_times)
+    return StoreMessage(
+        topic=topic,
+        queue_id=QUEUE_ID,
+        body=record.body,
+        properties=properties,
+        flag=record.flag,
+        sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host,
+        reconsume_times=record.reconsume_times,
+    )
 
 
 def _appended(copy: StoreMessage, outcome: PutOutcome, store_host: str) -> StoredMessage:
     """The copy as stored: its offsets and store time from the put, the store host of the original."""
-    return StoredMessage(topic=copy.topic, queue_id=copy.queue_id, body=copy.body, properties=copy.properties,
-                         queue_offset=outcome.queue_offset, phy_offset=outcome.phy_offset, sys_flag=copy.sys_flag,
-                         flag=copy.flag, born_timestamp_ms=copy.born_timestamp_ms, born_host=copy.born_host,
-                         store_timestamp_ms=outcome.store_timestamp_ms, store_host=store_host,
-                         reconsume_times=copy.reconsume_times, offset_msg_id=outcome.offset_msg_id)
+    return StoredMessage(
+        topic=copy.topic,
+        queue_id=copy.queue_id,
+        body=copy.body,
+        properties=copy.properties,
+        queue_offset=outcome.queue_offset,
+        phy_offset=outcome.phy_offset,
+        sys_flag=copy.sys_flag,
+        flag=copy.flag,
+        born_timestamp_ms=copy.born_timestamp_ms,
+        born_host=copy.born_host,
+        store_timestamp_ms=outcome.store_timestamp_ms,
+        store_host=store_host,
+        reconsume_times=copy.reconsume_times,
+        offset_msg_id=outcome.offset_msg_id,
+    )

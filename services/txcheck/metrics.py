@@ -12,6 +12,7 @@
 | ``pyrmq_txcheck_passes_total``, ``pyrmq_txcheck_pass_failures_total`` | counter | passes done / failed (store unreachable) |
 | ``pyrmq_txcheck_half_lag`` / ``pyrmq_txcheck_op_lag`` | gauge | half / op records not yet passed (queue max offset - committed offset) |
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,10 +32,18 @@ __all__ = ["MetricsHttpServer", "TxCheckMetrics"]
 # (name, kind, help, TxCheckStats field or property). Counters get "_total" from prometheus-client.
 STATS_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("pyrmq_txcheck_checks_sent", "counter", "Transaction checks a producer received.", "checks_sent"),
-    ("pyrmq_txcheck_moved_to_max_time_topic", "counter",
-     "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC (kept, never delivered).", "moved_to_max_time_topic"),
-    ("pyrmq_txcheck_immunity_pushbacks", "counter", "Immune half messages re-appended to the half queue.",
-     "immunity_pushbacks"),
+    (
+        "pyrmq_txcheck_moved_to_max_time_topic",
+        "counter",
+        "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC (kept, never delivered).",
+        "moved_to_max_time_topic",
+    ),
+    (
+        "pyrmq_txcheck_immunity_pushbacks",
+        "counter",
+        "Immune half messages re-appended to the half queue.",
+        "immunity_pushbacks",
+    ),
     ("pyrmq_txcheck_resolved", "counter", "Half records passed because an op record lists them.", "resolved"),
     ("pyrmq_txcheck_passes", "counter", "Check passes done.", "passes"),
     ("pyrmq_txcheck_pass_failures", "counter", "Check passes the store failed.", "pass_failures"),
@@ -55,11 +64,14 @@ class TxCheckCollector(Collector):
             if stats is not None:
                 family.add_metric([], getattr(stats, field))
             yield family
-        results = CounterMetricFamily("pyrmq_txcheck_check_results", "What became of sent checks, by resolution.",
-                                      labels=["resolution"])
-        retries = CounterMetricFamily("pyrmq_txcheck_check_retries",
-                                      "Checks that reached no producer or no broker: asked again later.",
-                                      labels=["reason"])
+        results = CounterMetricFamily(
+            "pyrmq_txcheck_check_results", "What became of sent checks, by resolution.", labels=["resolution"]
+        )
+        retries = CounterMetricFamily(
+            "pyrmq_txcheck_check_retries",
+            "Checks that reached no producer or no broker: asked again later.",
+            labels=["reason"],
+        )
         if stats is not None:
             for resolution, count in stats.results:
                 results.add_metric([resolution], count)

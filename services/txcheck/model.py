@@ -6,6 +6,7 @@ store client's ``StoredMessage`` and ``StoreMessage`` (RocketMQ field names); th
 topics, group and properties the checker reads and writes are in ``services.domain.names``,
 ``services.domain.format.properties_format`` and ``services.domain.contracts.transaction``.
 """
+
 from __future__ import annotations
 
 import enum
@@ -39,18 +40,18 @@ class TxStore(Protocol):
 
 
 class CheckOutcome(enum.Enum):
-    SENT = "sent"                      # a producer of the group got the command
-    NO_PRODUCER = "no_producer"        # every broker answered: no producer of the group connected
-    UNREACHABLE = "unreachable"        # no broker answered
+    SENT = "sent"  # a producer of the group got the command
+    NO_PRODUCER = "no_producer"  # every broker answered: no producer of the group connected
+    UNREACHABLE = "unreachable"  # no broker answered
 
 
 @dataclass(frozen=True, slots=True)
 class CheckRequest:
     producer_group: str
-    topic: str                         # the real topic
+    topic: str  # the real topic
     message_id: str
     transaction_id: str
-    half: StoredMessage                # the copy just appended (offsets and store time set)
+    half: StoredMessage  # the copy just appended (offsets and store time set)
 
 
 class Producers(Protocol):
@@ -65,15 +66,15 @@ class TxCheckStats:
     passes: int = 0
     pass_failures: int = 0
     checks_sent: int = 0
-    results: tuple[tuple[str, int], ...] = ()   # (commit | rollback | unknown, count)
-    no_producer_retries: int = 0                 # checks that reached no producer: asked again, not counted
+    results: tuple[tuple[str, int], ...] = ()  # (commit | rollback | unknown, count)
+    no_producer_retries: int = 0  # checks that reached no producer: asked again, not counted
     broker_unreachable_retries: int = 0
     moved_to_max_time_topic: int = 0
     immunity_pushbacks: int = 0
-    resolved: int = 0                            # half records passed because an op record lists them
-    half_offset: int = 0                         # committed progress in RMQ_SYS_TRANS_HALF_TOPIC
+    resolved: int = 0  # half records passed because an op record lists them
+    half_offset: int = 0  # committed progress in RMQ_SYS_TRANS_HALF_TOPIC
     half_max_offset: int = 0
-    op_offset: int = 0                           # committed progress in RMQ_SYS_TRANS_OP_HALF_TOPIC
+    op_offset: int = 0  # committed progress in RMQ_SYS_TRANS_OP_HALF_TOPIC
     op_max_offset: int = 0
 
     @property

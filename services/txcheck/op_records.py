@@ -14,6 +14,7 @@ Invariant: ``start <= next_op_offset(h) <= read_offset``, and every op record th
 offset ``>= h`` sits at or after ``next_op_offset(h)`` (so a restart from the committed pair
 forgets no resolution of a half it has not passed).
 """
+
 from __future__ import annotations
 
 from services.domain.contracts.transaction import decode_op
@@ -22,11 +23,11 @@ from services.store.client.model import StoredMessage
 
 class OpTracker:
     def __init__(self, start_offset: int, floor: int) -> None:
-        self.start = start_offset          # the committed op offset this pass began at
-        self.read_offset = start_offset    # next op offset to read
-        self.floor = floor                 # the pass's first half offset
-        self._listed: dict[int, tuple[int, ...]] = {}   # op offset -> half offsets it lists (>= floor)
-        self._resolved: dict[int, int] = {}            # half offset -> first op offset listing it
+        self.start = start_offset  # the committed op offset this pass began at
+        self.read_offset = start_offset  # next op offset to read
+        self.floor = floor  # the pass's first half offset
+        self._listed: dict[int, tuple[int, ...]] = {}  # op offset -> half offsets it lists (>= floor)
+        self._resolved: dict[int, int] = {}  # half offset -> first op offset listing it
 
     def add(self, record: StoredMessage) -> None:
         """Take one op record (read in queue order)."""

@@ -6,15 +6,16 @@ budget; ``retry_after_failure_ms`` after a pass the store failed. ``healthy`` is
 last pass succeeded (the gRPC health status follows it). ``run_once`` is one loop turn
 without the wait, for tests.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
 
+from services.store.client.errors import StoreError
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
-from services.store.client.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,12 @@ STOP_JOIN_S = 10.0
 
 
 class CheckService:
-    def __init__(self, checker: HalfMessageChecker, config: TxCheckConfig,
-                 on_health: Callable[[bool], None] = lambda healthy: None) -> None:
+    def __init__(
+        self,
+        checker: HalfMessageChecker,
+        config: TxCheckConfig,
+        on_health: Callable[[bool], None] = lambda healthy: None,
+    ) -> None:
         self._checker = checker
         self._config = config
         self._on_health = on_health

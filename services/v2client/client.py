@@ -29,6 +29,7 @@ carrying the v2 code (``d.Code``); a broker that cannot be reached or does not a
 the ``grpc.RpcError`` as it came (UNAVAILABLE, DEADLINE_EXCEEDED), so callers can tell the two
 apart.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -54,10 +55,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 DEFAULT_TIMEOUT_S = 10.0
 # No gRPC size limit on our side: the broker's own (a 4 MiB body plus headers) is what counts.
 CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
-LONG_POLLING_S_MIN = 5       # the broker raises a shorter long-polling time to this
-LONG_POLLING_S_MAX = 20      # and cuts a longer one to this
-RECEIVE_BATCH_MAX = 32       # messages per ReceiveMessage at most (the broker's limit)
-_SUCCESS = (d.OK, d.MULTIPLE_RESULTS)   # MULTIPLE_RESULTS: every entry has its own status
+LONG_POLLING_S_MIN = 5  # the broker raises a shorter long-polling time to this
+LONG_POLLING_S_MAX = 20  # and cuts a longer one to this
+RECEIVE_BATCH_MAX = 32  # messages per ReceiveMessage at most (the broker's limit)
+_SUCCESS = (d.OK, d.MULTIPLE_RESULTS)  # MULTIPLE_RESULTS: every entry has its own status
 _V1_EPOCH_S = 1_609_459_200  # 2021-01-01T00:00:00Z, the V1 message id's time origin
 
 
@@ -89,29 +90,44 @@ def metadata(client_id: str) -> tuple[tuple[str, str], ...]:
 class Credentials:
     """An access key (the username) and secret key: every call is signed as the official
     clients sign (``authorization: MQv2-HMAC-SHA1 ...`` over ``x-mq-date-time``, UTC)."""
+
     access_key: str = ""
     secret_key: str = ""
 
     def headers(self) -> tuple[tuple[str, str], ...]:
         if not self.access_key:
             return ()
-        date_time = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        date_time = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
         signature = hmac.new(self.secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
-        return (("x-mq-date-time", date_time),
-                ("authorization", f"MQv2-HMAC-SHA1 Credential={self.access_key}, SignedHeaders=x-mq-date-time, "
-                                  f"Signature={signature}"))
+        return (
+            ("x-mq-date-time", date_time),
+            (
+                "authorization",
+                f"MQv2-HMAC-SHA1 Credential={self.access_key}, SignedHeaders=x-mq-date-time, Signature={signature}",
+            ),
+        )
 
 
-class _Signing(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-               grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+class _Signing(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
     """Adds fresh signed headers to every call."""
 
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _CallDetails(details.method, details.timeout, (*(details.metadata or ()), *self._credentials.headers()),
-                            details.credentials, details.wait_for_ready, details.compression)
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            (*(details.metadata or ()), *self._credentials.headers()),
+            details.credentials,
+            details.wait_for_ready,
+            details.compression,
+        )
 
     def intercept_unary_unary(self, continuation, details, request):  # noqa: ANN001, ANN201
         return continuation(self._details(details), request)
@@ -135,9 +151,13 @@ class _CallDetails(typing.NamedTuple):
     compression: grpc.Compression | None
 
 
-def open_channel(endpoint: str, credentials: Credentials | None = None, tls: bool = False,
-                 ca_file: str | None = None, options: typing.Sequence[tuple[str, typing.Any]] = CHANNEL_OPTIONS,
-                 ) -> grpc.Channel:
+def open_channel(
+    endpoint: str,
+    credentials: Credentials | None = None,
+    tls: bool = False,
+    ca_file: str | None = None,
+    options: typing.Sequence[tuple[str, typing.Any]] = CHANNEL_OPTIONS,
+) -> grpc.Channel:
     """A channel to ``endpoint``: TLS when asked (the system's roots, or ``ca_file``), every call
     signed when ``credentials`` has an access key."""
     if tls:
@@ -194,14 +214,21 @@ def timestamp_ms(value: Timestamp) -> int:
     return value.seconds * 1000 + value.nanos // 1_000_000
 
 
-def build_message(topic: str, body: bytes, *, tag: str | None = None, keys: Iterable[str] = (),
-                  properties: dict[str, str] | None = None, message_group: str | None = None,
-                  delivery_timestamp_ms: int | None = None, message_id: str | None = None,
-                  born_timestamp_ms: int | None = None) -> d.Message:
+def build_message(
+    topic: str,
+    body: bytes,
+    *,
+    tag: str | None = None,
+    keys: Iterable[str] = (),
+    properties: dict[str, str] | None = None,
+    message_group: str | None = None,
+    delivery_timestamp_ms: int | None = None,
+    message_id: str | None = None,
+    born_timestamp_ms: int | None = None,
+) -> d.Message:
     """One message as the official clients send it: NORMAL, FIFO (``message_group``) or DELAY
     (``delivery_timestamp_ms``); the broker refuses both at once."""
-    sp = d.SystemProperties(message_id=message_id or new_message_id(), body_encoding=d.IDENTITY,
-                            keys=list(keys))
+    sp = d.SystemProperties(message_id=message_id or new_message_id(), body_encoding=d.IDENTITY, keys=list(keys))
     if tag:
         sp.tag = tag
     sp.born_timestamp.CopyFrom(timestamp(born_timestamp_ms if born_timestamp_ms is not None else now_ms()))
@@ -224,10 +251,17 @@ def long_polling_s(wait_s: float) -> float:
     return min(max(wait_s, LONG_POLLING_S_MIN), LONG_POLLING_S_MAX)
 
 
-def receive_request(group: str, topic: str, expression: str = "*", *, sql: bool = False,
-                    batch_size: int = RECEIVE_BATCH_MAX, invisible_s: float = 30.0,
-                    wait_s: float = LONG_POLLING_S_MIN, queue: d.MessageQueue | None = None
-                    ) -> s.ReceiveMessageRequest:
+def receive_request(
+    group: str,
+    topic: str,
+    expression: str = "*",
+    *,
+    sql: bool = False,
+    batch_size: int = RECEIVE_BATCH_MAX,
+    invisible_s: float = 30.0,
+    wait_s: float = LONG_POLLING_S_MIN,
+    queue: d.MessageQueue | None = None,
+) -> s.ReceiveMessageRequest:
     """A SimpleConsumer's ReceiveMessage. The broker pops from every queue of the topic (and the
     group's retry topic) whichever ``queue`` names."""
     invisible_ms, polling_ms = round(invisible_s * 1000), round(long_polling_s(wait_s) * 1000)
@@ -237,11 +271,14 @@ def receive_request(group: str, topic: str, expression: str = "*", *, sql: bool 
     else:
         message_queue.topic.name, message_queue.id = topic, -1
     return s.ReceiveMessageRequest(
-        group=d.Resource(name=group), message_queue=message_queue,
+        group=d.Resource(name=group),
+        message_queue=message_queue,
         filter_expression=d.FilterExpression(type=d.SQL if sql else d.TAG, expression=expression),
-        batch_size=batch_size, auto_renew=False,
+        batch_size=batch_size,
+        auto_renew=False,
         invisible_duration=Duration(seconds=invisible_ms // 1000, nanos=invisible_ms % 1000 * 1_000_000),
-        long_polling_timeout=Duration(seconds=polling_ms // 1000, nanos=polling_ms % 1000 * 1_000_000))
+        long_polling_timeout=Duration(seconds=polling_ms // 1000, nanos=polling_ms % 1000 * 1_000_000),
+    )
 
 
 def receive_deadline_s(request: s.ReceiveMessageRequest, timeout_s: float) -> float:
@@ -264,9 +301,16 @@ def received(what: str, responses: Iterable[s.ReceiveMessageResponse]) -> list[d
 
 
 def ack_request(group: str, topic: str, messages: Sequence[d.Message]) -> s.AckMessageRequest:
-    return s.AckMessageRequest(group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[
-        s.AckMessageEntry(message_id=m.system_properties.message_id,
-                          receipt_handle=m.system_properties.receipt_handle) for m in messages])
+    return s.AckMessageRequest(
+        group=d.Resource(name=group),
+        topic=d.Resource(name=topic),
+        entries=[
+            s.AckMessageEntry(
+                message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle
+            )
+            for m in messages
+        ],
+    )
 
 
 def check_entries(what: str, response) -> None:
@@ -280,8 +324,15 @@ def check_entries(what: str, response) -> None:
 class V2Client:
     """Calls to one broker over one channel. Use as a context manager (closes the channel)."""
 
-    def __init__(self, endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str | None = None,
-                 credentials: Credentials | None = None, tls: bool = False, ca_file: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        client_id: str | None = None,
+        credentials: Credentials | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.client_id = client_id or new_client_id("pyrmq-cli")
@@ -301,34 +352,58 @@ class V2Client:
     def route(self, topic: str) -> list[d.MessageQueue]:
         """QueryRoute: the topic's queues (TOPIC_NOT_FOUND when it does not exist and the broker
         does not create topics on demand)."""
-        response = self.stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name=topic)),
-                                        metadata=self.metadata, timeout=self.timeout_s)
+        response = self.stub.QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=self.metadata, timeout=self.timeout_s
+        )
         check(f"QueryRoute {topic}", response.status)
         return list(response.message_queues)
 
     def send(self, messages: Sequence[d.Message]) -> list[s.SendResultEntry]:
         """SendMessage (one topic; the broker puts the whole request on one queue): one entry per
         message, each OK, else BrokerCallError."""
-        response = self.stub.SendMessage(s.SendMessageRequest(messages=messages), metadata=self.metadata,
-                                         timeout=self.timeout_s)
+        response = self.stub.SendMessage(
+            s.SendMessageRequest(messages=messages), metadata=self.metadata, timeout=self.timeout_s
+        )
         check_entries(f"SendMessage {messages[0].topic.name}", response)
         return list(response.entries)
 
-    def receive(self, group: str, topic: str, expression: str = "*", *, sql: bool = False,
-                batch_size: int = RECEIVE_BATCH_MAX, invisible_s: float = 30.0, wait_s: float = LONG_POLLING_S_MIN,
-                queue: d.MessageQueue | None = None) -> list[d.Message]:
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        expression: str = "*",
+        *,
+        sql: bool = False,
+        batch_size: int = RECEIVE_BATCH_MAX,
+        invisible_s: float = 30.0,
+        wait_s: float = LONG_POLLING_S_MIN,
+        queue: d.MessageQueue | None = None,
+    ) -> list[d.Message]:
         """One ReceiveMessage: up to ``batch_size`` messages, waiting up to ``wait_s`` (5-20 s,
         the broker's bounds) for the first; [] when nothing came."""
-        request = receive_request(group, topic, expression, sql=sql, batch_size=batch_size,
-                                  invisible_s=invisible_s, wait_s=wait_s, queue=queue)
-        return received(f"ReceiveMessage {group} {topic}", self.stub.ReceiveMessage(
-            request, metadata=self.metadata, timeout=receive_deadline_s(request, self.timeout_s)))
+        request = receive_request(
+            group,
+            topic,
+            expression,
+            sql=sql,
+            batch_size=batch_size,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            queue=queue,
+        )
+        return received(
+            f"ReceiveMessage {group} {topic}",
+            self.stub.ReceiveMessage(
+                request, metadata=self.metadata, timeout=receive_deadline_s(request, self.timeout_s)
+            ),
+        )
 
     def ack(self, group: str, topic: str, messages: Sequence[d.Message]) -> None:
         """AckMessage for all ``messages`` in one request; BrokerCallError if any entry failed
         (INVALID_RECEIPT_HANDLE: its invisible time had ended)."""
         if not messages:
             return
-        response = self.stub.AckMessage(ack_request(group, topic, messages), metadata=self.metadata,
-                                        timeout=self.timeout_s)
+        response = self.stub.AckMessage(
+            ack_request(group, topic, messages), metadata=self.metadata, timeout=self.timeout_s
+        )
         check_entries(f"AckMessage {group} {topic}", response)

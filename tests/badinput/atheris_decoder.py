@@ -6,6 +6,7 @@ Any exception from ``decode_record`` other than ``CorruptRecord`` is a crash (at
 the input as crash-<sha1>). Without atheris installed this prints a note and exits 0: CI and
 ``make test`` never depend on it.
 """
+
 from __future__ import annotations
 
 import sys

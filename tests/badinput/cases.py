@@ -1,6 +1,7 @@
 """What a corpus case is (``Case``, ``InBand``), the list they go in (``CASES``, filled by
 ``corpus_v2.py`` and ``corpus_admin_store.py`` through ``case``), and the name classes and small
 builders the case modules share. tests/badinput/corpus.py documents the fields."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,10 +29,10 @@ class InBand:
 @dataclass(frozen=True)
 class Case:
     id: str
-    service: str                       # "v2" | "admin" | "store"
+    service: str  # "v2" | "admin" | "store"
     rpc: str
     build: Callable[[dict], Any]
-    expected: Any                      # int (v2 Code) | grpc.StatusCode | InBand
+    expected: Any  # int (v2 Code) | grpc.StatusCode | InBand
     metadata: tuple | None = None
     unchanged: tuple[str, ...] = ALL_STATE
     bug: str | None = None
@@ -62,18 +63,53 @@ def const(value: Any) -> Callable[[dict], Any]:
 
 # One character of every class the name rule ^[%|a-zA-Z0-9_-]+$ refuses.
 ILLEGAL_CHARS = {
-    "space": " ", "dot": ".", "slash": "/", "backslash": "\\", "colon": ":", "star": "*", "hash": "#",
-    "at": "@", "bang": "!", "dollar": "$", "ampersand": "&", "plus": "+", "equals": "=", "question": "?",
-    "comma": ",", "semicolon": ";", "double quote": '"', "single quote": "'", "lt": "<", "gt": ">",
-    "paren": "(", "bracket": "[", "brace": "{", "tilde": "~", "caret": "^", "backtick": "`",
-    "tab": "\t", "newline": "\n", "NUL": "\x00", "DEL": "\x7f", "C1 NEL": "\x85", "e-acute": "\u00e9",
-    "CJK": "\u4e2d", "emoji": "\U0001f600", "zero-width space": "\u200b", "RTL override": "\u202e",
-    "fullwidth A": "\uff21", "nbsp": "\u00a0",
+    "space": " ",
+    "dot": ".",
+    "slash": "/",
+    "backslash": "\\",
+    "colon": ":",
+    "star": "*",
+    "hash": "#",
+    "at": "@",
+    "bang": "!",
+    "dollar": "$",
+    "ampersand": "&",
+    "plus": "+",
+    "equals": "=",
+    "question": "?",
+    "comma": ",",
+    "semicolon": ";",
+    "double quote": '"',
+    "single quote": "'",
+    "lt": "<",
+    "gt": ">",
+    "paren": "(",
+    "bracket": "[",
+    "brace": "{",
+    "tilde": "~",
+    "caret": "^",
+    "backtick": "`",
+    "tab": "\t",
+    "newline": "\n",
+    "NUL": "\x00",
+    "DEL": "\x7f",
+    "C1 NEL": "\x85",
+    "e-acute": "\u00e9",
+    "CJK": "\u4e2d",
+    "emoji": "\U0001f600",
+    "zero-width space": "\u200b",
+    "RTL override": "\u202e",
+    "fullwidth A": "\uff21",
+    "nbsp": "\u00a0",
 }
 BAD_NAMES = {f"char {label}": f"Bad{ch}Name" for label, ch in ILLEGAL_CHARS.items()}
 BAD_NAMES.update({"whitespace only": "   ", "tab only": "\t"})
-LONG_TOPICS = {"128 chars": "t" * 128, "1000 chars": "t" * 1000, "%RETRY% 256 chars": "%RETRY%" + "r" * 249,
-               "%DLQ% 256 chars": "%DLQ%" + "q" * 251}
+LONG_TOPICS = {
+    "128 chars": "t" * 128,
+    "1000 chars": "t" * 1000,
+    "%RETRY% 256 chars": "%RETRY%" + "r" * 249,
+    "%DLQ% 256 chars": "%DLQ%" + "q" * 251,
+}
 SYSTEM_TOPIC_NAMES = sorted(SYSTEM_TOPICS) + ["rmq_sys_wheel_timer", "rmq_sys_REVIVE_LOG_broker-a", "rmq_sys_x"]
 SYSTEM_GROUP_NAMES = sorted(PREDEFINED_GROUPS) + ["CID_RMQ_SYS_REVIVE_GROUP", "CID_RMQ_SYS_anything"]
 
@@ -84,4 +120,3 @@ def resource(name: str, namespace: str = "") -> d.Resource:
 
 def dur(seconds: int = 0, nanos: int = 0) -> Duration:
     return Duration(seconds=seconds, nanos=nanos)
-

@@ -23,6 +23,7 @@ that would create it.
 corpus_admin_store.py (Admin, Store); ``tests/badinput/test_corpus.py`` runs them. Add a case
 next to the others of its RPC; ids must stay unique (checked here, at import).
 """
+
 from __future__ import annotations
 
 from tests.badinput import corpus_admin_store, corpus_v2  # noqa: F401  (each fills CASES)

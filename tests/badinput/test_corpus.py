@@ -6,19 +6,17 @@ topics, groups, committed offsets). Then: raw truncated/garbage protobuf bytes o
 method get a clean gRPC error and the servers keep serving; and the seed message the forged
 handles aimed at is still held by its consumer (its real handle still acks).
 """
+
 from __future__ import annotations
 
-import os
 import random
 
 import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.store.v1 import store_pb2 as pb
-from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from tests.badinput.corpus import CASES, Case, InBand
 from tests.support.badinput_cluster import Cluster
@@ -95,14 +93,19 @@ def test_the_corpus_is_big_and_covers_every_rpc() -> None:
 
 # -- raw bytes: truncated and garbage protobuf ------------------------------------------------------
 
+
 def _valid_bytes() -> dict[str, bytes]:
     """A valid serialized request per v2 method (to truncate)."""
     from tests.support.v2_requests import message
+
     return {
         "SendMessage": s.SendMessageRequest(messages=[message(tag="TagA", keys=["k"])]).SerializeToString(),
         "QueryRoute": s.QueryRouteRequest(topic=d.Resource(name="TopicTest")).SerializeToString(),
-        "AckMessage": s.AckMessageRequest(group=d.Resource(name="G1"), topic=d.Resource(name="TopicTest"), entries=[
-            s.AckMessageEntry(message_id="m", receipt_handle="h")]).SerializeToString(),
+        "AckMessage": s.AckMessageRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="TopicTest"),
+            entries=[s.AckMessageEntry(message_id="m", receipt_handle="h")],
+        ).SerializeToString(),
     }
 
 
@@ -131,8 +134,11 @@ def _raw(channel: grpc.Channel, path: str, payload: bytes, metadata=METADATA):
 def test_garbage_bytes_on_every_unary_method(cluster: Cluster, label: str) -> None:
     before = cluster.snapshot()
     payload = GARBAGE[label]
-    for service, channel in ((V2_SERVICE, cluster.broker_channel), (ADMIN_SERVICE, cluster.broker_channel),
-                             (STORE_SERVICE, cluster.store_channel)):
+    for service, channel in (
+        (V2_SERVICE, cluster.broker_channel),
+        (ADMIN_SERVICE, cluster.broker_channel),
+        (STORE_SERVICE, cluster.store_channel),
+    ):
         for method in service.methods:
             if method.client_streaming or method.server_streaming:
                 continue
@@ -175,14 +181,16 @@ def test_truncated_requests(cluster: Cluster, rpc: str) -> None:
 
 def test_garbage_on_streaming_methods(cluster: Cluster) -> None:
     for name in ("ReceiveMessage", "PullMessage"):
-        call = cluster.broker_channel.unary_stream(f"/{V2_SERVICE.full_name}/{name}", request_serializer=None,
-                                                   response_deserializer=None)
+        call = cluster.broker_channel.unary_stream(
+            f"/{V2_SERVICE.full_name}/{name}", request_serializer=None, response_deserializer=None
+        )
         for payload in GARBAGE.values():
             with pytest.raises(grpc.RpcError) as caught:
                 list(call(payload, metadata=METADATA, timeout=10))
             assert caught.value.code() in ERROR_CODES
-    telemetry = cluster.broker_channel.stream_stream(f"/{V2_SERVICE.full_name}/Telemetry", request_serializer=None,
-                                                     response_deserializer=None)
+    telemetry = cluster.broker_channel.stream_stream(
+        f"/{V2_SERVICE.full_name}/Telemetry", request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.RpcError) as caught:
         list(telemetry(iter([b"\xff" * 16]), metadata=METADATA, timeout=10))
     assert caught.value.code() in ERROR_CODES | {grpc.StatusCode.CANCELLED}
@@ -210,9 +218,14 @@ def test_oversized_grpc_message_is_resource_exhausted(cluster: Cluster) -> None:
 
 def test_zz_the_seed_message_survived_every_forged_handle(cluster: Cluster) -> None:
     """Runs last (file order): the handles the corpus forged from G2's real one touched nothing."""
-    ack = cluster.v2.AckMessage(s.AckMessageRequest(
-        group=d.Resource(name="G2"), topic=d.Resource(name="OtherTopic"),
-        entries=[s.AckMessageEntry(message_id="SEED-1", receipt_handle=cluster.ctx["handle"])]),
-        metadata=METADATA, timeout=10)
+    ack = cluster.v2.AckMessage(
+        s.AckMessageRequest(
+            group=d.Resource(name="G2"),
+            topic=d.Resource(name="OtherTopic"),
+            entries=[s.AckMessageEntry(message_id="SEED-1", receipt_handle=cluster.ctx["handle"])],
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert ack.status.code == d.OK, ack.status
     assert cluster.healthy()

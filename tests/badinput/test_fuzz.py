@@ -13,6 +13,7 @@ CI runs a smoke (``PYRMQ_FUZZ_EXAMPLES``, default 12 examples per RPC); ``make f
 to 2,000. The decoder fuzz feeds random, truncated and bit-flipped records to
 ``decode_record``: anything but a record, BLANK or ``CorruptRecord`` is a bug.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,35 +44,81 @@ EXAMPLES = int(os.environ.get("PYRMQ_FUZZ_EXAMPLES", "12"))
 BROKER_OVERRIDES = {"long_polling_timeout_ms_min": 100, "long_polling_timeout_ms_max": 300}
 STREAM_DEADLINE_S = 3.0
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 50,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 50,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 # -- values ---------------------------------------------------------------------------------------
 
-ODD_TEXT = st.sampled_from([
-    "", " ", "\t", "\x00", "\x01", "\x02", "|", "||", "*", "%RETRY%G1", "%DLQ%G1", "TBW102", "RMQ_SYS_TRACE_TOPIC",
-    "rmq_sys_x", "SCHEDULE_TOPIC_XXXX", "CID_RMQ_SYS_TRANS", "UNIQ_KEY", "__CRC32#", "TopicTest", "G1", "a > 1",
-    "a >", "\u202e", "\U0001f600" * 20, "\udfff".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
-    "\u00e9" * 32, "t" * 127, "t" * 128, "g" * 120, "g" * 121, "x" * 16_385, "x" * 70_000])
+ODD_TEXT = st.sampled_from(
+    [
+        "",
+        " ",
+        "\t",
+        "\x00",
+        "\x01",
+        "\x02",
+        "|",
+        "||",
+        "*",
+        "%RETRY%G1",
+        "%DLQ%G1",
+        "TBW102",
+        "RMQ_SYS_TRACE_TOPIC",
+        "rmq_sys_x",
+        "SCHEDULE_TOPIC_XXXX",
+        "CID_RMQ_SYS_TRANS",
+        "UNIQ_KEY",
+        "__CRC32#",
+        "TopicTest",
+        "G1",
+        "a > 1",
+        "a >",
+        "\u202e",
+        "\U0001f600" * 20,
+        "\udfff".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+        "\u00e9" * 32,
+        "t" * 127,
+        "t" * 128,
+        "g" * 120,
+        "g" * 121,
+        "x" * 16_385,
+        "x" * 70_000,
+    ]
+)
 NAMES = st.from_regex(r"[%|a-zA-Z0-9_-]{1,20}", fullmatch=True)
-TEXT = st.one_of(st.text(max_size=40), ODD_TEXT, NAMES, st.text(alphabet=st.characters(max_codepoint=0x9f),
-                                                                 max_size=10))
+TEXT = st.one_of(
+    st.text(max_size=40), ODD_TEXT, NAMES, st.text(alphabet=st.characters(max_codepoint=0x9F), max_size=10)
+)
 BYTES = st.one_of(st.binary(max_size=64), st.sampled_from([b"", b"\x00" * 1024, b"x" * ((4 << 20) + 1)]))
 INT32 = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([0, -1, 1, 2**31 - 1, -(2**31)]))
-INT64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, -1, 1, 2**63 - 1, -(2**63), 10_000,
-                                                                     253_402_300_800]))
+INT64 = st.one_of(
+    st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, -1, 1, 2**63 - 1, -(2**63), 10_000, 253_402_300_800])
+)
 UINT32 = st.integers(0, 2**32 - 1)
 UINT64 = st.integers(0, 2**64 - 1)
 FLOAT = st.floats(allow_nan=True, allow_infinity=True, width=32)
 DOUBLE = st.floats(allow_nan=True, allow_infinity=True)
 
 SCALARS = {
-    F.TYPE_STRING: TEXT, F.TYPE_BYTES: BYTES, F.TYPE_BOOL: st.booleans(),
-    F.TYPE_INT32: INT32, F.TYPE_SINT32: INT32, F.TYPE_SFIXED32: INT32,
-    F.TYPE_INT64: INT64, F.TYPE_SINT64: INT64, F.TYPE_SFIXED64: INT64,
-    F.TYPE_UINT32: UINT32, F.TYPE_FIXED32: UINT32, F.TYPE_UINT64: UINT64, F.TYPE_FIXED64: UINT64,
-    F.TYPE_FLOAT: FLOAT, F.TYPE_DOUBLE: DOUBLE,
+    F.TYPE_STRING: TEXT,
+    F.TYPE_BYTES: BYTES,
+    F.TYPE_BOOL: st.booleans(),
+    F.TYPE_INT32: INT32,
+    F.TYPE_SINT32: INT32,
+    F.TYPE_SFIXED32: INT32,
+    F.TYPE_INT64: INT64,
+    F.TYPE_SINT64: INT64,
+    F.TYPE_SFIXED64: INT64,
+    F.TYPE_UINT32: UINT32,
+    F.TYPE_FIXED32: UINT32,
+    F.TYPE_UINT64: UINT64,
+    F.TYPE_FIXED64: UINT64,
+    F.TYPE_FLOAT: FLOAT,
+    F.TYPE_DOUBLE: DOUBLE,
 }
 MAX_DEPTH = 3
 
@@ -118,8 +165,9 @@ def _build(cls, values: dict):
     message = cls()
     for name, value in values.items():
         field = cls.DESCRIPTOR.fields_by_name[name]
-        target = getattr(message, name) if (_is_map(field) or _is_repeated(field)
-                                             or field.type == F.TYPE_MESSAGE) else None
+        target = (
+            getattr(message, name) if (_is_map(field) or _is_repeated(field) or field.type == F.TYPE_MESSAGE) else None
+        )
         if _is_map(field):
             for k, v in value.items():
                 if field.message_type.fields_by_name["value"].type == F.TYPE_MESSAGE:
@@ -144,14 +192,33 @@ HANDLE = QUEUE | {C.INVALID_RECEIPT_HANDLE}
 ALLOWED: dict[str, set[int]] = {
     "QueryRoute": COMMON,
     "Heartbeat": {C.OK, C.CLIENT_ID_REQUIRED, C.UNRECOGNIZED_CLIENT_TYPE, C.ILLEGAL_CONSUMER_GROUP},
-    "SendMessage": COMMON | {
-        C.MULTIPLE_RESULTS, C.FORBIDDEN, C.ILLEGAL_MESSAGE_TAG, C.ILLEGAL_MESSAGE_KEY, C.ILLEGAL_MESSAGE_GROUP,
-        C.ILLEGAL_MESSAGE_PROPERTY_KEY, C.ILLEGAL_MESSAGE_ID, C.ILLEGAL_DELIVERY_TIME,
-        C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, C.MESSAGE_CORRUPTED, C.MESSAGE_BODY_TOO_LARGE, C.MESSAGE_BODY_EMPTY,
-        C.MESSAGE_PROPERTIES_TOO_LARGE, C.UNSUPPORTED, C.TOO_MANY_REQUESTS},
+    "SendMessage": COMMON
+    | {
+        C.MULTIPLE_RESULTS,
+        C.FORBIDDEN,
+        C.ILLEGAL_MESSAGE_TAG,
+        C.ILLEGAL_MESSAGE_KEY,
+        C.ILLEGAL_MESSAGE_GROUP,
+        C.ILLEGAL_MESSAGE_PROPERTY_KEY,
+        C.ILLEGAL_MESSAGE_ID,
+        C.ILLEGAL_DELIVERY_TIME,
+        C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        C.MESSAGE_CORRUPTED,
+        C.MESSAGE_BODY_TOO_LARGE,
+        C.MESSAGE_BODY_EMPTY,
+        C.MESSAGE_PROPERTIES_TOO_LARGE,
+        C.UNSUPPORTED,
+        C.TOO_MANY_REQUESTS,
+    },
     "QueryAssignment": QUEUE | {C.FORBIDDEN},
-    "ReceiveMessage": QUEUE | {C.ILLEGAL_FILTER_EXPRESSION, C.ILLEGAL_INVISIBLE_TIME, C.ILLEGAL_POLLING_TIME,
-                               C.MESSAGE_NOT_FOUND, C.TOO_MANY_REQUESTS},
+    "ReceiveMessage": QUEUE
+    | {
+        C.ILLEGAL_FILTER_EXPRESSION,
+        C.ILLEGAL_INVISIBLE_TIME,
+        C.ILLEGAL_POLLING_TIME,
+        C.MESSAGE_NOT_FOUND,
+        C.TOO_MANY_REQUESTS,
+    },
     "AckMessage": HANDLE | {C.MULTIPLE_RESULTS},
     "ForwardMessageToDeadLetterQueue": HANDLE,
     "ChangeInvisibleDuration": HANDLE | {C.ILLEGAL_INVISIBLE_TIME},
@@ -159,8 +226,7 @@ ALLOWED: dict[str, set[int]] = {
     "NotifyClientTermination": {C.OK},
     "RecallMessage": COMMON | {C.ILLEGAL_DELIVERY_TIME, C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE},
     "QueryOffset": COMMON,
-    "PullMessage": QUEUE | {C.ILLEGAL_OFFSET, C.ILLEGAL_FILTER_EXPRESSION, C.ILLEGAL_POLLING_TIME,
-                            C.MESSAGE_NOT_FOUND},
+    "PullMessage": QUEUE | {C.ILLEGAL_OFFSET, C.ILLEGAL_FILTER_EXPRESSION, C.ILLEGAL_POLLING_TIME, C.MESSAGE_NOT_FOUND},
     "UpdateOffset": QUEUE | {C.ILLEGAL_OFFSET},
     "GetOffset": QUEUE | {C.OFFSET_NOT_FOUND},
     "SyncLiteSubscription": {C.UNSUPPORTED, C.CLIENT_ID_REQUIRED},
@@ -243,16 +309,31 @@ def test_fuzz_telemetry(cluster: Cluster) -> None:
 
 # -- the CommitLog record decoder ------------------------------------------------------------------
 
+
 def _record(body: bytes, topic: str, properties: dict[str, str]) -> bytes:
-    return encode_record(MessageRecord(topic=topic, queue_id=1, body=body, properties=properties,
-                                       born_host=(b"\x7f\x00\x00\x01", 5), store_host=(b"\x7f\x00\x00\x01", 6)),
-                         prop_crc=True)
+    return encode_record(
+        MessageRecord(
+            topic=topic,
+            queue_id=1,
+            body=body,
+            properties=properties,
+            born_host=(b"\x7f\x00\x00\x01", 5),
+            store_host=(b"\x7f\x00\x00\x01", 6),
+        ),
+        prop_crc=True,
+    )
 
 
-RECORDS = st.builds(_record, st.binary(max_size=64), st.from_regex(r"[a-zA-Z0-9_%|-]{1,130}", fullmatch=True),
-                    st.dictionaries(st.from_regex(r"[A-Za-z_]{1,8}", fullmatch=True), st.text(
-                        alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
-                        max_size=20), max_size=4))
+RECORDS = st.builds(
+    _record,
+    st.binary(max_size=64),
+    st.from_regex(r"[a-zA-Z0-9_%|-]{1,130}", fullmatch=True),
+    st.dictionaries(
+        st.from_regex(r"[A-Za-z_]{1,8}", fullmatch=True),
+        st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=20),
+        max_size=4,
+    ),
+)
 
 
 def _decode(data: bytes, check_crc: bool) -> None:
@@ -285,8 +366,9 @@ def test_decoder_bit_flipped_records(record: bytes, flips: list[int], check_crc:
     _decode(bytes(data), check_crc)
 
 
-@pytest.mark.parametrize("field,value", [("total size", 2**31 - 1), ("total size", -1), ("body length", 2**31 - 1),
-                                         ("body length", -5)])
+@pytest.mark.parametrize(
+    "field,value", [("total size", 2**31 - 1), ("total size", -1), ("body length", 2**31 - 1), ("body length", -5)]
+)
 def test_decoder_lying_lengths(field: str, value: int) -> None:
     data = bytearray(_record(b"hello", "T", {"a": "b"}))
     struct.pack_into(">i", data, 0 if field == "total size" else 84, value)

@@ -6,6 +6,7 @@
   FileStore behind the store's gRPC server and real broker servers on 127.0.0.1:0
   (tests/support/broker_servers.py).
 """
+
 from __future__ import annotations
 
 import pytest

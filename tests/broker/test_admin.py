@@ -1,5 +1,6 @@
 """The admin core (``services/broker/admin.py``) over ``GrpcStoreClient``, against a real store
 (FileStore behind the store's gRPC server on 127.0.0.1:0, see conftest)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -32,10 +33,15 @@ def admin(store_client: GrpcStoreClient, changed: list[str]) -> AdminService:
 
 # -- topics --------------------------------------------------------------------------------------
 
+
 def test_create_topic_then_update_keeps_unset_values(admin, changed, store_stub):
     topic, created = admin.create_topic("Orders", "FIFO", 4)
     assert created and (topic.name, topic.message_type, topic.read_queue_nums, topic.write_queue_nums) == (
-        "Orders", "FIFO", 4, 4)
+        "Orders",
+        "FIFO",
+        4,
+        4,
+    )
     stored = store_stub.GetTopic(pb.GetTopicRequest(topic_name="Orders"), timeout=10)
     assert stored.attributes["message.type"] == "FIFO" and stored.perm == 6
 
@@ -63,9 +69,16 @@ def test_new_topic_defaults_to_normal_with_8_queues(admin):
     assert created and (topic.message_type, topic.read_queue_nums, topic.write_queue_nums) == ("NORMAL", 8, 8)
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("", "blank"), ("bad topic", "illegal characters"), ("a" * 128, "longer than"),
-    ("TBW102", "system topic"), ("rmq_sys_wheel_timer", "system topic")])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("", "blank"),
+        ("bad topic", "illegal characters"),
+        ("a" * 128, "longer than"),
+        ("TBW102", "system topic"),
+        ("rmq_sys_wheel_timer", "system topic"),
+    ],
+)
 def test_create_topic_refuses_illegal_and_system_names(admin, name, fragment):
     with pytest.raises(RequestError) as caught:
         admin.create_topic(name, "NORMAL")
@@ -81,8 +94,9 @@ def test_create_topic_refuses_bad_types_and_counts(admin, message_type, queue_nu
 def test_list_topics_hides_system_topics_unless_asked(admin, store_stub):
     admin.create_topic("B")
     admin.create_topic("A", "DELAY")
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(
-        config=pb.TopicConfig(topic_name="rmq_sys_wheel_timer")), timeout=10)
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="rmq_sys_wheel_timer")), timeout=10
+    )
     assert [t.name for t in admin.list_topics()] == ["A", "B"]
     assert [t.name for t in admin.list_topics(include_system=True)] == ["A", "B", "rmq_sys_wheel_timer"]
 
@@ -101,6 +115,7 @@ def test_delete_topic(admin, changed):
 
 # -- groups --------------------------------------------------------------------------------------
 
+
 def test_create_group_then_update_keeps_unset_values(admin):
     group, created = admin.create_group("G1")
     assert created and (group.consume_message_orderly, group.retry_max_times) == (False, 16)
@@ -112,8 +127,10 @@ def test_create_group_then_update_keeps_unset_values(admin):
     assert (group.consume_message_orderly, group.retry_max_times) == (False, 4)
 
 
-@pytest.mark.parametrize("name, attempts", [("bad group", 0), ("g" * 121, 0), ("CID_RMQ_SYS_X", 0),
-                                            ("DEFAULT_CONSUMER", 0), ("G", -1), ("G", 1001)])
+@pytest.mark.parametrize(
+    "name, attempts",
+    [("bad group", 0), ("g" * 121, 0), ("CID_RMQ_SYS_X", 0), ("DEFAULT_CONSUMER", 0), ("G", -1), ("G", 1001)],
+)
 def test_create_group_refuses_illegal_names_and_counts(admin, name, attempts):
     with pytest.raises(RequestError):
         admin.create_group(name, max_delivery_attempts=attempts)
@@ -122,21 +139,24 @@ def test_create_group_refuses_illegal_names_and_counts(admin, name, attempts):
 def test_list_groups_hides_system_groups_unless_asked(admin, store_stub):
     admin.create_group("G2")
     admin.create_group("G1", fifo=True)
-    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(
-        config=pb.SubscriptionGroupConfig(group_name="CID_RMQ_SYS_TRANS")), timeout=10)
+    store_stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(group_name="CID_RMQ_SYS_TRANS")), timeout=10
+    )
     assert [(g.name, g.consume_message_orderly) for g in admin.list_groups()] == [("G1", True), ("G2", False)]
     assert "CID_RMQ_SYS_TRANS" in [g.name for g in admin.list_groups(include_system=True)]
 
 
 # -- consumer progress -----------------------------------------------------------------------------
 
+
 def test_consumer_progress_per_queue_lag(admin, store_stub):
     admin.create_topic("Orders", "NORMAL", 3)
     admin.create_group("G1")
     for i in range(5):
         put(store_stub, "Orders", i % 2, f"ID{i}")  # queue 0: 3 messages, queue 1: 2
-    store_stub.CommitConsumerOffset(pb.CommitConsumerOffsetRequest(group="G1", topic="Orders", queue_id=0, offset=2),
-                                    timeout=10)
+    store_stub.CommitConsumerOffset(
+        pb.CommitConsumerOffsetRequest(group="G1", topic="Orders", queue_id=0, offset=2), timeout=10
+    )
     wait_indexed(store_stub, "Orders", "ID4")  # dispatched, so max offsets are final
     progress = admin.consumer_progress("G1")
     assert progress.group == "G1"
@@ -161,11 +181,14 @@ def test_consumer_progress_follows_pop_acks(admin, store_stub):
     for i in range(3):
         put(store_stub, "Orders", 0, f"ID{i}")
     wait_indexed(store_stub, "Orders", "ID2")
-    popped = store_stub.PopMessages(pb.PopMessagesRequest(group="G1", topic="Orders", queue_id=0, max_count=2,
-                                                          invisible_duration_ms=60_000), timeout=10).messages
+    popped = store_stub.PopMessages(
+        pb.PopMessagesRequest(group="G1", topic="Orders", queue_id=0, max_count=2, invisible_duration_ms=60_000),
+        timeout=10,
+    ).messages
     for message in popped:
-        store_stub.AckMessage(pb.AckMessageRequest(group="G1", topic="Orders", receipt_handle=message.receipt_handle),
-                              timeout=10)
+        store_stub.AckMessage(
+            pb.AckMessageRequest(group="G1", topic="Orders", receipt_handle=message.receipt_handle), timeout=10
+        )
     [queue] = admin.consumer_progress("G1", "Orders").queues
     assert (queue.broker_offset, queue.consumer_offset, queue.lag) == (3, 2, 1)
 
@@ -184,6 +207,7 @@ def test_consumer_progress_unknown_group_or_topic(admin):
 
 # -- messages ------------------------------------------------------------------------------------
 
+
 def test_query_by_key_oldest_first(admin, store_stub):
     admin.create_topic("Orders")
     put(store_stub, "Orders", 0, "ID0", keys="order-1 shared", body=b"first")
@@ -191,7 +215,9 @@ def test_query_by_key_oldest_first(admin, store_stub):
     wait_indexed(store_stub, "Orders", "shared", 2)
     found = admin.query_by_key("Orders", "shared")
     assert [(m.message_id, m.body, m.keys, m.tag) for m in found] == [
-        ("ID0", b"first", ["order-1", "shared"], "TagA"), ("ID1", b"second", ["shared"], "TagA")]
+        ("ID0", b"first", ["order-1", "shared"], "TagA"),
+        ("ID1", b"second", ["shared"], "TagA"),
+    ]
     assert found[0].offset_msg_id and found[0].store_timestamp_ms > 0
     assert [m.message_id for m in admin.query_by_key("Orders", "order-1")] == ["ID0"]
     assert admin.query_by_key("Orders", "nothing") == []

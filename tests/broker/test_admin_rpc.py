@@ -1,5 +1,6 @@
 """``pyrmq.admin.v1.Admin`` on a real broker (in-process, 127.0.0.1:0) over a real store: the
 servicer's conversions and its gRPC status codes."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -28,10 +29,12 @@ def code_of(call, request) -> grpc.StatusCode:
 
 
 def test_topic_round_trip(admin_stub):
-    response = admin_stub.CreateTopic(pb.CreateTopicRequest(name="Orders", message_type=pb.FIFO, queue_nums=4),
-                                      timeout=10)
+    response = admin_stub.CreateTopic(
+        pb.CreateTopicRequest(name="Orders", message_type=pb.FIFO, queue_nums=4), timeout=10
+    )
     assert response.created and response.topic == pb.Topic(
-        name="Orders", message_type=pb.FIFO, read_queue_nums=4, write_queue_nums=4, perm=6)
+        name="Orders", message_type=pb.FIFO, read_queue_nums=4, write_queue_nums=4, perm=6
+    )
     response = admin_stub.CreateTopic(pb.CreateTopicRequest(name="Orders"), timeout=10)  # unset: unchanged
     assert not response.created and (response.topic.message_type, response.topic.write_queue_nums) == (pb.FIFO, 4)
     assert [t.name for t in admin_stub.ListTopics(pb.ListTopicsRequest(), timeout=10).topics] == ["Orders"]
@@ -51,8 +54,10 @@ def test_invalid_arguments(admin_stub):
     assert code_of(admin_stub.CreateTopic, pb.CreateTopicRequest(name="bad topic")) == grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(admin_stub.CreateTopic, pb.CreateTopicRequest(name="TBW102")) == grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(admin_stub.CreateGroup, pb.CreateGroupRequest(name="")) == grpc.StatusCode.INVALID_ARGUMENT
-    assert code_of(admin_stub.QueryMessages, pb.QueryMessagesRequest(topic="T", key="k", message_id="i")) == \
-        grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        code_of(admin_stub.QueryMessages, pb.QueryMessagesRequest(topic="T", key="k", message_id="i"))
+        == grpc.StatusCode.INVALID_ARGUMENT
+    )
     with pytest.raises(grpc.RpcError) as caught:
         admin_stub.CreateTopic(pb.CreateTopicRequest(name="T", queue_nums=5000), timeout=10)
     assert "queue count must be in [1, 1024]" in caught.value.details()
@@ -69,10 +74,13 @@ def test_groups_and_progress(admin_stub, store_stub):
     put(store_stub, "Orders", 0, "ID0")
     wait_indexed(store_stub, "Orders", "ID0")
     progress = admin_stub.GetConsumerProgress(pb.GetConsumerProgressRequest(group="G1", topic="Orders"), timeout=10)
-    assert progress.total_lag == 1 and list(progress.queues) == [pb.QueueProgress(
-        topic="Orders", queue_id=0, min_offset=0, broker_offset=1, consumer_offset=-1, lag=1)]
-    assert code_of(admin_stub.GetConsumerProgress, pb.GetConsumerProgressRequest(group="Nobody")) == \
-        grpc.StatusCode.NOT_FOUND
+    assert progress.total_lag == 1 and list(progress.queues) == [
+        pb.QueueProgress(topic="Orders", queue_id=0, min_offset=0, broker_offset=1, consumer_offset=-1, lag=1)
+    ]
+    assert (
+        code_of(admin_stub.GetConsumerProgress, pb.GetConsumerProgressRequest(group="Nobody"))
+        == grpc.StatusCode.NOT_FOUND
+    )
 
 
 def test_query_messages(admin_stub, store_stub):
@@ -81,7 +89,12 @@ def test_query_messages(admin_stub, store_stub):
     wait_indexed(store_stub, "Orders", "order-7")
     [by_key] = admin_stub.QueryMessages(pb.QueryMessagesRequest(topic="Orders", key="order-7"), timeout=10).messages
     assert (by_key.message_id, by_key.offset_msg_id, by_key.tag, list(by_key.keys), by_key.body) == (
-        "ID0", result.offset_msg_id, "TagA", ["order-7"], b"\x00\xff")
+        "ID0",
+        result.offset_msg_id,
+        "TagA",
+        ["order-7"],
+        b"\x00\xff",
+    )
     assert by_key.properties["KEYS"] == "order-7" and by_key.queue_id == 1
     [by_id] = admin_stub.QueryMessages(pb.QueryMessagesRequest(message_id="ID0"), timeout=10).messages
     assert by_id == by_key
@@ -106,7 +119,8 @@ def test_status_table():
 def test_reflection_lists_the_admin_service(broker):
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        [response] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                               timeout=10)
+        [response] = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
     assert ADMIN_SERVICE_NAME == "pyrmq.admin.v1.Admin"
     assert ADMIN_SERVICE_NAME in [s.name for s in response.list_services_response.service]

@@ -1,13 +1,13 @@
 """Cluster status (``AdminService.cluster_status``, ``Admin.GetClusterStatus``): topics' queue
 offsets and consumer groups' lag and in-flight counts, over a real store (see conftest)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import grpc
 import pytest
-from pyrmq.admin.v1 import admin_pb2
-from pyrmq.admin.v1 import admin_pb2_grpc
+from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.admin import AdminService
@@ -28,15 +28,21 @@ def admin(store_client: GrpcStoreClient) -> AdminService:
 
 
 def pop(store_stub, group: str, topic: str, queue_id: int, max_count: int) -> list[pb.PoppedMessage]:
-    return list(store_stub.PopMessages(pb.PopMessagesRequest(
-        group=group, topic=topic, queue_id=queue_id, max_count=max_count, invisible_duration_ms=60_000),
-        timeout=10).messages)
+    return list(
+        store_stub.PopMessages(
+            pb.PopMessagesRequest(
+                group=group, topic=topic, queue_id=queue_id, max_count=max_count, invisible_duration_ms=60_000
+            ),
+            timeout=10,
+        ).messages
+    )
 
 
 def ack(store_stub, group: str, topic: str, popped: list[pb.PoppedMessage]) -> None:
     for message in popped:
-        store_stub.AckMessage(pb.AckMessageRequest(group=group, topic=topic, receipt_handle=message.receipt_handle),
-                              timeout=10)
+        store_stub.AckMessage(
+            pb.AckMessageRequest(group=group, topic=topic, receipt_handle=message.receipt_handle), timeout=10
+        )
 
 
 def test_empty_store(admin, store_address):
@@ -52,7 +58,9 @@ def test_topics_with_queue_offsets_and_message_counts(admin, store_stub):
     wait_indexed(store_stub, "Orders", "ID4")  # dispatched, so max offsets are final
     status = admin.cluster_status()
     assert [(t.topic.name, t.topic.message_type, t.message_count) for t in status.topics] == [
-        ("Empty", "NORMAL", 0), ("Orders", "FIFO", 5)]
+        ("Empty", "NORMAL", 0),
+        ("Orders", "FIFO", 5),
+    ]
     orders = status.topics[1]
     assert [(q.queue_id, q.min_offset, q.max_offset) for q in orders.queues] == [(0, 0, 3), (1, 0, 2), (2, 0, 0)]
 
@@ -72,10 +80,15 @@ def test_write_queues_beyond_the_read_queues_are_counted(admin, store_stub):
 
 def test_system_topics_and_groups_only_if_asked(admin, store_stub):
     admin.create_topic("Orders")
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(
-        config=pb.TopicConfig(topic_name="rmq_sys_wheel_timer", read_queue_nums=1, write_queue_nums=1)), timeout=10)
-    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(
-        config=pb.SubscriptionGroupConfig(group_name="CID_RMQ_SYS_TRANS")), timeout=10)
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(
+            config=pb.TopicConfig(topic_name="rmq_sys_wheel_timer", read_queue_nums=1, write_queue_nums=1)
+        ),
+        timeout=10,
+    )
+    store_stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(group_name="CID_RMQ_SYS_TRANS")), timeout=10
+    )
     status = admin.cluster_status()
     assert [t.topic.name for t in status.topics] == ["Orders"] and status.groups == []
     everything = admin.cluster_status(include_system=True)
@@ -94,10 +107,11 @@ def test_group_lag_and_in_flight_per_topic(admin, store_stub):
     wait_indexed(store_stub, "Payments", "PAY0")
 
     ack(store_stub, "G1", "Orders", pop(store_stub, "G1", "Orders", 0, 2))  # queue 0: 2 consumed
-    unacked = pop(store_stub, "G1", "Orders", 1, 1)                         # queue 1: 1 in flight
+    unacked = pop(store_stub, "G1", "Orders", 1, 1)  # queue 1: 1 in flight
     assert len(unacked) == 1
-    store_stub.CommitConsumerOffset(pb.CommitConsumerOffsetRequest(group="G2", topic="Payments", queue_id=0,
-                                                                   offset=1), timeout=10)
+    store_stub.CommitConsumerOffset(
+        pb.CommitConsumerOffsetRequest(group="G2", topic="Payments", queue_id=0, offset=1), timeout=10
+    )
     status = admin.cluster_status()
     rows = {(g.group, g.topic): g for g in status.groups}
     assert [key for key in rows] == [("G1", "Orders"), ("G2", "Payments"), ("Idle", "")]
@@ -105,7 +119,9 @@ def test_group_lag_and_in_flight_per_topic(admin, store_stub):
     # In-flight messages are part of the lag (queue 1 has no committed offset yet: from its min offset).
     assert (orders.lag, orders.inflight_messages) == (6 - 2, 1)
     assert [(q.queue_id, q.broker_offset, q.consumer_offset, q.lag) for q in orders.queues] == [
-        (0, 3, 2, 1), (1, 3, -1, 3)]
+        (0, 3, 2, 1),
+        (1, 3, -1, 3),
+    ]
     assert (rows[("G2", "Payments")].lag, rows[("G2", "Payments")].inflight_messages) == (0, 0)
     assert rows[("Idle", "")].queues == []
 
@@ -132,14 +148,17 @@ def test_get_cluster_status_rpc(broker, store_stub, store_address):
         stub.CreateTopic(admin_pb2.CreateTopicRequest(name="Orders", queue_nums=2), timeout=10)
         put(store_stub, "Orders", 1, "ID0")
         wait_indexed(store_stub, "Orders", "ID0")
-        store_stub.CommitConsumerOffset(pb.CommitConsumerOffsetRequest(group="G1", topic="Orders", queue_id=0,
-                                                                       offset=0), timeout=10)
+        store_stub.CommitConsumerOffset(
+            pb.CommitConsumerOffsetRequest(group="G1", topic="Orders", queue_id=0, offset=0), timeout=10
+        )
         response = stub.GetClusterStatus(admin_pb2.GetClusterStatusRequest(), timeout=10)
     assert response.store_address == store_address
     [topic] = response.topics
     assert (topic.topic.name, topic.topic.message_type, topic.message_count) == ("Orders", admin_pb2.NORMAL, 1)
-    assert list(topic.queues) == [admin_pb2.QueueOffsets(queue_id=0, min_offset=0, max_offset=0),
-                                  admin_pb2.QueueOffsets(queue_id=1, min_offset=0, max_offset=1)]
+    assert list(topic.queues) == [
+        admin_pb2.QueueOffsets(queue_id=0, min_offset=0, max_offset=0),
+        admin_pb2.QueueOffsets(queue_id=1, min_offset=0, max_offset=1),
+    ]
     [group] = response.groups
     assert (group.group, group.topic, group.lag, group.inflight_messages) == ("G1", "Orders", 1, 0)
     assert [q.consumer_offset for q in group.queues] == [0, -1]

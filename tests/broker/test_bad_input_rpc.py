@@ -5,6 +5,7 @@ The core's full send-rule table is tests/broker/test_validation.py; here the sam
 through real gRPC (protobuf conversion included) to a real store, plus the consumer-side and
 transaction rules.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -41,10 +42,15 @@ def to_proto(fields: dict) -> d.Message:
         system["delivery_timestamp"] = Timestamp(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
     if "orphaned_transaction_recovery_s" in fields:
         system["orphaned_transaction_recovery_duration"] = Duration(
-            seconds=fields.pop("orphaned_transaction_recovery_s"))
-    return message(topic=fields.pop("topic", "TopicTest"), body=fields.pop("body", b"hello"),
-                   message_id=fields.pop("message_id", "0102FC0000000146A20B13E20600000000"),
-                   user_properties=fields.pop("user_properties", None), **system)
+            seconds=fields.pop("orphaned_transaction_recovery_s")
+        )
+    return message(
+        topic=fields.pop("topic", "TopicTest"),
+        body=fields.pop("body", b"hello"),
+        message_id=fields.pop("message_id", "0102FC0000000146A20B13E20600000000"),
+        user_properties=fields.pop("user_properties", None),
+        **system,
+    )
 
 
 def puts(store_stub) -> int:
@@ -87,15 +93,19 @@ def test_missing_client_id_is_refused_everywhere(v2, store_stub):
     assert puts(store_stub) == before
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    ({"group": "bad group!"}, d.ILLEGAL_CONSUMER_GROUP),
-    ({"group": "CID_RMQ_SYS_TRANS"}, d.ILLEGAL_CONSUMER_GROUP),
-    ({"topic": "bad topic!"}, d.ILLEGAL_TOPIC),
-    ({"expression": "||"}, d.ILLEGAL_FILTER_EXPRESSION),
-    ({"expression": "a > ", "filter_type": d.SQL}, d.ILLEGAL_FILTER_EXPRESSION),
-    ({"invisible_s": 0}, d.ILLEGAL_INVISIBLE_TIME),
-    ({"invisible_s": 13 * 3600}, d.ILLEGAL_INVISIBLE_TIME),
-], ids=["group", "system group", "topic", "tag expression", "sql expression", "invisible 0", "invisible 13 h"])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        ({"group": "bad group!"}, d.ILLEGAL_CONSUMER_GROUP),
+        ({"group": "CID_RMQ_SYS_TRANS"}, d.ILLEGAL_CONSUMER_GROUP),
+        ({"topic": "bad topic!"}, d.ILLEGAL_TOPIC),
+        ({"expression": "||"}, d.ILLEGAL_FILTER_EXPRESSION),
+        ({"expression": "a > ", "filter_type": d.SQL}, d.ILLEGAL_FILTER_EXPRESSION),
+        ({"invisible_s": 0}, d.ILLEGAL_INVISIBLE_TIME),
+        ({"invisible_s": 13 * 3600}, d.ILLEGAL_INVISIBLE_TIME),
+    ],
+    ids=["group", "system group", "topic", "tag expression", "sql expression", "invisible 0", "invisible 13 h"],
+)
 def test_receive_refusals(v2, store_stub, overrides, expected):
     overrides.setdefault("topic", "RecvTopic")
     status, messages, replies = receive(v2, overrides.pop("topic"), polling_s=1, **overrides)
@@ -105,24 +115,55 @@ def test_receive_refusals(v2, store_stub, overrides, expected):
 
 @pytest.mark.parametrize("handle", ["", "garbage", "1 2 3 4 5 6 7 8 9", "x" * 10_000])
 def test_bad_receipt_handles(v2, handle):
-    ack = v2.AckMessage(s.AckMessageRequest(group=d.Resource(name="G1"), topic=d.Resource(name="TopicTest"),
-                                            entries=[s.AckMessageEntry(message_id="m", receipt_handle=handle)]),
-                        metadata=METADATA, timeout=10)
+    ack = v2.AckMessage(
+        s.AckMessageRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="TopicTest"),
+            entries=[s.AckMessageEntry(message_id="m", receipt_handle=handle)],
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert ack.status.code == d.INVALID_RECEIPT_HANDLE and ack.entries[0].status.code == d.INVALID_RECEIPT_HANDLE
-    change = v2.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
-        group=d.Resource(name="G1"), topic=d.Resource(name="TopicTest"), receipt_handle=handle,
-        invisible_duration=Duration(seconds=10), message_id="m"), metadata=METADATA, timeout=10)
+    change = v2.ChangeInvisibleDuration(
+        s.ChangeInvisibleDurationRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="TopicTest"),
+            receipt_handle=handle,
+            invisible_duration=Duration(seconds=10),
+            message_id="m",
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert change.status.code == d.INVALID_RECEIPT_HANDLE
-    dlq = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
-        group=d.Resource(name="G1"), topic=d.Resource(name="TopicTest"), receipt_handle=handle, message_id="m",
-        delivery_attempt=1, max_delivery_attempts=16), metadata=METADATA, timeout=10)
+    dlq = v2.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="TopicTest"),
+            receipt_handle=handle,
+            message_id="m",
+            delivery_attempt=1,
+            max_delivery_attempts=16,
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert dlq.status.code == d.INVALID_RECEIPT_HANDLE
 
 
 def test_unknown_transaction_id_writes_nothing(v2, store_stub):
     before = puts(store_stub)
-    response = v2.EndTransaction(s.EndTransactionRequest(
-        topic=d.Resource(name="TopicTest"), message_id="NOPE", transaction_id="NOPE", resolution=d.COMMIT,
-        source=d.SOURCE_CLIENT), metadata=METADATA, timeout=10)
+    response = v2.EndTransaction(
+        s.EndTransactionRequest(
+            topic=d.Resource(name="TopicTest"),
+            message_id="NOPE",
+            transaction_id="NOPE",
+            resolution=d.COMMIT,
+            source=d.SOURCE_CLIENT,
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert response.status.code == d.INVALID_TRANSACTION_ID
     assert puts(store_stub) == before

@@ -1,4 +1,5 @@
 """Consumer core (services/broker/consumer.py) and its v2 mapping, with an in-memory pop store."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,29 +10,48 @@ import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 
-from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
 from services.broker import consumer
-from services.runtime.clock import SystemClock
-from services.store.client.model import AckResult, Delivery, PopOutcome
 from services.broker.consumer import ArrivalHub, ConsumerService, FilterType, ReceiveRequest
 from services.broker.errors import BrokerError, Code
-from services.store.client.model import GroupInfo, TopicInfo
-from services.domain.delivery import MessageType
 from services.broker.rpc import consumer_convert
+from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.java_compat import java_string_hash
+from services.runtime.clock import SystemClock
+from services.store.client.model import AckResult, Delivery, GroupInfo, PopOutcome, TopicInfo
 
 
 def delivery(body=b"x", handle="h1", **props) -> Delivery:
-    return Delivery(topic="T", body=body, properties=props, queue_id=2, queue_offset=7, delivery_attempt=1,
-                    receipt_handle=handle, born_timestamp_ms=1_700_000_000_123, born_host="10.0.0.1:5000",
-                    store_timestamp_ms=1_700_000_001_000, store_host="10.0.0.2:10911", offset_msg_id="0A0000")
+    return Delivery(
+        topic="T",
+        body=body,
+        properties=props,
+        queue_id=2,
+        queue_offset=7,
+        delivery_attempt=1,
+        receipt_handle=handle,
+        born_timestamp_ms=1_700_000_000_123,
+        born_host="10.0.0.1:5000",
+        store_timestamp_ms=1_700_000_001_000,
+        store_host="10.0.0.2:10911",
+        offset_msg_id="0A0000",
+    )
 
 
 # -- pure functions ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("expression, tags", [
-    ("*", None), ("", None), ("  ", None), ("TagA", {"TagA"}), ("TagA || TagB", {"TagA", "TagB"}),
-    (" a ||b|| ", {"a", "b"}), ("a || *", None)])
+
+@pytest.mark.parametrize(
+    "expression, tags",
+    [
+        ("*", None),
+        ("", None),
+        ("  ", None),
+        ("TagA", {"TagA"}),
+        ("TagA || TagB", {"TagA", "TagB"}),
+        (" a ||b|| ", {"a", "b"}),
+        ("a || *", None),
+    ],
+)
 def test_tag_filter(expression, tags):
     parsed = consumer.parse_filter(FilterType.TAG, expression)
     assert parsed == consumer.Filter(tags=None if tags is None else frozenset(tags))
@@ -68,12 +88,32 @@ def test_polling_invisible_and_batch_rules():
 
 
 def test_user_properties_drop_internal_keys():
-    props = {"color": "red", "TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U", "__SHARDINGKEY": "g", "TRACE_CONTEXT": "t",
-             "__transactionId__": "x", "CHECK_IMMUNITY_TIME_IN_SECONDS": "5", "RETRY_TOPIC": "T",
-             "ORIGIN_MESSAGE_ID": "o", "DLQ_ORIGIN_TOPIC": "T", "DLQ_ORIGIN_MESSAGE_ID": "m", "REAL_TOPIC": "T",
-             "REAL_QID": "1", "WAIT": "true", "CLUSTER": "c", "__CRC32#": "1", "PGROUP": "p", "__BORNHOST": "h",
-             "BORN_TIMESTAMP": "1", "TIMER_DELIVER_MS": "1", "1ST_POP_TIME": "1", "RECONSUME_TIME": "1",
-             "size": "L"}
+    props = {
+        "color": "red",
+        "TAGS": "a",
+        "KEYS": "k",
+        "UNIQ_KEY": "U",
+        "__SHARDINGKEY": "g",
+        "TRACE_CONTEXT": "t",
+        "__transactionId__": "x",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS": "5",
+        "RETRY_TOPIC": "T",
+        "ORIGIN_MESSAGE_ID": "o",
+        "DLQ_ORIGIN_TOPIC": "T",
+        "DLQ_ORIGIN_MESSAGE_ID": "m",
+        "REAL_TOPIC": "T",
+        "REAL_QID": "1",
+        "WAIT": "true",
+        "CLUSTER": "c",
+        "__CRC32#": "1",
+        "PGROUP": "p",
+        "__BORNHOST": "h",
+        "BORN_TIMESTAMP": "1",
+        "TIMER_DELIVER_MS": "1",
+        "1ST_POP_TIME": "1",
+        "RECONSUME_TIME": "1",
+        "size": "L",
+    }
     assert user_properties(props) == {"color": "red", "size": "L"}
 
 
@@ -88,9 +128,20 @@ def test_message_type_and_delivery_time():
 
 
 def test_delivered_message_fields():
-    message = consumer_convert.delivered_message(delivery(
-        b"body", TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="ID1", __SHARDINGKEY="g1", TIMER_DELIVER_MS="1700000005000",
-        DLQ_ORIGIN_TOPIC="T0", DLQ_ORIGIN_MESSAGE_ID="ID0", TRACE_CONTEXT="tc", color="red"))
+    message = consumer_convert.delivered_message(
+        delivery(
+            b"body",
+            TAGS="TagA",
+            KEYS="k1 k2",
+            UNIQ_KEY="ID1",
+            __SHARDINGKEY="g1",
+            TIMER_DELIVER_MS="1700000005000",
+            DLQ_ORIGIN_TOPIC="T0",
+            DLQ_ORIGIN_MESSAGE_ID="ID0",
+            TRACE_CONTEXT="tc",
+            color="red",
+        )
+    )
     sp = message.system_properties
     assert message.topic.name == "T" and message.body == b"body" and dict(message.user_properties) == {"color": "red"}
     assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == "ID1"
@@ -108,8 +159,12 @@ def test_delivered_message_fields():
 
 
 def test_ack_response_status():
-    request = s.AckMessageRequest(entries=[s.AckMessageEntry(message_id="a", receipt_handle="1"),
-                                           s.AckMessageEntry(message_id="b", receipt_handle="2")])
+    request = s.AckMessageRequest(
+        entries=[
+            s.AckMessageEntry(message_id="a", receipt_handle="1"),
+            s.AckMessageEntry(message_id="b", receipt_handle="2"),
+        ]
+    )
     same = consumer_convert.ack_response(request, [(Code.INVALID_RECEIPT_HANDLE, "x")] * 2)
     assert same.status.code == Code.INVALID_RECEIPT_HANDLE
     mixed = consumer_convert.ack_response(request, [(Code.OK, "OK"), (Code.INVALID_RECEIPT_HANDLE, "x")])
@@ -118,6 +173,7 @@ def test_ack_response_status():
 
 # -- the service with an in-memory pop store ---------------------------------------------------------
 
+
 class FakePopStore:
     def __init__(self) -> None:
         self.queue: list[Delivery] = []
@@ -125,8 +181,9 @@ class FakePopStore:
         self.pops = 0
         self.groups: dict[str, GroupInfo] = {}
 
-    def pop_messages(self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo,
-                     sql_expression="") -> PopOutcome:
+    def pop_messages(
+        self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo, sql_expression=""
+    ) -> PopOutcome:
         self.pops += 1
         taken, self.queue = self.queue[:max_count], self.queue[max_count:]
         return PopOutcome(taken)
@@ -179,14 +236,18 @@ def test_ack_change_dlq_and_assignment():
     store = FakePopStore()
     svc = service(store)
     assert svc.ack("G", "T", ["h1", "bad", ""]) == [
-        (Code.OK, "OK"), (Code.INVALID_RECEIPT_HANDLE, "receipt handle is invalid or expired"),
-        (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty")]
+        (Code.OK, "OK"),
+        (Code.INVALID_RECEIPT_HANDLE, "receipt handle is invalid or expired"),
+        (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty"),
+    ]
     assert svc.change_invisible_duration("G", "T", "h1", 0) == "h1'"
-    for call, code in [(lambda: svc.change_invisible_duration("G", "T", "bad", 10), Code.INVALID_RECEIPT_HANDLE),
-                       (lambda: svc.change_invisible_duration("G", "T", "h1", -1), Code.ILLEGAL_INVISIBLE_TIME),
-                       (lambda: svc.forward_to_dead_letter_queue("G", "T", "h1"), Code.INTERNAL_SERVER_ERROR),
-                       (lambda: svc.ack("", "T", ["h1"]), Code.ILLEGAL_CONSUMER_GROUP),
-                       (lambda: svc.ack("G", "", ["h1"]), Code.ILLEGAL_TOPIC)]:
+    for call, code in [
+        (lambda: svc.change_invisible_duration("G", "T", "bad", 10), Code.INVALID_RECEIPT_HANDLE),
+        (lambda: svc.change_invisible_duration("G", "T", "h1", -1), Code.ILLEGAL_INVISIBLE_TIME),
+        (lambda: svc.forward_to_dead_letter_queue("G", "T", "h1"), Code.INTERNAL_SERVER_ERROR),
+        (lambda: svc.ack("", "T", ["h1"]), Code.ILLEGAL_CONSUMER_GROUP),
+        (lambda: svc.ack("G", "", ["h1"]), Code.ILLEGAL_TOPIC),
+    ]:
         with pytest.raises(BrokerError) as err:
             call()
         assert err.value.code is code
@@ -201,14 +262,16 @@ def test_a_cancelled_receive_stops_waiting_without_popping_again():
     alive.set()
     threading.Timer(0.2, alive.clear).start()
     started = time.monotonic()
-    result = service(store).receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000,
-                                                   alive=alive.is_set))
+    result = service(store).receive(
+        ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000, alive=alive.is_set)
+    )
     assert result.messages == [] and store.pops == 1 and time.monotonic() - started < 2.5
 
 
 def test_limits_come_from_the_broker_settings() -> None:
-    limits = consumer.ConsumerLimits(invisible_ms_min=1_000, invisible_ms_max=5_000, polling_ms_min=100,
-                                     polling_ms_max=2_000, batch_max=64)
+    limits = consumer.ConsumerLimits(
+        invisible_ms_min=1_000, invisible_ms_max=5_000, polling_ms_min=100, polling_ms_max=2_000, batch_max=64
+    )
     assert consumer.receive_invisible_ms(1_000, False, limits) == 1_000
     with pytest.raises(BrokerError) as info:
         consumer.receive_invisible_ms(5_001, False, limits)

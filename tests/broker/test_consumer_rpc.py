@@ -1,4 +1,5 @@
 """Consumer RPCs over raw v2 requests against the real store and broker servers."""
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,9 @@ def test_receive_maps_the_message_and_ack(v2):
     sp = got.system_properties
     assert got.topic.name == "CTopic" and got.body == b"payload"
     assert dict(got.user_properties) == {"color": "red"}
-    assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == message().system_properties.message_id
+    assert (
+        sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == message().system_properties.message_id
+    )
     assert sp.body_digest.type == d.MD5 and sp.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
     assert sp.body_encoding == d.IDENTITY and sp.message_type == d.NORMAL and sp.delivery_attempt == 1
     assert sp.receipt_handle and sp.store_host and sp.store_timestamp.seconds > 0 and sp.born_host
@@ -89,19 +92,31 @@ def test_error_codes(v2):
     assert ack(v2, "ETopic", "not-a-handle").status.code == d.INVALID_RECEIPT_HANDLE
     assert change(v2, "ETopic", "not-a-handle", 10).status.code == d.INVALID_RECEIPT_HANDLE
     assert change(v2, "ETopic", "not-a-handle", 13 * 3600).status.code == d.ILLEGAL_INVISIBLE_TIME
-    dlq = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
-        group=d.Resource(name="G1"), topic=d.Resource(name="ETopic"), receipt_handle="nope"),
-        metadata=METADATA, timeout=10)
+    dlq = v2.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(
+            group=d.Resource(name="G1"), topic=d.Resource(name="ETopic"), receipt_handle="nope"
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert dlq.status.code == d.INVALID_RECEIPT_HANDLE
 
 
 def test_ack_with_several_entries(v2):
     send_ok(v2, message("MTopic"))
     _, [got], _ = receive(v2, "MTopic")
-    response = v2.AckMessage(s.AckMessageRequest(
-        group=d.Resource(name="G1"), topic=d.Resource(name="MTopic"), entries=[
-            s.AckMessageEntry(message_id="a", receipt_handle=got.system_properties.receipt_handle),
-            s.AckMessageEntry(message_id="b", receipt_handle="bogus")]), metadata=METADATA, timeout=10)
+    response = v2.AckMessage(
+        s.AckMessageRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="MTopic"),
+            entries=[
+                s.AckMessageEntry(message_id="a", receipt_handle=got.system_properties.receipt_handle),
+                s.AckMessageEntry(message_id="b", receipt_handle="bogus"),
+            ],
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert response.status.code == d.MULTIPLE_RESULTS
     assert [e.status.code for e in response.entries] == [d.OK, d.INVALID_RECEIPT_HANDLE]
 
@@ -109,10 +124,18 @@ def test_ack_with_several_entries(v2):
 def test_forward_to_dead_letter_queue(v2, store_stub):
     send_ok(v2, message("DTopic", body=b"dead"))
     _, [got], _ = receive(v2, "DTopic")
-    response = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
-        group=d.Resource(name="G1"), topic=d.Resource(name="DTopic"),
-        receipt_handle=got.system_properties.receipt_handle, message_id=got.system_properties.message_id,
-        delivery_attempt=1, max_delivery_attempts=3), metadata=METADATA, timeout=10)
+    response = v2.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(
+            group=d.Resource(name="G1"),
+            topic=d.Resource(name="DTopic"),
+            receipt_handle=got.system_properties.receipt_handle,
+            message_id=got.system_properties.message_id,
+            delivery_attempt=1,
+            max_delivery_attempts=3,
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
     assert response.status.code == d.OK
     assert [m.body for m in stored(store_stub, "%DLQ%G1", 0, at_least=1)] == [b"dead"]
 
@@ -121,15 +144,22 @@ def test_query_assignment(v2, store_stub):
     send_ok(v2, message("ATopic"))
 
     def assignments(group):
-        response = v2.QueryAssignment(s.QueryAssignmentRequest(
-            topic=d.Resource(name="ATopic"), group=d.Resource(name=group)), metadata=METADATA, timeout=10)
+        response = v2.QueryAssignment(
+            s.QueryAssignmentRequest(topic=d.Resource(name="ATopic"), group=d.Resource(name=group)),
+            metadata=METADATA,
+            timeout=10,
+        )
         assert response.status.code == d.OK, response.status
         return [a.message_queue for a in response.assignments]
 
     [queue] = assignments("PlainGroup")
     assert queue.id == -1 and queue.topic.name == "ATopic" and queue.broker.endpoints.addresses
     assert queue.permission in (d.READ, d.READ_WRITE)
-    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(
-        group_name="FifoGroup", consume_message_orderly=True)), timeout=10)
+    store_stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(
+            config=pb.SubscriptionGroupConfig(group_name="FifoGroup", consume_message_orderly=True)
+        ),
+        timeout=10,
+    )
     queues = assignments("FifoGroup")
     assert [q.id for q in queues] == list(range(len(queues))) and len(queues) >= 1

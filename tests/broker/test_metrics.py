@@ -1,4 +1,5 @@
 """Broker metrics over real servers: RPC latency by method and in-band code, traffic by topic."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -41,8 +42,7 @@ def test_rpc_latency_is_labelled_with_the_in_band_code(v2m, metrics):
     assert status.code == d.MESSAGE_NOT_FOUND
     assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE, code="MESSAGE_NOT_FOUND") == 1
     assert receive(v2m, "EmptyTopic", group="bad group!")[0].code == d.ILLEGAL_CONSUMER_GROUP
-    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE,
-                  code="ILLEGAL_CONSUMER_GROUP") == 1
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE, code="ILLEGAL_CONSUMER_GROUP") == 1
 
 
 def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics):
@@ -57,22 +57,22 @@ def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics):
     _, got, _ = receive(v2m, "MTopic", group="MGroup")
     while len(got) < 2:
         got += receive(v2m, "MTopic", group="MGroup")[1]
-    assert all(ack(v2m, "MTopic", m.system_properties.receipt_handle, group="MGroup").status.code == d.OK
-               for m in got)
+    assert all(ack(v2m, "MTopic", m.system_properties.receipt_handle, group="MGroup").status.code == d.OK for m in got)
     assert sample(metrics, "rocketmq_messages_out_total", topic="MTopic", consumer_group="MGroup") == 2
     assert sample(metrics, "rocketmq_throughput_out_total", topic="MTopic", consumer_group="MGroup") == 8
     assert b'rocketmq_messages_out_total{consumer_group="MGroup",topic="MTopic"} 2.0' in generate_latest(
-        metrics.registry)
+        metrics.registry
+    )
 
 
 def test_calls_without_a_v2_status_keep_the_grpc_code(make_broker, metrics):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     broker = make_broker(metrics=metrics)
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check",
-                  code="OK") == 1
+    assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check", code="OK") == 1
 
 
 def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics):
@@ -83,5 +83,4 @@ def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics):
     assert ack(v2m, "LagTopic", got[0].system_properties.receipt_handle, group="LagGroup").status.code == d.OK
     # 5 sent, 1 acked: 4 not acknowledged, 2 of them in flight
     assert sample(metrics, "rocketmq_consumer_lag_messages", consumer_group="LagGroup", topic="LagTopic") == 4
-    assert sample(metrics, "rocketmq_consumer_inflight_messages", consumer_group="LagGroup",
-                  topic="LagTopic") == 2
+    assert sample(metrics, "rocketmq_consumer_inflight_messages", consumer_group="LagGroup", topic="LagTopic") == 2

@@ -12,6 +12,7 @@ waits for its in-flight long polls; redeliveries are nacks (ChangeInvisibleDurat
 hundred ms, which the store revives within its 1 s revive interval), as a receive's invisible
 duration must be at least 10 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,10 @@ NODE = shutil.which("node")
 CLIENT_INSTALLED = (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").is_file()
 pytestmark = [
     pytest.mark.skipif(NODE is None, reason="node not on PATH (the Node.js client tests need Node >= 16.19)"),
-    pytest.mark.skipif(NODE is not None and not CLIENT_INSTALLED,
-                       reason="rocketmq-client-nodejs not installed: run `make setup` "
-                              "(npm ci in tests/broker/clients/node)"),
+    pytest.mark.skipif(
+        NODE is not None and not CLIENT_INSTALLED,
+        reason="rocketmq-client-nodejs not installed: run `make setup` (npm ci in tests/broker/clients/node)",
+    ),
     pytest.mark.timeout(90),
 ]
 
@@ -58,11 +60,19 @@ def run_node(script: str, home: Path, job: dict) -> list[dict]:
     # HOME: anything the client writes under ~ stays in the test's directory.
     env = dict(os.environ, HOME=str(home))
     try:
-        done = subprocess.run([NODE, str(NODE_DIR / script), json.dumps(job)], cwd=NODE_DIR, capture_output=True,
-                              text=True, env=env, timeout=CLIENT_TIMEOUT_S)
+        done = subprocess.run(
+            [NODE, str(NODE_DIR / script), json.dumps(job)],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=CLIENT_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired as exc:
-        out, err = (text.decode(errors="replace") if isinstance(text, bytes) else text or ""
-                    for text in (exc.stdout, exc.stderr))
+        out, err = (
+            text.decode(errors="replace") if isinstance(text, bytes) else text or ""
+            for text in (exc.stdout, exc.stderr)
+        )
         pytest.fail(f"{script} still running after {CLIENT_TIMEOUT_S} s:\n{out}\n{err}")
     assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -93,8 +103,9 @@ def consume(home: Path, endpoint: str, allow_errors: bool = False, **job) -> tup
 
 
 def create_group(store_stub, name: str, **config) -> None:
-    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(
-        config=pb.SubscriptionGroupConfig(group_name=name, **config)), timeout=10)
+    store_stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(group_name=name, **config)), timeout=10
+    )
 
 
 def committed_total(store_stub, group: str, topic: str, expected: int) -> int:
@@ -102,8 +113,15 @@ def committed_total(store_stub, group: str, topic: str, expected: int) -> int:
     ``expected``: acks from a push consumer may still be on their way when it exits."""
     deadline = time.monotonic() + 10
     while True:
-        total = sum(max(0, store_stub.QueryConsumerOffset(pb.QueryConsumerOffsetRequest(
-            group=group, topic=topic, queue_id=q), timeout=10).offset) for q in range(8))
+        total = sum(
+            max(
+                0,
+                store_stub.QueryConsumerOffset(
+                    pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=q), timeout=10
+                ).offset,
+            )
+            for q in range(8)
+        )
         if total >= expected or time.monotonic() > deadline:
             return total
         time.sleep(0.1)
@@ -121,26 +139,39 @@ def in_group_order(deliveries: list[dict], group: str) -> list[str]:
 
 # -- producer ---------------------------------------------------------------------------------
 
+
 def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
     broker = make_broker()
     endpoint = f"127.0.0.1:{broker.port}"
     deliver_ms = int(time.time() * 1000) + 30_000 + 123
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="NodeOnlyNormal", message_type=pb.NORMAL)), timeout=10)
-    results, settings = send(tmp_path, endpoint, [
-        {"topic": "NodeTopic", "body": "hello from node", "tag": "TagA", "keys": ["order-7", "k2"],
-         "properties": {"color": "red", "size": "L"}},
-        # the client refuses a body over the max_body_size our settings reply gave it
-        {"topic": "NodeTopic", "body_size": BODY_SIZE_MAX + 1},
-        # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
-        {"topic": "NodeOnlyNormal", "body": "x", "message_group": "g"},
-        # 31 days ahead: ILLEGAL_DELIVERY_TIME from the server (the client retries it 3 times)
-        {"topic": "NodeTopic", "body": "x", "delay_ms": 31 * 86_400_000},
-        # a delay message (Node sends millisecond delivery timestamps) is parked on the timer topic
-        {"topic": "NodeTopic", "body": "later", "delivery_timestamp_ms": deliver_ms},
-        # Node names queue 0 in every send; the server picks the queue itself (round robin)
-        *({"topic": "NodeTopic", "body": f"spread-{i}"} for i in range(4)),
-    ], topics=("NodeTopic",))  # one topic only: see STARTUP_RACE
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="NodeOnlyNormal", message_type=pb.NORMAL)),
+        timeout=10,
+    )
+    results, settings = send(
+        tmp_path,
+        endpoint,
+        [
+            {
+                "topic": "NodeTopic",
+                "body": "hello from node",
+                "tag": "TagA",
+                "keys": ["order-7", "k2"],
+                "properties": {"color": "red", "size": "L"},
+            },
+            # the client refuses a body over the max_body_size our settings reply gave it
+            {"topic": "NodeTopic", "body_size": BODY_SIZE_MAX + 1},
+            # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
+            {"topic": "NodeOnlyNormal", "body": "x", "message_group": "g"},
+            # 31 days ahead: ILLEGAL_DELIVERY_TIME from the server (the client retries it 3 times)
+            {"topic": "NodeTopic", "body": "x", "delay_ms": 31 * 86_400_000},
+            # a delay message (Node sends millisecond delivery timestamps) is parked on the timer topic
+            {"topic": "NodeTopic", "body": "later", "delivery_timestamp_ms": deliver_ms},
+            # Node names queue 0 in every send; the server picks the queue itself (round robin)
+            *({"topic": "NodeTopic", "body": f"spread-{i}"} for i in range(4)),
+        ],
+        topics=("NodeTopic",),
+    )  # one topic only: see STARTUP_RACE
     sent, too_large, wrong_type, too_late, delayed, *spread = results
     # The producer applied our settings reply: max body size, type validation, 3 attempts from
     # the exponential backoff policy (without one the Node producer process would crash).
@@ -175,16 +206,32 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
 
 # -- simple consumer ----------------------------------------------------------------------------
 
+
 def test_simple_consumer_tag_filter_and_ack(broker, store_stub, tmp_path):
     endpoint = f"127.0.0.1:{broker.port}"
-    sent = produce(tmp_path, endpoint, "NodeSimpleTopic", [
-        {"body": "a-1", "tag": "TagA", "keys": ["k-1"], "properties": {"color": "red"}},
-        {"body": "b-1", "tag": "TagB"},
-        {"body": "a-2", "tag": "TagA"},
-        {"body": "c-1", "tag": "TagC"},
-        {"body": "fifo", "tag": "TagA", "message_group": "order-9"}])
-    got, _ = consume(tmp_path, endpoint, group="NodeSimpleGroup", topic="NodeSimpleTopic", expression="TagA",
-                     count=3, deadline_s=30, await_s=5, action="ack")
+    sent = produce(
+        tmp_path,
+        endpoint,
+        "NodeSimpleTopic",
+        [
+            {"body": "a-1", "tag": "TagA", "keys": ["k-1"], "properties": {"color": "red"}},
+            {"body": "b-1", "tag": "TagB"},
+            {"body": "a-2", "tag": "TagA"},
+            {"body": "c-1", "tag": "TagC"},
+            {"body": "fifo", "tag": "TagA", "message_group": "order-9"},
+        ],
+    )
+    got, _ = consume(
+        tmp_path,
+        endpoint,
+        group="NodeSimpleGroup",
+        topic="NodeSimpleTopic",
+        expression="TagA",
+        count=3,
+        deadline_s=30,
+        await_s=5,
+        action="ack",
+    )
     assert sorted(m["body"] for m in got) == ["a-1", "a-2", "fifo"]
     assert all(m["acked"] is True and m["tag"] == "TagA" and m["attempt"] == 1 for m in got), got
     assert not any(m["corrupted"] for m in got)  # the body digest the broker sent checks out
@@ -194,31 +241,60 @@ def test_simple_consumer_tag_filter_and_ack(broker, store_stub, tmp_path):
     assert next(m for m in got if m["body"] == "fifo")["message_group"] == "order-9"
 
     # "TagB || TagC" from another group: exactly the other two
-    got, _ = consume(tmp_path, endpoint, group="NodeSimpleGroup2", topic="NodeSimpleTopic",
-                     expression="TagB || TagC", count=2, deadline_s=30, await_s=5)
+    got, _ = consume(
+        tmp_path,
+        endpoint,
+        group="NodeSimpleGroup2",
+        topic="NodeSimpleTopic",
+        expression="TagB || TagC",
+        count=2,
+        deadline_s=30,
+        await_s=5,
+    )
     assert sorted((m["body"], m["tag"]) for m in got) == [("b-1", "TagB"), ("c-1", "TagC")]
 
 
 def test_receive_invisible_duration_below_the_minimum_is_refused(broker, tmp_path):
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeShortTopic", [{"body": "x"}])
-    got, other = consume(tmp_path, endpoint, allow_errors=True, group="NodeShortGroup", topic="NodeShortTopic",
-                         count=1, deadline_s=1, invisible_ms=INVISIBLE_MS_MIN - 1)
+    got, other = consume(
+        tmp_path,
+        endpoint,
+        allow_errors=True,
+        group="NodeShortGroup",
+        topic="NodeShortTopic",
+        count=1,
+        deadline_s=1,
+        invisible_ms=INVISIBLE_MS_MIN - 1,
+    )
     assert got == []
     errors = other["receive_error"]
     assert errors and all(e["code"] == 40011 and "BadRequestException" in e["receive_error"] for e in errors)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a message whose body is the advertised max_body_size (4 MiB, accepted by SendMessage) is "
-    "delivered as one ReceiveMessageResponse of ~4 MiB + 209 bytes, over grpc-js's default 4 MiB "
-    "receive limit: the Node receive fails with RESOURCE_EXHAUSTED and the message can only "
-    "be redelivered until it is dead-lettered (the Java proxy behaves the same)"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "a message whose body is the advertised max_body_size (4 MiB, accepted by SendMessage) is "
+        "delivered as one ReceiveMessageResponse of ~4 MiB + 209 bytes, over grpc-js's default 4 MiB "
+        "receive limit: the Node receive fails with RESOURCE_EXHAUSTED and the message can only "
+        "be redelivered until it is dead-lettered (the Java proxy behaves the same)"
+    ),
+)
 def test_max_size_body_reaches_a_node_consumer(broker, tmp_path):
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeBigTopic", [{"body_size": BODY_SIZE_MAX}])
-    got, other = consume(tmp_path, endpoint, allow_errors=True, group="NodeBigGroup", topic="NodeBigTopic",
-                         count=1, max_receives=1, await_s=5)
+    got, other = consume(
+        tmp_path,
+        endpoint,
+        allow_errors=True,
+        group="NodeBigGroup",
+        topic="NodeBigTopic",
+        count=1,
+        max_receives=1,
+        await_s=5,
+    )
     assert other["receive_error"] == []
     [message] = got
     assert message["body_size"] == BODY_SIZE_MAX and message["acked"] is True
@@ -227,8 +303,17 @@ def test_max_size_body_reaches_a_node_consumer(broker, tmp_path):
 def test_change_invisible_duration_then_ack(broker, store_stub, tmp_path):
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeChangeTopic", [{"body": "slow"}])
-    [got], _ = consume(tmp_path, endpoint, group="NodeChangeGroup", topic="NodeChangeTopic", count=1,
-                       deadline_s=30, action="change_then_ack", change_ms=15_000, ack_stale_first=True)
+    [got], _ = consume(
+        tmp_path,
+        endpoint,
+        group="NodeChangeGroup",
+        topic="NodeChangeTopic",
+        count=1,
+        deadline_s=30,
+        action="change_then_ack",
+        change_ms=15_000,
+        ack_stale_first=True,
+    )
     # a new handle came back; the one it replaced is INVALID_RECEIPT_HANDLE; the new one acks
     assert got["handle_changed"] is True, got
     assert got["stale_ack"] is not None and got["stale_ack"]["code"] == 40013, got
@@ -241,8 +326,17 @@ def test_redelivery_with_rising_attempts_then_dead_letter(broker, store_stub, tm
     create_group(store_stub, "NodeRetryGroup", retry_max_times=2)  # 3 deliveries, then the DLQ
     [sent] = produce(tmp_path, endpoint, "NodeRetryTopic", [{"body": "again", "tag": "T", "keys": ["r-1"]}])
     # Each delivery is nacked: its invisible time is changed to 300 ms and it is never acked.
-    got, _ = consume(tmp_path, endpoint, group="NodeRetryGroup", topic="NodeRetryTopic", count=3,
-                     deadline_s=30, await_s=5, action="nack", nack_ms=300)
+    got, _ = consume(
+        tmp_path,
+        endpoint,
+        group="NodeRetryGroup",
+        topic="NodeRetryTopic",
+        count=3,
+        deadline_s=30,
+        await_s=5,
+        action="nack",
+        nack_ms=300,
+    )
     assert [(m["body"], m["attempt"], m["error"]) for m in got] == [("again", a, None) for a in (1, 2, 3)]
     assert {m["message_id"] for m in got} == {sent["message_id"]}
     assert all(m["topic"] == "NodeRetryTopic" and m["tag"] == "T" and m["keys"] == ["r-1"] for m in got)
@@ -253,8 +347,9 @@ def test_redelivery_with_rising_attempts_then_dead_letter(broker, store_stub, tm
     assert dead.properties["DLQ_ORIGIN_TOPIC"] == "NodeRetryTopic"
     assert dead.properties["DLQ_ORIGIN_MESSAGE_ID"] == sent["message_id"]
     # The dead-letter topic is consumable by the Node client like any topic.
-    [revived], _ = consume(tmp_path, endpoint, group="NodeDlqReader", topic="%DLQ%NodeRetryGroup", count=1,
-                           deadline_s=30, await_s=5)
+    [revived], _ = consume(
+        tmp_path, endpoint, group="NodeDlqReader", topic="%DLQ%NodeRetryGroup", count=1, deadline_s=30, await_s=5
+    )
     assert (revived["body"], revived["message_id"], revived["acked"]) == ("again", sent["message_id"], True)
 
 
@@ -273,8 +368,9 @@ def test_fifo_simple_consumer_keeps_order_per_group(broker, store_stub, tmp_path
     for group in FIFO_GROUPS:
         bodies = [m.body.decode() for m in stored(store_stub, "NodeFifoTopic", fifo_queue_id(group, 8))]
         assert [b for b in bodies if b.startswith(group)] == [f"{group}:{i}" for i in range(4)]
-    got, _ = consume(tmp_path, endpoint, group="NodeFifoSimple", topic="NodeFifoTopic", count=16, deadline_s=30,
-                     await_s=5, batch=4)
+    got, _ = consume(
+        tmp_path, endpoint, group="NodeFifoSimple", topic="NodeFifoTopic", count=16, deadline_s=30, await_s=5, batch=4
+    )
     assert len(got) == 16 and all(m["attempt"] == 1 and m["acked"] for m in got), got
     for group in FIFO_GROUPS:
         assert in_group_order(got, group) == [f"{group}:{i}" for i in range(4)]
@@ -288,8 +384,16 @@ def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(mak
     failing = next(r for r, m in zip(sent, fifo_messages(FIFO_GROUPS, 3)) if m["body"] == "g-B:1")
     # g-B:1 always fails: the client retries it locally up to its max attempts, then forwards it
     # with ForwardMessageToDeadLetterQueue; g-B:2 must still come after it.
-    got, other = consume(tmp_path, endpoint, mode="push", group="NodeFifoPush", topic="NodeFifoPushTopic",
-                         count=12, deadline_s=30, fail_bodies=["g-B:1"])
+    got, other = consume(
+        tmp_path,
+        endpoint,
+        mode="push",
+        group="NodeFifoPush",
+        topic="NodeFifoPushTopic",
+        count=12,
+        deadline_s=30,
+        fail_bodies=["g-B:1"],
+    )
     assert other["settings"]["fifo"] is True, other  # from the group's consume_message_orderly
     for group in FIFO_GROUPS:
         assert in_group_order(got, group) == [f"{group}:{i}" for i in range(3)], got
@@ -300,11 +404,18 @@ def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(mak
 
 # -- transactions ----------------------------------------------------------------------------------
 
+
 def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
     endpoint = f"127.0.0.1:{broker.port}"
-    committed, rolled_back = produce(tmp_path, endpoint, "NodeTxTopic", [
-        {"body": "committed", "keys": ["tx-commit"], "transaction": "commit"},
-        {"body": "rolled back", "keys": ["tx-rollback"], "transaction": "rollback"}])
+    committed, rolled_back = produce(
+        tmp_path,
+        endpoint,
+        "NodeTxTopic",
+        [
+            {"body": "committed", "keys": ["tx-commit"], "transaction": "commit"},
+            {"body": "rolled back", "keys": ["tx-rollback"], "transaction": "rollback"},
+        ],
+    )
     assert committed["transaction_id"] == committed["message_id"]
     assert rolled_back["transaction_id"] == rolled_back["message_id"]
     [record] = wait_stored(store_stub, "NodeTxTopic", committed["message_id"])
@@ -317,17 +428,29 @@ def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
 
 # -- push consumer ---------------------------------------------------------------------------------
 
+
 def test_push_consumer_acks_and_redelivers_failures(make_broker, store_stub, tmp_path):
     broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS)
     endpoint = f"127.0.0.1:{broker.port}"
     sent = produce(tmp_path, endpoint, "NodePushTopic", [{"body": f"p-{i}", "tag": "T"} for i in range(3)])
     # Every first delivery fails: the client nacks it (ChangeInvisibleDuration) and the server
     # redelivers it with attempt 2, which succeeds and is acked.
-    got, other = consume(tmp_path, endpoint, mode="push", group="NodePushGroup", topic="NodePushTopic",
-                         count=6, deadline_s=30, result="fail_first")
+    got, other = consume(
+        tmp_path,
+        endpoint,
+        mode="push",
+        group="NodePushGroup",
+        topic="NodePushTopic",
+        count=6,
+        deadline_s=30,
+        result="fail_first",
+    )
     settings = other["settings"]
     assert (settings["fifo"], settings["receive_batch_size"], settings["long_polling_timeout_ms"]) == (
-        False, 32, PUSH_POLLING_MS), settings
+        False,
+        32,
+        PUSH_POLLING_MS,
+    ), settings
     by_body = {body: [(m["attempt"], m["result"]) for m in got if m["body"] == body] for body in ("p-0", "p-1", "p-2")}
     assert by_body == {body: [(1, "FAILURE"), (2, "SUCCESS")] for body in by_body}, got
     assert {m["message_id"] for m in got} == {r["message_id"] for r in sent}

@@ -4,6 +4,7 @@ The client runs in a subprocess (tests/broker/clients/send.py): its apache.rocke
 clash with ours in one process. Store and broker run in this process on 127.0.0.1:0. What
 landed is read back through the store's gRPC API.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,14 +17,27 @@ from services.broker.queue_selection import fifo_queue_id
 from tests.support.official_client import run_client
 from tests.support.store_reads import stored, wait_stored
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 
 def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):
-    results, settings = run_client(tmp_path, f"127.0.0.1:{broker.port}", [
-        {"topic": "ClientTopic", "body": "hello from python", "tag": "TagA", "keys": ["order-7"],
-         "properties": {"color": "red", "size": "L"}}], topics=("ClientTopic",))
+    results, settings = run_client(
+        tmp_path,
+        f"127.0.0.1:{broker.port}",
+        [
+            {
+                "topic": "ClientTopic",
+                "body": "hello from python",
+                "tag": "TagA",
+                "keys": ["order-7"],
+                "properties": {"color": "red", "size": "L"},
+            }
+        ],
+        topics=("ClientTopic",),
+    )
     [result] = results
     assert result["ok"], result
     assert len(result["message_id"]) == 34 and result["message_id"].startswith("01")
@@ -38,12 +52,17 @@ def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):
     assert props["PGROUP"] == "ClientTopic" and props["CLUSTER"] == "DefaultCluster"
     assert props["__BORNHOST"] and int(props["BORN_TIMESTAMP"]) % 1000 == 0  # Py sends whole seconds
     assert abs(int(props["BORN_TIMESTAMP"]) - time.time() * 1000) < 120_000
-    assert [m.properties["UNIQ_KEY"] for m in wait_stored(store_stub, "ClientTopic", "order-7")] == [result["message_id"]]
+    assert [m.properties["UNIQ_KEY"] for m in wait_stored(store_stub, "ClientTopic", "order-7")] == [
+        result["message_id"]
+    ]
 
 
 def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, tmp_path):
-    messages = [{"topic": "ClientFifo", "body": f"{group}:{i}", "message_group": group}
-                for i in range(4) for group in ("order-A", "order-B", "order-C")]
+    messages = [
+        {"topic": "ClientFifo", "body": f"{group}:{i}", "message_group": group}
+        for i in range(4)
+        for group in ("order-A", "order-B", "order-C")
+    ]
     results, _ = run_client(tmp_path, f"127.0.0.1:{broker.port}", messages, topics=("ClientFifo",))
     assert all(r["ok"] for r in results), results
     for result in results:  # the store's reput thread dispatches just after each put returns
@@ -58,18 +77,25 @@ def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, tm
 
 def test_client_side_and_server_side_refusals(make_broker, store_stub, tmp_path):
     broker = make_broker()
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="OnlyNormal", message_type=pb.NORMAL)), timeout=10)
-    results, _ = run_client(tmp_path, f"127.0.0.1:{broker.port}", [
-        # the client refuses a body over the max_body_size our settings reply gave it
-        {"topic": "ClientTopic", "body_size": 4 * 1024 * 1024 + 1},
-        # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
-        {"topic": "OnlyNormal", "body": "x", "message_group": "g"},
-        # delivery_timestamp is in seconds for the Py client; 31 days ahead is refused by the server
-        {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 31 * 86400},
-        # a system topic passes the client's name check; the server's route query refuses it
-        {"topic": "TBW102", "body": "x"},
-    ], topics=("ClientTopic", "OnlyNormal"))
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="OnlyNormal", message_type=pb.NORMAL)),
+        timeout=10,
+    )
+    results, _ = run_client(
+        tmp_path,
+        f"127.0.0.1:{broker.port}",
+        [
+            # the client refuses a body over the max_body_size our settings reply gave it
+            {"topic": "ClientTopic", "body_size": 4 * 1024 * 1024 + 1},
+            # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
+            {"topic": "OnlyNormal", "body": "x", "message_group": "g"},
+            # delivery_timestamp is in seconds for the Py client; 31 days ahead is refused by the server
+            {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 31 * 86400},
+            # a system topic passes the client's name check; the server's route query refuses it
+            {"topic": "TBW102", "body": "x"},
+        ],
+        topics=("ClientTopic", "OnlyNormal"),
+    )
     too_large, wrong_type, too_late, system = results
     assert (too_large["ok"], too_large["error"]) == (False, "IllegalArgumentException")
     assert "max size=4194304" in too_large["message"]
@@ -81,8 +107,12 @@ def test_client_side_and_server_side_refusals(make_broker, store_stub, tmp_path)
 
 def test_delay_message_is_parked_with_a_recall_handle(broker, store_stub, tmp_path):
     deliver_s = int(time.time()) + 30
-    [result], _ = run_client(tmp_path, f"127.0.0.1:{broker.port}", [
-        {"topic": "ClientDelay", "body": "later", "delivery_timestamp": deliver_s}], topics=("ClientDelay",))
+    [result], _ = run_client(
+        tmp_path,
+        f"127.0.0.1:{broker.port}",
+        [{"topic": "ClientDelay", "body": "later", "delivery_timestamp": deliver_s}],
+        topics=("ClientDelay",),
+    )
     assert result["ok"] and result["recall_handle"], result
     [record] = wait_stored(store_stub, "rmq_sys_wheel_timer", result["message_id"])
     assert record.properties["REAL_TOPIC"] == "ClientDelay"
@@ -90,10 +120,15 @@ def test_delay_message_is_parked_with_a_recall_handle(broker, store_stub, tmp_pa
 
 
 def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
-    results, _ = run_client(tmp_path, f"127.0.0.1:{broker.port}", [
-        {"topic": "ClientTx", "body": "committed", "keys": ["tx-commit"], "transaction": "commit"},
-        {"topic": "ClientTx", "body": "rolled back", "keys": ["tx-rollback"], "transaction": "rollback"},
-    ], topics=("ClientTx",))
+    results, _ = run_client(
+        tmp_path,
+        f"127.0.0.1:{broker.port}",
+        [
+            {"topic": "ClientTx", "body": "committed", "keys": ["tx-commit"], "transaction": "commit"},
+            {"topic": "ClientTx", "body": "rolled back", "keys": ["tx-rollback"], "transaction": "rollback"},
+        ],
+        topics=("ClientTx",),
+    )
     committed, rolled_back = results
     assert committed["ok"] and rolled_back["ok"], results
     assert committed["transaction_id"] == committed["message_id"]

@@ -1,4 +1,5 @@
 """QueryOffset, PullMessage, UpdateOffset, GetOffset over raw v2 requests (real store and broker)."""
+
 from __future__ import annotations
 
 import threading
@@ -11,11 +12,10 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub
-from services.store.client.model import TopicInfo
-from services.store.client.model import GetOutcome, GetStatus
 from services.broker.offsets import OffsetService, PullRequest
+from services.runtime.clock import SystemClock
+from services.store.client.model import GetOutcome, GetStatus, TopicInfo
 from tests.support.pull_queues import put
 from tests.support.v2_requests import METADATA
 
@@ -34,10 +34,22 @@ def query_offset(v2, topic, queue_id, policy, timestamp_ms=None, **kw):
     return v2.QueryOffset(request, metadata=METADATA, timeout=10)
 
 
-def pull(v2, topic, queue_id, offset, batch_size=32, expression=None, filter_type=d.TAG, polling_s=None,
-         group="PullGroup", metadata=METADATA, timeout=10):
-    request = s.PullMessageRequest(group=d.Resource(name=group), message_queue=queue(topic, queue_id),
-                                   offset=offset, batch_size=batch_size)
+def pull(
+    v2,
+    topic,
+    queue_id,
+    offset,
+    batch_size=32,
+    expression=None,
+    filter_type=d.TAG,
+    polling_s=None,
+    group="PullGroup",
+    metadata=METADATA,
+    timeout=10,
+):
+    request = s.PullMessageRequest(
+        group=d.Resource(name=group), message_queue=queue(topic, queue_id), offset=offset, batch_size=batch_size
+    )
     if expression is not None:
         request.filter_expression.CopyFrom(d.FilterExpression(type=filter_type, expression=expression))
     if polling_s is not None:
@@ -55,9 +67,11 @@ def test_query_offset_policies(broker, v2, store_stub):
     end = query_offset(v2, "OffTopic", 2, d.END)
     assert end.status.code == d.OK and end.offset == 5
     stamp = results[3].store_timestamp_ms
-    assert query_offset(v2, "OffTopic", 2, d.TIMESTAMP, stamp).offset == [r.store_timestamp_ms for r in results].index(stamp)
+    assert query_offset(v2, "OffTopic", 2, d.TIMESTAMP, stamp).offset == [r.store_timestamp_ms for r in results].index(
+        stamp
+    )
     assert query_offset(v2, "OffTopic", 2, d.TIMESTAMP, stamp + 10**9).offset == 5
-    assert query_offset(v2, "OffTopic", 3, d.END).offset == 0            # a queue never written
+    assert query_offset(v2, "OffTopic", 3, d.END).offset == 0  # a queue never written
     assert query_offset(v2, "OffTopic", 2, d.TIMESTAMP).status.code == d.BAD_REQUEST
     assert query_offset(v2, "OffTopic", 2, d.END, broker="broker-a").offset == 5
 
@@ -86,13 +100,14 @@ def test_pull_tag_and_sql_filters_skip_ahead(broker, v2, store_stub):
     status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="TagB")
     assert status.code == d.OK and [m.body for m in messages] == [b"m1", b"m4", b"m7"] and next_offset == 9
     status, messages, next_offset = pull(v2, "TagPull", 0, 8, expression="TagB")
-    assert status.code == d.MESSAGE_NOT_FOUND and next_offset == 9   # m8 is TagC: skipped
-    status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="TAGS IN ('TagA', 'TagC') AND color = 'red'",
-                                         filter_type=d.SQL)
+    assert status.code == d.MESSAGE_NOT_FOUND and next_offset == 9  # m8 is TagC: skipped
+    status, messages, next_offset = pull(
+        v2, "TagPull", 0, 0, expression="TAGS IN ('TagA', 'TagC') AND color = 'red'", filter_type=d.SQL
+    )
     assert status.code == d.OK and [m.body for m in messages] == [b"m0", b"m2", b"m3", b"m5", b"m6", b"m8"]
     assert next_offset == 9
     status, messages, next_offset = pull(v2, "TagPull", 0, 0, expression="color = 'blue'", filter_type=d.SQL)
-    assert status.code == d.MESSAGE_NOT_FOUND and not messages and next_offset == 9   # all read, none matched
+    assert status.code == d.MESSAGE_NOT_FOUND and not messages and next_offset == 9  # all read, none matched
     status, _, _ = pull(v2, "TagPull", 0, 0, expression="a >", filter_type=d.SQL)
     assert status.code == d.ILLEGAL_FILTER_EXPRESSION
 
@@ -116,31 +131,43 @@ def test_pull_long_polls_until_an_arrival(broker, v2, store_stub):
 def test_update_and_get_offset(broker, v2, store_stub):
     put(store_stub, "CommitTopic", 0, 4)
     group = d.Resource(name="Dashboards")
-    got = v2.GetOffset(s.GetOffsetRequest(group=group, message_queue=queue("CommitTopic")), metadata=METADATA, timeout=10)
+    got = v2.GetOffset(
+        s.GetOffsetRequest(group=group, message_queue=queue("CommitTopic")), metadata=METADATA, timeout=10
+    )
     assert got.status.code == d.OFFSET_NOT_FOUND
-    updated = v2.UpdateOffset(s.UpdateOffsetRequest(group=group, message_queue=queue("CommitTopic"), offset=3),
-                              metadata=METADATA, timeout=10)
+    updated = v2.UpdateOffset(
+        s.UpdateOffsetRequest(group=group, message_queue=queue("CommitTopic"), offset=3), metadata=METADATA, timeout=10
+    )
     assert updated.status.code == d.OK
-    got = v2.GetOffset(s.GetOffsetRequest(group=group, message_queue=queue("CommitTopic")), metadata=METADATA, timeout=10)
+    got = v2.GetOffset(
+        s.GetOffsetRequest(group=group, message_queue=queue("CommitTopic")), metadata=METADATA, timeout=10
+    )
     assert got.status.code == d.OK and got.offset == 3
-    committed = store_stub.QueryConsumerOffset(pb.QueryConsumerOffsetRequest(group="Dashboards", topic="CommitTopic",
-                                                                             queue_id=0), timeout=10)
+    committed = store_stub.QueryConsumerOffset(
+        pb.QueryConsumerOffsetRequest(group="Dashboards", topic="CommitTopic", queue_id=0), timeout=10
+    )
     assert committed.offset == 3
-    bad = v2.UpdateOffset(s.UpdateOffsetRequest(group=group, message_queue=queue("CommitTopic"), offset=-1),
-                          metadata=METADATA, timeout=10)
+    bad = v2.UpdateOffset(
+        s.UpdateOffsetRequest(group=group, message_queue=queue("CommitTopic"), offset=-1), metadata=METADATA, timeout=10
+    )
     assert bad.status.code == d.ILLEGAL_OFFSET
 
 
-@pytest.mark.parametrize("call, code", [
-    (lambda v2: query_offset(v2, "NoSuchTopic", 0, d.END).status, d.TOPIC_NOT_FOUND),
-    (lambda v2: query_offset(v2, "BadQueues", 99, d.END).status, d.BAD_REQUEST),
-    (lambda v2: query_offset(v2, "BadQueues", 0, d.END, broker="other-broker").status, d.BAD_REQUEST),
-    (lambda v2: pull(v2, "BadQueues", 0, -1)[0], d.ILLEGAL_OFFSET),
-    (lambda v2: pull(v2, "BadQueues", 0, 0, group="bad group!")[0], d.ILLEGAL_CONSUMER_GROUP),
-    (lambda v2: pull(v2, "BadQueues", 0, 0, metadata=())[0], d.CLIENT_ID_REQUIRED),
-    (lambda v2: v2.QueryOffset(s.QueryOffsetRequest(message_queue=queue("BadQueues")), timeout=10).status,
-     d.CLIENT_ID_REQUIRED),
-])
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        (lambda v2: query_offset(v2, "NoSuchTopic", 0, d.END).status, d.TOPIC_NOT_FOUND),
+        (lambda v2: query_offset(v2, "BadQueues", 99, d.END).status, d.BAD_REQUEST),
+        (lambda v2: query_offset(v2, "BadQueues", 0, d.END, broker="other-broker").status, d.BAD_REQUEST),
+        (lambda v2: pull(v2, "BadQueues", 0, -1)[0], d.ILLEGAL_OFFSET),
+        (lambda v2: pull(v2, "BadQueues", 0, 0, group="bad group!")[0], d.ILLEGAL_CONSUMER_GROUP),
+        (lambda v2: pull(v2, "BadQueues", 0, 0, metadata=())[0], d.CLIENT_ID_REQUIRED),
+        (
+            lambda v2: v2.QueryOffset(s.QueryOffsetRequest(message_queue=queue("BadQueues")), timeout=10).status,
+            d.CLIENT_ID_REQUIRED,
+        ),
+    ],
+)
 def test_errors_are_in_band(broker, v2, store_stub, call, code):
     put(store_stub, "BadQueues", 0, 1)
     assert call(v2).code == code

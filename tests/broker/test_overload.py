@@ -2,6 +2,7 @@
 excess sends are refused fast with TOO_MANY_REQUESTS, never time out, and none of the refused
 messages is stored; once the store is fast again every send succeeds. Both places a send can
 wait are covered: the broker's send queue (PutCoalescer) and gRPC's worker pool (rpc/pool.py)."""
+
 from __future__ import annotations
 
 import threading
@@ -14,11 +15,11 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
-from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.server import build_server
+from services.runtime.clock import ManualClock
+from services.store.client.client import GrpcStoreClient
 from tests.support.v2_requests import message, send
 
 SENDERS = 48
@@ -40,9 +41,12 @@ def stored_keys(store_stub) -> set[str]:  # noqa: ANN001
     time.sleep(0.5)  # the store's reput thread dispatches just after a put returns
     keys = set()
     for queue_id in range(8):
-        keys |= {m.properties.get("KEYS") for m in store_stub.GetMessages(
-            pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000),
-            timeout=10).messages}
+        keys |= {
+            m.properties.get("KEYS")
+            for m in store_stub.GetMessages(
+                pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000), timeout=10
+            ).messages
+        }
     return keys
 
 
@@ -60,8 +64,15 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
 
             def one(i: int) -> tuple[int, float]:
                 started = time.monotonic()
-                response = send(v2, message("Overload", body=f"m{i}".encode(), keys=[f"k{i}"],
-                                            message_id=f"0102FC0000000146A20B13E206{i:08X}"))
+                response = send(
+                    v2,
+                    message(
+                        "Overload",
+                        body=f"m{i}".encode(),
+                        keys=[f"k{i}"],
+                        message_id=f"0102FC0000000146A20B13E206{i:08X}",
+                    ),
+                )
                 return response.status.code, time.monotonic() - started
 
             with ThreadPoolExecutor(senders) as pool:
@@ -70,15 +81,16 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
             codes = [code for code, _ in results]
             ok = [i for i, (code, _) in enumerate(results) if code == d.OK]
             refused = [(i, s) for i, (code, s) in enumerate(results) if code == d.TOO_MANY_REQUESTS]
-            assert set(codes) <= {d.OK, d.TOO_MANY_REQUESTS}, codes        # no timeouts, no other errors
+            assert set(codes) <= {d.OK, d.TOO_MANY_REQUESTS}, codes  # no timeouts, no other errors
             assert refused, "the store was slower than the load: some sends must be refused"
             # A refusal comes within the queue-wait limit plus one slow put, far below the 3 s send timeout.
             assert max(s for _, s in refused) < 200 / 1000 + 2 * SLOW_PUT_S + 0.5, refused
             # Every OK is stored; no refused message is.
             assert stored_keys(store_stub) == {"warm"} | {f"k{i}" for i in ok}
             # Recovered: with the store fast again, sends succeed.
-            assert all(send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK
-                       for _ in range(5))
+            assert all(
+                send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK for _ in range(5)
+            )
             return results, broker.servicer
     finally:
         SlowStore.slow.clear()
@@ -87,22 +99,28 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
 
 
 def test_excess_sends_are_refused_fast_and_definitely(store_address: str, store_stub) -> None:
-    overload(BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200),
-             store_address, store_stub, SENDERS)
+    overload(
+        BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200), store_address, store_stub, SENDERS
+    )
 
 
 def test_sends_waiting_for_a_grpc_worker_are_refused_before_any_work(store_address: str, store_stub) -> None:
     # Four workers, each held by a slow put: the other sends wait in gRPC's pool, not in the
     # broker's send queue, and are refused as soon as a worker picks them up.
-    config = BrokerConfig(port=0, store_address=store_address, put_queue_wait_max_ms=200, grpc_workers_max=4,
-                          telemetry_streams_max=2, put_coalescing_enable=False)
+    config = BrokerConfig(
+        port=0,
+        store_address=store_address,
+        put_queue_wait_max_ms=200,
+        grpc_workers_max=4,
+        telemetry_streams_max=2,
+        put_coalescing_enable=False,
+    )
     results, servicer = overload(config, store_address, store_stub, 24)
     refused = sum(1 for code, _ in results if code == d.TOO_MANY_REQUESTS)
     assert servicer.shed == refused > 0
 
 
-def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(store_address: str,
-                                                                            store_stub) -> None:
+def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(store_address: str, store_stub) -> None:
     store = SlowStore(store_address)
     broker = build_server(BrokerConfig(port=0, store_address=store_address, grpc_max_concurrent_streams=4), store)
     broker.start()
@@ -111,12 +129,29 @@ def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(sto
             v2 = s_grpc.MessagingServiceStub(channel)
             assert send(v2, message("Overload", body=b"warm-up", keys=["warm"])).status.code == d.OK
             SlowStore.slow.set()
-            calls = [(i, time.monotonic(), v2.SendMessage.future(
-                s.SendMessageRequest(messages=[message("Overload", body=f"m{i}".encode(), keys=[f"k{i}"],
-                                                       message_id=f"0102FC0000000146A20B13E207{i:08X}")]),
-                metadata=(("x-mq-client-id", "overload@1"),), timeout=10)) for i in range(16)]
+            calls = [
+                (
+                    i,
+                    time.monotonic(),
+                    v2.SendMessage.future(
+                        s.SendMessageRequest(
+                            messages=[
+                                message(
+                                    "Overload",
+                                    body=f"m{i}".encode(),
+                                    keys=[f"k{i}"],
+                                    message_id=f"0102FC0000000146A20B13E207{i:08X}",
+                                )
+                            ]
+                        ),
+                        metadata=(("x-mq-client-id", "overload@1"),),
+                        timeout=10,
+                    ),
+                )
+                for i in range(16)
+            ]
             ok, refused = [], []
-            for i, sent, call in calls:
+            for i, _sent, call in calls:
                 try:
                     assert call.result().status.code in (d.OK, d.TOO_MANY_REQUESTS)
                     if call.result().status.code == d.OK:

@@ -6,30 +6,36 @@ the full checks refuse the message, so every refusal keeps its exact code. Hypot
 messages near every rule's edge: whitespace and control characters, ``|`` in tags, reserved
 property names, long groups, astral characters, type conflicts.
 """
+
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError
 from services.broker.model import IncomingMessage
-from services.domain.delivery import MessageType
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
+from services.domain.delivery import MessageType
+from services.runtime.clock import ManualClock
 from tests.support.broker_fakes import FakeStore
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"
-CONFIG = BrokerConfig(body_size_max_bytes=64, user_properties_size_max_bytes=96, message_group_size_max_bytes=16,
-                      user_property_count_max=3)
+CONFIG = BrokerConfig(
+    body_size_max_bytes=64,
+    user_properties_size_max_bytes=96,
+    message_group_size_max_bytes=16,
+    user_property_count_max=3,
+)
 
 # Characters around every rule: plain, space and Java whitespace, non-breaking space (not Java
 # whitespace), control characters (C0, DEL, C1), the tag separator, astral and 2-byte ones.
-ALPHABET = st.sampled_from(list("ab7-_.") + [" ", "\t", "\u00a0", "\u2003", "\x00", "\x1f", "\x7f", "\x85",
-                                              "|", "\U0001F600", "é"])
+ALPHABET = st.sampled_from(
+    list("ab7-_.") + [" ", "\t", "\u00a0", "\u2003", "\x00", "\x1f", "\x7f", "\x85", "|", "\U0001f600", "é"]
+)
 GOOD = st.text(st.sampled_from("abc7-_."), min_size=1, max_size=8)
 ANY = st.text(ALPHABET, max_size=12)
 FIELDS = ["body", "user", "tag", "keys", "id", "type", "group", "delivery", "trace", "host", "priority", "born"]
@@ -47,20 +53,27 @@ def messages(draw) -> IncomingMessage:
     return IncomingMessage(
         topic="TopicTest",
         body=pick("body", st.just(b"x"), st.sampled_from([b"", b"y" * 64, b"z" * 65])),
-        user_properties=pick("user", st.dictionaries(GOOD, GOOD, max_size=2), st.dictionaries(
-            st.one_of(ANY, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "__SHARDINGKEY", ""])), ANY, max_size=4)),
+        user_properties=pick(
+            "user",
+            st.dictionaries(GOOD, GOOD, max_size=2),
+            st.dictionaries(
+                st.one_of(ANY, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "__SHARDINGKEY", ""])), ANY, max_size=4
+            ),
+        ),
         tag=pick("tag", st.one_of(st.none(), GOOD), st.one_of(st.just(""), ANY)),
         keys=pick("keys", st.lists(GOOD, max_size=2), st.lists(ANY, max_size=3)),
         message_id=pick("id", st.just("0102FC0000000146A20B13E20600000000"), ANY),
-        message_type=pick("type", st.just(MessageType.FIFO if group else MessageType.NORMAL),
-                          st.sampled_from(list(MessageType))),
+        message_type=pick(
+            "type", st.just(MessageType.FIFO if group else MessageType.NORMAL), st.sampled_from(list(MessageType))
+        ),
         born_timestamp_ms=pick("born", st.just(1_700_000_000_000), st.none()),
         born_host=pick("host", st.just("192.168.0.7"), ANY),
         message_group=group,
         delivery_timestamp_ms=pick("delivery", st.none(), st.just(NOW_MS + 5000)),
         delivery_attempt=draw(st.sampled_from([0, 3])),
         trace_context=pick("trace", st.none(), st.one_of(GOOD, ANY)),
-        priority=pick("priority", st.none(), st.just(1)))
+        priority=pick("priority", st.none(), st.just(1)),
+    )
 
 
 def producer() -> Producer:
@@ -87,13 +100,26 @@ def test_fast_path_answers_as_the_full_checks_or_steps_aside(message):
 
 
 def test_the_usual_message_takes_the_fast_path():
-    message = IncomingMessage(topic="TopicTest", body=b"hello", tag="TagA", keys=["order-1"],
-                              message_id="0102FC0000000146A20B13E20600000000", message_type=MessageType.NORMAL,
-                              born_timestamp_ms=1_700_000_000_000, born_host="192.168.0.7",
-                              user_properties={"color": "red"})
+    message = IncomingMessage(
+        topic="TopicTest",
+        body=b"hello",
+        tag="TagA",
+        keys=["order-1"],
+        message_id="0102FC0000000146A20B13E20600000000",
+        message_type=MessageType.NORMAL,
+        born_timestamp_ms=1_700_000_000_000,
+        born_host="192.168.0.7",
+        user_properties={"color": "red"},
+    )
     fast = producer()._build_plain(message, NOW_MS)
     assert fast is not None and fast[0] is MessageType.NORMAL
     assert fast[1] == producer().build_properties(message, PEER, NOW_MS)[1]
-    fifo = IncomingMessage(topic="TopicTest", body=b"hello", message_id="X1", message_group="g1",
-                           message_type=MessageType.FIFO, born_host="h")
+    fifo = IncomingMessage(
+        topic="TopicTest",
+        body=b"hello",
+        message_id="X1",
+        message_group="g1",
+        message_type=MessageType.FIFO,
+        born_host="h",
+    )
     assert producer()._build_plain(fifo, NOW_MS)[0] is MessageType.FIFO

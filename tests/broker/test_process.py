@@ -1,4 +1,5 @@
 """``python -m services.broker`` and ``pyrmq up`` as real processes, driven by the official client."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,32 +24,62 @@ from tests.support.store_reads import wait_stored
 from tests.support.v2_requests import METADATA
 
 BROKER_READY = re.compile(
-    r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$")
-needs_client = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                  reason="rocketmq-python-client not installed")
+    r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$"
+)
+needs_client = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None, reason="rocketmq-python-client not installed"
+)
 
 
 def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     _, store_ready = start_store(processes, tmp_path / "data", tmp_path)
-    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--store-address",
-                      store_ready["grpc"], "--metrics-port", "0"], tmp_path)
+    broker = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.broker",
+            "--port",
+            "0",
+            "--store-address",
+            store_ready["grpc"],
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(broker)
     ready = broker.wait_line(BROKER_READY)
     assert ready["store"] == store_ready["grpc"] and ready["endpoint"] == ready["grpc"]
     with grpc.insecure_channel(ready["grpc"]) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10)
+            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10
+        )
         assert health.status == health_pb2.HealthCheckResponse.SERVING
         route = s_grpc.MessagingServiceStub(channel).QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=METADATA, timeout=10)
+            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=METADATA, timeout=10
+        )
         assert route.status.code == 20000
     assert broker.stop(signal.SIGTERM) == 0, broker.log()
     assert "broker stopped" in broker.log()
 
 
 def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
-    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--store-address", "127.0.0.1:1",
-                      "--metrics-port", "-1", "--store-connect-timeout-ms", "1500"], tmp_path)
+    broker = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.broker",
+            "--port",
+            "0",
+            "--store-address",
+            "127.0.0.1:1",
+            "--metrics-port",
+            "-1",
+            "--store-connect-timeout-ms",
+            "1500",
+        ],
+        tmp_path,
+    )
     processes.append(broker)
     assert broker.popen.wait(60) == 1
     assert broker.lines.get(timeout=10) is None  # stdout closed without a ready line
@@ -56,16 +87,34 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
 
 
 @needs_client
-def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path,
-                                                                processes: list[Process]) -> None:  # noqa: F811
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     ready = up.wait_line(UP_READY)
     assert ready["broker_store"] == ready["store"] and ready["clients"] == ready["endpoint"]
     assert ready["endpoint"].startswith("127.0.0.1:")
-    [result], _ = run_client(tmp_path, ready["clients"], [
-        {"topic": "UpTopic", "body": "through pyrmq up", "keys": ["up-1"]}], topics=("UpTopic",))
+    [result], _ = run_client(
+        tmp_path,
+        ready["clients"],
+        [{"topic": "UpTopic", "body": "through pyrmq up", "keys": ["up-1"]}],
+        topics=("UpTopic",),
+    )
     assert result["ok"], result
     with grpc.insecure_channel(ready["store"]) as channel:
         [record] = wait_stored(pb_grpc.StoreStub(channel), "UpTopic", "up-1")
@@ -97,8 +146,23 @@ def _gone(pid: int) -> bool:
 
 
 def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F811
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     up.wait_line(UP_READY)
     return up

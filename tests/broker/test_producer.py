@@ -1,4 +1,5 @@
 """The producer core: property mapping (protocol-v2 §6.2), queue selection, put hooks, outcomes."""
+
 from __future__ import annotations
 
 import base64
@@ -6,18 +7,18 @@ from collections import Counter
 
 import pytest
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code
 from services.broker.model import BodyEncoding, IncomingMessage
-from services.domain.delivery import MessageType
-from services.store.client.model import PutStatus, TopicInfo
 from services.broker.producer import Producer, recall_handle, response_code
-from services.domain.contracts.delay import timer_out_ms
 from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import timer_out_ms
+from services.domain.delivery import MessageType
 from services.domain.format.java_compat import java_string_hash
+from services.runtime.clock import ManualClock
+from services.store.client.model import PutStatus, TopicInfo
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"
@@ -35,8 +36,14 @@ def send(fake_store, *messages, **config):
 
 
 def normal(**fields) -> IncomingMessage:
-    values = dict(topic="TopicTest", body=b"hello", message_id=MESSAGE_ID, message_type=MessageType.NORMAL,
-                  born_timestamp_ms=1_700_000_000_000, born_host="192.168.0.7")
+    values = dict(
+        topic="TopicTest",
+        body=b"hello",
+        message_id=MESSAGE_ID,
+        message_type=MessageType.NORMAL,
+        born_timestamp_ms=1_700_000_000_000,
+        born_host="192.168.0.7",
+    )
     values.update(fields)
     return IncomingMessage(**values)
 
@@ -47,16 +54,34 @@ def test_normal_message_properties(fake_store):
     [record] = fake_store.put_messages_sent
     assert record.topic == "TopicTest" and record.body == b"hello" and record.sys_flag == 0
     assert record.properties == {
-        "color": "red", "TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": MESSAGE_ID,
-        "RECONSUME_TIME": "0", "PGROUP": "TopicTest", "__BORNHOST": "192.168.0.7",
-        "BORN_TIMESTAMP": "1700000000000", "CLUSTER": "DefaultCluster"}
+        "color": "red",
+        "TAGS": "TagA",
+        "KEYS": "order-1 order-2",
+        "UNIQ_KEY": MESSAGE_ID,
+        "RECONSUME_TIME": "0",
+        "PGROUP": "TopicTest",
+        "__BORNHOST": "192.168.0.7",
+        "BORN_TIMESTAMP": "1700000000000",
+        "CLUSTER": "DefaultCluster",
+    }
     assert record.born_timestamp_ms == 1_700_000_000_000 and record.born_host == PEER
     assert not record.allow_system_topic
 
 
 def test_optional_fields_absent_and_fallbacks(fake_store):
-    send(fake_store, normal(born_timestamp_ms=None, born_host="", tag=None, keys=[], delivery_attempt=2,
-                            trace_context="00-abc-01", body_encoding=BodyEncoding.GZIP), cluster_name="c1")
+    send(
+        fake_store,
+        normal(
+            born_timestamp_ms=None,
+            born_host="",
+            tag=None,
+            keys=[],
+            delivery_attempt=2,
+            trace_context="00-abc-01",
+            body_encoding=BodyEncoding.GZIP,
+        ),
+        cluster_name="c1",
+    )
     [record] = fake_store.put_messages_sent
     assert "TAGS" not in record.properties and "KEYS" not in record.properties
     assert "BORN_TIMESTAMP" not in record.properties and record.born_timestamp_ms == NOW_MS
@@ -101,7 +126,7 @@ def test_delay_message_in_the_past_is_stored_normally(fake_store):
 
 
 def test_timer_rounding_is_rocketmqs():
-    assert timer_out_ms(5_000, 1000) == 4_000      # on a tick: one tick earlier
+    assert timer_out_ms(5_000, 1000) == 4_000  # on a tick: one tick earlier
     assert timer_out_ms(5_001, 1000) == 5_000
     assert timer_out_ms(5_999, 1000) == 5_000
 

@@ -18,6 +18,7 @@ never live in one process. The client side therefore always runs in a subprocess
 The only differences allowed are the two additions of rocketmq-apis HEAD over the client's snapshot,
 `Settings.client_properties` (9, map<string, string>) and `Code.INVALID_CLIENT_PROPERTIES` (40021).
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,8 +42,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.support.v2_samples import consumer_settings, delivered_message, producer_settings, send_request
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 PACKAGE = "apache.rocketmq.v2"
 CLIENT_MODULES = ("rocketmq.grpc_protocol.definition_pb2", "rocketmq.grpc_protocol.service_pb2")
@@ -105,9 +108,16 @@ def run_client_script(script: str, payload: object, home: os.PathLike) -> dict:
 
     HOME points at a temporary directory because importing `rocketmq` creates ~/logs/rocketmq_python.
     """
-    done = subprocess.run([sys.executable, "-I", "-c", script], input=json.dumps(payload),
-                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
-                          cwd=home, env={**os.environ, "HOME": os.fspath(home)})
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
+        cwd=home,
+        env={**os.environ, "HOME": os.fspath(home)},
+    )
     assert done.returncode == 0, f"client subprocess failed:\n{done.stderr}"
     return json.loads(done.stdout)
 
@@ -129,12 +139,13 @@ def type_label(proto: FieldProto) -> str:
 @dataclass(frozen=True)
 class FieldShape:
     """Everything about a field that reaches the wire or the generated API."""
+
     number: int
-    type: str                   # FieldDescriptorProto.Type name
-    label: str                  # FieldDescriptorProto.Label name
-    type_name: str              # referenced message/enum, "" for scalars
-    oneof: str | None           # the real (non-synthetic) oneof holding the field
-    proto3_optional: bool       # declared `optional`
+    type: str  # FieldDescriptorProto.Type name
+    label: str  # FieldDescriptorProto.Label name
+    type_name: str  # referenced message/enum, "" for scalars
+    oneof: str | None  # the real (non-synthetic) oneof holding the field
+    proto3_optional: bool  # declared `optional`
     map_key: str | None = None  # map fields: key and value types (the entry message is not compared)
     map_value: str | None = None
 
@@ -178,10 +189,14 @@ def schema_of(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> Schema:
         shapes = {}
         for proto in message.field:
             in_real_oneof = proto.HasField("oneof_index") and not proto.proto3_optional
-            shape = FieldShape(number=proto.number, type=FieldProto.Type.Name(proto.type),
-                               label=FieldProto.Label.Name(proto.label), type_name=proto.type_name.lstrip("."),
-                               oneof=message.oneof_decl[proto.oneof_index].name if in_real_oneof else None,
-                               proto3_optional=proto.proto3_optional)
+            shape = FieldShape(
+                number=proto.number,
+                type=FieldProto.Type.Name(proto.type),
+                label=FieldProto.Label.Name(proto.label),
+                type_name=proto.type_name.lstrip("."),
+                oneof=message.oneof_decl[proto.oneof_index].name if in_real_oneof else None,
+                proto3_optional=proto.proto3_optional,
+            )
             if proto.type_name in entries:
                 key, value = entries[proto.type_name].field
                 shape = dataclasses.replace(shape, type_name="", map_key=type_label(key), map_value=type_label(value))
@@ -200,8 +215,11 @@ def schema_of(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> Schema:
         for service in file.service:
             for method in service.method:
                 schema.methods[f"{file.package}.{service.name}/{method.name}"] = (
-                    method.input_type.lstrip("."), method.output_type.lstrip("."),
-                    method.client_streaming, method.server_streaming)
+                    method.input_type.lstrip("."),
+                    method.output_type.lstrip("."),
+                    method.client_streaming,
+                    method.server_streaming,
+                )
     return schema
 
 
@@ -227,12 +245,17 @@ def schema_diff(ours: Schema, theirs: Schema) -> list[str]:
         if ours.oneofs[name] != theirs.oneofs[name]:
             lines.append(f"~ oneofs of {name}: {theirs.oneofs[name]} -> {ours.oneofs[name]}")
     for name in compare("enum", ours.enums, theirs.enums):
-        compare("enum value", {f"{name}.{v} = {n}": n for v, n in ours.enums[name].items()},
-                {f"{name}.{v} = {n}": n for v, n in theirs.enums[name].items()})
+        compare(
+            "enum value",
+            {f"{name}.{v} = {n}": n for v, n in ours.enums[name].items()},
+            {f"{name}.{v} = {n}": n for v, n in theirs.enums[name].items()},
+        )
     compare("method", ours.methods, theirs.methods, show=repr)
-    lines.extend(f"~ home file of {name}: {theirs.home_file[name]} -> {ours.home_file[name]}"
-                 for name in sorted(ours.home_file.keys() & theirs.home_file.keys())
-                 if ours.home_file[name] != theirs.home_file[name])
+    lines.extend(
+        f"~ home file of {name}: {theirs.home_file[name]} -> {ours.home_file[name]}"
+        for name in sorted(ours.home_file.keys() & theirs.home_file.keys())
+        if ours.home_file[name] != theirs.home_file[name]
+    )
     return lines
 
 
@@ -252,8 +275,9 @@ class ClientDescriptors:
 def client(tmp_path_factory: pytest.TempPathFactory) -> ClientDescriptors:
     out = run_client_script(CLIENT_DESCRIPTORS_SCRIPT, list(CLIENT_MODULES), tmp_path_factory.mktemp("home"))
     assert sorted(out["files"]) == sorted(CLIENT_MODULES)
-    files = [descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(out["files"][name]))
-             for name in CLIENT_MODULES]
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(out["files"][name])) for name in CLIENT_MODULES
+    ]
     pool = descriptor_pool.DescriptorPool()
     for well_known in (duration_pb2, timestamp_pb2):
         pool.AddSerializedFile(well_known.DESCRIPTOR.serialized_pb)
@@ -265,6 +289,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> ClientDescriptors:
 # ------------------------------------------------------------------------------------------------
 # Descriptor comparison
 # ------------------------------------------------------------------------------------------------
+
 
 def test_client_ships_the_expected_stub_files(client: ClientDescriptors):
     assert [f.name for f in client.files] == ["definition.proto", "service.proto"]
@@ -281,8 +306,15 @@ def test_schema_equals_client_schema_plus_head_additions(client: ClientDescripto
 def test_head_addition_shapes():
     settings = schema_of(our_files()).messages[f"{PACKAGE}.Settings"]
     assert settings["client_properties"] == FieldShape(
-        number=9, type="TYPE_MESSAGE", label="LABEL_REPEATED", type_name="", oneof=None,
-        proto3_optional=False, map_key="string", map_value="string")
+        number=9,
+        type="TYPE_MESSAGE",
+        label="LABEL_REPEATED",
+        type_name="",
+        oneof=None,
+        proto3_optional=False,
+        map_key="string",
+        map_value="string",
+    )
     assert d.Code.Value("INVALID_CLIENT_PROPERTIES") == 40021
 
 
@@ -290,9 +322,15 @@ def runtime_shape(f) -> tuple:
     """A live FieldDescriptor's properties that every supported protobuf exposes (7.x has no `label`;
     the label is covered by the FileDescriptorProto comparison)."""
     entry = f.message_type if f.message_type is not None and f.message_type.GetOptions().map_entry else None
-    return (f.number, f.type, f.cpp_type, f.containing_oneof.name if f.containing_oneof else None,
-            f.message_type.full_name if f.message_type else None, f.enum_type.full_name if f.enum_type else None,
-            tuple((e.name, e.number, e.type) for e in entry.fields) if entry else None)
+    return (
+        f.number,
+        f.type,
+        f.cpp_type,
+        f.containing_oneof.name if f.containing_oneof else None,
+        f.message_type.full_name if f.message_type else None,
+        f.enum_type.full_name if f.enum_type else None,
+        tuple((e.name, e.number, e.type) for e in entry.fields) if entry else None,
+    )
 
 
 def runtime_method(m) -> tuple:
@@ -347,6 +385,7 @@ def _mutate_field(message: str, field_name: str, /, **changes) -> Callable:
                 proto.ClearField(key)
             else:
                 setattr(proto, key, value)
+
     return mutate
 
 
@@ -365,18 +404,24 @@ def _mutate_streaming(files):
     method.server_streaming = False
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (_mutate_field("SystemProperties", "message_id", number=33),
-     "~ field apache.rocketmq.v2.SystemProperties.message_id:"),
-    (_mutate_field("SendResultEntry", "offset", type=FieldProto.TYPE_INT32), "SendResultEntry.offset"),
-    (_mutate_field("Resource", "name", label=FieldProto.LABEL_REPEATED), "Resource.name"),
-    (_mutate_field("SystemProperties", "tag", proto3_optional=False), "SystemProperties.tag"),
-    (_mutate_field("Settings", "publishing", oneof_index=None), "Settings.publishing"),
-    (_mutate_field("Broker", "id", name="broker_id"), "- field apache.rocketmq.v2.Broker.id"),
-    (_mutate_code_ok, "apache.rocketmq.v2.Code.OK = 20001"),
-    (_mutate_map_value, "Message.user_properties"),
-    (_mutate_streaming, "ReceiveMessage"),
-], ids=["number", "type", "label", "optional", "oneof", "name", "enum-value", "map-value", "streaming"])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            _mutate_field("SystemProperties", "message_id", number=33),
+            "~ field apache.rocketmq.v2.SystemProperties.message_id:",
+        ),
+        (_mutate_field("SendResultEntry", "offset", type=FieldProto.TYPE_INT32), "SendResultEntry.offset"),
+        (_mutate_field("Resource", "name", label=FieldProto.LABEL_REPEATED), "Resource.name"),
+        (_mutate_field("SystemProperties", "tag", proto3_optional=False), "SystemProperties.tag"),
+        (_mutate_field("Settings", "publishing", oneof_index=None), "Settings.publishing"),
+        (_mutate_field("Broker", "id", name="broker_id"), "- field apache.rocketmq.v2.Broker.id"),
+        (_mutate_code_ok, "apache.rocketmq.v2.Code.OK = 20001"),
+        (_mutate_map_value, "Message.user_properties"),
+        (_mutate_streaming, "ReceiveMessage"),
+    ],
+    ids=["number", "type", "label", "optional", "oneof", "name", "enum-value", "map-value", "streaming"],
+)
 def test_comparison_catches_a_changed_schema(client: ClientDescriptors, mutate: Callable, expected: str):
     """Guards the comparison itself: a one-property change in either schema shows up."""
     changed = copy.deepcopy(client.files)
@@ -395,33 +440,67 @@ OK = d.Status(code=d.OK, message="OK")
 # id -> (message built with our classes, oneofs to compare, HEAD-only fields the client cannot see)
 ROUND_TRIP_CASES: dict[str, tuple[object, tuple[str, ...], tuple[str, ...]]] = {
     "send-request": (send_request(), (), ()),
-    "receive-status": (s.ReceiveMessageResponse(status=d.Status(code=d.MESSAGE_NOT_FOUND, message="no new message")),
-                       ("content",), ()),
+    "receive-status": (
+        s.ReceiveMessageResponse(status=d.Status(code=d.MESSAGE_NOT_FOUND, message="no new message")),
+        ("content",),
+        (),
+    ),
     "receive-message": (s.ReceiveMessageResponse(message=delivered_message()), ("content",), ()),
-    "receive-delivery-timestamp": (s.ReceiveMessageResponse(delivery_timestamp=Timestamp(seconds=1_700_000_002)),
-                                   ("content",), ()),
+    "receive-delivery-timestamp": (
+        s.ReceiveMessageResponse(delivery_timestamp=Timestamp(seconds=1_700_000_002)),
+        ("content",),
+        (),
+    ),
     "telemetry-producer-settings": (s.TelemetryCommand(status=OK, settings=producer_settings()), ("command",), ()),
     "telemetry-consumer-settings": (s.TelemetryCommand(status=OK, settings=consumer_settings()), ("command",), ()),
     "telemetry-settings-client-properties": (
         s.TelemetryCommand(settings=producer_settings(client_properties={"app": "orders", "zone": "eu-1"})),
-        ("command",), ("client_properties",)),
-    "telemetry-recover-orphaned-transaction": (s.TelemetryCommand(
-        recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
-            message=delivered_message(), transaction_id="0102FC0000000146A20B13E20600000000")), ("command",), ()),
-    "telemetry-print-thread-stack-trace": (s.TelemetryCommand(
-        print_thread_stack_trace_command=s.PrintThreadStackTraceCommand(nonce="n1")), ("command",), ()),
-    "telemetry-thread-stack-trace": (s.TelemetryCommand(
-        status=OK, thread_stack_trace=s.ThreadStackTrace(nonce="n1", thread_stack_trace="mock stack")),
-        ("command",), ()),
-    "telemetry-verify-message-command": (s.TelemetryCommand(
-        verify_message_command=s.VerifyMessageCommand(nonce="n2", message=delivered_message())), ("command",), ()),
-    "telemetry-verify-message-result": (s.TelemetryCommand(
-        status=d.Status(code=d.FAILED_TO_CONSUME_MESSAGE), verify_message_result=s.VerifyMessageResult(nonce="n2")),
-        ("command",), ()),
-    "telemetry-reconnect-endpoints": (s.TelemetryCommand(
-        reconnect_endpoints_command=s.ReconnectEndpointsCommand(nonce="n3")), ("command",), ()),
-    "telemetry-notify-unsubscribe-lite": (s.TelemetryCommand(
-        notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic="lite-1")), ("command",), ()),
+        ("command",),
+        ("client_properties",),
+    ),
+    "telemetry-recover-orphaned-transaction": (
+        s.TelemetryCommand(
+            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+                message=delivered_message(), transaction_id="0102FC0000000146A20B13E20600000000"
+            )
+        ),
+        ("command",),
+        (),
+    ),
+    "telemetry-print-thread-stack-trace": (
+        s.TelemetryCommand(print_thread_stack_trace_command=s.PrintThreadStackTraceCommand(nonce="n1")),
+        ("command",),
+        (),
+    ),
+    "telemetry-thread-stack-trace": (
+        s.TelemetryCommand(
+            status=OK, thread_stack_trace=s.ThreadStackTrace(nonce="n1", thread_stack_trace="mock stack")
+        ),
+        ("command",),
+        (),
+    ),
+    "telemetry-verify-message-command": (
+        s.TelemetryCommand(verify_message_command=s.VerifyMessageCommand(nonce="n2", message=delivered_message())),
+        ("command",),
+        (),
+    ),
+    "telemetry-verify-message-result": (
+        s.TelemetryCommand(
+            status=d.Status(code=d.FAILED_TO_CONSUME_MESSAGE), verify_message_result=s.VerifyMessageResult(nonce="n2")
+        ),
+        ("command",),
+        (),
+    ),
+    "telemetry-reconnect-endpoints": (
+        s.TelemetryCommand(reconnect_endpoints_command=s.ReconnectEndpointsCommand(nonce="n3")),
+        ("command",),
+        (),
+    ),
+    "telemetry-notify-unsubscribe-lite": (
+        s.TelemetryCommand(notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic="lite-1")),
+        ("command",),
+        (),
+    ),
 }
 
 
@@ -439,10 +518,17 @@ def values_of(message) -> dict:
 
 @pytest.fixture(scope="module")
 def client_round_trip(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    payload = [{"id": case_id, "type": type(message).__name__, "oneofs": list(oneofs),
-                "wire": base64.b64encode(message.SerializeToString()).decode(),
-                "values": values_of(message), "ignore_unknown": bool(head_only)}
-               for case_id, (message, oneofs, head_only) in ROUND_TRIP_CASES.items()]
+    payload = [
+        {
+            "id": case_id,
+            "type": type(message).__name__,
+            "oneofs": list(oneofs),
+            "wire": base64.b64encode(message.SerializeToString()).decode(),
+            "values": values_of(message),
+            "ignore_unknown": bool(head_only),
+        }
+        for case_id, (message, oneofs, head_only) in ROUND_TRIP_CASES.items()
+    ]
     return run_client_script(CLIENT_ROUND_TRIP_SCRIPT, payload, tmp_path_factory.mktemp("home"))
 
 

@@ -1,6 +1,7 @@
 """The broker's put link (rpc/put_stream.py): batches go over one long-lived PutMessagesStream,
 answered in order exactly as unary PutMessages; failures fail the put in flight as the unary
 call would, and the next put opens a new stream."""
+
 from __future__ import annotations
 
 import threading
@@ -10,11 +11,11 @@ import grpc
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.runtime.clock import ManualClock
 from services.broker.errors import Code, as_broker_error
+from services.runtime.clock import ManualClock
+from services.store.client.client import GrpcStoreClient
 from services.store.client.errors import StoreUnavailableError
 from services.store.client.model import PutStatus, StoreMessage
-from services.store.client.client import GrpcStoreClient
 from services.store.client.put_stream import PutStream
 
 
@@ -23,8 +24,12 @@ def msg(i: int) -> StoreMessage:
 
 
 def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store_stub) -> None:
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="PutStream", read_queue_nums=4, write_queue_nums=4, perm=6)), timeout=5)
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(
+            config=pb.TopicConfig(topic_name="PutStream", read_queue_nums=4, write_queue_nums=4, perm=6)
+        ),
+        timeout=5,
+    )
     client = GrpcStoreClient(store_address)
     try:
         outcomes = [client.put_messages([msg(i), msg(i + 100)], False) for i in range(20)]
@@ -120,9 +125,9 @@ def test_an_overdue_put_is_cancelled_and_reported_as_a_deadline() -> None:
     putter = threading.Thread(target=lambda: errors.append(_raised(stream.put, pb.PutMessagesRequest())))
     putter.start()
     assert entered.wait(5)
-    assert stream.run_once() is False       # not overdue yet
+    assert stream.run_once() is False  # not overdue yet
     clock.advance_ms(5_001)
-    assert stream.run_once() is True        # the watchdog cancels the stream
+    assert stream.run_once() is True  # the watchdog cancels the stream
     putter.join(5)
     assert errors[0].code() is grpc.StatusCode.DEADLINE_EXCEEDED
     stream.close()
@@ -143,7 +148,7 @@ def test_a_store_without_the_stream_gets_unary_puts() -> None:
     stream, calls, unary_calls = stream_with(unimplemented)
     stream.put(pb.PutMessagesRequest())
     stream.put(pb.PutMessagesRequest())
-    assert (len(calls), len(unary_calls)) == (1, 2)   # tried once, then unary for good
+    assert (len(calls), len(unary_calls)) == (1, 2)  # tried once, then unary for good
 
 
 def test_a_put_finding_the_stream_busy_goes_unary() -> None:
@@ -159,7 +164,7 @@ def test_a_put_finding_the_stream_busy_goes_unary() -> None:
     first = threading.Thread(target=stream.put, args=(pb.PutMessagesRequest(),))
     first.start()
     assert entered.wait(5)
-    stream.put(pb.PutMessagesRequest())     # does not wait for the stream
+    stream.put(pb.PutMessagesRequest())  # does not wait for the stream
     assert len(unary_calls) == 1
     release.set()
     first.join(5)

@@ -1,4 +1,5 @@
 """Guava's jump consistent hash, checked against Guava's own golden values (HashingTest)."""
+
 from services.broker.queue_selection import guava_consistent_hash
 
 

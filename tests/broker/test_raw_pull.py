@@ -1,5 +1,6 @@
 """RawPullService (services/broker/raw_pull.py) over the store's in-memory model: ranges, filters,
 end offsets, long polling and refused requests, without gRPC."""
+
 from __future__ import annotations
 
 import threading
@@ -8,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.clock import SystemClock
 from services.broker.consumer import ArrivalHub, FilterType
 from services.broker.errors import BrokerError, Code, NotFoundError
-from services.store.client.model import TopicInfo
-from services.store.client.model import GetOutcome, GetStatus
 from services.broker.offsets import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
+from services.runtime.clock import SystemClock
+from services.store.client.model import GetOutcome, GetStatus, TopicInfo
 from services.store.memory_store import MemoryStore
 from tests.support.filestore import message, small_config
 
@@ -34,14 +34,16 @@ class _RawStore:
 
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
-        self.reads: list[tuple[int, int]] = []   # (queue offset, max count)
+        self.reads: list[tuple[int, int]] = []  # (queue offset, max count)
 
     def get_raw_messages(self, topic, queue_id, queue_offset, max_count, max_bytes, tags_codes):
         self.reads.append((queue_offset, max_count))
-        got = self.store.get_messages(topic, queue_id, queue_offset, max_count, max_bytes,
-                                      frozenset(tags_codes) if tags_codes else None)
-        return GetOutcome(GetStatus[got.status.name], list(got.raw_messages), got.next_begin_offset,
-                          got.min_offset, got.max_offset)
+        got = self.store.get_messages(
+            topic, queue_id, queue_offset, max_count, max_bytes, frozenset(tags_codes) if tags_codes else None
+        )
+        return GetOutcome(
+            GetStatus[got.status.name], list(got.raw_messages), got.next_begin_offset, got.min_offset, got.max_offset
+        )
 
 
 @pytest.fixture
@@ -56,9 +58,12 @@ def setup(tmp_path: Path):
 
 
 def put(store: MemoryStore, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
-    results = store.put_messages([message(TOPIC, queue_id, b"m%d" % i, tags=tags[i % len(tags)],
-                                          UNIQ_KEY=f"ID{i:04d}", n=str(i), **props)
-                                  for i in range(start, start + count)])
+    results = store.put_messages(
+        [
+            message(TOPIC, queue_id, b"m%d" % i, tags=tags[i % len(tags)], UNIQ_KEY=f"ID{i:04d}", n=str(i), **props)
+            for i in range(start, start + count)
+        ]
+    )
     assert all(r.status.name == "PUT_OK" for r in results)
 
 
@@ -74,7 +79,7 @@ def test_a_range_streams_batches_of_whole_records_up_to_the_end(setup):
     assert [offsets_of(r.records) for r in results] == [[2, 3, 4], [5, 6, 7], [8]]
     assert [r.next_begin_offset for r in results] == [5, 8, 9]
     assert all((r.min_offset, r.max_offset) == (0, 10) for r in results)
-    assert raw.reads[-1] == (8, 1)   # never asks the store for more than the range holds
+    assert raw.reads[-1] == (8, 1)  # never asks the store for more than the range holds
     first = decode_record(results[0].records[0], 0, len(results[0].records[0]))
     assert first.body == b"m2" and first.properties["n"] == "2" and first.topic == TOPIC
     assert results[0].records[0] == store.get_messages(TOPIC, 0, 2, 1).raw_messages[0]  # byte for byte
@@ -92,13 +97,13 @@ def test_without_an_end_one_response_and_caught_up_is_message_not_found(setup):
     assert results[-1].next_begin_offset == 5
     [beyond] = service.pull(RawPullRequest(TOPIC, 0, 9))
     assert beyond.code is Code.ILLEGAL_OFFSET and beyond.next_begin_offset == 5
-    [empty] = service.pull(RawPullRequest(TOPIC, 1, 0))   # a queue never written
+    [empty] = service.pull(RawPullRequest(TOPIC, 1, 0))  # a queue never written
     assert empty.code is Code.MESSAGE_NOT_FOUND and empty.next_begin_offset == 0
 
 
 def test_tag_filter_checks_the_real_tag_and_stops_at_the_end(setup):
     store, _, _, service = setup
-    put(store, 12, tags=("Aa", "BB", "Other"))   # "Aa" and "BB" have the same Java hash code
+    put(store, 12, tags=("Aa", "BB", "Other"))  # "Aa" and "BB" have the same Java hash code
     results = list(service.pull(RawPullRequest(TOPIC, 0, 0, end_offset=7, filter_expression="Aa")))
     records = [r for result in results for r in result.records]
     assert offsets_of(records) == [0, 3, 6] and results[-1].next_begin_offset == 7
@@ -114,8 +119,9 @@ def test_tag_filter_checks_the_real_tag_and_stops_at_the_end(setup):
 def test_sql_filter_over_properties(setup):
     store, _, _, service = setup
     put(store, 10, tags=("TagA", "TagB"))
-    request = RawPullRequest(TOPIC, 0, 0, end_offset=10, filter_type=FilterType.SQL,
-                             filter_expression="n >= 3 AND TAGS = 'TagB'")
+    request = RawPullRequest(
+        TOPIC, 0, 0, end_offset=10, filter_type=FilterType.SQL, filter_expression="n >= 3 AND TAGS = 'TagB'"
+    )
     records = [r for result in service.pull(request) for r in result.records]
     assert offsets_of(records) == [3, 5, 7, 9]
     nothing = RawPullRequest(TOPIC, 0, 0, filter_type=FilterType.SQL, filter_expression="missing = 1")
@@ -123,19 +129,25 @@ def test_sql_filter_over_properties(setup):
     assert result.code is Code.MESSAGE_NOT_FOUND and result.next_begin_offset == 10
 
 
-@pytest.mark.parametrize("request_, code", [
-    (RawPullRequest(TOPIC, 0, -1), Code.ILLEGAL_OFFSET),
-    (RawPullRequest(TOPIC, 0, 5, end_offset=5), Code.BAD_REQUEST),
-    (RawPullRequest(TOPIC, 2, 0), Code.BAD_REQUEST),                      # not a read queue
-    (RawPullRequest(TOPIC, 0, 0, broker_name="broker-b"), Code.BAD_REQUEST),
-    (RawPullRequest(TOPIC, 0, 0, max_msg_nums=-1), Code.BAD_REQUEST),
-    (RawPullRequest("NoSuchTopic", 0, 0), Code.TOPIC_NOT_FOUND),
-    (RawPullRequest("bad topic!", 0, 0), Code.ILLEGAL_TOPIC),
-    (RawPullRequest(TOPIC, 0, 0, consumer_group="bad group!"), Code.ILLEGAL_CONSUMER_GROUP),
-    (RawPullRequest(TOPIC, 0, 0, filter_type=FilterType.SQL, filter_expression="a >"), Code.ILLEGAL_FILTER_EXPRESSION),
-    (RawPullRequest(TOPIC, 0, 0, filter_expression="||"), Code.ILLEGAL_FILTER_EXPRESSION),
-    (RawPullRequest(TOPIC, 0, 0, suspend_timeout_ms=-1), Code.ILLEGAL_POLLING_TIME),
-])
+@pytest.mark.parametrize(
+    "request_, code",
+    [
+        (RawPullRequest(TOPIC, 0, -1), Code.ILLEGAL_OFFSET),
+        (RawPullRequest(TOPIC, 0, 5, end_offset=5), Code.BAD_REQUEST),
+        (RawPullRequest(TOPIC, 2, 0), Code.BAD_REQUEST),  # not a read queue
+        (RawPullRequest(TOPIC, 0, 0, broker_name="broker-b"), Code.BAD_REQUEST),
+        (RawPullRequest(TOPIC, 0, 0, max_msg_nums=-1), Code.BAD_REQUEST),
+        (RawPullRequest("NoSuchTopic", 0, 0), Code.TOPIC_NOT_FOUND),
+        (RawPullRequest("bad topic!", 0, 0), Code.ILLEGAL_TOPIC),
+        (RawPullRequest(TOPIC, 0, 0, consumer_group="bad group!"), Code.ILLEGAL_CONSUMER_GROUP),
+        (
+            RawPullRequest(TOPIC, 0, 0, filter_type=FilterType.SQL, filter_expression="a >"),
+            Code.ILLEGAL_FILTER_EXPRESSION,
+        ),
+        (RawPullRequest(TOPIC, 0, 0, filter_expression="||"), Code.ILLEGAL_FILTER_EXPRESSION),
+        (RawPullRequest(TOPIC, 0, 0, suspend_timeout_ms=-1), Code.ILLEGAL_POLLING_TIME),
+    ],
+)
 def test_refused_requests_raise_before_any_read(setup, request_, code):
     _, raw, _, service = setup
     with pytest.raises(BrokerError) as caught:
@@ -150,6 +162,7 @@ def test_long_polling_wakes_on_an_arrival_and_only_the_first_read_waits(setup):
     def arrive() -> None:
         put(store, 2, start=1)
         hub.notify([TOPIC])
+
     timer = threading.Timer(0.3, arrive)
     timer.start()
     started = time.monotonic()

@@ -1,5 +1,6 @@
 """pyrmq.pull.v1.Pull/PullRecords over gRPC (real store and broker): the records decode to what
 was stored, filters, end offsets, long polling, in-band errors, and the service is advertised."""
+
 from __future__ import annotations
 
 import threading
@@ -63,7 +64,7 @@ def test_a_range_is_streamed_and_never_passes_the_end(broker, pull_stub, store_s
     assert [rec.queue_offset for r in responses for rec in split(r)] == list(range(1, 8))
     tail = pull(pull_stub, "RawRange", 0, 8, end_offset=50, max_msg_nums=100)
     assert [r.status.code for r in tail] == [d.OK, d.MESSAGE_NOT_FOUND] and tail[-1].next_begin_offset == 10
-    [small] = pull(pull_stub, "RawRange", 0, 0, max_msg_nums=100, max_msg_bytes=1)   # one record at least
+    [small] = pull(pull_stub, "RawRange", 0, 0, max_msg_nums=100, max_msg_bytes=1)  # one record at least
     assert small.record_count == 1
 
 
@@ -72,8 +73,15 @@ def test_tag_and_sql_filters(broker, pull_stub, store_stub):
     responses = pull(pull_stub, "RawFilter", 0, 0, end_offset=9, expression="TagB || TagC", max_msg_nums=4)
     assert [rec.body for r in responses for rec in split(r)] == [b"m1", b"m2", b"m4", b"m5", b"m7", b"m8"]
     assert responses[-1].next_begin_offset == 9
-    responses = pull(pull_stub, "RawFilter", 0, 0, end_offset=9, filter_type=d.SQL,
-                     expression="TAGS <> 'TagB' AND UNIQ_KEY IN ('ID0003', 'ID0004', 'ID0006')")
+    responses = pull(
+        pull_stub,
+        "RawFilter",
+        0,
+        0,
+        end_offset=9,
+        filter_type=d.SQL,
+        expression="TAGS <> 'TagB' AND UNIQ_KEY IN ('ID0003', 'ID0004', 'ID0006')",
+    )
     assert [rec.body for r in responses for rec in split(r)] == [b"m3", b"m6"]
     [none] = pull(pull_stub, "RawFilter", 0, 0, expression="TagZ")
     assert none.status.code == d.MESSAGE_NOT_FOUND and none.next_begin_offset == 9 and not none.records
@@ -92,17 +100,20 @@ def test_long_polling_wakes_on_an_arrival(broker, pull_stub, store_stub):
     assert [r.status.code for r in responses] == [d.OK] and [rec.body for rec in split(responses[0])] == [b"m1"]
 
 
-@pytest.mark.parametrize("fields, code", [
-    (dict(topic="NoSuchRawTopic"), d.TOPIC_NOT_FOUND),
-    (dict(queue_id=99), d.BAD_REQUEST),
-    (dict(queue_offset=-1), d.ILLEGAL_OFFSET),
-    (dict(queue_offset=50), d.ILLEGAL_OFFSET),
-    (dict(queue_offset=3, end_offset=2), d.BAD_REQUEST),
-    (dict(consumer_group="bad group!"), d.ILLEGAL_CONSUMER_GROUP),
-    (dict(suspend_timeout_millis=-5), d.ILLEGAL_POLLING_TIME),
-    (dict(filter_expression=d.FilterExpression(type=d.SQL, expression="a BETWEEN")), d.ILLEGAL_FILTER_EXPRESSION),
-    (dict(filter_expression=d.FilterExpression(type=7, expression="x")), d.BAD_REQUEST),
-])
+@pytest.mark.parametrize(
+    "fields, code",
+    [
+        (dict(topic="NoSuchRawTopic"), d.TOPIC_NOT_FOUND),
+        (dict(queue_id=99), d.BAD_REQUEST),
+        (dict(queue_offset=-1), d.ILLEGAL_OFFSET),
+        (dict(queue_offset=50), d.ILLEGAL_OFFSET),
+        (dict(queue_offset=3, end_offset=2), d.BAD_REQUEST),
+        (dict(consumer_group="bad group!"), d.ILLEGAL_CONSUMER_GROUP),
+        (dict(suspend_timeout_millis=-5), d.ILLEGAL_POLLING_TIME),
+        (dict(filter_expression=d.FilterExpression(type=d.SQL, expression="a BETWEEN")), d.ILLEGAL_FILTER_EXPRESSION),
+        (dict(filter_expression=d.FilterExpression(type=7, expression="x")), d.BAD_REQUEST),
+    ],
+)
 def test_errors_are_in_band_and_end_the_stream(broker, pull_stub, store_stub, fields, code):
     put(store_stub, "RawBad", 0, 1)
     request = dict(topic="RawBad", queue_id=0, queue_offset=0)
@@ -113,11 +124,14 @@ def test_errors_are_in_band_and_end_the_stream(broker, pull_stub, store_stub, fi
 
 def test_the_service_is_healthy_and_listed(broker):
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
-        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="pyrmq.pull.v1.Pull"),
-                                                           timeout=10)
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="pyrmq.pull.v1.Pull"), timeout=10
+        )
         assert health.status == health_pb2.HealthCheckResponse.SERVING
         replies = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
         names = {s.name for reply in replies for s in reply.list_services_response.service}
     assert "pyrmq.pull.v1.Pull" in names

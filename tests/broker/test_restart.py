@@ -9,6 +9,7 @@
 Sends and the final consumes use the official Python client (subprocesses); partial consumption
 uses raw v2 ReceiveMessage with a small batch so the test controls what is acked.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +27,10 @@ from tests.support.official_client import consume, produce
 from tests.support.processes import UP_READY, Process
 from tests.support.v2_requests import ack, receive
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 BODIES = [f"restart-{i}" for i in range(10)]
 
@@ -42,8 +45,9 @@ def take(endpoint: str, topic: str, group: str, count: int, invisible_s: int = 3
     got: list[d.Message] = []
     for v2 in stub(endpoint):
         while len(got) < count:
-            status, messages, _ = receive(v2, topic, group=group, batch_size=count - len(got),
-                                          invisible_s=invisible_s, polling_s=2)
+            status, messages, _ = receive(
+                v2, topic, group=group, batch_size=count - len(got), invisible_s=invisible_s, polling_s=2
+            )
             assert status.code in (d.OK, d.MESSAGE_NOT_FOUND), status
             got += messages
     return got
@@ -82,8 +86,23 @@ def test_broker_restart_keeps_receipts_and_progress(make_broker, tmp_path):
 
 
 def start_up(tmp_path: Path, processes: list[Process]) -> tuple[Process, str]:
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     return up, up.wait_line(UP_READY)["clients"]
 
@@ -104,8 +123,9 @@ def test_cluster_restart_keeps_messages_and_consumer_progress(tmp_path: Path, pr
     up, endpoint = start_up(tmp_path, processes)
     acked_bodies = {m.body.decode() for m in acked}
     expected = set(BODIES) - acked_bodies
-    rest = consume(tmp_path, endpoint, group="UpGroup", topic="UpRestart", count=len(expected), deadline_s=30,
-                   await_s=2)
+    rest = consume(
+        tmp_path, endpoint, group="UpGroup", topic="UpRestart", count=len(expected), deadline_s=30, await_s=2
+    )
     delivered = {r["body"] for r in rest}
     assert expected <= delivered, (expected - delivered, rest)  # nothing lost, in flight included
     assert {m.body.decode() for m in in_flight} <= delivered
@@ -117,6 +137,7 @@ def test_cluster_restart_keeps_messages_and_consumer_progress(tmp_path: Path, pr
 
 def test_pyrmq_up_delivers_a_delayed_message_not_before_its_time(tmp_path: Path, processes: list[Process]):
     import time
+
     up, endpoint = start_up(tmp_path, processes)
     deliver_s = int(time.time()) + 3  # the Python client takes whole seconds
     try:

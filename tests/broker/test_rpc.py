@@ -3,6 +3,7 @@
 Store and broker servers run in-process on 127.0.0.1:0 (conftest). What the store holds is
 read back through the store's gRPC API.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,12 +23,13 @@ from services.broker.queue_selection import fifo_queue_id
 from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import CLIENT_ID, MESSAGE_ID, METADATA, Stream, message, producer_settings, send
 
-
 # -- QueryRoute ---------------------------------------------------------------------------------
 
+
 def test_query_route(broker, v2):
-    response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(resource_namespace="", name="TopicTest")),
-                             metadata=METADATA, timeout=10)
+    response = v2.QueryRoute(
+        s.QueryRouteRequest(topic=d.Resource(resource_namespace="", name="TopicTest")), metadata=METADATA, timeout=10
+    )
     assert response.status.code == d.OK
     queues = response.message_queues
     assert [q.id for q in queues] == list(range(8))
@@ -45,31 +47,53 @@ def test_query_route_errors(make_broker, v2):
     strict = make_broker(auto_create_topic_enable=False)
     with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as channel:
         response = s_grpc.MessagingServiceStub(channel).QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="NoSuchTopic")), metadata=METADATA, timeout=10)
+            s.QueryRouteRequest(topic=d.Resource(name="NoSuchTopic")), metadata=METADATA, timeout=10
+        )
     assert response.status.code == d.TOPIC_NOT_FOUND
 
 
 def test_route_accept_types_follow_a_topic_created_in_the_store(v2, store_stub):
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="FifoTopic", read_queue_nums=2, write_queue_nums=2, message_type=pb.FIFO)), timeout=10)
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(
+            config=pb.TopicConfig(topic_name="FifoTopic", read_queue_nums=2, write_queue_nums=2, message_type=pb.FIFO)
+        ),
+        timeout=10,
+    )
     response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="FifoTopic")), metadata=METADATA, timeout=10)
     assert [list(q.accept_message_types) for q in response.message_queues] == [[d.FIFO], [d.FIFO]]
 
 
 # -- SendMessage --------------------------------------------------------------------------------
 
+
 def test_send_lands_in_the_store_with_its_properties(v2, store_stub):
     born = Timestamp(seconds=1_700_000_000)
-    response = send(v2, message(user_properties={"color": "red"}, tag="TagA", keys=["order-1", "order-2"],
-                                born_timestamp=born, born_host="192.168.0.7"))
+    response = send(
+        v2,
+        message(
+            user_properties={"color": "red"},
+            tag="TagA",
+            keys=["order-1", "order-2"],
+            born_timestamp=born,
+            born_host="192.168.0.7",
+        ),
+    )
     assert response.status.code == d.OK, response
     [entry] = response.entries
     assert entry.status.code == d.OK and entry.message_id == MESSAGE_ID and entry.transaction_id == ""
     [record] = wait_stored(store_stub, "TopicTest", MESSAGE_ID)
     assert record.body == b"hello" and record.queue_offset == entry.offset
-    for key, value in {"color": "red", "TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": MESSAGE_ID,
-                       "PGROUP": "TopicTest", "CLUSTER": "DefaultCluster", "__BORNHOST": "192.168.0.7",
-                       "BORN_TIMESTAMP": "1700000000000", "RECONSUME_TIME": "0"}.items():
+    for key, value in {
+        "color": "red",
+        "TAGS": "TagA",
+        "KEYS": "order-1 order-2",
+        "UNIQ_KEY": MESSAGE_ID,
+        "PGROUP": "TopicTest",
+        "CLUSTER": "DefaultCluster",
+        "__BORNHOST": "192.168.0.7",
+        "BORN_TIMESTAMP": "1700000000000",
+        "RECONSUME_TIME": "0",
+    }.items():
         assert record.properties[key] == value, key
     assert record.born_timestamp_ms == 1_700_000_000_000 and record.born_host.startswith("127.0.0.1:")
     assert [m.body for m in stored(store_stub, "TopicTest", record.queue_id, record.queue_offset)][:1] == [b"hello"]
@@ -80,39 +104,62 @@ def test_send_lands_in_the_store_with_its_properties(v2, store_stub):
 def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub):
     for i in range(6):
         group = f"order-{i % 2}"
-        response = send(v2, message(topic="FifoSends", body=f"{group}/{i}".encode(), message_id=f"ID{i}",
-                                    message_type=d.FIFO, message_group=group))
+        response = send(
+            v2,
+            message(
+                topic="FifoSends",
+                body=f"{group}/{i}".encode(),
+                message_id=f"ID{i}",
+                message_type=d.FIFO,
+                message_group=group,
+            ),
+        )
         assert response.status.code == d.OK
     wait_stored(store_stub, "FifoSends", "ID5")  # dispatch follows CommitLog order: the last one in means all are
     for group in ("order-0", "order-1"):
         bodies = [m.body.decode() for m in stored(store_stub, "FifoSends", fifo_queue_id(group, 8))]
-        assert [b for b in bodies if b.startswith(group)] == [f"{group}/{i}" for i in range(6) if f"order-{i % 2}" == group]
+        assert [b for b in bodies if b.startswith(group)] == [
+            f"{group}/{i}" for i in range(6) if f"order-{i % 2}" == group
+        ]
 
 
-@pytest.mark.parametrize("build,code", [
-    (lambda: [], d.MESSAGE_CORRUPTED),
-    (lambda: [message(topic="RMQ_SYS_TRANS_HALF_TOPIC")], d.ILLEGAL_TOPIC),
-    (lambda: [message(topic="SCHEDULE_TOPIC_XXXX")], d.ILLEGAL_TOPIC),
-    (lambda: [message(topic="bad topic")], d.ILLEGAL_TOPIC),
-    (lambda: [message(body=b"")], d.MESSAGE_BODY_EMPTY),
-    (lambda: [message(body=b"x" * (4 * 1024 * 1024 + 1))], d.MESSAGE_BODY_TOO_LARGE),
-    (lambda: [message(tag="a|b")], d.ILLEGAL_MESSAGE_TAG),
-    (lambda: [message(tag="  ")], d.ILLEGAL_MESSAGE_TAG),
-    (lambda: [message(keys=["\t"])], d.ILLEGAL_MESSAGE_KEY),
-    (lambda: [message(user_properties={"UNIQ_KEY": "x"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (lambda: [message(user_properties={"TIMER_DELIVER_MS": "1"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (lambda: [message(message_id="")], d.ILLEGAL_MESSAGE_ID),
-    (lambda: [message(message_type=d.FIFO, message_group="g" * 64)], d.ILLEGAL_MESSAGE_GROUP),
-    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()) + 31 * 86400))],
-     d.ILLEGAL_DELIVERY_TIME),
-    (lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=1, nanos=-5))],
-     d.ILLEGAL_DELIVERY_TIME),
-    (lambda: [message(message_type=d.TRANSACTION, orphaned_transaction_recovery_duration=Duration(seconds=7200))],
-     d.BAD_REQUEST),
-    (lambda: [message(message_type=d.FIFO)], d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    (lambda: [message(), message(topic="Other")], d.MESSAGE_CORRUPTED),
-    (lambda: [message(lite_topic="lite")], d.UNSUPPORTED),
-])
+@pytest.mark.parametrize(
+    "build,code",
+    [
+        (lambda: [], d.MESSAGE_CORRUPTED),
+        (lambda: [message(topic="RMQ_SYS_TRANS_HALF_TOPIC")], d.ILLEGAL_TOPIC),
+        (lambda: [message(topic="SCHEDULE_TOPIC_XXXX")], d.ILLEGAL_TOPIC),
+        (lambda: [message(topic="bad topic")], d.ILLEGAL_TOPIC),
+        (lambda: [message(body=b"")], d.MESSAGE_BODY_EMPTY),
+        (lambda: [message(body=b"x" * (4 * 1024 * 1024 + 1))], d.MESSAGE_BODY_TOO_LARGE),
+        (lambda: [message(tag="a|b")], d.ILLEGAL_MESSAGE_TAG),
+        (lambda: [message(tag="  ")], d.ILLEGAL_MESSAGE_TAG),
+        (lambda: [message(keys=["\t"])], d.ILLEGAL_MESSAGE_KEY),
+        (lambda: [message(user_properties={"UNIQ_KEY": "x"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (lambda: [message(user_properties={"TIMER_DELIVER_MS": "1"})], d.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (lambda: [message(message_id="")], d.ILLEGAL_MESSAGE_ID),
+        (lambda: [message(message_type=d.FIFO, message_group="g" * 64)], d.ILLEGAL_MESSAGE_GROUP),
+        (
+            lambda: [
+                message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()) + 31 * 86400))
+            ],
+            d.ILLEGAL_DELIVERY_TIME,
+        ),
+        (
+            lambda: [message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=1, nanos=-5))],
+            d.ILLEGAL_DELIVERY_TIME,
+        ),
+        (
+            lambda: [
+                message(message_type=d.TRANSACTION, orphaned_transaction_recovery_duration=Duration(seconds=7200))
+            ],
+            d.BAD_REQUEST,
+        ),
+        (lambda: [message(message_type=d.FIFO)], d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        (lambda: [message(), message(topic="Other")], d.MESSAGE_CORRUPTED),
+        (lambda: [message(lite_topic="lite")], d.UNSUPPORTED),
+    ],
+)
 def test_server_side_rules(v2, build, code):
     response = send(v2, *build())
     assert response.status.code == code, response.status
@@ -127,8 +174,10 @@ def test_topic_not_found_when_auto_create_is_off(make_broker):
 
 
 def test_topic_type_conflict(v2, store_stub):
-    store_stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="NormalOnly", message_type=pb.NORMAL)), timeout=10)
+    store_stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="NormalOnly", message_type=pb.NORMAL)),
+        timeout=10,
+    )
     response = send(v2, message(topic="NormalOnly", message_type=d.FIFO, message_group="g"))
     assert response.status.code == d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
@@ -153,7 +202,9 @@ def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_st
     assert delayed.status.code == half.status.code == d.OK
     assert delayed.entries[0].recall_handle and half.entries[0].transaction_id == "HALF"
     [timer] = wait_stored(store_stub, "rmq_sys_wheel_timer", "DELAYED")
-    assert timer.properties["REAL_TOPIC"] == "Parked" and timer.properties["TIMER_DELIVER_MS"] == str(deliver.seconds * 1000)
+    assert timer.properties["REAL_TOPIC"] == "Parked" and timer.properties["TIMER_DELIVER_MS"] == str(
+        deliver.seconds * 1000
+    )
     assert timer.properties["TIMER_OUT_MS"] == str(deliver.seconds * 1000 - 1000)
     [halfrec] = wait_stored(store_stub, "RMQ_SYS_TRANS_HALF_TOPIC", "HALF")
     assert halfrec.properties["TRAN_MSG"] == "true" and halfrec.properties["__transactionId__"] == "HALF"
@@ -168,8 +219,14 @@ def test_concurrent_sends_share_store_calls(make_broker):
     before = broker.sink.stats()
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         v2 = s_grpc.MessagingServiceStub(channel)
-        futures = [v2.SendMessage.future(s.SendMessageRequest(messages=[message(topic="Burst", message_id=f"B{i}")]),
-                                         metadata=METADATA, timeout=10) for i in range(64)]
+        futures = [
+            v2.SendMessage.future(
+                s.SendMessageRequest(messages=[message(topic="Burst", message_id=f"B{i}")]),
+                metadata=METADATA,
+                timeout=10,
+            )
+            for i in range(64)
+        ]
         statuses = [f.result().status for f in futures]
     assert all(st.code == d.OK for st in statuses), [st for st in statuses if st.code != d.OK][:3]
     after = broker.sink.stats()
@@ -178,6 +235,7 @@ def test_concurrent_sends_share_store_calls(make_broker):
 
 
 # -- Telemetry, Heartbeat, NotifyClientTermination -------------------------------------------
+
 
 def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
     stream = Stream(v2)
@@ -197,8 +255,11 @@ def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
     assert [sess.client_id for sess in broker.telemetry.registry.producers_of("Other")] == [CLIENT_ID]
     # The server can push a command onto it (how transaction checks will reach the producer).
     session = broker.telemetry.registry.get(CLIENT_ID)
-    session.push(s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
-        transaction_id="TX")))
+    session.push(
+        s.TelemetryCommand(
+            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(transaction_id="TX")
+        )
+    )
     assert stream.replies.get(timeout=10).recover_orphaned_transaction_command.transaction_id == "TX"
     stream.call.cancel()
     deadline = time.monotonic() + 10
@@ -208,11 +269,22 @@ def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
 
 
 def test_consumer_settings_reply(v2, store_stub):
-    store_stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(
-        group_name="OrderlyGroup", consume_message_orderly=True, retry_max_times=4)), timeout=10)
+    store_stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(
+            config=pb.SubscriptionGroupConfig(
+                group_name="OrderlyGroup", consume_message_orderly=True, retry_max_times=4
+            )
+        ),
+        timeout=10,
+    )
     stream = Stream(v2)
-    reply = stream.send(s.TelemetryCommand(settings=d.Settings(
-        client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name="OrderlyGroup")))))
+    reply = stream.send(
+        s.TelemetryCommand(
+            settings=d.Settings(
+                client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name="OrderlyGroup"))
+            )
+        )
+    )
     assert reply.status.code == d.OK
     sub = reply.settings.subscription
     assert sub.fifo and sub.receive_batch_size == 32 and sub.long_polling_timeout == Duration(seconds=20)
@@ -230,9 +302,12 @@ def test_settings_without_publishing_or_subscription_close_the_stream(v2):
 
 def test_heartbeat_and_termination_are_ok(v2):
     # Before its Settings a client is unknown (the proxy's UNRECOGNIZED_CLIENT_TYPE); after, OK.
-    assert v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA,
-                        timeout=10).status.code == d.UNRECOGNIZED_CLIENT_TYPE
+    assert (
+        v2.Heartbeat(s.HeartbeatRequest(client_type=d.PRODUCER), metadata=METADATA, timeout=10).status.code
+        == d.UNRECOGNIZED_CLIENT_TYPE
+    )
     from tests.support.v2_samples import producer_settings
+
     settings_sent = threading.Event()
 
     def commands():
@@ -253,15 +328,19 @@ def test_heartbeat_and_termination_are_ok(v2):
 
 # -- consumer RPCs and RecallMessage: empty requests are refused in band ----------------------
 
+
 def test_empty_consumer_requests_answer_a_status(v2):
-    replies = list(v2.ReceiveMessage(s.ReceiveMessageRequest(group=d.Resource(name="G")), metadata=METADATA,
-                                     timeout=10))
+    replies = list(
+        v2.ReceiveMessage(s.ReceiveMessageRequest(group=d.Resource(name="G")), metadata=METADATA, timeout=10)
+    )
     assert [r.status.code for r in replies if r.HasField("status")] == [d.ILLEGAL_TOPIC]
     assert replies[-1].HasField("delivery_timestamp")
-    for call, request in [(v2.AckMessage, s.AckMessageRequest()),
-                          (v2.ChangeInvisibleDuration, s.ChangeInvisibleDurationRequest()),
-                          (v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
-                          (v2.QueryAssignment, s.QueryAssignmentRequest())]:
+    for call, request in [
+        (v2.AckMessage, s.AckMessageRequest()),
+        (v2.ChangeInvisibleDuration, s.ChangeInvisibleDurationRequest()),
+        (v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
+        (v2.QueryAssignment, s.QueryAssignmentRequest()),
+    ]:
         assert call(request, metadata=METADATA, timeout=10).status.code == d.ILLEGAL_CONSUMER_GROUP
     assert v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA, timeout=10).status.code == d.ILLEGAL_TOPIC
 
@@ -269,5 +348,6 @@ def test_empty_consumer_requests_answer_a_status(v2):
 def test_health_and_reflection(broker):
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10)
+            health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10
+        )
     assert response.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,4 +1,5 @@
 """PutCoalescer: concurrent sends share one PutMessages; one bad message cannot sink a batch."""
+
 from __future__ import annotations
 
 import threading
@@ -7,8 +8,8 @@ import time
 import pytest
 
 from services.broker.errors import Code, FlowControlError, StoreCallError
-from services.store.client.model import PutOutcome, PutStatus, StoreMessage
 from services.broker.store_client import DirectPutSink, PendingPut, PutCoalescer
+from services.store.client.model import PutOutcome, PutStatus, StoreMessage
 
 
 def msg(i: int, body: bytes = b"x", system: bool = False) -> StoreMessage:
@@ -40,7 +41,7 @@ def test_queued_sends_go_out_as_one_put_in_order():
     first = coalescer.submit(msg(0))
     runner = threading.Thread(target=coalescer.run_once)
     runner.start()
-    assert store.entered.wait(5)            # put #1 (message 0) is in flight ...
+    assert store.entered.wait(5)  # put #1 (message 0) is in flight ...
     rest = [coalescer.submit(msg(i)) for i in range(1, 11)]  # ... while 10 more queue up
     store.gate.set()
     runner.join()
@@ -97,7 +98,7 @@ def test_a_lone_send_is_put_on_its_own_thread():
     coalescer._store_put = put
     pending = [coalescer.submit(msg(i)) for i in range(3)]
     assert [p.wait(1).queue_offset for p in pending] == [0, 1, 2]
-    assert store.calls == [(["0", "1", "2"], False)]   # the first wait sent all three
+    assert store.calls == [(["0", "1", "2"], False)]  # the first wait sent all three
     assert threads == [threading.current_thread().name]
 
 
@@ -115,9 +116,9 @@ def test_a_send_queued_behind_a_leader_is_sent_by_the_dispatcher():
         first = coalescer.submit(msg(0))
         leader = threading.Thread(target=first.wait, args=(5,), name="leader")
         leader.start()
-        assert store.entered.wait(5)          # the leader's put is in flight ...
-        second = coalescer.submit(msg(1))     # ... this one queues behind it, and its sender
-        results: list[int] = []               # waits (a put is in flight: it does not lead)
+        assert store.entered.wait(5)  # the leader's put is in flight ...
+        second = coalescer.submit(msg(1))  # ... this one queues behind it, and its sender
+        results: list[int] = []  # waits (a put is in flight: it does not lead)
         follower = threading.Thread(target=lambda: results.append(second.wait(5).queue_offset), name="follower")
         follower.start()
         time.sleep(0.1)
@@ -208,7 +209,7 @@ def test_full_queue_is_flow_control():
     big = PutCoalescer(GatedStore().put, queue_bytes_max=100)
     big.submit(msg(0, body=b"x" * 150))  # alone it may exceed the byte bound ...
     with pytest.raises(FlowControlError):
-        big.submit(msg(1, body=b"x"))    # ... but nothing joins it
+        big.submit(msg(1, body=b"x"))  # ... but nothing joins it
 
 
 def test_wait_times_out_with_proxy_timeout():
@@ -249,7 +250,7 @@ def test_sends_waiting_past_the_limit_are_refused_unsent():
     old = [coalescer.submit(msg(i)) for i in range(3)]
     now[0] += 0.150
     fresh = [coalescer.submit(msg(i)) for i in range(3, 5)]
-    now[0] += 0.100                          # the first three waited 250 ms, the last two 100 ms
+    now[0] += 0.100  # the first three waited 250 ms, the last two 100 ms
     assert coalescer.run_once() == 2
     for pending in old:
         with pytest.raises(FlowControlError) as info:

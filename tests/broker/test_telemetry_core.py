@@ -1,17 +1,18 @@
 """Settings decisions, client sessions and routes: the core, without gRPC."""
+
 from __future__ import annotations
 
 import pytest
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
 from services.broker.model import ClientType
-from services.domain.delivery import MessageType
-from services.store.client.model import GroupInfo, TopicInfo
 from services.broker.route import RouteService, queue_permission
 from services.broker.telemetry import ClientRegistry, ClientSettings, TelemetryService
 from services.broker.topics import TopicRegistry
+from services.domain.delivery import MessageType
+from services.runtime.clock import ManualClock
+from services.store.client.model import GroupInfo, TopicInfo
 
 
 def service(fake_store) -> TelemetryService:
@@ -83,13 +84,23 @@ def test_route_of_an_auto_created_topic(fake_store):
     assert (route.endpoint_scheme, route.endpoint_host, route.endpoint_port) == ("IPv4", "127.0.0.1", 8081)
     assert [q.queue_id for q in route.queues] == list(range(8))
     assert {q.permission for q in route.queues} == {"READ_WRITE"}
-    assert route.accept_message_types == (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,
-                                          MessageType.TRANSACTION)
+    assert route.accept_message_types == (
+        MessageType.NORMAL,
+        MessageType.FIFO,
+        MessageType.DELAY,
+        MessageType.TRANSACTION,
+    )
 
 
-@pytest.mark.parametrize("topic_type,accepted", [
-    ("NORMAL", (MessageType.NORMAL,)), ("FIFO", (MessageType.FIFO,)), ("DELAY", (MessageType.DELAY,)),
-    ("TRANSACTION", (MessageType.TRANSACTION,))])
+@pytest.mark.parametrize(
+    "topic_type,accepted",
+    [
+        ("NORMAL", (MessageType.NORMAL,)),
+        ("FIFO", (MessageType.FIFO,)),
+        ("DELAY", (MessageType.DELAY,)),
+        ("TRANSACTION", (MessageType.TRANSACTION,)),
+    ],
+)
 def test_route_accept_types_follow_the_topic(fake_store, topic_type, accepted):
     fake_store.topics["T"] = TopicInfo("T", 4, 4, 6, topic_type)
     assert routes(fake_store).query_route("T").accept_message_types == accepted
@@ -137,7 +148,9 @@ def test_address_schemes():
 def test_advertised_endpoint():
     assert BrokerConfig(host="0.0.0.0").advertised_endpoint(9000) == ("127.0.0.1", 9000)
     assert BrokerConfig(advertised_host="mq.example", advertised_port=443).advertised_endpoint(9000) == (
-        "mq.example", 443)
+        "mq.example",
+        443,
+    )
 
 
 def test_config_checks():

@@ -1,4 +1,5 @@
 """EndTransaction: commit / rollback of half messages, idempotency (core on FakeStore; raw v2 on real servers)."""
+
 from __future__ import annotations
 
 import time
@@ -6,16 +7,16 @@ import time
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.model import IncomingMessage
-from services.domain.delivery import MessageType
-from services.store.client.model import StoreMessage
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
+from services.domain.delivery import MessageType
+from services.runtime.clock import ManualClock
+from services.store.client.model import StoreMessage
 from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import end, message, send
 
@@ -36,8 +37,15 @@ def services(fake_store, remember=True):
 
 
 def send_half(producer, message_id="TX1", topic="TxTopic"):
-    [receipt] = producer.send([IncomingMessage(topic=topic, body=b"money", message_id=message_id,
-                                               message_type=MessageType.TRANSACTION, tag="T")], "", 3.0)
+    [receipt] = producer.send(
+        [
+            IncomingMessage(
+                topic=topic, body=b"money", message_id=message_id, message_type=MessageType.TRANSACTION, tag="T"
+            )
+        ],
+        "",
+        3.0,
+    )
     assert receipt.code == Code.OK and receipt.transaction_id == message_id
     return receipt
 
@@ -97,20 +105,25 @@ def test_every_half_copy_is_listed_in_the_op_record(fake_store):
     assert op.body == b"0,1,"
     [committed] = in_topic(fake_store, "TxTopic")
     assert committed.prepared_transaction_offset == max(
-        r.phy_offset for r in in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC"))
+        r.phy_offset for r in in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+    )
 
 
 def producer_copy(half):
-    return StoreMessage(topic=half.topic, queue_id=0, body=half.body, properties=dict(half.properties),
-                        allow_system_topic=True)
+    return StoreMessage(
+        topic=half.topic, queue_id=0, body=half.body, properties=dict(half.properties), allow_system_topic=True
+    )
 
 
-@pytest.mark.parametrize("topic,tid,code", [
-    ("TxTopic", "", Code.INVALID_TRANSACTION_ID),
-    ("TxTopic", "UNKNOWN", Code.INVALID_TRANSACTION_ID),
-    ("OtherTopic", "TX1", Code.INVALID_TRANSACTION_ID),
-    ("RMQ_SYS_TRANS_HALF_TOPIC", "TX1", Code.ILLEGAL_TOPIC),
-])
+@pytest.mark.parametrize(
+    "topic,tid,code",
+    [
+        ("TxTopic", "", Code.INVALID_TRANSACTION_ID),
+        ("TxTopic", "UNKNOWN", Code.INVALID_TRANSACTION_ID),
+        ("OtherTopic", "TX1", Code.INVALID_TRANSACTION_ID),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", "TX1", Code.ILLEGAL_TOPIC),
+    ],
+)
 def test_end_transaction_errors(fake_store, topic, tid, code):
     producer, transactions = services(fake_store)
     send_half(producer)

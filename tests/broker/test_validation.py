@@ -1,4 +1,5 @@
 """Every send-side rule -> its exact v2 code, through the producer core (FakeStore, no gRPC)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,17 +7,17 @@ import dataclasses
 import pytest
 
 from services.broker import validation
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.model import IncomingMessage
-from services.domain.delivery import MessageType
-from services.store.client.model import TopicInfo
 from services.broker.producer import Producer
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
-from tests.support.send_rules import CASES, NOW_MS
+from services.domain.delivery import MessageType
 from services.domain.format.properties_format import RESERVED_PROPERTY_KEYS
+from services.runtime.clock import ManualClock
+from services.store.client.model import TopicInfo
+from tests.support.send_rules import CASES, NOW_MS
 
 
 def producer(fake_store, **config) -> Producer:
@@ -26,8 +27,12 @@ def producer(fake_store, **config) -> Producer:
 
 
 def message(**fields) -> IncomingMessage:
-    values = dict(topic="TopicTest", body=b"hello", message_id="0102FC0000000146A20B13E20600000000",
-                  message_type=MessageType.NORMAL)
+    values = dict(
+        topic="TopicTest",
+        body=b"hello",
+        message_id="0102FC0000000146A20B13E20600000000",
+        message_type=MessageType.NORMAL,
+    )
     values.update(fields)
     return IncomingMessage(**values)
 
@@ -66,18 +71,21 @@ def test_rules_run_before_the_topic_lookup(fake_store):
     assert code_of(fake_store, [message()], auto_create_topic_enable=False) == Code.TOPIC_NOT_FOUND
 
 
-@pytest.mark.parametrize("topic_type,sent,expected", [
-    ("NORMAL", {}, Code.OK),
-    ("NORMAL", {"message_group": "g", "message_type": MessageType.FIFO}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    ("FIFO", {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    ("FIFO", {"message_group": "g", "message_type": MessageType.FIFO}, Code.OK),
-    ("DELAY", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
-    ("TRANSACTION", {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    ("TRANSACTION", {"message_type": MessageType.TRANSACTION}, Code.OK),
-    ("MIXED", {"message_type": MessageType.TRANSACTION}, Code.OK),
-    ("MIXED", {"message_group": "g", "message_type": MessageType.FIFO}, Code.OK),
-    ("MIXED", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
-])
+@pytest.mark.parametrize(
+    "topic_type,sent,expected",
+    [
+        ("NORMAL", {}, Code.OK),
+        ("NORMAL", {"message_group": "g", "message_type": MessageType.FIFO}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("FIFO", {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("FIFO", {"message_group": "g", "message_type": MessageType.FIFO}, Code.OK),
+        ("DELAY", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
+        ("TRANSACTION", {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("TRANSACTION", {"message_type": MessageType.TRANSACTION}, Code.OK),
+        ("MIXED", {"message_type": MessageType.TRANSACTION}, Code.OK),
+        ("MIXED", {"message_group": "g", "message_type": MessageType.FIFO}, Code.OK),
+        ("MIXED", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
+    ],
+)
 def test_topic_message_type_check(fake_store, topic_type, sent, expected):
     fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 8, 6, topic_type)
     assert code_of(fake_store, [message(**sent)]) == expected
@@ -89,10 +97,22 @@ def test_unwritable_topic_is_forbidden(fake_store):
 
 
 def test_limits_follow_the_config(fake_store):
-    assert code_of(fake_store, [message(body=b"x" * 11)], body_size_max_bytes=10, put_batch_bytes_max=1 << 20,
-                   grpc_message_size_max_bytes=2 << 20) == Code.MESSAGE_BODY_TOO_LARGE
-    assert code_of(fake_store, [message(message_group="abcd", message_type=MessageType.FIFO)],
-                   message_group_size_max_bytes=4) == Code.ILLEGAL_MESSAGE_GROUP
+    assert (
+        code_of(
+            fake_store,
+            [message(body=b"x" * 11)],
+            body_size_max_bytes=10,
+            put_batch_bytes_max=1 << 20,
+            grpc_message_size_max_bytes=2 << 20,
+        )
+        == Code.MESSAGE_BODY_TOO_LARGE
+    )
+    assert (
+        code_of(
+            fake_store, [message(message_group="abcd", message_type=MessageType.FIFO)], message_group_size_max_bytes=4
+        )
+        == Code.ILLEGAL_MESSAGE_GROUP
+    )
 
 
 def test_properties_string_beyond_the_store_limit_is_refused_before_the_store(fake_store):
@@ -109,8 +129,16 @@ def test_java_blank_and_control_definitions():
 
 
 def test_reserved_keys_are_rocketmqs():
-    assert {"KEYS", "TAGS", "UNIQ_KEY", "TIMER_DELIVER_MS", "__BORNHOST", "CLUSTER", "PGROUP",
-            "__CRC32#"} <= RESERVED_PROPERTY_KEYS
+    assert {
+        "KEYS",
+        "TAGS",
+        "UNIQ_KEY",
+        "TIMER_DELIVER_MS",
+        "__BORNHOST",
+        "CLUSTER",
+        "PGROUP",
+        "__CRC32#",
+    } <= RESERVED_PROPERTY_KEYS
     # A user property merely *named* like a v2 field is fine.
     assert "tag" not in RESERVED_PROPERTY_KEYS
 

@@ -1,4 +1,5 @@
 """services.domain.contracts.delay: parking delay-level and timer messages, and delivering them."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,12 +46,22 @@ def test_delay_level_properties_encode_as_rocketmq_writes_them():
     properties = {"UNIQ_KEY": "ID1"}
     park_delay_level(properties, "Orders", 3, level=3)
     assert encode_properties(properties, java_order=True) == (
-        b"UNIQ_KEY\x01ID1\x02DELAY\x013\x02REAL_TOPIC\x01Orders\x02REAL_QID\x013\x02")
+        b"UNIQ_KEY\x01ID1\x02DELAY\x013\x02REAL_TOPIC\x01Orders\x02REAL_QID\x013\x02"
+    )
 
 
-@pytest.mark.parametrize("delay, expected", [
-    ("1", 1_000), ("3", 10_000), ("18", 10_000),   # beyond the last level: the last
-    ("0", None), ("-2", None), ("x", None), (None, None)])
+@pytest.mark.parametrize(
+    "delay, expected",
+    [
+        ("1", 1_000),
+        ("3", 10_000),
+        ("18", 10_000),  # beyond the last level: the last
+        ("0", None),
+        ("-2", None),
+        ("x", None),
+        (None, None),
+    ],
+)
 def test_level_delay_ms(delay, expected):
     properties = {} if delay is None else {"DELAY": delay}
     assert level_delay_ms(properties, LEVELS_MS) == expected
@@ -64,7 +75,7 @@ def test_delay_level_without_a_deliverable_real_destination_is_not_delivered():
 
 
 def test_timer_tick_is_rocketmqs():
-    assert timer_out_ms(5_000, 1_000) == 4_000      # on a tick: one tick earlier
+    assert timer_out_ms(5_000, 1_000) == 4_000  # on a tick: one tick earlier
     assert timer_out_ms(5_001, 1_000) == 5_000
     assert timer_out_ms(5_999, 1_000) == 5_000
 
@@ -88,18 +99,23 @@ def test_timer_properties_encode_as_rocketmq_writes_them():
     park_timer(properties, "Orders", 3, 5_000)
     assert encode_properties(properties, java_order=True) == (
         b"TIMER_OUT_MS\x015000\x02TIMER_DELIVER_MS\x015500\x02UNIQ_KEY\x01ID1\x02"
-        b"REAL_TOPIC\x01Orders\x02REAL_QID\x013\x02")
+        b"REAL_TOPIC\x01Orders\x02REAL_QID\x013\x02"
+    )
 
 
-@pytest.mark.parametrize("properties, expected", [
-    ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "5500"}, 5_500),
-    ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "6000"}, 6_000),   # the end of the tick still agrees
-    ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "9000"}, 6_000),   # disagrees: the end of the tick
-    ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "5000"}, 6_000),
-    ({"TIMER_OUT_MS": "5000"}, 6_000),
-    ({"TIMER_DELIVER_MS": "5500"}, 5_500),
-    ({}, None),
-    ({"TIMER_OUT_MS": "x", "TIMER_DELIVER_MS": "5500"}, None)])
+@pytest.mark.parametrize(
+    "properties, expected",
+    [
+        ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "5500"}, 5_500),
+        ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "6000"}, 6_000),  # the end of the tick still agrees
+        ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "9000"}, 6_000),  # disagrees: the end of the tick
+        ({"TIMER_OUT_MS": "5000", "TIMER_DELIVER_MS": "5000"}, 6_000),
+        ({"TIMER_OUT_MS": "5000"}, 6_000),
+        ({"TIMER_DELIVER_MS": "5500"}, 5_500),
+        ({}, None),
+        ({"TIMER_OUT_MS": "x", "TIMER_DELIVER_MS": "5500"}, None),
+    ],
+)
 def test_delivery_time_ms(properties, expected):
     assert delivery_time_ms(properties, 1_000) == expected
 

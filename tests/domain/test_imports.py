@@ -1,4 +1,5 @@
 """services/domain is pure: it imports nothing of the project outside services.domain, and no gRPC."""
+
 from __future__ import annotations
 
 import ast
@@ -22,9 +23,13 @@ def test_domain_imports_only_the_domain():
     assert modules
     offenders = {}
     for path in modules:
-        bad = {name for name in imported_modules(path)
-               if (name.startswith("services.") and not name.startswith("services.domain"))
-               or name.split(".")[0] in ("grpc", "pipeline", "tests") or name.endswith(("_pb2", "_pb2_grpc"))}
+        bad = {
+            name
+            for name in imported_modules(path)
+            if (name.startswith("services.") and not name.startswith("services.domain"))
+            or name.split(".")[0] in ("grpc", "pipeline", "tests")
+            or name.endswith(("_pb2", "_pb2_grpc"))
+        }
         if bad:
             offenders[str(path.relative_to(DOMAIN))] = sorted(bad)
     assert not offenders, f"domain modules importing outside services.domain: {offenders}"

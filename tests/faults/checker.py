@@ -51,6 +51,7 @@ Report (``Report``; ``Report.violations()`` lists the ones that are always bugs)
 * ``rto``        per fault: time from the fault (kill) and from the restart to the first ``ok``
   send completed after the restart.
 """
+
 from __future__ import annotations
 
 import random
@@ -115,7 +116,7 @@ class Send:
     outcome: str = INVOKED
     detail: str = ""
     message_id: str = ""
-    invoke_t: float = 0.0              # time.monotonic()
+    invoke_t: float = 0.0  # time.monotonic()
     complete_t: float = 0.0
 
     @property
@@ -132,16 +133,16 @@ class Delivery:
     body: bytes
     message_group: str | None = None
     attempt: int = 1
-    t: float = 0.0                     # time.monotonic() when received
-    wall_ms: int = 0                   # time.time() in ms when received
-    seq: int = 0                       # global receive order (set by History)
+    t: float = 0.0  # time.monotonic() when received
+    wall_ms: int = 0  # time.time() in ms when received
+    seq: int = 0  # global receive order (set by History)
 
 
 @dataclass
 class Fault:
     name: str
-    fault_t: float                     # monotonic time of the kill
-    restart_t: float | None = None     # monotonic time the replacement was spawned
+    fault_t: float  # monotonic time of the kill
+    restart_t: float | None = None  # monotonic time the replacement was spawned
 
 
 @dataclass
@@ -160,14 +161,22 @@ class History:
         self.sends: dict[str, Send] = {}
         self.deliveries: list[Delivery] = []
         self.acked_ids: set[str] = set()
-        self.ack_unknown_ids: set[str] = set()    # the ack call failed in transport: maybe acked
+        self.ack_unknown_ids: set[str] = set()  # the ack call failed in transport: maybe acked
         self.faults: list[Fault] = []
 
     # -- sends
-    def invoke(self, writer: str, counter: int, topic: str, body: bytes, message_group: str | None = None,
-               deliver_at_ms: int | None = None) -> Send:
-        send = Send(writer, counter, topic, zlib.crc32(body), len(body), message_group, deliver_at_ms,
-                    invoke_t=time.monotonic())
+    def invoke(
+        self,
+        writer: str,
+        counter: int,
+        topic: str,
+        body: bytes,
+        message_group: str | None = None,
+        deliver_at_ms: int | None = None,
+    ) -> Send:
+        send = Send(
+            writer, counter, topic, zlib.crc32(body), len(body), message_group, deliver_at_ms, invoke_t=time.monotonic()
+        )
         with self._lock:
             assert send.key not in self.sends, f"value {send.key} sent twice"
             self.sends[send.key] = send
@@ -222,8 +231,14 @@ class History:
 
     def check(self) -> Report:
         with self._lock:
-            return check(list(self.sends.values()), list(self.deliveries), set(self.acked_ids), list(self.faults),
-                         seed=self.seed, ack_unknown_ids=set(self.ack_unknown_ids))
+            return check(
+                list(self.sends.values()),
+                list(self.deliveries),
+                set(self.acked_ids),
+                list(self.faults),
+                seed=self.seed,
+                ack_unknown_ids=set(self.ack_unknown_ids),
+            )
 
 
 @dataclass
@@ -257,30 +272,42 @@ class Report:
     def violations(self) -> dict[str, list[str]]:
         """Categories that are bugs in any run (duplicates, unconsumed and RTO are judged by the
         test, since what is allowed depends on the fault)."""
-        found = {"lost-prefix": self.lost_prefix, "lost-middle": self.lost_middle, "lost-suffix": self.lost_suffix,
-                 "unexpected": self.unexpected, "corrupt": self.corrupt, "aborted": self.aborted,
-                 "order": self.order_violations, "inconsistent-offsets": self.inconsistent_offsets,
-                 "early": self.early}
+        found = {
+            "lost-prefix": self.lost_prefix,
+            "lost-middle": self.lost_middle,
+            "lost-suffix": self.lost_suffix,
+            "unexpected": self.unexpected,
+            "corrupt": self.corrupt,
+            "aborted": self.aborted,
+            "order": self.order_violations,
+            "inconsistent-offsets": self.inconsistent_offsets,
+            "early": self.early,
+        }
         return {k: v for k, v in found.items() if v}
 
     def rto_p99(self, since: str = "restart") -> float | None:
-        values = sorted(v for r in self.rto if (v := (r.restart_to_first_ok_s if since == "restart"
-                                                      else r.fault_to_first_ok_s)) is not None)
+        values = sorted(
+            v
+            for r in self.rto
+            if (v := (r.restart_to_first_ok_s if since == "restart" else r.fault_to_first_ok_s)) is not None
+        )
         if not values:
             return None
         return values[min(len(values) - 1, int(len(values) * 0.99))]
 
     def summary(self) -> str:
         rto = [r.restart_to_first_ok_s for r in self.rto if r.restart_to_first_ok_s is not None]
-        return (f"seed {self.seed}: acked {self.acked}, failed {self.failed} {self.fail_details or ''}, info {self.indeterminate} "
-                f"(recovered {len(self.recovered)}), delivered {self.delivered}; lost {len(self.lost)} "
-                f"(prefix {len(self.lost_prefix)}, middle {len(self.lost_middle)}, suffix {len(self.lost_suffix)}), "
-                f"unexpected {len(self.unexpected)}, corrupt {len(self.corrupt)}, aborted {len(self.aborted)}, "
-                f"duplicate ids {len(self.duplicates_by_id)} (redelivered {len(self.redeliveries)}), duplicate bodies "
-                f"{len(self.duplicates_by_body)}, order violations {len(self.order_violations)}, inconsistent offsets "
-                f"{len(self.inconsistent_offsets)}, early {len(self.early)}, unconsumed {len(self.unconsumed)}, "
-                f"RTO restart->first OK "
-                + (f"median {statistics.median(rto):.3f} s max {max(rto):.3f} s" if rto else "n/a"))
+        return (
+            f"seed {self.seed}: acked {self.acked}, failed {self.failed} {self.fail_details or ''}, info {self.indeterminate} "
+            f"(recovered {len(self.recovered)}), delivered {self.delivered}; lost {len(self.lost)} "
+            f"(prefix {len(self.lost_prefix)}, middle {len(self.lost_middle)}, suffix {len(self.lost_suffix)}), "
+            f"unexpected {len(self.unexpected)}, corrupt {len(self.corrupt)}, aborted {len(self.aborted)}, "
+            f"duplicate ids {len(self.duplicates_by_id)} (redelivered {len(self.redeliveries)}), duplicate bodies "
+            f"{len(self.duplicates_by_body)}, order violations {len(self.order_violations)}, inconsistent offsets "
+            f"{len(self.inconsistent_offsets)}, early {len(self.early)}, unconsumed {len(self.unconsumed)}, "
+            f"RTO restart->first OK "
+            + (f"median {statistics.median(rto):.3f} s max {max(rto):.3f} s" if rto else "n/a")
+        )
 
     def describe(self, limit: int = 20) -> str:
         lines = [self.summary()]
@@ -289,9 +316,14 @@ class Report:
         return "\n".join(lines)
 
 
-def check(sends: list[Send], deliveries: list[Delivery], acked_ids: set[str] = frozenset(),  # type: ignore[assignment]
-          faults: list[Fault] = (), seed: int = 0,  # type: ignore[assignment]
-          ack_unknown_ids: set[str] = frozenset()) -> Report:  # type: ignore[assignment]
+def check(
+    sends: list[Send],
+    deliveries: list[Delivery],
+    acked_ids: set[str] = frozenset(),  # type: ignore[assignment]
+    faults: list[Fault] = (),
+    seed: int = 0,  # type: ignore[assignment]
+    ack_unknown_ids: set[str] = frozenset(),
+) -> Report:  # type: ignore[assignment]
     """The §2.8 analysis of one history (see the module docstring)."""
     report = Report(seed=seed)
     by_key = {s.key: s for s in sends}
@@ -303,9 +335,9 @@ def check(sends: list[Send], deliveries: list[Delivery], acked_ids: set[str] = f
         if s.outcome == FAIL:
             report.fail_details[s.detail] = report.fail_details.get(s.detail, 0) + 1
 
-    delivered_keys: dict[str, set[str]] = defaultdict(set)          # key -> message ids
+    delivered_keys: dict[str, set[str]] = defaultdict(set)  # key -> message ids
     deliveries_of_id: dict[str, list[Delivery]] = defaultdict(list)
-    first_seq: dict[str, int] = {}                                    # key -> first delivery seq
+    first_seq: dict[str, int] = {}  # key -> first delivery seq
     at_offset: dict[tuple[str, int, int], str] = {}
     for dl in sorted(deliveries, key=lambda x: x.seq):
         where = f"{dl.topic}/{dl.queue_id}@{dl.offset}"
@@ -326,7 +358,7 @@ def check(sends: list[Send], deliveries: list[Delivery], acked_ids: set[str] = f
                 report.early.append(f"{key} delivered {send.deliver_at_ms - dl.wall_ms} ms before its time")
         delivered_keys[key].add(dl.message_id)
         first_seq.setdefault(key, dl.seq)
-        if dl.offset >= 0 and dl.attempt == 1:     # retries come from the retry topic's offsets
+        if dl.offset >= 0 and dl.attempt == 1:  # retries come from the retry topic's offsets
             slot = (dl.topic, dl.queue_id, dl.offset)
             previous = at_offset.setdefault(slot, dl.message_id)
             if previous != dl.message_id:
@@ -342,14 +374,15 @@ def check(sends: list[Send], deliveries: list[Delivery], acked_ids: set[str] = f
             report.duplicates_by_body[key] = sorted(ids)
     report.recovered = sorted(s.key for s in sends if s.outcome in (INFO, INVOKED) and s.key in delivered_keys)
     if acked_ids:
-        report.unconsumed = sorted(mid for mid in deliveries_of_id
-                                   if mid not in acked_ids and mid not in ack_unknown_ids)
+        report.unconsumed = sorted(
+            mid for mid in deliveries_of_id if mid not in acked_ids and mid not in ack_unknown_ids
+        )
 
     # lost, split per writer by counter order among that writer's delivered sends
     per_writer: dict[str, list[Send]] = defaultdict(list)
     for s in sends:
         per_writer[s.writer].append(s)
-    for writer, writer_sends in per_writer.items():
+    for _writer, writer_sends in per_writer.items():
         writer_sends.sort(key=lambda s: s.counter)
         present = [s.counter for s in writer_sends if s.key in delivered_keys]
         first, last = (present[0], present[-1]) if present else (None, None)
@@ -383,6 +416,11 @@ def check(sends: list[Send], deliveries: list[Delivery], acked_ids: set[str] = f
     ok_times = sorted(s.complete_t for s in sends if s.outcome == OK)
     for f in faults:
         first_ok = next((t for t in ok_times if t > (f.restart_t if f.restart_t is not None else f.fault_t)), None)
-        report.rto.append(Rto(f.name, None if first_ok is None else first_ok - f.fault_t,
-                              None if first_ok is None or f.restart_t is None else first_ok - f.restart_t))
+        report.rto.append(
+            Rto(
+                f.name,
+                None if first_ok is None else first_ok - f.fault_t,
+                None if first_ok is None or f.restart_t is None else first_ok - f.restart_t,
+            )
+        )
     return report

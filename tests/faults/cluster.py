@@ -7,6 +7,7 @@ The store and the broker listen on fixed ports picked at start (a restarted stor
 the broker and the scheduler already look for it; a restarted broker where clients look).
 Settings go through the environment (``PYRMQ_<SERVICE>_<KEY>``) or extra flags.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,10 +48,11 @@ class Service:
 @dataclass
 class Cluster:
     """``start()`` brings up the services named in ``services`` in order."""
+
     data_dir: Path
-    processes: list[Process]                              # the `processes` fixture: killed at teardown
+    processes: list[Process]  # the `processes` fixture: killed at teardown
     services: tuple[str, ...] = ("store", "broker", "scheduler", "txcheck")
-    env: dict[str, str] = field(default_factory=dict)     # PYRMQ_* for every service
+    env: dict[str, str] = field(default_factory=dict)  # PYRMQ_* for every service
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     store_port: int = field(default_factory=free_port)
     broker_port: int = field(default_factory=free_port)
@@ -117,8 +119,12 @@ class Cluster:
     # -- admin
     def create_topic(self, name: str, message_type: str = "NORMAL", queues: int = 4) -> None:
         with grpc.insecure_channel(self.endpoint) as channel:
-            admin_grpc.AdminStub(channel).CreateTopic(admin_pb.CreateTopicRequest(
-                name=name, message_type=admin_pb.MessageType.Value(message_type), queue_nums=queues), timeout=10)
+            admin_grpc.AdminStub(channel).CreateTopic(
+                admin_pb.CreateTopicRequest(
+                    name=name, message_type=admin_pb.MessageType.Value(message_type), queue_nums=queues
+                ),
+                timeout=10,
+            )
 
     def create_group(self, name: str, fifo: bool = False) -> None:
         with grpc.insecure_channel(self.endpoint) as channel:

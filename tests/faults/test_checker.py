@@ -1,16 +1,34 @@
 """The §2.8 checker on hand-made histories: each category is detected, a clean history passes."""
+
 from __future__ import annotations
 
 import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from tests.faults.checker import (FAIL, INFO, OK, Delivery, History, classify_code, classify_rpc_error, key_of_body,
-                                  make_body)
+from tests.faults.checker import (
+    FAIL,
+    INFO,
+    OK,
+    Delivery,
+    History,
+    classify_code,
+    classify_rpc_error,
+    key_of_body,
+    make_body,
+)
 
 
-def sent(history: History, writer: str, counter: int, outcome: str = OK, *, topic: str = "T", group: str | None = None,
-         deliver_at_ms: int | None = None) -> tuple[bytes, str]:
+def sent(
+    history: History,
+    writer: str,
+    counter: int,
+    outcome: str = OK,
+    *,
+    topic: str = "T",
+    group: str | None = None,
+    deliver_at_ms: int | None = None,
+) -> tuple[bytes, str]:
     body = make_body(f"{writer}-{counter}", history.seed)
     send = history.invoke(writer, counter, topic, body, group, deliver_at_ms)
     message_id = f"ID-{writer}-{counter}"
@@ -18,10 +36,28 @@ def sent(history: History, writer: str, counter: int, outcome: str = OK, *, topi
     return body, message_id
 
 
-def read(history: History, body: bytes, message_id: str, *, offset: int = -1, queue: int = 0, attempt: int = 1,
-         topic: str = "T", wall_ms: int | None = None) -> None:
-    history.deliver(Delivery(message_id, topic, queue, offset, body, attempt=attempt, **(
-        {"wall_ms": wall_ms} if wall_ms is not None else {})))
+def read(
+    history: History,
+    body: bytes,
+    message_id: str,
+    *,
+    offset: int = -1,
+    queue: int = 0,
+    attempt: int = 1,
+    topic: str = "T",
+    wall_ms: int | None = None,
+) -> None:
+    history.deliver(
+        Delivery(
+            message_id,
+            topic,
+            queue,
+            offset,
+            body,
+            attempt=attempt,
+            **({"wall_ms": wall_ms} if wall_ms is not None else {}),
+        )
+    )
 
 
 def clean_history() -> History:
@@ -58,7 +94,7 @@ def test_a_writer_with_nothing_read_loses_a_prefix_and_failed_or_info_sends_are_
     sent(history, "w", 0)
     sent(history, "w", 1, FAIL)
     sent(history, "w", 2, INFO)
-    history.invoke("w", 3, "T", b"w-3|x")            # never completed: indeterminate
+    history.invoke("w", 3, "T", b"w-3|x")  # never completed: indeterminate
     report = history.check()
     assert [k.split()[0] for k in report.lost] == ["w-0"] and report.lost_prefix
     assert report.failed == 1 and report.indeterminate == 2
@@ -67,7 +103,7 @@ def test_a_writer_with_nothing_read_loses_a_prefix_and_failed_or_info_sends_are_
 def test_unexpected_corrupt_aborted_and_recovered() -> None:
     history = History()
     body, mid = sent(history, "w", 0)
-    read(history, body[:-1] + bytes([body[-1] ^ 1]), mid)             # one bit flipped
+    read(history, body[:-1] + bytes([body[-1] ^ 1]), mid)  # one bit flipped
     failed_body, _ = sent(history, "w", 1, FAIL)
     read(history, failed_body, "ID-stored-anyway")
     info_body, _ = sent(history, "w", 2, INFO)
@@ -86,27 +122,27 @@ def test_duplicates_by_id_redeliveries_and_by_body() -> None:
     history = History()
     body, mid = sent(history, "w", 0)
     read(history, body, mid, offset=0)
-    read(history, body, mid, offset=0, attempt=2)                     # redelivered after its invisible time
+    read(history, body, mid, offset=0, attempt=2)  # redelivered after its invisible time
     body1, mid1 = sent(history, "w", 1)
     read(history, body1, mid1, offset=1)
-    read(history, body1, mid1, offset=1)                              # same attempt: a silent duplicate
-    read(history, body1, "ID-second-copy", offset=2)                  # the value stored twice
+    read(history, body1, mid1, offset=1)  # same attempt: a silent duplicate
+    read(history, body1, "ID-second-copy", offset=2)  # the value stored twice
     report = history.check()
     assert report.duplicates_by_id == {mid: 1, mid1: 1}
     assert report.redeliveries == {mid: 1}
     assert report.duplicates_by_body == {"w-1": sorted([mid1, "ID-second-copy"])}
-    assert report.violations() == {}          # legal at least once; the test decides how many are allowed
+    assert report.violations() == {}  # legal at least once; the test decides how many are allowed
 
 
 def test_fifo_order_violation_per_message_group() -> None:
     history = History()
     a = [sent(history, "p", c, group="g1") for c in range(4)]
     b = [sent(history, "q", c, group="g2") for c in range(2)]
-    for i in (0, 2, 1, 3):                   # g1: 2 delivered before the earlier 1
+    for i in (0, 2, 1, 3):  # g1: 2 delivered before the earlier 1
         read(history, *a[i])
     for i in (0, 1):
         read(history, *b[i])
-    read(history, *a[1])                     # a later redelivery of 1 does not matter
+    read(history, *a[1])  # a later redelivery of 1 does not matter
     report = history.check()
     assert report.order_violations == ["T/g1: p-2 delivered before earlier p-1"]
 
@@ -116,7 +152,7 @@ def test_fifo_ignores_lost_and_unacked_members() -> None:
     m = [sent(history, "p", c, group="g") for c in range(3)]
     sent(history, "p", 3, INFO, group="g")
     read(history, *m[0])
-    read(history, *m[2])                     # 1 is lost, not an order violation
+    read(history, *m[2])  # 1 is lost, not an order violation
     report = history.check()
     assert report.order_violations == [] and [k.split()[0] for k in report.lost_middle] == ["p-1"]
 
@@ -126,13 +162,13 @@ def test_inconsistent_offsets_early_and_unconsumed() -> None:
     body0, mid0 = sent(history, "w", 0)
     body1, mid1 = sent(history, "w", 1)
     read(history, body0, mid0, offset=5)
-    read(history, body1, mid1, offset=5)                              # two ids at one (queue, offset)
+    read(history, body1, mid1, offset=5)  # two ids at one (queue, offset)
     body2, mid2 = sent(history, "w", 2, deliver_at_ms=10_000)
     read(history, body2, mid2, offset=6, wall_ms=9_000)
     history.consumer_acked([mid0, mid2])
     body3, mid3 = sent(history, "w", 3)
     read(history, body3, mid3, offset=7)
-    history.consumer_ack_unknown([mid3])                             # maybe acked: need not come back
+    history.consumer_ack_unknown([mid3])  # maybe acked: need not come back
     report = history.check()
     assert report.inconsistent_offsets == [f"T/0@5: {mid0} then {mid1}"]
     assert report.early == ["w-2 delivered 1000 ms before its time"]
@@ -154,11 +190,24 @@ def test_rto_from_fault_and_restart_to_first_ok() -> None:
     assert history2.check().rto[0].restart_to_first_ok_s is None and history2.check().rto_p99() is None
 
 
-@pytest.mark.parametrize(("code", "outcome"), [
-    (d.OK, OK), (d.BAD_REQUEST, FAIL), (d.ILLEGAL_TOPIC, FAIL), (d.MESSAGE_BODY_TOO_LARGE, FAIL),
-    (d.MESSAGE_PROPERTIES_TOO_LARGE, FAIL), (d.TOO_MANY_REQUESTS, FAIL), (d.UNAUTHORIZED, FAIL),
-    (d.TOPIC_NOT_FOUND, FAIL), (d.NOT_IMPLEMENTED, FAIL), (d.INTERNAL_SERVER_ERROR, INFO),
-    (d.PROXY_TIMEOUT, INFO), (d.MASTER_PERSISTENCE_TIMEOUT, INFO), (d.HA_NOT_AVAILABLE, INFO)])
+@pytest.mark.parametrize(
+    ("code", "outcome"),
+    [
+        (d.OK, OK),
+        (d.BAD_REQUEST, FAIL),
+        (d.ILLEGAL_TOPIC, FAIL),
+        (d.MESSAGE_BODY_TOO_LARGE, FAIL),
+        (d.MESSAGE_PROPERTIES_TOO_LARGE, FAIL),
+        (d.TOO_MANY_REQUESTS, FAIL),
+        (d.UNAUTHORIZED, FAIL),
+        (d.TOPIC_NOT_FOUND, FAIL),
+        (d.NOT_IMPLEMENTED, FAIL),
+        (d.INTERNAL_SERVER_ERROR, INFO),
+        (d.PROXY_TIMEOUT, INFO),
+        (d.MASTER_PERSISTENCE_TIMEOUT, INFO),
+        (d.HA_NOT_AVAILABLE, INFO),
+    ],
+)
 def test_classify_codes(code: int, outcome: str) -> None:
     assert classify_code(code) == outcome
 
@@ -167,6 +216,7 @@ def test_transport_errors_are_indeterminate_and_bodies_name_their_value() -> Non
     class Unavailable(grpc.RpcError):
         def code(self) -> grpc.StatusCode:
             return grpc.StatusCode.UNAVAILABLE
+
     assert classify_rpc_error(Unavailable()) == INFO
     body = make_body("w3-17", 42)
     assert key_of_body(body) == "w3-17" and body == make_body("w3-17", 42) and body != make_body("w3-17", 43)

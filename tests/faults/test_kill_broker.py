@@ -7,6 +7,7 @@ acked (a share are skipped on purpose, others were in flight at the kill) are re
 a delivery attempt > 1 after their invisible time (2 s here: PYRMQ_BROKER_INVISIBLE_DURATION_MS_MIN
 is lowered for the test) and end up acked.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,16 +22,21 @@ from tests.support.fault_runs import DRAIN_TIMEOUT_S, check_run, start_cluster, 
 from tests.support.processes import Process
 
 INVISIBLE_S = 2.0
-RTO_P99_MAX_S = 10.0          # broker spawn -> first OK (a broker start-up on a loaded 2-core box)
+RTO_P99_MAX_S = 10.0  # broker spawn -> first OK (a broker start-up on a loaded 2-core box)
 
 
-def kill_broker_cycles(tmp_path: Path, processes: list[Process], test_id: str, cycles: int,
-                       config: WorkloadConfig) -> None:
+def kill_broker_cycles(
+    tmp_path: Path, processes: list[Process], test_id: str, cycles: int, config: WorkloadConfig
+) -> None:
     seed = seed_from_env()
     rng = random.Random(f"{seed}/faults")
     history = History(seed)
-    cluster = start_cluster(tmp_path, processes, services=("store", "broker"),
-                            PYRMQ_BROKER_INVISIBLE_DURATION_MS_MIN=str(int(INVISIBLE_S * 1000)))
+    cluster = start_cluster(
+        tmp_path,
+        processes,
+        services=("store", "broker"),
+        PYRMQ_BROKER_INVISIBLE_DURATION_MS_MIN=str(int(INVISIBLE_S * 1000)),
+    )
     workload = Workload(cluster.endpoint, history, config).start()
     repro = workload.repro(test_id)
     print(repro)
@@ -51,13 +57,28 @@ def kill_broker_cycles(tmp_path: Path, processes: list[Process], test_id: str, c
         workload.stop()
     report, problems = check_run(history, workload, cluster, repro)
     faults = [(f.name, round(f.fault_t, 2)) for f in history.faults]
-    stuck = [(dl.message_id[-6:], dl.topic, dl.message_group, dl.attempt, round(dl.t, 2),
-              dl.message_id in workload.skipped_acks) for dl in history.deliveries if dl.message_id in report.unconsumed]
+    stuck = [
+        (
+            dl.message_id[-6:],
+            dl.topic,
+            dl.message_group,
+            dl.attempt,
+            round(dl.t, 2),
+            dl.message_id in workload.skipped_acks,
+        )
+        for dl in history.deliveries
+        if dl.message_id in report.unconsumed
+    ]
     failed = [(s.key, s.detail) for s in history.sends.values() if s.outcome == "fail"]
-    assert drained, (f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}\nunconsumed deliveries (id, topic, group, "
-                     f"attempt, t, skipped): {stuck[:10]}\nfaults {faults}, failed sends {failed[:5]}")
-    late = [f"{s.key} {s.complete_t - s.invoke_t:.2f} s" for s in history.sends.values()
-            if s.complete_t - s.invoke_t > config.send_timeout_s + 1.0]
+    assert drained, (
+        f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}\nunconsumed deliveries (id, topic, group, "
+        f"attempt, t, skipped): {stuck[:10]}\nfaults {faults}, failed sends {failed[:5]}"
+    )
+    late = [
+        f"{s.key} {s.complete_t - s.invoke_t:.2f} s"
+        for s in history.sends.values()
+        if s.complete_t - s.invoke_t > config.send_timeout_s + 1.0
+    ]
     assert not late, f"{repro}\nsends that ended after their deadline: {late[:10]}"
     assert workload.skipped_acks, "no ack was skipped: the redelivery check checked nothing"
     not_redelivered = sorted(workload.skipped_acks - set(report.redeliveries))
@@ -69,14 +90,22 @@ def kill_broker_cycles(tmp_path: Path, processes: list[Process], test_id: str, c
 
 
 def test_kill_9_broker_under_load(tmp_path: Path, processes: list[Process]) -> None:
-    kill_broker_cycles(tmp_path, processes, "tests/faults/test_kill_broker.py::test_kill_9_broker_under_load", 2,
-                       WorkloadConfig(producers=3, fifo_producers=1, consumers=2, invisible_s=INVISIBLE_S,
-                                      skip_ack_ratio=0.02))
+    kill_broker_cycles(
+        tmp_path,
+        processes,
+        "tests/faults/test_kill_broker.py::test_kill_9_broker_under_load",
+        2,
+        WorkloadConfig(producers=3, fifo_producers=1, consumers=2, invisible_s=INVISIBLE_S, skip_ack_ratio=0.02),
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_kill_9_broker_soak(tmp_path: Path, processes: list[Process]) -> None:
-    kill_broker_cycles(tmp_path, processes, "tests/faults/test_kill_broker.py::test_kill_9_broker_soak", 20,
-                       WorkloadConfig(producers=6, fifo_producers=2, consumers=3, invisible_s=INVISIBLE_S,
-                                      skip_ack_ratio=0.02))
+    kill_broker_cycles(
+        tmp_path,
+        processes,
+        "tests/faults/test_kill_broker.py::test_kill_9_broker_soak",
+        20,
+        WorkloadConfig(producers=6, fifo_producers=2, consumers=3, invisible_s=INVISIBLE_S, skip_ack_ratio=0.02),
+    )

@@ -6,6 +6,7 @@ delivery time (``early``: the consumer's receive time is compared with the send'
 timestamp, same host clock), 0 corrupt / unexpected; duplicates are counted and at most one
 delivery batch (256, services/scheduler/README.md "Crash safety").
 """
+
 from __future__ import annotations
 
 import random
@@ -29,8 +30,14 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
     cluster = start_cluster(tmp_path, processes, services=("store", "broker", "scheduler"))
     cluster.create_topic("FaultsDelay", "DELAY")
     cluster.create_group("FaultsDelayGroup")
-    config = WorkloadConfig(topic="FaultsDelay", group="FaultsDelayGroup", producers=2, consumers=2,
-                            delay_s=(2.0, 5.0), send_pause_s=(0.005, 0.03))
+    config = WorkloadConfig(
+        topic="FaultsDelay",
+        group="FaultsDelayGroup",
+        producers=2,
+        consumers=2,
+        delay_s=(2.0, 5.0),
+        send_pause_s=(0.005, 0.03),
+    )
     workload = Workload(cluster.endpoint, history, config).start()
     repro = workload.repro(test_id)
     print(repro)
@@ -40,8 +47,11 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
             time.sleep(rng.uniform(1.0, 2.5))
             cluster.kill("scheduler")
             fault = history.fault(f"scheduler#{cycle}")
-            pending = sum(1 for s in list(history.sends.values()) if s.outcome == "ok" and s.deliver_at_ms
-                          and s.deliver_at_ms > time.time() * 1000)
+            pending = sum(
+                1
+                for s in list(history.sends.values())
+                if s.outcome == "ok" and s.deliver_at_ms and s.deliver_at_ms > time.time() * 1000
+            )
             assert pending, "nothing was pending at the kill"
             time.sleep(rng.uniform(0.0, 1.0))
             history.restarted(fault)
@@ -60,8 +70,9 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
 
 
 def test_kill_9_scheduler_with_timers_pending(tmp_path: Path, processes: list[Process]) -> None:
-    kill_scheduler_cycles(tmp_path, processes,
-                          "tests/faults/test_kill_scheduler.py::test_kill_9_scheduler_with_timers_pending", 1)
+    kill_scheduler_cycles(
+        tmp_path, processes, "tests/faults/test_kill_scheduler.py::test_kill_9_scheduler_with_timers_pending", 1
+    )
 
 
 @pytest.mark.slow

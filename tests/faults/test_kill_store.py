@@ -5,6 +5,7 @@ Asserts (reliability.md §6 T0.8 / T1.1 through the whole stack): 0 acked lost (
 suffix), 0 corrupt, 0 unexpected, 0 aborted, 0 FIFO order violations per message group, every
 delivered message consumer-acked after a drain; restart-to-first-OK p99 <= 5 s.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,15 +20,15 @@ from tests.faults.workload import Workload, WorkloadConfig, seed_from_env
 from tests.support.fault_runs import DRAIN_TIMEOUT_S, check_run, first_ok_after, start_cluster, wait_first_ok
 from tests.support.processes import Process
 
+RTO_P99_MAX_S = 5.0  # store ready line -> first OK send through the broker
+SPAWN_TO_FIRST_OK_MAX_S = 20.0  # store spawned -> first OK: includes the store's own start-up,
+# slow on a loaded 2-core CI box (its own T0.8 bound is in
+# tests/store/test_crash_kill.py)
 
-RTO_P99_MAX_S = 5.0                   # store ready line -> first OK send through the broker
-SPAWN_TO_FIRST_OK_MAX_S = 20.0        # store spawned -> first OK: includes the store's own start-up,
-                                      # slow on a loaded 2-core CI box (its own T0.8 bound is in
-                                      # tests/store/test_crash_kill.py)
 
-
-def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cycles: int,
-                      config: WorkloadConfig) -> tuple[Workload, Cluster]:
+def kill_store_cycles(
+    tmp_path: Path, processes: list[Process], test_id: str, cycles: int, config: WorkloadConfig
+) -> tuple[Workload, Cluster]:
     seed = seed_from_env()
     rng = random.Random(f"{seed}/faults")
     history = History(seed)
@@ -55,8 +56,12 @@ def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cy
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:
         workload.stop()
-    print("store spawn->ready s:", [round(x, 3) for x in ready_s], "ready->first OK s:",
-          [round(x, 3) for x in ready_to_ok_s])
+    print(
+        "store spawn->ready s:",
+        [round(x, 3) for x in ready_s],
+        "ready->first OK s:",
+        [round(x, 3) for x in ready_to_ok_s],
+    )
     report, problems = check_run(history, workload, cluster, repro)
     assert drained, f"{repro}\nnot drained in {DRAIN_TIMEOUT_S} s: {problems}; unconsumed {report.unconsumed[:10]}"
     assert report.acked > 0 and report.delivered >= report.acked
@@ -70,16 +75,24 @@ def kill_store_cycles(tmp_path: Path, processes: list[Process], test_id: str, cy
 
 def test_kill_9_store_through_broker_sync(tmp_path: Path, processes: list[Process]) -> None:
     """3 store kills under NORMAL + FIFO load; includes the FIFO order check (e)."""
-    _, cluster = kill_store_cycles(tmp_path, processes, "tests/faults/test_kill_store.py::"
-                                   "test_kill_9_store_through_broker_sync", cycles=3,
-                                   config=WorkloadConfig(producers=3, fifo_producers=2, consumers=2))
+    _, cluster = kill_store_cycles(
+        tmp_path,
+        processes,
+        "tests/faults/test_kill_store.py::test_kill_9_store_through_broker_sync",
+        cycles=3,
+        config=WorkloadConfig(producers=3, fifo_producers=2, consumers=2),
+    )
     cluster.stop()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_kill_9_store_through_broker_soak(tmp_path: Path, processes: list[Process]) -> None:
-    _, cluster = kill_store_cycles(tmp_path, processes, "tests/faults/test_kill_store.py::"
-                                   "test_kill_9_store_through_broker_soak", cycles=20,
-                                   config=WorkloadConfig(producers=6, fifo_producers=4, consumers=3))
+    _, cluster = kill_store_cycles(
+        tmp_path,
+        processes,
+        "tests/faults/test_kill_store.py::test_kill_9_store_through_broker_soak",
+        cycles=20,
+        config=WorkloadConfig(producers=6, fifo_producers=4, consumers=3),
+    )
     cluster.stop()

@@ -7,6 +7,7 @@ Asserts: after the restart every open transaction is still checked and committed
 message is delivered through the broker (0 lost), none twice as a new stored copy
 (``duplicates_by_body``), 0 corrupt / unexpected.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,8 +23,10 @@ from tests.support.fault_runs import start_cluster
 from tests.support.official_client import Client
 from tests.support.processes import Process
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 TOPIC, GROUP = "FaultsTx", "FaultsTxGroup"
 COUNT = 5
@@ -34,21 +37,37 @@ def test_kill_9_txcheck_with_open_transactions(tmp_path: Path, processes: list[P
     seed = seed_from_env()
     rng = random.Random(f"{seed}/faults")
     history = History(seed)
-    cluster = start_cluster(tmp_path, processes, services=("store", "broker", "txcheck"), extra_args={
-        "txcheck": ["--transaction-timeout-ms", "1000", "--check-interval-ms", "500"]})
+    cluster = start_cluster(
+        tmp_path,
+        processes,
+        services=("store", "broker", "txcheck"),
+        extra_args={"txcheck": ["--transaction-timeout-ms", "1000", "--check-interval-ms", "500"]},
+    )
     cluster.create_topic(TOPIC, "TRANSACTION")
     cluster.create_group(GROUP)
     bodies = {f"tx-{n}": make_body(f"tx-{n}", seed) for n in range(COUNT)}
-    client = Client(tmp_path / "producer", {
-        "endpoint": cluster.endpoint, "topics": [TOPIC], "checker": "commit", "linger_s": 60,
-        "messages": [{"topic": TOPIC, "body": body.decode(), "keys": [key], "transaction": "open"}
-                     for key, body in bodies.items()]})
-    workload = Workload(cluster.endpoint, history, WorkloadConfig(topic=TOPIC, group=GROUP, producers=0,
-                                                                   consumers=1, receive_wait_s=5.0))
+    client = Client(
+        tmp_path / "producer",
+        {
+            "endpoint": cluster.endpoint,
+            "topics": [TOPIC],
+            "checker": "commit",
+            "linger_s": 60,
+            "messages": [
+                {"topic": TOPIC, "body": body.decode(), "keys": [key], "transaction": "open"}
+                for key, body in bodies.items()
+            ],
+        },
+    )
+    workload = Workload(
+        cluster.endpoint,
+        history,
+        WorkloadConfig(topic=TOPIC, group=GROUP, producers=0, consumers=1, receive_wait_s=5.0),
+    )
     repro = workload.repro("tests/faults/test_kill_txcheck.py::test_kill_9_txcheck_with_open_transactions")
     print(repro)
     try:
-        for n, (key, body) in enumerate(bodies.items()):
+        for n, (_key, body) in enumerate(bodies.items()):
             send = history.invoke("tx", n, TOPIC, body)
             line = client.next_line("ok")
             history.complete(send, OK if line["ok"] else "info", line.get("message", ""), line.get("message_id", ""))

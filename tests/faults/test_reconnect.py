@@ -7,6 +7,7 @@ restarted, so the first put after the store was ready waited 1.4-4.1 s (test_kil
 and up to 120 s after a long outage; a plain channel down 6 s took 3.3 s to reconnect with the
 defaults and 0.19 s with a 100 ms initial / 1 s maximum backoff, the options now set.
 """
+
 from __future__ import annotations
 
 import grpc

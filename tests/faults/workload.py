@@ -13,6 +13,7 @@ Every random choice comes from ``random.Random(f"{seed}/<thread>")``: a run is r
 seed (timing aside). ``Workload.drain()`` keeps consuming until every acked and every delivered
 message is consumer-acked.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,7 +26,7 @@ import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 
 from services.v2client.client import BrokerCallError, V2Client, build_message, now_ms
-from tests.faults.checker import FAIL, INFO, OK, Delivery, History, classify_code, classify_rpc_error, make_body
+from tests.faults.checker import OK, Delivery, History, classify_code, classify_rpc_error, make_body
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,12 @@ class WorkloadConfig:
     producers: int = 3
     fifo_producers: int = 0
     groups_per_fifo_producer: int = 2
-    consumers: int = 2                     # per topic
-    send_timeout_s: float = 5.0            # the client's gRPC deadline of one SendMessage
+    consumers: int = 2  # per topic
+    send_timeout_s: float = 5.0  # the client's gRPC deadline of one SendMessage
     send_pause_s: tuple[float, float] = (0.0, 0.02)
-    delay_s: tuple[float, float] | None = None   # DELAY messages, delivered this far ahead
+    delay_s: tuple[float, float] | None = None  # DELAY messages, delivered this far ahead
     invisible_s: float = 10.0
-    receive_wait_s: float = 5.0            # long polling (the broker's minimum is 5 s)
+    receive_wait_s: float = 5.0  # long polling (the broker's minimum is 5 s)
     skip_ack_ratio: float = 0.0
     body_size: tuple[int, int] = (64, 512)
 
@@ -58,8 +59,8 @@ class Workload:
     _stop_consuming: threading.Event = field(default_factory=threading.Event)
     _producers: list[threading.Thread] = field(default_factory=list)
     _consumers: list[threading.Thread] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)        # unexpected exceptions in threads
-    skipped_acks: set[str] = field(default_factory=set)    # message ids deliberately left unacked
+    errors: list[str] = field(default_factory=list)  # unexpected exceptions in threads
+    skipped_acks: set[str] = field(default_factory=set)  # message ids deliberately left unacked
 
     @property
     def seed(self) -> int:
@@ -86,6 +87,7 @@ class Workload:
             except Exception as exc:  # noqa: BLE001 - reported by the test
                 log.exception("%s died", name)
                 self.errors.append(f"{name}: {exc!r}")
+
         thread = threading.Thread(target=run, name=f"workload-{name}", daemon=True)
         thread.start()
         return thread
@@ -108,13 +110,16 @@ class Workload:
                     [entry] = client.send([message])
                     self.history.complete(send, OK, message_id=entry.message_id)
                 except BrokerCallError as exc:
-                    self.history.complete(send, classify_code(exc.code), d.Code.Name(exc.code)
-                                          if exc.code in d.Code.values() else str(exc.code))
+                    self.history.complete(
+                        send,
+                        classify_code(exc.code),
+                        d.Code.Name(exc.code) if exc.code in d.Code.values() else str(exc.code),
+                    )
                 except grpc.RpcError as exc:
                     self.history.complete(send, classify_rpc_error(exc), f"rpc {exc.code().name}")  # type: ignore[union-attr]
-                    time.sleep(0.05)       # the broker is down: do not spin
+                    time.sleep(0.05)  # the broker is down: do not spin
                 if send.outcome != OK:
-                    time.sleep(0.2)        # the store or broker is down: do not hog the CPUs it restarts on
+                    time.sleep(0.2)  # the store or broker is down: do not hog the CPUs it restarts on
                 time.sleep(rng.uniform(*c.send_pause_s))
 
     # -- consumers
@@ -127,8 +132,9 @@ class Workload:
                 if client is None:
                     client = V2Client(self.endpoint, timeout_s=5.0, client_id=f"faults@{name}")
                 try:
-                    messages = client.receive(group, topic, invisible_s=c.invisible_s, wait_s=c.receive_wait_s,
-                                              batch_size=16)
+                    messages = client.receive(
+                        group, topic, invisible_s=c.invisible_s, wait_s=c.receive_wait_s, batch_size=16
+                    )
                 except (BrokerCallError, grpc.RpcError):
                     client.close()
                     client = None
@@ -137,21 +143,28 @@ class Workload:
                 to_ack = []
                 for m in messages:
                     sp = m.system_properties
-                    self.history.deliver(Delivery(
-                        sp.message_id, m.topic.name, sp.queue_id, sp.queue_offset if sp.HasField("queue_offset") else -1,
-                        m.body, sp.message_group if sp.HasField("message_group") else None,
-                        sp.delivery_attempt if sp.HasField("delivery_attempt") else 1))
+                    self.history.deliver(
+                        Delivery(
+                            sp.message_id,
+                            m.topic.name,
+                            sp.queue_id,
+                            sp.queue_offset if sp.HasField("queue_offset") else -1,
+                            m.body,
+                            sp.message_group if sp.HasField("message_group") else None,
+                            sp.delivery_attempt if sp.HasField("delivery_attempt") else 1,
+                        )
+                    )
                     if c.skip_ack_ratio and sp.delivery_attempt <= 1 and rng.random() < c.skip_ack_ratio:
                         self.skipped_acks.add(sp.message_id)
                     else:
                         to_ack.append(m)
-                for m in to_ack:            # one by one: a failed ack leaves only that one unacked
+                for m in to_ack:  # one by one: a failed ack leaves only that one unacked
                     try:
                         client.ack(group, topic, [m])
                         self.history.consumer_acked([m.system_properties.message_id])
                     except BrokerCallError:
-                        pass                # definitely not acked: redelivered after its invisible time
-                    except grpc.RpcError:   # maybe acked
+                        pass  # definitely not acked: redelivered after its invisible time
+                    except grpc.RpcError:  # maybe acked
                         self.history.consumer_ack_unknown([m.system_properties.message_id])
         finally:
             if client is not None:
@@ -187,5 +200,6 @@ class Workload:
 def seed_from_env() -> int:
     """PYRMQ_FAULTS_SEED if set (a repro), else a fresh random seed."""
     import os
+
     value = os.environ.get("PYRMQ_FAULTS_SEED")
     return int(value) if value else int.from_bytes(os.urandom(4), "big")

@@ -9,6 +9,7 @@ project must be importable in them: PYTHONPATH is set to the repository root.
 tests/support/processes.py); the tests without Spark take the in-process store and broker
 servers of tests/support/broker_servers.py (``store_address``, ``store_stub``, ``broker``).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -48,8 +49,10 @@ def spark_missing() -> str | None:
         return "pyspark not installed (pip install -e '.[spark]')"
     major = java_major()
     if major is None or major < JAVA_MIN:
-        return (f"Java >= {JAVA_MIN} is needed for Spark (found {major or 'none'}); "
-                "install it: apt-get install -y openjdk-17-jre-headless")
+        return (
+            f"Java >= {JAVA_MIN} is needed for Spark (found {major or 'none'}); "
+            "install it: apt-get install -y openjdk-17-jre-headless"
+        )
     return None
 
 
@@ -58,30 +61,35 @@ def spark(tmp_path_factory):
     reason = spark_missing()
     if reason:
         pytest.skip(reason)
-    os.environ["PYSPARK_PYTHON"] = sys.executable          # gotcha 2: the workers' interpreter
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # gotcha 2: the workers' interpreter
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # gotcha 3: importable in workers
     from pyspark.sql import SparkSession
+
     tmp = tmp_path_factory.mktemp("spark")
-    session = (SparkSession.builder.master("local[2]").appName("pyrmq-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.memory", "2g")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.local.dir", str(tmp / "local"))
-               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .config("spark.python.worker.faulthandler.enabled", "true")
-               .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pyrmq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp / "local"))
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
+        .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     import pipeline
+
     pipeline.register(session)
     yield session
     for query in session.streams.active:  # a failed streaming test must not hang the session

@@ -1,6 +1,7 @@
 """The connector's queue reader (pipeline/broker_read.py) against a real broker and store, without
 Spark: PullRecords and PullMessage give the same rows, filters apply, ranges are exact, and a
 broker without the Pull service is read with PullMessage."""
+
 from __future__ import annotations
 
 import time
@@ -13,19 +14,25 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
+from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 
 from pipeline import client as client_module  # noqa: E402
-from pipeline.errors import DataLossError
 from pipeline.broker_read import read_range  # noqa: E402
+from pipeline.errors import DataLossError  # noqa: E402
 from pipeline.options import parse_source_options  # noqa: E402
-from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402
 
 
 def put(store_stub, topic: str, queue_id: int, count: int, tags=("TagA",)) -> None:
     """Messages as tests/support/pull_queues.put writes them, then wait for their dispatch."""
-    messages = [pb.Message(topic=topic, queue_id=queue_id, body=b"m%d" % i,
-                           properties={"TAGS": tags[i % len(tags)], "KEYS": f"k{i} x", "UNIQ_KEY": f"ID{i:04d}",
-                                       "color": "red"}) for i in range(count)]
+    messages = [
+        pb.Message(
+            topic=topic,
+            queue_id=queue_id,
+            body=b"m%d" % i,
+            properties={"TAGS": tags[i % len(tags)], "KEYS": f"k{i} x", "UNIQ_KEY": f"ID{i:04d}", "color": "red"},
+        )
+        for i in range(count)
+    ]
     results = store_stub.PutMessages(pb.PutMessagesRequest(messages=messages), timeout=30).results
     assert all(r.status == pb.PUT_OK for r in results)
     deadline = time.monotonic() + 10
@@ -79,8 +86,15 @@ def test_filters_on_both_methods(endpoint, store_stub):
     for method in ("records", "messages"):
         tagged = read(endpoint, "ReadFilter", 0, 30, pullMethod=method, subExpression="TagB || TagC", pullBatchSize="4")
         assert [r["queueOffset"] for r in tagged] == [i for i in range(30) if i % 3], method
-        sql = read(endpoint, "ReadFilter", 5, 40, pullMethod=method, expressionType="SQL92",
-                   subExpression="TAGS = 'TagA' AND UNIQ_KEY NOT IN ('ID0006', 'ID0009')")
+        sql = read(
+            endpoint,
+            "ReadFilter",
+            5,
+            40,
+            pullMethod=method,
+            expressionType="SQL92",
+            subExpression="TAGS = 'TagA' AND UNIQ_KEY NOT IN ('ID0006', 'ID0009')",
+        )
         assert [r["queueOffset"] for r in sql] == list(range(12, 40, 3)), method
 
 
@@ -102,7 +116,7 @@ def test_a_broker_without_the_pull_service_is_read_with_pull_message(broker, sto
         v2_only = f"127.0.0.1:{port}"
         rows = read(v2_only, "ReadFallback", 0, 50)
         assert [r["queueOffset"] for r in rows] == list(range(50))
-        assert v2_only in client_module._no_records   # remembered: the next read goes straight to PullMessage
+        assert v2_only in client_module._no_records  # remembered: the next read goes straight to PullMessage
         assert comparable(read(v2_only, "ReadFallback", 10, 20)) == comparable(rows[10:20])
     finally:
         server.stop(None)

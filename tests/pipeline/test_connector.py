@@ -1,9 +1,10 @@
 """The "rocketmq" source and sink against a real store + broker (subprocesses on 127.0.0.1)."""
+
 from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -25,10 +26,21 @@ def send(endpoint: str, topic: str, count: int, start: int = 0, tags=("TagA",)) 
     for first in range(start, start + count, CHUNK):
         batch = []
         for i in range(first, min(start + count, first + CHUNK)):
-            sp = d.SystemProperties(message_id=f"T-{topic}-{i:05d}", message_type=d.NORMAL, body_encoding=d.IDENTITY,
-                                    tag=tags[i % len(tags)], keys=[f"key-{i}"])
-            batch.append(d.Message(topic=d.Resource(name=topic), body=b"body-%d" % i, system_properties=sp,
-                                   user_properties={"n": str(i)}))
+            sp = d.SystemProperties(
+                message_id=f"T-{topic}-{i:05d}",
+                message_type=d.NORMAL,
+                body_encoding=d.IDENTITY,
+                tag=tags[i % len(tags)],
+                keys=[f"key-{i}"],
+            )
+            batch.append(
+                d.Message(
+                    topic=d.Resource(name=topic),
+                    body=b"body-%d" % i,
+                    system_properties=sp,
+                    user_properties={"n": str(i)},
+                )
+            )
         client.send(batch)
         ids += [m.system_properties.message_id for m in batch]
     deadline = time.monotonic() + 20  # the store dispatches to ConsumeQueues just after the put
@@ -51,11 +63,20 @@ def source(spark, endpoint, **options):
 
 def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_path):
     from tests.support.official_client import run_client
-    sent_from = datetime.now(timezone.utc)
-    specs = [{"topic": "SparkRead", "body": f"msg-{i}", "tag": "TagA" if i % 2 else "TagB", "keys": [f"k{i}", "kk"],
-              "properties": {"n": str(i), "color": "red"}} for i in range(30)]
+
+    sent_from = datetime.now(UTC)
+    specs = [
+        {
+            "topic": "SparkRead",
+            "body": f"msg-{i}",
+            "tag": "TagA" if i % 2 else "TagB",
+            "keys": [f"k{i}", "kk"],
+            "properties": {"n": str(i), "color": "red"},
+        }
+        for i in range(30)
+    ]
     results, _ = run_client(tmp_path, cluster, specs, topics=("SparkRead",))
-    sent_until = datetime.now(timezone.utc)
+    sent_until = datetime.now(UTC)
     assert all(r["ok"] for r in results)
     by_id = {r["message_id"]: spec for r, spec in zip(results, specs)}
     rows = source(spark, cluster, subscribe="SparkRead").collect()
@@ -82,20 +103,31 @@ def test_offset_ranges_are_exact(spark, cluster):
     send(cluster, "SparkRange", 64)
     ends = end_offsets(cluster, "SparkRange")
     assert sum(ends.values()) == 64 and ends[("SparkRange", BROKER, 0)] >= 5
-    rows = source(spark, cluster, assign='{"SparkRange":{"broker-a":[0,1]}}',
-                  startingOffsets='{"SparkRange":{"broker-a":{"1":-2,"0":2}}}',
-                  endingOffsets='{"SparkRange":{"broker-a":{"0":5,"1":3}}}').collect()
+    rows = source(
+        spark,
+        cluster,
+        assign='{"SparkRange":{"broker-a":[0,1]}}',
+        startingOffsets='{"SparkRange":{"broker-a":{"1":-2,"0":2}}}',
+        endingOffsets='{"SparkRange":{"broker-a":{"0":5,"1":3}}}',
+    ).collect()
     assert sorted((r["queueId"], r["queueOffset"]) for r in rows) == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
-    two_level = source(spark, cluster, assign='{"SparkRange":[0]}', startingOffsets='{"SparkRange":{"0":1}}',
-                       endingOffsets='{"SparkRange":{"0":2}}').collect()
+    two_level = source(
+        spark,
+        cluster,
+        assign='{"SparkRange":[0]}',
+        startingOffsets='{"SparkRange":{"0":1}}',
+        endingOffsets='{"SparkRange":{"0":2}}',
+    ).collect()
     assert [(r["queueId"], r["queueOffset"]) for r in two_level] == [(0, 1)]
     everything = source(spark, cluster, subscribe="SparkRange", minPartitions="20")
     assert everything.rdd.getNumPartitions() >= 20 and everything.count() == 64
     future = int(time.time() * 1000) + 3_600_000
     assert source(spark, cluster, subscribe="SparkRange", startingTimestamp=str(future)).count() == 0
-    for options, message in [({"startingOffsets": "latest"}, "'startingOffsets': 'latest' is not allowed"),
-                             ({"endingOffsets": '{"SparkRange":{"broker-a":{"0":-2}}}'}, "-2 \\(earliest\\)"),
-                             ({"startingOffsets": '{"Other":{"broker-a":{"0":1}}}'}, "not subscribed")]:
+    for options, message in [
+        ({"startingOffsets": "latest"}, "'startingOffsets': 'latest' is not allowed"),
+        ({"endingOffsets": '{"SparkRange":{"broker-a":{"0":-2}}}'}, "-2 \\(earliest\\)"),
+        ({"startingOffsets": '{"Other":{"broker-a":{"0":1}}}'}, "not subscribed"),
+    ]:
         with pytest.raises(Exception, match=message):
             source(spark, cluster, subscribe="SparkRange", **options).collect()
 
@@ -104,16 +136,26 @@ def stream(spark, endpoint, checkpoint, out, **options):
     reader = spark.readStream.format("rocketmq").option("endpoints", endpoint)
     for key, value in options.items():
         reader = reader.option(key, value)
-    return (reader.load().writeStream.format("parquet").option("path", str(out))
-            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    return (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 def get_offset(endpoint: str, group: str, queue: RouteQueue) -> int:
     with grpc.insecure_channel(endpoint) as channel:
-        response = s_grpc.MessagingServiceStub(channel).GetOffset(s.GetOffsetRequest(
-            group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=queue.topic),
-                                                                        id=queue.queue_id)),
-            metadata=(("x-mq-client-id", "tests"),), timeout=10)
+        response = s_grpc.MessagingServiceStub(channel).GetOffset(
+            s.GetOffsetRequest(
+                group=d.Resource(name=group),
+                message_queue=d.MessageQueue(topic=d.Resource(name=queue.topic), id=queue.queue_id),
+            ),
+            metadata=(("x-mq-client-id", "tests"),),
+            timeout=10,
+        )
     assert response.status.code == d.OK, response.status
     return response.offset
 
@@ -121,8 +163,9 @@ def get_offset(endpoint: str, group: str, queue: RouteQueue) -> int:
 def test_stream_rate_limit_and_restart_without_duplicates(spark, cluster, tmp_path):
     send(cluster, "SparkStream", 100)
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
-    options = dict(subscribe="SparkStream", startingOffsets="earliest", maxOffsetsPerTrigger="30",
-                   consumerGroup="spark-lag")
+    options = dict(
+        subscribe="SparkStream", startingOffsets="earliest", maxOffsetsPerTrigger="30", consumerGroup="spark-lag"
+    )
     query = stream(spark, cluster, checkpoint, out, **options)
     assert query.awaitTermination(180) is not False and query.exception() is None
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
@@ -147,14 +190,21 @@ def test_stream_rate_limit_and_restart_without_duplicates(spark, cluster, tmp_pa
 def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
     send(cluster, "SparkIdle", 16)
     checkpoint = tmp_path / "checkpoint"
-    query = (spark.readStream.format("rocketmq").option("endpoints", cluster).option("subscribe", "SparkIdle")
-             .option("startingOffsets", "earliest").load()
-             .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="100 milliseconds").start())
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", cluster)
+        .option("subscribe", "SparkIdle")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     try:
         query.processAllAvailable()
         logged = len(list((checkpoint / "offsets").iterdir()))
-        time.sleep(3)   # ~30 triggers with nothing new
+        time.sleep(3)  # ~30 triggers with nothing new
         assert len(list((checkpoint / "offsets").iterdir())) == logged
         send(cluster, "SparkIdle", 8, start=16)
         query.processAllAvailable()
@@ -165,25 +215,36 @@ def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
 
 def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
     from pyspark.sql import functions as F
+
     rows = [(f"payload-{i}", "TagS", [f"k{i}"], {"i": str(i)}, "NotUsed") for i in range(50)]
-    df = spark.createDataFrame(rows, "body string, tags string, keys array<string>, "
-                                     "properties map<string,string>, topic string")
+    df = spark.createDataFrame(
+        rows, "body string, tags string, keys array<string>, properties map<string,string>, topic string"
+    )
     df.write.format("rocketmq").option("endpoints", cluster).option("topic", "SinkOut").mode("append").save()
     back = source(spark, cluster, subscribe="SinkOut").dropDuplicates(["messageId"]).collect()
     assert sorted(r["body"].decode() for r in back) == sorted(r[0] for r in rows)
     assert all(r["tags"] == "TagS" and r["properties"] == {"i": r["body"].decode().split("-")[1]} for r in back)
     assert all(r["keys"] == [f"k{r['properties']['i']}"] for r in back)
-    assert source(spark, cluster, subscribe="NotUsed").count() == 0   # the option overrode the column
+    assert source(spark, cluster, subscribe="NotUsed").count() == 0  # the option overrode the column
     with pytest.raises(Exception, match="'body' column"):
-        spark.createDataFrame([("x",)], "payload string").write.format("rocketmq") \
-            .option("endpoints", cluster).option("topic", "SinkOut").mode("append").save()
+        spark.createDataFrame([("x",)], "payload string").write.format("rocketmq").option("endpoints", cluster).option(
+            "topic", "SinkOut"
+        ).mode("append").save()
 
     send(cluster, "SinkStreamIn", 40)
-    query = (spark.readStream.format("rocketmq").option("endpoints", cluster).option("subscribe", "SinkStreamIn")
-             .option("startingOffsets", "earliest").load()
-             .select("body", "tags", "keys", "properties", F.lit("SinkStreamOut").alias("topic"))
-             .writeStream.format("rocketmq").option("endpoints", cluster)
-             .option("checkpointLocation", str(tmp_path / "sink-checkpoint")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", cluster)
+        .option("subscribe", "SinkStreamIn")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("body", "tags", "keys", "properties", F.lit("SinkStreamOut").alias("topic"))
+        .writeStream.format("rocketmq")
+        .option("endpoints", cluster)
+        .option("checkpointLocation", str(tmp_path / "sink-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(180) is not False and query.exception() is None
     copied = source(spark, cluster, subscribe="SinkStreamOut").dropDuplicates(["messageId"])
     assert sorted(r[0] for r in copied.select("body").collect()) == sorted(b"body-%d" % i for i in range(40))
@@ -193,18 +254,28 @@ def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
 def lossy_cluster(spark, tmp_path_factory):
     """A store whose first CommitLog segment is gone, as after retention: queue 0 of LossTopic
     starts past offset 0."""
+    from services.domain.format.commitlog_format import MessageRecord
     from services.runtime.clock import SystemClock
     from services.store.config import StoreConfig
-    from services.domain.format.commitlog_format import MessageRecord
     from services.store.store import FileStore
     from tests.support.processes import start_cluster
+
     data_dir = tmp_path_factory.mktemp("lossy")
     store = FileStore(StoreConfig(store_root=data_dir / "store", commitlog_file_size_bytes=1 << 20), SystemClock())
     store.start()
     try:
         for first in range(0, 2400, 400):
-            store.put_messages([MessageRecord(topic="LossTopic", queue_id=0, body=b"%06d" % i + b"x" * 1000,
-                                              properties={"UNIQ_KEY": f"L{i:06d}"}) for i in range(first, first + 400)])
+            store.put_messages(
+                [
+                    MessageRecord(
+                        topic="LossTopic",
+                        queue_id=0,
+                        body=b"%06d" % i + b"x" * 1000,
+                        properties={"UNIQ_KEY": f"L{i:06d}"},
+                    )
+                    for i in range(first, first + 400)
+                ]
+            )
         store.reput.run_once()
     finally:
         store.shutdown()
@@ -242,16 +313,30 @@ def rows_by_position(rows) -> list[dict]:
 
 def test_stream_through_pull_records_equals_pull_message_and_sql_filters(spark, cluster, tmp_path):
     send(cluster, "SparkRecords", 60, tags=("TagA", "TagB", "TagC"))
-    fifo = [d.Message(topic=d.Resource(name="SparkRecords"), body=b"fifo-%d" % i, user_properties={"n": str(100 + i)},
-                      system_properties=d.SystemProperties(message_id=f"F-{i:04d}", message_type=d.FIFO,
-                                                           body_encoding=d.IDENTITY, message_group=f"g{i % 2}"))
-            for i in range(6)]
+    fifo = [
+        d.Message(
+            topic=d.Resource(name="SparkRecords"),
+            body=b"fifo-%d" % i,
+            user_properties={"n": str(100 + i)},
+            system_properties=d.SystemProperties(
+                message_id=f"F-{i:04d}", message_type=d.FIFO, body_encoding=d.IDENTITY, message_group=f"g{i % 2}"
+            ),
+        )
+        for i in range(6)
+    ]
     Client((cluster,)).send(fifo)
     deadline = time.monotonic() + 20
     while sum(end_offsets(cluster, "SparkRecords").values()) < 66 and time.monotonic() < deadline:
         time.sleep(0.05)
-    query = stream(spark, cluster, tmp_path / "checkpoint", tmp_path / "out", subscribe="SparkRecords",
-                   startingOffsets="earliest", pullBatchSize="7")
+    query = stream(
+        spark,
+        cluster,
+        tmp_path / "checkpoint",
+        tmp_path / "out",
+        subscribe="SparkRecords",
+        startingOffsets="earliest",
+        pullBatchSize="7",
+    )
     assert query.awaitTermination(180) is not False and query.exception() is None
     streamed = rows_by_position(spark.read.parquet(str(tmp_path / "out")).collect())
     pulled = rows_by_position(source(spark, cluster, subscribe="SparkRecords", pullMethod="messages").collect())
@@ -259,8 +344,9 @@ def test_stream_through_pull_records_equals_pull_message_and_sql_filters(spark, 
     groups = sorted(r["messageGroup"] for r in streamed if r["messageType"] == "FIFO")
     assert groups == ["g0", "g0", "g0", "g1", "g1", "g1"]
     sql = dict(subscribe="SparkRecords", expressionType="SQL92", subExpression="n >= 50 AND TAGS <> 'TagB'")
-    expected = sorted(r["messageId"] for r in streamed
-                      if int(r["properties"]["n"]) >= 50 and r["tags"] not in ("TagB", None))
+    expected = sorted(
+        r["messageId"] for r in streamed if int(r["properties"]["n"]) >= 50 and r["tags"] not in ("TagB", None)
+    )
     for method in ("records", "messages"):
         assert sorted(r["messageId"] for r in source(spark, cluster, pullMethod=method, **sql).collect()) == expected
     with pytest.raises(Exception, match="'subExpression': not an SQL92 condition"):
@@ -277,7 +363,7 @@ def test_subscribe_pattern_follows_matching_topics(spark, cluster, tmp_path):
     assert query.awaitTermination(180) is not False and query.exception() is None
     counts = {r["topic"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()}
     assert counts == {"PatOrders1": 16, "PatOrders2": 8}
-    send(cluster, "PatOrders3", 8)            # a topic that starts matching later: read from its start
+    send(cluster, "PatOrders3", 8)  # a topic that starts matching later: read from its start
     send(cluster, "PatOrders1", 8, start=16)
     again = stream(spark, cluster, checkpoint, out, **options)
     assert again.awaitTermination(180) is not False and again.exception() is None

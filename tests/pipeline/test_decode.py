@@ -2,6 +2,7 @@
 
 No Spark: pipeline.decode runs on numpy and pyarrow only.
 """
+
 from __future__ import annotations
 
 import random
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
-from pipeline.decode import (
+from pipeline.decode import (  # noqa: E402
     ALL_COLUMNS,
     decode_batch,
     find_record_start,
@@ -22,8 +23,8 @@ from pipeline.decode import (
     walk,
     walk_array,
 )
-from pipeline.errors import CorruptSegment
-from services.domain.format.commitlog_format import (
+from pipeline.errors import CorruptSegment  # noqa: E402
+from services.domain.format.commitlog_format import (  # noqa: E402
     PROP_CRC_PREFIX,
     MessageRecord,
     decode_record,
@@ -57,8 +58,9 @@ def build_log(records: list[MessageRecord], prop_crc: list[bool], tail: int = 64
 
 def decode_all(log: bytes, verify_crc: bool = False, columns=ALL_COLUMNS) -> tuple[list[dict], list[int], str]:
     starts, _, why = walk(log, 0, len(log), len(log), 1 << 30)
-    batch = decode_batch(log, np.frombuffer(log, np.uint8), np.array(starts, np.int64), 0, "00000000000000000000",
-                         verify_crc, columns)
+    batch = decode_batch(
+        log, np.frombuffer(log, np.uint8), np.array(starts, np.int64), 0, "00000000000000000000", verify_crc, columns
+    )
     return batch.to_pylist(), starts, why
 
 
@@ -90,8 +92,10 @@ def test_golden_record():
     assert row["keys"] == ["k1", "k2"] and row["uniqKey"] == "7F0000010B8C18B4AAC2730A64B50000"
     assert row["storeHost"] == "192.168.0.2:10911" and row["bornHost"] == "127.0.0.1:54321"
     assert row["tagsCode"] == 2598919 and row["crcValid"] is True and row["totalSize"] == 210
-    assert row["properties"] == list(golden_record().properties.items()) or dict(row["properties"]) == \
-        golden_record().properties
+    assert (
+        row["properties"] == list(golden_record().properties.items())
+        or dict(row["properties"]) == golden_record().properties
+    )
 
 
 def random_record(rng: random.Random, i: int) -> MessageRecord:
@@ -106,11 +110,19 @@ def random_record(rng: random.Random, i: int) -> MessageRecord:
         props[f"p{n}"] = rng.choice(["red", "x" * 30, "ü"])
     return MessageRecord(
         topic=rng.choice(["T1", "TopicB", "%RETRY%" + "g" * 125, "Tö", "SCHEDULE_TOPIC_XXXX"]),
-        queue_id=rng.randrange(16), body=rng.randbytes(rng.randrange(0, 300)), properties=props,
-        flag=rng.randrange(-5, 5), sys_flag=rng.choice([0, 0, 0x1, 0x4, 0x8, 0xC]),
-        born_timestamp_ms=1_700_000_000_000 + i, born_host=host_from_string(rng.choice(HOSTS)),
-        store_timestamp_ms=1_700_000_000_500 + i, store_host=host_from_string(rng.choice(HOSTS)),
-        reconsume_times=rng.randrange(3), prepared_transaction_offset=rng.randrange(10_000), queue_offset=i)
+        queue_id=rng.randrange(16),
+        body=rng.randbytes(rng.randrange(0, 300)),
+        properties=props,
+        flag=rng.randrange(-5, 5),
+        sys_flag=rng.choice([0, 0, 0x1, 0x4, 0x8, 0xC]),
+        born_timestamp_ms=1_700_000_000_000 + i,
+        born_host=host_from_string(rng.choice(HOSTS)),
+        store_timestamp_ms=1_700_000_000_500 + i,
+        store_host=host_from_string(rng.choice(HOSTS)),
+        reconsume_times=rng.randrange(3),
+        prepared_transaction_offset=rng.randrange(10_000),
+        queue_offset=i,
+    )
 
 
 @settings(max_examples=25, deadline=None)
@@ -124,8 +136,9 @@ def test_random_records_match_the_store_decoder(seed, count):
     log, expected = build_log(records, [rng.random() < 0.5 for _ in records])
     starts, _, why = walk(log, 0, len(log), len(log), 1 << 30)
     assert starts == expected and why == "blank"
-    batch = decode_batch(log, np.frombuffer(log, np.uint8), np.array(starts), 0, "seg", True, ALL_COLUMNS,
-                         (1000, 5000, 10000))
+    batch = decode_batch(
+        log, np.frombuffer(log, np.uint8), np.array(starts), 0, "seg", True, ALL_COLUMNS, (1000, 5000, 10000)
+    )
     for row, start in zip(batch.to_pylist(), starts):
         assert_matches_reference(row, log, start)
         assert row["crcValid"] is True and row["segment"] == "seg"
@@ -138,8 +151,8 @@ def test_crc_mismatch_is_marked():
         record.body = b"payload-%d" % record.queue_offset
     log, starts = build_log(records, [True] * 20)
     broken = bytearray(log)
-    broken[starts[3] + 88] ^= 0xFF        # in the body (or a v6 header): the CRCs notice
-    broken[starts[5] + 12] ^= 0x01        # QUEUEID: only the whole-record CRC notices
+    broken[starts[3] + 88] ^= 0xFF  # in the body (or a v6 header): the CRCs notice
+    broken[starts[5] + 12] ^= 0x01  # QUEUEID: only the whole-record CRC notices
     rows, _, _ = decode_all(bytes(broken), verify_crc=True)
     valid = [r["crcValid"] for r in rows]
     assert valid[3] is False and valid[5] is False and valid.count(False) == 2
@@ -153,14 +166,15 @@ def test_column_subset_decodes_only_those():
     subset, _, _ = decode_all(log, columns=("queueId", "keys", "tagsCode"))
     assert list(subset[0]) == ["queueId", "keys", "tagsCode"]
     assert [(r["queueId"], r["keys"], r["tagsCode"]) for r in subset] == [
-        (r["queueId"], r["keys"], r["tagsCode"]) for r in full]
+        (r["queueId"], r["keys"], r["tagsCode"]) for r in full
+    ]
 
 
 def test_walk_stops_at_unwritten_zeros_and_at_stop():
     rng = random.Random(5)
     records = [random_record(rng, i) for i in range(10)]
     log, starts = build_log(records, [False] * 10)
-    cut = log[:starts[-1]] + bytes(4096)  # the last segment: zeros after the written data
+    cut = log[: starts[-1]] + bytes(4096)  # the last segment: zeros after the written data
     found, position, why = walk(cut, 0, len(cut), len(cut), 100)
     assert found == starts[:-1] and why == "end" and position == starts[-1]
     found, position, why = walk(log, 0, len(log), starts[4], 100)
@@ -190,11 +204,17 @@ def test_walk_array_is_walk():
     for record in records[3::11]:  # a whole record inside a body: a candidate that is no record
         record.body = b"z" * rng.randrange(3) + encode_record(MessageRecord(topic="F", queue_id=0, body=b"f"))
     log, starts = build_log(records, [rng.random() < 0.5 for _ in records])
-    cut = log[:starts[-1] + 30] + bytes(5000)
+    cut = log[: starts[-1] + 30] + bytes(5000)
     for buf in (log, cut):
         a = np.frombuffer(buf, np.uint8)
-        cases = [(0, len(buf), 1 << 30), (starts[3], len(buf), 1 << 30), (0, starts[200], 1 << 30),
-                 (0, starts[200] + 1, 1 << 30), (starts[10], len(buf), 70), (5, len(buf), 10)]
+        cases = [
+            (0, len(buf), 1 << 30),
+            (starts[3], len(buf), 1 << 30),
+            (0, starts[200], 1 << 30),
+            (0, starts[200] + 1, 1 << 30),
+            (starts[10], len(buf), 70),
+            (5, len(buf), 10),
+        ]
         cases += [(starts[rng.randrange(300)], rng.randrange(len(buf) + 1), rng.randrange(1, 400)) for _ in range(40)]
         for pos, stop, most in cases:
             expected = walk(buf, pos, len(buf), stop, most)
@@ -204,6 +224,7 @@ def test_walk_array_is_walk():
 
 def test_gather_array_is_gather():
     from pipeline import arrow_util as au
+
     rng = np.random.default_rng(3)
     a = rng.integers(0, 256, 5000, dtype=np.uint8)
     for mean in (3, 40, 200):
@@ -214,15 +235,15 @@ def test_gather_array_is_gather():
         for tail in (False, True):
             s, n = (starts, lengths) if tail else (starts[:-1], lengths[:-1])
             got = au.gather_array(a, s, n)
-            assert got.type == pa.binary() and got.to_pylist() == [a[i:i + k].tobytes() for i, k in zip(s, n)]
+            assert got.type == pa.binary() and got.to_pylist() == [a[i : i + k].tobytes() for i, k in zip(s, n)]
             values, offsets = au.buffers_of(got)
-            assert values[offsets[0]:offsets[-1]].tobytes() == b"".join(a[i:i + k].tobytes() for i, k in zip(s, n))
+            assert values[offsets[0] : offsets[-1]].tobytes() == b"".join(a[i : i + k].tobytes() for i, k in zip(s, n))
 
 
 def test_find_record_start_in_unwritten_zeros():
     rng = random.Random(19)
     log, starts = build_log([random_record(rng, i) for i in range(5)], [True] * 5)
-    cut = log[:starts[-1]] + bytes(1 << 20)
+    cut = log[: starts[-1]] + bytes(1 << 20)
     assert find_record_start(cut, starts[2] + 1, len(cut), 0) == starts[3]
     assert find_record_start(cut, starts[4] + 1, len(cut), 0) == len(cut)
     assert find_record_start(cut, starts[4] - 1, len(cut), 0) == len(cut)

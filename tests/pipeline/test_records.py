@@ -4,6 +4,7 @@ No Spark. The same CommitLog records go both ways: ``pipeline.records.records_to
 bytes, and the broker's own v2 conversion (the store's decoded Message -> Delivery ->
 ``consumer_convert.delivered_message`` -> ``pipeline.messages.to_batch``); the batches must be equal.
 """
+
 from __future__ import annotations
 
 import random
@@ -12,19 +13,19 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from pipeline.errors import TruncatedRecords  # noqa: E402
 from pipeline.messages import to_batch  # noqa: E402
-from pipeline.errors import TruncatedRecords
 from pipeline.records import records_to_batch  # noqa: E402
 from services.broker.offsets import pulled_delivery  # noqa: E402
-from services.store.client.client import stored_from_pb  # noqa: E402
 from services.broker.rpc.consumer_convert import delivered_message  # noqa: E402
-from services.domain.format.commitlog_format import (
+from services.domain.format.commitlog_format import (  # noqa: E402
     MessageRecord,
     decode_record,
     encode_record,
     fill_prop_crc,
     host_from_string,
 )
+from services.store.client.client import stored_from_pb  # noqa: E402
 from services.store.rpc.convert import message_to_pb  # noqa: E402
 
 BROKER = "broker-a"
@@ -54,12 +55,20 @@ def record(i: int, rng: random.Random) -> MessageRecord:
     elif kind == "bornhost":
         props["__BORNHOST"] = "10.1.2.3:4567"
     return MessageRecord(
-        topic="RecTopic", queue_id=3, body=bytes(rng.randrange(256) for _ in range(rng.randrange(40))),
-        properties=props, flag=i, sys_flag=rng.choice([0, 0, 1]), born_timestamp_ms=1_700_000_000_000 + i,
+        topic="RecTopic",
+        queue_id=3,
+        body=bytes(rng.randrange(256) for _ in range(rng.randrange(40))),
+        properties=props,
+        flag=i,
+        sys_flag=rng.choice([0, 0, 1]),
+        born_timestamp_ms=1_700_000_000_000 + i,
         born_host=host_from_string(rng.choice(["127.0.0.1:5000", "[::1]:7"])),
         store_timestamp_ms=1_700_000_000_500 + i,
         store_host=host_from_string(rng.choice(["10.0.0.9:10911", "[fe80::2]:10911"])),
-        reconsume_times=rng.choice([0, 0, 2]), queue_offset=100 + i, phy_offset=4096 * i)
+        reconsume_times=rng.choice([0, 0, 2]),
+        queue_offset=100 + i,
+        phy_offset=4096 * i,
+    )
 
 
 def encode(records: list[MessageRecord], rng: random.Random) -> bytes:
@@ -101,8 +110,12 @@ def test_records_give_the_columns_the_v2_path_gives(seed):
 
 def test_plain_records_and_bad_input():
     rng = random.Random(7)
-    records = [MessageRecord(topic="T", queue_id=0, body=b"b%d" % i, properties={"UNIQ_KEY": f"U{i}", "k": "v"},
-                             queue_offset=i) for i in range(5)]
+    records = [
+        MessageRecord(
+            topic="T", queue_id=0, body=b"b%d" % i, properties={"UNIQ_KEY": f"U{i}", "k": "v"}, queue_offset=i
+        )
+        for i in range(5)
+    ]
     data = encode(records, rng)
     batch = records_to_batch(BROKER, data, "T/0")
     assert batch.column("messageId").to_pylist() == [f"U{i}" for i in range(5)]

@@ -3,6 +3,7 @@
 the helpers that park timers and recall markers are in tests/support/scheduler_timers.py.
 The end-to-end tests take the real store and broker servers of tests/support/broker_servers.py
 (``store_address``, ``store_stub``, ``make_broker``, ``broker``)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

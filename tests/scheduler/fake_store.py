@@ -5,15 +5,16 @@ store timestamps from the clock, records addressed by CommitLog offset. ``down``
 call raise StoreUnavailableError; ``outcome`` may override the status of a put;
 ``after_put`` runs after each put (a test can "crash" there).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.domain.statuses import GetStatus, PutStatus
 from services.runtime.clock import ManualClock
 from services.store.client.errors import StoreUnavailableError
-from services.store.client.model import GetOutcome, StoreMessage, PutOutcome, StoredMessage
-from services.domain.statuses import GetStatus, PutStatus
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
 
 RECORD_OVERHEAD_BYTES = 100
 
@@ -45,20 +46,33 @@ class FakeStore:
                 outcomes.append(PutOutcome(status, error=f"fake {status.name}"))
                 continue
             record = self.append(message)
-            outcomes.append(PutOutcome(PutStatus.PUT_OK, queue_offset=record.queue_offset, phy_offset=record.phy_offset))
+            outcomes.append(
+                PutOutcome(PutStatus.PUT_OK, queue_offset=record.queue_offset, phy_offset=record.phy_offset)
+            )
         if self.after_put is not None:
             self.after_put(messages)
         return outcomes
 
     def append(self, message: StoreMessage) -> StoredMessage:
         queue = self.queues.setdefault((message.topic, message.queue_id), [])
-        size = RECORD_OVERHEAD_BYTES + len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
+        size = (
+            RECORD_OVERHEAD_BYTES + len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
+        )
         record = StoredMessage(
-            topic=message.topic, queue_id=message.queue_id, body=message.body, properties=dict(message.properties),
-            queue_offset=len(queue), phy_offset=self.next_phy_offset, store_size_bytes=size,
-            store_timestamp_ms=self.clock.now_ms(), sys_flag=message.sys_flag, flag=message.flag,
-            born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
-            reconsume_times=message.reconsume_times)
+            topic=message.topic,
+            queue_id=message.queue_id,
+            body=message.body,
+            properties=dict(message.properties),
+            queue_offset=len(queue),
+            phy_offset=self.next_phy_offset,
+            store_size_bytes=size,
+            store_timestamp_ms=self.clock.now_ms(),
+            sys_flag=message.sys_flag,
+            flag=message.flag,
+            born_timestamp_ms=message.born_timestamp_ms,
+            born_host=message.born_host,
+            reconsume_times=message.reconsume_times,
+        )
         self.next_phy_offset += size
         self.records[record.phy_offset] = record
         queue.append(record.phy_offset)
@@ -81,8 +95,11 @@ class FakeStore:
 
     def look_messages(self, refs: list[tuple[int, int]]) -> dict[int, StoredMessage]:
         self._check()
-        return {offset: self.records[offset] for offset, size in refs
-                if offset in self.records and self.records[offset].store_size_bytes == size}
+        return {
+            offset: self.records[offset]
+            for offset, size in refs
+            if offset in self.records and self.records[offset].store_size_bytes == size
+        }
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         self._check()
@@ -98,5 +115,9 @@ class FakeStore:
 
     # -- test helpers -----------------------------------------------------------------------
     def messages(self, topic: str, queue_id: int | None = None) -> list[StoredMessage]:
-        return [self.records[phy] for (t, q), queue in sorted(self.queues.items())
-                if t == topic and (queue_id is None or q == queue_id) for phy in queue]
+        return [
+            self.records[phy]
+            for (t, q), queue in sorted(self.queues.items())
+            if t == topic and (queue_id is None or q == queue_id)
+            for phy in queue
+        ]

@@ -1,10 +1,11 @@
 """Delay levels (SCHEDULE_TOPIC_XXXX, RocketMQ's ScheduleMessageService) on a manual clock."""
+
 from __future__ import annotations
 
 import pytest
 
-from services.scheduler.config import SchedulerConfig
 from services.domain.names import SCHEDULE_TOPIC
+from services.scheduler.config import SchedulerConfig
 from services.store.client.model import StoreMessage
 from tests.support.scheduler_timers import START_MS
 
@@ -15,10 +16,25 @@ class Crash(Exception):
 
 def park_level(store, level: int, topic: str, key: str, queue_id: int = 0, real_topic: str | None = None):
     """A message the broker parked at a delay level: SCHEDULE_TOPIC_XXXX queue level - 1."""
-    properties = {"DELAY": str(level), "REAL_TOPIC": real_topic or topic, "REAL_QID": str(queue_id),
-                  "UNIQ_KEY": key, "TAGS": "TagB"}
-    return store.append(StoreMessage(SCHEDULE_TOPIC, level - 1, b"delayed " + key.encode(), properties, flag=3,
-                                        born_timestamp_ms=START_MS - 5, born_host="10.0.0.2:99", reconsume_times=2))
+    properties = {
+        "DELAY": str(level),
+        "REAL_TOPIC": real_topic or topic,
+        "REAL_QID": str(queue_id),
+        "UNIQ_KEY": key,
+        "TAGS": "TagB",
+    }
+    return store.append(
+        StoreMessage(
+            SCHEDULE_TOPIC,
+            level - 1,
+            b"delayed " + key.encode(),
+            properties,
+            flag=3,
+            born_timestamp_ms=START_MS - 5,
+            born_host="10.0.0.2:99",
+            reconsume_times=2,
+        )
+    )
 
 
 def run_levels(service, clock, duration_ms: int, step_ms: int = 1) -> None:
@@ -38,7 +54,11 @@ def test_each_level_delivers_after_its_delay_with_rocketmq_properties(make_servi
     run_levels(service, clock, 10_200, step_ms=1)
     records = {r.properties["UNIQ_KEY"]: r for r in store.messages("Retry")}
     assert {key: r.store_timestamp_ms - START_MS for key, r in records.items()} == {
-        "one": 1_000, "one-b": 1_000, "five": 5_000, "ten": 10_000}
+        "one": 1_000,
+        "one-b": 1_000,
+        "five": 5_000,
+        "ten": 10_000,
+    }
     one = records["one"]
     assert (one.topic, one.queue_id, one.body, one.flag, one.reconsume_times) == ("Retry", 1, b"delayed one", 3, 2)
     assert (one.born_timestamp_ms, one.born_host) == (START_MS - 5, "10.0.0.2:99")
@@ -62,8 +82,8 @@ def test_half_topic_and_broken_messages_are_discarded(make_service, store, clock
 def test_a_clock_that_went_back_delivers_at_once(make_service, store, clock):
     service = make_service()
     clock.advance_ms(60_000)
-    park_level(store, 2, "Back", "future")   # stored at +60 s: due at +65 s
-    clock.set_ms(START_MS)                   # the clock goes back a minute
+    park_level(store, 2, "Back", "future")  # stored at +60 s: due at +65 s
+    clock.set_ms(START_MS)  # the clock goes back a minute
     run_levels(service, clock, 20, step_ms=10)
     assert [r.properties["UNIQ_KEY"] for r in store.messages("Back")] == ["future"]
 
@@ -98,8 +118,9 @@ def test_levels_are_configurable_and_capped():
 
 def test_a_delay_above_the_last_level_uses_the_last_level(make_service, store, clock):
     service = make_service(delay_levels="1s 2s")
-    store.append(StoreMessage(SCHEDULE_TOPIC, 1, b"x", {"DELAY": "18", "REAL_TOPIC": "Cap", "REAL_QID": "0",
-                                                           "UNIQ_KEY": "cap"}))
+    store.append(
+        StoreMessage(SCHEDULE_TOPIC, 1, b"x", {"DELAY": "18", "REAL_TOPIC": "Cap", "REAL_QID": "0", "UNIQ_KEY": "cap"})
+    )
     run_levels(service, clock, 1_990, step_ms=10)
     assert store.messages("Cap") == []
     run_levels(service, clock, 20, step_ms=1)

@@ -4,6 +4,7 @@ The client runs in subprocesses (tests/scheduler/clients/timer_client.py); store
 in this process on 127.0.0.1:0 (tests/support/broker_servers.py). The scheduler runs in-process for the
 delivery/recall test and as ``python -m services.scheduler`` for the kill -9 test.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,13 +22,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.scheduler.config import SchedulerConfig
-from services.store.client.client import GrpcStoreClient
 from services.scheduler.service import SchedulerService
+from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 CLIENT = Path(__file__).parent / "clients" / "timer_client.py"
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +38,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def client(home: Path, job: dict) -> subprocess.Popen:
     env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")  # the client logs under ~/logs
-    return subprocess.Popen([sys.executable, str(CLIENT), json.dumps(job)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, str(CLIENT), json.dumps(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def results(process: subprocess.Popen, timeout_s: float = 60) -> list[dict]:
@@ -53,25 +61,45 @@ def scheduler_store(store_address: str):
 
 
 def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, scheduler_store, tmp_path):
-    service = SchedulerService(SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store,
-                               watch=scheduler_store.watch_arrivals)
+    service = SchedulerService(
+        SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store, watch=scheduler_store.watch_arrivals
+    )
     service.open()
     service.start()
     try:
         endpoint = f"127.0.0.1:{broker.port}"
-        deliver_s = int(time.time()) + 6   # the client takes seconds; recall is possible until 1 s before
-        consumer = client(tmp_path, {"mode": "consume", "endpoint": endpoint, "topic": "Later", "group": "LaterGroup",
-                                     "count": 2, "deadline_s": 25})
-        sender = client(tmp_path, {"mode": "send", "endpoint": endpoint, "topic": "Later", "recall": [1], "messages": [
-            {"body": "first", "delivery_timestamp": deliver_s},
-            {"body": "recalled", "delivery_timestamp": deliver_s},
-            {"body": "second", "delivery_timestamp": deliver_s + 1}]})
+        deliver_s = int(time.time()) + 6  # the client takes seconds; recall is possible until 1 s before
+        consumer = client(
+            tmp_path,
+            {
+                "mode": "consume",
+                "endpoint": endpoint,
+                "topic": "Later",
+                "group": "LaterGroup",
+                "count": 2,
+                "deadline_s": 25,
+            },
+        )
+        sender = client(
+            tmp_path,
+            {
+                "mode": "send",
+                "endpoint": endpoint,
+                "topic": "Later",
+                "recall": [1],
+                "messages": [
+                    {"body": "first", "delivery_timestamp": deliver_s},
+                    {"body": "recalled", "delivery_timestamp": deliver_s},
+                    {"body": "second", "delivery_timestamp": deliver_s + 1},
+                ],
+            },
+        )
         sent = results(sender)
         assert all(line["ok"] for line in sent[:4]), sent
         assert sent[3] == {"recalled": 1, "ok": True, "message_id": sent[1]["message_id"]}
         received = [line for line in results(consumer) if "message_id" in line]
         assert sorted(line["body"] for line in received) == ["first", "second"], received
-        for line in received:   # not consumable before its time
+        for line in received:  # not consumable before its time
             due_ms = (deliver_s + (line["body"] == "second")) * 1000
             assert line["received_ms"] >= due_ms and line["delivery_timestamp_ms"] == due_ms, line
         time.sleep(0.5)
@@ -85,35 +113,60 @@ def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, 
 
 
 def start_scheduler(processes: list[Process], data_dir: Path, store_address: str) -> tuple[Process, re.Match]:
-    process = Process([sys.executable, "-m", "services.scheduler", "--data-dir", str(data_dir), "--store-address",
-                       store_address, "--port", "0", "--metrics-port", "0"], ROOT)
+    process = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.scheduler",
+            "--data-dir",
+            str(data_dir),
+            "--store-address",
+            store_address,
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        ROOT,
+    )
     processes.append(process)
     return process, process.wait_line(SCHEDULER_READY)
 
 
-def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(broker, scheduler_store, store_address,
-                                                             processes, tmp_path):
+def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(
+    broker, scheduler_store, store_address, processes, tmp_path
+):
     first, ready = start_scheduler(processes, tmp_path, store_address)
     assert ready["store"] == store_address and ready["data"] == str(tmp_path / "scheduler")
     with grpc.insecure_channel(ready["grpc"]) as channel:
-        assert health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-            health_pb2.HealthCheckResponse.SERVING
+        assert (
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
     base_s = int(time.time()) + 4
     count = 80
-    sender = client(tmp_path, {"mode": "send", "endpoint": f"127.0.0.1:{broker.port}", "topic": "Crash",
-                               "messages": [{"body": f"m{i}", "delivery_timestamp": base_s + i % 4}
-                                            for i in range(count)]})
+    sender = client(
+        tmp_path,
+        {
+            "mode": "send",
+            "endpoint": f"127.0.0.1:{broker.port}",
+            "topic": "Crash",
+            "messages": [{"body": f"m{i}", "delivery_timestamp": base_s + i % 4} for i in range(count)],
+        },
+    )
     sent = results(sender)
     ids = {line["message_id"] for line in sent if line.get("ok") and "message_id" in line}
     assert len(ids) == count, sent
-    time.sleep(max(0.0, base_s + 1.5 - time.time()))   # the first slots are out, the last not yet
+    time.sleep(max(0.0, base_s + 1.5 - time.time()))  # the first slots are out, the last not yet
     first.popen.send_signal(signal.SIGKILL)
     first.popen.wait(10)
     before_restart = {r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}
     assert 0 < len(before_restart) < count
     second, ready = start_scheduler(processes, tmp_path, store_address)
     deadline = time.time() + 20
-    while len({r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}) < count and time.time() < deadline:
+    while (
+        len({r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}) < count and time.time() < deadline
+    ):
         time.sleep(0.2)
     records = delivered(scheduler_store, "Crash")
     keys = [r.properties["UNIQ_KEY"] for r in records]

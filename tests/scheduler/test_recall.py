@@ -1,20 +1,21 @@
 """The broker's half of recall (services/broker/recall.py, Producer.recall): handles, checks,
 the DELETE marker it parks, and the RecallMessage RPC's codes."""
+
 from __future__ import annotations
 
 import base64
 
 import pytest
 
-from services.runtime.clock import ManualClock
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
-from services.store.client.model import PutStatus, TopicInfo
 from services.broker.producer import Producer, recall_handle
-from services.domain.contracts.delay import timer_out_ms
 from services.broker.recall import decode_handle
 from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
+from services.domain.contracts.delay import timer_out_ms
+from services.runtime.clock import ManualClock
+from services.store.client.model import PutStatus, TopicInfo
 from tests.support.broker_fakes import FakeStore
 
 NOW_MS = 1_700_000_000_123
@@ -46,11 +47,19 @@ def test_handle_round_trip_and_rocketmq_layout():
     assert raw == f"v1 Delayed broker-a {timer_out_ms(DELIVER_MS, 1000) + 1} {MESSAGE_ID}"
     decoded = decode_handle(handle)
     assert (decoded.topic, decoded.broker_name, decoded.message_id) == ("Delayed", "broker-a", MESSAGE_ID)
-    assert decode_handle(handle.rstrip("=")) == decoded   # padding optional, as Java's URL decoder
+    assert decode_handle(handle.rstrip("=")) == decoded  # padding optional, as Java's URL decoder
 
 
-@pytest.mark.parametrize("bad", ["", "!!!", base64.urlsafe_b64encode(b"v2 a b 1 c").decode(),
-                                 base64.urlsafe_b64encode(b"v1 a b 1").decode(), "\u00e9t\u00e9"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "!!!",
+        base64.urlsafe_b64encode(b"v2 a b 1 c").decode(),
+        base64.urlsafe_b64encode(b"v1 a b 1").decode(),
+        "\u00e9t\u00e9",
+    ],
+)
 def test_malformed_handles_are_bad_requests(bad):
     with pytest.raises(BrokerError) as raised:
         decode_handle(bad)
@@ -65,23 +74,33 @@ def test_recall_parks_a_delete_marker_in_the_same_slot(fake_store):
     out_ms = timer_out_ms(DELIVER_MS, 1000)
     assert allow_system and (marker.topic, marker.queue_id, marker.body) == ("rmq_sys_wheel_timer", 0, b"0")
     assert marker.properties == {
-        "TAGS": "_RECALL_TAG_", "TIMER_DEL_UNIQKEY": f"Delayed+{MESSAGE_ID}", "UNIQ_KEY": MESSAGE_ID,
-        "TIMER_DELIVER_MS": str(out_ms + 1), "BORN_TIMESTAMP": str(NOW_MS), "CLUSTER": "DefaultCluster",
-        "TIMER_OUT_MS": str(out_ms), "REAL_TOPIC": "Delayed", "REAL_QID": "0"}
+        "TAGS": "_RECALL_TAG_",
+        "TIMER_DEL_UNIQKEY": f"Delayed+{MESSAGE_ID}",
+        "UNIQ_KEY": MESSAGE_ID,
+        "TIMER_DELIVER_MS": str(out_ms + 1),
+        "BORN_TIMESTAMP": str(NOW_MS),
+        "CLUSTER": "DefaultCluster",
+        "TIMER_OUT_MS": str(out_ms),
+        "REAL_TOPIC": "Delayed",
+        "REAL_QID": "0",
+    }
     assert marker.born_host == "10.9.8.7:6"
 
 
-@pytest.mark.parametrize("topic, handle, now_ms, code", [
-    ("rmq_sys_wheel_timer", handle_for(), NOW_MS, Code.ILLEGAL_TOPIC),
-    ("Missing", handle_for("Missing"), NOW_MS, Code.TOPIC_NOT_FOUND),
-    ("Plain", handle_for("Plain"), NOW_MS, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    ("Delayed", "not a handle", NOW_MS, Code.BAD_REQUEST),
-    ("Delayed", handle_for("Other"), NOW_MS, Code.BAD_REQUEST),              # topic not match
-    ("Delayed", handle_for(broker="broker-b"), NOW_MS, Code.BAD_REQUEST),
-    # the slot began (now >= TIMER_OUT_MS + 1): too late, as RocketMQ's "timestamp invalid"
-    ("Delayed", handle_for(), timer_out_ms(DELIVER_MS, 1000) + 1, Code.ILLEGAL_DELIVERY_TIME),
-    ("Delayed", handle_for(deliver_ms=NOW_MS + 31 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
-])
+@pytest.mark.parametrize(
+    "topic, handle, now_ms, code",
+    [
+        ("rmq_sys_wheel_timer", handle_for(), NOW_MS, Code.ILLEGAL_TOPIC),
+        ("Missing", handle_for("Missing"), NOW_MS, Code.TOPIC_NOT_FOUND),
+        ("Plain", handle_for("Plain"), NOW_MS, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("Delayed", "not a handle", NOW_MS, Code.BAD_REQUEST),
+        ("Delayed", handle_for("Other"), NOW_MS, Code.BAD_REQUEST),  # topic not match
+        ("Delayed", handle_for(broker="broker-b"), NOW_MS, Code.BAD_REQUEST),
+        # the slot began (now >= TIMER_OUT_MS + 1): too late, as RocketMQ's "timestamp invalid"
+        ("Delayed", handle_for(), timer_out_ms(DELIVER_MS, 1000) + 1, Code.ILLEGAL_DELIVERY_TIME),
+        ("Delayed", handle_for(deliver_ms=NOW_MS + 31 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
+    ],
+)
 def test_recall_refusals(fake_store, topic, handle, now_ms, code):
     with pytest.raises(BrokerError) as raised:
         producer(fake_store, now_ms).recall(topic, handle, "", 3.0)

@@ -1,4 +1,5 @@
 """The service shell: its threads on the real clock, the Prometheus metrics, the process CLI."""
+
 from __future__ import annotations
 
 import subprocess
@@ -40,21 +41,48 @@ def test_threads_deliver_on_the_real_clock_and_metrics_expose_it(tmp_path):
         assert len(records) == 20
         assert all(r.store_timestamp_ms >= int(r.properties["TIMER_DELIVER_MS"]) for r in records)
         text = generate_latest(SchedulerMetrics(service.stats).registry).decode()
-        for line in ("pyrmq_scheduler_timer_enqueued_total 20.0", "pyrmq_scheduler_timer_delivered_total 20.0",
-                     "pyrmq_scheduler_timer_duplicates_total 0.0", "pyrmq_scheduler_timer_pending 0.0",
-                     'pyrmq_scheduler_timer_lateness_seconds_count 20.0', 'pyrmq_scheduler_delay_lag{level="18"} 0.0',
-                     "pyrmq_scheduler_delay_delivered_total 0.0"):
+        for line in (
+            "pyrmq_scheduler_timer_enqueued_total 20.0",
+            "pyrmq_scheduler_timer_delivered_total 20.0",
+            "pyrmq_scheduler_timer_duplicates_total 0.0",
+            "pyrmq_scheduler_timer_pending 0.0",
+            "pyrmq_scheduler_timer_lateness_seconds_count 20.0",
+            'pyrmq_scheduler_delay_lag{level="18"} 0.0',
+            "pyrmq_scheduler_delay_delivered_total 0.0",
+        ):
             assert line in text, line
     finally:
         service.stop()
 
 
 def test_process_refuses_bad_configuration_and_an_absent_store(tmp_path):
-    bad = subprocess.run([sys.executable, "-m", "services.scheduler", "--data-dir", str(tmp_path),
-                          "--delay-levels", "1x"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "services.scheduler", "--data-dir", str(tmp_path), "--delay-levels", "1x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "bad configuration" in bad.stderr
-    absent = subprocess.run([sys.executable, "-m", "services.scheduler", "--data-dir", str(tmp_path),
-                             "--store-address", "127.0.0.1:1", "--store-connect-timeout-ms", "500",
-                             "--port", "0", "--metrics-port", "-1"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60)
+    absent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.scheduler",
+            "--data-dir",
+            str(tmp_path),
+            "--store-address",
+            "127.0.0.1:1",
+            "--store-connect-timeout-ms",
+            "500",
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert absent.returncode == 1 and "not serving" in absent.stderr and absent.stdout == ""

@@ -1,6 +1,7 @@
 """Soak (``-m slow``): timers spread over half a minute while the scheduler process is killed
 with SIGKILL every few seconds and restarted (reliability.md T1.11, compressed). Goal: 0 lost,
 0 early, every duplicate counted by the restarted schedulers."""
+
 from __future__ import annotations
 
 import random
@@ -13,8 +14,8 @@ import pytest
 
 from services.domain.contracts.delay import timer_out_ms
 from services.domain.names import TIMER_TOPIC
-from services.store.client.model import StoreMessage
 from services.store.client.client import GrpcStoreClient
+from services.store.client.model import StoreMessage
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
@@ -32,16 +33,44 @@ def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):
     due = {f"S{i:06d}": start_ms + rng.randrange(30_000) for i in range(count)}
     keys = list(due)
     for begin in range(0, count, 500):
-        store.put_messages([StoreMessage(TIMER_TOPIC, 0, b"soak", {
-            "TIMER_DELIVER_MS": str(due[key]), "TIMER_OUT_MS": str(timer_out_ms(due[key], 1000)),
-            "REAL_TOPIC": "Soak", "REAL_QID": str(i % 4), "UNIQ_KEY": key})
-            for i, key in enumerate(keys[begin:begin + 500], begin)], allow_system_topics=True)
+        store.put_messages(
+            [
+                StoreMessage(
+                    TIMER_TOPIC,
+                    0,
+                    b"soak",
+                    {
+                        "TIMER_DELIVER_MS": str(due[key]),
+                        "TIMER_OUT_MS": str(timer_out_ms(due[key], 1000)),
+                        "REAL_TOPIC": "Soak",
+                        "REAL_QID": str(i % 4),
+                        "UNIQ_KEY": key,
+                    },
+                )
+                for i, key in enumerate(keys[begin : begin + 500], begin)
+            ],
+            allow_system_topics=True,
+        )
     duplicates_counted = 0
     end_s = time.time() + 40
     kills = 0
     while time.time() < end_s:
-        process = Process([sys.executable, "-m", "services.scheduler", "--data-dir", str(tmp_path), "--store-address",
-                           store_address, "--port", "0", "--metrics-port", "0"], ROOT)
+        process = Process(
+            [
+                sys.executable,
+                "-m",
+                "services.scheduler",
+                "--data-dir",
+                str(tmp_path),
+                "--store-address",
+                store_address,
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+            ],
+            ROOT,
+        )
         processes.append(process)
         ready = process.wait_line(SCHEDULER_READY)
         time.sleep(rng.uniform(1.0, 4.0))

@@ -1,5 +1,6 @@
 """The file owners: TimerLog segments (blank at the end, scan, truncate, state in place),
 TimerWheel slots, and TimerLog retention through the TimerStore."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,7 @@ from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_wheel import TimerWheel
 from tests.support.scheduler_timers import START_MS, delivered, park, run_for
 
-SEGMENT = 52 * 100 + 16   # 100 units, then a 16-byte blank
+SEGMENT = 52 * 100 + 16  # 100 units, then a 16-byte blank
 
 
 def unit(i: int, prev_pos: int = -1) -> TimerUnit:
@@ -30,9 +31,16 @@ def test_units_roll_into_the_next_segment_after_a_blank(tmp_path):
     log.commit()
     assert positions[99] == 99 * 52 and positions[100] == SEGMENT and positions[200] == 2 * SEGMENT
     assert sorted(p.name for p in (tmp_path / "timerlog").iterdir()) == [
-        "00000000000000000000", "00000000000000005216", "00000000000000010432"]
+        "00000000000000000000",
+        "00000000000000005216",
+        "00000000000000010432",
+    ]
     first = (tmp_path / "timerlog" / "00000000000000000000").read_bytes()
-    assert len(first) == SEGMENT and is_blank(first, 5200) and int.from_bytes(first[5212:], "big", signed=True) == BLANK_MAGIC
+    assert (
+        len(first) == SEGMENT
+        and is_blank(first, 5200)
+        and int.from_bytes(first[5212:], "big", signed=True) == BLANK_MAGIC
+    )
     assert [(pos, u.offset_py) for pos, u in log.scan(0)] == [(p, 10_000 + i) for i, p in enumerate(positions)]
     assert log.scan_end == log.write_pos
     log.set_state(positions[7], STATE_DONE)
@@ -79,10 +87,10 @@ def test_wheel_slots_ring_and_recovery_revision(tmp_path):
     assert wheel.get_slot(START_MS).last_pos == -1
     wheel.put_slot(START_MS, 0, 104, 3)
     assert wheel.get_slot(START_MS + 999).last_pos == 104
-    assert wheel.get_slot(START_MS + 7_200_000).last_pos == -1      # same index, another time
-    wheel.revise_slot(START_MS, 52, 1)                                # already known: no change
+    assert wheel.get_slot(START_MS + 7_200_000).last_pos == -1  # same index, another time
+    wheel.revise_slot(START_MS, 52, 1)  # already known: no change
     assert wheel.get_slot(START_MS)[1:4] == (0, 104, 3)
-    wheel.revise_slot(START_MS, 156, 1)                               # a unit the wheel missed
+    wheel.revise_slot(START_MS, 156, 1)  # a unit the wheel missed
     assert wheel.get_slot(START_MS)[1:4] == (0, 156, 4)
     wheel.revise_slot(START_MS + 1000, 208, -1)
     assert wheel.pending_count(START_MS) == 3 and wheel.pending_count(START_MS + 1000) == -1
@@ -99,7 +107,7 @@ def test_delivered_segments_are_deleted_and_the_store_restarts_without_them(make
     assert len(service.timer.timer_log.segment_starts()) == 4
     run_for(service, clock, 5_000, step_ms=20)
     assert len(delivered(store, "Old")) == 350
-    assert service.timer.timer_log.segment_starts() == [3 * SEGMENT]   # only the last one stays
+    assert service.timer.timer_log.segment_starts() == [3 * SEGMENT]  # only the last one stays
     park(store, "New", START_MS + 7_000, "N")
     service.halt()
     service = make_service()

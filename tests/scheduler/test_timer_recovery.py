@@ -1,6 +1,7 @@
 """Crash and recovery of the timer files: re-open mid-way (as after kill -9), torn TimerLog
 tails, a lost checkpoint, a wheel that reached the disk before the log. Nothing is lost,
 nothing is early, duplicates happen only for a put in flight and are counted."""
+
 from __future__ import annotations
 
 import collections
@@ -44,8 +45,8 @@ def test_halt_anywhere_loses_nothing_and_delivers_nothing_twice(make_service, st
     due = park_many(store, 150, START_MS + 1_000, 5_000)
     service = make_service()
     run_for(service, clock, crash_after_ms, step_ms=7)
-    service.halt()                       # no flush, no checkpoint
-    clock.advance_ms(300)                # down for a while
+    service.halt()  # no flush, no checkpoint
+    clock.advance_ms(300)  # down for a while
     service = make_service()
     run_for(service, clock, 7_000, step_ms=7)
     assert keys(store, "T") == collections.Counter(due.keys())
@@ -59,7 +60,7 @@ def test_crash_with_a_put_in_flight_redelivers_that_batch_and_counts_it(make_ser
     def crash(messages):
         if messages[0].topic == "T":
             store.after_put = None
-            raise Crash()                # the store appended the batch; the scheduler died before marking it
+            raise Crash()  # the store appended the batch; the scheduler died before marking it
 
     store.after_put = crash
     with pytest.raises(Crash):
@@ -76,17 +77,17 @@ def test_crash_with_a_put_in_flight_redelivers_that_batch_and_counts_it(make_ser
 def test_torn_timerlog_tail_is_truncated_and_reenqueued(make_service, store, clock, tmp_path):
     due = park_many(store, 40, START_MS + 2_000, 1_000)
     service = make_service()
-    service.timer.run_once()             # enqueue all 40, deliver nothing yet
+    service.timer.run_once()  # enqueue all 40, deliver nothing yet
     assert service.timer.stats().enqueued == 40
     service.halt()
     segment = sorted((tmp_path / "scheduler" / "timerlog").iterdir())[0]
     data = bytearray(segment.read_bytes())
-    data[52 * 39 + 30] ^= 0xFF           # the last unit (offset_py) no longer matches its crc
+    data[52 * 39 + 30] ^= 0xFF  # the last unit (offset_py) no longer matches its crc
     segment.write_bytes(bytes(data))
     service = make_service()
     run_for(service, clock, 4_000)
     assert keys(store, "T") == collections.Counter(due.keys())
-    assert service.timer.stats().enqueued == 1   # only the torn unit's message was read again
+    assert service.timer.stats().enqueued == 1  # only the torn unit's message was read again
 
 
 def test_lost_checkpoint_recovers_from_the_log_alone(make_service, store, clock, tmp_path):
@@ -107,13 +108,13 @@ def test_wheel_written_back_before_the_log_power_loss(make_service, store, clock
     first = park_many(store, 30, START_MS + 5_000, 1_000, topic="A")
     service = make_service()
     service.timer.run_once()
-    service.timer.flush()                # units of A are durable and checkpointed
+    service.timer.flush()  # units of A are durable and checkpointed
     flushed = service.timer.timer_log.flushed_pos
     second = park_many(store, 30, START_MS + 5_000, 1_000, topic="B")
-    service.timer.run_once()             # units of B: page cache only
+    service.timer.run_once()  # units of B: page cache only
     service.halt()
     segments = sorted((tmp_path / "scheduler" / "timerlog").iterdir())
-    for segment in segments:             # drop everything after the flushed position
+    for segment in segments:  # drop everything after the flushed position
         start = int(segment.name)
         data = bytearray(segment.read_bytes())
         cut = max(0, flushed - start)
@@ -124,4 +125,4 @@ def test_wheel_written_back_before_the_log_power_loss(make_service, store, clock
     run_for(service, clock, 7_000)
     assert keys(store, "A") == collections.Counter(first.keys())
     assert keys(store, "B") == collections.Counter(second.keys())
-    assert service.timer.stats().enqueued == 30   # B read again from the store
+    assert service.timer.stats().enqueued == 30  # B read again from the store

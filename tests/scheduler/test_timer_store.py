@@ -1,5 +1,6 @@
 """The timer wheel on a manual clock: ordering, exact times, same-millisecond bursts, far future
 (roll), recall, overdue timers, memory budget, store failures."""
+
 from __future__ import annotations
 
 import random
@@ -8,7 +9,7 @@ from services.domain.names import TIMER_TOPIC
 from services.domain.statuses import PutStatus
 from tests.support.scheduler_timers import START_MS, delivered, lateness_ms, park, recall, run_for
 
-GATE_MS = 1 + 50 + 20 + 10   # recall guard + dispatch margin + a poll step: the first ms of a slot wait this long
+GATE_MS = 1 + 50 + 20 + 10  # recall guard + dispatch margin + a poll step: the first ms of a slot wait this long
 
 
 def test_each_timer_is_delivered_at_its_time_never_early(make_service, store, clock):
@@ -67,12 +68,12 @@ def test_timers_on_a_tick_and_just_after_it(make_service, store, clock):
     park(store, "Tick", START_MS + 2_999, "before-tick")
     run_for(service, clock, 4_000, step_ms=1)
     late = {r.properties["UNIQ_KEY"]: lateness_ms(r) for r in delivered(store, "Tick")}
-    assert late["before-tick"] == 0 and 0 <= late["on-tick"] <= 10   # one delivery pass per 10 ms
-    assert 0 <= late["after-tick"] <= GATE_MS   # first ms of a slot: waits for the recall gate
+    assert late["before-tick"] == 0 and 0 <= late["on-tick"] <= 10  # one delivery pass per 10 ms
+    assert 0 <= late["after-tick"] <= GATE_MS  # first ms of a slot: waits for the recall gate
 
 
 def test_far_future_timer_rolls_and_is_delivered_on_time(make_service, store, clock):
-    service = make_service()   # roll window 6 h: a 10-day timer rolls ~40 times
+    service = make_service()  # roll window 6 h: a 10-day timer rolls ~40 times
     deliver_ms = START_MS + 10 * 86_400_000 + 4_321
     park(store, "Later", deliver_ms, "L1")
     park(store, "Later", START_MS + 5_000, "N1")
@@ -94,13 +95,15 @@ def test_thirty_days_ahead_is_kept_farther_than_the_limit_is_dropped(make_servic
     park(store, "Month", START_MS + 30 * 86_400_000, "M30")
     park(store, "Month", START_MS + 39 * 86_400_000, "M39")
     park(store, "Month", START_MS + 41 * 86_400_000, "M41")
-    run_for(service, clock, 7 * 3_600_000, step_ms=3_600_000)   # past the first roll slot (6 h window)
+    run_for(service, clock, 7 * 3_600_000, step_ms=3_600_000)  # past the first roll slot (6 h window)
     stats = service.timer.stats()
-    assert (stats.enqueued, stats.dropped, stats.rolled) == (2 + 2, 1, 2)   # each roll is enqueued again
+    assert (stats.enqueued, stats.dropped, stats.rolled) == (2 + 2, 1, 2)  # each roll is enqueued again
     rolled = store.messages(TIMER_TOPIC)[3:]
     assert [r.properties["TIMER_ROLL_TIMES"] for r in rolled] == ["1", "1"]
-    assert [r.properties["TIMER_DELIVER_MS"] for r in rolled] == [str(START_MS + 30 * 86_400_000),
-                                                                   str(START_MS + 39 * 86_400_000)]
+    assert [r.properties["TIMER_DELIVER_MS"] for r in rolled] == [
+        str(START_MS + 30 * 86_400_000),
+        str(START_MS + 39 * 86_400_000),
+    ]
 
 
 def test_recalled_timer_is_never_delivered(make_service, store, clock):
@@ -110,9 +113,9 @@ def test_recalled_timer_is_never_delivered(make_service, store, clock):
     park(store, "R", START_MS + 9_000, "gone-later")
     run_for(service, clock, 1_000)
     recall(store, "R", START_MS + 5_500, "gone")
-    run_for(service, clock, 3_950)   # until 50 ms before the slot (4.x s) starts: already loaded
+    run_for(service, clock, 3_950)  # until 50 ms before the slot (4.x s) starts: already loaded
     recall(store, "R", START_MS + 9_000, "gone-later")
-    clock.set_ms(START_MS + 7_950)   # the later one's slot is loaded, then recalled just in time
+    clock.set_ms(START_MS + 7_950)  # the later one's slot is loaded, then recalled just in time
     run_for(service, clock, 60)
     recall(store, "R", START_MS + 9_000, "gone-later")
     run_for(service, clock, 4_000)
@@ -125,7 +128,7 @@ def test_a_timer_enqueued_after_its_time_is_delivered_at_once(make_service, stor
     service = make_service()
     run_for(service, clock, 3_000)
     store.down = True
-    park(store, "Late", START_MS + 3_500, "L")      # parked while the scheduler cannot read
+    park(store, "Late", START_MS + 3_500, "L")  # parked while the scheduler cannot read
     clock.advance_ms(4_000)
     store.down = False
     run_for(service, clock, 200, step_ms=10)
@@ -141,7 +144,9 @@ def test_a_slot_over_the_memory_budget_is_delivered_in_parts(make_service, store
     recall(store, "Big", START_MS + 1_600, "recalled")
     run_for(service, clock, 2_000, step_ms=10)
     keys = [r.properties["UNIQ_KEY"] for r in delivered(store, "Big")]
-    assert sorted(keys) == sorted(f"K{i}" for i in range(450)) and all(lateness_ms(r) >= 0 for r in delivered(store, "Big"))
+    assert sorted(keys) == sorted(f"K{i}" for i in range(450)) and all(
+        lateness_ms(r) >= 0 for r in delivered(store, "Big")
+    )
     assert service.timer.stats().active_units == 0
 
 
@@ -185,7 +190,7 @@ def test_a_put_whose_reply_is_lost_is_retried_and_counted(make_service, store, c
 
     def lose_reply(messages):
         store.after_put = None
-        raise StoreUnavailableError("deadline exceeded")   # appended, but the scheduler never heard
+        raise StoreUnavailableError("deadline exceeded")  # appended, but the scheduler never heard
 
     store.after_put = lose_reply
     errors = 0
@@ -208,8 +213,8 @@ def test_a_recall_at_the_last_allowed_millisecond_still_wins(make_service, store
     service = make_service()
     park(store, "Edge", START_MS + 5_001, "first-ms")
     park(store, "Edge", START_MS + 5_001, "kept")
-    run_for(service, clock, 5_000, step_ms=1)        # now = TIMER_OUT_MS: the slot is loaded
-    run_for(service, clock, 40, step_ms=1)           # the recall's put takes 40 ms to reach the store
+    run_for(service, clock, 5_000, step_ms=1)  # now = TIMER_OUT_MS: the slot is loaded
+    run_for(service, clock, 40, step_ms=1)  # the recall's put takes 40 ms to reach the store
     recall(store, "Edge", START_MS + 5_001, "first-ms")
     run_for(service, clock, 1_000, step_ms=1)
     assert [r.properties["UNIQ_KEY"] for r in delivered(store, "Edge")] == ["kept"]

@@ -8,6 +8,7 @@
   (tests/support/store_rpc.py; test_pop_rpc.py and test_pop_sql.py use their own ``served``,
   tests/support/store_pop_rpc.py).
 """
+
 from __future__ import annotations
 
 from tests.support.filestore import clock, make_store  # noqa: F401 - fixtures

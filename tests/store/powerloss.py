@@ -14,6 +14,7 @@ made durable by the directory fsync, its data was not).
 one and the directory fsync'd (metadata.write_atomically), so it is durable when the write returns
 and an interrupted write leaves the old file. The ``lock`` and ``abort`` files carry no data.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,8 +41,11 @@ class PowerLoss:
         self.syncs = 0
 
     def _files(self) -> list[Path]:
-        return [p for p in self.root.rglob("*") if p.is_file() and p.name not in SKIPPED_NAMES
-                and "config" not in p.relative_to(self.root).parts]
+        return [
+            p
+            for p in self.root.rglob("*")
+            if p.is_file() and p.name not in SKIPPED_NAMES and "config" not in p.relative_to(self.root).parts
+        ]
 
     def begin(self, monkeypatch) -> None:  # noqa: ANN001 (pytest's MonkeyPatch)
         """Take the files as they are now as durable, and start recording syncs."""
@@ -64,6 +68,7 @@ class PowerLoss:
                     self._images[path] = path.read_bytes()
                     self.syncs += 1
             real(fd)
+
         return sync
 
     def crash(self) -> None:
@@ -80,16 +85,16 @@ class PowerLoss:
             durable = self._images.get(path, self._baseline.get(path))
             if durable is None:
                 durable = bytes(len(current))
-            durable = durable[:len(current)].ljust(len(current), b"\0")
+            durable = durable[: len(current)].ljust(len(current), b"\0")
             if durable == current:
                 continue
             out = bytearray(durable)
             for start in range(0, len(current), PAGE):
-                page = current[start:start + PAGE]
-                if page == durable[start:start + PAGE]:
+                page = current[start : start + PAGE]
+                if page == durable[start : start + PAGE]:
                     continue
                 if self.random.random() < self.keep_unsynced:
-                    out[start:start + PAGE] = page
+                    out[start : start + PAGE] = page
                     counts["pages_kept"] += 1
                 else:
                     counts["pages_dropped"] += 1

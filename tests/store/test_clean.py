@@ -6,14 +6,15 @@ and moves the ConsumeQueue and IndexFile minimums forward after it.
 Ages come from file mtimes (set with os.utime) against the store's ManualClock; disk usage is
 injected through ``store.clean.disk_usage``. Nothing sleeps: each pass is one run_once call.
 """
+
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from services.store import commitlog as commitlog_module
 from services.domain.statuses import GetStatus, PutStatus
+from services.store import commitlog as commitlog_module
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 
@@ -21,7 +22,7 @@ HOUR_MS = 3_600_000
 RESERVED_HOURS = 72
 EXPIRED_H = RESERVED_HOURS + 1
 FRESH_H = 0
-BODY_SIZE_BYTES = 3000            # about 20 records per 64 KiB segment
+BODY_SIZE_BYTES = 3000  # about 20 records per 64 KiB segment
 LOW_USAGE = 0.10
 
 # The background clean loop never fires during a test (run_once is called by hand).
@@ -63,10 +64,12 @@ def on_disk(store: FileStore) -> list[str]:
 @pytest.fixture
 def retained(make_store):
     """A store with retention by hand and a quiet disk."""
+
     def make(**overrides) -> FileStore:
         store = make_store(**RETENTION, **overrides)
         store.clean.disk_usage = lambda: LOW_USAGE
         return store
+
     return make
 
 
@@ -141,8 +144,11 @@ def test_above_the_warning_ratio_puts_are_refused_until_usage_drops(retained, cl
     assert [r.status for r in refused] == [PutStatus.SERVICE_NOT_AVAILABLE] * 3
     assert all(r.phy_offset == -1 and r.queue_offset == -1 for r in refused)
     store.reput.run_once()
-    assert (store.commitlog.max_offset, store.commitlog.put_messages_total,
-            store.max_offset_in_queue("TopicTest", 0)) == before  # nothing written
+    assert (
+        store.commitlog.max_offset,
+        store.commitlog.put_messages_total,
+        store.max_offset_in_queue("TopicTest", 0),
+    ) == before  # nothing written
     store.clean.run_once()  # still full: still refused
     assert store.put_messages([message()])[0].status is PutStatus.SERVICE_NOT_AVAILABLE
 
@@ -234,8 +240,10 @@ def test_a_restart_after_deletion_keeps_min_and_max_offsets(tmp_path, clock, sto
         assert early[-1].phy_offset < store.commitlog.min_offset
         before = {
             "commitlog": (store.commitlog.min_offset, store.commitlog.max_offset),
-            "queues": {q: (store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q))
-                       for q in range(4)},
+            "queues": {
+                q: (store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q))
+                for q in range(4)
+            },
         }
         assert all(lo > 0 for lo, _ in before["queues"].values())
         assert before["queues"][3] == (10, 10)
@@ -247,8 +255,10 @@ def test_a_restart_after_deletion_keeps_min_and_max_offsets(tmp_path, clock, sto
     try:
         after = {
             "commitlog": (store.commitlog.min_offset, store.commitlog.max_offset),
-            "queues": {q: (store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q))
-                       for q in range(4)},
+            "queues": {
+                q: (store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q))
+                for q in range(4)
+            },
         }
         assert after == before
         assert store.get_messages("TopicTest", 3, 10).status is GetStatus.OFFSET_OVERFLOW_ONE

@@ -1,4 +1,5 @@
 """The store process (``python -m services.store``) and ``pyrmq up``, run as real subprocesses."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import time
 from pathlib import Path
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
@@ -26,8 +26,10 @@ def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, proce
     assert ready["metrics"].startswith("http://127.0.0.1:") and ready["metrics"].endswith("/metrics")
     with grpc.insecure_channel(ready["grpc"]) as channel:
         stub = pb_grpc.StoreStub(channel)
-        [result] = stub.PutMessages(pb.PutMessagesRequest(messages=[
-            pb.Message(topic="TopicTest", queue_id=0, body=b"survives a restart")]), timeout=10).results
+        [result] = stub.PutMessages(
+            pb.PutMessagesRequest(messages=[pb.Message(topic="TopicTest", queue_id=0, body=b"survives a restart")]),
+            timeout=10,
+        ).results
         assert result.status == pb.PUT_OK
     assert store.stop(signal.SIGTERM) == 0, store.log()
     assert "store service stopped" in store.log()
@@ -43,14 +45,30 @@ def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, proce
 
 def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes: list[Process]) -> None:
     data_dir = tmp_path / "data"
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     ready = up.wait_line(UP_READY)
     assert ready["data"] == str((data_dir / "store").resolve())
     with grpc.insecure_channel(ready["grpc"]) as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="pyrmq.store.v1.Store"), timeout=10)
+            health_pb2.HealthCheckRequest(service="pyrmq.store.v1.Store"), timeout=10
+        )
         assert response.status == health_pb2.HealthCheckResponse.SERVING
     assert up.stop(signal.SIGINT) == 0, up.log()
     assert "[store]" not in up.log()  # the child printed nothing but its ready line
@@ -59,8 +77,24 @@ def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes
 def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: list[Process]) -> None:
     """A terminal's Ctrl-C signals the whole foreground process group; the children are in their
     own group, so each gets exactly one SIGINT (from `up`) and exits 0."""
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path, own_group=True)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+        own_group=True,
+    )
     processes.append(up)
     up.wait_line(UP_READY)
     os.killpg(up.popen.pid, signal.SIGINT)
@@ -69,8 +103,23 @@ def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: 
 
 
 def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     up.wait_line(UP_READY)
     child_pid = _store_child_of(up.popen.pid)
@@ -80,8 +129,23 @@ def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: 
 
 
 def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:
-    up = Process([sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "data"),
-                  "--port", "0", "--store-port", "0", "--metrics-port", "0"], tmp_path)
+    up = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--store-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+    )
     processes.append(up)
     up.wait_line(UP_READY)
     child_pid = _store_child_of(up.popen.pid)
@@ -102,8 +166,7 @@ def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: li
 
 def _store_child_of(parent_pid: int) -> int:
     """The `-m services.store` child of ``parent_pid`` (`pyrmq up` also runs the broker)."""
-    [pid] = [pid for pid in _children_of(parent_pid)
-             if b"services.store" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    [pid] = [pid for pid in _children_of(parent_pid) if b"services.store" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     return pid
 
 
@@ -123,8 +186,22 @@ def _children_of(parent_pid: int) -> list[int]:
 def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Path, processes: list[Process]) -> None:
     data_dir = tmp_path / "data"
     first, _ = start_store(processes, data_dir, tmp_path)
-    impatient = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
-                         "--metrics-port", "-1", "--lock-wait-ms", "300"], tmp_path)
+    impatient = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.store",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+            "--lock-wait-ms",
+            "300",
+        ],
+        tmp_path,
+    )
     processes.append(impatient)
     assert impatient.popen.wait(EXIT_TIMEOUT_S) == 1
     deadline = time.monotonic() + 10
@@ -132,8 +209,22 @@ def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Pat
         time.sleep(0.05)  # stderr is read by another thread
     assert "is in use by another process" in impatient.log()
 
-    patient = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir), "--port", "0",
-                       "--metrics-port", "-1", "--lock-wait-ms", "30000"], tmp_path)
+    patient = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.store",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+            "--lock-wait-ms",
+            "30000",
+        ],
+        tmp_path,
+    )
     processes.append(patient)
     time.sleep(0.5)  # it is waiting on the lock now
     first.popen.kill()  # a kill -9: the lock goes with the process

@@ -1,4 +1,5 @@
 """CommitLog record format: the golden record of store-format.md §2.9, round trips, corruption."""
+
 from __future__ import annotations
 
 import zlib
@@ -65,10 +66,17 @@ def test_java_hashmap_order_matches_the_golden_properties():
     assert java_hashmap_order(["TAGS", "WAIT"], initial_capacity=16) == ["WAIT", "TAGS"]
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("", 0), ("a", 97), ("TagA", 2598919), ("polygenelubricants", -2147483648),
-    ("héllo", 103094734), ("😀", 1772899)  # values from JDK 17,
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("", 0),
+        ("a", 97),
+        ("TagA", 2598919),
+        ("polygenelubricants", -2147483648),
+        ("héllo", 103094734),
+        ("😀", 1772899),  # values from JDK 17,
+    ],
+)
 def test_java_string_hash(text, expected):
     assert java_string_hash(text) == expected
 
@@ -76,8 +84,8 @@ def test_java_string_hash(text, expected):
 def test_properties_decode_follows_java():
     assert decode_properties(b"a\x01b\x02") == {"a": "b"}
     assert decode_properties(b"\x01b\x02a\x01\x02ok\x01v\x02") == {"ok": "v"}  # empty name/value dropped
-    assert decode_properties(b"k\x011\x02k\x012\x02") == {"k": "2"}            # later wins
-    assert decode_properties(b"k\x01v") == {"k": "v"}                           # no trailing separator
+    assert decode_properties(b"k\x011\x02k\x012\x02") == {"k": "2"}  # later wins
+    assert decode_properties(b"k\x01v") == {"k": "v"}  # no trailing separator
     assert decode_properties(b"k\x01a\x01b\x02") == {"k": "a\x01b"}
 
 
@@ -91,8 +99,14 @@ def test_v2_record_for_long_retry_topic():
 
 
 def test_ipv6_hosts_set_flags_and_shift_fields():
-    rec = MessageRecord(topic="T", queue_id=1, body=b"xyz", born_host=host_from_string("[::1]:5"),
-                        store_host=host_from_string("[fe80::2]:10911"), phy_offset=4096)
+    rec = MessageRecord(
+        topic="T",
+        queue_id=1,
+        body=b"xyz",
+        born_host=host_from_string("[::1]:5"),
+        store_host=host_from_string("[fe80::2]:10911"),
+        phy_offset=4096,
+    )
     data = encode_record(rec)
     assert rec.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0x30
     back = decode_record(data, 0, len(data))
@@ -147,24 +161,51 @@ def test_every_corruption_is_detected():
 
 
 @settings(max_examples=200, deadline=None)
-@given(topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,127}", fullmatch=True),
-       body=st.binary(max_size=2048), queue_id=st.integers(0, 1023),
-       props=st.dictionaries(st.text(alphabet=st.characters(blacklist_characters="\x01\x02",
-                                                             blacklist_categories=("Cs",)), min_size=1, max_size=8
-                                     ).filter(lambda k: k != "__CRC32#"),
-                             st.text(alphabet=st.characters(blacklist_characters="\x01\x02",
-                                                             blacklist_categories=("Cs",)), min_size=1, max_size=16),
-                             max_size=6),
-       flag=st.integers(-2**31, 2**31 - 1), queue_offset=st.integers(0, 2**62),
-       phy_offset=st.integers(0, 2**62), born_ms=st.integers(0, 2**62), reconsume=st.integers(0, 100))
+@given(
+    topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,127}", fullmatch=True),
+    body=st.binary(max_size=2048),
+    queue_id=st.integers(0, 1023),
+    props=st.dictionaries(
+        st.text(
+            alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+            min_size=1,
+            max_size=8,
+        ).filter(lambda k: k != "__CRC32#"),
+        st.text(
+            alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+            min_size=1,
+            max_size=16,
+        ),
+        max_size=6,
+    ),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    queue_offset=st.integers(0, 2**62),
+    phy_offset=st.integers(0, 2**62),
+    born_ms=st.integers(0, 2**62),
+    reconsume=st.integers(0, 100),
+)
 def test_encode_decode_round_trip(topic, body, queue_id, props, flag, queue_offset, phy_offset, born_ms, reconsume):
-    rec = MessageRecord(topic=topic, queue_id=queue_id, body=body, properties=dict(props), flag=flag,
-                        queue_offset=queue_offset, phy_offset=phy_offset, born_timestamp_ms=born_ms,
-                        reconsume_times=reconsume)
+    rec = MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        properties=dict(props),
+        flag=flag,
+        queue_offset=queue_offset,
+        phy_offset=phy_offset,
+        born_timestamp_ms=born_ms,
+        reconsume_times=reconsume,
+    )
     data = encode_record(rec)
     back = decode_record(data, 0, len(data))
     assert (back.topic, back.queue_id, back.body, back.flag, back.queue_offset, back.phy_offset) == (
-        topic, queue_id, body, flag, queue_offset, phy_offset)
+        topic,
+        queue_id,
+        body,
+        flag,
+        queue_offset,
+        phy_offset,
+    )
     assert back.properties == props
     assert back.body_crc == (zlib.crc32(body) & 0x7FFFFFFF if body else 0)
     assert validate_record(memoryview(data), 0, len(data), phy_offset) == len(data)

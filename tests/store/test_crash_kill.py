@@ -18,6 +18,7 @@ from offset 0 and checked against everything sent so far:
 Indeterminate messages may or may not be present; the test counts them. A probe put after
 each restart measures the time from spawning the process to the first PUT_OK.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,25 +44,33 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "CrashKillTest"
 QUEUE_COUNT = 8
-SEGMENT_SIZE_BYTES = 1 << 20          # small, so segments roll during the test
+SEGMENT_SIZE_BYTES = 1 << 20  # small, so segments roll during the test
 BODY_SIZE_MIN_BYTES = 200
 BODY_SIZE_MAX_BYTES = 1500
 BATCH_SIZE_MAX = 3
-RPC_TIMEOUT_S = 10.0                  # above the SYNC flush timeout (5 s)
+RPC_TIMEOUT_S = 10.0  # above the SYNC flush timeout (5 s)
 FIRST_OK_TIMEOUT_S = 30.0
 EXIT_WAIT_S = 10.0
 KILL_DELAY_MIN_S = 0.3
 KILL_DELAY_MAX_S = 1.5
-RESTART_TO_FIRST_OK_MAX_S = 5.0       # T0.8: restart-to-first-OK p99 <= 5 s
+RESTART_TO_FIRST_OK_MAX_S = 5.0  # T0.8: restart-to-first-OK p99 <= 5 s
 READ_PAGE_COUNT = 256
 READ_PAGE_BYTES = 1 << 20
 
 # Statuses after which the message is known not to be stored. FLUSH_DISK_TIMEOUT (appended,
 # flush late) and UNKNOWN_ERROR (an I/O error part-way through a batch) are indeterminate.
-DEFINITE_FAILURES = frozenset({
-    pb.SERVICE_NOT_AVAILABLE, pb.CREATE_MAPPED_FILE_FAILED, pb.MESSAGE_ILLEGAL,
-    pb.PROPERTIES_SIZE_EXCEEDED, pb.TOPIC_ILLEGAL, pb.TOPIC_NOT_FOUND, pb.QUEUE_ID_ILLEGAL,
-    pb.OS_PAGE_CACHE_BUSY})
+DEFINITE_FAILURES = frozenset(
+    {
+        pb.SERVICE_NOT_AVAILABLE,
+        pb.CREATE_MAPPED_FILE_FAILED,
+        pb.MESSAGE_ILLEGAL,
+        pb.PROPERTIES_SIZE_EXCEEDED,
+        pb.TOPIC_ILLEGAL,
+        pb.TOPIC_NOT_FOUND,
+        pb.QUEUE_ID_ILLEGAL,
+        pb.OS_PAGE_CACHE_BUSY,
+    }
+)
 
 
 def body_for(msg_id: str) -> bytes:
@@ -80,12 +89,13 @@ def id_of_body(body: bytes) -> str | None:
 
 # -- history ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Attempt:
     msg_id: str
     cycle: int
     queue_id: int
-    outcome: str = "invoked"          # invoked | ok | fail | info
+    outcome: str = "invoked"  # invoked | ok | fail | info
     queue_offset: int = -1
     phy_offset: int = -1
     detail: str = ""
@@ -129,9 +139,18 @@ class History:
 def put(stub: pb_grpc.StoreStub, history: History, attempts: list[Attempt]) -> bool:
     """Send one batch; True if every message was acknowledged."""
     history.invoke(attempts)
-    request = pb.PutMessagesRequest(messages=[
-        pb.Message(topic=TOPIC, queue_id=a.queue_id, body=body_for(a.msg_id), properties={"KEYS": a.msg_id},
-                   born_timestamp_ms=int(time.time() * 1000)) for a in attempts])
+    request = pb.PutMessagesRequest(
+        messages=[
+            pb.Message(
+                topic=TOPIC,
+                queue_id=a.queue_id,
+                body=body_for(a.msg_id),
+                properties={"KEYS": a.msg_id},
+                born_timestamp_ms=int(time.time() * 1000),
+            )
+            for a in attempts
+        ]
+    )
     try:
         response = stub.PutMessages(request, timeout=RPC_TIMEOUT_S)
     except grpc.RpcError as exc:
@@ -141,8 +160,15 @@ def put(stub: pb_grpc.StoreStub, history: History, attempts: list[Attempt]) -> b
     return all(a.outcome == "ok" for a in attempts)
 
 
-def writer(stub: pb_grpc.StoreStub, history: History, cycle: int, writer_id: int, seed: int,
-           stop: threading.Event, first_ok: threading.Event) -> None:
+def writer(
+    stub: pb_grpc.StoreStub,
+    history: History,
+    cycle: int,
+    writer_id: int,
+    seed: int,
+    stop: threading.Event,
+    first_ok: threading.Event,
+) -> None:
     rng = random.Random(seed * 1000 + cycle * 100 + writer_id)
     seq = 0
     while not stop.is_set():
@@ -156,22 +182,39 @@ def writer(stub: pb_grpc.StoreStub, history: History, cycle: int, writer_id: int
 
 # -- the store process -------------------------------------------------------------------------
 
+
 @dataclass
 class Restart:
-    ready_s: float            # spawn -> ready line
-    first_ok_s: float         # spawn -> first PUT_OK
+    ready_s: float  # spawn -> ready line
+    first_ok_s: float  # spawn -> first PUT_OK
 
 
 def spawn(data_dir: Path, flush_mode: str) -> tuple[Process, str, float]:
     t0 = time.monotonic()
-    process = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir),
-                       "--port", "0", "--metrics-port", "0", "--flush-mode", flush_mode,
-                       "--commitlog-file-size-bytes", str(SEGMENT_SIZE_BYTES)], REPO_ROOT)
+    process = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.store",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--flush-mode",
+            flush_mode,
+            "--commitlog-file-size-bytes",
+            str(SEGMENT_SIZE_BYTES),
+        ],
+        REPO_ROOT,
+    )
     ready = process.wait_line(STORE_READY)
     return process, ready["grpc"], t0
 
 
 # -- the checker -------------------------------------------------------------------------------
+
 
 @dataclass
 class Checker:
@@ -187,9 +230,16 @@ class Checker:
         messages: list[pb.Message] = []
         offset = 0
         while True:
-            got = stub.GetMessages(pb.GetMessagesRequest(
-                topic=TOPIC, queue_id=queue_id, queue_offset=offset, max_count=READ_PAGE_COUNT,
-                max_bytes=READ_PAGE_BYTES), timeout=RPC_TIMEOUT_S)
+            got = stub.GetMessages(
+                pb.GetMessagesRequest(
+                    topic=TOPIC,
+                    queue_id=queue_id,
+                    queue_offset=offset,
+                    max_count=READ_PAGE_COUNT,
+                    max_bytes=READ_PAGE_BYTES,
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
             if got.status in (pb.NO_MESSAGE_IN_QUEUE, pb.NO_MATCHED_LOGIC_QUEUE) and offset == 0:
                 return messages, errors
             if got.status == pb.OFFSET_OVERFLOW_ONE:
@@ -197,15 +247,19 @@ class Checker:
                     errors.append(f"queue {queue_id}: caught up at {offset} but max_offset {got.max_offset}")
                 return messages, errors
             if got.status != pb.FOUND:
-                errors.append(f"queue {queue_id} offset {offset}: {pb.GetStatus.Name(got.status)} "
-                              f"(min {got.min_offset}, max {got.max_offset})")
+                errors.append(
+                    f"queue {queue_id} offset {offset}: {pb.GetStatus.Name(got.status)} "
+                    f"(min {got.min_offset}, max {got.max_offset})"
+                )
                 return messages, errors
             if got.min_offset != 0:
                 errors.append(f"queue {queue_id}: min_offset {got.min_offset}, expected 0")
             for m in got.messages:
                 if m.queue_offset != offset:
-                    errors.append(f"queue {queue_id}: message {len(messages)} has queue_offset "
-                                  f"{m.queue_offset}, expected {offset} (not dense)")
+                    errors.append(
+                        f"queue {queue_id}: message {len(messages)} has queue_offset "
+                        f"{m.queue_offset}, expected {offset} (not dense)"
+                    )
                     offset = m.queue_offset
                 messages.append(m)
                 offset += 1
@@ -246,11 +300,14 @@ class Checker:
                 continue
             where = seen_at.get(a.msg_id)
             if where is None:
-                errors.append(f"lost: acked {a.msg_id} (queue {a.queue_id} offset {a.queue_offset}, "
-                              f"phy {a.phy_offset}, cycle {a.cycle}) is missing")
+                errors.append(
+                    f"lost: acked {a.msg_id} (queue {a.queue_id} offset {a.queue_offset}, "
+                    f"phy {a.phy_offset}, cycle {a.cycle}) is missing"
+                )
             elif where != (a.queue_id, a.queue_offset):
-                errors.append(f"inconsistent offset: acked {a.msg_id} at {(a.queue_id, a.queue_offset)}, "
-                              f"read at {where}")
+                errors.append(
+                    f"inconsistent offset: acked {a.msg_id} at {(a.queue_id, a.queue_offset)}, read at {where}"
+                )
         for where, msg_id in self.observed.items():
             if observed.get(where) != msg_id:
                 errors.append(f"unstable: {where} held {msg_id} after an earlier restart, now {observed.get(where)}")
@@ -263,6 +320,7 @@ class Checker:
 
 
 # -- the scenario ------------------------------------------------------------------------------
+
 
 def first_ok_put(stub: pb_grpc.StoreStub, history: History, cycle: int) -> Attempt:
     deadline = time.monotonic() + FIRST_OK_TIMEOUT_S
@@ -279,20 +337,29 @@ def first_ok_put(stub: pb_grpc.StoreStub, history: History, cycle: int) -> Attem
 def wait_dispatched(stub: pb_grpc.StoreStub, acked: Attempt) -> None:
     """The probe is acknowledged before reput makes it readable; wait until it is."""
     deadline = time.monotonic() + FIRST_OK_TIMEOUT_S
-    while stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=TOPIC, queue_id=acked.queue_id),
-                               timeout=RPC_TIMEOUT_S).max_offset <= acked.queue_offset:
+    while (
+        stub.GetQueueOffsets(
+            pb.GetQueueOffsetsRequest(topic=TOPIC, queue_id=acked.queue_id), timeout=RPC_TIMEOUT_S
+        ).max_offset
+        <= acked.queue_offset
+    ):
         assert time.monotonic() < deadline, f"{acked.msg_id} never became readable"
         time.sleep(0.01)
 
 
-def load_until_killed(process: Process, address: str, history: History, cycle: int, writer_count: int,
-                      seed: int, rng: random.Random) -> None:
+def load_until_killed(
+    process: Process, address: str, history: History, cycle: int, writer_count: int, seed: int, rng: random.Random
+) -> None:
     """Writers put until the store is SIGKILLed, a random delay after the load is under way."""
     stop, first_ok = threading.Event(), threading.Event()
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.StoreStub(channel)
-        threads = [threading.Thread(target=writer, args=(stub, history, cycle, w, seed, stop, first_ok),
-                                    name=f"writer-{w}", daemon=True) for w in range(writer_count)]
+        threads = [
+            threading.Thread(
+                target=writer, args=(stub, history, cycle, w, seed, stop, first_ok), name=f"writer-{w}", daemon=True
+            )
+            for w in range(writer_count)
+        ]
         for t in threads:
             t.start()
         try:
@@ -312,8 +379,9 @@ def load_until_killed(process: Process, address: str, history: History, cycle: i
         assert not any(t.is_alive() for t in threads), "a writer is stuck"
 
 
-def run_kill_cycles(data_dir: Path, processes: list[Process], flush_mode: str, cycles: int,
-                    writer_count: int) -> tuple[History, list[Restart]]:
+def run_kill_cycles(
+    data_dir: Path, processes: list[Process], flush_mode: str, cycles: int, writer_count: int
+) -> tuple[History, list[Restart]]:
     """``cycles`` times: load, kill -9, restart on the same data, check everything sent so far."""
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
@@ -333,19 +401,39 @@ def run_kill_cycles(data_dir: Path, processes: list[Process], flush_mode: str, c
             restarts.append(Restart(ready_s, time.monotonic() - t0))
             wait_dispatched(stub, probe)
             errors = checker.check(stub, cycle)
-        assert not errors, (f"cycle {cycle} ({flush_mode}, seed {seed}): {len(errors)} violation(s):\n"
-                            + "\n".join(errors[:40]) + f"\nstore log:\n{process.log()[-4000:]}")
-        log.info("cycle %d: acked %d, unknown %d (recovered %d), failed %d, restart-to-first-OK %.3f s",
-                 cycle, history.count("ok"), history.count("info"), checker.recovered_info,
-                 history.count("fail"), restarts[-1].first_ok_s)
+        assert not errors, (
+            f"cycle {cycle} ({flush_mode}, seed {seed}): {len(errors)} violation(s):\n"
+            + "\n".join(errors[:40])
+            + f"\nstore log:\n{process.log()[-4000:]}"
+        )
+        log.info(
+            "cycle %d: acked %d, unknown %d (recovered %d), failed %d, restart-to-first-OK %.3f s",
+            cycle,
+            history.count("ok"),
+            history.count("info"),
+            checker.recovered_info,
+            history.count("fail"),
+            restarts[-1].first_ok_s,
+        )
     assert process.stop(signal.SIGTERM) == 0, process.log()
     segments = list((data_dir / "store" / "commitlog").iterdir())
     first_ok_times = [r.first_ok_s for r in restarts]
-    log.info("kill -9 x%d (%s, %d writers, seed %d): acked %d, unknown %d (recovered %d), failed %d, "
-             "%d segment(s), restart-to-first-OK p50 %.3f s max %.3f s (ready p50 %.3f s)",
-             cycles, flush_mode, writer_count, seed, history.count("ok"), history.count("info"),
-             checker.recovered_info, history.count("fail"), len(segments), statistics.median(first_ok_times),
-             max(first_ok_times), statistics.median(r.ready_s for r in restarts))
+    log.info(
+        "kill -9 x%d (%s, %d writers, seed %d): acked %d, unknown %d (recovered %d), failed %d, "
+        "%d segment(s), restart-to-first-OK p50 %.3f s max %.3f s (ready p50 %.3f s)",
+        cycles,
+        flush_mode,
+        writer_count,
+        seed,
+        history.count("ok"),
+        history.count("info"),
+        checker.recovered_info,
+        history.count("fail"),
+        len(segments),
+        statistics.median(first_ok_times),
+        max(first_ok_times),
+        statistics.median(r.ready_s for r in restarts),
+    )
     assert history.count("ok") > 0
     assert len(segments) >= 2  # the checks crossed segment boundaries
     return history, restarts

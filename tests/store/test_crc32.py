@@ -1,4 +1,5 @@
 """The CommitLog's CRC32 (python-isal) gives zlib's values, on bytes and on views of a mapping."""
+
 from __future__ import annotations
 
 import mmap

@@ -1,36 +1,22 @@
 """fastjson-style JSON: the reader RocketMQ's config files need and the writer that matches them."""
+
 from __future__ import annotations
-import threading
-from pathlib import Path
+
 import pytest
-from services.runtime.clock import ManualClock
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+
 from services.store.errors import FastjsonDecodeError
 from services.store.fastjson import Bean, dumps, loads
-from services.domain.names import (
-    GROUP_NAME_LENGTH_MAX,
-    SCHEDULE_TOPIC,
-    TIMER_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-    dlq_topic,
-    is_system_group,
-    is_system_topic,
-    retry_topic,
-    validate_group_name,
-    validate_topic_name,
-)
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig, write_atomically
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48_COMPACT
 
 
 def test_reader_accepts_unquoted_integer_keys_tabs_and_newlines() -> None:
     document = loads(CONSUMER_OFFSET_48)
-    assert document == {"offsetTable": {
-        "TopicTest@please_rename_unique_group_name": {0: 6, 1: 3, 2: 3, 3: 2},
-        "%RETRY%please_rename_unique_group_name@please_rename_unique_group_name": {0: 0}}}
+    assert document == {
+        "offsetTable": {
+            "TopicTest@please_rename_unique_group_name": {0: 6, 1: 3, 2: 3, 3: 2},
+            "%RETRY%please_rename_unique_group_name@please_rename_unique_group_name": {0: 0},
+        }
+    }
     inner = document["offsetTable"]["TopicTest@please_rename_unique_group_name"]
     assert all(type(key) is int for key in inner)
     assert loads(DELAY_OFFSET_48_COMPACT) == {"offsetTable": {1: 1}}
@@ -38,26 +24,45 @@ def test_reader_accepts_unquoted_integer_keys_tabs_and_newlines() -> None:
 
 def test_reader_accepts_plain_json_and_fastjson_leniencies() -> None:
     assert loads('{"a": [1, -2, 3.5, true, false, null], "b": {"0": "x"}}') == {
-        "a": [1, -2, 3.5, True, False, None], "b": {"0": "x"}}
-    assert loads("\ufeff{-1:7,name:\"v\"}") == {-1: 7, "name": "v"}
+        "a": [1, -2, 3.5, True, False, None],
+        "b": {"0": "x"},
+    }
+    assert loads('\ufeff{-1:7,name:"v"}') == {-1: 7, "name": "v"}
     assert loads('"\\u00e9\\t\\"x\\""') == 'é\t"x"'
     assert loads("{\f\b}") == {}
 
 
-@pytest.mark.parametrize("text, expected", [
-    ('{"k":"{1:2,3:4}"}', {"k": "{1:2,3:4}"}),
-    ('{"k":"a\\",1:2"}', {"k": 'a",1:2'}),
-    ('{"x\\\\":"{1:",2:"}"}', {"x\\": "{1:", 2: "}"}),
-    ('["{0:1", {0:1}]', ["{0:1", {0: 1}]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"k":"{1:2,3:4}"}', {"k": "{1:2,3:4}"}),
+        ('{"k":"a\\",1:2"}', {"k": 'a",1:2'}),
+        ('{"x\\\\":"{1:",2:"}"}', {"x\\": "{1:", 2: "}"}),
+        ('["{0:1", {0:1}]', ["{0:1", {0: 1}]),
+    ],
+)
 def test_reader_leaves_look_alike_keys_inside_strings_alone(text: str, expected: object) -> None:
     assert loads(text) == expected
 
 
-@pytest.mark.parametrize("text", [
-    "", "{", "{1:}", '{"a" 1}', "[1,2", "[1,]", "{1:2,}", "{} {}", "{'a':1}", "01",
-    "__import__('os').system('true')", "{a-b:1}", "[" * 100 + "]" * 100,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "{1:}",
+        '{"a" 1}',
+        "[1,2",
+        "[1,]",
+        "{1:2,}",
+        "{} {}",
+        "{'a':1}",
+        "01",
+        "__import__('os').system('true')",
+        "{a-b:1}",
+        "[" * 100 + "]" * 100,
+    ],
+)
 def test_reader_rejects_malformed_text(text: str) -> None:
     with pytest.raises(FastjsonDecodeError):
         loads(text)
@@ -66,34 +71,29 @@ def test_reader_rejects_malformed_text(text: str) -> None:
 def test_writer_snapshot_of_a_small_offset_table() -> None:
     document = Bean(offsetTable={"TopicTest@g": {0: 6, 1: 3}, "%RETRY%g@g": {0: 0}})
     assert dumps(document) == (
-        '{\n'
-        '\t"offsetTable":{\n'
-        '\t\t"TopicTest@g":{0:6,1:3\n'
-        '\t\t},\n'
-        '\t\t"%RETRY%g@g":{0:0\n'
-        '\t\t}\n'
-        '\t}\n'
-        '}')
+        '{\n\t"offsetTable":{\n\t\t"TopicTest@g":{0:6,1:3\n\t\t},\n\t\t"%RETRY%g@g":{0:0\n\t\t}\n\t}\n}'
+    )
     assert dumps(document, pretty=False) == '{"offsetTable":{"TopicTest@g":{0:6,1:3},"%RETRY%g@g":{0:0}}}'
 
 
 def test_writer_bean_map_list_and_set_rules() -> None:
-    bean = Bean(zeta=1, alpha={"b": 2, "a": 1}, gone=None, items=["x", Bean(k=True)],
-                tags=("t1", "t2"), empty={}, none_list=[])
+    bean = Bean(
+        zeta=1, alpha={"b": 2, "a": 1}, gone=None, items=["x", Bean(k=True)], tags=("t1", "t2"), empty={}, none_list=[]
+    )
     assert dumps(bean) == (
-        '{\n'
-        '\t"alpha":{\n\t\t"b":2,\n\t\t"a":1\n\t},\n'   # map: insertion order
+        "{\n"
+        '\t"alpha":{\n\t\t"b":2,\n\t\t"a":1\n\t},\n'  # map: insertion order
         '\t"empty":{},\n'
         '\t"items":[\n\t\t"x",\n\t\t{\n\t\t\t"k":true\n\t\t}\n\t],\n'
         '\t"none_list":[],\n'
-        '\t"tags":["t1","t2"],\n'                     # Set: compact
+        '\t"tags":["t1","t2"],\n'  # Set: compact
         '\t"zeta":1\n'
-        '}')
+        "}"
+    )
 
 
 def test_writer_escapes_like_fastjson() -> None:
-    assert dumps('q"b\\s/\b\t\n\f\r\x01\x7f\u2028é') == (
-        '"q\\"b\\\\s/\\b\\t\\n\\f\\r\\u0001\\u007F\\u2028é"')
+    assert dumps('q"b\\s/\b\t\n\f\r\x01\x7f\u2028é') == ('"q\\"b\\\\s/\\b\\t\\n\\f\\r\\u0001\\u007F\\u2028é"')
     assert loads(dumps("a\x00\x1f\u2029z")) == "a\x00\x1f\u2029z"
 
 
@@ -107,4 +107,3 @@ def test_writer_refuses_what_fastjson_files_never_hold() -> None:
 def test_writer_then_reader_is_identity_on_a_nested_document() -> None:
     document = {"a": {0: 1, -5: 2}, "b": ["x", {"y": None}], "c": "{1:2}"}
     assert loads(dumps(document)) == {"a": {0: 1, -5: 2}, "b": ["x", {}], "c": "{1:2}"}
-

@@ -10,6 +10,7 @@
 fdatasync calls are counted (or failed) by wrapping ``os.fdatasync``, which the mapped files
 call through the ``os`` module.
 """
+
 from __future__ import annotations
 
 import errno
@@ -20,11 +21,11 @@ import time
 
 import pytest
 
+from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
+from services.domain.statuses import PutStatus
 from services.store.config import FlushMode
 from services.store.flush import FlushService
-from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
 from services.store.mapped_file import PAGE_SIZE_BYTES
-from services.domain.statuses import PutStatus
 from services.store.store import FileStore
 from tests.support.filestore import message
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 WRITERS = 32
 PUTS_PER_WRITER = 50
 SLOW_FDATASYNC_S = 0.005
-PUTS_PER_FLUSH_MIN = 8     # on average, with 32 writers and a 5 ms fdatasync
+PUTS_PER_FLUSH_MIN = 8  # on average, with 32 writers and a 5 ms fdatasync
 LEAST_PAGES = 4
 THOROUGH_MS = 10_000
 NEVER_MS = 3_600_000  # background loops that must not run during a test
@@ -67,10 +68,12 @@ class FdatasyncSpy:
 @pytest.fixture
 def spy_on(make_store, monkeypatch):
     """Set up after make_store, so the patch is undone before the stores shut down."""
+
     def install(store: FileStore) -> FdatasyncSpy:
         spy = FdatasyncSpy(store)
         monkeypatch.setattr(os, "fdatasync", spy)
         return spy
+
     return install
 
 
@@ -80,6 +83,7 @@ def put_one(store: FileStore, body: bytes, **props):
 
 
 # -- SYNC: group commit ----------------------------------------------------------------------
+
 
 def test_sync_puts_share_fdatasyncs_and_return_only_once_flushed(make_store, spy_on):
     store = make_store(FlushMode.SYNC)
@@ -102,8 +106,10 @@ def test_sync_puts_share_fdatasyncs_and_return_only_once_flushed(make_store, spy
                 if r.status is not PutStatus.PUT_OK:
                     problems.append(f"writer {w} put {i}: {r.status.name} {r.error}")
                 elif r.phy_offset + r.wrote_bytes > flushed:
-                    problems.append(f"writer {w} put {i}: acknowledged [{r.phy_offset}, "
-                                    f"{r.phy_offset + r.wrote_bytes}) but flushed_where is {flushed}")
+                    problems.append(
+                        f"writer {w} put {i}: acknowledged [{r.phy_offset}, "
+                        f"{r.phy_offset + r.wrote_bytes}) but flushed_where is {flushed}"
+                    )
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
     t0 = time.monotonic()
@@ -117,20 +123,29 @@ def test_sync_puts_share_fdatasyncs_and_return_only_once_flushed(make_store, spy
     assert not problems, problems[:20]
     assert len(results) == puts
     assert len(store.commitlog.mfq.files) > 1  # segments rolled under the group commit
-    log.info("group commit: %d puts, %d fdatasyncs, %d group flushes, %.2f s", puts, spy.commitlog_calls,
-             store.group_commit.flush_count, elapsed)
+    log.info(
+        "group commit: %d puts, %d fdatasyncs, %d group flushes, %.2f s",
+        puts,
+        spy.commitlog_calls,
+        store.group_commit.flush_count,
+        elapsed,
+    )
     # Group commit: one flush covers every put waiting for it.
     assert spy.commitlog_calls > 0 and store.group_commit.flush_count > 0
     assert spy.commitlog_calls <= puts // PUTS_PER_FLUSH_MIN, (
-        f"{spy.commitlog_calls} fdatasyncs for {puts} puts in {elapsed:.2f} s: flushes are not shared")
+        f"{spy.commitlog_calls} fdatasyncs for {puts} puts in {elapsed:.2f} s: flushes are not shared"
+    )
     assert store.group_commit.flush_count <= puts // PUTS_PER_FLUSH_MIN
     # Every acknowledged record reads back (dense offsets per queue, intact bodies).
     store.reput.run_once()
     for q in range(8):
         got = store.get_messages("TopicTest", q, 0, max_count=1000, max_bytes=1 << 30)
         assert [m.queue_offset for m in got.messages] == list(range(WRITERS // 8 * PUTS_PER_WRITER))
-    bodies = sorted(m.body[:7] for q in range(8)
-                    for m in store.get_messages("TopicTest", q, 0, max_count=1000, max_bytes=1 << 30).messages)
+    bodies = sorted(
+        m.body[:7]
+        for q in range(8)
+        for m in store.get_messages("TopicTest", q, 0, max_count=1000, max_bytes=1 << 30).messages
+    )
     assert bodies == sorted(b"w%02d-%03d" % (w, i) for w in range(WRITERS) for i in range(PUTS_PER_WRITER))
 
 
@@ -149,11 +164,16 @@ def test_sync_put_with_wait_false_does_not_wait_for_the_flush(make_store, spy_on
 
 # -- ASYNC: FlushService ---------------------------------------------------------------------
 
+
 @pytest.fixture
 def async_store(make_store):
     """An ASYNC store whose own background flusher never runs; the test drives a FlushService."""
-    return make_store(FlushMode.ASYNC, flush_interval_ms=NEVER_MS, flush_least_pages=LEAST_PAGES,
-                      flush_thorough_interval_ms=THOROUGH_MS)
+    return make_store(
+        FlushMode.ASYNC,
+        flush_interval_ms=NEVER_MS,
+        flush_least_pages=LEAST_PAGES,
+        flush_thorough_interval_ms=THOROUGH_MS,
+    )
 
 
 def flush_service(store: FileStore, clock) -> FlushService:
@@ -173,7 +193,7 @@ def test_async_flush_waits_for_least_pages(async_store, clock, spy_on):
     flusher = flush_service(store, clock)
     cp = store.checkpoint.current
     flushed_cp_before = cp.flushed_phy_offset
-    grow_to(store, 3 * PAGE_SIZE_BYTES + 100)   # three whole pages dirty (and part of a fourth)
+    grow_to(store, 3 * PAGE_SIZE_BYTES + 100)  # three whole pages dirty (and part of a fourth)
     assert store.commitlog.max_offset < LEAST_PAGES * PAGE_SIZE_BYTES
     assert flusher.run_once() == 0
     assert store.commitlog.flushed_where == 0 and spy.commitlog_calls == 0
@@ -240,6 +260,7 @@ def test_async_flushed_offset_reaches_the_checkpoint_file(async_store, clock):
 
 
 # -- a failed fdatasync is sticky ------------------------------------------------------------
+
 
 def test_sync_failed_fdatasync_is_never_acknowledged_and_is_sticky(make_store, spy_on):
     store = make_store(FlushMode.SYNC)

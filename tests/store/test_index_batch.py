@@ -1,43 +1,42 @@
 """IndexService.build_index_batch: byte-identical to per-record build_index, on every path."""
+
 from __future__ import annotations
-import os
+
 import random
 import threading
-import time
 from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from services.store import index_file as index_file_module
-from services.runtime.clock import ManualClock
+
 from services.domain.format.index_format import (
-    INDEX_ENTRY_SIZE_BYTES,
-    INDEX_HEADER_SIZE_BYTES,
     IndexHeader,
-    decode_entry,
     decode_header,
-    encode_entry,
-    encode_header,
-    entry_position,
-    index_file_size_bytes,
     index_key,
     index_key_hash,
-    index_key_hash_from_u32,
     index_key_hashes,
-    java_hash_extend_u32,
-    slot_position,
-    time_diff_seconds,
 )
 from services.domain.format.java_compat import java_string_hash
-from services.store.index_file import IndexFile, index_file_name
+from services.runtime.clock import ManualClock
+from services.store import index_file as index_file_module
 from services.store.index_service import IndexService
 from services.store.model import DispatchRequest
 from tests.support.index_files import (
-    FAR_FUTURE, SLOTS, SYSFLAG_COMMIT, SYSFLAG_PREPARED, SYSFLAG_ROLLBACK, T0, file_bytes, new_service)
+    FAR_FUTURE,
+    SLOTS,
+    SYSFLAG_COMMIT,
+    SYSFLAG_PREPARED,
+    SYSFLAG_ROLLBACK,
+    T0,
+    file_bytes,
+    new_service,
+)
 
 
-def reference_build_index(service: IndexService, topic: str, keys: str, uniq_key: str,
-                          phy_offset: int, store_timestamp_ms: int, sys_flag: int) -> None:
+def reference_build_index(
+    service: IndexService, topic: str, keys: str, uniq_key: str, phy_offset: int, store_timestamp_ms: int, sys_flag: int
+) -> None:
     """build_index as it was before build_index_batch: one IndexFile.put_key_hash per key and
     the slow, independent key hash (java_string_hash)."""
     with service._lock:
@@ -57,21 +56,46 @@ def reference_build_index(service: IndexService, topic: str, keys: str, uniq_key
             key_hash = index_key_hash(index_key(topic, key))
             if partial and service._has_entry_locked(key_hash, phy_offset):
                 continue
-            if index_file is None or not index_file.put_key_hash(key_hash, phy_offset,
-                                                                 store_timestamp_ms):
+            if index_file is None or not index_file.put_key_hash(key_hash, phy_offset, store_timestamp_ms):
                 index_file = service._roll_locked()
                 assert index_file.put_key_hash(key_hash, phy_offset, store_timestamp_ms)
 
 
-def request(topic: str, keys: str, uniq_key: str, phy_offset: int, store_timestamp_ms: int,
-            sys_flag: int = 0) -> DispatchRequest:
-    return DispatchRequest(topic=topic, queue_id=0, phy_offset=phy_offset, size=100, tags_code=0,
-                           store_timestamp_ms=store_timestamp_ms, queue_offset=0, keys=keys,
-                           uniq_key=uniq_key, sys_flag=sys_flag, prepared_transaction_offset=0)
+def request(
+    topic: str, keys: str, uniq_key: str, phy_offset: int, store_timestamp_ms: int, sys_flag: int = 0
+) -> DispatchRequest:
+    return DispatchRequest(
+        topic=topic,
+        queue_id=0,
+        phy_offset=phy_offset,
+        size=100,
+        tags_code=0,
+        store_timestamp_ms=store_timestamp_ms,
+        queue_offset=0,
+        keys=keys,
+        uniq_key=uniq_key,
+        sys_flag=sys_flag,
+        prepared_transaction_offset=0,
+    )
 
 
-KEY_POOL = ["k", "order-1", "order-2", "A" * 40, "é", "中文", "\U0001F600x", "x" * 300,
-            "polygenelubricants", "a\x01b", "Aa", "BB", "00FF", "k k", "λ" * 5]
+KEY_POOL = [
+    "k",
+    "order-1",
+    "order-2",
+    "A" * 40,
+    "é",
+    "中文",
+    "\U0001f600x",
+    "x" * 300,
+    "polygenelubricants",
+    "a\x01b",
+    "Aa",
+    "BB",
+    "00FF",
+    "k k",
+    "λ" * 5,
+]
 TOPIC_POOL = ["T", "TopicB", "主题", "%RETRY%g"]
 
 
@@ -88,13 +112,12 @@ def random_requests(rnd, count: int, redispatch: float) -> list[DispatchRequest]
             continue
         if len(made) > 3 and roll < redispatch:
             start = rnd.randrange(len(made))
-            made.extend(made[start:start + rnd.randint(1, 6)])  # a range again
+            made.extend(made[start : start + rnd.randint(1, 6)])  # a range again
             continue
         keys = " ".join(rnd.choice(KEY_POOL + [""]) for _ in range(rnd.choice([0, 1, 1, 2, 3])))
         if rnd.random() < 0.1:
             keys = " " + keys + "  "
-        uniq = rnd.choice(["", f"{rnd.getrandbits(128):032X}", f"{rnd.getrandbits(128):032X}",
-                           "U", "u n", "é"])
+        uniq = rnd.choice(["", f"{rnd.getrandbits(128):032X}", f"{rnd.getrandbits(128):032X}", "U", "u n", "é"])
         sys_flag = rnd.choice([0, 0, 0, 0, SYSFLAG_PREPARED, SYSFLAG_COMMIT, SYSFLAG_ROLLBACK])
         made.append(request(rnd.choice(TOPIC_POOL), keys, uniq, phy, ts, sys_flag))
         phy += rnd.choice([1, 37, 100, 1000])
@@ -115,8 +138,7 @@ def assert_same_index(a: IndexService, b: IndexService, requests: list[DispatchR
 
 @pytest.mark.parametrize("slots,entries", [(7, 5), (16, 13), (100, 400)])
 @pytest.mark.parametrize("seed", range(12))
-def test_batch_is_byte_identical_to_per_record(tmp_path: Path, seed: int, slots: int,
-                                               entries: int) -> None:
+def test_batch_is_byte_identical_to_per_record(tmp_path: Path, seed: int, slots: int, entries: int) -> None:
     rnd = random.Random(seed * 1000 + slots)
     # Odd seeds re-dispatch (mostly the record-by-record loop), even ones rarely (numpy).
     requests = random_requests(rnd, 400, 0.08 if seed % 2 else 0.002)
@@ -127,12 +149,12 @@ def test_batch_is_byte_identical_to_per_record(tmp_path: Path, seed: int, slots:
     done = 0
     while done < len(requests):
         size = rnd.choice([1, 2, 5, threshold - 1, threshold, 40, 100, 250])
-        chunk = requests[done:done + size]
+        chunk = requests[done : done + size]
         for r in chunk:
-            reference_build_index(reference, r.topic, r.keys, r.uniq_key, r.phy_offset,
-                                  r.store_timestamp_ms, r.sys_flag)
-            one.build_index(r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms,
-                            r.sys_flag)
+            reference_build_index(
+                reference, r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms, r.sys_flag
+            )
+            one.build_index(r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms, r.sys_flag)
         batch.build_index_batch(chunk)
         done += len(chunk)
         assert index_state(batch) == index_state(reference)  # at every batch boundary
@@ -151,17 +173,23 @@ def test_batch_numpy_path_matches_on_a_long_increasing_stream(tmp_path: Path) ->
     """The vectorised put: big batches, rolls inside a batch and inside a record, slots that
     repeat within a run, a file's first entry in the middle of a batch."""
     rnd = random.Random(7)
-    requests = [request("T" if i % 3 else "主题", f"order-{i % 500} shared" if i % 7 else "",
-                        f"{rnd.getrandbits(128):032X}" if i % 11 else "", 1000 + 97 * i,
-                        T0 + 700 * i, SYSFLAG_ROLLBACK if i % 50 == 0 else 0)
-                for i in range(6000)]
+    requests = [
+        request(
+            "T" if i % 3 else "主题",
+            f"order-{i % 500} shared" if i % 7 else "",
+            f"{rnd.getrandbits(128):032X}" if i % 11 else "",
+            1000 + 97 * i,
+            T0 + 700 * i,
+            SYSFLAG_ROLLBACK if i % 50 == 0 else 0,
+        )
+        for i in range(6000)
+    ]
     reference = IndexService(tmp_path / "ref", 1021, 3001, ManualClock(T0))
     batch = IndexService(tmp_path / "batch", 1021, 3001, ManualClock(T0))
     for r in requests:
-        reference_build_index(reference, r.topic, r.keys, r.uniq_key, r.phy_offset,
-                              r.store_timestamp_ms, r.sys_flag)
+        reference_build_index(reference, r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms, r.sys_flag)
     for start in range(0, len(requests), 1500):
-        batch.build_index_batch(requests[start:start + 1500])
+        batch.build_index_batch(requests[start : start + 1500])
     assert len(reference.files) > 3
     assert_same_index(reference, batch, requests[:300] + requests[-300:])
     # Re-dispatching everything changes nothing.
@@ -178,8 +206,7 @@ def test_batch_uses_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     real_np = service._build_batch_np
     real_py = service._build_batch_py_locked
     monkeypatch.setattr(service, "_build_batch_np", lambda reqs: calls.append("np") or real_np(reqs))
-    monkeypatch.setattr(service, "_build_batch_py_locked",
-                        lambda reqs: calls.append("py") or real_py(reqs))
+    monkeypatch.setattr(service, "_build_batch_py_locked", lambda reqs: calls.append("py") or real_py(reqs))
     many = index_file_module._NP_MIN_RECORDS
     service.build_index_batch([request("T", f"k{i}", "", 100 + i, T0) for i in range(many)])
     assert calls == ["np"]
@@ -196,8 +223,13 @@ def test_batch_uses_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_batch_publishes_header_once_and_queries_see_it(tmp_path: Path) -> None:
     service = new_service(tmp_path)
-    service.build_index_batch([request("T", "a b", "U1", 100, T0), request("T", "a", "", 200, T0 + 5000),
-                               request("T", "", "", 300, T0 + 9000)])  # no keys: no-op
+    service.build_index_batch(
+        [
+            request("T", "a b", "U1", 100, T0),
+            request("T", "a", "", 200, T0 + 5000),
+            request("T", "", "", 300, T0 + 9000),
+        ]
+    )  # no keys: no-op
     (index_file,) = service.files
     assert decode_header(file_bytes(index_file)) == IndexHeader(T0, T0 + 5000, 100, 200, 3, 5)
     assert index_file.header() == IndexHeader(T0, T0 + 5000, 100, 200, 3, 5)
@@ -241,19 +273,20 @@ def test_vectorised_hashes_equal_java_hash(pairs: list[tuple[str, str]]) -> None
     assert index_key_hashes(prefixes, [key for _, key in pairs]).tolist() == expected
 
 
-@pytest.mark.parametrize("timestamps", [
-    [T0 + 10_000, T0, T0 + 9_999, T0 + 10_000, T0 + 11_000, T0 + 12_500, -5, 0] * 5,
-    [0, 0, T0, T0 + 1000, T0 - 1000] * 8,
-    [-3000, 5000, 4000, 1 << 62, 7000] * 8,  # begin <= 0, then a time_diff past Java's int
-])
+@pytest.mark.parametrize(
+    "timestamps",
+    [
+        [T0 + 10_000, T0, T0 + 9_999, T0 + 10_000, T0 + 11_000, T0 + 12_500, -5, 0] * 5,
+        [0, 0, T0, T0 + 1000, T0 - 1000] * 8,
+        [-3000, 5000, 4000, 1 << 62, 7000] * 8,  # begin <= 0, then a time_diff past Java's int
+    ],
+)
 def test_batch_time_diffs_match(tmp_path: Path, timestamps: list[int]) -> None:
-    requests = [request("T", f"k{i % 3}", f"U{i}", 100 * (i + 1), ts)
-                for i, ts in enumerate(timestamps)]
+    requests = [request("T", f"k{i % 3}", f"U{i}", 100 * (i + 1), ts) for i, ts in enumerate(timestamps)]
     reference = IndexService(tmp_path / "ref", SLOTS, 17, ManualClock(T0))  # rolls every 8 records
     batch = IndexService(tmp_path / "batch", SLOTS, 17, ManualClock(T0))
     for r in requests:
-        reference_build_index(reference, r.topic, r.keys, r.uniq_key, r.phy_offset,
-                              r.store_timestamp_ms, r.sys_flag)
+        reference_build_index(reference, r.topic, r.keys, r.uniq_key, r.phy_offset, r.store_timestamp_ms, r.sys_flag)
     batch.build_index_batch(requests)
     assert index_state(batch) == index_state(reference)
     reference.close()
@@ -280,8 +313,9 @@ def test_queries_never_lose_older_keys_during_a_batch(tmp_path: Path, batch_size
     phy = 1000
     try:
         for _ in range(12_000 // batch_size):
-            service.build_index_batch([request("T", f"new{phy + i}", f"U{phy + i}", phy + i, T0)
-                                       for i in range(batch_size)])
+            service.build_index_batch(
+                [request("T", f"new{phy + i}", f"U{phy + i}", phy + i, T0) for i in range(batch_size)]
+            )
             phy += batch_size
     finally:
         done.set()

@@ -1,10 +1,10 @@
 """IndexFile / IndexService: golden bytes from store-format.md §5, the put/select quirks,
 rolling, reload, abnormal-load deletion, expiry, truncation, the dispatch filters, and
 build_index_batch: byte-identical to one (pre-batch) build_index per record."""
+
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from pathlib import Path
@@ -13,8 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.store import index_file as index_file_module
-from services.runtime.clock import ManualClock
 from services.domain.format.index_format import (
     INDEX_ENTRY_SIZE_BYTES,
     INDEX_HEADER_SIZE_BYTES,
@@ -25,21 +23,28 @@ from services.domain.format.index_format import (
     encode_header,
     entry_position,
     index_file_size_bytes,
-    index_key,
     index_key_hash,
     index_key_hash_from_u32,
-    index_key_hashes,
     java_hash_extend_u32,
     slot_position,
     time_diff_seconds,
 )
 from services.domain.format.java_compat import java_string_hash
+from services.runtime.clock import ManualClock
 from services.store.index_file import IndexFile, index_file_name
 from services.store.index_service import IndexService
-from services.store.model import DispatchRequest
 from tests.support.index_files import (
-    ENTRIES, FAR_FUTURE, FILE_SIZE, SLOTS, SYSFLAG_COMMIT, SYSFLAG_PREPARED, SYSFLAG_ROLLBACK, T0, file_bytes,
-    new_service)
+    ENTRIES,
+    FAR_FUTURE,
+    FILE_SIZE,
+    SLOTS,
+    SYSFLAG_COMMIT,
+    SYSFLAG_PREPARED,
+    SYSFLAG_ROLLBACK,
+    T0,
+    file_bytes,
+    new_service,
+)
 
 
 def naive_java_hash(text: str) -> int:
@@ -54,8 +59,7 @@ def naive_java_hash(text: str) -> int:
 def key_with_java_hash(prefix: str, length: int, target_u32: int) -> str:
     """A key of ``length`` chars in '0'..'N' such that JavaHash(prefix + key) == target."""
     weights = [pow(31, length - 1 - i, 1 << 32) for i in range(length)]
-    rest = (target_u32 - naive_java_hash(prefix) * pow(31, length, 1 << 32)
-            - sum(48 * w for w in weights)) % (1 << 32)
+    rest = (target_u32 - naive_java_hash(prefix) * pow(31, length, 1 << 32) - sum(48 * w for w in weights)) % (1 << 32)
     digits = []
     for _ in range(length):
         rest, digit = divmod(rest, 31)
@@ -77,16 +81,21 @@ def test_sizes_and_positions() -> None:
     assert entry_position(SLOTS, ENTRIES - 1) + INDEX_ENTRY_SIZE_BYTES == FILE_SIZE
 
 
-@given(st.builds(IndexHeader, *[st.integers(-(1 << 63), (1 << 63) - 1)] * 4,
-                 *[st.integers(-(1 << 31), (1 << 31) - 1)] * 2))
+@given(
+    st.builds(IndexHeader, *[st.integers(-(1 << 63), (1 << 63) - 1)] * 4, *[st.integers(-(1 << 31), (1 << 31) - 1)] * 2)
+)
 def test_header_round_trip(header: IndexHeader) -> None:
     data = encode_header(header)
     assert len(data) == INDEX_HEADER_SIZE_BYTES
     assert decode_header(data) == header
 
 
-@given(st.integers(0, (1 << 31) - 1), st.integers(-(1 << 63), (1 << 63) - 1),
-       st.integers(-(1 << 31), (1 << 31) - 1), st.integers(-(1 << 31), (1 << 31) - 1))
+@given(
+    st.integers(0, (1 << 31) - 1),
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+)
 def test_entry_round_trip(key_hash: int, phy_offset: int, time_diff: int, prev_index: int) -> None:
     data = encode_entry(key_hash, phy_offset, time_diff, prev_index)
     assert len(data) == INDEX_ENTRY_SIZE_BYTES
@@ -96,7 +105,7 @@ def test_entry_round_trip(key_hash: int, phy_offset: int, time_diff: int, prev_i
 def test_key_hash_known_values() -> None:
     assert naive_java_hash("hello") == java_string_hash("hello") == 99162322
     assert index_key_hash("T#Aa") == index_key_hash("T#BB") == 2538191  # "Aa"/"BB" collide in Java
-    assert index_key_hash("T#x") == 84 * 31 ** 2 + 35 * 31 + 120 == 81929
+    assert index_key_hash("T#x") == 84 * 31**2 + 35 * 31 + 120 == 81929
     # Math.abs(Integer.MIN_VALUE) is still negative in Java; RocketMQ maps it to 0.
     assert java_string_hash("polygenelubricants") == -(1 << 31)
     assert index_key_hash("polygenelubricants") == 0
@@ -145,29 +154,43 @@ def test_golden_file_bytes(tmp_path: Path) -> None:
     assert file_bytes(index_file) == bytes(FILE_SIZE)  # fresh: index_count 0 on disk
     assert index_file.index_count == 1  # ... but 1 in memory
 
-    assert index_file.put_key("T#Aa", 100, T0)            # slot 91, first entry
-    assert index_file.put_key("T#BB", 200, T0 + 2500)     # same Java hash: chains to 1
-    assert index_file.put_key("T#x", 300, T0 + 999)       # slot 29, < 1 s after begin
-    assert index_file.put_key("T#R", 400, T0 + 61_000)    # other hash, slot 91: chains to 2
+    assert index_file.put_key("T#Aa", 100, T0)  # slot 91, first entry
+    assert index_file.put_key("T#BB", 200, T0 + 2500)  # same Java hash: chains to 1
+    assert index_file.put_key("T#x", 300, T0 + 999)  # slot 29, < 1 s after begin
+    assert index_file.put_key("T#R", 400, T0 + 61_000)  # other hash, slot 91: chains to 2
     data = file_bytes(index_file)
 
     assert data[:40] == bytes.fromhex(
-        "0000018bcfe569f4"    # begin_timestamp = T0 (set by the first entry)
-        "0000018bcfe6583c"    # end_timestamp = T0 + 61 s
-        "0000000000000064"    # begin_phy_offset = 100
-        "0000000000000190"    # end_phy_offset = 400
-        "00000002"            # hash_slot_count: slots 91 and 29
-        "00000005")           # index_count = 4 entries + 1
+        "0000018bcfe569f4"  # begin_timestamp = T0 (set by the first entry)
+        "0000018bcfe6583c"  # end_timestamp = T0 + 61 s
+        "0000000000000064"  # begin_phy_offset = 100
+        "0000000000000190"  # end_phy_offset = 400
+        "00000002"  # hash_slot_count: slots 91 and 29
+        "00000005"
+    )  # index_count = 4 entries + 1
     slots = data[40:440]
-    assert slots[91 * 4:92 * 4] == bytes.fromhex("00000004")
-    assert slots[29 * 4:30 * 4] == bytes.fromhex("00000003")
-    assert slots[:29 * 4] + slots[30 * 4:91 * 4] + slots[92 * 4:] == bytes(98 * 4)
+    assert slots[91 * 4 : 92 * 4] == bytes.fromhex("00000004")
+    assert slots[29 * 4 : 30 * 4] == bytes.fromhex("00000003")
+    assert slots[: 29 * 4] + slots[30 * 4 : 91 * 4] + slots[92 * 4 :] == bytes(98 * 4)
     assert data[440:460] == bytes(20)  # entry 0 is never used
     assert data[460:540] == bytes.fromhex(
-        "0026bacf" "0000000000000064" "00000000" "00000000"   # 1: T#Aa, first entry: diff 0
-        "0026bacf" "00000000000000c8" "00000002" "00000001"   # 2: T#BB, 2.5 s -> 2, prev 1
-        "00014009" "000000000000012c" "00000000" "00000000"   # 3: T#x, 0.999 s -> 0
-        "00013fe3" "0000000000000190" "0000003d" "00000002")  # 4: T#R, 61 s, prev 2
+        "0026bacf"
+        "0000000000000064"
+        "00000000"
+        "00000000"  # 1: T#Aa, first entry: diff 0
+        "0026bacf"
+        "00000000000000c8"
+        "00000002"
+        "00000001"  # 2: T#BB, 2.5 s -> 2, prev 1
+        "00014009"
+        "000000000000012c"
+        "00000000"
+        "00000000"  # 3: T#x, 0.999 s -> 0
+        "00013fe3"
+        "0000000000000190"
+        "0000003d"
+        "00000002"
+    )  # 4: T#R, 61 s, prev 2
     assert data[540:] == bytes(FILE_SIZE - 540)
     assert index_file.header() == IndexHeader(T0, T0 + 61_000, 100, 400, 2, 5)
 
@@ -184,15 +207,15 @@ def test_golden_file_bytes(tmp_path: Path) -> None:
 def test_rolled_file_first_entry_time_diff_quirk(tmp_path: Path) -> None:
     index_file = new_file(tmp_path, end_phy_offset=5000, end_timestamp_ms=T0)
     assert file_bytes(index_file)[:40] == bytes.fromhex(
-        "0000018bcfe569f4" "0000018bcfe569f4" "0000000000001388" "0000000000001388"
-        "00000000" "00000000")
+        "0000018bcfe569f40000018bcfe569f4000000000000138800000000000013880000000000000000"
+    )
     assert index_file.put_key("T#x", 6000, T0 + 7300)
     data = file_bytes(index_file)
     assert data[:40] == bytes.fromhex(
-        "0000018bcfe58678" "0000018bcfe58678" "0000000000001770" "0000000000001770"
-        "00000001" "00000002")
+        "0000018bcfe586780000018bcfe58678000000000000177000000000000017700000000100000002"
+    )
     # time_diff was taken against the pre-set begin (T0) before begin moved to T0 + 7.3 s.
-    assert data[460:480] == bytes.fromhex("00014009" "0000000000001770" "00000007" "00000000")
+    assert data[460:480] == bytes.fromhex("0001400900000000000017700000000700000000")
     # So the entry reads back as stored at T0 + 7.3 s + 7 s.
     assert index_file.select_phy_offsets("T#x", 10, T0 + 7300, T0 + 7300) == []
     assert index_file.select_phy_offsets("T#x", 10, T0 + 14_300, T0 + 14_300) == [6000]
@@ -212,7 +235,7 @@ def test_time_diff_clamped_to_java_int_max(tmp_path: Path) -> None:
 def test_out_of_range_slot_value_treated_as_empty(tmp_path: Path) -> None:
     index_file = new_file(tmp_path)
     slot = slot_position(SLOTS, index_key_hash("T#x"))
-    index_file._mm[slot:slot + 4] = (77).to_bytes(4, "big")  # stale: > index_count
+    index_file._mm[slot : slot + 4] = (77).to_bytes(4, "big")  # stale: > index_count
     assert index_file.select_phy_offsets("T#x", 10, 0, FAR_FUTURE) == []
     index_file.put_key("T#x", 10, T0)
     assert decode_entry(file_bytes(index_file), entry_position(SLOTS, 1))[3] == 0  # prev reset
@@ -236,15 +259,15 @@ def test_select_time_rules(tmp_path: Path) -> None:
     for i in range(3):  # the same key at T0, T0 + 10 s, T0 + 20 s
         index_file.put_key("T#k", 100 * (i + 1), T0 + 10_000 * i)
     select = index_file.select_phy_offsets
-    assert select("T#k", 10, T0, T0 + 20_000) == [300, 200, 100]           # inside
-    assert select("T#k", 10, T0 + 5000, T0 + 15_000) == [200]              # partial overlap
-    assert select("T#k", 10, T0 + 15_000, FAR_FUTURE) == [300]             # stops below begin
-    assert select("T#k", 10, T0 + 21_000, FAR_FUTURE) == []                # outside, after
-    assert select("T#k", 10, 0, T0 - 1) == []                              # outside, before
-    assert index_file.is_time_matched(T0 - 5, T0 + 30_000)                 # covers the file
-    assert index_file.is_time_matched(T0 + 5, T0 + 6)                      # inside the file
-    assert index_file.is_time_matched(T0 - 5, T0)                          # end touches begin
-    assert index_file.is_time_matched(T0 + 20_000, FAR_FUTURE)             # begin touches end
+    assert select("T#k", 10, T0, T0 + 20_000) == [300, 200, 100]  # inside
+    assert select("T#k", 10, T0 + 5000, T0 + 15_000) == [200]  # partial overlap
+    assert select("T#k", 10, T0 + 15_000, FAR_FUTURE) == [300]  # stops below begin
+    assert select("T#k", 10, T0 + 21_000, FAR_FUTURE) == []  # outside, after
+    assert select("T#k", 10, 0, T0 - 1) == []  # outside, before
+    assert index_file.is_time_matched(T0 - 5, T0 + 30_000)  # covers the file
+    assert index_file.is_time_matched(T0 + 5, T0 + 6)  # inside the file
+    assert index_file.is_time_matched(T0 - 5, T0)  # end touches begin
+    assert index_file.is_time_matched(T0 + 20_000, FAR_FUTURE)  # begin touches end
     assert not index_file.is_time_matched(0, T0 - 1)
     assert not index_file.is_time_matched(T0 + 20_001, FAR_FUTURE)
     index_file.close()
@@ -277,8 +300,7 @@ def test_build_and_query(tmp_path: Path) -> None:
     # Entries in order: UNIQ_KEY first, then the keys.
     data = file_bytes(index_file)
     hashes = [decode_entry(data, entry_position(SLOTS, i))[0] for i in range(1, 4)]
-    assert hashes == [index_key_hash("T#UNIQ1"), index_key_hash("T#order-1"),
-                      index_key_hash("T#order-2")]
+    assert hashes == [index_key_hash("T#UNIQ1"), index_key_hash("T#order-1"), index_key_hash("T#order-2")]
     service.close()
 
 
@@ -354,8 +376,7 @@ def test_roll_presets_header_and_checkpoint_after_flush(tmp_path: Path) -> None:
     assert second.entry_count == 2
     assert second.begin_phy_offset == 300 and second.begin_timestamp_ms == T0 + 3000
     # The first entry's time_diff was taken against the pre-set begin (first file's end).
-    assert decode_entry(file_bytes(second), entry_position(SLOTS, 1)) == (
-        index_key_hash("T#k3"), 300, 1, 0)
+    assert decode_entry(file_bytes(second), entry_position(SLOTS, 1)) == (index_key_hash("T#k3"), 300, 1, 0)
     # Same millisecond on the clock: the second name still sorts after the first.
     assert first.name == index_file_name(T0) and second.name > first.name
     assert service.last_full_end_timestamp == 0 and flushed == []
@@ -363,8 +384,7 @@ def test_roll_presets_header_and_checkpoint_after_flush(tmp_path: Path) -> None:
     assert service.last_full_end_timestamp == T0 + 2000 and flushed == [T0 + 2000]
     service.flush()
     assert flushed == [T0 + 2000]
-    assert [service.query("T", f"k{i}", 64, 0, FAR_FUTURE) for i in range(5)] == [
-        [0], [100], [200], [300], [400]]
+    assert [service.query("T", f"k{i}", 64, 0, FAR_FUTURE) for i in range(5)] == [[0], [100], [200], [300], [400]]
     service.close()
 
 
@@ -496,10 +516,10 @@ def test_corrupt_chains_terminate(tmp_path: Path) -> None:
     for i in range(3):
         index_file.put_key("T#k", 100 * (i + 1), T0)
     first = entry_position(SLOTS, 1) + 16
-    index_file._mm[first:first + 4] = (3).to_bytes(4, "big")  # 3 -> 2 -> 1 -> 3 ...
+    index_file._mm[first : first + 4] = (3).to_bytes(4, "big")  # 3 -> 2 -> 1 -> 3 ...
     assert index_file.select_phy_offsets("T#k", 1000, 0, FAR_FUTURE) == [300, 200, 100]
     slot = slot_position(SLOTS, index_key_hash("T#k"))
-    index_file._mm[slot:slot + 4] = (4).to_bytes(4, "big")  # == index_count of a full file
+    index_file._mm[slot : slot + 4] = (4).to_bytes(4, "big")  # == index_count of a full file
     assert index_file.select_phy_offsets("T#k", 1000, 0, FAR_FUTURE) == []
     index_file.close()
 

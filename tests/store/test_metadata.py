@@ -1,4 +1,5 @@
 """Store metadata under <store_root>/config: fastjson dialect, the four files, fallback, names."""
+
 from __future__ import annotations
 
 import threading
@@ -6,24 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.clock import ManualClock
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.errors import MetadataFileError
-from services.store.fastjson import Bean, dumps, loads
 from services.domain.names import (
     GROUP_NAME_LENGTH_MAX,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-    dlq_topic,
-    is_system_group,
-    is_system_topic,
-    retry_topic,
-    validate_group_name,
-    validate_topic_name,
 )
+from services.runtime.clock import ManualClock
+from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.errors import MetadataFileError
+from services.store.fastjson import loads
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig, write_atomically
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48, DELAY_OFFSET_48_COMPACT
@@ -259,13 +252,14 @@ def config_dir(tmp_path: Path) -> Path:
 
 # -- topics.json ----------------------------------------------------------------------------
 
+
 def test_topics_file_snapshot_and_data_version(tmp_path: Path, clock: ManualClock) -> None:
     manager = TopicConfigManager(config_dir(tmp_path), clock)
     manager.load()
     clock.advance_ms(5)
     manager.create_or_update(TopicConfig("TopicA", read_queue_nums=2, write_queue_nums=2))
     assert manager.path.read_text() == (
-        '{\n'
+        "{\n"
         '\t"dataVersion":{\n\t\t"counter":1,\n\t\t"stateVersion":0,\n\t\t"timestamp":1700000000005\n\t},\n'
         '\t"topicConfigTable":{\n'
         '\t\t"TopicA":{\n'
@@ -277,12 +271,13 @@ def test_topics_file_snapshot_and_data_version(tmp_path: Path, clock: ManualCloc
         '\t\t\t"topicName":"TopicA",\n'
         '\t\t\t"topicSysFlag":0,\n'
         '\t\t\t"writeQueueNums":2\n'
-        '\t\t}\n'
-        '\t}\n'
-        '}')
+        "\t\t}\n"
+        "\t}\n"
+        "}"
+    )
     clock.advance_ms(10)
     manager.create_or_update(TopicConfig("TopicA", read_queue_nums=2, write_queue_nums=2))
-    assert manager.data_version.counter == 1          # identical config: no change
+    assert manager.data_version.counter == 1  # identical config: no change
     manager.create_or_update(TopicConfig("TopicA", read_queue_nums=4, write_queue_nums=4))
     assert (manager.data_version.counter, manager.data_version.timestamp_ms) == (2, T0 + 15)
     assert manager.delete("TopicA") is True
@@ -294,30 +289,39 @@ def test_topics_file_snapshot_and_data_version(tmp_path: Path, clock: ManualCloc
 def test_topics_round_trip_and_copies(tmp_path: Path, clock: ManualClock) -> None:
     manager = TopicConfigManager(config_dir(tmp_path), clock)
     manager.load()
-    configs = [TopicConfig("TopicA"), TopicConfig("%DLQ%g", 1, 1, perm=2, order=True),
-               TopicConfig(SCHEDULE_TOPIC, 18, 18, topic_sys_flag=3,
-                           topic_filter_type="MULTI_TAG", attributes={"k": "v", "a": "b"})]
+    configs = [
+        TopicConfig("TopicA"),
+        TopicConfig("%DLQ%g", 1, 1, perm=2, order=True),
+        TopicConfig(
+            SCHEDULE_TOPIC, 18, 18, topic_sys_flag=3, topic_filter_type="MULTI_TAG", attributes={"k": "v", "a": "b"}
+        ),
+    ]
     for config in configs:
         assert manager.create_or_update(config) == config
     fetched = manager.get("TopicA")
     assert fetched is not None
-    fetched.read_queue_nums = 99                      # a copy: the table is unchanged
+    fetched.read_queue_nums = 99  # a copy: the table is unchanged
     assert manager.get("TopicA") == TopicConfig("TopicA")
     reloaded = TopicConfigManager(config_dir(tmp_path), clock)
     reloaded.load()
-    assert sorted(reloaded.list(), key=lambda c: c.topic_name) == sorted(
-        configs, key=lambda c: c.topic_name)
+    assert sorted(reloaded.list(), key=lambda c: c.topic_name) == sorted(configs, key=lambda c: c.topic_name)
     assert reloaded.data_version.counter == 3
     assert reloaded.encode() == manager.path.read_text()
     assert reloaded.get("missing") is None
 
 
-@pytest.mark.parametrize("config", [
-    TopicConfig("bad topic"), TopicConfig(""), TopicConfig("t", read_queue_nums=-1),
-    TopicConfig("t", perm=16), TopicConfig("t", topic_filter_type="TAG"), TopicConfig("x" * 128),
-])
-def test_topic_manager_rejects_invalid_configs(tmp_path: Path, clock: ManualClock,
-                                               config: TopicConfig) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [
+        TopicConfig("bad topic"),
+        TopicConfig(""),
+        TopicConfig("t", read_queue_nums=-1),
+        TopicConfig("t", perm=16),
+        TopicConfig("t", topic_filter_type="TAG"),
+        TopicConfig("x" * 128),
+    ],
+)
+def test_topic_manager_rejects_invalid_configs(tmp_path: Path, clock: ManualClock, config: TopicConfig) -> None:
     manager = TopicConfigManager(config_dir(tmp_path), clock)
     with pytest.raises(ValueError):
         manager.create_or_update(config)
@@ -340,7 +344,12 @@ def test_topics_5x_file_reencodes_byte_for_byte(tmp_path: Path, clock: ManualClo
     manager = TopicConfigManager(config_dir(tmp_path), clock)
     manager.load()
     assert [c.topic_name for c in manager.list()] == [
-        SCHEDULE_TOPIC, TIMER_TOPIC, "FifoTopic", "%RETRY%GID_order", "TBW102"]
+        SCHEDULE_TOPIC,
+        TIMER_TOPIC,
+        "FifoTopic",
+        "%RETRY%GID_order",
+        "TBW102",
+    ]
     assert manager.get("TBW102") == TopicConfig("TBW102", 8, 8, perm=7)
     assert manager.encode() == TOPICS_5X
     manager.persist()
@@ -361,8 +370,7 @@ def test_tables_are_written_in_java_map_order(tmp_path: Path, clock: ManualClock
     offsets.persist()
     document = loads(offsets.path.read_text())
     assert document["groupTopicMap"] == {"GID_order": ["%RETRY%GID_order", "FifoTopic", "TopicTest"]}
-    assert list(document["offsetTable"]) == [
-        "%RETRY%GID_order@GID_order", "FifoTopic@GID_order", "TopicTest@GID_order"]
+    assert list(document["offsetTable"]) == ["%RETRY%GID_order@GID_order", "FifoTopic@GID_order", "TopicTest@GID_order"]
     assert all(list(queues) == [0, 2] for queues in document["offsetTable"].values())
 
 
@@ -389,13 +397,17 @@ def test_message_type_attribute_round_trip(tmp_path: Path, clock: ManualClock) -
 
 # -- subscriptionGroup.json -------------------------------------------------------------------
 
+
 def test_subscription_groups_round_trip(tmp_path: Path, clock: ManualClock) -> None:
     manager = SubscriptionGroupManager(config_dir(tmp_path), clock)
     manager.load()
-    fifo = SubscriptionGroupConfig("GID_fifo", consume_message_orderly=True, retry_max_times=3,
-                                   attributes={"k": "v"},
-                                   subscription_data_set=[{"topic": "T", "expressionType": "TAG",
-                                                           "expression": "a||b", "version": 7}])
+    fifo = SubscriptionGroupConfig(
+        "GID_fifo",
+        consume_message_orderly=True,
+        retry_max_times=3,
+        attributes={"k": "v"},
+        subscription_data_set=[{"topic": "T", "expressionType": "TAG", "expression": "a||b", "version": 7}],
+    )
     manager.create_or_update(fifo)
     manager.create_or_update(SubscriptionGroupConfig("GID_plain"))
     text = manager.path.read_text()
@@ -411,16 +423,14 @@ def test_subscription_groups_round_trip(tmp_path: Path, clock: ManualClock) -> N
         manager.create_or_update(SubscriptionGroupConfig("g" * (GROUP_NAME_LENGTH_MAX + 1)))
 
 
-def test_subscription_group_5x_file_reencodes_byte_for_byte(tmp_path: Path,
-                                                            clock: ManualClock) -> None:
+def test_subscription_group_5x_file_reencodes_byte_for_byte(tmp_path: Path, clock: ManualClock) -> None:
     config_dir(tmp_path).mkdir(parents=True)
     (config_dir(tmp_path) / "subscriptionGroup.json").write_text(SUBSCRIPTION_GROUP_5X)
     manager = SubscriptionGroupManager(config_dir(tmp_path), clock)
     manager.load()
     order = manager.get("GID_order")
     assert order is not None and order.consume_message_orderly
-    assert order.group_retry_policy == {"customizedRetryPolicy": {"next": [1000, 5000, 10000]},
-                                        "type": "CUSTOMIZED"}
+    assert order.group_retry_policy == {"customizedRetryPolicy": {"next": [1000, 5000, 10000]}, "type": "CUSTOMIZED"}
     assert manager.forbidden_table() == {"GID_exp": {"FifoTopic": 4}}
     assert manager.encode() == SUBSCRIPTION_GROUP_5X
 
@@ -436,6 +446,7 @@ def test_subscription_group_reads_a_4x_file(tmp_path: Path, clock: ManualClock) 
 
 # -- consumerOffset.json ------------------------------------------------------------------------
 
+
 def test_consumer_offsets_commit_query_and_remove(tmp_path: Path, clock: ManualClock) -> None:
     offsets = ConsumerOffsetManager(config_dir(tmp_path), clock)
     offsets.load()
@@ -450,7 +461,7 @@ def test_consumer_offsets_commit_query_and_remove(tmp_path: Path, clock: ManualC
     assert offsets.query_offset("g", "T", 9) == -1
     assert offsets.offsets_of_group("g") == {("T", 0): 6, ("T", 1): 7, ("U", 0): 1}
     assert offsets.offset_table() == {"T@g": {0: 6, 1: 7}, "U@g": {0: 1}, "T@h": {0: 2}}
-    assert not offsets.path.exists()                  # commits never touch the disk
+    assert not offsets.path.exists()  # commits never touch the disk
     assert offsets.persist_if_dirty() is True
     assert offsets.persist_if_dirty() is False
     assert offsets.data_version.counter == 1
@@ -473,13 +484,16 @@ def test_consumer_offsets_read_a_48_file(tmp_path: Path, clock: ManualClock) -> 
     offsets.load()
     group = "please_rename_unique_group_name"
     assert offsets.offsets_of_group(group) == {
-        ("TopicTest", 0): 6, ("TopicTest", 1): 3, ("TopicTest", 2): 3, ("TopicTest", 3): 2,
-        ("%RETRY%" + group, 0): 0}
+        ("TopicTest", 0): 6,
+        ("TopicTest", 1): 3,
+        ("TopicTest", 2): 3,
+        ("TopicTest", 3): 2,
+        ("%RETRY%" + group, 0): 0,
+    }
     assert (offsets.data_version.counter, offsets.data_version.timestamp_ms) == (0, T0)
 
 
-def test_consumer_offsets_5x_file_reencodes_byte_for_byte(tmp_path: Path,
-                                                          clock: ManualClock) -> None:
+def test_consumer_offsets_5x_file_reencodes_byte_for_byte(tmp_path: Path, clock: ManualClock) -> None:
     config_dir(tmp_path).mkdir(parents=True)
     (config_dir(tmp_path) / "consumerOffset.json").write_text(CONSUMER_OFFSET_5X)
     offsets = ConsumerOffsetManager(config_dir(tmp_path), clock)
@@ -534,6 +548,7 @@ def test_concurrent_commits_then_persist(tmp_path: Path, clock: ManualClock) -> 
 
 # -- delayOffset.json ---------------------------------------------------------------------------
 
+
 def test_delay_offsets_round_trip_and_4x_files(tmp_path: Path, clock: ManualClock) -> None:
     delay = DelayOffsetManager(config_dir(tmp_path), clock)
     delay.load()
@@ -543,12 +558,16 @@ def test_delay_offsets_round_trip_and_4x_files(tmp_path: Path, clock: ManualCloc
     delay.persist()
     assert delay.path.read_text() == (
         '{\n\t"dataVersion":{\n\t\t"counter":1,\n\t\t"stateVersion":0,\n'
-        '\t\t"timestamp":1700000000000\n\t},\n\t"offsetTable":{1:1,3:12\n\t}\n}')
+        '\t\t"timestamp":1700000000000\n\t},\n\t"offsetTable":{1:1,3:12\n\t}\n}'
+    )
     reloaded = DelayOffsetManager(config_dir(tmp_path), clock)
     reloaded.load()
     assert reloaded.offset_table() == {1: 1, 3: 12}
-    for text, table in [(DELAY_OFFSET_48, {1: 1, 3: 12}), (DELAY_OFFSET_48_COMPACT, {1: 1}),
-                        ('{"offsetTable":{"2":5}}', {2: 5})]:
+    for text, table in [
+        (DELAY_OFFSET_48, {1: 1, 3: 12}),
+        (DELAY_OFFSET_48_COMPACT, {1: 1}),
+        ('{"offsetTable":{"2":5}}', {2: 5}),
+    ]:
         delay.path.write_text(text)
         legacy = DelayOffsetManager(config_dir(tmp_path), clock)
         legacy.load()
@@ -558,11 +577,12 @@ def test_delay_offsets_round_trip_and_4x_files(tmp_path: Path, clock: ManualCloc
 
 # -- crash safety: .bak fallback ----------------------------------------------------------------
 
+
 def _two_generations(tmp_path: Path, clock: ManualClock) -> TopicConfigManager:
     manager = TopicConfigManager(config_dir(tmp_path), clock)
     manager.load()
     manager.create_or_update(TopicConfig("First"))
-    manager.create_or_update(TopicConfig("Second"))   # .bak now holds only "First"
+    manager.create_or_update(TopicConfig("Second"))  # .bak now holds only "First"
     return manager
 
 
@@ -587,16 +607,17 @@ def test_load_falls_back_to_bak(tmp_path: Path, clock: ManualClock, damage: str)
     assert recovered.data_version.counter == 1
     # The bad main file is out of the way: the next write keeps the good .bak.
     assert not main.exists()
-    assert (main.with_name("topics.json.corrupt").exists()) == (
-        damage in ("truncated", "garbage", "zeros"))
+    assert (main.with_name("topics.json.corrupt").exists()) == (damage in ("truncated", "garbage", "zeros"))
     recovered.create_or_update(TopicConfig("Third"))
     bak = main.with_name("topics.json.bak")
     assert loads(bak.read_text())["topicConfigTable"].keys() == {"First"}
 
 
 def test_load_without_any_file_gives_defaults(tmp_path: Path, clock: ManualClock) -> None:
-    for manager in (TopicConfigManager(config_dir(tmp_path), clock),
-                    SubscriptionGroupManager(config_dir(tmp_path), clock)):
+    for manager in (
+        TopicConfigManager(config_dir(tmp_path), clock),
+        SubscriptionGroupManager(config_dir(tmp_path), clock),
+    ):
         manager.load()
         assert manager.list() == []
         assert manager.data_version.counter == 0
@@ -608,7 +629,8 @@ def test_load_without_any_file_gives_defaults(tmp_path: Path, clock: ManualClock
 
 @pytest.mark.parametrize("bak", [None, b"also garbage", b'{"topicConfigTable":{"t":{"perm":"x"}}}'])
 def test_load_refuses_to_start_empty_when_content_is_unreadable(
-        tmp_path: Path, clock: ManualClock, bak: bytes | None) -> None:
+    tmp_path: Path, clock: ManualClock, bak: bytes | None
+) -> None:
     directory = config_dir(tmp_path)
     directory.mkdir(parents=True)
     (directory / "topics.json").write_bytes(b"{garbage")
@@ -616,7 +638,7 @@ def test_load_refuses_to_start_empty_when_content_is_unreadable(
         (directory / "topics.json.bak").write_bytes(bak)
     with pytest.raises(MetadataFileError):
         TopicConfigManager(directory, clock).load()
-    assert (directory / "topics.json").read_bytes() == b"{garbage"   # evidence kept
+    assert (directory / "topics.json").read_bytes() == b"{garbage"  # evidence kept
 
 
 def test_write_atomically_rotates_to_bak_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -630,5 +652,3 @@ def test_write_atomically_rotates_to_bak_and_leaves_no_temp(tmp_path: Path) -> N
 
 
 # -- names --------------------------------------------------------------------------------------
-
-

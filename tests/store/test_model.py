@@ -22,6 +22,7 @@ The FileStore's reput thread is stopped after each start and dispatch is driven 
 ``reput.run_once()`` only: with the thread running, a ``run_once()`` from the test may return
 while the thread still holds a batch it has taken but not yet dispatched.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,14 +32,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from services.domain.format.commitlog_format import MessageRecord, prepare
+from services.domain.format.java_compat import java_string_hash
+from services.domain.statuses import GetStatus, PutStatus
 from services.runtime.clock import ManualClock
 from services.store.config import StoreConfig
 from services.store.flush import ConsumeQueueFlushService, FlushService
-from services.domain.format.commitlog_format import MessageRecord, prepare
-from services.domain.format.java_compat import java_string_hash
 from services.store.memory_store import MemoryStore
 from services.store.model import GetResult
-from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.support.filestore import small_config
 
@@ -62,9 +63,15 @@ def model_config(root, rolling_index: bool) -> StoreConfig:
     """Tiny CommitLog segments and ConsumeQueue files, IndexFiles that roll every 47 keys or
     never. Retention and the timed ConsumeQueue/IndexFile flush never run on their own:
     op_checkpoint runs the latter, so what a crash finds on disk depends on the seed only."""
-    return small_config(root, commitlog_file_size_bytes=SEGMENT_SIZE_BYTES, consume_queue_units_per_file=4,
-                        index_hash_slot_num=16, index_num_max=48 if rolling_index else 4096,
-                        clean_resource_interval_ms=3_600_000, flush_consume_queue_interval_ms=3_600_000)
+    return small_config(
+        root,
+        commitlog_file_size_bytes=SEGMENT_SIZE_BYTES,
+        consume_queue_units_per_file=4,
+        index_hash_slot_num=16,
+        index_num_max=48 if rolling_index else 4096,
+        clean_resource_interval_ms=3_600_000,
+        flush_consume_queue_interval_ms=3_600_000,
+    )
 
 
 def start_file_store(config: StoreConfig, clock: ManualClock) -> FileStore:
@@ -84,7 +91,11 @@ def settle(store) -> None:
 # -- comparisons ------------------------------------------------------------------------------
 def same_get(got: GetResult, want: GetResult) -> None:
     assert (got.status, got.next_begin_offset, got.min_offset, got.max_offset) == (
-        want.status, want.next_begin_offset, want.min_offset, want.max_offset)
+        want.status,
+        want.next_begin_offset,
+        want.min_offset,
+        want.max_offset,
+    )
     assert len(got.raw_messages) == len(want.raw_messages)
     assert [bytes(r) for r in got.raw_messages] == want.raw_messages
 
@@ -92,7 +103,8 @@ def same_get(got: GetResult, want: GetResult) -> None:
 def same_puts(got, want) -> None:
     assert [r.status for r in got] == [r.status for r in want]
     assert [(r.phy_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp_ms, r.offset_msg_id) for r in got] == [
-        (r.phy_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp_ms, r.offset_msg_id) for r in want]
+        (r.phy_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp_ms, r.offset_msg_id) for r in want
+    ]
     assert all(bool(r.error) == (r.status is not PutStatus.PUT_OK) for r in got + want)
 
 
@@ -139,10 +151,16 @@ class Model:
         body_len = rng.choice([0, rng.randint(1, 64), rng.randint(64, 3000)])
         roll = rng.random()
         sys_flag = 0x4 if roll < 0.1 else 0x8 if roll < 0.2 else 0
-        return dict(topic=topic, queue_id=rng.choice(QUEUE_IDS), body=rng.randbytes(body_len),
-                    properties=properties, flag=rng.randint(0, 9), sys_flag=sys_flag,
-                    born_timestamp_ms=self.clock.now_ms() - rng.randint(0, 50),
-                    reconsume_times=rng.randint(0, 2))
+        return dict(
+            topic=topic,
+            queue_id=rng.choice(QUEUE_IDS),
+            body=rng.randbytes(body_len),
+            properties=properties,
+            flag=rng.randint(0, 9),
+            sys_flag=sys_flag,
+            born_timestamp_ms=self.clock.now_ms() - rng.randint(0, 50),
+            reconsume_times=rng.randint(0, 2),
+        )
 
     def invalid_spec(self) -> tuple[dict, PutStatus]:
         spec = self.spec()
@@ -179,8 +197,10 @@ class Model:
         if rng.random() < 0.15:
             bad, expected = self.invalid_spec()
             specs.insert(rng.randrange(len(specs) + 1), bad)
-        self.note(f"put {len(specs)} expecting {expected.value}: " + ", ".join(
-            f"{s['topic']}-{s['queue_id']}/{len(s['body'])}B/sys{s['sys_flag']}" for s in specs))
+        self.note(
+            f"put {len(specs)} expecting {expected.value}: "
+            + ", ".join(f"{s['topic']}-{s['queue_id']}/{len(s['body'])}B/sys{s['sys_flag']}" for s in specs)
+        )
         before = self.file.commitlog.max_offset
         got = self.file.put_messages([MessageRecord(**s) for s in specs])
         want = self.memory.put_messages([MessageRecord(**s) for s in specs])
@@ -212,7 +232,7 @@ class Model:
     def exact_bytes(self, topic: str, queue_id: int, offset: int) -> int:
         """The size of the next 1-4 records of a queue together: a max_bytes the read fills exactly."""
         sizes = [m.total_size for m in self.memory.get_messages(topic, queue_id, offset, 4).messages]
-        return sum(sizes[:self.rng.randint(1, 4)]) if sizes else 1
+        return sum(sizes[: self.rng.randint(1, 4)]) if sizes else 1
 
     def op_fill_segment(self) -> None:
         """Put one record sized to leave 0-12 bytes of the current CommitLog segment (below 8
@@ -264,8 +284,9 @@ class Model:
         # selects only when store times are whole seconds (op_tick) in an IndexFile that
         # never rolled; the rolling-index seeds query the whole time range.
         if self.windowed_key_queries and self.store_timestamps and rng.random() < 0.4:
-            begin, end = sorted(rng.sample(self.store_timestamps, 2) if len(self.store_timestamps) > 1
-                                else self.store_timestamps * 2)
+            begin, end = sorted(
+                rng.sample(self.store_timestamps, 2) if len(self.store_timestamps) > 1 else self.store_timestamps * 2
+            )
         self.note(f"query {topic} {key} max={max_num} [{begin}, {end}]")
         settle(self.file)
         got = self.file.query_messages_by_key(topic, key, max_num, begin, end)
@@ -281,15 +302,18 @@ class Model:
         self.note(f"offset_by_timestamp {topic}-{queue_id} {stamp}")
         settle(self.file)
         assert self.file.offset_by_timestamp(topic, queue_id, stamp) == self.memory.offset_by_timestamp(
-            topic, queue_id, stamp)
+            topic, queue_id, stamp
+        )
 
     def op_offsets(self) -> None:
         settle(self.file)
         for topic in TOPICS + ["Unknown"]:
             for queue_id in QUEUE_IDS:
                 got = (self.file.min_offset_in_queue(topic, queue_id), self.file.max_offset_in_queue(topic, queue_id))
-                want = (self.memory.min_offset_in_queue(topic, queue_id),
-                        self.memory.max_offset_in_queue(topic, queue_id))
+                want = (
+                    self.memory.min_offset_in_queue(topic, queue_id),
+                    self.memory.max_offset_in_queue(topic, queue_id),
+                )
                 assert got == want, (topic, queue_id)
 
     def op_commit_offset(self) -> None:
@@ -337,8 +361,7 @@ class Model:
         checkpoint, the ConsumeQueues alone, or the checkpoint with every ConsumeQueue and
         IndexFile."""
         dispatched = self.rng.random() < 0.5
-        lost = self.rng.choice(["nothing", "nothing", "nothing", "checkpoint", "consume queues",
-                                "all caches"])
+        lost = self.rng.choice(["nothing", "nothing", "nothing", "checkpoint", "consume queues", "all caches"])
         self.note(f"crash restart ({'dispatched' if dispatched else 'dispatch behind'}, {lost} lost)")
         if dispatched:
             settle(self.file)
@@ -383,9 +406,21 @@ class Model:
         assert got == self.memory.query_messages_by_key(TOPICS[0], HOT_KEY, 100, 0, 1 << 62)
         assert self.file.consumer_offsets.offset_table() == self.memory.consumer_offsets.offset_table()
 
-    OPS = [(op_put, 30), (op_fill_segment, 3), (op_get, 20), (op_look, 8), (op_query_key, 8),
-           (op_offset_by_timestamp, 6), (op_offsets, 3), (op_commit_offset, 6), (op_persist_offsets, 2),
-           (op_checkpoint, 4), (op_tick, 10), (op_restart, 2), (op_crash, 2)]
+    OPS = [
+        (op_put, 30),
+        (op_fill_segment, 3),
+        (op_get, 20),
+        (op_look, 8),
+        (op_query_key, 8),
+        (op_offset_by_timestamp, 6),
+        (op_offsets, 3),
+        (op_commit_offset, 6),
+        (op_persist_offsets, 2),
+        (op_checkpoint, 4),
+        (op_tick, 10),
+        (op_restart, 2),
+        (op_crash, 2),
+    ]
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda seed: f"seed={seed}")
@@ -394,8 +429,14 @@ def test_file_store_matches_the_model(tmp_path, seed):
     clock = ManualClock()
     rolling_index = seed % 2 == 1
     config = model_config(tmp_path / "store", rolling_index)
-    model = Model(rng, clock, config, start_file_store(config, clock), MemoryStore(config, clock),
-                  windowed_key_queries=not rolling_index)
+    model = Model(
+        rng,
+        clock,
+        config,
+        start_file_store(config, clock),
+        MemoryStore(config, clock),
+        windowed_key_queries=not rolling_index,
+    )
     model.memory.start()
     model.offset_history = [{}]
     ops, weights = zip(*Model.OPS)
@@ -408,8 +449,9 @@ def test_file_store_matches_the_model(tmp_path, seed):
         model.check_everything()
     except AssertionError as exc:
         recent = "\n  ".join(model.trace[-8:])
-        raise AssertionError(f"model divergence, seed={seed} (replay: PYRMQ_MODEL_SEEDS={seed}); "
-                             f"last operations:\n  {recent}\n{exc}") from exc
+        raise AssertionError(
+            f"model divergence, seed={seed} (replay: PYRMQ_MODEL_SEEDS={seed}); last operations:\n  {recent}\n{exc}"
+        ) from exc
     finally:
         model.file.shutdown()
 
@@ -417,8 +459,9 @@ def test_file_store_matches_the_model(tmp_path, seed):
 # -- one contract, two implementations ----------------------------------------------------------
 @pytest.fixture(params=["file", "memory"])
 def store(request, tmp_path, clock):
-    config = small_config(tmp_path / "store", commitlog_file_size_bytes=SEGMENT_SIZE_BYTES,
-                          clean_resource_interval_ms=3_600_000)
+    config = small_config(
+        tmp_path / "store", commitlog_file_size_bytes=SEGMENT_SIZE_BYTES, clean_resource_interval_ms=3_600_000
+    )
     if request.param == "file":
         file_store = start_file_store(config, clock)
         yield file_store
@@ -438,7 +481,7 @@ class TestMessageStoreContract:
     """What every MessageStore implementation promises (FileStore and MemoryStore alike)."""
 
     def test_put_then_get_round_trip(self, store):
-        results = store.put_messages([message(body=b"m%d" % i, TAGS="a", KEYS="k%d" % i) for i in range(5)])
+        results = store.put_messages([message(body=b"m%d" % i, TAGS="a", KEYS=f"k{i}") for i in range(5)])
         assert [r.status for r in results] == [PutStatus.PUT_OK] * 5
         assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
         assert [r.phy_offset for r in results[1:]] == [r.phy_offset + r.wrote_bytes for r in results[:-1]]
@@ -447,7 +490,7 @@ class TestMessageStoreContract:
         assert got.status is GetStatus.FOUND and got.next_begin_offset == 5
         assert (got.min_offset, got.max_offset) == (0, 5)
         assert [m.body for m in got.messages] == [b"m%d" % i for i in range(5)]
-        assert [m.properties["KEYS"] for m in got.messages] == ["k%d" % i for i in range(5)]
+        assert [m.properties["KEYS"] for m in got.messages] == [f"k{i}" for i in range(5)]
         assert store.look_message_by_offset_msg_id(results[2].offset_msg_id).body == b"m2"
         assert store.look_message_by_phy_offset(results[3].phy_offset).queue_offset == 3
         assert store.look_message_by_phy_offset(results[3].phy_offset + 1) is None
@@ -456,8 +499,12 @@ class TestMessageStoreContract:
         assert store.get_messages("Nope", 0, 0).status is GetStatus.NO_MESSAGE_IN_QUEUE
         store.put_messages([message(queue_id=1, TAGS="a" if i % 2 else "b") for i in range(4)])
         settle(store)
-        cases = [(-1, GetStatus.OFFSET_TOO_SMALL, 0), (4, GetStatus.OFFSET_OVERFLOW_ONE, 4),
-                 (9, GetStatus.OFFSET_OVERFLOW_BADLY, 4), (1, GetStatus.FOUND, 2)]
+        cases = [
+            (-1, GetStatus.OFFSET_TOO_SMALL, 0),
+            (4, GetStatus.OFFSET_OVERFLOW_ONE, 4),
+            (9, GetStatus.OFFSET_OVERFLOW_BADLY, 4),
+            (1, GetStatus.FOUND, 2),
+        ]
         for offset, status, next_begin_offset in cases:
             got = store.get_messages("TopicTest", 1, offset, max_count=1)
             assert (got.status, got.next_begin_offset) == (status, next_begin_offset), offset
@@ -475,14 +522,17 @@ class TestMessageStoreContract:
         one = store.get_messages("TopicTest", 0, 0, max_count=10, max_bytes=1)
         assert len(one.raw_messages) == 1 and one.next_begin_offset == 1
 
-    @pytest.mark.parametrize("bad,status", [
-        (lambda: message(topic="bad topic!"), PutStatus.TOPIC_ILLEGAL),
-        (lambda: message(topic="rmq_sys_x"), PutStatus.TOPIC_ILLEGAL),
-        (lambda: message(queue_id=8), PutStatus.QUEUE_ID_ILLEGAL),
-        (lambda: message(BIG="v" * 32760), PutStatus.PROPERTIES_SIZE_EXCEEDED),
-        (lambda: message(K="a\x02b"), PutStatus.MESSAGE_ILLEGAL),
-        (lambda: message(body=bytes(SEGMENT_SIZE_BYTES)), PutStatus.MESSAGE_ILLEGAL),
-    ])
+    @pytest.mark.parametrize(
+        "bad,status",
+        [
+            (lambda: message(topic="bad topic!"), PutStatus.TOPIC_ILLEGAL),
+            (lambda: message(topic="rmq_sys_x"), PutStatus.TOPIC_ILLEGAL),
+            (lambda: message(queue_id=8), PutStatus.QUEUE_ID_ILLEGAL),
+            (lambda: message(BIG="v" * 32760), PutStatus.PROPERTIES_SIZE_EXCEEDED),
+            (lambda: message(K="a\x02b"), PutStatus.MESSAGE_ILLEGAL),
+            (lambda: message(body=bytes(SEGMENT_SIZE_BYTES)), PutStatus.MESSAGE_ILLEGAL),
+        ],
+    )
     def test_a_bad_message_fails_the_whole_batch(self, store, bad, status):
         results = store.put_messages([message(), bad()])
         assert [r.status for r in results] == [status, status]
@@ -490,9 +540,13 @@ class TestMessageStoreContract:
         assert store.max_offset_in_queue("TopicTest", 0) == 0
 
     def test_only_transaction_types_not_and_commit_get_queue_offsets(self, store):
-        results = store.put_messages([MessageRecord(topic="T", queue_id=0, body=b"p", sys_flag=0x4),
-                                      MessageRecord(topic="T", queue_id=0, body=b"c", sys_flag=0x8),
-                                      MessageRecord(topic="T", queue_id=0, body=b"n")])
+        results = store.put_messages(
+            [
+                MessageRecord(topic="T", queue_id=0, body=b"p", sys_flag=0x4),
+                MessageRecord(topic="T", queue_id=0, body=b"c", sys_flag=0x8),
+                MessageRecord(topic="T", queue_id=0, body=b"n"),
+            ]
+        )
         assert [r.queue_offset for r in results] == [0, 0, 1]
         settle(store)
         assert [m.body for m in store.get_messages("T", 0, 0).messages] == [b"c", b"n"]
@@ -548,7 +602,7 @@ def test_torn_tail_keeps_the_keys_of_a_record_split_across_index_files(tmp_path,
     store.halt()
     segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
     data = bytearray(segment.read_bytes())
-    data[torn.phy_offset:torn.phy_offset + torn.wrote_bytes] = bytes(torn.wrote_bytes)  # lost with power
+    data[torn.phy_offset : torn.phy_offset + torn.wrote_bytes] = bytes(torn.wrote_bytes)  # lost with power
     segment.write_bytes(data)
     store = start_file_store(config, clock)
     try:
@@ -576,8 +630,9 @@ def test_lost_consume_queues_are_rebuilt_from_the_commitlog(tmp_path, clock):
     store = start_file_store(config, clock)
     try:
         settle(store)
-        offsets = [(store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q))
-                   for q in (0, 1)]
+        offsets = [
+            (store.min_offset_in_queue("TopicTest", q), store.max_offset_in_queue("TopicTest", q)) for q in (0, 1)
+        ]
         [again] = store.put_messages([message(queue_id=0)])
         assert (offsets, again.queue_offset) == ([(0, 3), (0, 3)], 3)  # today: [(0, 0), (2, 3)], 0
     finally:

@@ -3,6 +3,7 @@
 Time is a ManualClock; dispatch (``store.reput.run_once()``) and redelivery
 (``store.pop.revive.run_once()``) are driven by hand, the background revive loop is halted.
 """
+
 from __future__ import annotations
 
 import threading
@@ -10,17 +11,30 @@ import threading
 import pytest
 
 from services.domain.format.java_compat import java_string_hash
-from services.store.metadata import SubscriptionGroupConfig
-from services.store.pop import AckStatus, PopResult, PopStatus
 from services.domain.format.properties_format import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID
 from services.store.errors import StoreNotRunningError
+from services.store.metadata import SubscriptionGroupConfig
+from services.store.pop import AckStatus, PopResult, PopStatus
 from services.store.receipt_handle import ReceiptHandle
 from tests.support.filestore import message
 from tests.support.store_pop import (
-    DLQ, GROUP, INVISIBLE_MS, RETRY, TOPIC, ack_all, bodies, committed, create_topic, pop, put, put_bodies, revive)
-
+    DLQ,
+    GROUP,
+    INVISIBLE_MS,
+    RETRY,
+    TOPIC,
+    ack_all,
+    bodies,
+    committed,
+    create_topic,
+    pop,
+    put,
+    put_bodies,
+    revive,
+)
 
 # -- basics ------------------------------------------------------------------------------------
+
 
 def test_pop_ack_round_trip(store, clock):
     create_topic(store)
@@ -29,7 +43,10 @@ def test_pop_ack_round_trip(store, clock):
     assert result.status is PopStatus.FOUND
     assert bodies(result) == [b"m0", b"m1", b"m2"]
     assert [(m.topic, m.source_topic, m.queue_id, m.queue_offset, m.delivery_attempt) for m in result.messages] == [
-        (TOPIC, TOPIC, 0, 0, 1), (TOPIC, TOPIC, 0, 1, 1), (TOPIC, TOPIC, 0, 2, 1)]
+        (TOPIC, TOPIC, 0, 0, 1),
+        (TOPIC, TOPIC, 0, 1, 1),
+        (TOPIC, TOPIC, 0, 2, 1),
+    ]
     assert set(result.examined) == {(TOPIC, 0), (RETRY, 0)}
     assert len({m.receipt_handle for m in result.messages}) == 3
     assert result.messages[0].record.topic == TOPIC and result.messages[0].raw
@@ -115,6 +132,7 @@ def test_concurrent_pops_deliver_each_message_once(store):
 
 
 # -- invisible time, redelivery ------------------------------------------------------------------
+
 
 def test_expired_message_is_redelivered_through_the_retry_topic(store, clock):
     create_topic(store)
@@ -204,7 +222,11 @@ def test_invalid_receipt_handles(store, clock):
     result = pop(store)
     handle = result.messages[0].receipt_handle
     bogus = [
-        "", "garbage", "!!!!", "djEgYSBi", "x" * 5000,
+        "",
+        "garbage",
+        "!!!!",
+        "djEgYSBi",
+        "x" * 5000,
         ReceiptHandle(TOPIC, 0, 0, clock.now_ms(), INVISIBLE_MS, "00000000", 1).encode(),  # forged
         ReceiptHandle(TOPIC, 0, 9, clock.now_ms(), INVISIBLE_MS, "00000000", 1).encode(),  # unknown offset
     ]
@@ -228,8 +250,10 @@ def test_stale_handle_never_acks_a_later_delivery(store, clock):
     clock.advance_ms(INVISIBLE_MS)
     second = pop(store, fifo=True).messages[0]
     assert (second.queue_offset, second.delivery_attempt) == (first.queue_offset, 2)
-    assert ReceiptHandle.decode(first.receipt_handle).queue_offset == ReceiptHandle.decode(
-        second.receipt_handle).queue_offset
+    assert (
+        ReceiptHandle.decode(first.receipt_handle).queue_offset
+        == ReceiptHandle.decode(second.receipt_handle).queue_offset
+    )
     clock.advance_ms(-INVISIBLE_MS)  # even "unexpired", the old handle names another delivery
     assert store.pop.ack(GROUP, TOPIC, first.receipt_handle) is AckStatus.INVALID_RECEIPT_HANDLE
     clock.advance_ms(INVISIBLE_MS)
@@ -245,6 +269,7 @@ def test_receipt_handle_codec():
 
 
 # -- max attempts, DLQ --------------------------------------------------------------------------
+
 
 def test_max_attempts_move_the_message_to_the_dlq(store, clock):
     create_topic(store)
@@ -326,6 +351,7 @@ def test_dlq_messages_retry_within_the_consuming_group(store, clock):
 
 # -- tags ---------------------------------------------------------------------------------------
 
+
 def test_tag_filter_skips_non_matching_and_counts_them_acked(store, clock):
     create_topic(store)
     put(store, *(message(TOPIC, 0, b"%d" % i, tags=tag) for i, tag in enumerate("ABACB")))
@@ -344,6 +370,7 @@ def test_tag_filter_skips_non_matching_and_counts_them_acked(store, clock):
 
 
 # -- committed offset, restart ------------------------------------------------------------------
+
 
 def test_committed_offset_advances_over_the_contiguous_acked_prefix_and_survives_restart(open_store, clock):
     store = open_store()
@@ -392,6 +419,7 @@ def test_external_offset_change_resets_pop_state(store):
 
 # -- retry topic shared by topics ----------------------------------------------------------------
 
+
 def test_each_topic_pops_only_its_own_retries(store, clock):
     create_topic(store, "TopicOne")
     create_topic(store, "TopicTwo")
@@ -411,6 +439,7 @@ def test_each_topic_pops_only_its_own_retries(store, clock):
 
 
 # -- FIFO ---------------------------------------------------------------------------------------
+
 
 def test_fifo_locks_the_queue_while_in_flight_and_serves_other_queues(store):
     create_topic(store, queues=2)
@@ -437,7 +466,10 @@ def test_fifo_redelivers_in_order_from_the_same_offset(store, clock):
     assert store.topics.get(RETRY) is None  # FIFO never uses the retry topic
     again = pop(store, fifo=True).messages
     assert [(m.queue_offset, m.delivery_attempt, m.source_topic) for m in again] == [
-        (1, 2, TOPIC), (2, 2, TOPIC), (3, 1, TOPIC)]
+        (1, 2, TOPIC),
+        (2, 2, TOPIC),
+        (3, 1, TOPIC),
+    ]
     assert store.pop.ack(GROUP, TOPIC, first[1].receipt_handle) is AckStatus.INVALID_RECEIPT_HANDLE
     ack_all(store, PopResult(PopStatus.FOUND, again))
     assert committed(store) == 4
@@ -445,8 +477,9 @@ def test_fifo_redelivers_in_order_from_the_same_offset(store, clock):
 
 def test_fifo_after_max_attempts_goes_to_the_dlq_and_the_queue_moves_on(store, clock):
     create_topic(store)
-    store.groups.create_or_update(SubscriptionGroupConfig(group_name=GROUP, retry_max_times=1,
-                                                          consume_message_orderly=True))
+    store.groups.create_or_update(
+        SubscriptionGroupConfig(group_name=GROUP, retry_max_times=1, consume_message_orderly=True)
+    )
     put_bodies(store, b"poison", b"next")
     assert [m.delivery_attempt for m in pop(store, max_count=1).messages] == [1]  # the group is FIFO
     assert pop(store).status is PopStatus.NO_MESSAGE  # locked
@@ -477,9 +510,20 @@ def test_fifo_unlock_is_announced_to_arrival_listeners(store, clock):
 
 # -- arguments, lifecycle -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs", [
-    dict(group=""), dict(group="bad group"), dict(topic=""), dict(topic="bad/topic"),
-    dict(queue_id=-2), dict(max_count=0), dict(invisible_ms=-1), dict(invisible_ms=10 ** 12)])
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(group=""),
+        dict(group="bad group"),
+        dict(topic=""),
+        dict(topic="bad/topic"),
+        dict(queue_id=-2),
+        dict(max_count=0),
+        dict(invisible_ms=-1),
+        dict(invisible_ms=10**12),
+    ],
+)
 def test_bad_arguments_raise_value_error(store, kwargs):
     create_topic(store)
     with pytest.raises(ValueError):

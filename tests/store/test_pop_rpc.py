@@ -1,5 +1,6 @@
 """The pop RPCs (PopMessages, AckMessage, ChangeInvisibleDuration, ForwardToDeadLetterQueue)
 over a real gRPC server on 127.0.0.1:0, with a ManualClock-driven FileStore behind it."""
+
 from __future__ import annotations
 
 import grpc
@@ -7,8 +8,17 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.java_compat import java_string_hash
-from tests.support.store_pop_rpc import DLQ, GROUP, INVISIBLE_MS, RETRY, RPC_TIMEOUT_S, TOPIC, Served, message
-from tests.support.store_pop_rpc import pop_served  # noqa: F401 - this module's "served" fixture
+from tests.support.store_pop_rpc import (
+    DLQ,
+    GROUP,
+    INVISIBLE_MS,
+    RETRY,
+    RPC_TIMEOUT_S,
+    TOPIC,
+    Served,
+    message,
+    pop_served,  # noqa: F401 - this module's "served" fixture
+)
 
 
 def test_pop_and_ack(served: Served) -> None:
@@ -82,14 +92,17 @@ def test_fifo_and_tag_filter(served: Served) -> None:
     assert [(m.message.body, m.queue_offset) for m in rest.messages] == [(b"a2", 2)]
 
 
-@pytest.mark.parametrize("request_", [
-    pb.PopMessagesRequest(group="", topic=TOPIC, queue_id=-1),
-    pb.PopMessagesRequest(group=GROUP, topic="", queue_id=-1),
-    pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-1, max_count=-1),
-    pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-1, invisible_duration_ms=-5),
-    pb.PopMessagesRequest(group="bad group!", topic=TOPIC, queue_id=-1),
-    pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-7),
-])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        pb.PopMessagesRequest(group="", topic=TOPIC, queue_id=-1),
+        pb.PopMessagesRequest(group=GROUP, topic="", queue_id=-1),
+        pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-1, max_count=-1),
+        pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-1, invisible_duration_ms=-5),
+        pb.PopMessagesRequest(group="bad group!", topic=TOPIC, queue_id=-1),
+        pb.PopMessagesRequest(group=GROUP, topic=TOPIC, queue_id=-7),
+    ],
+)
 def test_pop_bad_arguments_are_invalid_argument(served: Served, request_: pb.PopMessagesRequest) -> None:
     with pytest.raises(grpc.RpcError) as error:
         served.stub.PopMessages(request_, timeout=RPC_TIMEOUT_S)
@@ -120,15 +133,23 @@ def test_ack_messages_acks_many_in_one_call_with_a_status_each(served: Served) -
     popped = served.pop(max_count=5).messages
     assert len(popped) == 5
     handles = [m.receipt_handle for m in popped]
-    response = served.stub.AckMessages(pb.AckMessagesRequest(
-        group=GROUP, topic=TOPIC, receipt_handles=[handles[0], "bogus", *handles[1:], handles[0]]),
-        timeout=RPC_TIMEOUT_S)
-    assert list(response.statuses) == [pb.ACK_OK, pb.INVALID_RECEIPT_HANDLE, *[pb.ACK_OK] * 4,
-                                       pb.INVALID_RECEIPT_HANDLE]  # the repeat is already acked
+    response = served.stub.AckMessages(
+        pb.AckMessagesRequest(
+            group=GROUP, topic=TOPIC, receipt_handles=[handles[0], "bogus", *handles[1:], handles[0]]
+        ),
+        timeout=RPC_TIMEOUT_S,
+    )
+    assert list(response.statuses) == [
+        pb.ACK_OK,
+        pb.INVALID_RECEIPT_HANDLE,
+        *[pb.ACK_OK] * 4,
+        pb.INVALID_RECEIPT_HANDLE,
+    ]  # the repeat is already acked
     served.clock.advance_ms(INVISIBLE_MS + 1)
     served.revive()
     assert list(served.pop(max_count=5).messages) == []  # all acked: nothing comes back
     with pytest.raises(grpc.RpcError) as too_many:
-        served.stub.AckMessages(pb.AckMessagesRequest(group=GROUP, topic=TOPIC, receipt_handles=["x"] * 1025),
-                                timeout=RPC_TIMEOUT_S)
+        served.stub.AckMessages(
+            pb.AckMessagesRequest(group=GROUP, topic=TOPIC, receipt_handles=["x"] * 1025), timeout=RPC_TIMEOUT_S
+        )
     assert too_many.value.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -2,6 +2,7 @@
 
 Same setup as test_pop.py: a real FileStore on a ManualClock, reput and revive driven by hand.
 """
+
 from __future__ import annotations
 
 import grpc
@@ -9,11 +10,13 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.java_compat import java_string_hash
-from services.store.pop import PopStatus
 from services.domain.sql_filter import SqlFilterError
+from services.store.pop import PopStatus
 from tests.support.filestore import message
 from tests.support.store_pop import INVISIBLE_MS, RETRY, TOPIC, ack_all, committed, create_topic, pop, put, revive
-from tests.support.store_pop_rpc import GROUP as RPC_GROUP, TOPIC as RPC_TOPIC, message as pb_message
+from tests.support.store_pop_rpc import GROUP as RPC_GROUP
+from tests.support.store_pop_rpc import TOPIC as RPC_TOPIC
+from tests.support.store_pop_rpc import message as pb_message
 from tests.support.store_pop_rpc import pop_served  # noqa: F401 - this module's "served" fixture
 
 
@@ -21,11 +24,13 @@ def put_orders(store, *orders: dict[str, str]) -> None:
     put(store, *(message(TOPIC, 0, props.pop("body").encode(), **props) for props in map(dict, orders)))
 
 
-ORDERS = ({"body": "small-red", "amount": "3", "color": "red"},
-          {"body": "big-red", "amount": "50", "color": "red"},
-          {"body": "big-blue", "amount": "70", "color": "blue"},
-          {"body": "no-amount", "color": "red"},
-          {"body": "text-amount", "amount": "lots", "color": "red"})
+ORDERS = (
+    {"body": "small-red", "amount": "3", "color": "red"},
+    {"body": "big-red", "amount": "50", "color": "red"},
+    {"body": "big-blue", "amount": "70", "color": "blue"},
+    {"body": "no-amount", "color": "red"},
+    {"body": "text-amount", "amount": "lots", "color": "red"},
+)
 
 
 def test_only_matching_messages_are_delivered_and_the_rest_count_as_acked(store):
@@ -52,8 +57,12 @@ def test_unknown_is_not_a_match_and_neither_is_its_not(store):
 
 def test_sql_and_tags_must_both_match(store):
     create_topic(store)
-    put(store, message(TOPIC, 0, b"a-1", tags="A", n="1"), message(TOPIC, 0, b"b-1", tags="B", n="1"),
-        message(TOPIC, 0, b"a-2", tags="A", n="2"))
+    put(
+        store,
+        message(TOPIC, 0, b"a-1", tags="A", n="1"),
+        message(TOPIC, 0, b"b-1", tags="B", n="1"),
+        message(TOPIC, 0, b"a-2", tags="A", n="2"),
+    )
     result = pop(store, tags_codes=frozenset({java_string_hash("A")}), sql_expression="n = 1")
     assert [m.record.body for m in result.messages] == [b"a-1"]
     # TAGS is an ordinary property for SQL.
@@ -69,8 +78,7 @@ def test_retry_copies_are_matched_on_their_own_properties(store, clock):
     clock.advance_ms(INVISIBLE_MS)
     revive(store)  # both unacked: copies go to %RETRY%GroupPop with the original properties
     retried = pop(store, sql_expression="color = 'red' AND amount > 10")
-    assert [(m.record.body, m.source_topic, m.delivery_attempt) for m in retried.messages] == [
-        (b"big-red", RETRY, 2)]
+    assert [(m.record.body, m.source_topic, m.delivery_attempt) for m in retried.messages] == [(b"big-red", RETRY, 2)]
     assert retried.messages[0].record.properties["amount"] == "50"
     ack_all(store, retried)
     assert committed(store, RETRY) == 2  # the small-red copy did not match: finished, not redelivered
@@ -102,4 +110,5 @@ def test_pop_rpc_filters_and_refuses_bad_expressions_with_invalid_argument(serve
     # "free" (no price: BETWEEN is UNKNOWN) was finished for this group, not for another one.
     assert not served.pop(sql_expression="price IS NULL").messages
     assert [m.message.body for m in served.pop(group="OtherGroup", sql_expression="price IS NULL").messages] == [
-        b"free"]
+        b"free"
+    ]

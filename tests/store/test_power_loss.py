@@ -12,6 +12,7 @@ writer sent, with every body intact (never a torn or corrupt record served), and
 
 A failing cycle names its seed: PYRMQ_POWER_SEEDS=<seed> pytest tests/store/test_power_loss.py
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,8 @@ import time
 
 import pytest
 
-from services.store.config import FlushMode
 from services.domain.statuses import GetStatus, PutStatus
+from services.store.config import FlushMode
 from services.store.store import FileStore
 from tests.store.powerloss import PowerLoss
 from tests.support.filestore import message, small_config
@@ -43,18 +44,18 @@ def run_cycle(tmp_path, monkeypatch, clock, seed: int, mode: FlushMode, keep_uns
     power = PowerLoss(root, seed, keep_unsynced)
     sent = {w: 0 for w in range(WRITERS)}
     acked = {w: 0 for w in range(WRITERS)}
-    for cycle in range(2):  # the second cycle crashes a store that recovered from the first
+    for _cycle in range(2):  # the second cycle crashes a store that recovered from the first
         store = FileStore(config, clock)
         store.start()
         power.begin(monkeypatch)
         stop = threading.Event()
 
         def write(w: int) -> None:
-            while not stop.is_set():
+            while not stop.is_set():  # noqa: B023
                 n = sent[w]
                 sent[w] = n + 1
                 try:
-                    [result] = store.put_messages([message(queue_id=w, body=body(w, n))])
+                    [result] = store.put_messages([message(queue_id=w, body=body(w, n))])  # noqa: B023
                 except Exception:  # noqa: BLE001 - the store halted under it: an unknown outcome
                     return
                 if result.status is PutStatus.PUT_OK and not power.crashed:
@@ -86,12 +87,14 @@ def check(store: FileStore, sent: dict, acked: dict, mode: FlushMode, seed: int)
         for w in range(WRITERS):
             got = store.get_messages("TopicTest", w, 0, max_count=100_000, max_bytes=1 << 30)
             bodies = [m.body for m in got.messages] if got.status is GetStatus.FOUND else []
-            assert bodies == [body(w, n) for n in range(len(bodies))], \
+            assert bodies == [body(w, n) for n in range(len(bodies))], (
                 f"seed {seed}: queue {w} is not an intact, gap-free prefix of what was sent"
+            )
             assert len(bodies) <= sent[w]
             if mode is FlushMode.SYNC:
-                assert len(bodies) >= acked[w], f"seed {seed}: queue {w} lost acknowledged messages " \
-                                                f"({acked[w]} acked, {len(bodies)} recovered)"
+                assert len(bodies) >= acked[w], (
+                    f"seed {seed}: queue {w} lost acknowledged messages ({acked[w]} acked, {len(bodies)} recovered)"
+                )
             survivors[w] = len(bodies)
         [again] = store.put_messages([message(queue_id=0, body=body(0, survivors[0]))])
         assert again.status is PutStatus.PUT_OK and again.queue_offset == survivors[0]
@@ -106,7 +109,8 @@ def check(store: FileStore, sent: dict, acked: dict, mode: FlushMode, seed: int)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("mode", [FlushMode.SYNC, FlushMode.ASYNC])
 def test_power_loss_loses_nothing_acknowledged_under_sync_and_only_a_suffix_under_async(
-        tmp_path, monkeypatch, clock, seed: int, mode: FlushMode) -> None:
+    tmp_path, monkeypatch, clock, seed: int, mode: FlushMode
+) -> None:
     run_cycle(tmp_path, monkeypatch, clock, seed, mode, keep_unsynced=0.0)
 
 

@@ -1,14 +1,15 @@
 """Crash recovery: torn tails at every byte, bit flips, damaged data followed by valid data,
 derived files lost or damaged. A crash is FileStore.halt(): threads stop, nothing is flushed or
 checkpointed and the abort file stays, like kill -9 (the page cache keeps what was written)."""
+
 from __future__ import annotations
 
 import shutil
 
 import pytest
 
-from services.store.checkpoint import CheckpointFile
 from services.domain.statuses import GetStatus
+from services.store.checkpoint import CheckpointFile
 from services.store.errors import CommitLogCorruptError
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
@@ -25,7 +26,7 @@ def bodies(store, topic="TopicTest", queue_id=0):
 def crashed_store(root, clock, count=6, **overrides):
     store = FileStore(small_config(root, **SLOW_CHECKPOINT, **overrides), clock)
     store.start()
-    results = store.put_messages([message(body=b"body-%03d" % i, keys="k%d" % i) for i in range(count)])
+    results = store.put_messages([message(body=b"body-%03d" % i, keys=f"k{i}") for i in range(count)])
     store.reput.run_once()  # dispatched, but no checkpoint records it
     store.halt()
     assert (root / "abort").exists()
@@ -77,7 +78,7 @@ def test_garbage_tail_is_truncated_and_never_served(tmp_path, clock):
     path = tmp_path / "s" / "commitlog" / f"{0:020d}"
     data = bytearray(path.read_bytes())
     last = results[-1]
-    data[last.phy_offset + 20:last.phy_offset + 40] = b"\xff" * 20  # torn inside the last record
+    data[last.phy_offset + 20 : last.phy_offset + 40] = b"\xff" * 20  # torn inside the last record
     path.write_bytes(data)
     store = start(tmp_path / "s", clock)
     try:
@@ -155,7 +156,7 @@ def test_consume_queue_disagreeing_with_commitlog_is_rebuilt(tmp_path, clock):
     _write_checkpoint(tmp_path / "s", end, end)  # claims everything is dispatched
     cq_file = tmp_path / "s" / "consumequeue" / "TopicTest" / "0" / f"{0:020d}"
     data = bytearray(cq_file.read_bytes())
-    data[9 * 20:9 * 20 + 8] = (results[4].phy_offset).to_bytes(8, "big")  # last unit points elsewhere
+    data[9 * 20 : 9 * 20 + 8] = (results[4].phy_offset).to_bytes(8, "big")  # last unit points elsewhere
     cq_file.write_bytes(data)
     store = start(tmp_path / "s", clock)
     try:
@@ -183,10 +184,14 @@ def test_bit_flips_in_derived_files_are_repaired_from_the_commitlog(tmp_path, cl
     ConsumeQueue after a crash; the store still serves every message, in order and intact (the
     CommitLog is the truth; a derived file that disagrees is rebuilt from it)."""
     import random
+
     rng = random.Random(seed)
     crashed_store(tmp_path / "s", clock, count=40)
-    files = sorted(p for p in (tmp_path / "s" / victim).rglob("*") if p.is_file()) \
-        if victim != "checkpoint" else [tmp_path / "s" / "checkpoint"]
+    files = (
+        sorted(p for p in (tmp_path / "s" / victim).rglob("*") if p.is_file())
+        if victim != "checkpoint"
+        else [tmp_path / "s" / "checkpoint"]
+    )
     path = rng.choice(files)
     data = bytearray(path.read_bytes())
     chunk = rng.randrange(0, max(1, len(data) // 4096)) * 4096
@@ -209,7 +214,7 @@ def test_a_zeroed_consume_queue_page_in_the_middle_is_rebuilt(tmp_path, clock):
     crashed_store(tmp_path / "s", clock, count=40)
     cq_file = tmp_path / "s" / "consumequeue" / "TopicTest" / "0" / f"{0:020d}"
     data = bytearray(cq_file.read_bytes())
-    data[10 * 20:12 * 20] = bytes(40)  # units 10 and 11
+    data[10 * 20 : 12 * 20] = bytes(40)  # units 10 and 11
     cq_file.write_bytes(bytes(data))
     store = start(tmp_path / "s", clock)
     try:

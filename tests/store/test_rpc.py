@@ -1,4 +1,5 @@
 """The Store gRPC service over the wire: a real FileStore behind a real server on 127.0.0.1:0."""
+
 from __future__ import annotations
 
 import socket
@@ -11,10 +12,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
-from services.runtime.metrics import MetricsHttpServer
-from services.store.model import Arrival, PutResult
 from services.domain.statuses import PutStatus
+from services.runtime.metrics import MetricsHttpServer
 from services.store.errors import StoreUnavailableError
+from services.store.model import Arrival, PutResult
 from services.store.rpc import convert
 from services.store.rpc.servicer import ArrivalWatcher
 from services.store.rpc.status import check_put_batch
@@ -22,8 +23,7 @@ from tests.support.store_rpc import RPC_TIMEOUT_S, TOPIC, Served, message, wait_
 
 
 def test_put_then_get_round_trips_every_field(served: Served) -> None:
-    results = served.put(message(b"one", TAGS="a", KEYS="k1"), message(b"two", TAGS="b"),
-                         message(b"three"))
+    results = served.put(message(b"one", TAGS="a", KEYS="k1"), message(b"two", TAGS="b"), message(b"three"))
     assert [r.status for r in results] == [pb.PUT_OK] * 3
     assert [r.queue_offset for r in results] == [0, 1, 2]
     assert results[0].phy_offset == 0 < results[1].phy_offset < results[2].phy_offset
@@ -77,8 +77,7 @@ def test_look_message_by_phy_offset(served: Served) -> None:
 def test_look_message_by_offset_msg_id(served: Served) -> None:
     served.put(message(b"first"))
     [result] = served.put(message(b"second"))
-    found = served.stub.LookMessageByOffsetMsgId(
-        pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=result.offset_msg_id))
+    found = served.stub.LookMessageByOffsetMsgId(pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=result.offset_msg_id))
     assert found.body == b"second" and found.phy_offset == result.phy_offset
 
 
@@ -108,8 +107,9 @@ def test_queue_offsets_and_offset_by_timestamp(served: Served) -> None:
     served.wait_dispatched(2)
     offsets = served.stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=TOPIC, queue_id=0))
     assert (offsets.min_offset, offsets.max_offset) == (0, 2)
-    by_time = served.stub.GetOffsetByTimestamp(pb.GetOffsetByTimestampRequest(
-        topic=TOPIC, queue_id=0, timestamp_ms=results[0].store_timestamp_ms))
+    by_time = served.stub.GetOffsetByTimestamp(
+        pb.GetOffsetByTimestampRequest(topic=TOPIC, queue_id=0, timestamp_ms=results[0].store_timestamp_ms)
+    )
     assert by_time.queue_offset == 0
 
 
@@ -127,16 +127,20 @@ def test_consumer_offsets(served: Served) -> None:
 
 
 def test_topic_crud(served: Served) -> None:
-    created = served.stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-        topic_name="Orders", read_queue_nums=4, write_queue_nums=4, message_type=pb.FIFO)))
+    created = served.stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(
+            config=pb.TopicConfig(topic_name="Orders", read_queue_nums=4, write_queue_nums=4, message_type=pb.FIFO)
+        )
+    )
     assert (created.read_queue_nums, created.perm, created.message_type) == (4, 6, pb.FIFO)
     assert created.topic_filter_type == pb.SINGLE_TAG
     assert served.stub.GetTopic(pb.GetTopicRequest(topic_name="Orders")) == created
     names = [t.topic_name for t in served.stub.ListTopics(pb.ListTopicsRequest()).topics]
     assert "Orders" in names and names == sorted(names)
 
-    updated = served.stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(
-        config=pb.TopicConfig(topic_name="Orders", write_queue_nums=2)))
+    updated = served.stub.CreateOrUpdateTopic(
+        pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="Orders", write_queue_nums=2))
+    )
     assert updated.write_queue_nums == 2 and updated.message_type == pb.NORMAL
 
     assert served.stub.DeleteTopic(pb.DeleteTopicRequest(topic_name="Orders")).existed
@@ -150,8 +154,9 @@ def test_topic_crud(served: Served) -> None:
 
 
 def test_group_crud(served: Served) -> None:
-    created = served.stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(
-        config=pb.SubscriptionGroupConfig(group_name="G1", consume_message_orderly=True)))
+    created = served.stub.CreateOrUpdateGroup(
+        pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(group_name="G1", consume_message_orderly=True))
+    )
     assert created.consume_enable and created.retry_max_times == 16 and created.consume_message_orderly
     assert served.stub.GetGroup(pb.GetGroupRequest(group_name="G1")) == created
     assert "G1" in [g.group_name for g in served.stub.ListGroups(pb.ListGroupsRequest()).groups]
@@ -187,8 +192,9 @@ def test_bad_put_input(served: Served) -> None:
 def test_batch_results_carry_the_same_outcome_as_per_message_results(served: Served) -> None:
     """batch_results: one status and packed columns, equal to what per-message results say."""
     messages = [message(b"one", TAGS="a"), message(b"two", queue_id=1), message(b"three")]
-    response = served.stub.PutMessages(pb.PutMessagesRequest(messages=messages, batch_results=True),
-                                       timeout=RPC_TIMEOUT_S)
+    response = served.stub.PutMessages(
+        pb.PutMessagesRequest(messages=messages, batch_results=True), timeout=RPC_TIMEOUT_S
+    )
     assert not response.results and response.HasField("batch")
     batch = response.batch
     assert batch.status == pb.PUT_OK and not batch.error
@@ -197,22 +203,25 @@ def test_batch_results_carry_the_same_outcome_as_per_message_results(served: Ser
     assert batch.store_timestamp_ms > 0 and all(size > 0 for size in batch.wrote_bytes)
     served.wait_dispatched(2)
     for phy_offset, wrote_bytes in zip(batch.phy_offset, batch.wrote_bytes):
-        stored = served.stub.LookMessageByPhyOffset(pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset),
-                                                    timeout=RPC_TIMEOUT_S)
+        stored = served.stub.LookMessageByPhyOffset(
+            pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset), timeout=RPC_TIMEOUT_S
+        )
         assert stored.store_size_bytes == wrote_bytes and stored.store_timestamp_ms == batch.store_timestamp_ms
         assert stored.offset_msg_id == (batch.store_host_prefix + phy_offset.to_bytes(8, "big")).hex().upper()
     # Both answer forms count the same queues on.
     per_message = served.put(*messages)
     assert [r.queue_offset for r in per_message] == [2, 1, 3]
-    again = served.stub.PutMessages(pb.PutMessagesRequest(messages=messages, batch_results=True),
-                                    timeout=RPC_TIMEOUT_S).batch
+    again = served.stub.PutMessages(
+        pb.PutMessagesRequest(messages=messages, batch_results=True), timeout=RPC_TIMEOUT_S
+    ).batch
     assert list(again.queue_offset) == [4, 2, 5]
     assert again.phy_offset[0] == per_message[-1].phy_offset + per_message[-1].wrote_bytes
     # A refused batch: the status and reason, no columns, nothing written.
     before = served.store.commitlog.max_offset
-    refused = served.stub.PutMessages(pb.PutMessagesRequest(
-        messages=[message(b"ok"), pb.Message(topic="bad topic", body=b"x")], batch_results=True),
-        timeout=RPC_TIMEOUT_S).batch
+    refused = served.stub.PutMessages(
+        pb.PutMessagesRequest(messages=[message(b"ok"), pb.Message(topic="bad topic", body=b"x")], batch_results=True),
+        timeout=RPC_TIMEOUT_S,
+    ).batch
     assert refused.status == pb.TOPIC_ILLEGAL and "message 1 of the batch" in refused.error
     assert not refused.phy_offset and not refused.queue_offset and not refused.wrote_bytes
     assert served.store.commitlog.max_offset == before
@@ -256,7 +265,7 @@ def test_too_many_watchers_is_resource_exhausted(served: Served) -> None:
 
 def test_arrival_watcher_coalesces_per_queue_when_full() -> None:
     watcher = ArrivalWatcher(frozenset(), buffer_arrivals_max=2)
-    watcher.offer([Arrival("T", 0, 1, 10), Arrival("T", 1, 1, 10)])          # fills the buffer
+    watcher.offer([Arrival("T", 0, 1, 10), Arrival("T", 1, 1, 10)])  # fills the buffer
     watcher.offer([Arrival("T", 0, 2, 11), Arrival("T", 0, 3, 12), Arrival("T", 1, 2, 12)])
     arrivals, coalesced = watcher.take(timeout_s=0)
     assert [(a.queue_id, a.max_offset) for a in arrivals] == [(0, 1), (1, 1), (0, 3), (1, 2)]
@@ -294,11 +303,18 @@ def test_metrics_endpoint_after_a_put(served: Served) -> None:
             text = response.read().decode()
     finally:
         http.close()
-    for name in ("rocketmq_storage_size", "rocketmq_storage_flush_behind_bytes",
-                 "rocketmq_storage_dispatch_behind_bytes", "rocketmq_topic_number",
-                 "rocketmq_consumer_group_number", "pyrmq_store_commitlog_max_offset_bytes",
-                 "pyrmq_store_put_messages_total 1.0", "pyrmq_store_put_bytes_total",
-                 "pyrmq_store_put_latency_seconds_bucket", "pyrmq_store_put_latency_seconds_count 1.0"):
+    for name in (
+        "rocketmq_storage_size",
+        "rocketmq_storage_flush_behind_bytes",
+        "rocketmq_storage_dispatch_behind_bytes",
+        "rocketmq_topic_number",
+        "rocketmq_consumer_group_number",
+        "pyrmq_store_commitlog_max_offset_bytes",
+        "pyrmq_store_put_messages_total 1.0",
+        "pyrmq_store_put_bytes_total",
+        "pyrmq_store_put_latency_seconds_bucket",
+        "pyrmq_store_put_latency_seconds_count 1.0",
+    ):
         assert name in text, name
     assert 'rocketmq_rpc_latency_seconds_count{code="OK",method="/pyrmq.store.v1.Store/PutMessages"} 1.0' in text
     assert 'code="NOT_FOUND",method="/pyrmq.store.v1.Store/GetTopic"' in text
@@ -306,17 +322,36 @@ def test_metrics_endpoint_after_a_put(served: Served) -> None:
 
 # -- PutMessages conversions (the hot path builds records positionally and caches hosts) ----
 
+
 def test_messages_from_pb_copies_every_producer_field() -> None:
-    msg = pb.Message(topic=TOPIC, queue_id=3, body=b"b", properties={"KEYS": "k", "TAGS": "t", "A": "1"},
-                     flag=7, sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE, born_timestamp_ms=123, born_host="[::1]:9876",
-                     reconsume_times=2, prepared_transaction_offset=99,
-                     store_timestamp_ms=5, queue_offset=8, phy_offset=9)  # "out" fields are ignored
+    msg = pb.Message(
+        topic=TOPIC,
+        queue_id=3,
+        body=b"b",
+        properties={"KEYS": "k", "TAGS": "t", "A": "1"},
+        flag=7,
+        sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE,
+        born_timestamp_ms=123,
+        born_host="[::1]:9876",
+        reconsume_times=2,
+        prepared_transaction_offset=99,
+        store_timestamp_ms=5,
+        queue_offset=8,
+        phy_offset=9,
+    )  # "out" fields are ignored
     [record] = convert.messages_from_pb([msg])
     assert record == MessageRecord(
-        topic=TOPIC, queue_id=3, body=b"b", properties={"KEYS": "k", "TAGS": "t", "A": "1"}, flag=7,
-        sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE, born_timestamp_ms=123,
+        topic=TOPIC,
+        queue_id=3,
+        body=b"b",
+        properties={"KEYS": "k", "TAGS": "t", "A": "1"},
+        flag=7,
+        sys_flag=SYSFLAG_TRANSACTION_COMMIT_TYPE,
+        born_timestamp_ms=123,
         born_host=(socket.inet_pton(socket.AF_INET6, "::1"), 9876),
-        reconsume_times=2, prepared_transaction_offset=99)
+        reconsume_times=2,
+        prepared_transaction_offset=99,
+    )
     assert list(record.properties) == list(dict(msg.properties))  # same key order as dict(map)
     assert type(record.properties) is dict
     assert convert.message_from_pb(msg) == record
@@ -324,8 +359,12 @@ def test_messages_from_pb_copies_every_producer_field() -> None:
 
 def test_messages_from_pb_hosts_are_parsed_once_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     [empty, v4, again] = convert.messages_from_pb(
-        [pb.Message(topic=TOPIC), pb.Message(topic=TOPIC, born_host="10.1.2.3:1"),
-         pb.Message(topic=TOPIC, born_host="10.1.2.3:1")])
+        [
+            pb.Message(topic=TOPIC),
+            pb.Message(topic=TOPIC, born_host="10.1.2.3:1"),
+            pb.Message(topic=TOPIC, born_host="10.1.2.3:1"),
+        ]
+    )
     assert empty.born_host == (b"\x7f\x00\x00\x01", 0)
     assert v4.born_host == (b"\x0a\x01\x02\x03", 1) and again.born_host is v4.born_host
     assert [r.properties for r in (empty, v4, again)] == [{}, {}, {}]
@@ -341,16 +380,19 @@ def test_messages_from_pb_hosts_are_parsed_once_and_bounded(monkeypatch: pytest.
 def test_messages_from_pb_rejects_bad_hosts_every_time(bad: str) -> None:
     for _ in range(2):  # a failure is not cached as a host
         with pytest.raises(ValueError, match="born_host"):
-            convert.messages_from_pb([pb.Message(topic=TOPIC, born_host="10.0.0.1:1"),
-                                      pb.Message(topic=TOPIC, born_host=bad)])
+            convert.messages_from_pb(
+                [pb.Message(topic=TOPIC, born_host="10.0.0.1:1"), pb.Message(topic=TOPIC, born_host=bad)]
+            )
     assert bad not in convert._BORN_HOSTS
 
 
 def test_put_response_to_pb_matches_put_result_to_pb() -> None:
-    results = [PutResult(PutStatus.PUT_OK, 0, 120, 0, 1_700_000_000_000),
-               PutResult(PutStatus.PUT_OK, 1 << 40, 99, 12345, 1_700_000_000_001),
-               PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 300, 110, 7, 1_700_000_000_002),
-               PutResult(PutStatus.MESSAGE_ILLEGAL, error="message 1 of the batch: too big; nothing written")]
+    results = [
+        PutResult(PutStatus.PUT_OK, 0, 120, 0, 1_700_000_000_000),
+        PutResult(PutStatus.PUT_OK, 1 << 40, 99, 12345, 1_700_000_000_001),
+        PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 300, 110, 7, 1_700_000_000_002),
+        PutResult(PutStatus.MESSAGE_ILLEGAL, error="message 1 of the batch: too big; nothing written"),
+    ]
     for result in results:
         if hasattr(result, "store_host_prefix"):  # the offset msg id is derived from it
             result.store_host_prefix = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
@@ -366,8 +408,12 @@ def test_put_response_to_pb_matches_put_result_to_pb() -> None:
 
 def test_put_batch_with_several_born_hosts_round_trips(served: Served) -> None:
     hosts = ["10.1.2.3:1", "[2001:db8::1]:2", "", "10.1.2.3:1"]
-    results = served.put(*(pb.Message(topic=TOPIC, body=b"%d" % i, born_host=h, properties={"KEYS": f"k{i}"})
-                           for i, h in enumerate(hosts)))
+    results = served.put(
+        *(
+            pb.Message(topic=TOPIC, body=b"%d" % i, born_host=h, properties={"KEYS": f"k{i}"})
+            for i, h in enumerate(hosts)
+        )
+    )
     assert [r.status for r in results] == [pb.PUT_OK] * 4
     served.wait_dispatched(4)
     got = served.get(0)

@@ -1,4 +1,5 @@
 """Golden bytes for the checkpoint and ConsumeQueue formats."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,17 +22,22 @@ from services.domain.format.consume_queue_format import (
 
 
 def test_checkpoint_golden_bytes():
-    cp = Checkpoint(physic_msg_timestamp=1700000000123, logics_msg_timestamp=1700000000100,
-                    index_msg_timestamp=1699999999000, master_flushed_offset=0, confirm_phy_offset=4096,
-                    dispatched_phy_offset=8192, flushed_phy_offset=12288, cq_max_offset_sum=42)
+    cp = Checkpoint(
+        physic_msg_timestamp=1700000000123,
+        logics_msg_timestamp=1700000000100,
+        index_msg_timestamp=1699999999000,
+        master_flushed_offset=0,
+        confirm_phy_offset=4096,
+        dispatched_phy_offset=8192,
+        flushed_phy_offset=12288,
+        cq_max_offset_sum=42,
+    )
     data = encode_checkpoint(cp)
     assert len(data) == CHECKPOINT_FILE_SIZE_BYTES
     # RocketMQ's 40 bytes: five big-endian longs.
-    assert data[:40].hex() == ("0000018bcfe5687b" "0000018bcfe56864" "0000018bcfe56418"
-                               "0000000000000000" "0000000000001000")
+    assert data[:40].hex() == ("0000018bcfe5687b0000018bcfe568640000018bcfe5641800000000000000000000000000001000")
     # pyrmq's block: "PRMQ", version 1, dispatched, flushed, queue-offset sum, crc32.
-    assert data[40:72].hex() == ("50524d51" "00000001" "0000000000002000" "0000000000003000"
-                                 "000000000000002a")
+    assert data[40:72].hex() == ("50524d510000000100000000000020000000000000003000000000000000002a")
     assert data[76:] == bytes(CHECKPOINT_FILE_SIZE_BYTES - 76)
     assert decode_checkpoint(data) == cp
     assert cp.min_timestamp() == 1700000000100 - 3000
@@ -48,8 +54,8 @@ def test_checkpoint_block_with_bad_crc_is_ignored():
 
 
 def test_consume_queue_units_golden_and_vectorised():
-    assert encode_unit(0x1122334455, 210, -1).hex() == "0000001122334455" "000000d2" "ffffffffffffffff"
-    assert BLANK_UNIT_BYTES.hex() == "0000000000000000" "7fffffff" "0000000000000000"
+    assert encode_unit(0x1122334455, 210, -1).hex() == "0000001122334455000000d2ffffffffffffffff"
+    assert BLANK_UNIT_BYTES.hex() == "00000000000000007fffffff0000000000000000"
     many = encode_units([0, 210, 420], [210, 210, 99], [2598919, 0, -5])
     assert many[:20] == encode_unit(0, 210, 2598919) and many[40:] == encode_unit(420, 99, -5)
     units = decode_units(many + bytes(20))

@@ -1,14 +1,15 @@
 """FileStore behaviour through its core API."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from services.store.config import FlushMode
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.format.java_compat import java_string_hash
 from services.domain.statuses import GetStatus, PutStatus
+from services.store.config import FlushMode
 from tests.support.filestore import message
 
 
@@ -85,7 +86,7 @@ def test_segments_roll_with_a_blank_record(make_store):
     last_in_first = max((r for r in results if r.phy_offset < first.file_end_offset), key=lambda r: r.phy_offset)
     end = last_in_first.phy_offset + last_in_first.wrote_bytes
     left = first.file_size - end
-    assert first.mm[end:end + 8] == left.to_bytes(4, "big") + bytes.fromhex("cbd43194")
+    assert first.mm[end : end + 8] == left.to_bytes(4, "big") + bytes.fromhex("cbd43194")
     wait_dispatched(store)
     got = store.get_messages("TopicTest", 0, 0, max_count=60, max_bytes=1 << 30)
     assert len(got.messages) == 60 and all(m.body == body for m in got.messages)
@@ -97,7 +98,8 @@ def test_query_by_key_and_uniq_key(make_store, clock):
     store.put_messages([message(keys="order-1 shared", UNIQ_KEY="ID1"), message(keys="order-2 shared")])
     wait_dispatched(store)
     assert [m.properties["KEYS"] for m in store.query_messages_by_key("TopicTest", "order-2", 10, 0, t0 + 1000)] == [
-        "order-2 shared"]
+        "order-2 shared"
+    ]
     assert len(store.query_messages_by_key("TopicTest", "shared", 10, 0, t0 + 1000)) == 2
     assert len(store.query_messages_by_key("TopicTest", "ID1", 10, 0, t0 + 1000)) == 1
     assert store.query_messages_by_key("Other", "shared", 10, 0, t0 + 1000) == []
@@ -107,7 +109,7 @@ def test_query_by_key_and_uniq_key(make_store, clock):
 def test_offset_by_timestamp(make_store, clock):
     store = make_store()
     stamps = []
-    for i in range(10):
+    for _i in range(10):
         stamps.append(clock.now_ms())
         store.put_messages([message()])
         clock.advance_ms(1000)
@@ -118,17 +120,20 @@ def test_offset_by_timestamp(make_store, clock):
     assert store.offset_by_timestamp("TopicTest", 0, stamps[-1] + 1) == 10
 
 
-@pytest.mark.parametrize("build,status", [
-    (lambda: message(topic="bad topic!"), PutStatus.TOPIC_ILLEGAL),
-    (lambda: message(topic="x" * 128), PutStatus.TOPIC_ILLEGAL),
-    (lambda: message(topic="SCHEDULE_TOPIC_XXXX"), PutStatus.TOPIC_ILLEGAL),
-    (lambda: message(topic="rmq_sys_anything"), PutStatus.TOPIC_ILLEGAL),
-    (lambda: message(body=b"x" * (4 * 1024 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL),
-    (lambda: message(queue_id=8), PutStatus.QUEUE_ID_ILLEGAL),
-    (lambda: message(queue_id=-1), PutStatus.QUEUE_ID_ILLEGAL),
-    (lambda: message(**{"BIG": "v" * 40000}), PutStatus.PROPERTIES_SIZE_EXCEEDED),
-    (lambda: message(**{"K": "a\x01b"}), PutStatus.MESSAGE_ILLEGAL),
-])
+@pytest.mark.parametrize(
+    "build,status",
+    [
+        (lambda: message(topic="bad topic!"), PutStatus.TOPIC_ILLEGAL),
+        (lambda: message(topic="x" * 128), PutStatus.TOPIC_ILLEGAL),
+        (lambda: message(topic="SCHEDULE_TOPIC_XXXX"), PutStatus.TOPIC_ILLEGAL),
+        (lambda: message(topic="rmq_sys_anything"), PutStatus.TOPIC_ILLEGAL),
+        (lambda: message(body=b"x" * (4 * 1024 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL),
+        (lambda: message(queue_id=8), PutStatus.QUEUE_ID_ILLEGAL),
+        (lambda: message(queue_id=-1), PutStatus.QUEUE_ID_ILLEGAL),
+        (lambda: message(**{"BIG": "v" * 40000}), PutStatus.PROPERTIES_SIZE_EXCEEDED),
+        (lambda: message(**{"K": "a\x01b"}), PutStatus.MESSAGE_ILLEGAL),
+    ],
+)
 def test_bad_input_gets_a_status_and_writes_nothing(make_store, build, status):
     store = make_store(commitlog_file_size_bytes=8 * 1024 * 1024)
     before = store.commitlog.max_offset
@@ -150,8 +155,12 @@ def test_system_topics_are_allowed_for_internal_callers(make_store):
 
 def test_prepared_and_rollback_records_get_no_queue_unit(make_store):
     store = make_store()
-    store.put_messages([MessageRecord(topic="T", queue_id=0, body=b"p", sys_flag=0x4),
-                        MessageRecord(topic="T", queue_id=0, body=b"c", sys_flag=0x8)])
+    store.put_messages(
+        [
+            MessageRecord(topic="T", queue_id=0, body=b"p", sys_flag=0x4),
+            MessageRecord(topic="T", queue_id=0, body=b"c", sys_flag=0x8),
+        ]
+    )
     wait_dispatched(store)
     got = store.get_messages("T", 0, 0)
     assert [m.body for m in got.messages] == [b"c"]
@@ -182,8 +191,15 @@ def test_restart_keeps_messages_offsets_and_metadata(tmp_path, make_store):
     [r] = again.put_messages([message(queue_id=0)])
     assert r.queue_offset == 25
     assert again.topics.get("TopicTest").write_queue_nums == 8
-    for name in ("commitlog", "consumequeue/TopicTest/0", "index", "checkpoint", "lock",
-                 "config/topics.json", "config/consumerOffset.json"):
+    for name in (
+        "commitlog",
+        "consumequeue/TopicTest/0",
+        "index",
+        "checkpoint",
+        "lock",
+        "config/topics.json",
+        "config/consumerOffset.json",
+    ):
         assert (tmp_path / "store" / name).exists(), name
 
 
@@ -191,6 +207,7 @@ def test_second_store_on_the_same_root_is_refused(make_store, tmp_path):
     from services.store.errors import StoreLockedError
     from services.store.store import FileStore
     from tests.support.filestore import small_config
+
     make_store()
     with pytest.raises(StoreLockedError):
         FileStore(small_config(tmp_path / "store")).start()
@@ -207,11 +224,13 @@ def test_sync_flush_returns_after_the_flush(make_store):
 def test_sync_flush_timeout_is_never_ok(make_store, monkeypatch):
     store = make_store(flush_mode=FlushMode.SYNC, sync_flush_timeout_ms=200)
     import time as _time
+
     real = os.fdatasync
 
     def slow(fd):
         _time.sleep(0.5)
         real(fd)
+
     monkeypatch.setattr(os, "fdatasync", slow)
     [result] = store.put_messages([message()])
     assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
@@ -236,22 +255,26 @@ def test_consume_queue_fast_run_and_careful_path_agree(make_store):
     """A dense run goes through the vectorised ConsumeQueue write; a run with a duplicate or a
     gap in queue offsets must fall back to the unit-by-unit rules."""
     from services.store.model import DispatchRequest
+
     store = make_store()
     store.put_messages([message(body=b"%d" % i) for i in range(40)])
     store.reput.run_once()
     cq = store.cq_store.find("TopicTest", 0)
     assert cq.max_offset == 40
     units = cq.get_units(0, 40)
-    assert list(units["size"]) == [r.size for r in [store.commitlog.dispatch_request_at(int(p))[0]
-                                                    for p in units["phy_offset"]]]
+    assert list(units["size"]) == [
+        r.size for r in [store.commitlog.dispatch_request_at(int(p))[0] for p in units["phy_offset"]]
+    ]
     assert all(b > a for a, b in zip(units["phy_offset"], units["phy_offset"][1:]))
     # Re-dispatching the same requests writes nothing (idempotent), whichever path is taken.
     again = [store.commitlog.dispatch_request_at(int(p))[0] for p in units["phy_offset"]]
     assert cq.put_requests(again) == 0 and cq.max_offset == 40
     # A batch with a duplicated queue offset in the middle is not a dense run.
     base = int(units["phy_offset"][-1]) + 10_000
-    odd = [DispatchRequest("TopicTest", 0, base + 100 * i, 50, 0, 0, 40 + (i if i < 5 else i - 1),
-                           "", "", 0, 0) for i in range(10)]
+    odd = [
+        DispatchRequest("TopicTest", 0, base + 100 * i, 50, 0, 0, 40 + (i if i < 5 else i - 1), "", "", 0, 0)
+        for i in range(10)
+    ]
     assert cq.put_requests(odd) == 9  # the duplicate offset 44 is skipped (RocketMQ's rule)
     assert cq.max_offset == 49
     assert [int(p) for p in cq.get_units(44, 2)["phy_offset"]] == [base + 400, base + 600]

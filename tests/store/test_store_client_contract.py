@@ -4,6 +4,7 @@ this process, through the servicer) and ``GrpcStoreClient`` (a real store server
 Every caller of the store (broker, scheduler, txcheck, admin, pipeline) and every test that
 stands a client in for the store relies on these answers being the same for both.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,9 +22,9 @@ from services.store.client.errors import (
     StoreError,
     StoreNotFoundError,
     StoreRejectedError,
+    StoreTimeoutError,
     StoreUnavailableError,
     error_for_status,
-    StoreTimeoutError,
 )
 from services.store.client.model import AckResult, PolicyView, StoreMessage, TopicInfo, stored_from_raw
 from services.store.metadata import TopicConfig
@@ -68,8 +69,16 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
 
 
 def message(body: bytes, queue_id: int = 0, topic: str = TOPIC, **properties: str) -> StoreMessage:
-    return StoreMessage(topic=topic, queue_id=queue_id, body=body, properties=properties, born_timestamp_ms=BORN_MS,
-                        born_host="10.1.2.3:54321", flag=7, reconsume_times=2)
+    return StoreMessage(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        properties=properties,
+        born_timestamp_ms=BORN_MS,
+        born_host="10.1.2.3:54321",
+        flag=7,
+        reconsume_times=2,
+    )
 
 
 def put(served: Served, *messages: StoreMessage, allow_system_topics: bool = False) -> list:
@@ -143,10 +152,10 @@ def test_look_up_by_offset_by_id_and_by_key(served: Served) -> None:
 def test_put_refusals_are_statuses_for_the_whole_batch(served: Served) -> None:
     refused = served.client.put_messages([message(b"ok"), message(b"bad", queue_id=99)])
     assert [o.status for o in refused] == [PutStatus.QUEUE_ID_ILLEGAL] * 2 and not any(o.ok for o in refused)
-    assert served.client.put_messages([message(b"s", topic="SCHEDULE_TOPIC_XXXX")])[0].status is \
-        PutStatus.TOPIC_ILLEGAL
-    assert served.client.put_messages([message(b"s", topic="SCHEDULE_TOPIC_XXXX", DELAY="1")],
-                                      allow_system_topics=True)[0].ok
+    assert served.client.put_messages([message(b"s", topic="SCHEDULE_TOPIC_XXXX")])[0].status is PutStatus.TOPIC_ILLEGAL
+    assert served.client.put_messages(
+        [message(b"s", topic="SCHEDULE_TOPIC_XXXX", DELAY="1")], allow_system_topics=True
+    )[0].ok
 
 
 def test_consumer_and_delay_offsets(served: Served) -> None:
@@ -228,8 +237,11 @@ def test_watch_arrivals_announces_puts_and_stops(served: Served) -> None:
         if TOPIC in topics:
             announced.set()
 
-    watcher = threading.Thread(target=served.client.watch_arrivals,
-                               args=([TOPIC], on_arrivals, lambda: restarts.append(1), stopped), daemon=True)
+    watcher = threading.Thread(
+        target=served.client.watch_arrivals,
+        args=([TOPIC], on_arrivals, lambda: restarts.append(1), stopped),
+        daemon=True,
+    )
     watcher.start()
     deadline = threading.Event()
     while not restarts and not deadline.wait(0.02):
@@ -265,14 +277,17 @@ def test_no_store_at_the_address() -> None:
         client.close()
 
 
-@pytest.mark.parametrize(("code", "kind", "text"), [
-    (grpc.StatusCode.DEADLINE_EXCEEDED, StoreTimeoutError, "store did not answer GetTopic in time"),
-    (grpc.StatusCode.INVALID_ARGUMENT, StoreRejectedError, "store refused GetTopic: why"),
-    (grpc.StatusCode.NOT_FOUND, StoreNotFoundError, "store failed GetTopic: NOT_FOUND why"),
-    (grpc.StatusCode.UNAVAILABLE, StoreUnavailableError, "store failed GetTopic: UNAVAILABLE why"),
-    (grpc.StatusCode.CANCELLED, StoreUnavailableError, "store failed GetTopic: CANCELLED why"),
-    (grpc.StatusCode.INTERNAL, StoreError, "store failed GetTopic: INTERNAL why"),
-])
+@pytest.mark.parametrize(
+    ("code", "kind", "text"),
+    [
+        (grpc.StatusCode.DEADLINE_EXCEEDED, StoreTimeoutError, "store did not answer GetTopic in time"),
+        (grpc.StatusCode.INVALID_ARGUMENT, StoreRejectedError, "store refused GetTopic: why"),
+        (grpc.StatusCode.NOT_FOUND, StoreNotFoundError, "store failed GetTopic: NOT_FOUND why"),
+        (grpc.StatusCode.UNAVAILABLE, StoreUnavailableError, "store failed GetTopic: UNAVAILABLE why"),
+        (grpc.StatusCode.CANCELLED, StoreUnavailableError, "store failed GetTopic: CANCELLED why"),
+        (grpc.StatusCode.INTERNAL, StoreError, "store failed GetTopic: INTERNAL why"),
+    ],
+)
 def test_status_codes_map_to_one_error_tree(code: grpc.StatusCode, kind: type, text: str) -> None:
     error = error_for_status(code, "why", "GetTopic")
     assert type(error) is kind and str(error) == text and error.code == code.name

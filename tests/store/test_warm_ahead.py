@@ -7,6 +7,7 @@
 * ``ReputService._take_run`` pops a contiguous run from the dispatch backlog in one go, and
   nothing when the run has a gap or ends past the end offset (the record loop decides then).
 """
+
 from __future__ import annotations
 
 import collections
@@ -28,7 +29,7 @@ def test_populate_to_rounds_to_pages_and_stops_at_the_file_end(tmp_path):
         assert mf.populate_to(10 * PAGE_SIZE_BYTES + 5) == 11 * PAGE_SIZE_BYTES
         assert mf.populate_to(FILE_SIZE * 4) == FILE_SIZE
         assert mf.write_error is None
-        mf.mm[FILE_SIZE - 3:] = b"end"  # populated pages are writable through the mapping
+        mf.mm[FILE_SIZE - 3 :] = b"end"  # populated pages are writable through the mapping
         assert mf.read(FILE_SIZE - 3, 3) == b"end"
     finally:
         mf.close()
@@ -85,7 +86,9 @@ def test_puts_wake_the_warmer_which_stays_ahead_of_the_commitlog(make_store):
             break
         threading.Event().wait(0.01)
     assert mf.populated_position >= min(mf.file_size, mf.wrote_position + 256 * 1024)
-    assert [m.body for m in (store.reput.run_once(), store.get_messages("TopicTest", 0, 0, 32))[1].messages] == [body] * 32
+    assert [m.body for m in (store.reput.run_once(), store.get_messages("TopicTest", 0, 0, 32))[1].messages] == [
+        body
+    ] * 32
 
 
 def test_no_warmer_when_warm_ahead_is_off(make_store):
@@ -119,10 +122,12 @@ def test_reput_keeps_up_with_writers_appending_meanwhile(make_store):
     interleaves the Python steps; a switch inside a C-level iteration of the deque, the race the
     first version had, is not reproduced here). Every record is dispatched once, in order."""
     import sys
+
     store = make_store(commitlog_file_size_bytes=1 << 20)
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
+
         def writer(queue_id: int) -> None:
             for i in range(150):
                 store.put_messages([message(queue_id=queue_id, body=b"%d" % i) for _ in range(3)])

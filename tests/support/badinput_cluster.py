@@ -7,6 +7,7 @@ and must not pay a cluster start per case. ``Cluster.snapshot()`` is the state e
 request must leave unchanged; the cluster is seeded with the topics and groups the corpus
 relies on, a real receipt handle and a real recall handle (``Cluster.ctx``).
 """
+
 from __future__ import annotations
 
 import time
@@ -26,9 +27,9 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.config import BrokerConfig
-from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import BrokerServer, build_server
 from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
@@ -38,8 +39,14 @@ from tests.support.v2_requests import METADATA, message, send
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 # Topics and groups the corpus relies on (created once, before any case runs).
-TOPICS = {"TopicTest": pb.NORMAL, "FifoTopic": pb.FIFO, "DelayTopic": pb.DELAY, "DelayTopic2": pb.DELAY, "TxTopic": pb.TRANSACTION,
-          "OtherTopic": pb.NORMAL}
+TOPICS = {
+    "TopicTest": pb.NORMAL,
+    "FifoTopic": pb.FIFO,
+    "DelayTopic": pb.DELAY,
+    "DelayTopic2": pb.DELAY,
+    "TxTopic": pb.TRANSACTION,
+    "OtherTopic": pb.NORMAL,
+}
 GROUPS = ("G1", "G2")
 
 
@@ -61,18 +68,28 @@ class Cluster:
         stats = self.store_stub.GetStats(pb.GetStatsRequest(), timeout=10)
         topics = self.store_stub.ListTopics(pb.ListTopicsRequest(), timeout=10)
         groups = self.store_stub.ListGroups(pb.ListGroupsRequest(), timeout=10)
-        offsets = {g: sorted((o.topic, o.queue_id, o.offset) for o in self.store_stub.GetGroupOffsets(
-            pb.GetGroupOffsetsRequest(group=g), timeout=10).offsets) for g in GROUPS}
-        return {"puts": (stats.put_messages_total, stats.commitlog_max_offset),
-                "topics": sorted(_names(topics)), "groups": sorted(_names(groups)), "offsets": offsets}
+        offsets = {
+            g: sorted(
+                (o.topic, o.queue_id, o.offset)
+                for o in self.store_stub.GetGroupOffsets(pb.GetGroupOffsetsRequest(group=g), timeout=10).offsets
+            )
+            for g in GROUPS
+        }
+        return {
+            "puts": (stats.put_messages_total, stats.commitlog_max_offset),
+            "topics": sorted(_names(topics)),
+            "groups": sorted(_names(groups)),
+            "offsets": offsets,
+        }
 
     def healthy(self) -> bool:
         for channel in (self.broker_channel, self.store_channel):
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
             if reply.status != health_pb2.HealthCheckResponse.SERVING:
                 return False
-        route = self.v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="TopicTest")),
-                                   metadata=METADATA, timeout=10)
+        route = self.v2.QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="TopicTest")), metadata=METADATA, timeout=10
+        )
         return route.status.code == d.OK
 
 
@@ -87,11 +104,16 @@ def _names(listing) -> list[str]:
 def _seed(cluster: Cluster) -> None:
     stub = cluster.store_stub
     for name, kind in TOPICS.items():
-        stub.CreateOrUpdateTopic(pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(
-            topic_name=name, read_queue_nums=4, write_queue_nums=4, message_type=kind)), timeout=10)
+        stub.CreateOrUpdateTopic(
+            pb.CreateOrUpdateTopicRequest(
+                config=pb.TopicConfig(topic_name=name, read_queue_nums=4, write_queue_nums=4, message_type=kind)
+            ),
+            timeout=10,
+        )
     for group in GROUPS:
-        stub.CreateOrUpdateGroup(pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(
-            group_name=group)), timeout=10)
+        stub.CreateOrUpdateGroup(
+            pb.CreateOrUpdateGroupRequest(config=pb.SubscriptionGroupConfig(group_name=group)), timeout=10
+        )
     # A real receipt handle: G2 pops a message of OtherTopic (invisible for an hour, so it is
     # neither revived nor redelivered while the corpus runs); cases use it with G1/TopicTest.
     assert send(cluster.v2, message("OtherTopic", message_id="SEED-1")).status.code == d.OK
@@ -99,9 +121,13 @@ def _seed(cluster: Cluster) -> None:
     deadline = time.monotonic() + 15
     while not handle and time.monotonic() < deadline:
         request = s.ReceiveMessageRequest(
-            group=d.Resource(name="G2"), message_queue=d.MessageQueue(topic=d.Resource(name="OtherTopic")),
-            filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=1,
-            invisible_duration=Duration(seconds=3600), long_polling_timeout=Duration(seconds=5))
+            group=d.Resource(name="G2"),
+            message_queue=d.MessageQueue(topic=d.Resource(name="OtherTopic")),
+            filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
+            batch_size=1,
+            invisible_duration=Duration(seconds=3600),
+            long_polling_timeout=Duration(seconds=5),
+        )
         for reply in cluster.v2.ReceiveMessage(request, metadata=METADATA, timeout=10):
             if reply.HasField("message"):
                 handle = reply.message.system_properties.receipt_handle
@@ -110,8 +136,10 @@ def _seed(cluster: Cluster) -> None:
     cluster.ctx["handle"] = handle
     # A real recall handle (a delay message an hour ahead, on DelayTopic).
     at = int(time.time()) + 3600
-    sent = send(cluster.v2, message("DelayTopic", message_id="SEED-2", message_type=d.DELAY,
-                                    delivery_timestamp=Timestamp(seconds=at)))
+    sent = send(
+        cluster.v2,
+        message("DelayTopic", message_id="SEED-2", message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=at)),
+    )
     assert sent.status.code == d.OK, sent
     cluster.ctx["recall_handle"] = sent.entries[0].recall_handle
 
@@ -131,9 +159,16 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     broker.start()
     broker_channel = grpc.insecure_channel(f"127.0.0.1:{broker.port}", options=CHANNEL_OPTIONS)
     store_channel = grpc.insecure_channel(f"127.0.0.1:{store_port}", options=CHANNEL_OPTIONS)
-    cluster = Cluster(store, broker, store_port, s_grpc.MessagingServiceStub(broker_channel),
-                      admin_pb2_grpc.AdminStub(broker_channel), pb_grpc.StoreStub(store_channel),
-                      broker_channel, store_channel)
+    cluster = Cluster(
+        store,
+        broker,
+        store_port,
+        s_grpc.MessagingServiceStub(broker_channel),
+        admin_pb2_grpc.AdminStub(broker_channel),
+        pb_grpc.StoreStub(store_channel),
+        broker_channel,
+        store_channel,
+    )
     try:
         _seed(cluster)
         yield cluster
@@ -154,5 +189,6 @@ def _stop_broker(broker: BrokerServer) -> None:
     broker.watch_stop()
     if not broker.server.stop(1.0).wait(15):
         import logging
+
         logging.getLogger(__name__).warning("broker gRPC server did not stop within 15 s")
     broker.sink.close()

@@ -2,6 +2,7 @@
 per-queue offsets, look-up by phy offset and key) that records every PutMessages call. The
 broker core tests use it (the ``fake_store`` fixture of tests/broker/conftest.py), and so do
 tests/broker/test_plain_send_path.py and tests/scheduler/test_recall.py."""
+
 from __future__ import annotations
 
 import threading
@@ -44,11 +45,18 @@ class FakeStore:
                 self.next_offsets[key] = offset + 1
                 phy_offset = 1000 * (len(self.records) + 1)
                 self.records[phy_offset] = StoredMessage(
-                    topic=message.topic, queue_id=message.queue_id, body=message.body,
-                    properties=dict(message.properties), queue_offset=offset, phy_offset=phy_offset,
-                    sys_flag=message.sys_flag, born_timestamp_ms=message.born_timestamp_ms,
-                    born_host=message.born_host, reconsume_times=message.reconsume_times,
-                    prepared_transaction_offset=message.prepared_transaction_offset)
+                    topic=message.topic,
+                    queue_id=message.queue_id,
+                    body=message.body,
+                    properties=dict(message.properties),
+                    queue_offset=offset,
+                    phy_offset=phy_offset,
+                    sys_flag=message.sys_flag,
+                    born_timestamp_ms=message.born_timestamp_ms,
+                    born_host=message.born_host,
+                    reconsume_times=message.reconsume_times,
+                    prepared_transaction_offset=message.prepared_transaction_offset,
+                )
                 results.append(PutOutcome(PutStatus.PUT_OK, queue_offset=offset, phy_offset=phy_offset))
             return results
 
@@ -56,8 +64,12 @@ class FakeStore:
         return self.records.get(phy_offset)
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
-        return [r for r in self.records.values() if r.topic == topic and (
-            r.properties.get("UNIQ_KEY") == key or key in r.properties.get("KEYS", "").split(" "))][:max_num]
+        return [
+            r
+            for r in self.records.values()
+            if r.topic == topic
+            and (r.properties.get("UNIQ_KEY") == key or key in r.properties.get("KEYS", "").split(" "))
+        ][:max_num]
 
     def get_topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)

@@ -9,6 +9,7 @@
 
 Exposed by the conftest.py of tests/broker, tests/scheduler, tests/txcheck and tests/pipeline.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -21,9 +22,9 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerMetrics
-from services.store.client.client import GrpcStoreClient
 from services.broker.rpc.server import BrokerServer, build_server
 from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore

@@ -1,6 +1,7 @@
 """The golden CommitLog record of store-format.md §2.9: its bytes (``GOLDEN``) and the
 ``MessageRecord`` that encodes to them (``golden_record``). Used by
 tests/store/test_commitlog_format.py and tests/pipeline/test_decode.py."""
+
 from __future__ import annotations
 
 from services.domain.format.commitlog_format import MessageRecord, host_from_string
@@ -19,9 +20,20 @@ GOLDEN = bytes.fromhex(GOLDEN_HEX.replace("\n", " "))
 
 def golden_record() -> MessageRecord:
     # Producer order (TAGS, KEYS, WAIT), then the broker adds UNIQ_KEY and CLUSTER.
-    props = {"TAGS": "TagA", "KEYS": "k1 k2", "WAIT": "true",
-             "UNIQ_KEY": "7F0000010B8C18B4AAC2730A64B50000", "CLUSTER": "DefaultCluster"}
+    props = {
+        "TAGS": "TagA",
+        "KEYS": "k1 k2",
+        "WAIT": "true",
+        "UNIQ_KEY": "7F0000010B8C18B4AAC2730A64B50000",
+        "CLUSTER": "DefaultCluster",
+    }
     return MessageRecord(
-        topic="TopicTest", queue_id=0, body=b"Hello RocketMQ", properties=props,
-        born_timestamp_ms=1700000000000, born_host=host_from_string("127.0.0.1:54321"),
-        store_timestamp_ms=1700000000123, store_host=host_from_string("192.168.0.2:10911"))
+        topic="TopicTest",
+        queue_id=0,
+        body=b"Hello RocketMQ",
+        properties=props,
+        born_timestamp_ms=1700000000000,
+        born_host=host_from_string("127.0.0.1:54321"),
+        store_timestamp_ms=1700000000123,
+        store_host=host_from_string("192.168.0.2:10911"),
+    )

@@ -3,6 +3,7 @@ topics and groups, SYNC flush), ``wait_first_ok`` / ``first_ok_after`` (the firs
 acknowledged after a moment), ``check_run`` (the checker's verdict, failing on any violation)
 and ``DRAIN_TIMEOUT_S``. The cluster, the workload and the checker are tests/faults/cluster.py,
 workload.py and checker.py."""
+
 from __future__ import annotations
 
 import time
@@ -16,10 +17,20 @@ from tests.support.processes import Process
 DRAIN_TIMEOUT_S = 40.0
 
 
-def start_cluster(tmp_path: Path, processes: list[Process], services=("store", "broker", "scheduler", "txcheck"),
-                  extra_args: dict[str, list[str]] | None = None, **env: str) -> Cluster:
-    cluster = Cluster(tmp_path / "data", processes, services=services, extra_args=extra_args or {},
-                      env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env}).start()
+def start_cluster(
+    tmp_path: Path,
+    processes: list[Process],
+    services=("store", "broker", "scheduler", "txcheck"),
+    extra_args: dict[str, list[str]] | None = None,
+    **env: str,
+) -> Cluster:
+    cluster = Cluster(
+        tmp_path / "data",
+        processes,
+        services=services,
+        extra_args=extra_args or {},
+        env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env},
+    ).start()
     cluster.create_topic("FaultsNormal", "NORMAL")
     cluster.create_topic("FaultsFifo", "FIFO")
     cluster.create_group("FaultsGroup")
@@ -50,4 +61,3 @@ def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> 
 def first_ok_after(history: History, t: float) -> float:
     """Completion time of the first ok send completed after ``t`` (wait_first_ok saw one)."""
     return min(s.complete_t for s in list(history.sends.values()) if s.outcome == "ok" and s.complete_t > t)
-

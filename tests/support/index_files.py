@@ -1,6 +1,7 @@
 """Small IndexFiles for tests: the geometry (``SLOTS``, ``ENTRIES``, ``FILE_SIZE``), the clock's
 start ``T0``, ``FAR_FUTURE``, the transaction sys flags the dispatch filters look at, and
 ``new_service`` / ``file_bytes``. Used by tests/store/test_index_file.py and test_index_batch.py."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,8 +21,7 @@ SYSFLAG_COMMIT = 0x8
 SYSFLAG_ROLLBACK = 0xC
 
 
-def new_service(tmp_path: Path, entries: int = ENTRIES, clock: ManualClock | None = None,
-                **kwargs) -> IndexService:
+def new_service(tmp_path: Path, entries: int = ENTRIES, clock: ManualClock | None = None, **kwargs) -> IndexService:
     return IndexService(tmp_path / "index", SLOTS, entries, clock or ManualClock(T0), **kwargs)
 
 

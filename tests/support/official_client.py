@@ -8,6 +8,7 @@ clash with ours in one process): tests/broker/clients/send.py and consume.py.
 
 The client writes its log under ~/logs: each run gets HOME set to a test directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,17 @@ CLIENT_TIMEOUT_S = 120
 WAIT_S = 40  # a background Client's default wait for a line
 
 
-def run_client(home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = (),
-               **options: object) -> tuple[list[dict], dict]:
+def run_client(
+    home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = (), **options: object
+) -> tuple[list[dict], dict]:
     """(one result per message, the settings the producer applied); ``options``: more job
     fields (ak, sk, checker ...; clients/send.py)."""
     job = json.dumps({"endpoint": endpoint, "topics": list(topics), "messages": messages, **options})
     # HOME: the client writes its log under ~/logs/rocketmq_python.
     env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(SEND_SCRIPT), job], capture_output=True, text=True, env=env,
-                          timeout=CLIENT_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, str(SEND_SCRIPT), job], capture_output=True, text=True, env=env, timeout=CLIENT_TIMEOUT_S
+    )
     assert done.returncode == 0, f"client failed:\n{done.stdout}\n{done.stderr}"
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return lines[:-1], lines[-1]["settings"]
@@ -42,8 +45,13 @@ def run_client(home: Path, endpoint: str, messages: list[dict], topics: tuple[st
 
 def consume(home: Path, endpoint: str, **job) -> list[dict]:
     env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(CONSUME_SCRIPT), json.dumps({"endpoint": endpoint, **job})],
-                          capture_output=True, text=True, env=env, timeout=CLIENT_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, str(CONSUME_SCRIPT), json.dumps({"endpoint": endpoint, **job})],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CLIENT_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"consumer failed:\n{done.stdout}\n{done.stderr}"
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines and lines[-1] == {"done": True}, lines
@@ -63,13 +71,20 @@ class Client:
 
     def __init__(self, home: Path, job: dict) -> None:
         env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
-        self.popen = subprocess.Popen([sys.executable, str(SEND_SCRIPT), json.dumps(job)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=env)
+        self.popen = subprocess.Popen(
+            [sys.executable, str(SEND_SCRIPT), json.dumps(job)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: queue.Queue[dict | None] = queue.Queue()
         self.seen: list[dict] = []
         self._stderr: list[str] = []
-        self._pumps = [threading.Thread(target=self._pump, daemon=True),
-                       threading.Thread(target=lambda: self._stderr.extend(self.popen.stderr), daemon=True)]
+        self._pumps = [
+            threading.Thread(target=self._pump, daemon=True),
+            threading.Thread(target=lambda: self._stderr.extend(self.popen.stderr), daemon=True),
+        ]
         for pump in self._pumps:
             pump.start()
 

@@ -2,6 +2,7 @@
 stop or kill it (``Process``); ``start_store`` starts ``python -m services.store``,
 ``start_cluster`` a store and a broker; the ready lines of the store, the broker and ``pyrmq up``.
 The `processes` fixture (tests/conftest.py) kills whatever a test started."""
+
 from __future__ import annotations
 
 import os
@@ -21,19 +22,26 @@ BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint
 # ``pyrmq up`` (store and broker under one parent): its one ready line.
 UP_READY = re.compile(
     r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
-    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
+    r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"
+)
 
 
 class Process:
     """A child process whose stdout lines are read by a thread, so waits can time out."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-                 own_group: bool = False) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None, own_group: bool = False) -> None:
         """``own_group``: in a new process group, as a shell's foreground job (a terminal's
         Ctrl-C is ``os.killpg(popen.pid, SIGINT)``)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, process_group=0 if own_group else None)
+        self.popen = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            process_group=0 if own_group else None,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, args=(self.popen.stdout, self.lines.put), daemon=True).start()
@@ -79,9 +87,22 @@ class Process:
 
 
 def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Process, re.Match[str]]:
-    process = Process([sys.executable, "-m", "services.store", "--data-dir", str(data_dir),
-                       "--port", "0", "--metrics-port", "0",
-                       "--commitlog-file-size-bytes", str(1 << 20)], cwd)
+    process = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.store",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--commitlog-file-size-bytes",
+            str(1 << 20),
+        ],
+        cwd,
+    )
     processes.append(process)
     return process, process.wait_line(STORE_READY)
 
@@ -90,7 +111,19 @@ def start_cluster(data_dir: Path, started: list) -> str:
     """A store and a broker as subprocesses on 127.0.0.1 (Spark's workers reach them like any
     client: tests/pipeline); returns the broker's endpoint."""
     _, ready = start_store(started, data_dir, ROOT)
-    broker = Process([sys.executable, "-m", "services.broker", "--port", "0", "--metrics-port", "-1",
-                      "--store-address", ready["grpc"]], ROOT)
+    broker = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.broker",
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+            "--store-address",
+            ready["grpc"],
+        ],
+        ROOT,
+    )
     started.append(broker)
     return broker.wait_line(BROKER_READY)["endpoint"]

@@ -2,16 +2,19 @@
 ``python -m services.scheduler``), ``delivered`` (every record of a topic's queues, read through
 a GrpcStoreClient) and ``metric`` (one sample of a /metrics page). Used by
 tests/scheduler/test_end_to_end.py and test_soak.py."""
+
 from __future__ import annotations
 
 import re
 import urllib.request
 
-from services.store.client.model import StoredMessage
 from services.store.client.client import GrpcStoreClient
+from services.store.client.model import StoredMessage
 
-SCHEDULER_READY = re.compile(r"^pyrmq-scheduler ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
-                             r"store=(?P<store>\S+) data=(?P<data>\S+)$")
+SCHEDULER_READY = re.compile(
+    r"^pyrmq-scheduler ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
+    r"store=(?P<store>\S+) data=(?P<data>\S+)$"
+)
 
 
 def delivered(store: GrpcStoreClient, topic: str, queues: int = 8) -> list[StoredMessage]:

@@ -3,6 +3,7 @@
 exposes them), the topic/group names, and helpers that create the topic, put and dispatch,
 pop, revive, ack and read the committed offset. Used by tests/store/test_pop.py and
 test_pop_sql.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,6 +26,7 @@ def open_store(make_store):
         store = make_store()
         store.pop.revive.halt()  # the tests drive redelivery with run_once()
         return store
+
     return open_
 
 
@@ -48,8 +50,15 @@ def put_bodies(store: FileStore, *bodies: bytes, topic: str = TOPIC, queue_id: i
     return put(store, *(message(topic, queue_id, body) for body in bodies))
 
 
-def pop(store: FileStore, group: str = GROUP, topic: str = TOPIC, queue_id: int = -1, max_count: int = 32,
-        invisible_ms: int = INVISIBLE_MS, **kwargs) -> PopResult:
+def pop(
+    store: FileStore,
+    group: str = GROUP,
+    topic: str = TOPIC,
+    queue_id: int = -1,
+    max_count: int = 32,
+    invisible_ms: int = INVISIBLE_MS,
+    **kwargs,
+) -> PopResult:
     return store.pop.pop(group, topic, queue_id, max_count, invisible_ms, **kwargs)
 
 

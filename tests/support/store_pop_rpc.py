@@ -7,6 +7,7 @@ The fixture is named ``served`` like the one of tests/support/store_rpc.py (whic
 tests/store/conftest.py exposes); these modules import it as ``pop_served``, so their own
 module-level ``served`` overrides the directory's.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -52,8 +53,9 @@ class Served:
         return self.stub.AckMessage(request, timeout=RPC_TIMEOUT_S).status
 
     def change(self, handle: str, invisible_ms: int) -> pb.ChangeInvisibleDurationResponse:
-        request = pb.ChangeInvisibleDurationRequest(group=GROUP, topic=TOPIC, receipt_handle=handle,
-                                                    invisible_duration_ms=invisible_ms)
+        request = pb.ChangeInvisibleDurationRequest(
+            group=GROUP, topic=TOPIC, receipt_handle=handle, invisible_duration_ms=invisible_ms
+        )
         return self.stub.ChangeInvisibleDuration(request, timeout=RPC_TIMEOUT_S)
 
     def revive(self) -> None:
@@ -80,5 +82,11 @@ def pop_served(tmp_path) -> Iterator[Served]:
 
 
 def message(body: bytes, queue_id: int = 0, **properties: str) -> pb.Message:
-    return pb.Message(topic=TOPIC, queue_id=queue_id, body=body, properties=properties,
-                      born_timestamp_ms=1_700_000_000_000, born_host="10.1.2.3:54321")
+    return pb.Message(
+        topic=TOPIC,
+        queue_id=queue_id,
+        body=body,
+        properties=properties,
+        born_timestamp_ms=1_700_000_000_000,
+        born_host="10.1.2.3:54321",
+    )

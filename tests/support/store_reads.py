@@ -2,6 +2,7 @@
 thread dispatches and indexes just after a put returns: ``stored`` (a queue's messages, waiting
 for a count), ``wait_stored`` (by key, waiting for the index) and ``wait_dispatched`` (until a
 topic's queues hold a count)."""
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,9 @@ def stored(store_stub, topic, queue_id, offset=0, at_least=0) -> list[pb.Message
     since the store's reput thread fills the ConsumeQueue just after a put returns."""
     deadline = time.monotonic() + 10
     while True:
-        got = store_stub.GetMessages(pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset),
-                                     timeout=10)
+        got = store_stub.GetMessages(
+            pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset), timeout=10
+        )
         if len(got.messages) >= at_least or time.monotonic() > deadline:
             return list(got.messages)
         time.sleep(0.02)

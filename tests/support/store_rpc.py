@@ -2,6 +2,7 @@
 127.0.0.1:0, the fixture of tests/store/test_rpc.py and test_auth_config.py; exposed by
 tests/store/conftest.py), its ``Served`` handle, ``store_config``, ``message`` (a pb.Message on
 ``TOPIC``) and ``wait_until``."""
+
 from __future__ import annotations
 
 import threading
@@ -42,12 +43,15 @@ class Served:
     def put(self, *messages: pb.Message, allow_system_topics: bool = False) -> list[pb.PutResult]:
         response = self.stub.PutMessages(
             pb.PutMessagesRequest(messages=list(messages), allow_system_topics=allow_system_topics),
-            timeout=RPC_TIMEOUT_S)
+            timeout=RPC_TIMEOUT_S,
+        )
         return list(response.results)
 
     def get(self, queue_offset: int, queue_id: int = 0, topic: str = TOPIC, **kwargs) -> pb.GetMessagesResponse:
-        return self.stub.GetMessages(pb.GetMessagesRequest(
-            topic=topic, queue_id=queue_id, queue_offset=queue_offset, **kwargs), timeout=RPC_TIMEOUT_S)
+        return self.stub.GetMessages(
+            pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=queue_offset, **kwargs),
+            timeout=RPC_TIMEOUT_S,
+        )
 
     def wait_dispatched(self, max_offset: int, queue_id: int = 0, topic: str = TOPIC) -> None:
         request = pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id)
@@ -55,8 +59,13 @@ class Served:
 
 
 def store_config(tmp_path) -> StoreConfig:
-    return StoreConfig(store_root=tmp_path / "store", commitlog_file_size_bytes=1 << 20,
-                       consume_queue_units_per_file=1000, index_hash_slot_num=1000, index_num_max=4000)
+    return StoreConfig(
+        store_root=tmp_path / "store",
+        commitlog_file_size_bytes=1 << 20,
+        consume_queue_units_per_file=1000,
+        index_hash_slot_num=1000,
+        index_num_max=4000,
+    )
 
 
 @pytest.fixture
@@ -76,5 +85,11 @@ def served(tmp_path) -> Iterator[Served]:
 
 
 def message(body: bytes, queue_id: int = 0, **properties: str) -> pb.Message:
-    return pb.Message(topic=TOPIC, queue_id=queue_id, body=body, properties=properties,
-                      born_timestamp_ms=1_700_000_000_000, born_host="10.1.2.3:54321")
+    return pb.Message(
+        topic=TOPIC,
+        queue_id=queue_id,
+        body=body,
+        properties=properties,
+        born_timestamp_ms=1_700_000_000_000,
+        born_host="10.1.2.3:54321",
+    )

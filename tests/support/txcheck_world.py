@@ -13,6 +13,7 @@ exposes it) builds one with ``TIMEOUT_MS`` / ``INTERVAL_MS``.
   relay: records each ``CheckRequest`` and answers SENT / NO_PRODUCER, optionally resolving
   the transaction right away like a producer's checker would.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,16 +21,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.runtime.clock import ManualClock
-from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
 from services.broker.store_client import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.runtime.clock import ManualClock
+from services.store.client.errors import StoreUnavailableError
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
 from services.store.memory_store import MemoryStore
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
-from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.store.client.errors import StoreUnavailableError
 from services.txcheck.model import CheckOutcome, CheckRequest
 from tests.support.filestore import small_config
 
@@ -45,7 +46,7 @@ class MemoryClientStore:
 
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
-        self.fail_after: int | None = None   # raise on the call after this many more
+        self.fail_after: int | None = None  # raise on the call after this many more
         self.calls = 0
 
     def _tick(self) -> None:
@@ -58,8 +59,13 @@ class MemoryClientStore:
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetOutcome:
         self._tick()
         result = self.store.get_messages(topic, queue_id, queue_offset, max_count)
-        return GetOutcome(result.status, [_stored(r) for r in result.messages], result.next_begin_offset,
-                          result.min_offset, result.max_offset)
+        return GetOutcome(
+            result.status,
+            [_stored(r) for r in result.messages],
+            result.next_begin_offset,
+            result.min_offset,
+            result.max_offset,
+        )
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         self._tick()
@@ -67,13 +73,25 @@ class MemoryClientStore:
 
     def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
         self._tick()
-        records = [MessageRecord(topic=m.topic, queue_id=m.queue_id, body=m.body, properties=dict(m.properties),
-                                 flag=m.flag, sys_flag=m.sys_flag, born_timestamp_ms=m.born_timestamp_ms,
-                                 born_host=host_from_string(m.born_host or "127.0.0.1:0"),
-                                 reconsume_times=m.reconsume_times,
-                                 prepared_transaction_offset=m.prepared_transaction_offset) for m in messages]
-        return [PutOutcome(r.status, r.queue_offset, r.phy_offset, error=r.error, store_timestamp_ms=r.store_timestamp_ms)
-                for r in self.store.put_messages(records, allow_system_topics)]
+        records = [
+            MessageRecord(
+                topic=m.topic,
+                queue_id=m.queue_id,
+                body=m.body,
+                properties=dict(m.properties),
+                flag=m.flag,
+                sys_flag=m.sys_flag,
+                born_timestamp_ms=m.born_timestamp_ms,
+                born_host=host_from_string(m.born_host or "127.0.0.1:0"),
+                reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset,
+            )
+            for m in messages
+        ]
+        return [
+            PutOutcome(r.status, r.queue_offset, r.phy_offset, error=r.error, store_timestamp_ms=r.store_timestamp_ms)
+            for r in self.store.put_messages(records, allow_system_topics)
+        ]
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._tick()
@@ -97,15 +115,25 @@ class MemoryClientStore:
 
 
 def _stored(record: MessageRecord) -> StoredMessage:
-    return StoredMessage(topic=record.topic, queue_id=record.queue_id, body=record.body,
-                         properties=dict(record.properties), queue_offset=record.queue_offset,
-                         phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
-                         born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
-                         store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
-                         reconsume_times=record.reconsume_times,
-                         prepared_transaction_offset=record.prepared_transaction_offset,
-                         offset_msg_id=record.offset_msg_id, store_size_bytes=record.total_size,
-                         body_crc=record.body_crc)
+    return StoredMessage(
+        topic=record.topic,
+        queue_id=record.queue_id,
+        body=record.body,
+        properties=dict(record.properties),
+        queue_offset=record.queue_offset,
+        phy_offset=record.phy_offset,
+        sys_flag=record.sys_flag,
+        flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=host_to_string(record.born_host),
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=host_to_string(record.store_host),
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        offset_msg_id=record.offset_msg_id,
+        store_size_bytes=record.total_size,
+        body_crc=record.body_crc,
+    )
 
 
 @dataclass
@@ -136,16 +164,27 @@ class Broker:
         self.clock = clock
         self.halves = HalfMessageTable()
         broker_store = MemoryClientStore(store)
-        self.transactions = TransactionService(broker_store, DirectPutSink(broker_store.put_messages),
-                                               self.halves, clock)
+        self.transactions = TransactionService(
+            broker_store, DirectPutSink(broker_store.put_messages), self.halves, clock
+        )
 
     def send_half(self, tid: str, topic: str = "TxTopic", body: bytes = b"money", **extra: str) -> MessageRecord:
         """A half message as producer.py parks it (born now, by the manual clock)."""
-        properties = {"TAGS": "T", "UNIQ_KEY": tid, "TRAN_MSG": "true", "RECONSUME_TIME": "0", "PGROUP": topic,
-                      "CLUSTER": "DefaultCluster", "__transactionId__": tid, "REAL_TOPIC": topic, "REAL_QID": "1",
-                      **extra}
-        record = MessageRecord(topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=properties,
-                               born_timestamp_ms=self.clock.now_ms())
+        properties = {
+            "TAGS": "T",
+            "UNIQ_KEY": tid,
+            "TRAN_MSG": "true",
+            "RECONSUME_TIME": "0",
+            "PGROUP": topic,
+            "CLUSTER": "DefaultCluster",
+            "__transactionId__": tid,
+            "REAL_TOPIC": topic,
+            "REAL_QID": "1",
+            **extra,
+        }
+        record = MessageRecord(
+            topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=properties, born_timestamp_ms=self.clock.now_ms()
+        )
         [result] = self.store.put_messages([record], allow_system_topics=True)
         assert result.ok
         self.halves.remember(tid, HalfRef(topic, result.phy_offset, result.queue_offset))

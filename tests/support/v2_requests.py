@@ -8,6 +8,7 @@
 * Telemetry: ``Stream`` (a call driven from a queue of commands) and ``producer_settings``
   (a producer's Settings command).
 """
+
 from __future__ import annotations
 
 import queue
@@ -26,8 +27,12 @@ MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
 def message(topic="TopicTest", body=b"hello", message_id=MESSAGE_ID, user_properties=None, **system) -> d.Message:
     system.setdefault("message_type", d.NORMAL)
     system.setdefault("body_encoding", d.IDENTITY)
-    return d.Message(topic=d.Resource(name=topic), body=body, user_properties=user_properties or {},
-                     system_properties=d.SystemProperties(message_id=message_id, **system))
+    return d.Message(
+        topic=d.Resource(name=topic),
+        body=body,
+        user_properties=user_properties or {},
+        system_properties=d.SystemProperties(message_id=message_id, **system),
+    )
 
 
 def send(v2, *messages, metadata=METADATA) -> s.SendMessageResponse:
@@ -40,16 +45,35 @@ def send_ok(v2, *messages):
 
 
 def end(v2, topic, tid, resolution, source=d.SOURCE_CLIENT):
-    return v2.EndTransaction(s.EndTransactionRequest(topic=d.Resource(name=topic), message_id=tid, transaction_id=tid,
-                                                     resolution=resolution, source=source), metadata=METADATA, timeout=10)
+    return v2.EndTransaction(
+        s.EndTransactionRequest(
+            topic=d.Resource(name=topic), message_id=tid, transaction_id=tid, resolution=resolution, source=source
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
 
 
-def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, timeout=10, batch_size=32,
-            filter_type=d.TAG, **extra) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
+def receive(
+    v2,
+    topic,
+    group="G1",
+    expression="*",
+    invisible_s=30,
+    polling_s=5,
+    timeout=10,
+    batch_size=32,
+    filter_type=d.TAG,
+    **extra,
+) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
     request = s.ReceiveMessageRequest(
-        group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=0),
-        filter_expression=d.FilterExpression(type=filter_type, expression=expression), batch_size=batch_size,
-        long_polling_timeout=Duration(seconds=polling_s), **extra)
+        group=d.Resource(name=group),
+        message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=0),
+        filter_expression=d.FilterExpression(type=filter_type, expression=expression),
+        batch_size=batch_size,
+        long_polling_timeout=Duration(seconds=polling_s),
+        **extra,
+    )
     if invisible_s is not None:
         request.invisible_duration.CopyFrom(Duration(seconds=invisible_s))
     replies = list(v2.ReceiveMessage(request, metadata=METADATA, timeout=timeout))
@@ -58,17 +82,33 @@ def receive(v2, topic, group="G1", expression="*", invisible_s=30, polling_s=5, 
 
 
 def ack(v2, topic, handle, group="G1") -> s.AckMessageResponse:
-    return v2.AckMessage(s.AckMessageRequest(group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[
-        s.AckMessageEntry(message_id="x", receipt_handle=handle)]), metadata=METADATA, timeout=10)
+    return v2.AckMessage(
+        s.AckMessageRequest(
+            group=d.Resource(name=group),
+            topic=d.Resource(name=topic),
+            entries=[s.AckMessageEntry(message_id="x", receipt_handle=handle)],
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
 
 
 def change(v2, topic, handle, seconds, group="G1") -> s.ChangeInvisibleDurationResponse:
-    return v2.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
-        group=d.Resource(name=group), topic=d.Resource(name=topic), receipt_handle=handle,
-        invisible_duration=Duration(seconds=seconds), message_id="x"), metadata=METADATA, timeout=10)
+    return v2.ChangeInvisibleDuration(
+        s.ChangeInvisibleDurationRequest(
+            group=d.Resource(name=group),
+            topic=d.Resource(name=topic),
+            receipt_handle=handle,
+            invisible_duration=Duration(seconds=seconds),
+            message_id="x",
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
 
 
 # -- Telemetry ----------------------------------------------------------------------------------
+
 
 class Stream:
     """A Telemetry call driven from a queue of commands."""
@@ -93,9 +133,15 @@ class Stream:
 
 
 def producer_settings(*topics) -> s.TelemetryCommand:
-    return s.TelemetryCommand(settings=d.Settings(
-        client_type=d.PRODUCER, access_point=d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=1)]),
-        request_timeout=Duration(seconds=3),
-        publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics], max_body_size=134217728,
-                                validate_message_type=True),
-        user_agent=d.UA(language=d.PYTHON, version="5.1.2"), metric=d.Metric(on=False)))
+    return s.TelemetryCommand(
+        settings=d.Settings(
+            client_type=d.PRODUCER,
+            access_point=d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=1)]),
+            request_timeout=Duration(seconds=3),
+            publishing=d.Publishing(
+                topics=[d.Resource(name=t) for t in topics], max_body_size=134217728, validate_message_type=True
+            ),
+            user_agent=d.UA(language=d.PYTHON, version="5.1.2"),
+            metric=d.Metric(on=False),
+        )
+    )

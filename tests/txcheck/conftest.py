@@ -5,6 +5,7 @@
 * ``store_address``, ``store_stub``, ``make_broker``, ``broker``, ``v2``: real store and broker
   servers in this process (tests/support/broker_servers.py).
 """
+
 from __future__ import annotations
 
 from tests.support.broker_servers import broker, make_broker, store_address, store_stub, v2  # noqa: F401 - fixtures

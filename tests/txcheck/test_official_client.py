@@ -3,6 +3,7 @@ open, the transaction checker asks it (through the broker's Telemetry stream), a
 TransactionChecker's answer settles it. Store and broker run in this process on 127.0.0.1:0;
 the checker runs in-process (CheckService) or as ``python -m services.txcheck`` (kill -9 test).
 Client processes: tests/broker/clients/send.py and consume.py."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,33 +19,54 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
 from services.txcheck.rpc.broker_client import GrpcProducers
-from services.store.client.client import GrpcStoreClient
 from services.txcheck.service import CheckService
 from tests.support.official_client import WAIT_S, Client, consume
 from tests.support.processes import Process
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                                reason="rocketmq-python-client not installed (pip install -e '.[test]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-TXCHECK_READY = re.compile(r"^pyrmq-txcheck ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
-                           r"store=(?P<store>\S+) broker=(?P<broker>\S+)$")
+TXCHECK_READY = re.compile(
+    r"^pyrmq-txcheck ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) "
+    r"store=(?P<store>\S+) broker=(?P<broker>\S+)$"
+)
 FAST = dict(transaction_timeout_ms=1_000, check_interval_ms=500)  # the Python client's born time has whole seconds
 
 
-def open_transactions(home: Path, endpoint: str, topic: str, checker: str, count: int = 1, linger_s: int = WAIT_S,
-                      **job) -> Client:
-    return Client(home, {"endpoint": endpoint, "topics": [topic], "checker": checker, "linger_s": linger_s,
-                         "messages": [{"topic": topic, "body": f"{topic} #{n}", "keys": [f"k{n}"],
-                                       "transaction": "open"} for n in range(count)], **job})
+def open_transactions(
+    home: Path, endpoint: str, topic: str, checker: str, count: int = 1, linger_s: int = WAIT_S, **job
+) -> Client:
+    return Client(
+        home,
+        {
+            "endpoint": endpoint,
+            "topics": [topic],
+            "checker": checker,
+            "linger_s": linger_s,
+            "messages": [
+                {"topic": topic, "body": f"{topic} #{n}", "keys": [f"k{n}"], "transaction": "open"}
+                for n in range(count)
+            ],
+            **job,
+        },
+    )
 
 
 def real_messages(store_stub, topic: str) -> list[pb.Message]:
-    return [m for q in range(8) for m in store_stub.GetMessages(
-        pb.GetMessagesRequest(topic=topic, queue_id=q, queue_offset=0), timeout=10).messages]
+    return [
+        m
+        for q in range(8)
+        for m in store_stub.GetMessages(
+            pb.GetMessagesRequest(topic=topic, queue_id=q, queue_offset=0), timeout=10
+        ).messages
+    ]
 
 
 def wait_for(predicate, what: str, timeout_s: float = WAIT_S) -> None:
@@ -60,8 +82,9 @@ def run_checker(store_address) -> Iterator:
     started: list[tuple[CheckService, GrpcStoreClient, GrpcProducers, HalfMessageChecker]] = []
 
     def start(broker_port: int, **overrides) -> HalfMessageChecker:
-        config = TxCheckConfig(store_address=store_address, broker_addresses=(f"127.0.0.1:{broker_port}",),
-                               **{**FAST, **overrides})
+        config = TxCheckConfig(
+            store_address=store_address, broker_addresses=(f"127.0.0.1:{broker_port}",), **{**FAST, **overrides}
+        )
         store, producers = GrpcStoreClient(store_address, put_stream=False), GrpcProducers(config.broker_addresses)
         checker = HalfMessageChecker(config, store, producers, SystemClock())
         service = CheckService(checker, config)
@@ -83,12 +106,12 @@ def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_s
     try:
         sent = [committing.next_line("ok"), rolling_back.next_line("ok")]
         assert all(s["ok"] for s in sent), sent
-        assert real_messages(store_stub, "TxCheckCommit") == []     # invisible while open
+        assert real_messages(store_stub, "TxCheckCommit") == []  # invisible while open
         checker = run_checker(broker.port)
         assert committing.next_line("checked") == {"checked": sent[0]["message_id"], "answer": "commit"}
         assert rolling_back.next_line("checked") == {"checked": sent[1]["message_id"], "answer": "rollback"}
         wait_for(lambda: real_messages(store_stub, "TxCheckCommit"), "the commit")
-        time.sleep(1.5)   # a few more passes: nothing is asked again, nothing else appears
+        time.sleep(1.5)  # a few more passes: nothing is asked again, nothing else appears
         [committed] = real_messages(store_stub, "TxCheckCommit")
         assert committed.properties["UNIQ_KEY"] == sent[0]["message_id"] and committed.body == b"TxCheckCommit #0"
         assert committed.sys_flag & 0xC == 0x8
@@ -100,8 +123,16 @@ def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_s
         committing.stop()
         rolling_back.stop()
     # The committed one is consumable like any message; the rolled back one never is.
-    [delivered] = consume(tmp_path / "consumer", endpoint, mode="simple", group="TxCheckGroup",
-                          topic="TxCheckCommit", count=1, deadline_s=20, await_s=2)
+    [delivered] = consume(
+        tmp_path / "consumer",
+        endpoint,
+        mode="simple",
+        group="TxCheckGroup",
+        topic="TxCheckCommit",
+        count=1,
+        deadline_s=20,
+        await_s=2,
+    )
     assert delivered["body"] == "TxCheckCommit #0" and delivered["message_id"] == sent[0]["message_id"]
     assert delivered["keys"] == ["k0"] and "TRANSACTION_CHECK_TIMES" not in delivered["properties"]
 
@@ -112,12 +143,21 @@ def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker
     first = open_transactions(tmp_path / "a", endpoint, "TxCheckLate", "commit", linger_s=0)
     sent = first.next_line("ok")
     first.next_line("settings")
-    first.stop()                                  # gone before anyone asked it
+    first.stop()  # gone before anyone asked it
     checker = run_checker(broker.port, check_max=1)
     wait_for(lambda: checker.stats().no_producer_retries >= 2, "checks with no producer")
     assert checker.stats().moved_to_max_time_topic == 0
-    later = Client(tmp_path / "b", {"endpoint": endpoint, "topics": ["TxCheckLate"], "checker": "commit",
-                                    "linger_s": WAIT_S, "linger_checks": 1, "messages": []})
+    later = Client(
+        tmp_path / "b",
+        {
+            "endpoint": endpoint,
+            "topics": ["TxCheckLate"],
+            "checker": "commit",
+            "linger_s": WAIT_S,
+            "linger_checks": 1,
+            "messages": [],
+        },
+    )
     try:
         assert later.next_line("checked")["checked"] == sent["message_id"]
         wait_for(lambda: real_messages(store_stub, "TxCheckLate"), "the commit")
@@ -127,10 +167,26 @@ def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker
 
 
 def start_txcheck(processes: list[Process], store_address: str, broker_port: int) -> tuple[Process, re.Match]:
-    process = Process([sys.executable, "-m", "services.txcheck", "--store-address", store_address,
-                       "--broker-address", f"127.0.0.1:{broker_port}", "--port", "0", "--metrics-port", "0",
-                       "--transaction-timeout-ms", str(FAST["transaction_timeout_ms"]),
-                       "--check-interval-ms", str(FAST["check_interval_ms"])], ROOT)
+    process = Process(
+        [
+            sys.executable,
+            "-m",
+            "services.txcheck",
+            "--store-address",
+            store_address,
+            "--broker-address",
+            f"127.0.0.1:{broker_port}",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--transaction-timeout-ms",
+            str(FAST["transaction_timeout_ms"]),
+            "--check-interval-ms",
+            str(FAST["check_interval_ms"]),
+        ],
+        ROOT,
+    )
     processes.append(process)
     return process, process.wait_line(TXCHECK_READY)
 
@@ -143,23 +199,28 @@ def test_kill_9_of_txcheck_loses_no_open_transaction(broker, store_stub, store_a
         assert all(s["ok"] for s in sent), sent
 
         def halves() -> int:
-            return len(store_stub.GetMessages(pb.GetMessagesRequest(
-                topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, queue_offset=0), timeout=10).messages)
+            return len(
+                store_stub.GetMessages(
+                    pb.GetMessagesRequest(topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, queue_offset=0), timeout=10
+                ).messages
+            )
 
         process, _ = start_txcheck(processes, store_address, broker.port)
         wait_for(lambda: halves() > 3, "the first check copy")
-        process.popen.kill()                      # kill -9 in the middle of a pass
+        process.popen.kill()  # kill -9 in the middle of a pass
         process.popen.wait()
         process, ready = start_txcheck(processes, store_address, broker.port)
         wanted = {s["message_id"] for s in sent}
-        wait_for(lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckKill")} == wanted,
-                 "every open transaction committed")
+        wait_for(
+            lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckKill")} == wanted,
+            "every open transaction committed",
+        )
         time.sleep(1.5)
         assert sorted(m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckKill")) == sorted(wanted)
         metrics = urllib.request.urlopen(ready["metrics"], timeout=10).read().decode()
         assert re.search(r"^pyrmq_txcheck_half_lag 0\.0$", metrics, re.M), metrics
         assert "pyrmq_txcheck_moved_to_max_time_topic_total 0.0" in metrics
-        assert process.stop(15) == 0              # SIGTERM: a clean stop
+        assert process.stop(15) == 0  # SIGTERM: a clean stop
     finally:
         client.stop()
 
@@ -181,8 +242,11 @@ def test_repeated_kill_9_soak(broker, store_stub, store_address, processes, tmp_
             process.popen.kill()
             process.popen.wait()
         process, ready = start_txcheck(processes, store_address, broker.port)
-        wait_for(lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckSoak")} == wanted,
-                 "every open transaction committed", timeout_s=90)
+        wait_for(
+            lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckSoak")} == wanted,
+            "every open transaction committed",
+            timeout_s=90,
+        )
         time.sleep(2)
         assert sorted(m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckSoak")) == sorted(wanted)
         metrics = urllib.request.urlopen(ready["metrics"], timeout=10).read().decode()

@@ -1,5 +1,6 @@
 """The loop around the checker (waits, health), its metrics, its configuration and its process
 entry point's refusals."""
+
 from __future__ import annotations
 
 import sys
@@ -59,24 +60,47 @@ def test_metrics_expose_the_checker_stats(world):
     world.producers.outcome = CheckOutcome.NO_PRODUCER
     checker.run_once()
     text = generate_latest(TxCheckMetrics(checker.stats).registry).decode()
-    for line in ("pyrmq_txcheck_checks_sent_total 2.0", 'pyrmq_txcheck_check_results_total{resolution="commit"} 1.0',
-                 'pyrmq_txcheck_check_results_total{resolution="unknown"} 1.0',
-                 'pyrmq_txcheck_check_retries_total{reason="no_producer"} 1.0',
-                 "pyrmq_txcheck_moved_to_max_time_topic_total 0.0", "pyrmq_txcheck_passes_total 2.0",
-                 "pyrmq_txcheck_half_lag 0.0", "pyrmq_txcheck_op_lag 0.0"):
+    for line in (
+        "pyrmq_txcheck_checks_sent_total 2.0",
+        'pyrmq_txcheck_check_results_total{resolution="commit"} 1.0',
+        'pyrmq_txcheck_check_results_total{resolution="unknown"} 1.0',
+        'pyrmq_txcheck_check_retries_total{reason="no_producer"} 1.0',
+        "pyrmq_txcheck_moved_to_max_time_topic_total 0.0",
+        "pyrmq_txcheck_passes_total 2.0",
+        "pyrmq_txcheck_half_lag 0.0",
+        "pyrmq_txcheck_op_lag 0.0",
+    ):
         assert line in text, text
 
 
-@pytest.mark.parametrize("overrides", [dict(check_max=0), dict(broker_addresses=()), dict(port=70000),
-                                       dict(half_retention_ms=1000, transaction_timeout_ms=1000)])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(check_max=0),
+        dict(broker_addresses=()),
+        dict(port=70000),
+        dict(half_retention_ms=1000, transaction_timeout_ms=1000),
+    ],
+)
 def test_bad_configurations_are_refused(overrides):
     with pytest.raises(ValueError):
         TxCheckConfig(**overrides)
 
 
 def test_command_line():
-    config = load_config(["--store-address", "s:1", "--broker-address", "b:1,b:2",
-                          "--broker-address", "b:3", "--check-interval-ms", "500"], environ={})
+    config = load_config(
+        [
+            "--store-address",
+            "s:1",
+            "--broker-address",
+            "b:1,b:2",
+            "--broker-address",
+            "b:3",
+            "--check-interval-ms",
+            "500",
+        ],
+        environ={},
+    )
     assert config.broker_addresses == ("b:1", "b:2", "b:3") and config.check_interval_ms == 500
     assert load_config([], environ={}).broker_addresses == ("127.0.0.1:8081",)
 
@@ -93,7 +117,22 @@ def test_the_process_refuses_a_bad_configuration_and_an_absent_store():
     root = Path(__file__).resolve().parents[2]
     code, log = exit_and_log(Process([sys.executable, "-m", "services.txcheck", "--check-max", "0"], root))
     assert code == 2 and "check_max must be positive" in log
-    code, log = exit_and_log(Process([sys.executable, "-m", "services.txcheck", "--store-address", "127.0.0.1:1",
-                                      "--store-connect-timeout-ms", "300", "--port", "0", "--metrics-port", "-1"],
-                                     root))
+    code, log = exit_and_log(
+        Process(
+            [
+                sys.executable,
+                "-m",
+                "services.txcheck",
+                "--store-address",
+                "127.0.0.1:1",
+                "--store-connect-timeout-ms",
+                "300",
+                "--port",
+                "0",
+                "--metrics-port",
+                "-1",
+            ],
+            root,
+        )
+    )
     assert code == 1 and "not serving" in log

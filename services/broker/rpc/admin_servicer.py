@@ -15,6 +15,7 @@ CheckTransaction (internal, for services/txcheck) turns the half record into the
 ``Message`` a consumer would receive (topic = REAL_TOPIC, internal properties filtered, MD5
 digest) and hands a ``RecoverOrphanedTransactionCommand`` to ``transaction.TransactionCheckRelay``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,26 +24,21 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
-from apache.rocketmq.v2 import definition_pb2 as d
-from apache.rocketmq.v2 import service_pb2 as s
-
 from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
-from services.store.client.model import PolicyView
-from services.broker.auth import AccessDenied, AuthError
 from services.broker.admin import AdminService, AdminStore, ClusterStatus, QueueProgress
-from services.store.client.model import Delivery
-from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
-from services.store.client.model import GroupInfo, TopicInfo
+from services.broker.auth import AccessDenied, AuthError
+from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.transaction import HalfRef, TransactionCheckRelay
-from services.store.client.model import StoredMessage
-from services.broker.errors import FAILURES, as_broker_error
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
+from services.store.client.model import Delivery, GroupInfo, PolicyView, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +66,13 @@ DETAILS_MAX_CHARS = 1_024
 def bounded_details(text: str) -> str:
     """Error details travel in a gRPC trailer (8 KiB soft, 16 KiB hard limit): a message that
     quotes a huge bad value must not turn the status into RESOURCE_EXHAUSTED."""
-    return text if len(text) <= DETAILS_MAX_CHARS else text[:DETAILS_MAX_CHARS - 20] + f"... ({len(text)} chars)"
+    return text if len(text) <= DETAILS_MAX_CHARS else text[: DETAILS_MAX_CHARS - 20] + f"... ({len(text)} chars)"
 
 
 def admin_errors(method: Method) -> Method:
     """Check the caller (``self._guard``, when authentication is on), then abort the call with
     the status ``_STATUS`` gives a raised error."""
+
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
@@ -88,12 +85,18 @@ def admin_errors(method: Method) -> Method:
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer INTERNAL
             log.exception("Admin.%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
     return wrapper  # type: ignore[return-value]
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, admin: AdminService, checks: TransactionCheckRelay | None = None,
-                 acl: AclAdmin | None = None, guard: AccessGuard | None = None) -> None:
+    def __init__(
+        self,
+        admin: AdminService,
+        checks: TransactionCheckRelay | None = None,
+        acl: AclAdmin | None = None,
+        guard: AccessGuard | None = None,
+    ) -> None:
         self._admin = admin
         self._checks = checks
         self._acl = acl
@@ -107,8 +110,11 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @admin_errors
     def PutUser(self, request: pb.PutUserRequest, context: grpc.ServicerContext) -> pb.PutUserResponse:
-        return pb.PutUserResponse(created=self._acl_admin().put_user(
-            request.username, request.secret_key, request.super_user, request.disabled))
+        return pb.PutUserResponse(
+            created=self._acl_admin().put_user(
+                request.username, request.secret_key, request.super_user, request.disabled
+            )
+        )
 
     @admin_errors
     def DeleteUser(self, request: pb.DeleteUserRequest, context: grpc.ServicerContext) -> pb.DeleteUserResponse:
@@ -117,27 +123,48 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @admin_errors
     def ListUsers(self, request: pb.ListUsersRequest, context: grpc.ServicerContext) -> pb.ListUsersResponse:
-        return pb.ListUsersResponse(users=[pb.User(username=u.username, user_type=u.user_type,
-                                                   user_status=u.user_status) for u in self._acl_admin().list_users()])
+        return pb.ListUsersResponse(
+            users=[
+                pb.User(username=u.username, user_type=u.user_type, user_status=u.user_status)
+                for u in self._acl_admin().list_users()
+            ]
+        )
 
     @admin_errors
     def SetAcl(self, request: pb.SetAclRequest, context: grpc.ServicerContext) -> pb.SetAclResponse:
-        self._acl_admin().set_acl(request.acl.username, [
-            PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips)) for p in request.acl.policies])
+        self._acl_admin().set_acl(
+            request.acl.username,
+            [PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips)) for p in request.acl.policies],
+        )
         return pb.SetAclResponse()
 
     @admin_errors
     def ListAcls(self, request: pb.ListAclsRequest, context: grpc.ServicerContext) -> pb.ListAclsResponse:
-        return pb.ListAclsResponse(acls=[pb.Acl(username=name, policies=[
-            pb.Policy(resource=p.resource, actions=list(p.actions), decision=p.decision, source_ips=list(p.source_ips))
-            for p in policies]) for name, policies in self._acl_admin().list_acls(request.username)])
+        return pb.ListAclsResponse(
+            acls=[
+                pb.Acl(
+                    username=name,
+                    policies=[
+                        pb.Policy(
+                            resource=p.resource,
+                            actions=list(p.actions),
+                            decision=p.decision,
+                            source_ips=list(p.source_ips),
+                        )
+                        for p in policies
+                    ],
+                )
+                for name, policies in self._acl_admin().list_acls(request.username)
+            ]
+        )
 
     @admin_errors
     def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.CreateTopicResponse:
         if request.message_type not in pb.MessageType.values():
             raise RequestError(f"unknown message type {request.message_type}")
-        message_type = "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else \
-            pb.MessageType.Name(request.message_type)
+        message_type = (
+            "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else pb.MessageType.Name(request.message_type)
+        )
         topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)
         return pb.CreateTopicResponse(topic=_topic(topic), created=created)
 
@@ -161,20 +188,24 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.ListGroupsResponse(groups=[_group(g) for g in self._admin.list_groups(request.include_system)])
 
     @admin_errors
-    def GetConsumerProgress(self, request: pb.GetConsumerProgressRequest,
-                            context: grpc.ServicerContext) -> pb.GetConsumerProgressResponse:
+    def GetConsumerProgress(
+        self, request: pb.GetConsumerProgressRequest, context: grpc.ServicerContext
+    ) -> pb.GetConsumerProgressResponse:
         progress = self._admin.consumer_progress(request.group, request.topic)
-        return pb.GetConsumerProgressResponse(group=progress.group, queues=[_queue(q) for q in progress.queues],
-                                              total_lag=progress.total_lag)
+        return pb.GetConsumerProgressResponse(
+            group=progress.group, queues=[_queue(q) for q in progress.queues], total_lag=progress.total_lag
+        )
 
     @admin_errors
-    def GetClusterStatus(self, request: pb.GetClusterStatusRequest,
-                         context: grpc.ServicerContext) -> pb.GetClusterStatusResponse:
+    def GetClusterStatus(
+        self, request: pb.GetClusterStatusRequest, context: grpc.ServicerContext
+    ) -> pb.GetClusterStatusResponse:
         return _cluster_status(self._admin.cluster_status(request.include_system))
 
     @admin_errors
-    def QueryMessages(self, request: pb.QueryMessagesRequest,
-                      context: grpc.ServicerContext) -> pb.QueryMessagesResponse:
+    def QueryMessages(
+        self, request: pb.QueryMessagesRequest, context: grpc.ServicerContext
+    ) -> pb.QueryMessagesResponse:
         if request.key and request.message_id:
             raise RequestError("query by key or by message id, not both")
         if request.message_id:
@@ -183,17 +214,24 @@ class AdminServicer(pb_grpc.AdminServicer):
             found = self._admin.query_by_key(request.topic, request.key, request.max_num)
         return pb.QueryMessagesResponse(messages=[_message(m) for m in found])
 
-
     @admin_errors
-    def CheckTransaction(self, request: pb.CheckTransactionRequest,
-                         context: grpc.ServicerContext) -> pb.CheckTransactionResponse:
+    def CheckTransaction(
+        self, request: pb.CheckTransactionRequest, context: grpc.ServicerContext
+    ) -> pb.CheckTransactionResponse:
         if self._checks is None:  # a broker without client sessions (admin-only test set-ups)
             return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
         half = request.half
-        command = s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
-            message=check_message(request), transaction_id=request.transaction_id))
-        client_id = self._checks.relay(request.producer_group, request.transaction_id,
-                                       HalfRef(request.topic, half.phy_offset, half.queue_offset), command)
+        command = s.TelemetryCommand(
+            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+                message=check_message(request), transaction_id=request.transaction_id
+            )
+        )
+        client_id = self._checks.relay(
+            request.producer_group,
+            request.transaction_id,
+            HalfRef(request.topic, half.phy_offset, half.queue_offset),
+            command,
+        )
         if client_id is None:
             return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
         return pb.CheckTransactionResponse(status=pb.SENT, client_id=client_id)
@@ -205,58 +243,116 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
     properties = dict(half.properties)
     properties.setdefault(UNIQ_KEY, request.message_id)
     real_qid = properties.get(REAL_QUEUE_ID, "")
-    return delivered_message(Delivery(
-        topic=request.topic, body=half.body, properties=properties,
-        queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id, queue_offset=half.queue_offset,
-        delivery_attempt=1, receipt_handle="", sys_flag=request.sys_flag, born_timestamp_ms=half.born_timestamp_ms,
-        born_host=half.born_host, store_timestamp_ms=half.store_timestamp_ms, store_host=half.store_host,
-        offset_msg_id=half.offset_msg_id))
+    return delivered_message(
+        Delivery(
+            topic=request.topic,
+            body=half.body,
+            properties=properties,
+            queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id,
+            queue_offset=half.queue_offset,
+            delivery_attempt=1,
+            receipt_handle="",
+            sys_flag=request.sys_flag,
+            born_timestamp_ms=half.born_timestamp_ms,
+            born_host=half.born_host,
+            store_timestamp_ms=half.store_timestamp_ms,
+            store_host=half.store_host,
+            offset_msg_id=half.offset_msg_id,
+        )
+    )
 
 
-def add_admin_service(server: grpc.Server, store: AdminStore,
-                      on_topic_changed: Callable[[str], None] = lambda name: None,
-                      checks: TransactionCheckRelay | None = None, guard: AccessGuard | None = None) -> AdminServicer:
+def add_admin_service(
+    server: grpc.Server,
+    store: AdminStore,
+    on_topic_changed: Callable[[str], None] = lambda name: None,
+    checks: TransactionCheckRelay | None = None,
+    guard: AccessGuard | None = None,
+) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
     users and ACLs when the store client has them; ``guard``: authentication is on)."""
     # The gRPC store client knows where the store is (GetClusterStatus reports it).
     acl = AclAdmin(store, guard.invalidate if guard else lambda: None) if hasattr(store, "auth_config") else None  # type: ignore[arg-type]
-    servicer = AdminServicer(AdminService(store, on_topic_changed, getattr(store, "address", "")), checks,
-                             acl=acl, guard=guard)
+    servicer = AdminServicer(
+        AdminService(store, on_topic_changed, getattr(store, "address", "")), checks, acl=acl, guard=guard
+    )
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 
 
 def _topic(topic: TopicInfo) -> pb.Topic:
-    return pb.Topic(name=topic.name, message_type=pb.MessageType.Value(topic.message_type),
-                    read_queue_nums=topic.read_queue_nums, write_queue_nums=topic.write_queue_nums, perm=topic.perm,
-                    system=is_system_topic(topic.name))
+    return pb.Topic(
+        name=topic.name,
+        message_type=pb.MessageType.Value(topic.message_type),
+        read_queue_nums=topic.read_queue_nums,
+        write_queue_nums=topic.write_queue_nums,
+        perm=topic.perm,
+        system=is_system_topic(topic.name),
+    )
 
 
 def _group(group: GroupInfo) -> pb.Group:
-    return pb.Group(name=group.name, fifo=group.consume_message_orderly,
-                    max_delivery_attempts=group.retry_max_times + 1, system=is_system_group(group.name))
+    return pb.Group(
+        name=group.name,
+        fifo=group.consume_message_orderly,
+        max_delivery_attempts=group.retry_max_times + 1,
+        system=is_system_group(group.name),
+    )
 
 
 def _queue(queue: QueueProgress) -> pb.QueueProgress:
-    return pb.QueueProgress(topic=queue.topic, queue_id=queue.queue_id, min_offset=queue.min_offset,
-                            broker_offset=queue.broker_offset, consumer_offset=queue.consumer_offset, lag=queue.lag)
+    return pb.QueueProgress(
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        min_offset=queue.min_offset,
+        broker_offset=queue.broker_offset,
+        consumer_offset=queue.consumer_offset,
+        lag=queue.lag,
+    )
 
 
 def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
     return pb.GetClusterStatusResponse(
         store_address=status.store_address,
-        topics=[pb.TopicStatus(topic=_topic(t.topic), message_count=t.message_count,
-                               queues=[pb.QueueOffsets(queue_id=q.queue_id, min_offset=q.min_offset,
-                                                       max_offset=q.max_offset) for q in t.queues])
-                for t in status.topics],
-        groups=[pb.GroupTopicStatus(group=g.group, topic=g.topic, queues=[_queue(q) for q in g.queues], lag=g.lag,
-                                    inflight_messages=g.inflight_messages) for g in status.groups])
+        topics=[
+            pb.TopicStatus(
+                topic=_topic(t.topic),
+                message_count=t.message_count,
+                queues=[
+                    pb.QueueOffsets(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset)
+                    for q in t.queues
+                ],
+            )
+            for t in status.topics
+        ],
+        groups=[
+            pb.GroupTopicStatus(
+                group=g.group,
+                topic=g.topic,
+                queues=[_queue(q) for q in g.queues],
+                lag=g.lag,
+                inflight_messages=g.inflight_messages,
+            )
+            for g in status.groups
+        ],
+    )
 
 
 def _message(message: StoredMessage) -> pb.MessageRecord:
     return pb.MessageRecord(
-        topic=message.topic, queue_id=message.queue_id, queue_offset=message.queue_offset,
-        phy_offset=message.phy_offset, message_id=message.message_id, offset_msg_id=message.offset_msg_id,
-        tag=message.tag, keys=message.keys, born_timestamp_ms=message.born_timestamp_ms,
-        store_timestamp_ms=message.store_timestamp_ms, born_host=message.born_host, store_host=message.store_host,
-        reconsume_times=message.reconsume_times, properties=message.properties, body=message.body)
+        topic=message.topic,
+        queue_id=message.queue_id,
+        queue_offset=message.queue_offset,
+        phy_offset=message.phy_offset,
+        message_id=message.message_id,
+        offset_msg_id=message.offset_msg_id,
+        tag=message.tag,
+        keys=message.keys,
+        born_timestamp_ms=message.born_timestamp_ms,
+        store_timestamp_ms=message.store_timestamp_ms,
+        born_host=message.born_host,
+        store_host=message.store_host,
+        reconsume_times=message.reconsume_times,
+        properties=message.properties,
+        body=message.body,
+    )

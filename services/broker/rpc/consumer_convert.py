@@ -4,6 +4,7 @@ Delivered messages: MD5 uppercase hex body digest, body encoding IDENTITY (GZIP 
 record's sysflag says compressed), delivery_attempt >= 1, receipt handle, queue id / offset,
 internal properties filtered out.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,14 +13,13 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf import timestamp_pb2
 
-from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
 from services.broker import consumer
-from services.store.client.model import Delivery
 from services.broker.consumer import FilterType, ReceiveRequest
 from services.broker.errors import Code, RequestError
 from services.broker.route import Route
 from services.broker.rpc.convert import route_response
 from services.broker.rpc.status import OK_STATUS, status
+from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.properties_format import (
     BORN_HOST,
     DLQ_ORIGIN_MESSAGE_ID,
@@ -28,6 +28,7 @@ from services.domain.format.properties_format import (
     TAGS,
     TRACE_CONTEXT,
 )
+from services.store.client.model import Delivery
 
 COMPRESSED_FLAG = 0x1
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
@@ -45,16 +46,24 @@ def receive_request(request: s.ReceiveMessageRequest, deadline_remaining_s: floa
     if filter_type is None:
         raise RequestError(f"unknown filter type {expression.type}", Code.ILLEGAL_FILTER_EXPRESSION)
     return ReceiveRequest(
-        group=request.group.name, topic=request.message_queue.topic.name, filter_type=filter_type,
+        group=request.group.name,
+        topic=request.message_queue.topic.name,
+        filter_type=filter_type,
         filter_expression=expression.expression if request.HasField("filter_expression") else "*",
         batch_size=request.batch_size,
-        invisible_ms=(_duration_ms(request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME)
-                      if request.HasField("invisible_duration") else None),
+        invisible_ms=(
+            _duration_ms(request.invisible_duration, "invisible_duration", Code.ILLEGAL_INVISIBLE_TIME)
+            if request.HasField("invisible_duration")
+            else None
+        ),
         auto_renew=request.auto_renew,
-        long_polling_ms=(_duration_ms(request.long_polling_timeout, "long_polling_timeout",
-                                      Code.ILLEGAL_POLLING_TIME)
-                         if request.HasField("long_polling_timeout") else None),
-        deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000))
+        long_polling_ms=(
+            _duration_ms(request.long_polling_timeout, "long_polling_timeout", Code.ILLEGAL_POLLING_TIME)
+            if request.HasField("long_polling_timeout")
+            else None
+        ),
+        deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000),
+    )
 
 
 def timestamp(ms: int) -> timestamp_pb2.Timestamp:
@@ -105,8 +114,10 @@ def receive_responses(messages: list[Delivery], now_ms: int) -> list[s.ReceiveMe
 
 
 def receive_error(code: int, message: str, now_ms: int) -> list[s.ReceiveMessageResponse]:
-    return [s.ReceiveMessageResponse(status=status(code, message)),
-            s.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms))]
+    return [
+        s.ReceiveMessageResponse(status=status(code, message)),
+        s.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms)),
+    ]
 
 
 def ack_response(request: s.AckMessageRequest, results: list[tuple[Code, str]]) -> s.AckMessageResponse:
@@ -118,10 +129,15 @@ def ack_response(request: s.AckMessageRequest, results: list[tuple[Code, str]]) 
         top = OK_STATUS
     else:
         top = status(Code.MULTIPLE_RESULTS, "entries have different results")
-    return s.AckMessageResponse(status=top, entries=[
-        s.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                                status=status(code, message))
-        for entry, (code, message) in zip(request.entries, results)])
+    return s.AckMessageResponse(
+        status=top,
+        entries=[
+            s.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status(code, message)
+            )
+            for entry, (code, message) in zip(request.entries, results)
+        ],
+    )
 
 
 def change_invisible_ms(request: s.ChangeInvisibleDurationRequest) -> int:

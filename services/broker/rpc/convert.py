@@ -3,6 +3,7 @@
 Input that cannot be mapped (an enum value the schema does not know, an out-of-range
 Timestamp) raises ``RequestError`` with the code the field's rule uses.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -13,12 +14,12 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from services.broker.errors import Code, RequestError
 from services.broker.model import BodyEncoding, ClientType, IncomingMessage, SendReceipt
-from services.domain.delivery import MessageType
 from services.broker.producer import response_code
 from services.broker.route import Route
 from services.broker.rpc.status import OK_STATUS, status
 from services.broker.telemetry import ClientSettings, ServerSettings
 from services.broker.transaction import Resolution
+from services.domain.delivery import MessageType
 
 # Pair assertions: the core's enums are the proto's.
 assert {t.name: t.value for t in MessageType} == dict(d.MessageType.items())
@@ -52,6 +53,7 @@ def duration_from_ms(ms: int) -> duration_pb2.Duration:
 
 # -- SendMessage -------------------------------------------------------------------------------
 
+
 def incoming_message(message: d.Message) -> IncomingMessage:
     props = message.system_properties
     has = props.HasField
@@ -66,26 +68,33 @@ def incoming_message(message: d.Message) -> IncomingMessage:
     for key in source:  # key by key: dict(map) is twice as slow on upb maps
         user_properties[key] = source[key]
     return IncomingMessage(
-        topic=message.topic.name, topic_namespace=message.topic.resource_namespace, body=message.body,
+        topic=message.topic.name,
+        topic_namespace=message.topic.resource_namespace,
+        body=message.body,
         user_properties=user_properties,
         tag=props.tag if has("tag") else None,
         keys=list(props.keys),
         message_id=props.message_id,
         message_type=message_type,
         born_timestamp_ms=timestamp_ms(props.born_timestamp, "born_timestamp", Code.BAD_REQUEST)
-        if has("born_timestamp") else None,
+        if has("born_timestamp")
+        else None,
         born_host=props.born_host,
         body_encoding=encoding,
         message_group=props.message_group if has("message_group") else None,
-        delivery_timestamp_ms=timestamp_ms(props.delivery_timestamp, "delivery_timestamp",
-                                           Code.ILLEGAL_DELIVERY_TIME) if has("delivery_timestamp") else None,
+        delivery_timestamp_ms=timestamp_ms(props.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME)
+        if has("delivery_timestamp")
+        else None,
         delivery_attempt=props.delivery_attempt,
         trace_context=props.trace_context if has("trace_context") else None,
-        orphaned_transaction_recovery_s=duration_s(props.orphaned_transaction_recovery_duration,
-                                                   "orphaned_transaction_recovery_duration", Code.BAD_REQUEST)
-        if has("orphaned_transaction_recovery_duration") else None,
+        orphaned_transaction_recovery_s=duration_s(
+            props.orphaned_transaction_recovery_duration, "orphaned_transaction_recovery_duration", Code.BAD_REQUEST
+        )
+        if has("orphaned_transaction_recovery_duration")
+        else None,
         lite_topic=props.lite_topic if has("lite_topic") else None,
-        priority=props.priority if has("priority") else None)
+        priority=props.priority if has("priority") else None,
+    )
 
 
 def incoming_messages(request: s.SendMessageRequest) -> list[IncomingMessage]:
@@ -118,18 +127,34 @@ def resolution(value: int) -> Resolution:
 
 # -- QueryRoute ---------------------------------------------------------------------------------
 
+
 def route_response(topic: d.Resource, route: Route) -> s.QueryRouteResponse:
-    broker = d.Broker(name=route.broker_name, id=route.broker_id, endpoints=d.Endpoints(
-        scheme=d.AddressScheme.Value(route.endpoint_scheme),
-        addresses=[d.Address(host=route.endpoint_host, port=route.endpoint_port)]))
+    broker = d.Broker(
+        name=route.broker_name,
+        id=route.broker_id,
+        endpoints=d.Endpoints(
+            scheme=d.AddressScheme.Value(route.endpoint_scheme),
+            addresses=[d.Address(host=route.endpoint_host, port=route.endpoint_port)],
+        ),
+    )
     accept = [int(t) for t in route.accept_message_types]
-    return s.QueryRouteResponse(status=OK_STATUS, message_queues=[
-        d.MessageQueue(topic=topic, id=queue.queue_id, permission=d.Permission.Value(queue.permission),
-                       broker=broker, accept_message_types=accept)
-        for queue in route.queues])
+    return s.QueryRouteResponse(
+        status=OK_STATUS,
+        message_queues=[
+            d.MessageQueue(
+                topic=topic,
+                id=queue.queue_id,
+                permission=d.Permission.Value(queue.permission),
+                broker=broker,
+                accept_message_types=accept,
+            )
+            for queue in route.queues
+        ],
+    )
 
 
 # -- Telemetry ----------------------------------------------------------------------------------
+
 
 def client_settings(settings: d.Settings) -> ClientSettings:
     client_type = _CLIENT_TYPES.get(settings.client_type, ClientType.CLIENT_TYPE_UNSPECIFIED)

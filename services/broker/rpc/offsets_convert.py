@@ -4,6 +4,7 @@ Pulled messages are delivered like received ones (``consumer_convert.delivered_m
 MD5 digest, body encoding, tag, keys, message type, queue id / offset, delivery attempt =
 reconsume times + 1) but carry no receipt handle: a pull acknowledges nothing.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.consumer import FilterType
 from services.broker.errors import Code, RequestError
-from services.broker.offsets import OffsetPolicy, PullRequest, PullResult, OffsetService
+from services.broker.offsets import OffsetPolicy, OffsetService, PullRequest, PullResult
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import status
 
@@ -49,21 +50,27 @@ def get_offset(service: OffsetService, request: s.GetOffsetRequest) -> s.GetOffs
     return s.GetOffsetResponse(status=status(Code.OK, "OK"), offset=offset)
 
 
-def pull_request(request: s.PullMessageRequest, deadline_remaining_s: float | None,
-                 alive: Callable[[], bool]) -> PullRequest:
+def pull_request(
+    request: s.PullMessageRequest, deadline_remaining_s: float | None, alive: Callable[[], bool]
+) -> PullRequest:
     topic, queue_id, broker = queue_of(request.message_queue)
     expression = request.filter_expression if request.HasField("filter_expression") else None
     polling = request.long_polling_timeout if request.HasField("long_polling_timeout") else None
     if polling is not None and (polling.seconds < 0 or polling.nanos < 0):
         raise RequestError("long_polling_timeout must not be negative", Code.ILLEGAL_POLLING_TIME)
     return PullRequest(
-        group=request.group.name, topic=topic, queue_id=queue_id, offset=request.offset, broker_name=broker,
+        group=request.group.name,
+        topic=topic,
+        queue_id=queue_id,
+        offset=request.offset,
+        broker_name=broker,
         batch_size=request.batch_size,
         filter_type=FilterType.SQL if expression is not None and expression.type == d.SQL else FilterType.TAG,
         filter_expression=(expression.expression or "*") if expression is not None else "*",
         long_polling_ms=None if polling is None else polling.seconds * 1000 + polling.nanos // 1_000_000,
         deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000),
-        alive=alive)
+        alive=alive,
+    )
 
 
 def pull_responses(result: PullResult) -> list[s.PullMessageResponse]:

@@ -8,6 +8,7 @@ call it is running; ``SendMessage`` refuses a send that waited longer than
 ``put_queue_wait_max_ms`` with TOO_MANY_REQUESTS before doing any work (RocketMQ's
 waitTimeMillsInSendQueue, applied one hop earlier), so a refused send is cheap and definite.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,7 @@ from typing import Any
 
 
 class TimedThreadPool(futures.ThreadPoolExecutor):
-    def __init__(self, max_workers: int, thread_name_prefix: str,
-                 monotonic_s: Callable[[], float]) -> None:
+    def __init__(self, max_workers: int, thread_name_prefix: str, monotonic_s: Callable[[], float]) -> None:
         super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
         self._monotonic_s = monotonic_s
         self._local = threading.local()

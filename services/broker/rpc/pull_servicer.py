@@ -5,6 +5,7 @@ Errors are in band, as MessagingService's PullMessage: a BrokerError becomes a r
 its status (and ends the stream); anything else is logged and answered INTERNAL_SERVER_ERROR.
 The stream always ends. No client id is required (a pyrmq extension, not a v2 RPC).
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,10 +18,9 @@ from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 
 from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
-from services.broker.errors import Code, RequestError
+from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
 from services.broker.rpc.status import check_access, status
-from services.broker.errors import FAILURES, as_broker_error
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ PULL_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Pull"].full_name  # pyrmq.pu
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
 
 
-def raw_pull_request(request: pb.PullRecordsRequest, deadline_remaining_s: float | None,
-                     context: grpc.ServicerContext) -> RawPullRequest:
+def raw_pull_request(
+    request: pb.PullRecordsRequest, deadline_remaining_s: float | None, context: grpc.ServicerContext
+) -> RawPullRequest:
     filter_type, expression = FilterType.TAG, "*"
     if request.HasField("filter_expression"):
         filter_type = _FILTER_TYPES.get(request.filter_expression.type)
@@ -37,19 +38,31 @@ def raw_pull_request(request: pb.PullRecordsRequest, deadline_remaining_s: float
             raise RequestError(f"unknown filter type {request.filter_expression.type}", Code.BAD_REQUEST)
         expression = request.filter_expression.expression  # an empty TAG expression accepts everything
     return RawPullRequest(
-        topic=request.topic, queue_id=request.queue_id, queue_offset=request.queue_offset,
-        end_offset=request.end_offset, consumer_group=request.consumer_group, broker_name=request.broker_name,
-        max_msg_nums=request.max_msg_nums, max_msg_bytes=request.max_msg_bytes, filter_type=filter_type,
-        filter_expression=expression, suspend_timeout_ms=request.suspend_timeout_millis,
+        topic=request.topic,
+        queue_id=request.queue_id,
+        queue_offset=request.queue_offset,
+        end_offset=request.end_offset,
+        consumer_group=request.consumer_group,
+        broker_name=request.broker_name,
+        max_msg_nums=request.max_msg_nums,
+        max_msg_bytes=request.max_msg_bytes,
+        filter_type=filter_type,
+        filter_expression=expression,
+        suspend_timeout_ms=request.suspend_timeout_millis,
         deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000),
-        alive=context.is_active)
+        alive=context.is_active,
+    )
 
 
 def response(result: RawPullResult) -> pb.PullRecordsResponse:
     return pb.PullRecordsResponse(
-        status=status(result.code, result.message), records=b"".join(result.records),
-        record_count=len(result.records), next_begin_offset=result.next_begin_offset,
-        min_offset=result.min_offset, max_offset=result.max_offset)
+        status=status(result.code, result.message),
+        records=b"".join(result.records),
+        record_count=len(result.records),
+        next_begin_offset=result.next_begin_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
 
 
 def error_response(code: int, message: str) -> pb.PullRecordsResponse:
@@ -61,8 +74,9 @@ class PullServicer(pb_grpc.PullServicer):
         self._service = service
         self.guard = guard
 
-    def PullRecords(self, request: pb.PullRecordsRequest,
-                    context: grpc.ServicerContext) -> Iterator[pb.PullRecordsResponse]:
+    def PullRecords(
+        self, request: pb.PullRecordsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.PullRecordsResponse]:
         try:
             check_access(self.guard, "PullRecords", request, context)
             for result in self._service.pull(raw_pull_request(request, context.time_remaining(), context)):

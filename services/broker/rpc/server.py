@@ -7,6 +7,7 @@ bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``s
 NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
 with a grace period, then drains the send queue.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,13 +21,10 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.runtime.process import format_address
-from services.runtime.clock import Clock, SystemClock
-from services.broker.config import BrokerConfig
 from services.broker.access import AccessGuard, auth_snapshot
+from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.metrics import BrokerMetrics
-from services.store.client.model import PutOutcome
 from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
 from services.broker.raw_pull import RawPullService
@@ -40,7 +38,10 @@ from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, S
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
+from services.runtime.clock import Clock, SystemClock
+from services.runtime.process import format_address
 from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
+from services.store.client.model import PutOutcome
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
@@ -51,8 +52,8 @@ SERVICE_NAME = s.DESCRIPTOR.services_by_name["MessagingService"].full_name  # ap
 @dataclass
 class BrokerServer:
     server: grpc.Server
-    port: int                          # bound port
-    endpoint: tuple[str, int]          # advertised in routes
+    port: int  # bound port
+    endpoint: tuple[str, int]  # advertised in routes
     servicer: MessagingServicer
     sink: PutSink
     topics: TopicRegistry
@@ -80,12 +81,15 @@ class BrokerServer:
 def build_sink(config: BrokerConfig, store: StoreClient, clock: Clock | None = None) -> PutSink:
     if not config.put_coalescing_enable:
         return DirectPutSink(store.put_messages)
-    coalescer = PutCoalescer(store.put_messages, batch_messages_max=config.put_batch_messages_max,
-                             batch_bytes_max=config.put_batch_bytes_max,
-                             queue_messages_max=config.put_queue_messages_max,
-                             queue_bytes_max=config.put_queue_bytes_max,
-                             queue_wait_max_ms=config.put_queue_wait_max_ms,
-                             monotonic_s=(clock or SystemClock()).monotonic_s)
+    coalescer = PutCoalescer(
+        store.put_messages,
+        batch_messages_max=config.put_batch_messages_max,
+        batch_bytes_max=config.put_batch_bytes_max,
+        queue_messages_max=config.put_queue_messages_max,
+        queue_bytes_max=config.put_queue_bytes_max,
+        queue_wait_max_ms=config.put_queue_wait_max_ms,
+        monotonic_s=(clock or SystemClock()).monotonic_s,
+    )
     coalescer.start()
     return coalescer
 
@@ -108,29 +112,44 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
             store.put_user(name, secret, "Super", "enable")  # type: ignore[attr-defined]
             log.info("created the initial Super user %r (init_authentication_user)", name)
     log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
-    return AccessGuard(lambda: auth_snapshot(store), clock, authorization=config.authorization_enabled,  # type: ignore[attr-defined]
-                       cache_ttl_ms=config.auth_cache_ttl_ms, max_clock_skew_s=config.auth_max_clock_skew_s,
-                       local_time_tolerant=config.auth_local_time_tolerant)
+    return AccessGuard(
+        lambda: auth_snapshot(store),
+        clock,
+        authorization=config.authorization_enabled,  # type: ignore[attr-defined]
+        cache_ttl_ms=config.auth_cache_ttl_ms,
+        max_clock_skew_s=config.auth_max_clock_skew_s,
+        local_time_tolerant=config.auth_local_time_tolerant,
+    )
 
 
-def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None = None,
-                 metrics: BrokerMetrics | None = None) -> BrokerServer:
+def build_server(
+    config: BrokerConfig, store: StoreClient, clock: Clock | None = None, metrics: BrokerMetrics | None = None
+) -> BrokerServer:
     clock = clock or SystemClock()
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
         pool,
         interceptors=[*([metrics.interceptor] if metrics else []), DecodeGuardInterceptor()],
-        options=[("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
-                 ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
-                 ("grpc.so_reuseport", 0),
-                 # Overload: without a cap, calls past what Python can take wait inside gRPC core
-                 # and are cancelled there after seconds; with it, excess calls are refused at
-                 # once (HTTP/2 REFUSED_STREAM: never processed, safe to retry).
-                 *([("grpc.max_concurrent_streams", config.grpc_max_concurrent_streams)]
-                   if config.grpc_max_concurrent_streams else [])])
+        options=[
+            ("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
+            ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
+            ("grpc.so_reuseport", 0),
+            # Overload: without a cap, calls past what Python can take wait inside gRPC core
+            # and are cancelled there after seconds; with it, excess calls are refused at
+            # once (HTTP/2 REFUSED_STREAM: never processed, safe to retry).
+            *(
+                [("grpc.max_concurrent_streams", config.grpc_max_concurrent_streams)]
+                if config.grpc_max_concurrent_streams
+                else []
+            ),
+        ],
+    )
     try:
-        port = server.add_secure_port(format_address(config.host, config.port), tls_credentials(config)) \
-            if config.tls_cert_path else server.add_insecure_port(format_address(config.host, config.port))
+        port = (
+            server.add_secure_port(format_address(config.host, config.port), tls_credentials(config))
+            if config.tls_cert_path
+            else server.add_insecure_port(format_address(config.host, config.port))
+        )
     except RuntimeError:  # grpc's "Failed to bind"
         port = 0
     if port == 0:
@@ -150,35 +169,60 @@ def build_server(config: BrokerConfig, store: StoreClient, clock: Clock | None =
     guard = access_guard(config, store, clock)
     offsets = OffsetService(store, topics, hub, clock, config.broker_name)  # type: ignore[arg-type]
     servicer = MessagingServicer(
-        RouteService(topics, config.broker_name, endpoint), Producer(config, topics, sink, clock, on_half_stored),
-        TransactionService(store, sink, halves, clock), telemetry,
-        TelemetryStreams(telemetry, config.telemetry_streams_max), send_timeout_s=config.send_timeout_ms / 1000,
-        consumer=ConsumerService(store, topics, hub, clock, config.broker_name, endpoint, ConsumerLimits(
-            invisible_ms_min=config.invisible_duration_ms_min, invisible_ms_max=config.invisible_duration_ms_max,
-            polling_ms_min=config.long_polling_timeout_ms_min, polling_ms_max=config.long_polling_timeout_ms_max,
-            batch_max=config.consumer_receive_batch_size)),  # type: ignore[arg-type]
-        clock=clock, traffic=metrics.traffic if metrics is not None else None,
-        offsets=offsets, guard=guard, queue_wait_s=pool.waited_s,
-        queue_wait_max_s=config.put_queue_wait_max_ms / 1000)
+        RouteService(topics, config.broker_name, endpoint),
+        Producer(config, topics, sink, clock, on_half_stored),
+        TransactionService(store, sink, halves, clock),
+        telemetry,
+        TelemetryStreams(telemetry, config.telemetry_streams_max),
+        send_timeout_s=config.send_timeout_ms / 1000,
+        consumer=ConsumerService(
+            store,
+            topics,
+            hub,
+            clock,
+            config.broker_name,
+            endpoint,
+            ConsumerLimits(
+                invisible_ms_min=config.invisible_duration_ms_min,
+                invisible_ms_max=config.invisible_duration_ms_max,
+                polling_ms_min=config.long_polling_timeout_ms_min,
+                polling_ms_max=config.long_polling_timeout_ms_max,
+                batch_max=config.consumer_receive_batch_size,
+            ),
+        ),  # type: ignore[arg-type]
+        clock=clock,
+        traffic=metrics.traffic if metrics is not None else None,
+        offsets=offsets,
+        guard=guard,
+        queue_wait_s=pool.waited_s,
+        queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
+    )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
     add_pull_service(server, RawPullService(offsets, store), guard)  # type: ignore[arg-type]
-    add_admin_service(server, store, topics.invalidate,  # type: ignore[arg-type]
-                      checks=TransactionCheckRelay(telemetry.registry, halves), guard=guard)
+    add_admin_service(
+        server,
+        store,
+        topics.invalidate,  # type: ignore[arg-type]
+        checks=TransactionCheckRelay(telemetry.registry, halves),
+        guard=guard,
+    )
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", SERVICE_NAME, PULL_SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((SERVICE_NAME, PULL_SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME,
-                                         reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, PULL_SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
 
     if metrics is not None:
-        metrics.watch(sink.stats,
-                      lambda: len(telemetry.registry),
-                      getattr(store, "consumer_stats", None))
-    log.info("broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint))
-    return BrokerServer(server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub,
-                        watch_start, watch_stop)
+        metrics.watch(sink.stats, lambda: len(telemetry.registry), getattr(store, "consumer_stats", None))
+    log.info(
+        "broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint)
+    )
+    return BrokerServer(
+        server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub, watch_start, watch_stop
+    )
 
 
 def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -188,8 +232,9 @@ def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], Non
     if watch is None:  # a store double without arrivals: long polls simply wait out their time
         return (lambda: None), (lambda: None)
     stopped = threading.Event()
-    thread = threading.Thread(target=watch, args=((), hub.notify, hub.notify_all, stopped),
-                              name="arrival-watch", daemon=True)
+    thread = threading.Thread(
+        target=watch, args=((), hub.notify, hub.notify_all, stopped), name="arrival-watch", daemon=True
+    )
 
     def stop() -> None:
         stopped.set()

@@ -14,11 +14,11 @@ connector use them) are "convert (``offsets_convert``), call ``OffsetService``
 (``services/broker/offsets.py``), convert";
 SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
 """
+
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import logging
+from collections.abc import Callable, Iterator
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -26,9 +26,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.access import AccessGuard
-from services.runtime.clock import Clock, SystemClock
 from services.broker.consumer import ConsumerService, validate_group
-from services.broker.errors import BrokerError, Code, FlowControlError, UnsupportedError
+from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, UnsupportedError, as_broker_error
 from services.broker.model import TrafficObserver
 from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
@@ -38,7 +37,7 @@ from services.broker.rpc.status import OK_STATUS, check_access, client_id_of, in
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
-from services.broker.errors import FAILURES, as_broker_error
+from services.runtime.clock import Clock, SystemClock
 
 CONSUMER_TYPES = frozenset({d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER})
 log = logging.getLogger(__name__)
@@ -51,14 +50,24 @@ def _not_implemented(what: str) -> UnsupportedError:
 
 
 class MessagingServicer(s_grpc.MessagingServiceServicer):
-    def __init__(self, routes: RouteService, producer: Producer, transactions: TransactionService,
-                 telemetry: TelemetryService, streams: TelemetryStreams, send_timeout_s: float,
-                 consumer: ConsumerService | None = None, clock: Clock | None = None,
-                 traffic: TrafficObserver | None = None, offsets: OffsetService | None = None,
-                 guard: AccessGuard | None = None, queue_wait_s: Callable[[], float] = lambda: 0.0,
-                 queue_wait_max_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        routes: RouteService,
+        producer: Producer,
+        transactions: TransactionService,
+        telemetry: TelemetryService,
+        streams: TelemetryStreams,
+        send_timeout_s: float,
+        consumer: ConsumerService | None = None,
+        clock: Clock | None = None,
+        traffic: TrafficObserver | None = None,
+        offsets: OffsetService | None = None,
+        guard: AccessGuard | None = None,
+        queue_wait_s: Callable[[], float] = lambda: 0.0,
+        queue_wait_max_s: float = 0.0,
+    ) -> None:
         self._consumer = consumer
-        self._queue_wait_s = queue_wait_s          # how long this call waited for a gRPC worker
+        self._queue_wait_s = queue_wait_s  # how long this call waited for a gRPC worker
         self._queue_wait_max_s = queue_wait_max_s  # 0: never shed
         self.shed = 0
         self._offsets = offsets
@@ -91,22 +100,28 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             validate_group(request.group.name)
         if not self._telemetry.heartbeat(client_id_of(context)):
             # As the proxy: a client must send its Settings (Telemetry) before heartbeats.
-            raise BrokerError("no settings from this client yet: open Telemetry and send Settings first",
-                              Code.UNRECOGNIZED_CLIENT_TYPE)
+            raise BrokerError(
+                "no settings from this client yet: open Telemetry and send Settings first",
+                Code.UNRECOGNIZED_CLIENT_TYPE,
+            )
         return s.HeartbeatResponse(status=OK_STATUS)
 
-    def Telemetry(self, request_iterator: Iterator[s.TelemetryCommand],
-                  context: grpc.ServicerContext) -> Iterator[s.TelemetryCommand]:
+    def Telemetry(
+        self, request_iterator: Iterator[s.TelemetryCommand], context: grpc.ServicerContext
+    ) -> Iterator[s.TelemetryCommand]:
         try:
             check_access(self.guard, "Telemetry", None, context)
         except BrokerError as exc:  # a stream has no in-band status before its first command
-            context.abort(grpc.StatusCode.UNAUTHENTICATED if exc.code == Code.UNAUTHORIZED
-                          else grpc.StatusCode.PERMISSION_DENIED, exc.message)
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED if exc.code == Code.UNAUTHORIZED else grpc.StatusCode.PERMISSION_DENIED,
+                exc.message,
+            )
         return self._streams.serve(client_id_of(context), request_iterator, context)
 
     @in_band(s.NotifyClientTerminationResponse, require_client_id=False)  # always OK (pitfall §10.20)
-    def NotifyClientTermination(self, request: s.NotifyClientTerminationRequest,
-                                context: grpc.ServicerContext) -> s.NotifyClientTerminationResponse:
+    def NotifyClientTermination(
+        self, request: s.NotifyClientTerminationRequest, context: grpc.ServicerContext
+    ) -> s.NotifyClientTerminationResponse:
         self._telemetry.terminate(client_id_of(context))
         return s.NotifyClientTerminationResponse(status=OK_STATUS)
 
@@ -132,19 +147,25 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             waited_s = self._queue_wait_s()
             if waited_s > self._queue_wait_max_s:
                 self.shed += 1
-                raise FlowControlError(f"the broker is overloaded: this send waited {waited_s * 1000:.0f} ms for a "
-                                       f"worker (over {self._queue_wait_max_s * 1000:.0f} ms); not sent")
+                raise FlowControlError(
+                    f"the broker is overloaded: this send waited {waited_s * 1000:.0f} ms for a "
+                    f"worker (over {self._queue_wait_max_s * 1000:.0f} ms); not sent"
+                )
 
     @in_band(s.EndTransactionResponse)
-    def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.ServicerContext) -> s.EndTransactionResponse:
-        self._transactions.end_transaction(request.topic.name, request.transaction_id,
-                                           convert.resolution(request.resolution), self._timeout_s(context))
+    def EndTransaction(
+        self, request: s.EndTransactionRequest, context: grpc.ServicerContext
+    ) -> s.EndTransactionResponse:
+        self._transactions.end_transaction(
+            request.topic.name, request.transaction_id, convert.resolution(request.resolution), self._timeout_s(context)
+        )
         return s.EndTransactionResponse(status=OK_STATUS)
 
     @in_band(s.RecallMessageResponse)
     def RecallMessage(self, request: s.RecallMessageRequest, context: grpc.ServicerContext) -> s.RecallMessageResponse:
-        message_id = self._producer.recall(request.topic.name, request.recall_handle, peer_address(context),
-                                           self._timeout_s(context))
+        message_id = self._producer.recall(
+            request.topic.name, request.recall_handle, peer_address(context), self._timeout_s(context)
+        )
         return s.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     # -- consumer (services/broker/consumer.py) -------------------------------------------------
@@ -154,13 +175,15 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return self._consumer
 
     @in_band(s.QueryAssignmentResponse)
-    def QueryAssignment(self, request: s.QueryAssignmentRequest,
-                        context: grpc.ServicerContext) -> s.QueryAssignmentResponse:
+    def QueryAssignment(
+        self, request: s.QueryAssignmentRequest, context: grpc.ServicerContext
+    ) -> s.QueryAssignmentResponse:
         route = self._consumer_service().query_assignment(request.group.name, request.topic.name)
         return consumer_convert.assignment_response(request.topic, route)
 
-    def ReceiveMessage(self, request: s.ReceiveMessageRequest,
-                       context: grpc.ServicerContext) -> Iterator[s.ReceiveMessageResponse]:
+    def ReceiveMessage(
+        self, request: s.ReceiveMessageRequest, context: grpc.ServicerContext
+    ) -> Iterator[s.ReceiveMessageResponse]:
         # A stream must always end with a status element and terminate (pitfall §10.16).
         try:
             if not client_id_of(context):
@@ -177,29 +200,37 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             responses = consumer_convert.receive_error(exc.code, exc.message, self._clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
             log.exception("ReceiveMessage failed")
-            responses = consumer_convert.receive_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}",
-                                                       self._clock.now_ms())
+            responses = consumer_convert.receive_error(
+                Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}", self._clock.now_ms()
+            )
         yield from responses
 
     @in_band(s.AckMessageResponse)
     def AckMessage(self, request: s.AckMessageRequest, context: grpc.ServicerContext) -> s.AckMessageResponse:
-        results = self._consumer_service().ack(request.group.name, request.topic.name,
-                                               [entry.receipt_handle for entry in request.entries])
+        results = self._consumer_service().ack(
+            request.group.name, request.topic.name, [entry.receipt_handle for entry in request.entries]
+        )
         return consumer_convert.ack_response(request, results)
 
     @in_band(s.ChangeInvisibleDurationResponse)
-    def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
-                                context: grpc.ServicerContext) -> s.ChangeInvisibleDurationResponse:
+    def ChangeInvisibleDuration(
+        self, request: s.ChangeInvisibleDurationRequest, context: grpc.ServicerContext
+    ) -> s.ChangeInvisibleDurationResponse:
         handle = self._consumer_service().change_invisible_duration(
-            request.group.name, request.topic.name, request.receipt_handle,
-            consumer_convert.change_invisible_ms(request))
+            request.group.name,
+            request.topic.name,
+            request.receipt_handle,
+            consumer_convert.change_invisible_ms(request),
+        )
         return s.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=handle)
 
     @in_band(s.ForwardMessageToDeadLetterQueueResponse)
-    def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
-                                        context: grpc.ServicerContext) -> s.ForwardMessageToDeadLetterQueueResponse:
-        self._consumer_service().forward_to_dead_letter_queue(request.group.name, request.topic.name,
-                                                              request.receipt_handle)
+    def ForwardMessageToDeadLetterQueue(
+        self, request: s.ForwardMessageToDeadLetterQueueRequest, context: grpc.ServicerContext
+    ) -> s.ForwardMessageToDeadLetterQueueResponse:
+        self._consumer_service().forward_to_dead_letter_queue(
+            request.group.name, request.topic.name, request.receipt_handle
+        )
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
     # -- offset-based pulls (services/broker/offsets.py); the official clients never call them ---
@@ -208,8 +239,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             raise _not_implemented("offset-based pulls")
         return self._offsets
 
-    def PullMessage(self, request: s.PullMessageRequest,
-                    context: grpc.ServicerContext) -> Iterator[s.PullMessageResponse]:
+    def PullMessage(
+        self, request: s.PullMessageRequest, context: grpc.ServicerContext
+    ) -> Iterator[s.PullMessageResponse]:
         # Like ReceiveMessage: errors in-band, and the stream always ends.
         try:
             if not client_id_of(context):
@@ -238,6 +270,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return offsets_convert.query_offset(self._offset_service(), request)
 
     @in_band(s.SyncLiteSubscriptionResponse)
-    def SyncLiteSubscription(self, request: s.SyncLiteSubscriptionRequest,
-                             context: grpc.ServicerContext) -> s.SyncLiteSubscriptionResponse:
+    def SyncLiteSubscription(
+        self, request: s.SyncLiteSubscriptionRequest, context: grpc.ServicerContext
+    ) -> s.SyncLiteSubscriptionResponse:
         raise UnsupportedError("lite topics are not supported by this broker", Code.UNSUPPORTED)

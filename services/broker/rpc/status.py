@@ -5,6 +5,7 @@ code (Py raises on a missing one, §10.1) and the gRPC status stays OK. ``in_ban
 unary servicer method: ``BrokerError`` -> its code, anything else -> INTERNAL_SERVER_ERROR
 (logged with its traceback, a bug). Only Telemetry uses real gRPC status codes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,7 @@ from typing import Any, TypeVar
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 
-from services.broker.errors import BrokerError, Code
-from services.broker.errors import FAILURES, as_broker_error
+from services.broker.errors import FAILURES, BrokerError, Code, as_broker_error
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
     Also refuses a call without ``x-mq-client-id`` with CLIENT_ID_REQUIRED, as the proxy does
     (unless ``require_client_id`` is false).
     """
+
     def decorate(method: Method) -> Method:
         name = method.__name__
 
@@ -79,7 +80,10 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
                 return response_type(status=status(exc.code, exc.message))
             except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
                 log.exception("MessagingService.%s failed", name)
-                return response_type(status=status(Code.INTERNAL_SERVER_ERROR,
-                                                   f"internal error: {type(exc).__name__}: {exc}"))
+                return response_type(
+                    status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+                )
+
         return wrapper  # type: ignore[return-value]
+
     return decorate

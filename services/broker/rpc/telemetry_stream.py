@@ -10,6 +10,7 @@ stream stays open until the client cancels or half-closes it, or the server stop
 Threads: each open stream holds one gRPC worker (the generator) and one reader thread, hence
 ``BrokerConfig.telemetry_streams_max``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,11 +23,10 @@ from typing import Any
 import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 
-from services.broker.errors import Code, RequestError
+from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
 from services.broker.rpc import convert
 from services.broker.rpc.status import status
 from services.broker.telemetry import ClientSession, TelemetryService
-from services.broker.errors import FAILURES, as_broker_error
 from services.store.client.errors import StoreRejectedError
 
 log = logging.getLogger(__name__)
@@ -80,21 +80,24 @@ class TelemetryStreams:
         for stream in streams:
             stream.close()
 
-    def serve(self, client_id: str, request_iterator: Iterator[s.TelemetryCommand],
-              context: grpc.ServicerContext) -> Iterator[s.TelemetryCommand]:
+    def serve(
+        self, client_id: str, request_iterator: Iterator[s.TelemetryCommand], context: grpc.ServicerContext
+    ) -> Iterator[s.TelemetryCommand]:
         if not client_id:
             yield s.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id header is required"))
             return
         stream = TelemetryStream()
         with self._lock:
             if len(self._open) >= self._streams_max:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"at most {self._streams_max} telemetry streams are served")
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {self._streams_max} telemetry streams are served"
+                )
             self._open.add(stream)
         session = self._service.open_session(client_id, stream.push)
         context.add_callback(stream.close)  # cancelled, deadline, or server stopping
-        reader = threading.Thread(target=self._read, args=(request_iterator, stream, session),
-                                  name=f"telemetry-{client_id[:40]}", daemon=True)
+        reader = threading.Thread(
+            target=self._read, args=(request_iterator, stream, session), name=f"telemetry-{client_id[:40]}", daemon=True
+        )
         reader.start()
         try:
             while True:
@@ -114,8 +117,9 @@ class TelemetryStreams:
             with self._lock:
                 self._open.discard(stream)
 
-    def _read(self, request_iterator: Iterator[s.TelemetryCommand], stream: TelemetryStream,
-              session: ClientSession) -> None:
+    def _read(
+        self, request_iterator: Iterator[s.TelemetryCommand], stream: TelemetryStream, session: ClientSession
+    ) -> None:
         try:
             for command in request_iterator:
                 self._on_command(command, stream, session)
@@ -135,7 +139,10 @@ class TelemetryStreams:
         settings = convert.client_settings(command.settings)
         try:
             server_settings = self._service.settings_for(settings)
-        except (RequestError, StoreRejectedError) as exc:  # neither publishing nor subscription: the proxy closes the call
+        except (
+            RequestError,
+            StoreRejectedError,
+        ) as exc:  # neither publishing nor subscription: the proxy closes the call
             stream.push(_Abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message))
             return
         except FAILURES as caught:  # the store did not answer: a status-only reply, clients retry later

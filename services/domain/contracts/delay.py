@@ -18,6 +18,7 @@ Recall: a DELETE marker is a timer message of the same wheel tick whose ``TIMER_
 is ``delete_key(real topic, message id)``; the scheduler skips the message whose
 ``delete_key_of`` a marker of its tick names.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from services.domain.format.properties_format import (
 )
 from services.domain.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 
-TIMER_QUEUE_ID = 0   # rmq_sys_wheel_timer has one queue
+TIMER_QUEUE_ID = 0  # rmq_sys_wheel_timer has one queue
 
 
 # -- delay levels ---------------------------------------------------------------------------------

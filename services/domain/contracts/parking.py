@@ -6,6 +6,7 @@ timer and transactional messages).
 Java broker builds the delivered record's properties string before it clears them, so the
 delivered record carries them too, and so does ours.
 """
+
 from __future__ import annotations
 
 from services.domain.format.properties_format import REAL_QUEUE_ID, REAL_TOPIC

@@ -16,6 +16,7 @@ body = the half queue offsets it settles, each followed by "," (RocketMQ 5's bat
 splitting on "," and skipping empty and non-numeric pieces, and ignores records with another tag
 (``decode_op``, RocketMQ's ``fillOpRemoveMap``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -32,8 +33,8 @@ from services.domain.format.properties_format import (
 )
 from services.domain.names import TRANS_HALF_TOPIC
 
-QUEUE_ID = 0                   # the half, op and check-max-time topics each have one queue
-OP_TAG = "d"                   # TransactionalMessageUtil.REMOVE_TAG
+QUEUE_ID = 0  # the half, op and check-max-time topics each have one queue
+OP_TAG = "d"  # TransactionalMessageUtil.REMOVE_TAG
 OP_BODY_OFFSETS_MAX = 100_000  # pieces taken from one body (a 4 MiB body of "1," would be 2M)
 
 
@@ -43,8 +44,8 @@ class Half:
 
     real_topic: str
     transaction_id: str
-    message_id: str        # UNIQ_KEY, else the transaction id
-    producer_group: str    # PGROUP, else the real topic
+    message_id: str  # UNIQ_KEY, else the transaction id
+    producer_group: str  # PGROUP, else the real topic
 
 
 def park_half(properties: dict[str, str], topic: str, queue_id: int, transaction_id: str) -> tuple[str, int]:
@@ -62,8 +63,12 @@ def read_half(properties: dict[str, str]) -> Half | None:
     transaction_id = properties.get(TRANSACTION_ID) or properties.get(UNIQ_KEY, "")
     if not real_topic or not transaction_id:
         return None
-    return Half(real_topic, transaction_id, properties.get(UNIQ_KEY, transaction_id),
-                properties.get(PRODUCER_GROUP) or real_topic)
+    return Half(
+        real_topic,
+        transaction_id,
+        properties.get(UNIQ_KEY, transaction_id),
+        properties.get(PRODUCER_GROUP) or real_topic,
+    )
 
 
 def encode_op(half_queue_offsets: Iterable[int]) -> tuple[dict[str, str], bytes]:

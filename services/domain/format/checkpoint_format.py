@@ -26,12 +26,14 @@ magic(4) + version(4) + dispatched(8) + flushed(8) + cq_sum(8) + crc(4) = 36 byt
 sum at recovery means ConsumeQueues were lost: they are rebuilt from the CommitLog. Recovery trusts the
 block only when magic, version and crc hold; otherwise it falls back to a full re-dispatch.
 """
+
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 
-import zlib
+from services.domain.format.buffer import Buffer
 
 CHECKPOINT = struct.Struct(">qqqqq")
 CHECKPOINT_FILE_SIZE_BYTES = 4096
@@ -60,16 +62,20 @@ class Checkpoint:
 
 
 def encode_checkpoint(cp: Checkpoint) -> bytes:
-    head = CHECKPOINT.pack(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
-                           cp.master_flushed_offset, cp.confirm_phy_offset)
-    ext = EXT.pack(EXT_MAGIC, EXT_VERSION, cp.dispatched_phy_offset, cp.flushed_phy_offset,
-                   cp.cq_max_offset_sum)
+    head = CHECKPOINT.pack(
+        cp.physic_msg_timestamp,
+        cp.logics_msg_timestamp,
+        cp.index_msg_timestamp,
+        cp.master_flushed_offset,
+        cp.confirm_phy_offset,
+    )
+    ext = EXT.pack(EXT_MAGIC, EXT_VERSION, cp.dispatched_phy_offset, cp.flushed_phy_offset, cp.cq_max_offset_sum)
     ext += EXT_CRC.pack(zlib.crc32(ext))
     body = head + ext
     return body + bytes(CHECKPOINT_FILE_SIZE_BYTES - len(body))
 
 
-def decode_checkpoint(buf) -> Checkpoint:
+def decode_checkpoint(buf: Buffer) -> Checkpoint:
     if len(buf) < CHECKPOINT.size:
         return Checkpoint()
     cp = Checkpoint(*CHECKPOINT.unpack_from(buf, 0))
@@ -77,8 +83,7 @@ def decode_checkpoint(buf) -> Checkpoint:
     if len(buf) >= end + EXT_CRC.size:
         magic, version, dispatched, flushed, cq_sum = EXT.unpack_from(buf, CHECKPOINT.size)
         (crc,) = EXT_CRC.unpack_from(buf, end)
-        if (magic == EXT_MAGIC and version == EXT_VERSION
-                and zlib.crc32(bytes(buf[CHECKPOINT.size:end])) == crc):
+        if magic == EXT_MAGIC and version == EXT_VERSION and zlib.crc32(bytes(buf[CHECKPOINT.size : end])) == crc:
             cp.dispatched_phy_offset = dispatched
             cp.flushed_phy_offset = flushed
             cp.cq_max_offset_sum = cq_sum

@@ -35,13 +35,16 @@ or flipped byte anywhere is caught, not only in the body.
 Blank record (end of segment): int32 TOTALSIZE = bytes left in the file, int32 0xCBD43194.
 It is written when a record of length L does not fit with 8 bytes to spare (L + 8 > left).
 """
+
 from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from services.domain.contracts.delay import level_delay_ms
+from services.domain.format.buffer import Buffer, WritableBuffer
 from services.domain.format.crc32 import crc32
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
@@ -93,21 +96,21 @@ def _header(born_v6: bool, store_v6: bool) -> struct.Struct:
     store = "16si" if store_v6 else "4si"
     return struct.Struct(
         ">"
-        "i"   # TOTALSIZE
-        "I"   # MAGICCODE
-        "i"   # BODYCRC
-        "i"   # QUEUEID
-        "i"   # FLAG
-        "q"   # QUEUEOFFSET
-        "q"   # PHYSICALOFFSET
-        "i"   # SYSFLAG
-        "q"   # BORNTIMESTAMP
-        + born +  # BORNHOST ip, port
-        "q"   # STORETIMESTAMP
-        + store +  # STOREHOSTADDRESS ip, port
-        "i"   # RECONSUMETIMES
-        "q"   # PREPARED TRANSACTION OFFSET
-        "i"   # BODY length
+        "i"  # TOTALSIZE
+        "I"  # MAGICCODE
+        "i"  # BODYCRC
+        "i"  # QUEUEID
+        "i"  # FLAG
+        "q"  # QUEUEOFFSET
+        "q"  # PHYSICALOFFSET
+        "i"  # SYSFLAG
+        "q"  # BORNTIMESTAMP
+        + born  # BORNHOST ip, port
+        + "q"  # STORETIMESTAMP
+        + store  # STOREHOSTADDRESS ip, port
+        + "i"  # RECONSUMETIMES
+        "q"  # PREPARED TRANSACTION OFFSET
+        "i"  # BODY length
     )
 
 
@@ -192,7 +195,8 @@ class MessageRecord:
 def host_flags(born_host: tuple[bytes, int], store_host: tuple[bytes, int]) -> int:
     """The SYSFLAG v6 bits implied by the two host addresses."""
     return (SYSFLAG_BORNHOST_V6 if len(born_host[0]) == 16 else 0) | (
-        SYSFLAG_STOREHOST_V6 if len(store_host[0]) == 16 else 0)
+        SYSFLAG_STOREHOST_V6 if len(store_host[0]) == 16 else 0
+    )
 
 
 def record_size(sys_flag: int, body_len: int, topic_len: int, properties_len: int, magic: int) -> int:
@@ -206,7 +210,7 @@ def choose_magic(topic_bytes: bytes) -> int:
     return MAGIC_V2 if len(topic_bytes) > TOPIC_V1_LENGTH_MAX_BYTES else MAGIC_V1
 
 
-def encode_into(buf, pos: int, rec: MessageRecord, topic_bytes: bytes, properties_bytes: bytes) -> int:
+def encode_into(buf: WritableBuffer, pos: int, rec: MessageRecord, topic_bytes: bytes, properties_bytes: bytes) -> int:
     """Write ``rec`` at ``buf[pos:]`` (``rec.total_size`` must be set); return the size written.
 
     ``rec.body_crc``, ``rec.sys_flag`` (v6 bits) and ``rec.magic`` must already be set.
@@ -214,12 +218,28 @@ def encode_into(buf, pos: int, rec: MessageRecord, topic_bytes: bytes, propertie
     body = rec.body
     size = rec.total_size
     HEADERS[(rec.sys_flag >> 4) & 3].pack_into(
-        buf, pos, size, rec.magic, rec.body_crc, rec.queue_id, rec.flag, rec.queue_offset,
-        rec.phy_offset, rec.sys_flag, rec.born_timestamp_ms, rec.born_host[0], rec.born_host[1],
-        rec.store_timestamp_ms, rec.store_host[0], rec.store_host[1], rec.reconsume_times,
-        rec.prepared_transaction_offset, len(body))
+        buf,
+        pos,
+        size,
+        rec.magic,
+        rec.body_crc,
+        rec.queue_id,
+        rec.flag,
+        rec.queue_offset,
+        rec.phy_offset,
+        rec.sys_flag,
+        rec.born_timestamp_ms,
+        rec.born_host[0],
+        rec.born_host[1],
+        rec.store_timestamp_ms,
+        rec.store_host[0],
+        rec.store_host[1],
+        rec.reconsume_times,
+        rec.prepared_transaction_offset,
+        len(body),
+    )
     p = pos + HEADERS[(rec.sys_flag >> 4) & 3].size
-    buf[p:p + len(body)] = body
+    buf[p : p + len(body)] = body
     p += len(body)
     if rec.magic == MAGIC_V2:
         _INT16.pack_into(buf, p, len(topic_bytes))
@@ -227,11 +247,11 @@ def encode_into(buf, pos: int, rec: MessageRecord, topic_bytes: bytes, propertie
     else:
         buf[p] = len(topic_bytes)
         p += 1
-    buf[p:p + len(topic_bytes)] = topic_bytes
+    buf[p : p + len(topic_bytes)] = topic_bytes
     p += len(topic_bytes)
     _INT16.pack_into(buf, p, len(properties_bytes))
     p += 2
-    buf[p:p + len(properties_bytes)] = properties_bytes
+    buf[p : p + len(properties_bytes)] = properties_bytes
     p += len(properties_bytes)
     assert p - pos == size, (p - pos, size)
     return size
@@ -242,11 +262,11 @@ def prop_crc_digits(crc: int) -> bytes:
     return str(crc)[::-1].ljust(10, "0").encode("ascii")
 
 
-def fill_prop_crc(buf, pos: int, total_size: int) -> None:
+def fill_prop_crc(buf: WritableBuffer, pos: int, total_size: int) -> None:
     """Compute and write the whole-record CRC of the record at ``buf[pos:]`` (reserved trailer)."""
-    crc = crc32(buf[pos:pos + total_size - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+    crc = crc32(buf[pos : pos + total_size - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
     digits_pos = pos + total_size - 11
-    buf[digits_pos:digits_pos + 10] = prop_crc_digits(crc)
+    buf[digits_pos : digits_pos + 10] = prop_crc_digits(crc)
 
 
 def prepare(rec: MessageRecord, java_order: bool = True, prop_crc: bool = False) -> tuple[bytes, bytes]:
@@ -263,7 +283,8 @@ def prepare(rec: MessageRecord, java_order: bool = True, prop_crc: bool = False)
         properties_bytes += PROP_CRC_PREFIX + b"0000000000\x02"
     rec.body_crc = body_crc(rec.body)
     rec.sys_flag = (rec.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) | host_flags(
-        rec.born_host, rec.store_host)
+        rec.born_host, rec.store_host
+    )
     rec.magic = choose_magic(topic_bytes)
     rec.total_size = record_size(rec.sys_flag, len(rec.body), len(topic_bytes), len(properties_bytes), rec.magic)
     return topic_bytes, properties_bytes
@@ -301,8 +322,9 @@ class CorruptRecord(Exception):
 BLANK = "blank"  # sentinel returned by decode_record for the end-of-segment record
 
 
-def decode_record(buf, pos: int, limit: int, check_crc: bool = True, base_offset: int = 0,
-                  read_body: bool = True):
+def decode_record(
+    buf: Buffer, pos: int, limit: int, check_crc: bool = True, base_offset: int = 0, read_body: bool = True
+) -> MessageRecord | str:
     """Decode the record at ``buf[pos:limit]`` (checkMessageAndReturnSize).
 
     Returns a MessageRecord, or BLANK for the end-of-segment record. Raises CorruptRecord.
@@ -322,13 +344,30 @@ def decode_record(buf, pos: int, limit: int, check_crc: bool = True, base_offset
     header = HEADERS[(sys_flag >> 4) & 3]
     if total_size < header.size:
         raise CorruptRecord(where, f"bad total size {total_size}")
-    (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_ip, born_port,
-     store_ts, store_ip, store_port, reconsume, prepared, body_len) = header.unpack_from(buf, pos)
+    (
+        _,
+        _,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phy_offset,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
+    ) = header.unpack_from(buf, pos)
     end = pos + total_size
     p = pos + header.size
     if body_len < 0 or p + body_len > end:
         raise CorruptRecord(where, f"bad body length {body_len}")
-    body_view = buf[p:p + body_len]
+    body_view = buf[p : p + body_len]
     if check_crc and (crc32(body_view) & 0x7FFFFFFF if body_len else 0) != crc:
         raise CorruptRecord(where, "body crc mismatch")
     p += body_len
@@ -344,23 +383,36 @@ def decode_record(buf, pos: int, limit: int, check_crc: bool = True, base_offset
         p += 1
     if topic_len < 0 or p + topic_len + 2 > end:
         raise CorruptRecord(where, f"bad topic length {topic_len}", total_size)
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
     p += topic_len
     properties_len = _INT16.unpack_from(buf, p)[0]
     p += 2
     if properties_len < 0 or p + properties_len != end:
         raise CorruptRecord(where, "length arithmetic mismatch", total_size)
-    properties = decode_properties(bytes(buf[p:p + properties_len])) if properties_len else {}
+    properties = decode_properties(bytes(buf[p : p + properties_len])) if properties_len else {}
     properties.pop(CRC32, None)
     return MessageRecord(
-        topic=topic, queue_id=queue_id, body=bytes(body_view) if read_body else b"",
-        properties=properties, flag=flag, sys_flag=sys_flag, born_timestamp_ms=born_ts,
-        born_host=(born_ip, born_port), store_timestamp_ms=store_ts, store_host=(store_ip, store_port),
-        reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=queue_offset,
-        phy_offset=phy_offset, body_crc=crc, total_size=total_size, magic=magic)
+        topic=topic,
+        queue_id=queue_id,
+        body=bytes(body_view) if read_body else b"",
+        properties=properties,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        born_host=(born_ip, born_port),
+        store_timestamp_ms=store_ts,
+        store_host=(store_ip, store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        queue_offset=queue_offset,
+        phy_offset=phy_offset,
+        body_crc=crc,
+        total_size=total_size,
+        magic=magic,
+    )
 
 
-def tags_code(record: MessageRecord, delay_level_millis=None) -> int:
+def tags_code(record: MessageRecord, delay_level_millis: Sequence[int] | None = None) -> int:
     """ConsumeQueue tags code: JavaHash(TAGS), or the deliver time for SCHEDULE_TOPIC_XXXX."""
     props = record.properties
     if record.topic == SCHEDULE_TOPIC and delay_level_millis is not None:
@@ -399,8 +451,9 @@ MAGIC_V1_BYTES = struct.pack(">I", MAGIC_V1)
 MAGIC_V2_BYTES = struct.pack(">I", MAGIC_V2)
 
 
-def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_crc: bool = True,
-                    require_prop_crc: bool = False) -> int:
+def validate_record(
+    view: Buffer, pos: int, limit: int, expected_phy_offset: int, check_crc: bool = True, require_prop_crc: bool = False
+) -> int:
     """Check the record at ``view[pos:limit]`` without decoding it; returns its size (0: blank).
 
     Stricter than RocketMQ's check: the record's PHYSICALOFFSET must equal
@@ -411,8 +464,9 @@ def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_
     """
     if limit - pos < BLANK_RECORD_SIZE_BYTES:
         raise CorruptRecord(expected_phy_offset, "short buffer")
-    total_size, magic, crc = _SIZE_MAGIC_CRC.unpack_from(view, pos) if limit - pos >= 12 else (
-        *_SIZE_MAGIC.unpack_from(view, pos), 0)
+    total_size, magic, crc = (
+        _SIZE_MAGIC_CRC.unpack_from(view, pos) if limit - pos >= 12 else (*_SIZE_MAGIC.unpack_from(view, pos), 0)
+    )
     if magic == MAGIC_BLANK:
         if total_size != limit - pos:
             raise CorruptRecord(expected_phy_offset, f"blank record size {total_size} != {limit - pos} left")
@@ -432,7 +486,7 @@ def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_
     body_len = _INT32.unpack_from(view, p - 4)[0]
     if body_len < 0 or p + body_len > end:
         raise CorruptRecord(expected_phy_offset, f"bad body length {body_len}")
-    if check_crc and (crc32(view[p:p + body_len]) & 0x7FFFFFFF if body_len else 0) != crc:
+    if check_crc and (crc32(view[p : p + body_len]) & 0x7FFFFFFF if body_len else 0) != crc:
         raise CorruptRecord(expected_phy_offset, "body crc mismatch")
     p += body_len
     if magic == MAGIC_V2:
@@ -449,12 +503,13 @@ def validate_record(view, pos: int, limit: int, expected_phy_offset: int, check_
         raise CorruptRecord(expected_phy_offset, "length arithmetic mismatch", total_size)
     if properties_len and view[end - 1] != 0x02:
         raise CorruptRecord(expected_phy_offset, "properties do not end with a separator", total_size)
-    has_trailer = (properties_len >= PROP_CRC_RESERVED_LEN
-                   and view[end - PROP_CRC_RESERVED_LEN:end - 11] == PROP_CRC_PREFIX)
+    has_trailer = (
+        properties_len >= PROP_CRC_RESERVED_LEN and view[end - PROP_CRC_RESERVED_LEN : end - 11] == PROP_CRC_PREFIX
+    )
     if require_prop_crc and not has_trailer:
         raise CorruptRecord(expected_phy_offset, "record crc trailer missing", total_size)
     if check_crc and has_trailer:
-        crc = crc32(view[pos:end - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
-        if view[end - 11:end - 1] != prop_crc_digits(crc):
+        crc = crc32(view[pos : end - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+        if view[end - 11 : end - 1] != prop_crc_digits(crc):
             raise CorruptRecord(expected_phy_offset, "record crc mismatch")
     return total_size

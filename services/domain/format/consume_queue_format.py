@@ -11,11 +11,15 @@ bytes) and is named by the byte offset of its first unit. The blank unit
 ``(0, 0x7FFFFFFF, 0)`` fills slots before the first unit of a queue that starts past 0.
 A unit is valid iff ``phy_offset >= 0 and size > 0``; an all-zero unit ends the queue.
 """
+
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
+
+from services.domain.format.buffer import Buffer
 
 CQ_UNIT = struct.Struct(">qiq")  # commitlog_offset(8) size(4) tags_code(8)
 CQ_UNIT_SIZE_BYTES = 20
@@ -33,11 +37,11 @@ def encode_unit(phy_offset: int, size: int, tags_code: int) -> bytes:
     return CQ_UNIT.pack(phy_offset, size, tags_code)
 
 
-def decode_unit(buf, pos: int) -> tuple[int, int, int]:
+def decode_unit(buf: Buffer, pos: int) -> tuple[int, int, int]:
     return CQ_UNIT.unpack_from(buf, pos)
 
 
-def encode_units(phy_offsets, sizes, tags_codes) -> bytes:
+def encode_units(phy_offsets: Sequence[int], sizes: Sequence[int], tags_codes: Sequence[int]) -> bytes:
     """Many units at once (numpy), for batched dispatch and rebuilds."""
     units = np.empty(len(phy_offsets), dtype=CQ_DTYPE)
     units["phy_offset"] = phy_offsets
@@ -46,7 +50,7 @@ def encode_units(phy_offsets, sizes, tags_codes) -> bytes:
     return units.tobytes()
 
 
-def decode_units(buf) -> np.ndarray:
+def decode_units(buf: Buffer) -> np.ndarray:
     """View ``buf`` (a multiple of 20 bytes) as a structured array of units."""
     return np.frombuffer(buf, dtype=CQ_DTYPE)
 

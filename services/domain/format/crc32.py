@@ -6,6 +6,7 @@ measured here); with two CRCs per message on the put path, and one or two per re
 recovery scans, that is about 1 µs of the ~8 µs a message costs the store in Python. Falls back
 to zlib where isal is not installed.
 """
+
 from __future__ import annotations
 
 try:

@@ -18,10 +18,13 @@ magic(4) + version(4) = 8 bytes of header, then begin(8) + end(8) + crc(4) = 20 
 level, for levels 1..64. An entry whose crc does not match (torn, or never written) reads as
 "none".
 """
+
 from __future__ import annotations
 
 import struct
 import zlib
+
+from services.domain.format.buffer import Buffer
 
 HEADER = struct.Struct(">II")  # magic(4) version(4)
 ENTRY = struct.Struct(">qqI")  # begin(8) end(8) crc(4)
@@ -39,7 +42,7 @@ def header_bytes() -> bytes:
     return HEADER.pack(MAGIC, VERSION)
 
 
-def header_ok(buf) -> bool:
+def header_ok(buf: Buffer) -> bool:
     return len(buf) >= HEADER.size and HEADER.unpack_from(buf, 0) == (MAGIC, VERSION)
 
 
@@ -52,7 +55,7 @@ def encode_entry(begin: int, end: int) -> bytes:
     return ENTRY.pack(begin, end, zlib.crc32(RANGE.pack(begin, end)))
 
 
-def decode_entry(buf, level: int) -> tuple[int, int]:
+def decode_entry(buf: Buffer, level: int) -> tuple[int, int]:
     """(begin, end) of the level's batch in flight, or NONE."""
     pos = entry_position(level)
     if len(buf) < pos + ENTRY.size:

@@ -34,6 +34,7 @@ key_hash(4) + phy_offset(8) + time_diff(4) + prev_index(4) = 20 bytes.
 Default size: 40 + 5,000,000*4 + 20,000,000*20 = 420,000,040 bytes. RocketMQ computes sizes
 and positions in Java ``int``, so a file may be at most 2^31-1 bytes.
 """
+
 from __future__ import annotations
 
 import operator
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.domain.format.buffer import Buffer
 from services.domain.format.java_compat import java_string_hash
 
 INDEX_HEADER = struct.Struct(
@@ -65,8 +67,7 @@ INDEX_ENTRY = struct.Struct(
     "i"  # prev_index
 )
 # The entry as a numpy record (packed, big-endian), for writing many at once.
-INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"),
-                              ("prev_index", ">i4")])
+INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 INDEX_HEADER_SIZE_BYTES = 40
 INDEX_SLOT_SIZE_BYTES = 4
 INDEX_ENTRY_SIZE_BYTES = 20
@@ -98,8 +99,7 @@ JAVA_INT_MIN = -0x80000000
 
 def index_file_size_bytes(hash_slot_num: int, index_num: int) -> int:
     """Size of a file of ``hash_slot_num`` slots and ``index_num`` entries (entry 0 included)."""
-    return (INDEX_HEADER_SIZE_BYTES + hash_slot_num * INDEX_SLOT_SIZE_BYTES
-            + index_num * INDEX_ENTRY_SIZE_BYTES)
+    return INDEX_HEADER_SIZE_BYTES + hash_slot_num * INDEX_SLOT_SIZE_BYTES + index_num * INDEX_ENTRY_SIZE_BYTES
 
 
 assert index_file_size_bytes(HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT) == 420_000_040
@@ -112,8 +112,7 @@ def slot_position(hash_slot_num: int, key_hash: int) -> int:
 
 def entry_position(hash_slot_num: int, index: int) -> int:
     """Byte position of entry ``index`` (>= 1 for real entries)."""
-    return (INDEX_HEADER_SIZE_BYTES + hash_slot_num * INDEX_SLOT_SIZE_BYTES
-            + index * INDEX_ENTRY_SIZE_BYTES)
+    return INDEX_HEADER_SIZE_BYTES + hash_slot_num * INDEX_SLOT_SIZE_BYTES + index * INDEX_ENTRY_SIZE_BYTES
 
 
 @dataclass(slots=True)
@@ -127,11 +126,17 @@ class IndexHeader:
 
 
 def encode_header(header: IndexHeader) -> bytes:
-    return INDEX_HEADER.pack(header.begin_timestamp, header.end_timestamp, header.begin_phy_offset,
-                             header.end_phy_offset, header.hash_slot_count, header.index_count)
+    return INDEX_HEADER.pack(
+        header.begin_timestamp,
+        header.end_timestamp,
+        header.begin_phy_offset,
+        header.end_phy_offset,
+        header.hash_slot_count,
+        header.index_count,
+    )
 
 
-def decode_header(buf, pos: int = 0) -> IndexHeader:
+def decode_header(buf: Buffer, pos: int = 0) -> IndexHeader:
     """The header as stored (``index_count`` is *not* corrected to >= 1 here)."""
     return IndexHeader(*INDEX_HEADER.unpack_from(buf, pos))
 
@@ -140,7 +145,7 @@ def encode_entry(key_hash: int, phy_offset: int, time_diff: int, prev_index: int
     return INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, prev_index)
 
 
-def decode_entry(buf, pos: int) -> tuple[int, int, int, int]:
+def decode_entry(buf: Buffer, pos: int) -> tuple[int, int, int, int]:
     """(key_hash, phy_offset, time_diff, prev_index) at byte ``pos``."""
     return INDEX_ENTRY.unpack_from(buf, pos)
 
@@ -187,7 +192,7 @@ _U32 = 0xFFFFFFFF
 _CHUNK_UNITS = 256
 _POW31 = [pow(31, i, 1 << 32) for i in range(_CHUNK_UNITS + 1)]  # 31^i mod 2^32
 # _POW31_DESC[n] = [31^(n-1), ..., 31^0]: the weights of n units, first unit first.
-_POW31_DESC = [_POW31[n - 1::-1] if n else [] for n in range(_CHUNK_UNITS + 1)]
+_POW31_DESC = [_POW31[n - 1 :: -1] if n else [] for n in range(_CHUNK_UNITS + 1)]
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 _mul = operator.mul
 _DIGITS31 = b"0123456789abcdefghijklmnopqrstu"
@@ -208,10 +213,11 @@ def java_hash_extend_u32(prefix_hash_u32: int, text: str) -> int:
     if text.isascii():
         n = len(text)
         if 0 < n <= _INT_DIGITS_MAX:
-            units = text.encode("ascii")
-            return (prefix_hash_u32 * _POW31[n] + int(units.translate(_R31), 31)
-                    + 31 * int(units.translate(_Q31), 31)) & _U32
-        units = text.encode("ascii")
+            digits = text.encode("ascii")
+            return (
+                prefix_hash_u32 * _POW31[n] + int(digits.translate(_R31), 31) + 31 * int(digits.translate(_Q31), 31)
+            ) & _U32
+        units: bytes | array[int] = text.encode("ascii")
     else:
         units = array("H", text.encode(_UTF16))
     n = len(units)
@@ -219,7 +225,7 @@ def java_hash_extend_u32(prefix_hash_u32: int, text: str) -> int:
         return (prefix_hash_u32 * _POW31[n] + sum(map(_mul, units, _POW31_DESC[n]))) & _U32
     h = prefix_hash_u32
     for start in range(0, n, _CHUNK_UNITS):
-        chunk = units[start:start + _CHUNK_UNITS]
+        chunk = units[start : start + _CHUNK_UNITS]
         size = len(chunk)
         h = (h * _POW31[size] + sum(map(_mul, chunk, _POW31_DESC[size]))) & _U32
     return h
@@ -284,8 +290,9 @@ def text_units(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(_UTF16), np.uint16)
 
 
-def index_key_hashes_of_ranges(units: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                               prefixes_u32: np.ndarray) -> np.ndarray:
+def index_key_hashes_of_ranges(
+    units: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prefixes_u32: np.ndarray
+) -> np.ndarray:
     """``index_key_hash(prefix + key)`` (int64) for each key ``units[start:start + length]``
     (UTF-16 code units, ``text_units``), given the unsigned Java hash of its prefix (uint32)."""
     total = len(units)

@@ -6,6 +6,7 @@
   initial capacity (RocketMQ writes message properties in this order, so byte-equal records
   need it).
 """
+
 from __future__ import annotations
 
 import functools

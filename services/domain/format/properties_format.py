@@ -11,10 +11,12 @@ An empty map encodes to the empty string. Decoding follows Java's ``string2messa
 segments shorter than 3 characters, empty names and empty values are dropped, and a later
 duplicate overwrites an earlier one.
 """
+
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Literal
 
 from services.domain.format.java_compat import java_hashmap_order
 
@@ -84,17 +86,61 @@ KEY_SEPARATOR = " "
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
 
 # MessageConst.STRING_HASH_SET: the names a user property may not take.
-RESERVED_PROPERTY_KEYS = frozenset({
-    TRACE_SWITCH, MSG_REGION, KEYS, TAGS, WAIT_STORE_MSG_OK, DELAY_TIME_LEVEL, RETRY_TOPIC, REAL_TOPIC,
-    REAL_QUEUE_ID, TRANSACTION_PREPARED, PRODUCER_GROUP, MIN_OFFSET, MAX_OFFSET, BUYER_ID, ORIGIN_MESSAGE_ID,
-    TRANSFER_FLAG, CORRECTION_FLAG, MQ2_FLAG, RECONSUME_TIME, UNIQ_KEY,
-    MAX_RECONSUME_TIMES, CONSUME_START_TIMESTAMP, POP_CK, POP_CK_OFFSET, FIRST_POP_TIME,
-    TRANSACTION_PREPARED_QUEUE_OFFSET, DUP_INFO, EXTEND_UNIQ_INFO, INSTANCE_ID, CORRELATION_ID,
-    MESSAGE_REPLY_TO_CLIENT, MESSAGE_TTL, REPLY_MESSAGE_ARRIVE_TIME, PUSH_REPLY_TIME, CLUSTER, MESSAGE_TYPE,
-    INNER_MULTI_QUEUE_OFFSET, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
-    TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES, TIMER_OUT_MS,
-    TIMER_DEL_UNIQKEY, TIMER_DELAY_LEVEL, BORN_HOST, BORN_TIMESTAMP, DLQ_ORIGIN_TOPIC,
-    DLQ_ORIGIN_MESSAGE_ID, CRC32})
+RESERVED_PROPERTY_KEYS = frozenset(
+    {
+        TRACE_SWITCH,
+        MSG_REGION,
+        KEYS,
+        TAGS,
+        WAIT_STORE_MSG_OK,
+        DELAY_TIME_LEVEL,
+        RETRY_TOPIC,
+        REAL_TOPIC,
+        REAL_QUEUE_ID,
+        TRANSACTION_PREPARED,
+        PRODUCER_GROUP,
+        MIN_OFFSET,
+        MAX_OFFSET,
+        BUYER_ID,
+        ORIGIN_MESSAGE_ID,
+        TRANSFER_FLAG,
+        CORRECTION_FLAG,
+        MQ2_FLAG,
+        RECONSUME_TIME,
+        UNIQ_KEY,
+        MAX_RECONSUME_TIMES,
+        CONSUME_START_TIMESTAMP,
+        POP_CK,
+        POP_CK_OFFSET,
+        FIRST_POP_TIME,
+        TRANSACTION_PREPARED_QUEUE_OFFSET,
+        DUP_INFO,
+        EXTEND_UNIQ_INFO,
+        INSTANCE_ID,
+        CORRELATION_ID,
+        MESSAGE_REPLY_TO_CLIENT,
+        MESSAGE_TTL,
+        REPLY_MESSAGE_ARRIVE_TIME,
+        PUSH_REPLY_TIME,
+        CLUSTER,
+        MESSAGE_TYPE,
+        INNER_MULTI_QUEUE_OFFSET,
+        TIMER_DELAY_MS,
+        TIMER_DELAY_SEC,
+        TIMER_DELIVER_MS,
+        TIMER_ENQUEUE_MS,
+        TIMER_DEQUEUE_MS,
+        TIMER_ROLL_TIMES,
+        TIMER_OUT_MS,
+        TIMER_DEL_UNIQKEY,
+        TIMER_DELAY_LEVEL,
+        BORN_HOST,
+        BORN_TIMESTAMP,
+        DLQ_ORIGIN_TOPIC,
+        DLQ_ORIGIN_MESSAGE_ID,
+        CRC32,
+    }
+)
 assert len(RESERVED_PROPERTY_KEYS) == 51
 
 
@@ -110,7 +156,7 @@ _JAVA_ORDER_CACHE: dict[tuple[str, ...], list[str]] = {}
 _JAVA_ORDER_CACHE_MAX = 4096
 
 
-def _java_order(properties: dict[str, str]) -> list[str]:
+def _java_order(properties: Mapping[str, object]) -> list[str]:
     """Java HashMap order of the names, cached per name tuple (producers repeat the same names)."""
     names = tuple(properties)
     order = _JAVA_ORDER_CACHE.get(names)
@@ -158,27 +204,29 @@ def encode_properties_checked(properties: dict[str, str]) -> bytes:
             if text.count("\x01") == count and text.count("\x02") == count:
                 return text.encode("utf-8")
             check_properties(properties)  # a value holds a separator: raises naming it
-    parts = [f"{name}\x01{properties[name]}\x02" for name in _java_order(properties)
-             if properties[name] is not None and not name.startswith(TRANSIENT_PREFIX)]
+    parts = [
+        f"{name}\x01{properties[name]}\x02"
+        for name in _java_order(properties)
+        if properties[name] is not None and not name.startswith(TRANSIENT_PREFIX)
+    ]
     text = "".join(parts)
-    if (text.count("\x01") != len(parts) or text.count("\x02") != len(parts)
-            or "" in properties or CRC32 in properties):
+    if text.count("\x01") != len(parts) or text.count("\x02") != len(parts) or "" in properties or CRC32 in properties:
         check_properties(properties)  # raises with the offending name
     return text.encode("utf-8")
 
 
-_PLANS: dict[tuple[str, ...], tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool] = {}
+_Plan = tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int]
+_PLANS: dict[tuple[str, ...], _Plan | Literal[False]] = {}
 
 
-def _plan(names: tuple[str, ...]) -> tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool:
+def _plan(names: tuple[str, ...]) -> _Plan | Literal[False]:
     """The encoding plan for a name tuple, or False when the general path must handle it (a
     name that is illegal, or every name transient)."""
     if len(_PLANS) >= _JAVA_ORDER_CACHE_MAX:
         _PLANS.clear()
     order = [name for name in _java_order(dict.fromkeys(names)) if not name.startswith(TRANSIENT_PREFIX)]
-    plan: tuple[str, Callable[[dict[str, str]], tuple[str, ...]], int] | bool = False
-    if order and all(name and "\x01" not in name and "\x02" not in name and name != CRC32
-                     for name in order):
+    plan: _Plan | Literal[False] = False
+    if order and all(name and "\x01" not in name and "\x02" not in name and name != CRC32 for name in order):
         template = "".join(f"{name.replace('%', '%%')}\x01%s\x02" for name in order)
         if len(order) == 1:
             only = order[0]
@@ -226,6 +274,6 @@ def _decode_slow(text: str) -> dict[str, str]:
         if segment_end - index >= 3:
             kv = text.find("\x01", index)
             if index < kv < segment_end - 1:
-                result[text[index:kv]] = text[kv + 1:segment_end]
+                result[text[index:kv]] = text[kv + 1 : segment_end]
         index = segment_end + 1
     return result

@@ -24,11 +24,14 @@ recovery then starts from nothing (rescans the whole TimerLog, re-derives the qu
 from its last unit, re-reads slots from 12 days back); per-unit states keep that from
 delivering anything twice.
 """
+
 from __future__ import annotations
 
 import struct
 import zlib
 from dataclasses import dataclass
+
+from services.domain.format.buffer import Buffer
 
 TIMER_CHECK = struct.Struct(">qqqqqqq")
 TIMER_CHECK_FILE_SIZE_BYTES = 4096
@@ -47,21 +50,29 @@ class TimerCheck:
     state_version: int = 0
     timestamp_ms: int = 0
     counter: int = 0
-    valid: bool = False   # decoded with a good check block (never written)
+    valid: bool = False  # decoded with a good check block (never written)
 
 
 def encode_timer_check(check: TimerCheck) -> bytes:
-    head = TIMER_CHECK.pack(check.last_read_time_ms, check.last_timer_log_flush_pos, check.last_timer_queue_offset,
-                            check.master_timer_queue_offset, check.state_version, check.timestamp_ms, check.counter)
+    head = TIMER_CHECK.pack(
+        check.last_read_time_ms,
+        check.last_timer_log_flush_pos,
+        check.last_timer_queue_offset,
+        check.master_timer_queue_offset,
+        check.state_version,
+        check.timestamp_ms,
+        check.counter,
+    )
     body = head + EXT.pack(EXT_MAGIC, zlib.crc32(head))
     return body + bytes(TIMER_CHECK_FILE_SIZE_BYTES - len(body))
 
 
-def decode_timer_check(buf) -> TimerCheck:
+def decode_timer_check(buf: Buffer) -> TimerCheck:
     """The checkpoint; ``valid`` is False (and every field 0) unless magic and crc hold."""
     if len(buf) < TIMER_CHECK.size + EXT.size:
         return TimerCheck()
     magic, crc = EXT.unpack_from(buf, TIMER_CHECK.size)
-    if magic != EXT_MAGIC or zlib.crc32(bytes(buf[:TIMER_CHECK.size])) != crc:
+    if magic != EXT_MAGIC or zlib.crc32(bytes(buf[: TIMER_CHECK.size])) != crc:
         return TimerCheck()
-    return TimerCheck(*TIMER_CHECK.unpack_from(buf, 0), valid=True)
+    read_ms, flush_pos, queue_offset, master_offset, version, timestamp_ms, counter = TIMER_CHECK.unpack_from(buf, 0)
+    return TimerCheck(read_ms, flush_pos, queue_offset, master_offset, version, timestamp_ms, counter, valid=True)

@@ -32,6 +32,7 @@ the unit goes to the next segment:
 
 remaining(4) + zero(8) + blank_magic(4) = 16 bytes.
 """
+
 from __future__ import annotations
 
 import struct
@@ -39,6 +40,8 @@ import zlib
 from typing import NamedTuple
 
 import numpy as np
+
+from services.domain.format.buffer import Buffer
 
 UNIT = struct.Struct(">iqiqiqiiIi")  # size prev_pos magic write_time delay offset_py size_py topic_hash crc state
 UNIT_SIZE_BYTES = 52
@@ -67,9 +70,20 @@ _STATES = (STATE_PENDING, STATE_DELIVERING, STATE_DONE)
 NO_POS = -1
 
 # The same layout for numpy scans (segment cleanup, recovery statistics).
-UNIT_DTYPE = np.dtype([("size", ">i4"), ("prev_pos", ">i8"), ("magic", ">i4"), ("write_time_ms", ">i8"),
-                       ("delay_ms", ">i4"), ("offset_py", ">i8"), ("size_py", ">i4"), ("topic_hash", ">i4"),
-                       ("crc", ">u4"), ("state", ">i4")])
+UNIT_DTYPE = np.dtype(
+    [
+        ("size", ">i4"),
+        ("prev_pos", ">i8"),
+        ("magic", ">i4"),
+        ("write_time_ms", ">i8"),
+        ("delay_ms", ">i4"),
+        ("offset_py", ">i8"),
+        ("size_py", ">i4"),
+        ("topic_hash", ">i4"),
+        ("crc", ">u4"),
+        ("state", ">i4"),
+    ]
+)
 assert UNIT_DTYPE.itemsize == UNIT_SIZE_BYTES
 
 
@@ -107,19 +121,27 @@ def magic_ok(magic: int) -> bool:
 
 def encode_unit(unit: TimerUnit) -> bytes:
     assert magic_ok(unit.magic) and unit.magic and unit.state in _STATES
-    head = HEAD.pack(UNIT_SIZE_BYTES, unit.prev_pos, unit.magic, unit.write_time_ms, unit.delay_ms,
-                     unit.offset_py, unit.size_py, unit.topic_hash)
+    head = HEAD.pack(
+        UNIT_SIZE_BYTES,
+        unit.prev_pos,
+        unit.magic,
+        unit.write_time_ms,
+        unit.delay_ms,
+        unit.offset_py,
+        unit.size_py,
+        unit.topic_hash,
+    )
     return head + TAIL.pack(zlib.crc32(head), unit.state)
 
 
-def decode_unit(buf, pos: int = 0) -> TimerUnit:
+def decode_unit(buf: Buffer, pos: int = 0) -> TimerUnit:
     """The unit at ``buf[pos:pos+52]``; CorruptUnit if size, magic or crc is wrong."""
     if len(buf) - pos < UNIT_SIZE_BYTES:
         raise CorruptUnit(f"short unit at {pos}")
     size, prev_pos, magic, write_time, delay, offset_py, size_py, topic_hash, crc, state = UNIT.unpack_from(buf, pos)
     if size != UNIT_SIZE_BYTES or not magic_ok(magic) or magic == 0:
         raise CorruptUnit(f"bad size {size} or magic {magic} at {pos}")
-    if zlib.crc32(bytes(buf[pos:pos + CRC_OFFSET])) != crc:
+    if zlib.crc32(bytes(buf[pos : pos + CRC_OFFSET])) != crc:
         raise CorruptUnit(f"crc mismatch at {pos}")
     if state not in _STATES:
         raise CorruptUnit(f"bad state {state} at {pos}")
@@ -135,11 +157,11 @@ def encode_blank(remaining: int) -> bytes:
     return BLANK.pack(remaining, 0, BLANK_MAGIC)
 
 
-def is_blank(buf, pos: int = 0) -> bool:
+def is_blank(buf: Buffer, pos: int = 0) -> bool:
     """Whether a blank (end-of-segment filler) starts at ``pos``."""
     if len(buf) - pos < BLANK_SIZE_BYTES:
         return False
-    return BLANK.unpack_from(buf, pos)[2] == BLANK_MAGIC
+    return bool(BLANK.unpack_from(buf, pos)[2] == BLANK_MAGIC)
 
 
 def unit_fits(position: int, segment_size_bytes: int) -> bool:

@@ -15,6 +15,7 @@ every ``2 * slots_total`` slots). RocketMQ 5's ``TimerWheel``: slots_total = 7 d
 604,800, so the file is 1,209,600 x 32 = 38,707,200 bytes; a file of any other non-zero
 length is refused.
 """
+
 from __future__ import annotations
 
 import struct
@@ -22,20 +23,21 @@ from typing import NamedTuple
 
 import numpy as np
 
+from services.domain.format.buffer import Buffer
+
 SLOT = struct.Struct(">qqqii")  # time(8) first_pos(8) last_pos(8) num(4) magic(4)
 SLOT_SIZE_BYTES = 32
 assert SLOT.size == SLOT_SIZE_BYTES
-SLOTS_TOTAL_DEFAULT = 7 * 86_400        # TIMER_WHEEL_TTL_DAY * DAY_SECS
+SLOTS_TOTAL_DEFAULT = 7 * 86_400  # TIMER_WHEEL_TTL_DAY * DAY_SECS
 WHEEL_FILE_SIZE_BYTES_DEFAULT = 2 * SLOTS_TOTAL_DEFAULT * SLOT_SIZE_BYTES
 assert WHEEL_FILE_SIZE_BYTES_DEFAULT == 38_707_200
 
-SLOT_DTYPE = np.dtype([("time", ">i8"), ("first_pos", ">i8"), ("last_pos", ">i8"), ("num", ">i4"),
-                       ("magic", ">i4")])
+SLOT_DTYPE = np.dtype([("time", ">i8"), ("first_pos", ">i8"), ("last_pos", ">i8"), ("num", ">i4"), ("magic", ">i4")])
 assert SLOT_DTYPE.itemsize == SLOT_SIZE_BYTES
 
 
 class Slot(NamedTuple):
-    time_ms: int        # the slot's time in ms (time field x precision); -1 for an empty slot
+    time_ms: int  # the slot's time in ms (time field x precision); -1 for an empty slot
     first_pos: int
     last_pos: int
     num: int = 0
@@ -57,7 +59,7 @@ def encode_slot(time_ms: int, precision_ms: int, first_pos: int, last_pos: int, 
     return SLOT.pack(time_ms // precision_ms, first_pos, last_pos, num, magic)
 
 
-def decode_slot(buf, pos: int, time_ms: int, precision_ms: int) -> Slot:
+def decode_slot(buf: Buffer, pos: int, time_ms: int, precision_ms: int) -> Slot:
     """The slot at byte ``pos`` as seen for ``time_ms``: EMPTY_SLOT if it holds another time."""
     stored, first_pos, last_pos, num, magic = SLOT.unpack_from(buf, pos)
     if stored != time_ms // precision_ms:

@@ -12,6 +12,7 @@ the handler's own call, so a request that does not parse ends like any refused c
 INVALID_ARGUMENT naming the expected message type, the stream released. Put it last in the
 server's interceptor list, so the metrics interceptor counts these refusals by their code.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -33,19 +34,22 @@ def _refuse(context: grpc.ServicerContext, type_name: str, exc: Exception) -> No
     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request does not parse: {detail}")
 
 
-def _decode_one(deserializer: Deserializer, type_name: str,
-                behavior: Callable[..., Any]) -> Callable[[bytes, grpc.ServicerContext], Any]:
+def _decode_one(
+    deserializer: Deserializer, type_name: str, behavior: Callable[..., Any]
+) -> Callable[[bytes, grpc.ServicerContext], Any]:
     def decoded(raw: bytes, context: grpc.ServicerContext) -> Any:
         try:
             request = deserializer(raw)
         except Exception as exc:  # noqa: BLE001 - any decode failure is the client's bad bytes
             _refuse(context, type_name, exc)
         return behavior(request, context)
+
     return decoded
 
 
-def _decode_each(deserializer: Deserializer, type_name: str,
-                 behavior: Callable[..., Any]) -> Callable[[Iterator[bytes], grpc.ServicerContext], Any]:
+def _decode_each(
+    deserializer: Deserializer, type_name: str, behavior: Callable[..., Any]
+) -> Callable[[Iterator[bytes], grpc.ServicerContext], Any]:
     def requests(raw_requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[Any]:
         for raw in raw_requests:
             try:
@@ -56,6 +60,7 @@ def _decode_each(deserializer: Deserializer, type_name: str,
 
     def decoded(raw_requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
         return behavior(requests(raw_requests, context), context)
+
     return decoded
 
 
@@ -68,15 +73,19 @@ def guarded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     serializer = handler.response_serializer
     if handler.unary_unary:
         return grpc.unary_unary_rpc_method_handler(
-            _decode_one(deserializer, type_name, handler.unary_unary), response_serializer=serializer)
+            _decode_one(deserializer, type_name, handler.unary_unary), response_serializer=serializer
+        )
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(
-            _decode_one(deserializer, type_name, handler.unary_stream), response_serializer=serializer)
+            _decode_one(deserializer, type_name, handler.unary_stream), response_serializer=serializer
+        )
     if handler.stream_unary:
         return grpc.stream_unary_rpc_method_handler(
-            _decode_each(deserializer, type_name, handler.stream_unary), response_serializer=serializer)
+            _decode_each(deserializer, type_name, handler.stream_unary), response_serializer=serializer
+        )
     return grpc.stream_stream_rpc_method_handler(
-        _decode_each(deserializer, type_name, handler.stream_stream), response_serializer=serializer)
+        _decode_each(deserializer, type_name, handler.stream_stream), response_serializer=serializer
+    )
 
 
 class DecodeGuardInterceptor(grpc.ServerInterceptor):
@@ -85,8 +94,9 @@ class DecodeGuardInterceptor(grpc.ServerInterceptor):
     def __init__(self) -> None:
         self._guarded: dict[str, grpc.RpcMethodHandler | None] = {}
 
-    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],
-                          handler_call_details: grpc.HandlerCallDetails) -> Any:
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
         method = handler_call_details.method
         try:
             return self._guarded[method]

@@ -1,6 +1,7 @@
 """gRPC health: waiting for a service to report SERVING (how every caller of the store waits for
 it at start-up, through the store client's ``wait_ready``), and the health-only server of the
 services that serve no API of their own."""
+
 from __future__ import annotations
 
 import threading
@@ -11,8 +12,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 from services.runtime.process import format_address
+from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 
 POLL_INTERVAL_S = 0.2
 CHECK_TIMEOUT_S = 0.5  # per attempt, so a stop request (give_up) is noticed quickly
@@ -23,8 +24,13 @@ class NotServingError(Exception):
     """The service did not report SERVING in time; the message says what it last answered."""
 
 
-def wait_serving(channel: grpc.Channel, service: str, timeout_s: float, monotonic_s: Callable[[], float],
-                 give_up: Callable[[], bool] = lambda: False) -> bool:
+def wait_serving(
+    channel: grpc.Channel,
+    service: str,
+    timeout_s: float,
+    monotonic_s: Callable[[], float],
+    give_up: Callable[[], bool] = lambda: False,
+) -> bool:
     """True once ``service`` on ``channel`` reports SERVING, False if ``give_up()`` first;
     NotServingError after ``timeout_s``."""
     health = health_pb2_grpc.HealthStub(channel)
@@ -35,8 +41,11 @@ def wait_serving(channel: grpc.Channel, service: str, timeout_s: float, monotoni
         if remaining_s <= 0:
             raise NotServingError(f"not serving after {timeout_s:.0f} s: {last_error}")
         try:
-            response = health.Check(health_pb2.HealthCheckRequest(service=service),
-                                    timeout=min(remaining_s, CHECK_TIMEOUT_S), wait_for_ready=True)
+            response = health.Check(
+                health_pb2.HealthCheckRequest(service=service),
+                timeout=min(remaining_s, CHECK_TIMEOUT_S),
+                wait_for_ready=True,
+            )
             if response.status == health_pb2.HealthCheckResponse.SERVING:
                 return True
             last_error = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -55,9 +64,11 @@ class HealthServer:
     def __init__(self, host: str, port: int, service_name: str, workers: int = 4) -> None:
         self.service_name = service_name
         what = service_name.rpartition(".")[2]
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{what}-rpc"),
-                                  options=[("grpc.so_reuseport", 0)],
-                                  interceptors=[DecodeGuardInterceptor()])
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{what}-rpc"),
+            options=[("grpc.so_reuseport", 0)],
+            interceptors=[DecodeGuardInterceptor()],
+        )
         address = format_address(host, port)
         try:
             self.port = self.server.add_insecure_port(address)

@@ -7,6 +7,7 @@ Client side (``open_channel``): ``ca_path`` turns TLS on and is the CA the serve
 must chain to (and name the address's host); ``cert_path`` + ``key_path`` are the client's
 certificate for mutual TLS.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,9 +18,13 @@ import grpc
 
 # Reconnect quickly: a restarted store is back within seconds, and gRPC's default backoff (1 s,
 # x1.6 per failed attempt, up to 120 s) would leave its clients idle long after it serves again.
-DEFAULT_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-                   ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 1000))
+DEFAULT_OPTIONS = (
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,17 @@ def add_port(server: grpc.Server, address: str, tls: TlsFiles | None = None) -> 
     """Bind ``address`` (TLS when ``tls`` has a certificate); the port, 0 if it could not bind."""
     if tls is None or not tls.cert_path:
         return server.add_insecure_port(address)
-    credentials = grpc.ssl_server_credentials([(_read(tls.key_path), _read(tls.cert_path))],
-                                              root_certificates=_read(tls.ca_path),
-                                              require_client_auth=bool(tls.ca_path))
+    credentials = grpc.ssl_server_credentials(
+        [(_read(tls.key_path), _read(tls.cert_path))],
+        root_certificates=_read(tls.ca_path),
+        require_client_auth=bool(tls.ca_path),
+    )
     return server.add_secure_port(address, credentials)
 
 
-def open_channel(address: str, tls: TlsFiles | None = None,
-                 options: Sequence[tuple[str, Any]] = DEFAULT_OPTIONS) -> grpc.Channel:
+def open_channel(
+    address: str, tls: TlsFiles | None = None, options: Sequence[tuple[str, Any]] = DEFAULT_OPTIONS
+) -> grpc.Channel:
     """A channel to ``address``: TLS when ``tls`` names a CA, plaintext otherwise."""
     if tls is None or not tls.ca_path:
         return grpc.insecure_channel(address, options=list(options))

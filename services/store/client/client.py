@@ -7,6 +7,7 @@ answer, not a failure (``get_topic``, ``look_message`` ...), the call returns No
 ``GrpcStoreClient`` talks to a store process; ``LocalStoreClient`` to a store core in this
 process, through the same servicer code a store process runs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,15 +41,18 @@ from services.store.rpc.servicer import StoreServicer
 
 log = logging.getLogger(__name__)
 
-LOOK_RAW_RECORDS_MAX = 1024       # the store's limit per LookRawMessages
+LOOK_RAW_RECORDS_MAX = 1024  # the store's limit per LookRawMessages
 WATCH_RETRY_INTERVAL_S = 0.5
 _PUT_STATUS = {pb.PutStatus.Value(s.name): s for s in PutStatus}
 _GET_STATUS = {pb.GetStatus.Value(s.name): s for s in GetStatus}
-_ACK_RESULT = {pb.ACK_OK: AckResult.OK, pb.INVALID_RECEIPT_HANDLE: AckResult.INVALID_RECEIPT_HANDLE,
-               pb.DLQ_PUT_FAILED: AckResult.DLQ_PUT_FAILED}
+_ACK_RESULT: dict[int, AckResult] = {
+    pb.ACK_OK: AckResult.OK,
+    pb.INVALID_RECEIPT_HANDLE: AckResult.INVALID_RECEIPT_HANDLE,
+    pb.DLQ_PUT_FAILED: AckResult.DLQ_PUT_FAILED,
+}
 
-UserRow = tuple[str, str, str, str]           # (name, secret, user type, user status)
-AclRow = tuple[str, list[PolicyView]]         # (user name, policies)
+UserRow = tuple[str, str, str, str]  # (name, secret, user type, user status)
+AclRow = tuple[str, list[PolicyView]]  # (user name, policies)
 
 
 class StoreClient:
@@ -61,13 +65,14 @@ class StoreClient:
 
     @property
     def address(self) -> str:
-        return self._transport.address  # type: ignore[attr-defined, no-any-return]
+        return self._transport.address
 
     def close(self) -> None:
         self._transport.close()
 
-    def wait_ready(self, timeout_s: float, give_up: Callable[[], bool] = lambda: False,
-                   clock: Clock | None = None) -> bool:
+    def wait_ready(
+        self, timeout_s: float, give_up: Callable[[], bool] = lambda: False, clock: Clock | None = None
+    ) -> bool:
         """Block until the store reports SERVING (True), or ``give_up()`` (False);
         StoreUnavailableError after ``timeout_s``."""
         return self._transport.wait_ready(timeout_s, give_up, clock or SystemClock())
@@ -100,37 +105,85 @@ class StoreClient:
         if not response.HasField("batch"):  # a store that predates batch_results
             if len(response.results) != len(messages):
                 raise StoreError(f"store answered {len(response.results)} results for {len(messages)} messages")
-            return [PutOutcome(_PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error,
-                               r.store_timestamp_ms) for r in response.results]
+            return [
+                PutOutcome(
+                    _PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error, r.store_timestamp_ms
+                )
+                for r in response.results
+            ]
         return _outcomes(response.batch, len(messages))
 
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 0,
-                     tags_codes: Iterable[int] = ()) -> GetOutcome:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int = 0,
+        tags_codes: Iterable[int] = (),
+    ) -> GetOutcome:
         """GetMessages: ``StoredMessage``s of a queue from ``queue_offset`` (0 bytes: the store's limit)."""
-        response = self._call("GetMessages", pb.GetMessagesRequest(
-            topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=max_count, max_bytes=max_bytes,
-            tags_codes=tags_codes))
-        return GetOutcome(_GET_STATUS[response.status], [stored_from_pb(m) for m in response.messages],
-                          response.next_begin_offset, response.min_offset, response.max_offset)
+        response = self._call(
+            "GetMessages",
+            pb.GetMessagesRequest(
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                max_count=max_count,
+                max_bytes=max_bytes,
+                tags_codes=tags_codes,
+            ),
+        )
+        return GetOutcome(
+            _GET_STATUS[response.status],
+            [stored_from_pb(m) for m in response.messages],
+            response.next_begin_offset,
+            response.min_offset,
+            response.max_offset,
+        )
 
-    def get_raw_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 0,
-                         tags_codes: Iterable[int] = ()) -> GetOutcome:
+    def get_raw_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int = 0,
+        tags_codes: Iterable[int] = (),
+    ) -> GetOutcome:
         """GetRawMessages: the same read, whole CommitLog records as bytes (``model.stored_from_raw``
         decodes one)."""
-        response = self._call("GetRawMessages", pb.GetMessagesRequest(
-            topic=topic, queue_id=queue_id, queue_offset=queue_offset, max_count=max_count, max_bytes=max_bytes,
-            tags_codes=tags_codes))
-        return GetOutcome(_GET_STATUS[response.status], list(response.records), response.next_begin_offset,
-                          response.min_offset, response.max_offset)
+        response = self._call(
+            "GetRawMessages",
+            pb.GetMessagesRequest(
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                max_count=max_count,
+                max_bytes=max_bytes,
+                tags_codes=tags_codes,
+            ),
+        )
+        return GetOutcome(
+            _GET_STATUS[response.status],
+            list(response.records),
+            response.next_begin_offset,
+            response.min_offset,
+            response.max_offset,
+        )
 
     def look_messages(self, refs: Sequence[tuple[int, int]]) -> dict[int, StoredMessage]:
         """The records at these (CommitLog offset, size) pairs, by offset (LookRawMessages);
         absent ones, and bytes that are not that record, are left out."""
         found: dict[int, StoredMessage] = {}
         for start in range(0, len(refs), LOOK_RAW_RECORDS_MAX):
-            chunk = refs[start:start + LOOK_RAW_RECORDS_MAX]
-            response = self._call("LookRawMessages", pb.LookRawMessagesRequest(
-                phy_offsets=[offset for offset, _ in chunk], sizes=[size for _, size in chunk]))
+            chunk = refs[start : start + LOOK_RAW_RECORDS_MAX]
+            response = self._call(
+                "LookRawMessages",
+                pb.LookRawMessagesRequest(
+                    phy_offsets=[offset for offset, _ in chunk], sizes=[size for _, size in chunk]
+                ),
+            )
             for (offset, size), raw in zip(chunk, response.records):
                 record = stored_from_raw(raw) if raw else None
                 if record is not None and record.phy_offset == offset and record.store_size_bytes == size:
@@ -148,8 +201,9 @@ class StoreClient:
     def look_message_by_offset_msg_id(self, offset_msg_id: str) -> StoredMessage | None:
         """None when no record starts there or the id does not decode."""
         try:
-            record = self._call("LookMessageByOffsetMsgId",
-                                pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=offset_msg_id))
+            record = self._call(
+                "LookMessageByOffsetMsgId", pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=offset_msg_id)
+            )
         except (StoreNotFoundError, StoreRejectedError):
             return None
         return stored_from_pb(record)
@@ -166,19 +220,24 @@ class StoreClient:
         return response.min_offset, response.max_offset
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        response = self._call("GetOffsetByTimestamp", pb.GetOffsetByTimestampRequest(
-            topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms))
-        return response.queue_offset  # type: ignore[no-any-return]
+        response = self._call(
+            "GetOffsetByTimestamp",
+            pb.GetOffsetByTimestampRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms),
+        )
+        return response.queue_offset
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._call("CommitConsumerOffset", pb.CommitConsumerOffsetRequest(
-            group=group, topic=topic, queue_id=queue_id, offset=offset))
+        self._call(
+            "CommitConsumerOffset",
+            pb.CommitConsumerOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset),
+        )
 
     def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset; -1 if never committed."""
-        response = self._call("QueryConsumerOffset", pb.QueryConsumerOffsetRequest(
-            group=group, topic=topic, queue_id=queue_id))
-        return response.offset  # type: ignore[no-any-return]
+        response = self._call(
+            "QueryConsumerOffset", pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=queue_id)
+        )
+        return response.offset
 
     def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
         """(topic, queue id, committed offset) of every queue ``group`` committed."""
@@ -187,7 +246,7 @@ class StoreClient:
 
     def get_delay_offset(self, level: int) -> int:
         """The next SCHEDULE_TOPIC_XXXX queue offset to deliver for a level (0 if none)."""
-        return self._call("GetDelayOffset", pb.GetDelayOffsetRequest(level=level)).offset  # type: ignore[no-any-return]
+        return self._call("GetDelayOffset", pb.GetDelayOffsetRequest(level=level)).offset
 
     def update_delay_offset(self, level: int, offset: int) -> None:
         self._call("UpdateDelayOffset", pb.UpdateDelayOffsetRequest(level=level, offset=offset))
@@ -198,14 +257,31 @@ class StoreClient:
         return [(s.group, s.topic, s.lag_messages, s.inflight_messages) for s in response.stats]
 
     # -- pop consumption ------------------------------------------------------------------------
-    def pop_messages(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                     tags_codes: Iterable[int], fifo: bool, sql_expression: str = "") -> PopOutcome:
-        request = pb.PopMessagesRequest(group=group, topic=topic, queue_id=queue_id, max_count=max_count,
-                                        invisible_duration_ms=invisible_ms, tags_codes=list(tags_codes), fifo=fifo,
-                                        sql_expression=sql_expression)
+    def pop_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_count: int,
+        invisible_ms: int,
+        tags_codes: Iterable[int],
+        fifo: bool,
+        sql_expression: str = "",
+    ) -> PopOutcome:
+        request = pb.PopMessagesRequest(
+            group=group,
+            topic=topic,
+            queue_id=queue_id,
+            max_count=max_count,
+            invisible_duration_ms=invisible_ms,
+            tags_codes=list(tags_codes),
+            fifo=fifo,
+            sql_expression=sql_expression,
+        )
         response = self._call("PopMessages", request)
-        return PopOutcome([_delivery(m) for m in response.messages],
-                          frozenset(q.topic for q in response.examined_queues))
+        return PopOutcome(
+            [_delivery(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
+        )
 
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         response = self._call("AckMessages", pb.AckMessagesRequest(group=group, topic=topic, receipt_handles=handles))
@@ -213,20 +289,32 @@ class StoreClient:
             raise StoreError(f"store answered {len(response.statuses)} ack statuses for {len(handles)} handles")
         return [_ack_result(status) for status in response.statuses]
 
-    def change_invisible_duration(self, group: str, topic: str, handle: str,
-                                  invisible_ms: int) -> tuple[AckResult, str]:
-        response = self._call("ChangeInvisibleDuration", pb.ChangeInvisibleDurationRequest(
-            group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms))
+    def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> tuple[AckResult, str]:
+        response = self._call(
+            "ChangeInvisibleDuration",
+            pb.ChangeInvisibleDurationRequest(
+                group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms
+            ),
+        )
         return _ack_result(response.status), response.receipt_handle
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult:
-        response = self._call("ForwardToDeadLetterQueue", pb.ForwardToDeadLetterQueueRequest(
-            group=group, topic=topic, receipt_handle=handle))
+        response = self._call(
+            "ForwardToDeadLetterQueue",
+            pb.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle),
+        )
         return _ack_result(response.status)
 
     # -- arrivals -------------------------------------------------------------------------------
-    def watch_arrivals(self, topics: Sequence[str], on_arrivals: Callable[[list[str]], None],
-                       on_restart: Callable[[], None], stopped: threading.Event) -> None:
+    def watch_arrivals(
+        self,
+        topics: Sequence[str],
+        on_arrivals: Callable[[list[str]], None],
+        on_restart: Callable[[], None],
+        stopped: threading.Event,
+    ) -> None:
         """Follow the store's WatchArrivals stream for ``topics`` (empty: every topic) until
         ``stopped`` or ``stop_watching``: ``on_arrivals(topics)`` per announced batch,
         ``on_restart()`` after every (re)connect (arrivals may have been missed meanwhile).
@@ -240,7 +328,7 @@ class StoreClient:
                 stopped.wait(WATCH_RETRY_INTERVAL_S)
                 continue
             self._watch = call
-            if stopped.is_set():   # stop_watching ran before the call existed
+            if stopped.is_set():  # stop_watching ran before the call existed
                 call.cancel()
                 return
             try:
@@ -272,9 +360,13 @@ class StoreClient:
         return None if config is None else _topic_info(config)
 
     def create_topic(self, topic: TopicInfo) -> TopicInfo:
-        config = pb.TopicConfig(topic_name=topic.name, read_queue_nums=topic.read_queue_nums,
-                                write_queue_nums=topic.write_queue_nums, perm=topic.perm,
-                                message_type=pb.MessageType.Value(topic.message_type))
+        config = pb.TopicConfig(
+            topic_name=topic.name,
+            read_queue_nums=topic.read_queue_nums,
+            write_queue_nums=topic.write_queue_nums,
+            perm=topic.perm,
+            message_type=pb.MessageType.Value(topic.message_type),
+        )
         return _topic_info(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
     def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
@@ -287,7 +379,7 @@ class StoreClient:
         return _topic_info(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
     def delete_topic(self, name: str) -> bool:
-        return self._call("DeleteTopic", pb.DeleteTopicRequest(topic_name=name)).existed  # type: ignore[no-any-return]
+        return self._call("DeleteTopic", pb.DeleteTopicRequest(topic_name=name)).existed
 
     def list_topics(self) -> list[TopicInfo]:
         return [_topic_info(config) for config in self._call("ListTopics", pb.ListTopicsRequest()).topics]
@@ -298,8 +390,9 @@ class StoreClient:
 
     def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
         """Read-modify-write of the full config, as update_topic."""
-        config = (self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
-                  or pb.SubscriptionGroupConfig(group_name=name))
+        config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name)) or pb.SubscriptionGroupConfig(
+            group_name=name
+        )
         config.consume_message_orderly = fifo
         config.retry_max_times = retry_max_times
         return _group_info(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
@@ -311,31 +404,58 @@ class StoreClient:
     def auth_config(self) -> tuple[list[UserRow], list[AclRow], int]:
         """(users, ACLs, version): the version changes with every write."""
         response = self._call("GetAuthConfig", pb.GetAuthConfigRequest())
-        return ([(u.username, u.password, u.user_type, u.user_status) for u in response.users],
-                [(a.username, [PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips))
-                               for p in a.policies]) for a in response.acls], response.version)
+        return (
+            [(u.username, u.password, u.user_type, u.user_status) for u in response.users],
+            [
+                (
+                    a.username,
+                    [PolicyView(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips)) for p in a.policies],
+                )
+                for a in response.acls
+            ],
+            response.version,
+        )
 
     def put_user(self, username: str, secret: str, user_type: str, user_status: str) -> bool:
         """True if the user is new."""
-        return self._call("PutUser", pb.PutUserRequest(user=pb.AuthUser(  # type: ignore[no-any-return]
-            username=username, password=secret, user_type=user_type, user_status=user_status))).created
+        return self._call(
+            "PutUser",
+            pb.PutUserRequest(
+                user=pb.AuthUser(username=username, password=secret, user_type=user_type, user_status=user_status)
+            ),
+        ).created
 
     def delete_user(self, username: str) -> bool:
-        return self._call("DeleteUser", pb.DeleteUserRequest(username=username)).existed  # type: ignore[no-any-return]
+        return self._call("DeleteUser", pb.DeleteUserRequest(username=username)).existed
 
     def put_acl(self, username: str, policies: list[PolicyView]) -> None:
         """StoreNotFoundError if the user does not exist."""
-        self._call("PutAcl", pb.PutAclRequest(acl=pb.AuthAcl(username=username, policies=[
-            pb.AuthPolicy(resource=p.resource, actions=list(p.actions), decision=p.decision,
-                          source_ips=list(p.source_ips)) for p in policies])))
+        self._call(
+            "PutAcl",
+            pb.PutAclRequest(
+                acl=pb.AuthAcl(
+                    username=username,
+                    policies=[
+                        pb.AuthPolicy(
+                            resource=p.resource,
+                            actions=list(p.actions),
+                            decision=p.decision,
+                            source_ips=list(p.source_ips),
+                        )
+                        for p in policies
+                    ],
+                )
+            ),
+        )
 
 
 class GrpcStoreClient(StoreClient):
     """The store client of a store process at ``address`` (``host:port``); ``put_stream``: puts
     over one long-lived PutMessagesStream (``put_stream.py``), as the broker sends."""
 
-    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None,
-                 put_stream: bool = True) -> None:
+    def __init__(
+        self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None, put_stream: bool = True
+    ) -> None:
         self.transport = GrpcTransport(address, rpc_timeout_s, tls, put_stream)
         super().__init__(self.transport)
 
@@ -350,22 +470,43 @@ class LocalStoreClient(StoreClient):
 
 def stored_from_pb(record: pb.Message) -> StoredMessage:
     return StoredMessage(
-        topic=record.topic, queue_id=record.queue_id, body=record.body, properties=dict(record.properties),
-        queue_offset=record.queue_offset, phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
-        store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
-        reconsume_times=record.reconsume_times, prepared_transaction_offset=record.prepared_transaction_offset,
-        offset_msg_id=record.offset_msg_id, store_size_bytes=record.store_size_bytes, body_crc=record.body_crc)
+        topic=record.topic,
+        queue_id=record.queue_id,
+        body=record.body,
+        properties=dict(record.properties),
+        queue_offset=record.queue_offset,
+        phy_offset=record.phy_offset,
+        sys_flag=record.sys_flag,
+        flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=record.store_host,
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        offset_msg_id=record.offset_msg_id,
+        store_size_bytes=record.store_size_bytes,
+        body_crc=record.body_crc,
+    )
 
 
 def _delivery(popped: pb.PoppedMessage) -> Delivery:
     record = popped.message
     return Delivery(
-        topic=record.topic, body=record.body, properties=dict(record.properties), queue_id=popped.queue_id,
-        queue_offset=popped.queue_offset, delivery_attempt=max(1, popped.delivery_attempt),
-        receipt_handle=popped.receipt_handle, sys_flag=record.sys_flag, born_timestamp_ms=record.born_timestamp_ms,
-        born_host=record.born_host, store_timestamp_ms=record.store_timestamp_ms, store_host=record.store_host,
-        offset_msg_id=record.offset_msg_id)
+        topic=record.topic,
+        body=record.body,
+        properties=dict(record.properties),
+        queue_id=popped.queue_id,
+        queue_offset=popped.queue_offset,
+        delivery_attempt=max(1, popped.delivery_attempt),
+        receipt_handle=popped.receipt_handle,
+        sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host,
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=record.store_host,
+        offset_msg_id=record.offset_msg_id,
+    )
 
 
 def _ack_result(status: int) -> AckResult:
@@ -386,16 +527,25 @@ def _outcomes(batch: pb.PutBatchResult, count: int) -> list[PutOutcome]:
     prefix = batch.store_host_prefix
     error = batch.error
     stored_ms = batch.store_timestamp_ms
-    return [PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error, stored_ms)
-            for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)]
+    return [
+        PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error, stored_ms)
+        for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)
+    ]
 
 
 def _topic_info(config: pb.TopicConfig) -> TopicInfo:
-    return TopicInfo(name=config.topic_name, read_queue_nums=config.read_queue_nums,
-                     write_queue_nums=config.write_queue_nums, perm=config.perm,
-                     message_type=pb.MessageType.Name(config.message_type))
+    return TopicInfo(
+        name=config.topic_name,
+        read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums,
+        perm=config.perm,
+        message_type=pb.MessageType.Name(config.message_type),
+    )
 
 
 def _group_info(config: pb.SubscriptionGroupConfig) -> GroupInfo:
-    return GroupInfo(name=config.group_name, consume_message_orderly=config.consume_message_orderly,
-                     retry_max_times=config.retry_max_times)
+    return GroupInfo(
+        name=config.group_name,
+        consume_message_orderly=config.consume_message_orderly,
+        retry_max_times=config.retry_max_times,
+    )

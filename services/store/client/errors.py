@@ -8,6 +8,7 @@
 
 Refusals that are answers (a put's ``PutStatus``, an ack's ``AckResult``) are values, not errors.
 """
+
 from __future__ import annotations
 
 import grpc

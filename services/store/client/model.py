@@ -2,18 +2,33 @@
 or a metadata call returns. Field names are the store API's and RocketMQ's (``queue_offset``,
 ``phy_offset``, ``store_size_bytes``); hosts are ``"ip:port"`` text as the store API carries them.
 """
+
 from __future__ import annotations
 
 import enum
 import struct
 from dataclasses import dataclass
+from typing import Any
 
-from services.domain.format.commitlog_format import BLANK, CorruptRecord, decode_record, host_to_string
+from services.domain.format.commitlog_format import CorruptRecord, MessageRecord, decode_record, host_to_string
 from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
 from services.domain.statuses import GetStatus, PutStatus
 
-__all__ = ["AckResult", "Delivery", "GetOutcome", "GetStatus", "GroupInfo", "PolicyView", "PopOutcome",
-           "PutOutcome", "PutStatus", "StoreMessage", "StoredMessage", "TopicInfo", "stored_from_raw"]
+__all__ = [
+    "AckResult",
+    "Delivery",
+    "GetOutcome",
+    "GetStatus",
+    "GroupInfo",
+    "PolicyView",
+    "PopOutcome",
+    "PutOutcome",
+    "PutStatus",
+    "StoreMessage",
+    "StoredMessage",
+    "TopicInfo",
+    "stored_from_raw",
+]
 
 
 @dataclass(slots=True)
@@ -26,7 +41,7 @@ class StoreMessage:
     properties: dict[str, str]
     sys_flag: int = 0
     born_timestamp_ms: int = 0
-    born_host: str = ""          # "ip:port" / "[ipv6]:port"; "" = 127.0.0.1:0
+    born_host: str = ""  # "ip:port" / "[ipv6]:port"; "" = 127.0.0.1:0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     flag: int = 0
@@ -78,7 +93,7 @@ class PutOutcome:
     phy_offset: int = -1
     offset_msg_id: str = ""
     error: str = ""
-    store_timestamp_ms: int = 0   # written into the record; 0 if not appended
+    store_timestamp_ms: int = 0  # written into the record; 0 if not appended
 
     @property
     def ok(self) -> bool:
@@ -91,7 +106,7 @@ class GetOutcome:
     (get_raw_messages), with RocketMQ's GetMessageStatus and next offset."""
 
     status: GetStatus
-    messages: list  # list[StoredMessage] | list[bytes]
+    messages: list[Any]  # list[StoredMessage] (get_messages) | list[bytes] (get_raw_messages)
     next_begin_offset: int
     min_offset: int
     max_offset: int
@@ -135,8 +150,8 @@ class TopicInfo:
     name: str
     read_queue_nums: int
     write_queue_nums: int
-    perm: int                    # 4 read | 2 write | 1 inherit
-    message_type: str            # NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+    perm: int  # 4 read | 2 write | 1 inherit
+    message_type: str  # NORMAL, FIFO, DELAY, TRANSACTION or MIXED
 
     @property
     def readable(self) -> bool:
@@ -173,12 +188,23 @@ def stored_from_raw(raw: bytes) -> StoredMessage | None:
         record = decode_record(raw, 0, len(raw), check_crc=False)
     except (CorruptRecord, ValueError, TypeError, struct.error):
         return None
-    if record is BLANK:
+    if not isinstance(record, MessageRecord):  # BLANK: the end of a segment
         return None
     return StoredMessage(
-        topic=record.topic, queue_id=record.queue_id, body=record.body, properties=record.properties,
-        queue_offset=record.queue_offset, phy_offset=record.phy_offset, sys_flag=record.sys_flag, flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
-        store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
-        reconsume_times=record.reconsume_times, prepared_transaction_offset=record.prepared_transaction_offset,
-        store_size_bytes=record.total_size, body_crc=record.body_crc)
+        topic=record.topic,
+        queue_id=record.queue_id,
+        body=record.body,
+        properties=record.properties,
+        queue_offset=record.queue_offset,
+        phy_offset=record.phy_offset,
+        sys_flag=record.sys_flag,
+        flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=host_to_string(record.born_host),
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=host_to_string(record.store_host),
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        store_size_bytes=record.total_size,
+        body_crc=record.body_crc,
+    )

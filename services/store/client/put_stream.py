@@ -14,6 +14,7 @@ request, response, request, ...: no correlation ids are needed.
   put in flight as the unary call would have failed; the next put opens a new stream.
 * A store without the method (UNIMPLEMENTED) is remembered: puts go unary from then on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,16 +33,21 @@ WATCHDOG_INTERVAL_S = 0.25
 
 
 class PutStream:
-    def __init__(self, open_stream: Callable[[Any], Any], unary: Callable[[pb.PutMessagesRequest], Any],
-                 timeout_s: float, monotonic_s: Callable[[], float]) -> None:
-        self._open_stream = open_stream      # stub.PutMessagesStream
-        self._unary = unary                  # one unary PutMessages (raises grpc.RpcError)
+    def __init__(
+        self,
+        open_stream: Callable[[Any], Any],
+        unary: Callable[[pb.PutMessagesRequest], Any],
+        timeout_s: float,
+        monotonic_s: Callable[[], float],
+    ) -> None:
+        self._open_stream = open_stream  # stub.PutMessagesStream
+        self._unary = unary  # one unary PutMessages (raises grpc.RpcError)
         self._timeout_s = timeout_s
         self._monotonic_s = monotonic_s
-        self._lock = threading.Lock()        # one exchange at a time
-        self._requests: queue.SimpleQueue | None = None
+        self._lock = threading.Lock()  # one exchange at a time
+        self._requests: queue.SimpleQueue[object] | None = None
         self._responses: Any = None
-        self._sent_s = 0.0                   # when the request in flight was written; 0: none
+        self._sent_s = 0.0  # when the request in flight was written; 0: none
         self._supported = True
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None

@@ -9,6 +9,7 @@ so every conversion and every error rule lives once, in ``client.py``.
   context, so the in-process client runs the very code a store process runs behind gRPC
   (request checks, conversions, error mapping), without a socket.
 """
+
 from __future__ import annotations
 
 import threading
@@ -36,6 +37,8 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
+    address: str
+
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; the ``StoreError`` of its status if it fails."""
 
@@ -79,8 +82,14 @@ class _GrpcStream:
 
 
 class GrpcTransport:
-    def __init__(self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None,
-                 put_stream: bool = False, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        rpc_timeout_s: float = 5.0,
+        tls: TlsFiles | None = None,
+        put_stream: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
         self.address = address
         self._timeout_s = rpc_timeout_s
         self._channel = open_channel(address, tls)
@@ -90,8 +99,9 @@ class GrpcTransport:
         self._put: Callable[[pb.PutMessagesRequest], Any] = lambda request: unary_put(request, timeout=timeout_s)
         self.put_stream: PutStream | None = None
         if put_stream:
-            self.put_stream = PutStream(self._stub.PutMessagesStream, self._put, rpc_timeout_s,
-                                        (clock or SystemClock()).monotonic_s)
+            self.put_stream = PutStream(
+                self._stub.PutMessagesStream, self._put, rpc_timeout_s, (clock or SystemClock()).monotonic_s
+            )
             self._put = self.put_stream.put
 
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:

@@ -6,6 +6,7 @@ model's, and the import-time assertions below fail the process if the two ever d
 Input that cannot be converted (a malformed host string, a missing config) raises
 ``ValueError``, which ``rpc.status`` turns into INVALID_ARGUMENT.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -13,11 +14,11 @@ from typing import Any
 
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.statuses import GetStatus, PutStatus
+from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, PutResult, StoreStats
-from services.domain.statuses import GetStatus, PutStatus
 from services.store.pop import POP_BATCH_MAX, AckStatus, PopResult, PopStatus
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).
@@ -66,9 +67,20 @@ _BORN_HOSTS = _BornHosts()
 # messages_from_pb builds MessageRecord positionally (keywords cost twice as much): this is the
 # order it passes, checked against the dataclass so a reordered field fails the import.
 _RECORD_POSITIONAL_FIELDS = (
-    "topic", "queue_id", "body", "properties", "flag", "sys_flag", "born_timestamp_ms", "born_host",
-    "store_timestamp_ms", "store_host", "reconsume_times", "prepared_transaction_offset")
-assert tuple(MessageRecord.__dataclass_fields__)[:len(_RECORD_POSITIONAL_FIELDS)] == _RECORD_POSITIONAL_FIELDS
+    "topic",
+    "queue_id",
+    "body",
+    "properties",
+    "flag",
+    "sys_flag",
+    "born_timestamp_ms",
+    "born_host",
+    "store_timestamp_ms",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
+assert tuple(MessageRecord.__dataclass_fields__)[: len(_RECORD_POSITIONAL_FIELDS)] == _RECORD_POSITIONAL_FIELDS
 _RECORD_STORE_TIMESTAMP_DEFAULT = MessageRecord.__dataclass_fields__["store_timestamp_ms"].default
 _RECORD_STORE_HOST_DEFAULT = MessageRecord.__dataclass_fields__["store_host"].default
 
@@ -77,6 +89,7 @@ _PUT_STATUS_TO_PB = {s: pb.PutStatus.Value(s.name) for s in PutStatus}
 
 
 # -- messages ------------------------------------------------------------------------------
+
 
 def messages_from_pb(messages: Iterable[pb.Message]) -> list[MessageRecord]:
     """The producer-side fields of messages to put; the store fills in the rest.
@@ -96,9 +109,22 @@ def messages_from_pb(messages: Iterable[pb.Message]) -> list[MessageRecord]:
         properties = {}
         for key in pb_properties:
             properties[key] = pb_properties[key]
-        append(record(msg.topic, msg.queue_id, msg.body, properties, msg.flag, msg.sys_flag,
-                      msg.born_timestamp_ms, born_hosts[msg.born_host], store_timestamp_ms, store_host,
-                      msg.reconsume_times, msg.prepared_transaction_offset))
+        append(
+            record(
+                msg.topic,
+                msg.queue_id,
+                msg.body,
+                properties,
+                msg.flag,
+                msg.sys_flag,
+                msg.born_timestamp_ms,
+                born_hosts[msg.born_host],
+                store_timestamp_ms,
+                store_host,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+            )
+        )
     return records
 
 
@@ -109,22 +135,36 @@ def message_from_pb(msg: pb.Message) -> MessageRecord:
 
 def message_to_pb(record: MessageRecord) -> pb.Message:
     return pb.Message(
-        topic=record.topic, queue_id=record.queue_id, body=record.body,
-        properties=record.properties, flag=record.flag, sys_flag=record.sys_flag,
-        born_timestamp_ms=record.born_timestamp_ms, born_host=host_to_string(record.born_host),
-        store_timestamp_ms=record.store_timestamp_ms, store_host=host_to_string(record.store_host),
+        topic=record.topic,
+        queue_id=record.queue_id,
+        body=record.body,
+        properties=record.properties,
+        flag=record.flag,
+        sys_flag=record.sys_flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=host_to_string(record.born_host),
+        store_timestamp_ms=record.store_timestamp_ms,
+        store_host=host_to_string(record.store_host),
         reconsume_times=record.reconsume_times,
         prepared_transaction_offset=record.prepared_transaction_offset,
-        queue_offset=record.queue_offset, phy_offset=record.phy_offset, body_crc=record.body_crc,
-        offset_msg_id=record.offset_msg_id, store_size_bytes=record.total_size)
+        queue_offset=record.queue_offset,
+        phy_offset=record.phy_offset,
+        body_crc=record.body_crc,
+        offset_msg_id=record.offset_msg_id,
+        store_size_bytes=record.total_size,
+    )
 
 
 def put_result_to_pb(result: PutResult) -> pb.PutResult:
     return pb.PutResult(
-        status=_PUT_STATUS_TO_PB[result.status], phy_offset=result.phy_offset,
-        queue_offset=result.queue_offset, offset_msg_id=result.offset_msg_id,
-        store_timestamp_ms=result.store_timestamp_ms, wrote_bytes=result.wrote_bytes,
-        error=result.error)
+        status=_PUT_STATUS_TO_PB[result.status],
+        phy_offset=result.phy_offset,
+        queue_offset=result.queue_offset,
+        offset_msg_id=result.offset_msg_id,
+        store_timestamp_ms=result.store_timestamp_ms,
+        wrote_bytes=result.wrote_bytes,
+        error=result.error,
+    )
 
 
 def put_response_to_pb(results: Iterable[PutResult]) -> pb.PutMessagesResponse:
@@ -150,8 +190,9 @@ def put_response_to_pb(results: Iterable[PutResult]) -> pb.PutMessagesResponse:
     return response
 
 
-def put_batch_response_to_pb(status: PutStatus, error: str, records: list[MessageRecord],
-                             store_host_prefix: bytes) -> pb.PutMessagesResponse:
+def put_batch_response_to_pb(
+    status: PutStatus, error: str, records: list[MessageRecord], store_host_prefix: bytes
+) -> pb.PutMessagesResponse:
     """The PutMessages response with ``batch`` (``batch_results``): packed columns, filled by C
     ``extend`` calls instead of a PutResult message per record."""
     response = pb.PutMessagesResponse()
@@ -172,8 +213,10 @@ def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:
     return pb.GetMessagesResponse(
         status=pb.GetStatus.Value(result.status.name),
         messages=[message_to_pb(m) for m in result.messages],
-        next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
-        max_offset=result.max_offset)
+        next_begin_offset=result.next_begin_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
 
 
 def get_request_from_pb(request: pb.GetMessagesRequest) -> dict:
@@ -181,10 +224,13 @@ def get_request_from_pb(request: pb.GetMessagesRequest) -> dict:
     if request.max_count < 0 or request.max_bytes < 0:
         raise ValueError("max_count and max_bytes must not be negative")
     return dict(
-        topic=request.topic, queue_id=request.queue_id, queue_offset=request.queue_offset,
+        topic=request.topic,
+        queue_id=request.queue_id,
+        queue_offset=request.queue_offset,
         max_count=request.max_count or GET_MAX_COUNT_DEFAULT,
         max_bytes=request.max_bytes or GET_MAX_BYTES_DEFAULT,
-        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None)
+        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
+    )
 
 
 def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict:
@@ -194,33 +240,51 @@ def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict:
     if request.max_num < 0:
         raise ValueError("max_num must not be negative")
     return dict(
-        topic=request.topic, key=request.key, max_num=request.max_num or QUERY_MAX_NUM_DEFAULT,
+        topic=request.topic,
+        key=request.key,
+        max_num=request.max_num or QUERY_MAX_NUM_DEFAULT,
         begin_timestamp_ms=request.begin_timestamp_ms,
-        end_timestamp_ms=request.end_timestamp_ms or TIMESTAMP_MS_MAX)
+        end_timestamp_ms=request.end_timestamp_ms or TIMESTAMP_MS_MAX,
+    )
 
 
 # -- arrivals and stats ---------------------------------------------------------------------
 
+
 def arrival_to_pb(arrival: Arrival) -> pb.Arrival:
-    return pb.Arrival(topic=arrival.topic, queue_id=arrival.queue_id,
-                      max_offset=arrival.max_offset, store_timestamp_ms=arrival.store_timestamp_ms)
+    return pb.Arrival(
+        topic=arrival.topic,
+        queue_id=arrival.queue_id,
+        max_offset=arrival.max_offset,
+        store_timestamp_ms=arrival.store_timestamp_ms,
+    )
 
 
 def stats_to_pb(stats: StoreStats) -> pb.StoreStats:
     return pb.StoreStats(
-        put_messages_total=stats.put_messages_total, put_bytes_total=stats.put_bytes_total,
+        put_messages_total=stats.put_messages_total,
+        put_bytes_total=stats.put_bytes_total,
         commitlog_min_offset=stats.commitlog_min_offset,
-        commitlog_max_offset=stats.commitlog_max_offset, flushed_offset=stats.flushed_offset,
-        confirm_offset=stats.confirm_offset, reput_from_offset=stats.reput_from_offset,
+        commitlog_max_offset=stats.commitlog_max_offset,
+        flushed_offset=stats.flushed_offset,
+        confirm_offset=stats.confirm_offset,
+        reput_from_offset=stats.reput_from_offset,
         dispatch_behind_bytes=stats.dispatch_behind_bytes,
-        flush_behind_bytes=stats.flush_behind_bytes, storage_size_bytes=stats.storage_size_bytes,
-        topic_count=stats.topic_count, group_count=stats.group_count, flush_mode=stats.flush_mode)
+        flush_behind_bytes=stats.flush_behind_bytes,
+        storage_size_bytes=stats.storage_size_bytes,
+        topic_count=stats.topic_count,
+        group_count=stats.group_count,
+        flush_mode=stats.flush_mode,
+    )
 
 
 def group_offsets_to_pb(offsets: dict[tuple[str, int], int]) -> pb.GetGroupOffsetsResponse:
-    return pb.GetGroupOffsetsResponse(offsets=[
-        pb.QueueOffset(topic=topic, queue_id=queue_id, offset=offset)
-        for (topic, queue_id), offset in sorted(offsets.items())])
+    return pb.GetGroupOffsetsResponse(
+        offsets=[
+            pb.QueueOffset(topic=topic, queue_id=queue_id, offset=offset)
+            for (topic, queue_id), offset in sorted(offsets.items())
+        ]
+    )
 
 
 # -- topic and group configs ----------------------------------------------------------------
@@ -228,10 +292,18 @@ def group_offsets_to_pb(offsets: dict[tuple[str, int], int]) -> pb.GetGroupOffse
 # Optional proto fields copied only when set, so an unset one keeps the dataclass default.
 _TOPIC_OPTIONAL_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "order", "topic_sys_flag")
 _GROUP_OPTIONAL_FIELDS = (
-    "consume_enable", "consume_from_min_enable", "consume_broadcast_enable",
-    "consume_message_orderly", "retry_queue_nums", "retry_max_times", "broker_id",
-    "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "group_sys_flag",
-    "consume_timeout_minute")
+    "consume_enable",
+    "consume_from_min_enable",
+    "consume_broadcast_enable",
+    "consume_message_orderly",
+    "retry_queue_nums",
+    "retry_max_times",
+    "broker_id",
+    "which_broker_when_consume_slowly",
+    "notify_consumer_ids_changed_enable",
+    "group_sys_flag",
+    "consume_timeout_minute",
+)
 assert set(_GROUP_OPTIONAL_FIELDS) < set(SubscriptionGroupConfig.__dataclass_fields__)
 assert set(_TOPIC_OPTIONAL_FIELDS) < set(TopicConfig.__dataclass_fields__)
 
@@ -242,18 +314,26 @@ def _set_fields(message: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def topic_to_pb(config: TopicConfig) -> pb.TopicConfig:
     return pb.TopicConfig(
-        topic_name=config.topic_name, read_queue_nums=config.read_queue_nums,
-        write_queue_nums=config.write_queue_nums, perm=config.perm, order=config.order,
+        topic_name=config.topic_name,
+        read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums,
+        perm=config.perm,
+        order=config.order,
         topic_filter_type=pb.TopicFilterType.Value(config.topic_filter_type),
-        topic_sys_flag=config.topic_sys_flag, attributes=config.attributes,
-        message_type=pb.MessageType.Value(config.message_type))
+        topic_sys_flag=config.topic_sys_flag,
+        attributes=config.attributes,
+        message_type=pb.MessageType.Value(config.message_type),
+    )
 
 
 def topic_from_pb(message: pb.TopicConfig) -> TopicConfig:
     if not message.topic_name:
         raise ValueError("config.topic_name must not be empty")
-    config = TopicConfig(topic_name=message.topic_name, attributes=dict(message.attributes),
-                         **_set_fields(message, _TOPIC_OPTIONAL_FIELDS))
+    config = TopicConfig(
+        topic_name=message.topic_name,
+        attributes=dict(message.attributes),
+        **_set_fields(message, _TOPIC_OPTIONAL_FIELDS),
+    )
     if message.HasField("topic_filter_type") and message.topic_filter_type != pb.TOPIC_FILTER_TYPE_UNSPECIFIED:
         config.topic_filter_type = pb.TopicFilterType.Name(message.topic_filter_type)
     if message.message_type != pb.MESSAGE_TYPE_UNSPECIFIED:
@@ -263,23 +343,31 @@ def topic_from_pb(message: pb.TopicConfig) -> TopicConfig:
 
 def group_to_pb(config: SubscriptionGroupConfig) -> pb.SubscriptionGroupConfig:
     return pb.SubscriptionGroupConfig(
-        group_name=config.group_name, attributes=config.attributes,
-        **{name: getattr(config, name) for name in _GROUP_OPTIONAL_FIELDS})
+        group_name=config.group_name,
+        attributes=config.attributes,
+        **{name: getattr(config, name) for name in _GROUP_OPTIONAL_FIELDS},
+    )
 
 
 def group_from_pb(message: pb.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
     if not message.group_name:
         raise ValueError("config.group_name must not be empty")
-    return SubscriptionGroupConfig(group_name=message.group_name, attributes=dict(message.attributes),
-                                   **_set_fields(message, _GROUP_OPTIONAL_FIELDS))
+    return SubscriptionGroupConfig(
+        group_name=message.group_name,
+        attributes=dict(message.attributes),
+        **_set_fields(message, _GROUP_OPTIONAL_FIELDS),
+    )
 
 
 # -- pop consumption ---------------------------------------------------------------------------
 
 # Proto enum values are package-scoped, hence the prefixes; the tables below are total.
 _POP_STATUS_TO_PB = {PopStatus.FOUND: pb.POP_FOUND, PopStatus.NO_MESSAGE: pb.POP_NO_MESSAGE}
-_ACK_STATUS_TO_PB = {AckStatus.OK: pb.ACK_OK, AckStatus.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
-                     AckStatus.DLQ_PUT_FAILED: pb.DLQ_PUT_FAILED}
+_ACK_STATUS_TO_PB = {
+    AckStatus.OK: pb.ACK_OK,
+    AckStatus.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
+    AckStatus.DLQ_PUT_FAILED: pb.DLQ_PUT_FAILED,
+}
 assert set(_POP_STATUS_TO_PB) == set(PopStatus) and len(pb.PopStatus.keys()) == len(PopStatus) + 1
 assert set(_ACK_STATUS_TO_PB) == set(AckStatus) and len(pb.AckStatus.keys()) == len(AckStatus) + 1
 POP_MAX_COUNT_DEFAULT = POP_BATCH_MAX
@@ -297,22 +385,34 @@ def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
         raise ValueError(f"max_count must not be negative, got {request.max_count}")
     if request.invisible_duration_ms < 0:
         raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
-    return dict(group=request.group, topic=request.topic, queue_id=request.queue_id,
-                max_count=request.max_count or POP_MAX_COUNT_DEFAULT,
-                invisible_ms=request.invisible_duration_ms,
-                tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
-                fifo=request.fifo, sql_expression=request.sql_expression)
+    return dict(
+        group=request.group,
+        topic=request.topic,
+        queue_id=request.queue_id,
+        max_count=request.max_count or POP_MAX_COUNT_DEFAULT,
+        invisible_ms=request.invisible_duration_ms,
+        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
+        fifo=request.fifo,
+        sql_expression=request.sql_expression,
+    )
 
 
 def pop_result_to_pb(result: PopResult) -> pb.PopMessagesResponse:
-    response = pb.PopMessagesResponse(status=_POP_STATUS_TO_PB[result.status], examined_queues=[
-        pb.QueueRef(topic=topic, queue_id=queue_id) for topic, queue_id in result.examined])
+    response = pb.PopMessagesResponse(
+        status=_POP_STATUS_TO_PB[result.status],
+        examined_queues=[pb.QueueRef(topic=topic, queue_id=queue_id) for topic, queue_id in result.examined],
+    )
     for popped in result.messages:
         message = message_to_pb(popped.record)
         message.topic = popped.topic  # the original topic, also for a retry copy
-        response.messages.add(message=message, queue_id=popped.queue_id, queue_offset=popped.queue_offset,
-                              delivery_attempt=popped.delivery_attempt,
-                              receipt_handle=popped.receipt_handle, source_topic=popped.source_topic)
+        response.messages.add(
+            message=message,
+            queue_id=popped.queue_id,
+            queue_offset=popped.queue_offset,
+            delivery_attempt=popped.delivery_attempt,
+            receipt_handle=popped.receipt_handle,
+            source_topic=popped.source_topic,
+        )
     return response
 
 
@@ -331,8 +431,9 @@ def receipts_request_from_pb(request: Any) -> tuple[str, str, list[str]]:
     """(group, topic, receipt handles) of an AckMessages request."""
     _group_and_topic(request)
     if len(request.receipt_handles) > ACK_MESSAGES_HANDLES_MAX:
-        raise ValueError(f"at most {ACK_MESSAGES_HANDLES_MAX} receipt handles per call, "
-                         f"got {len(request.receipt_handles)}")
+        raise ValueError(
+            f"at most {ACK_MESSAGES_HANDLES_MAX} receipt handles per call, got {len(request.receipt_handles)}"
+        )
     return request.group, request.topic, list(request.receipt_handles)
 
 
@@ -342,9 +443,11 @@ def ack_status_to_pb(status: AckStatus) -> int:
 
 # -- users and ACLs ----------------------------------------------------------------------------------
 
+
 def user_to_pb(user: StoredUser) -> pb.AuthUser:
-    return pb.AuthUser(username=user.username, password=user.password, user_type=user.user_type,
-                       user_status=user.user_status)
+    return pb.AuthUser(
+        username=user.username, password=user.password, user_type=user.user_type, user_status=user.user_status
+    )
 
 
 def user_from_pb(user: pb.AuthUser) -> StoredUser:
@@ -352,11 +455,19 @@ def user_from_pb(user: pb.AuthUser) -> StoredUser:
 
 
 def acl_to_pb(acl: StoredAcl) -> pb.AuthAcl:
-    return pb.AuthAcl(username=acl.username, policies=[
-        pb.AuthPolicy(resource=p.resource, actions=list(p.actions), decision=p.decision, source_ips=list(p.source_ips))
-        for p in acl.policies])
+    return pb.AuthAcl(
+        username=acl.username,
+        policies=[
+            pb.AuthPolicy(
+                resource=p.resource, actions=list(p.actions), decision=p.decision, source_ips=list(p.source_ips)
+            )
+            for p in acl.policies
+        ],
+    )
 
 
 def acl_from_pb(acl: pb.AuthAcl) -> StoredAcl:
-    return StoredAcl(acl.username, tuple(StoredPolicy(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips))
-                                         for p in acl.policies))
+    return StoredAcl(
+        acl.username,
+        tuple(StoredPolicy(p.resource, tuple(p.actions), p.decision, tuple(p.source_ips)) for p in acl.policies),
+    )

@@ -5,6 +5,7 @@ to get a free one, as the tests do). Stop it with ``stop_server``, which first r
 NOT_SERVING and ends the WatchArrivals streams, so a graceful stop does not sit out its whole
 grace period waiting for streams that never end by themselves.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,11 +18,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
-from services.runtime.rpc.tls import TlsFiles, add_port
 from services.runtime.process import format_address
+from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
+from services.runtime.rpc.tls import TlsFiles, add_port
 from services.store.metrics import StoreMetrics
 from services.store.rpc.servicer import WATCHERS_MAX, StoreCore, StoreServicer
-from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +36,26 @@ assert MAX_WORKERS_DEFAULT > WATCHERS_MAX, "watch streams must leave workers for
 _BEFORE_STOP: weakref.WeakKeyDictionary[grpc.Server, Callable[[], None]] = weakref.WeakKeyDictionary()
 
 
-def build_server(store: StoreCore, host: str = "127.0.0.1", port: int = 0,
-                 max_workers: int = MAX_WORKERS_DEFAULT,
-                 metrics: StoreMetrics | None = None, tls: TlsFiles | None = None) -> tuple[grpc.Server, int]:
+def build_server(
+    store: StoreCore,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_workers: int = MAX_WORKERS_DEFAULT,
+    metrics: StoreMetrics | None = None,
+    tls: TlsFiles | None = None,
+) -> tuple[grpc.Server, int]:
     """A server for ``store`` bound to ``host:port`` (not started) and the port it bound."""
     watchers_max = min(WATCHERS_MAX, max(1, max_workers // 2))
-    servicer = StoreServicer(store, put_latency=metrics.put_latency if metrics else None,
-                             watchers_max=watchers_max)
+    servicer = StoreServicer(store, put_latency=metrics.put_latency if metrics else None, watchers_max=watchers_max)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="store-rpc"),
         interceptors=[*([metrics.interceptor] if metrics else []), DecodeGuardInterceptor()],
-        options=[("grpc.max_receive_message_length", MESSAGE_SIZE_MAX_BYTES),
-                 ("grpc.max_send_message_length", MESSAGE_SIZE_MAX_BYTES),
-                 ("grpc.so_reuseport", 0)])
+        options=[
+            ("grpc.max_receive_message_length", MESSAGE_SIZE_MAX_BYTES),
+            ("grpc.max_send_message_length", MESSAGE_SIZE_MAX_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
     store_pb2_grpc.add_StoreServicer_to_server(servicer, server)
 
     health_servicer = health.HealthServicer()

@@ -7,6 +7,7 @@ WatchArrivals is the only method with state: each open stream owns an ``ArrivalW
 bounded buffer fed by the store's arrival listener (on the store's dispatch thread, which must
 never block) and drained by the stream's gRPC worker thread.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import grpc
+from prometheus_client import Histogram
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
-from prometheus_client import Histogram
 
 from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
@@ -25,11 +26,11 @@ from services.store.model import Arrival
 from services.store.rpc import convert
 from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
-WATCH_BUFFER_ARRIVALS_MAX = 1024   # arrivals buffered per watcher before coalescing per queue
-WATCHERS_MAX = 16                  # open WatchArrivals streams (each holds a worker thread)
-WATCH_POLL_INTERVAL_S = 1.0        # how often an idle stream checks that its client is alive
-LOOK_RAW_RECORDS_MAX = 1024        # LookRawMessages: records per call
-LOOK_RAW_BYTES_MAX = 64 << 20      # LookRawMessages: bytes per call
+WATCH_BUFFER_ARRIVALS_MAX = 1024  # arrivals buffered per watcher before coalescing per queue
+WATCHERS_MAX = 16  # open WatchArrivals streams (each holds a worker thread)
+WATCH_POLL_INTERVAL_S = 1.0  # how often an idle stream checks that its client is alive
+LOOK_RAW_RECORDS_MAX = 1024  # LookRawMessages: records per call
+LOOK_RAW_BYTES_MAX = 64 << 20  # LookRawMessages: bytes per call
 
 
 class ArrivalWatcher:
@@ -107,12 +108,20 @@ class StoreCore(Protocol):
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
     def put_batch(self, messages: list[Any], allow_system_topics: bool = False) -> tuple[Any, str]: ...
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-                     max_bytes: int = 4 << 20, tags_codes: frozenset[int] | None = None) -> Any: ...
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 << 20,
+        tags_codes: frozenset[int] | None = None,
+    ) -> Any: ...
     def look_message_by_phy_offset(self, phy_offset: int) -> Any: ...
     def look_message_by_offset_msg_id(self, msg_id: str) -> Any: ...
-    def query_messages_by_key(self, topic: str, key: str, max_num: int, begin_timestamp_ms: int,
-                              end_timestamp_ms: int) -> list[Any]: ...
+    def query_messages_by_key(
+        self, topic: str, key: str, max_num: int, begin_timestamp_ms: int, end_timestamp_ms: int
+    ) -> list[Any]: ...
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
@@ -128,9 +137,13 @@ def _found(value: Any, what: str) -> Any:
 
 
 class StoreServicer(pb_grpc.StoreServicer):
-    def __init__(self, store: StoreCore, put_latency: Histogram | None = None,
-                 watchers_max: int = WATCHERS_MAX,
-                 watch_buffer_arrivals_max: int = WATCH_BUFFER_ARRIVALS_MAX) -> None:
+    def __init__(
+        self,
+        store: StoreCore,
+        put_latency: Histogram | None = None,
+        watchers_max: int = WATCHERS_MAX,
+        watch_buffer_arrivals_max: int = WATCH_BUFFER_ARRIVALS_MAX,
+    ) -> None:
         self._store = store
         self._put_latency = put_latency
         self._watchers_max = watchers_max
@@ -147,8 +160,9 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     # -- messages ------------------------------------------------------------------------
     @rpc_errors
-    def PutMessagesStream(self, requests: Iterator[pb.PutMessagesRequest],
-                          context: grpc.ServicerContext) -> Iterator[pb.PutMessagesResponse]:
+    def PutMessagesStream(
+        self, requests: Iterator[pb.PutMessagesRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.PutMessagesResponse]:
         for request in requests:
             yield self._put_messages(request)
 
@@ -175,16 +189,18 @@ class StoreServicer(pb_grpc.StoreServicer):
         return convert.get_result_to_pb(result)
 
     @rpc_errors
-    def LookMessageByPhyOffset(self, request: pb.LookMessageByPhyOffsetRequest,
-                               context: grpc.ServicerContext) -> pb.Message:
+    def LookMessageByPhyOffset(
+        self, request: pb.LookMessageByPhyOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.Message:
         if request.phy_offset < 0:
             raise ValueError(f"phy_offset must not be negative, got {request.phy_offset}")
         record = self._store.look_message_by_phy_offset(request.phy_offset)
         return convert.message_to_pb(_found(record, f"message at phy_offset {request.phy_offset}"))
 
     @rpc_errors
-    def LookMessageByOffsetMsgId(self, request: pb.LookMessageByOffsetMsgIdRequest,
-                                 context: grpc.ServicerContext) -> pb.Message:
+    def LookMessageByOffsetMsgId(
+        self, request: pb.LookMessageByOffsetMsgIdRequest, context: grpc.ServicerContext
+    ) -> pb.Message:
         try:
             record = self._store.look_message_by_offset_msg_id(request.offset_msg_id)
         except ValueError as exc:
@@ -192,28 +208,33 @@ class StoreServicer(pb_grpc.StoreServicer):
         return convert.message_to_pb(_found(record, f"message {request.offset_msg_id}"))
 
     @rpc_errors
-    def QueryMessagesByKey(self, request: pb.QueryMessagesByKeyRequest,
-                           context: grpc.ServicerContext) -> pb.QueryMessagesByKeyResponse:
+    def QueryMessagesByKey(
+        self, request: pb.QueryMessagesByKeyRequest, context: grpc.ServicerContext
+    ) -> pb.QueryMessagesByKeyResponse:
         records = self._store.query_messages_by_key(**convert.query_request_from_pb(request))
         return pb.QueryMessagesByKeyResponse(messages=[convert.message_to_pb(r) for r in records])
 
     # -- queue and consumer offsets --------------------------------------------------------
     @rpc_errors
-    def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest,
-                        context: grpc.ServicerContext) -> pb.GetQueueOffsetsResponse:
+    def GetQueueOffsets(
+        self, request: pb.GetQueueOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.GetQueueOffsetsResponse:
         return pb.GetQueueOffsetsResponse(
             min_offset=self._store.min_offset_in_queue(request.topic, request.queue_id),
-            max_offset=self._store.max_offset_in_queue(request.topic, request.queue_id))
+            max_offset=self._store.max_offset_in_queue(request.topic, request.queue_id),
+        )
 
     @rpc_errors
-    def GetOffsetByTimestamp(self, request: pb.GetOffsetByTimestampRequest,
-                             context: grpc.ServicerContext) -> pb.GetOffsetByTimestampResponse:
+    def GetOffsetByTimestamp(
+        self, request: pb.GetOffsetByTimestampRequest, context: grpc.ServicerContext
+    ) -> pb.GetOffsetByTimestampResponse:
         offset = self._store.offset_by_timestamp(request.topic, request.queue_id, request.timestamp_ms)
         return pb.GetOffsetByTimestampResponse(queue_offset=offset)
 
     @rpc_errors
-    def CommitConsumerOffset(self, request: pb.CommitConsumerOffsetRequest,
-                             context: grpc.ServicerContext) -> pb.CommitConsumerOffsetResponse:
+    def CommitConsumerOffset(
+        self, request: pb.CommitConsumerOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.CommitConsumerOffsetResponse:
         if not request.group or not request.topic:
             raise ValueError("group and topic must not be empty")
         if request.offset < 0:
@@ -222,20 +243,23 @@ class StoreServicer(pb_grpc.StoreServicer):
         return pb.CommitConsumerOffsetResponse()
 
     @rpc_errors
-    def QueryConsumerOffset(self, request: pb.QueryConsumerOffsetRequest,
-                            context: grpc.ServicerContext) -> pb.QueryConsumerOffsetResponse:
+    def QueryConsumerOffset(
+        self, request: pb.QueryConsumerOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.QueryConsumerOffsetResponse:
         offset = self._store.consumer_offsets.query_offset(request.group, request.topic, request.queue_id)
         return pb.QueryConsumerOffsetResponse(offset=offset)
 
     @rpc_errors
-    def GetGroupOffsets(self, request: pb.GetGroupOffsetsRequest,
-                        context: grpc.ServicerContext) -> pb.GetGroupOffsetsResponse:
+    def GetGroupOffsets(
+        self, request: pb.GetGroupOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.GetGroupOffsetsResponse:
         return convert.group_offsets_to_pb(self._store.consumer_offsets.offsets_of_group(request.group))
 
     # -- topics ----------------------------------------------------------------------------
     @rpc_errors
-    def CreateOrUpdateTopic(self, request: pb.CreateOrUpdateTopicRequest,
-                            context: grpc.ServicerContext) -> pb.TopicConfig:
+    def CreateOrUpdateTopic(
+        self, request: pb.CreateOrUpdateTopicRequest, context: grpc.ServicerContext
+    ) -> pb.TopicConfig:
         config = convert.topic_from_pb(request.config)
         self._store.topics.create_or_update(config)
         return convert.topic_to_pb(_found(self._store.topics.get(config.topic_name), "topic"))
@@ -257,8 +281,9 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     # -- subscription groups ---------------------------------------------------------------
     @rpc_errors
-    def CreateOrUpdateGroup(self, request: pb.CreateOrUpdateGroupRequest,
-                            context: grpc.ServicerContext) -> pb.SubscriptionGroupConfig:
+    def CreateOrUpdateGroup(
+        self, request: pb.CreateOrUpdateGroupRequest, context: grpc.ServicerContext
+    ) -> pb.SubscriptionGroupConfig:
         config = convert.group_from_pb(request.config)
         self._store.groups.create_or_update(config)
         return convert.group_to_pb(_found(self._store.groups.get(config.group_name), "group"))
@@ -281,8 +306,9 @@ class StoreServicer(pb_grpc.StoreServicer):
     @rpc_errors
     def GetAuthConfig(self, request: pb.GetAuthConfigRequest, context: grpc.ServicerContext) -> pb.AuthConfig:
         users, acls, version = self._store.auth.snapshot()
-        return pb.AuthConfig(users=[convert.user_to_pb(u) for u in users], acls=[convert.acl_to_pb(a) for a in acls],
-                             version=version)
+        return pb.AuthConfig(
+            users=[convert.user_to_pb(u) for u in users], acls=[convert.acl_to_pb(a) for a in acls], version=version
+        )
 
     @rpc_errors
     def PutUser(self, request: pb.PutUserRequest, context: grpc.ServicerContext) -> pb.PutUserResponse:
@@ -302,13 +328,15 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     # -- delay offsets and stats -----------------------------------------------------------
     @rpc_errors
-    def GetDelayOffset(self, request: pb.GetDelayOffsetRequest,
-                       context: grpc.ServicerContext) -> pb.GetDelayOffsetResponse:
+    def GetDelayOffset(
+        self, request: pb.GetDelayOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.GetDelayOffsetResponse:
         return pb.GetDelayOffsetResponse(offset=self._store.delay_offsets.get(request.level))
 
     @rpc_errors
-    def UpdateDelayOffset(self, request: pb.UpdateDelayOffsetRequest,
-                          context: grpc.ServicerContext) -> pb.UpdateDelayOffsetResponse:
+    def UpdateDelayOffset(
+        self, request: pb.UpdateDelayOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateDelayOffsetResponse:
         if request.offset < 0:
             raise ValueError(f"offset must not be negative, got {request.offset}")
         levels = len(self._store.config.delay_level_millis)
@@ -322,12 +350,17 @@ class StoreServicer(pb_grpc.StoreServicer):
         return convert.stats_to_pb(self._store.stats())
 
     @rpc_errors
-    def GetConsumerStats(self, request: pb.GetConsumerStatsRequest,
-                         context: grpc.ServicerContext) -> pb.GetConsumerStatsResponse:
-        return pb.GetConsumerStatsResponse(stats=[
-            pb.ConsumerStats(group=s.group, topic=s.topic, lag_messages=s.lag_messages,
-                             inflight_messages=s.inflight_messages)
-            for s in consumer_stats(self._store, request.group)])
+    def GetConsumerStats(
+        self, request: pb.GetConsumerStatsRequest, context: grpc.ServicerContext
+    ) -> pb.GetConsumerStatsResponse:
+        return pb.GetConsumerStatsResponse(
+            stats=[
+                pb.ConsumerStats(
+                    group=s.group, topic=s.topic, lag_messages=s.lag_messages, inflight_messages=s.inflight_messages
+                )
+                for s in consumer_stats(self._store, request.group)
+            ]
+        )
 
     # -- pop consumption (statuses are data; only bad arguments fail the call) --------------
     @rpc_errors
@@ -346,38 +379,43 @@ class StoreServicer(pb_grpc.StoreServicer):
         return pb.AckMessagesResponse(statuses=[convert.ack_status_to_pb(s) for s in statuses])
 
     @rpc_errors
-    def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest,
-                                context: grpc.ServicerContext) -> pb.ChangeInvisibleDurationResponse:
+    def ChangeInvisibleDuration(
+        self, request: pb.ChangeInvisibleDurationRequest, context: grpc.ServicerContext
+    ) -> pb.ChangeInvisibleDurationResponse:
         if request.invisible_duration_ms < 0:
             raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
         status, handle = self._store.pop.change_invisible_duration(
-            *convert.receipt_request_from_pb(request), request.invisible_duration_ms)
+            *convert.receipt_request_from_pb(request), request.invisible_duration_ms
+        )
         return pb.ChangeInvisibleDurationResponse(status=convert.ack_status_to_pb(status), receipt_handle=handle)
 
     @rpc_errors
-    def ForwardToDeadLetterQueue(self, request: pb.ForwardToDeadLetterQueueRequest,
-                                 context: grpc.ServicerContext) -> pb.ForwardToDeadLetterQueueResponse:
+    def ForwardToDeadLetterQueue(
+        self, request: pb.ForwardToDeadLetterQueueRequest, context: grpc.ServicerContext
+    ) -> pb.ForwardToDeadLetterQueueResponse:
         status = self._store.pop.forward_to_dead_letter_queue(*convert.receipt_request_from_pb(request))
         return pb.ForwardToDeadLetterQueueResponse(status=convert.ack_status_to_pb(status))
 
     # -- arrivals --------------------------------------------------------------------------
     @rpc_errors
-    def WatchArrivals(self, request: pb.WatchArrivalsRequest,
-                      context: grpc.ServicerContext) -> Iterator[pb.ArrivalBatch]:
+    def WatchArrivals(
+        self, request: pb.WatchArrivalsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ArrivalBatch]:
         watcher = ArrivalWatcher(frozenset(request.topics), self._watch_buffer_arrivals_max)
         with self._watchers_lock:
             if len(self._watchers) >= self._watchers_max:
                 raise TooManyWatchersError(f"at most {self._watchers_max} WatchArrivals streams")
             self._watchers.add(watcher)
         unsubscribe = self._store.add_arrival_listener(watcher.offer)
-        context.add_callback(watcher.close)   # client cancelled, deadline, or server stopping
+        context.add_callback(watcher.close)  # client cancelled, deadline, or server stopping
         try:
             yield pb.ArrivalBatch()  # "subscribed": every later arrival will be announced
             while (taken := watcher.take(WATCH_POLL_INTERVAL_S)) is not None and context.is_active():
                 arrivals, coalesced = taken
                 if arrivals:
-                    yield pb.ArrivalBatch(arrivals=[convert.arrival_to_pb(a) for a in arrivals],
-                                          coalesced_arrivals=coalesced)
+                    yield pb.ArrivalBatch(
+                        arrivals=[convert.arrival_to_pb(a) for a in arrivals], coalesced_arrivals=coalesced
+                    )
         finally:
             unsubscribe()
             with self._watchers_lock:
@@ -385,19 +423,33 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     # -- raw records ----------------------------------------------------------------------------
     @rpc_errors
-    def GetRawMessages(self, request: pb.GetMessagesRequest, context: grpc.ServicerContext) -> pb.GetRawMessagesResponse:
+    def GetRawMessages(
+        self, request: pb.GetMessagesRequest, context: grpc.ServicerContext
+    ) -> pb.GetRawMessagesResponse:
         result = self._store.get_messages(**convert.get_request_from_pb(request))
         return pb.GetRawMessagesResponse(
-            status=pb.GetStatus.Value(result.status.name), records=result.raw_messages,
-            next_begin_offset=result.next_begin_offset, min_offset=result.min_offset, max_offset=result.max_offset)
+            status=pb.GetStatus.Value(result.status.name),
+            records=result.raw_messages,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
 
     @rpc_errors
-    def LookRawMessages(self, request: pb.LookRawMessagesRequest,
-                        context: grpc.ServicerContext) -> pb.LookRawMessagesResponse:
+    def LookRawMessages(
+        self, request: pb.LookRawMessagesRequest, context: grpc.ServicerContext
+    ) -> pb.LookRawMessagesResponse:
         offsets, sizes = list(request.phy_offsets), list(request.sizes)
-        if (len(offsets) != len(sizes) or len(offsets) > LOOK_RAW_RECORDS_MAX or sum(sizes) > LOOK_RAW_BYTES_MAX
-                or any(value < 0 for value in offsets) or any(value <= 0 for value in sizes)):
-            raise ValueError(f"phy_offsets and sizes must pair up: at most {LOOK_RAW_RECORDS_MAX} records, "
-                             f"{LOOK_RAW_BYTES_MAX} bytes, no negative offset or size")
+        if (
+            len(offsets) != len(sizes)
+            or len(offsets) > LOOK_RAW_RECORDS_MAX
+            or sum(sizes) > LOOK_RAW_BYTES_MAX
+            or any(value < 0 for value in offsets)
+            or any(value <= 0 for value in sizes)
+        ):
+            raise ValueError(
+                f"phy_offsets and sizes must pair up: at most {LOOK_RAW_RECORDS_MAX} records, "
+                f"{LOOK_RAW_BYTES_MAX} bytes, no negative offset or size"
+            )
         read = self._store.commitlog.read_bytes
         return pb.LookRawMessagesResponse(records=[read(offset, size) or b"" for offset, size in zip(offsets, sizes)])

@@ -14,6 +14,7 @@ Two kinds of outcome reach a servicer method (style rule 7):
 Servicer methods never call ``context.abort`` themselves: they raise, and ``rpc_errors`` aborts
 once with the table's code. Anything else is a bug: it is logged with its traceback and reported as INTERNAL.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,10 +25,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from services.store.model import PutResult
 from services.domain.statuses import PutStatus
-from services.store.errors import StoreNotRunningError
-from services.store.errors import StoreUnavailableError, TooManyWatchersError
+from services.store.errors import StoreNotRunningError, StoreUnavailableError, TooManyWatchersError
+from services.store.model import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (StoreUnavailableError, Code.UNAVAILABLE),
     (StoreNotRunningError, Code.UNAVAILABLE),  # used before start() or after shutdown()
     (TooManyWatchersError, Code.RESOURCE_EXHAUSTED),
-    (ValueError, Code.INVALID_ARGUMENT),       # includes PropertiesError and UnicodeError
-    (LookupError, Code.NOT_FOUND),             # includes KeyError
+    (ValueError, Code.INVALID_ARGUMENT),  # includes PropertiesError and UnicodeError
+    (LookupError, Code.NOT_FOUND),  # includes KeyError
 )
 
 # Every put status, with the code a caller surfacing it as an error should use.
@@ -91,7 +91,7 @@ def _abort(context: grpc.ServicerContext, method: str, exc: Exception) -> None:
     # KeyError's str() quotes its argument; show the plain message instead.
     detail = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc) or type(exc).__name__
     if len(detail) > DETAILS_MAX_CHARS:  # a trailer over gRPC's metadata limit would hide the code
-        detail = detail[:DETAILS_MAX_CHARS - 20] + f"... ({len(detail)} chars)"
+        detail = detail[: DETAILS_MAX_CHARS - 20] + f"... ({len(detail)} chars)"
     context.abort(code, detail)
 
 
@@ -105,12 +105,14 @@ def rpc_errors(method: Method) -> Method:
     """
     name = method.__name__
     if inspect.isgeneratorfunction(method):
+
         @functools.wraps(method)
         def stream(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             try:
                 yield from method(self, request, context)
             except Exception as exc:  # noqa: BLE001 - mapped by the table, bugs logged
                 _abort(context, name, exc)
+
         return stream  # type: ignore[return-value]
 
     @functools.wraps(method)
@@ -119,4 +121,5 @@ def rpc_errors(method: Method) -> Method:
             return method(self, request, context)
         except Exception as exc:  # noqa: BLE001 - mapped by the table, bugs logged
             _abort(context, name, exc)
+
     return unary  # type: ignore[return-value]

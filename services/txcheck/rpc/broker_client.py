@@ -5,6 +5,7 @@ check goes to the brokers in turn (the starting one rotates) until one answers S
 outcome is NO_PRODUCER if at least one broker answered and none had a producer of the group,
 UNREACHABLE if none answered. Never raises.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -15,8 +16,8 @@ import grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
-from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.domain.format.properties_format import TAGS
+from services.runtime.rpc.tls import TlsFiles, open_channel
 from services.txcheck.model import CheckOutcome, CheckRequest
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,29 @@ log = logging.getLogger(__name__)
 def check_request_to_pb(request: CheckRequest) -> pb.CheckTransactionRequest:
     half = request.half
     return pb.CheckTransactionRequest(
-        producer_group=request.producer_group, topic=request.topic, message_id=request.message_id,
-        transaction_id=request.transaction_id, sys_flag=half.sys_flag, half=pb.MessageRecord(
-            topic=half.topic, queue_id=half.queue_id, queue_offset=half.queue_offset, phy_offset=half.phy_offset,
-            message_id=request.message_id, offset_msg_id=half.offset_msg_id,
-            tag=half.properties.get(TAGS, ""), keys=half.keys, born_timestamp_ms=half.born_timestamp_ms,
-            store_timestamp_ms=half.store_timestamp_ms, born_host=half.born_host,
-            store_host=half.store_host, reconsume_times=half.reconsume_times,
-            properties=half.properties, body=half.body))
+        producer_group=request.producer_group,
+        topic=request.topic,
+        message_id=request.message_id,
+        transaction_id=request.transaction_id,
+        sys_flag=half.sys_flag,
+        half=pb.MessageRecord(
+            topic=half.topic,
+            queue_id=half.queue_id,
+            queue_offset=half.queue_offset,
+            phy_offset=half.phy_offset,
+            message_id=request.message_id,
+            offset_msg_id=half.offset_msg_id,
+            tag=half.properties.get(TAGS, ""),
+            keys=half.keys,
+            born_timestamp_ms=half.born_timestamp_ms,
+            store_timestamp_ms=half.store_timestamp_ms,
+            born_host=half.born_host,
+            store_host=half.store_host,
+            reconsume_times=half.reconsume_times,
+            properties=half.properties,
+            body=half.body,
+        ),
+    )
 
 
 class GrpcProducers:
@@ -58,14 +74,22 @@ class GrpcProducers:
             try:
                 response = self._stubs[index].CheckTransaction(message, timeout=self._timeout_s)
             except grpc.RpcError as exc:
-                log.warning("broker %s did not take a transaction check: %s %s", self.addresses[index],
-                            exc.code().name, exc.details())
+                log.warning(
+                    "broker %s did not take a transaction check: %s %s",
+                    self.addresses[index],
+                    exc.code().name,
+                    exc.details(),
+                )
                 continue
             except ValueError:  # the channel is closed (stopping)
                 continue
             answered = True
             if response.status == pb.SENT:
-                log.debug("check of transaction %s sent to %s via %s", request.transaction_id, response.client_id,
-                          self.addresses[index])
+                log.debug(
+                    "check of transaction %s sent to %s via %s",
+                    request.transaction_id,
+                    response.client_id,
+                    self.addresses[index],
+                )
                 return CheckOutcome.SENT
         return CheckOutcome.NO_PRODUCER if answered else CheckOutcome.UNREACHABLE

@@ -13,21 +13,36 @@ Output per delivery: {"body", "tag", "keys", "message_id", "attempt", "propertie
 "message_group", "acked": true/false/null, "error": str|null}; receive errors:
 {"receive_error": str, "code": int|null}.
 """
+
 import json
 import sys
 import threading
 import time
 
-from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, MessageListener,
-                      PushConsumer, SimpleConsumer)
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    PushConsumer,
+    SimpleConsumer,
+)
 from rocketmq.grpc_protocol import FilterType
 
 
 def describe(message, acked=None, error=None):
-    return {"body": message.body.decode(errors="replace"), "tag": message.tag, "keys": list(message.keys or []),
-            "message_id": message.message_id, "attempt": message.delivery_attempt,
-            "properties": dict(message.properties or {}), "message_group": message.message_group,
-            "acked": acked, "error": error}
+    return {
+        "body": message.body.decode(errors="replace"),
+        "tag": message.tag,
+        "keys": list(message.keys or []),
+        "message_id": message.message_id,
+        "attempt": message.delivery_attempt,
+        "properties": dict(message.properties or {}),
+        "message_group": message.message_group,
+        "acked": acked,
+        "error": error,
+    }
 
 
 def emit(record):
@@ -100,8 +115,9 @@ def run_push(job, config):
 
 def main():
     job = json.loads(sys.argv[1])
-    config = ClientConfiguration(job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")),
-                                 request_timeout=job.get("timeout", 5))
+    config = ClientConfiguration(
+        job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")), request_timeout=job.get("timeout", 5)
+    )
     (run_push if job.get("mode") == "push" else run_simple)(job, config)
     emit({"done": True})
 

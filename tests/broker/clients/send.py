@@ -18,6 +18,7 @@ answered (while lingering, possibly interleaved): {"checked": message_id, "answe
 A last line {"settings": {...}} reports what the producer learned from the server's settings
 reply.
 """
+
 import json
 import sys
 import threading
@@ -25,8 +26,11 @@ import time
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
 
-ANSWERS = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK,
-           "unknown": TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED}
+ANSWERS = {
+    "commit": TransactionResolution.COMMIT,
+    "rollback": TransactionResolution.ROLLBACK,
+    "unknown": TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED,
+}
 OUTPUT = threading.Lock()
 
 
@@ -78,9 +82,13 @@ def build(spec):
 def main():
     job = json.loads(sys.argv[1])
     checker = Checker(job.get("checker", "commit"))
-    producer = Producer(ClientConfiguration(job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")),
-                                            request_timeout=job.get("timeout", 5)),
-                        tuple(job.get("topics", ())), checker=checker)
+    producer = Producer(
+        ClientConfiguration(
+            job["endpoint"], Credentials(job.get("ak", ""), job.get("sk", "")), request_timeout=job.get("timeout", 5)
+        ),
+        tuple(job.get("topics", ())),
+        checker=checker,
+    )
     producer.startup()
     try:
         for spec in job["messages"]:
@@ -94,20 +102,34 @@ def main():
                         transaction.rollback()
                 else:
                     receipt = producer.send(build(spec))
-                result = {"ok": True, "message_id": receipt.message_id, "transaction_id": receipt.transaction_id,
-                          "offset": receipt.offset, "recall_handle": receipt.recall_handle}
+                result = {
+                    "ok": True,
+                    "message_id": receipt.message_id,
+                    "transaction_id": receipt.transaction_id,
+                    "offset": receipt.offset,
+                    "recall_handle": receipt.recall_handle,
+                }
             except Exception as exc:  # noqa: BLE001 - reported to the test
-                result = {"ok": False, "error": type(exc).__name__, "message": str(exc),
-                          "code": getattr(exc, "code", None)}
+                result = {
+                    "ok": False,
+                    "error": type(exc).__name__,
+                    "message": str(exc),
+                    "code": getattr(exc, "code", None),
+                }
             emit(result)
         if job.get("linger_s"):
             checker.wait_checks(job.get("linger_checks", 1 << 30), job["linger_s"])
             time.sleep(0.5)  # let the last answer's EndTransaction go out
         # name-mangled privates of Producer: what the settings reply set
-        emit({"settings": {
-            "max_body_size": producer._Producer__max_body_size,
-            "validate_message_type": producer._Producer__validate_message_type,
-            "max_attempts": producer._Producer__backoff_policy.max_attempts}})
+        emit(
+            {
+                "settings": {
+                    "max_body_size": producer._Producer__max_body_size,
+                    "validate_message_type": producer._Producer__validate_message_type,
+                    "max_attempts": producer._Producer__backoff_policy.max_attempts,
+                }
+            }
+        )
     finally:
         producer.shutdown()
 

@@ -13,6 +13,7 @@ one per recall ({"recalled": index, "ok", "message_id" or "error", "code"}).
 consume: one JSON line per received message {"message_id", "body", "received_ms",
 "delivery_timestamp_ms"}, then {"done": true}.
 """
+
 import json
 import sys
 import time
@@ -46,8 +47,14 @@ def send(job, config):
                 message_id = producer.recall_message(job["topic"], receipts[index].recall_handle)
                 emit({"recalled": index, "ok": True, "message_id": message_id})
             except Exception as exc:  # noqa: BLE001
-                emit({"recalled": index, "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                      "code": getattr(exc, "code", None)})
+                emit(
+                    {
+                        "recalled": index,
+                        "ok": False,
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "code": getattr(exc, "code", None),
+                    }
+                )
     finally:
         producer.shutdown()
 
@@ -67,8 +74,14 @@ def consume(job, config):
             now_ms = int(time.time() * 1000)
             for message in messages:
                 received += 1
-                emit({"message_id": message.message_id, "body": message.body.decode(), "received_ms": now_ms,
-                      "delivery_timestamp_ms": message.delivery_timestamp})
+                emit(
+                    {
+                        "message_id": message.message_id,
+                        "body": message.body.decode(),
+                        "received_ms": now_ms,
+                        "delivery_timestamp_ms": message.delivery_timestamp,
+                    }
+                )
                 consumer.ack(message)
     finally:
         consumer.shutdown()
