@@ -52,7 +52,6 @@ runs; for ``ReviveService``, which PopService starts and owns, also the store's
 
 from __future__ import annotations
 
-import enum
 import logging
 import secrets
 import threading
@@ -71,6 +70,7 @@ from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.model import GetResult
+from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
@@ -90,46 +90,6 @@ INVISIBLE_MS_MAX = 24 * 3600 * 1000  # the proxy allows 12 h; the store accepts 
 POP_WINDOW_OFFSETS_MAX = 100_000  # cursor - committed per queue (bounds the done set)
 POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
-
-
-class PopStatus(enum.Enum):
-    FOUND = "FOUND"  # at least one message
-    NO_MESSAGE = "NO_MESSAGE"  # nothing available now: long-poll on arrivals in ``examined``
-
-
-class AckStatus(enum.Enum):
-    OK = "OK"
-    # Malformed, unknown, superseded (a later delivery or change of invisible time), expired,
-    # or for another group / topic.
-    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
-    # forward_to_dead_letter_queue only: the DLQ put failed; the message stays in flight and
-    # the handle stays valid.
-    DLQ_PUT_FAILED = "DLQ_PUT_FAILED"
-
-
-@dataclass(frozen=True, slots=True)
-class PoppedMessage:
-    raw: bytes  # the CommitLog record, as get_messages returns it
-    topic: str  # the original topic (RETRY_TOPIC of a retry copy)
-    source_topic: str  # where the record lives: ``topic`` or ``%RETRY%{group}``
-    queue_id: int  # of source_topic
-    queue_offset: int  # of source_topic
-    delivery_attempt: int  # >= 1
-    receipt_handle: str
-
-    @property
-    def record(self) -> MessageRecord:
-        """The decoded record (its ``topic`` is ``source_topic``)."""
-        return decode_record(self.raw, 0, len(self.raw), check_crc=False)
-
-
-@dataclass(slots=True)
-class PopResult:
-    status: PopStatus
-    messages: list[PoppedMessage] = field(default_factory=list)
-    # (topic, queue id) looked at, in order: a long-polling broker waits for an arrival in one
-    # of them (the store also announces a FIFO queue that unlocks).
-    examined: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from services.domain.format.java_compat import java_string_hash
 from services.domain.format.properties_format import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
-from services.store.pop import AckStatus, PopResult, PopStatus
+from services.store.pop_model import AckStatus, PopResult, PopStatus
 from services.store.receipt_handle import ReceiptHandle
 from tests.support.filestore import message
 from tests.support.store_pop import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from services.store.metadata import TopicConfig
-from services.store.pop import AckStatus, PopResult
+from services.store.pop_model import AckStatus, PopResult
 from services.store.store import FileStore
 from tests.support.filestore import message
 

@@ -19,7 +19,8 @@ from services.domain.statuses import GetStatus, PutStatus
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, PutResult, StoreStats
-from services.store.pop import POP_BATCH_MAX, AckStatus, PopResult, PopStatus
+from services.store.pop import POP_BATCH_MAX
+from services.store.pop_model import AckStatus, PopResult, PopStatus
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).
 assert {s.name for s in PutStatus} == set(pb.PutStatus.keys()) - {"PUT_STATUS_UNSPECIFIED"}
