@@ -1,6 +1,6 @@
 """The "rocketmq" data source: topics through the broker, batch and streaming, read and write.
 
-Reads use the v2 offset RPCs (``services/broker/offsets.py``): QueryRoute for the queues,
+Reads use the v2 offset RPCs (``services/broker/pull.py``): QueryRoute for the queues,
 QueryOffset for earliest / latest / by-timestamp offsets; a task reads ``[start, end)`` of one
 queue with PullRecords (raw CommitLog records) or PullMessage (``pipeline/broker_read.py``).
 With ``subscribePattern`` the topics are the broker's non-system topics whose name matches

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from services.broker.errors import Code
 from services.broker.model import IncomingMessage, SendReceipt
-from services.broker.store_client import CoalescerStats
+from services.broker.put_coalescer import CoalescerStats
 from services.domain.delivery import MessageType
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor

@@ -43,8 +43,8 @@ from services.broker import recall, validation
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code, ForbiddenError, RequestError
 from services.broker.model import BodyEncoding, IncomingMessage, SendReceipt
+from services.broker.put_coalescer import PendingPut, PutSink
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
-from services.broker.store_client import PendingPut, PutSink
 from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import park_timer, timer_out_ms
 from services.domain.contracts.transaction import park_half

@@ -1,7 +1,7 @@
 """RawPullService: ``pyrmq.pull.v1.Pull/PullRecords``, pulls answered with raw CommitLog records.
 No gRPC here (the servicer is ``rpc/pull_servicer.py``; the proto documents every field).
 
-Why it exists: v2 PullMessage (``offsets.py``) streams one Message per response, and grpcio
+Why it exists: v2 PullMessage (``pull.py``) streams one Message per response, and grpcio
 costs the broker ~77 µs of CPU per streamed response on top of building each Message
 (bench/RESULTS.md). RocketMQ's classic PULL_MESSAGE answers with the records as the CommitLog
 holds them, concatenated; so does this. The broker reads them with the store's GetRawMessages
@@ -38,7 +38,7 @@ from typing import Protocol
 
 from services.broker.consumer import FilterType, parse_filter, tags_codes, validate_group
 from services.broker.errors import Code, RequestError
-from services.broker.offsets import OffsetService, exact_matcher
+from services.broker.pull import OffsetService, exact_matcher
 from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
 from services.store.client.model import GetOutcome, GetStatus
 

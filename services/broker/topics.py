@@ -29,7 +29,7 @@ PERM_READ_WRITE = 6
 
 
 class TopicSource(Protocol):
-    """The store calls the registry needs (see store_client.StoreClient)."""
+    """The store calls the registry needs (see put_coalescer.BrokerStore)."""
 
     def get_topic(self, name: str) -> TopicInfo | None: ...
     def create_topic(self, topic: TopicInfo) -> TopicInfo: ...

@@ -45,7 +45,7 @@ from typing import Protocol
 from services.broker import validation
 from services.broker.errors import Code, RequestError, StoreCallError
 from services.broker.producer import PUT_STATUS_CODES
-from services.broker.store_client import PutSink
+from services.broker.put_coalescer import PutSink
 from services.domain.contracts.parking import real_destination
 from services.domain.contracts.transaction import QUEUE_ID, encode_op, read_half
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK

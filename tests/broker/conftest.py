@@ -1,6 +1,6 @@
 """Broker test fixtures: an in-memory store double for the core, real servers for the rest.
 
-* ``fake_store``: a ``FakeStore`` (tests/support/broker_fakes.py), the broker's ``StoreClient``
+* ``fake_store``: a ``FakeStore`` (tests/support/broker_fakes.py), the broker's ``BrokerStore``
   in memory that records every PutMessages call; core tests use it.
 * ``store_address``, ``store_stub``, ``make_broker(**config)``, ``broker``, ``v2``: a real
   FileStore behind the store's gRPC server and real broker servers on 127.0.0.1:0

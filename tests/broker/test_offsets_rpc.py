@@ -13,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.consumer import ArrivalHub
-from services.broker.offsets import OffsetService, PullRequest
+from services.broker.pull import OffsetService, PullRequest
 from services.runtime.clock import SystemClock
 from services.store.client.model import GetOutcome, GetStatus, TopicInfo
 from tests.support.pull_queues import put

@@ -16,7 +16,7 @@ from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError
 from services.broker.model import IncomingMessage
 from services.broker.producer import Producer
-from services.broker.store_client import DirectPutSink
+from services.broker.put_coalescer import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
 from services.runtime.clock import ManualClock

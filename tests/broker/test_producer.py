@@ -11,8 +11,8 @@ from services.broker.config import BrokerConfig
 from services.broker.errors import Code
 from services.broker.model import BodyEncoding, IncomingMessage
 from services.broker.producer import Producer, recall_handle, response_code
+from services.broker.put_coalescer import DirectPutSink
 from services.broker.queue_selection import RoundRobin, fifo_queue_id, guava_consistent_hash
-from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import timer_out_ms
 from services.domain.delivery import MessageType

@@ -11,7 +11,7 @@ import pytest
 
 from services.broker.consumer import ArrivalHub, FilterType
 from services.broker.errors import BrokerError, Code, NotFoundError
-from services.broker.offsets import OffsetService
+from services.broker.pull import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
 from services.runtime.clock import SystemClock

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from services.broker.errors import Code, FlowControlError, StoreCallError
-from services.broker.store_client import DirectPutSink, PendingPut, PutCoalescer
+from services.broker.put_coalescer import DirectPutSink, PendingPut, PutCoalescer
 from services.store.client.model import PutOutcome, PutStatus, StoreMessage
 
 

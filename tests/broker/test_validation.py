@@ -11,7 +11,7 @@ from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.model import IncomingMessage
 from services.broker.producer import Producer
-from services.broker.store_client import DirectPutSink
+from services.broker.put_coalescer import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
 from services.domain.format.properties_format import RESERVED_PROPERTY_KEYS

@@ -10,8 +10,8 @@ import pytest
 from services.broker.config import BrokerConfig
 from services.broker.errors import BrokerError, Code
 from services.broker.producer import Producer, recall_handle
+from services.broker.put_coalescer import DirectPutSink
 from services.broker.recall import decode_handle
-from services.broker.store_client import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import timer_out_ms
 from services.runtime.clock import ManualClock

@@ -1,4 +1,4 @@
-"""``FakeStore``: the broker's ``StoreClient`` in memory (topics, groups, put outcomes with
+"""``FakeStore``: the broker's ``BrokerStore`` in memory (topics, groups, put outcomes with
 per-queue offsets, look-up by phy offset and key) that records every PutMessages call. The
 broker core tests use it (the ``fake_store`` fixture of tests/broker/conftest.py), and so do
 tests/broker/test_plain_send_path.py and tests/scheduler/test_recall.py."""
@@ -21,7 +21,7 @@ from services.store.client.model import (
 
 @dataclass
 class FakeStore:
-    """A StoreClient in memory. ``outcome`` may override the status of every put."""
+    """A BrokerStore in memory. ``outcome`` may override the status of every put."""
 
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     groups: dict[str, GroupInfo] = field(default_factory=dict)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.broker.store_client import DirectPutSink
+from services.broker.put_coalescer import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC

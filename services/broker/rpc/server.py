@@ -2,7 +2,7 @@
 and server reflection.
 
 ``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
-``StoreClient`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
+``BrokerStore`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
 bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``stop`` reports
 NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
 with a grace period, then drains the send queue.
@@ -25,8 +25,9 @@ from services.broker.access import AccessGuard, auth_snapshot
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.metrics import BrokerMetrics
-from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
+from services.broker.pull import OffsetService
+from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
 from services.broker.raw_pull import RawPullService
 from services.broker.route import RouteService
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
@@ -34,7 +35,6 @@ from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
 from services.broker.rpc.servicer import MessagingServicer
 from services.broker.rpc.telemetry_stream import TelemetryStreams
-from services.broker.store_client import DirectPutSink, PutCoalescer, PutSink, StoreClient
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
@@ -78,7 +78,7 @@ class BrokerServer:
         self.sink.close()
 
 
-def build_sink(config: BrokerConfig, store: StoreClient, clock: Clock | None = None) -> PutSink:
+def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = None) -> PutSink:
     if not config.put_coalescing_enable:
         return DirectPutSink(store.put_messages)
     coalescer = PutCoalescer(
@@ -100,7 +100,7 @@ def tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
-def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
+def access_guard(config: BrokerConfig, store: BrokerStore, clock: Clock) -> AccessGuard | None:
     """The AccessGuard when authentication is on (None: every request passes, as upstream's
     default), after creating ``init_authentication_user`` if the store has no users yet."""
     if not config.authentication_enabled:
@@ -123,7 +123,7 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
 
 
 def build_server(
-    config: BrokerConfig, store: StoreClient, clock: Clock | None = None, metrics: BrokerMetrics | None = None
+    config: BrokerConfig, store: BrokerStore, clock: Clock | None = None, metrics: BrokerMetrics | None = None
 ) -> BrokerServer:
     clock = clock or SystemClock()
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
@@ -225,7 +225,7 @@ def build_server(
     )
 
 
-def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
+def arrival_watch(store: BrokerStore, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
     """(start, stop) of the thread that follows the store's WatchArrivals stream into ``hub``
     (one stream for the whole broker; parked ReceiveMessage calls wait on the hub)."""
     watch = getattr(store, "watch_arrivals", None)

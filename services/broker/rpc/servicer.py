@@ -10,8 +10,8 @@ ForwardMessageToDeadLetterQueue, QueryAssignment) are "convert (``consumer_conve
 errors become a status element plus a delivery_timestamp element, and the stream always ends.
 RecallMessage puts a recall marker for the scheduler (``Producer.recall``). The
 offset RPCs (PullMessage, QueryOffset, UpdateOffset, GetOffset; pull clients such as the Spark
-connector use them) are "convert (``offsets_convert``), call ``OffsetService``
-(``services/broker/offsets.py``), convert";
+connector use them) are "convert (``pull_convert``), call ``OffsetService``
+(``services/broker/pull.py``), convert";
 SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
 """
 
@@ -29,10 +29,10 @@ from services.broker.access import AccessGuard
 from services.broker.consumer import ConsumerService, validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, UnsupportedError, as_broker_error
 from services.broker.model import TrafficObserver
-from services.broker.offsets import OffsetService
 from services.broker.producer import Producer
+from services.broker.pull import OffsetService
 from services.broker.route import RouteService
-from services.broker.rpc import consumer_convert, convert, offsets_convert
+from services.broker.rpc import consumer_convert, convert, pull_convert
 from services.broker.rpc.status import OK_STATUS, check_access, client_id_of, in_band, peer_address
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
@@ -233,7 +233,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         )
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
-    # -- offset-based pulls (services/broker/offsets.py); the official clients never call them ---
+    # -- offset-based pulls (services/broker/pull.py); the official clients never call them ---
     def _offset_service(self) -> OffsetService:
         if self._offsets is None:
             raise _not_implemented("offset-based pulls")
@@ -247,27 +247,27 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
             check_access(self.guard, "PullMessage", request, context)
-            pull = offsets_convert.pull_request(request, context.time_remaining(), context.is_active)
-            responses = offsets_convert.pull_responses(self._offset_service().pull(pull))
+            pull = pull_convert.pull_request(request, context.time_remaining(), context.is_active)
+            responses = pull_convert.pull_responses(self._offset_service().pull(pull))
         except FAILURES as caught:
             exc = as_broker_error(caught)
-            responses = offsets_convert.pull_error(exc.code, exc.message)
+            responses = pull_convert.pull_error(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
             log.exception("PullMessage failed")
-            responses = offsets_convert.pull_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
+            responses = pull_convert.pull_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
         yield from responses
 
     @in_band(s.UpdateOffsetResponse)
     def UpdateOffset(self, request: s.UpdateOffsetRequest, context: grpc.ServicerContext) -> s.UpdateOffsetResponse:
-        return offsets_convert.update_offset(self._offset_service(), request)
+        return pull_convert.update_offset(self._offset_service(), request)
 
     @in_band(s.GetOffsetResponse)
     def GetOffset(self, request: s.GetOffsetRequest, context: grpc.ServicerContext) -> s.GetOffsetResponse:
-        return offsets_convert.get_offset(self._offset_service(), request)
+        return pull_convert.get_offset(self._offset_service(), request)
 
     @in_band(s.QueryOffsetResponse)
     def QueryOffset(self, request: s.QueryOffsetRequest, context: grpc.ServicerContext) -> s.QueryOffsetResponse:
-        return offsets_convert.query_offset(self._offset_service(), request)
+        return pull_convert.query_offset(self._offset_service(), request)
 
     @in_band(s.SyncLiteSubscriptionResponse)
     def SyncLiteSubscription(

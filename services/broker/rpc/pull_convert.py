@@ -1,4 +1,4 @@
-"""``apache.rocketmq.v2`` protobuf <-> offset core (``services/broker/offsets.py``).
+"""``apache.rocketmq.v2`` protobuf <-> offset core (``services/broker/pull.py``).
 
 Pulled messages are delivered like received ones (``consumer_convert.delivered_message``:
 MD5 digest, body encoding, tag, keys, message type, queue id / offset, delivery attempt =
@@ -14,7 +14,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.consumer import FilterType
 from services.broker.errors import Code, RequestError
-from services.broker.offsets import OffsetPolicy, OffsetService, PullRequest, PullResult
+from services.broker.pull import OffsetPolicy, OffsetService, PullRequest, PullResult
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import status
 

@@ -1,13 +1,13 @@
 """What the broker needs from the store, and send coalescing (no gRPC here).
 
-``StoreClient`` is the narrow interface to the store service; ``rpc/grpc_store_client.py``
-implements it over the store's gRPC API, tests implement it in memory.
+``BrokerStore`` names the store calls the broker's core makes; the store client
+(``services.store.client``) serves them.
 
 Send coalescing (``PutCoalescer``)
 ----------------------------------
 The official clients send one message per SendMessage, and one store RPC costs about as much
-CPU as the SendMessage itself (performance.md §0: ~0.5 ms of server CPU per unary call, while
-a batch of 32 costs barely more than a batch of 1). So SendMessage handlers do not call the
+CPU as the SendMessage itself (~0.5 ms of server CPU per unary call measured on a 2-core machine,
+while a batch of 32 costs barely more than a batch of 1). So SendMessage handlers do not call the
 store one by one: each ``submit``s its message to a queue and waits on its own ``PendingPut``;
 one dispatcher at a time takes *whatever is queued* (up to ``batch_messages_max`` /
 ``batch_bytes_max``), sends it as one PutMessages, and completes every waiter with its own
@@ -75,7 +75,7 @@ BATCH_REFUSAL_STATUSES = frozenset(
 DISPATCH_IDLE_WAIT_S = 1.0
 
 
-class StoreClient(Protocol):
+class BrokerStore(Protocol):
     """The store calls the broker makes. Failures to reach the store raise StoreCallError."""
 
     def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
