@@ -41,101 +41,86 @@ CONSUMER_RETRY_DELAYS_MS_DEFAULT = (
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
 
+# A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
+# fmt: off
 @dataclass(frozen=True)
 class BrokerConfig:
     # -- network ---------------------------------------------------------------------------
-    host: str = "127.0.0.1"  # gRPC listen address
-    port: int = 8081  # gRPC port for RocketMQ v2 clients; 0: any free one
-    advertised_host: str = ""  # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
-    advertised_port: int = 0  # port routes tell clients to connect to; 0: the bound port
-    store_address: str = "127.0.0.1:10911"  # the store service, host:port
-    broker_name: str = "broker-a"  # Broker.name in routes and recall handles
-    cluster_name: str = "DefaultCluster"  # CLUSTER property written on every message
-    grpc_workers_max: int = 128  # gRPC server threads (unary calls + open streams)
-    grpc_max_concurrent_streams: int = 128  # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
-    cpu_affinity: str = ""  # CPUs the broker process runs on, as in taskset -c ("1", "0-1"); empty: any
+    host: str = "127.0.0.1"                   # gRPC listen address
+    port: int = 8081                          # gRPC port for RocketMQ v2 clients; 0: any free one
+    advertised_host: str = ""                 # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
+    advertised_port: int = 0                  # port routes tell clients to connect to; 0: the bound port
+    store_address: str = "127.0.0.1:10911"    # the store service, host:port
+    broker_name: str = "broker-a"             # Broker.name in routes and recall handles
+    cluster_name: str = "DefaultCluster"      # CLUSTER property written on every message
+    grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
+    grpc_max_concurrent_streams: int = 128    # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
+    cpu_affinity: str = ""                    # CPUs the broker process runs on, as in taskset -c ("1", "0-1"); empty: any
     # Python's collector settings by default: a gRPC call that ends through an exception path
     # stays alive in a reference cycle (traceback -> frames -> the call) until a collection, and
     # holds its HTTP/2 stream meanwhile; with rare collections the grpc_max_concurrent_streams
     # cap wedged a client's connection while the store was down (tests/faults/test_kill_store.py).
-    gc_gen0_threshold: int = 0  # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
+    gc_gen0_threshold: int = 0                # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
     grpc_message_size_max_bytes: int = 16 * MIB  # inbound/outbound gRPC message limit (a 4 MiB body fits)
-    telemetry_streams_max: int = 64  # open Telemetry streams (each holds a worker thread)
-    store_connect_timeout_ms: int = 30_000  # at start-up, wait this long for the store to serve
-    store_tls_ca_path: str = ""  # TLS to the store: the CA its certificate chains to (off when empty)
-    store_tls_cert_path: str = ""  # client certificate for a store that requires one (mutual TLS)
-    store_tls_key_path: str = ""  # its private key
-    metrics_host: str = "127.0.0.1"  # Prometheus /metrics listen address (unauthenticated: loopback by default)
-    metrics_port: int = 9102  # Prometheus /metrics port; 0: any free one, -1: off
-    log_level: str = "INFO"  # DEBUG, INFO, WARNING or ERROR
-    log_format: str = "text"  # text: one line per event for people; json: one JSON object per line
+    telemetry_streams_max: int = 64           # open Telemetry streams (each holds a worker thread)
+    store_connect_timeout_ms: int = 30_000    # at start-up, wait this long for the store to serve
+    store_tls_ca_path: str = ""               # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""             # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""              # its private key
+    metrics_host: str = "127.0.0.1"           # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                   # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                  # text: one line per event for people; json: one JSON object per line
     # -- security (reliability.md §4) ------------------------------------------------------
-    authentication_enabled: bool = (
-        False  # every client request must be signed by a user the store knows (authenticationEnabled)
-    )
-    authorization_enabled: bool = False  # and its ACL must allow it; needs authentication (authorizationEnabled)
-    init_authentication_user: str = (
-        ""  # USER:SECRET, created as a Super user at start if the store has no users (initAuthenticationUser)
-    )
-    auth_max_clock_skew_s: int = (
-        0  # replay window: refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
-    )
-    auth_local_time_tolerant: bool = (
-        True  # measure that skew from the nearest time-zone offset (Java/Python clients send local time marked Z)
-    )
-    auth_cache_ttl_ms: int = (
-        3_000  # how long the store's users and ACLs are reused (another broker's change applies within it)
-    )
-    tls_cert_path: str = ""  # PEM certificate chain: the client port serves TLS only (with tls_key_path)
-    tls_key_path: str = ""  # PEM private key of tls_cert_path
+    authentication_enabled: bool = False      # every client request must be signed by a user the store knows (authenticationEnabled)
+    authorization_enabled: bool = False       # and its ACL must allow it; needs authentication (authorizationEnabled)
+    init_authentication_user: str = ""        # USER:SECRET, created as a Super user at start if the store has no users (initAuthenticationUser)
+    auth_max_clock_skew_s: int = 0            # replay window: refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
+    auth_local_time_tolerant: bool = True     # measure that skew from the nearest time-zone offset (Java/Python clients send local time marked Z)
+    auth_cache_ttl_ms: int = 3_000            # how long the store's users and ACLs are reused (another broker's change applies within it)
+    tls_cert_path: str = ""                   # PEM certificate chain: the client port serves TLS only (with tls_key_path)
+    tls_key_path: str = ""                    # PEM private key of tls_cert_path
     # -- topics ----------------------------------------------------------------------------
-    auto_create_topic_enable: bool = True  # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
-    auto_create_topic_queue_nums: int = 8  # read and write queues of an auto-created topic
+    auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
+    auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
     auto_create_topic_message_type: str = "MIXED"  # message type of an auto-created topic (MIXED: any, so FIFO/DELAY/TRANSACTION sends work out of the box)
-    topic_cache_ttl_ms: int = 3_000  # how long a topic config read from the store is reused
-    topic_cache_miss_ttl_ms: int = 1_000  # how long "no such topic" is remembered (auto-create off)
+    topic_cache_ttl_ms: int = 3_000           # how long a topic config read from the store is reused
+    topic_cache_miss_ttl_ms: int = 1_000      # how long "no such topic" is remembered (auto-create off)
     # -- send limits (ProxyConfig defaults) --------------------------------------------------
-    body_size_max_bytes: int = 4 * MIB  # largest message body a producer may send (maxMessageSize; told to clients)
-    user_property_count_max: int = 128  # user properties per message at most (userPropertyMaxNum)
-    user_properties_size_max_bytes: int = (
-        16 * 1024
-    )  # bytes of user property keys and values, tag and keys (maxUserPropertySize)
-    message_group_size_max_bytes: int = 64  # a message group must be shorter than this (maxMessageGroupSize)
+    body_size_max_bytes: int = 4 * MIB        # largest message body a producer may send (maxMessageSize; told to clients)
+    user_property_count_max: int = 128        # user properties per message at most (userPropertyMaxNum)
+    user_properties_size_max_bytes: int = 16 * 1024  # bytes of user property keys and values, tag and keys (maxUserPropertySize)
+    message_group_size_max_bytes: int = 64    # a message group must be shorter than this (maxMessageGroupSize)
     # (The proxy's maxDelayTimeMills is 1 day; the scheduler's timer wheel rolls, so pyrmq takes
     # 30 days, its timer_max_delay_ms.)
     delivery_delay_max_ms: int = 30 * 24 * 3_600_000  # how far ahead a delivery time may be
-    transaction_recovery_max_s: int = (
-        3_600  # longest transaction recovery time a producer may ask for (maxTransactionRecoverySecond)
-    )
-    timer_precision_ms: int = 1_000  # delivery times are rounded to this (timerPrecisionMs); must equal the scheduler's
+    transaction_recovery_max_s: int = 3_600   # longest transaction recovery time a producer may ask for (maxTransactionRecoverySecond)
+    timer_precision_ms: int = 1_000           # delivery times are rounded to this (timerPrecisionMs); must equal the scheduler's
     # -- the send path ---------------------------------------------------------------------
-    send_timeout_ms: int = 3_000  # a SendMessage waits at most this long for its put
-    store_rpc_timeout_ms: int = 5_000  # deadline of one PutMessages (or other) store call
-    put_coalescing_enable: bool = True  # one PutMessages per batch of concurrent sends
-    put_stream_enable: bool = True  # send those batches over one long-lived PutMessagesStream, not a unary call each
-    put_batch_messages_max: int = 256  # messages per coalesced PutMessages
-    put_batch_bytes_max: int = 16 * MIB  # body bytes per coalesced PutMessages
-    put_queue_messages_max: int = 16_384  # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS
-    put_queue_bytes_max: int = 256 * MIB  # body bytes waiting for the dispatcher
-    put_queue_wait_max_ms: int = 200  # a send waiting longer for a gRPC worker or for the store is refused TOO_MANY_REQUESTS, unsent (waitTimeMillsInSendQueue); 0: off
+    send_timeout_ms: int = 3_000              # a SendMessage waits at most this long for its put
+    store_rpc_timeout_ms: int = 5_000         # deadline of one PutMessages (or other) store call
+    put_coalescing_enable: bool = True        # one PutMessages per batch of concurrent sends
+    put_stream_enable: bool = True            # send those batches over one long-lived PutMessagesStream, not a unary call each
+    put_batch_messages_max: int = 256         # messages per coalesced PutMessages
+    put_batch_bytes_max: int = 16 * MIB       # body bytes per coalesced PutMessages
+    put_queue_messages_max: int = 16_384      # sends waiting for the dispatcher; beyond: TOO_MANY_REQUESTS
+    put_queue_bytes_max: int = 256 * MIB      # body bytes waiting for the dispatcher
+    put_queue_wait_max_ms: int = 200          # a send waiting longer for a gRPC worker or for the store is refused TOO_MANY_REQUESTS, unsent (waitTimeMillsInSendQueue); 0: off
     # -- settings replied on Telemetry (GrpcClientSettingsManager) --------------------------
-    producer_max_attempts: int = 3  # producers: attempts per send (told to clients)
-    producer_backoff_initial_ms: int = 10  # producers: first retry backoff
-    producer_backoff_max_ms: int = 1_000  # producers: longest retry backoff
+    producer_max_attempts: int = 3            # producers: attempts per send (told to clients)
+    producer_backoff_initial_ms: int = 10     # producers: first retry backoff
+    producer_backoff_max_ms: int = 1_000      # producers: longest retry backoff
     producer_backoff_multiplier: float = 2.0  # producers: backoff growth per attempt
-    validate_message_type: bool = (
-        True  # refuse a message whose type the topic does not accept (enableTopicMessageTypeCheck)
-    )
-    consumer_receive_batch_size: int = 32  # consumers: messages per receive at most (grpcClientConsumerMaxBatchSize)
+    validate_message_type: bool = True        # refuse a message whose type the topic does not accept (enableTopicMessageTypeCheck)
+    consumer_receive_batch_size: int = 32     # consumers: messages per receive at most (grpcClientConsumerMaxBatchSize)
     consumer_long_polling_timeout_ms: int = 20_000  # consumers: long-polling timeout told to clients
-    consumer_retry_delays_ms: tuple[int, ...] = (
-        CONSUMER_RETRY_DELAYS_MS_DEFAULT  # consumers: redelivery backoff per attempt (1s,5s,10s,30s,1m ... 2h)
-    )
+    consumer_retry_delays_ms: tuple[int, ...] = CONSUMER_RETRY_DELAYS_MS_DEFAULT  # consumers: redelivery backoff per attempt (1s,5s,10s,30s,1m ... 2h)
     # -- consumer limits (used by the consumer step) ----------------------------------------
-    long_polling_timeout_ms_min: int = 5_000  # a receive's long-polling timeout is raised to at least this
+    long_polling_timeout_ms_min: int = 5_000   # a receive's long-polling timeout is raised to at least this
     long_polling_timeout_ms_max: int = 20_000  # and cut to at most this
-    invisible_duration_ms_min: int = 10_000  # shortest invisible duration a consumer may ask for
+    invisible_duration_ms_min: int = 10_000    # shortest invisible duration a consumer may ask for
     invisible_duration_ms_max: int = 12 * 3_600_000  # longest invisible duration a consumer may ask for
+    # fmt: on
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 0xFFFF or not 0 <= self.advertised_port <= 0xFFFF:
@@ -143,20 +128,10 @@ class BrokerConfig:
         split_host_port(self.store_address)
         if self.auto_create_topic_message_type not in MESSAGE_TYPES:
             raise ValueError(f"auto_create_topic_message_type must be one of {MESSAGE_TYPES}")
-        positive = (
-            "grpc_workers_max",
-            "telemetry_streams_max",
-            "auto_create_topic_queue_nums",
-            "body_size_max_bytes",
-            "send_timeout_ms",
-            "store_rpc_timeout_ms",
-            "put_batch_messages_max",
-            "put_batch_bytes_max",
-            "put_queue_messages_max",
-            "put_queue_bytes_max",
-            "timer_precision_ms",
-            "producer_max_attempts",
-        )
+        positive = ("grpc_workers_max", "telemetry_streams_max", "auto_create_topic_queue_nums",
+                    "body_size_max_bytes", "send_timeout_ms", "store_rpc_timeout_ms",
+                    "put_batch_messages_max", "put_batch_bytes_max", "put_queue_messages_max",
+                    "put_queue_bytes_max", "timer_precision_ms", "producer_max_attempts")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -195,7 +170,7 @@ def split_host_port(address: str) -> tuple[str, int]:
 
 
 def address_scheme(host: str) -> str:
-    """ "IPv4", "IPv6" or "DOMAIN_NAME": the v2 AddressScheme of a route endpoint host."""
+    """"IPv4", "IPv6" or "DOMAIN_NAME": the v2 AddressScheme of a route endpoint host."""
     try:
         return "IPv4" if ipaddress.ip_address(host).version == 4 else "IPv6"
     except ValueError:
@@ -203,22 +178,8 @@ def address_scheme(host: str) -> str:
 
 
 # The settings of ``python -m services.broker`` (services/runtime/settings.py): every BrokerConfig field.
-SETTINGS = settings_of(
-    BrokerConfig,
-    flags={
-        **{
-            name: "--" + name.replace("_", "-")
-            for name in (
-                "host",
-                "port",
-                "store_address",
-                "metrics_host",
-                "metrics_port",
-                "advertised_host",
-                "broker_name",
-                "store_connect_timeout_ms",
-            )
-        },
-        "auto_create_topic_message_type": "--auto-create-topic-type",
-    },
-)
+SETTINGS = settings_of(BrokerConfig, flags={
+    **{name: "--" + name.replace("_", "-") for name in (
+        "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name",
+        "store_connect_timeout_ms")},
+    "auto_create_topic_message_type": "--auto-create-topic-type"})

@@ -21,73 +21,60 @@ DAY_MS = 86_400_000
 MIB = 1 << 20
 
 
+# A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
+# fmt: off
 @dataclass(frozen=True)
 class SchedulerConfig:
-    root: Path  # <data-dir>/scheduler: timerlog/, timerwheel, config/
-    store_address: str = "127.0.0.1:10911"  # the store service, host:port
-    host: str = "127.0.0.1"  # gRPC (health) listen address
-    port: int = 10915  # gRPC (health) port; 0: any free one
-    metrics_host: str = "127.0.0.1"  # Prometheus /metrics listen address (unauthenticated: loopback by default)
-    metrics_port: int = 9103  # Prometheus /metrics port; 0: any free one, -1: off
-    log_level: str = "INFO"  # DEBUG, INFO, WARNING or ERROR
-    log_format: str = "text"  # text: one line per event for people; json: one JSON object per line
-    store_connect_timeout_ms: int = 30_000  # at start-up, give up if the store does not serve within this time
-    store_tls_ca_path: str = ""  # TLS to the store: the CA its certificate chains to (off when empty)
-    store_tls_cert_path: str = ""  # client certificate for a store that requires one (mutual TLS)
-    store_tls_key_path: str = ""  # its private key
-    lock_wait_ms: int = 10_000  # at start-up, wait this long for a scheduler that still holds the directory
-    store_rpc_timeout_ms: int = 10_000  # deadline of one store call
-    store_retry_backoff_ms: int = 500  # wait after a failed store call
+    root: Path                                    # <data-dir>/scheduler: timerlog/, timerwheel, config/
+    store_address: str = "127.0.0.1:10911"        # the store service, host:port
+    host: str = "127.0.0.1"                       # gRPC (health) listen address
+    port: int = 10915                             # gRPC (health) port; 0: any free one
+    metrics_host: str = "127.0.0.1"               # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9103                      # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                       # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                      # text: one line per event for people; json: one JSON object per line
+    store_connect_timeout_ms: int = 30_000        # at start-up, give up if the store does not serve within this time
+    store_tls_ca_path: str = ""                   # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""                 # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""                  # its private key
+    lock_wait_ms: int = 10_000                    # at start-up, wait this long for a scheduler that still holds the directory
+    store_rpc_timeout_ms: int = 10_000            # deadline of one store call
+    store_retry_backoff_ms: int = 500             # wait after a failed store call
     # -- timer wheel (RocketMQ 5 timer messages) --------------------------------------------
-    timer_precision_ms: int = 1_000  # timerPrecisionMs: one wheel slot; equal to the broker's
+    timer_precision_ms: int = 1_000               # timerPrecisionMs: one wheel slot; equal to the broker's
     timer_wheel_slots: int = SLOTS_TOTAL_DEFAULT  # slots per window; the file holds two windows
-    timer_roll_window_slots: int = 172_800  # timerRollWindowSlots: farther timers are rolled
-    timer_max_delay_ms: int = 30 * DAY_MS  # timers farther ahead at enqueue are dropped (counted)
-    timerlog_file_size_bytes: int = 100 * MIB  # mappedFileSizeTimerLog
-    timer_flush_interval_ms: int = 1_000  # timerFlushIntervalMs: fdatasync + checkpoint
-    timer_lookahead_ms: int = 200  # read a slot's units this long before it starts
-    timer_recall_guard_ms: int = 50  # deliver a slot's units only once every recall put
+    timer_roll_window_slots: int = 172_800        # timerRollWindowSlots: farther timers are rolled
+    timer_max_delay_ms: int = 30 * DAY_MS         # timers farther ahead at enqueue are dropped (counted)
+    timerlog_file_size_bytes: int = 100 * MIB     # mappedFileSizeTimerLog
+    timer_flush_interval_ms: int = 1_000          # timerFlushIntervalMs: fdatasync + checkpoint
+    timer_lookahead_ms: int = 200                 # read a slot's units this long before it starts
+    timer_recall_guard_ms: int = 50               # deliver a slot's units only once every recall put
     #                                               accepted before the slot began (+ this) is enqueued
-    store_dispatch_margin_ms: int = 20  # a message appended this long ago is in its ConsumeQueue
-    timer_enqueue_batch_messages: int = 1_024  # rmq_sys_wheel_timer messages per GetMessages
-    timer_delivery_batch_messages: int = 256  # units per LookMessages + PutMessages
-    timer_delivery_interval_ms: int = 10  # due units are put at most this often (batches; lateness)
-    timer_active_units_max: int = 200_000  # units held in memory for the slots being delivered
-    timerlog_cleanup_interval_ms: int = 60_000  # how often fully delivered TimerLog segments are deleted
+    store_dispatch_margin_ms: int = 20            # a message appended this long ago is in its ConsumeQueue
+    timer_enqueue_batch_messages: int = 1_024     # rmq_sys_wheel_timer messages per GetMessages
+    timer_delivery_batch_messages: int = 256      # units per LookMessages + PutMessages
+    timer_delivery_interval_ms: int = 10          # due units are put at most this often (batches; lateness)
+    timer_active_units_max: int = 200_000         # units held in memory for the slots being delivered
+    timerlog_cleanup_interval_ms: int = 60_000    # how often fully delivered TimerLog segments are deleted
     # -- delay levels (SCHEDULE_TOPIC_XXXX) ----------------------------------------------------
-    delay_levels: str = DELAY_LEVELS_DEFAULT  # messageDelayLevel; must match the store's
-    delay_batch_messages: int = 64  # due messages of one level per PutMessages
+    delay_levels: str = DELAY_LEVELS_DEFAULT      # messageDelayLevel; must match the store's
+    delay_batch_messages: int = 64                # due messages of one level per PutMessages
     # -- loops ---------------------------------------------------------------------------------
-    poll_interval_ms: int = 10  # while units wait for the enqueue to catch up
-    idle_poll_interval_ms: int = 500  # with nothing to do (store arrivals wake it earlier)
+    poll_interval_ms: int = 10                    # while units wait for the enqueue to catch up
+    idle_poll_interval_ms: int = 500              # with nothing to do (store arrivals wake it earlier)
+    # fmt: on
 
     def __post_init__(self) -> None:
-        positive = (
-            "store_rpc_timeout_ms",
-            "store_retry_backoff_ms",
-            "timer_precision_ms",
-            "timer_wheel_slots",
-            "timer_roll_window_slots",
-            "timer_max_delay_ms",
-            "timerlog_file_size_bytes",
-            "timer_flush_interval_ms",
-            "timer_enqueue_batch_messages",
-            "timer_delivery_batch_messages",
-            "timer_active_units_max",
-            "timerlog_cleanup_interval_ms",
-            "delay_batch_messages",
-            "poll_interval_ms",
-            "idle_poll_interval_ms",
-        )
+        positive = ("store_rpc_timeout_ms", "store_retry_backoff_ms", "timer_precision_ms", "timer_wheel_slots",
+                    "timer_roll_window_slots", "timer_max_delay_ms", "timerlog_file_size_bytes",
+                    "timer_flush_interval_ms", "timer_enqueue_batch_messages", "timer_delivery_batch_messages",
+                    "timer_active_units_max", "timerlog_cleanup_interval_ms", "delay_batch_messages",
+                    "poll_interval_ms", "idle_poll_interval_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in (
-            "timer_lookahead_ms",
-            "timer_recall_guard_ms",
-            "store_dispatch_margin_ms",
-            "timer_delivery_interval_ms",
-        ):
+        for name in ("timer_lookahead_ms", "timer_recall_guard_ms", "store_dispatch_margin_ms",
+                     "timer_delivery_interval_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         # A rolled unit is parked at most one roll window ahead; the ring must hold that plus
@@ -145,34 +132,12 @@ class SchedulerConfig:
 # The settings of ``python -m services.scheduler`` (services/runtime/settings.py): SchedulerConfig's
 # fields with data_dir in place of root (DATA_DIR/scheduler).
 SETTINGS = settings_of(
-    SchedulerConfig,
-    exclude=("root",),
-    extra=(
-        Setting(
-            "data_dir",
-            Path,
-            REQUIRED,
-            "data directory shared with the store; the scheduler's files are in DATA_DIR/scheduler",
-        ),
-    ),
-    flags={
-        name: "--" + name.replace("_", "-")
-        for name in (
-            "data_dir",
-            "store_address",
-            "host",
-            "port",
-            "metrics_host",
-            "metrics_port",
-            "store_connect_timeout_ms",
-            "lock_wait_ms",
-            "timer_precision_ms",
-            "timer_max_delay_ms",
-            "timerlog_file_size_bytes",
-            "delay_levels",
-        )
-    },
-)
+    SchedulerConfig, exclude=("root",),
+    extra=(Setting("data_dir", Path, REQUIRED,
+                   "data directory shared with the store; the scheduler's files are in DATA_DIR/scheduler"),),
+    flags={name: "--" + name.replace("_", "-") for name in (
+        "data_dir", "store_address", "host", "port", "metrics_host", "metrics_port", "store_connect_timeout_ms",
+        "lock_wait_ms", "timer_precision_ms", "timer_max_delay_ms", "timerlog_file_size_bytes", "delay_levels")})
 
 
 def config_from_settings(values: dict) -> SchedulerConfig:

@@ -18,74 +18,61 @@ class FlushMode(enum.Enum):
     SYNC = "SYNC_FLUSH"  # a put returns only after an fdatasync that covers it (group commit)
 
 
+# A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
+# fmt: off
 @dataclass(frozen=True)
 class StoreConfig:
-    store_root: Path  # RocketMQ's storePathRootDir (…/store)
+    store_root: Path                                  # RocketMQ's storePathRootDir (…/store)
     # -- the process -------------------------------------------------------------------------
-    host: str = "127.0.0.1"  # gRPC listen address
-    port: int = 10911  # gRPC port; 0: any free one
-    metrics_host: str = "127.0.0.1"  # Prometheus /metrics listen address (unauthenticated: loopback by default)
-    metrics_port: int = 9101  # Prometheus /metrics port; 0: any free one, -1: off
-    tls_cert_path: str = ""  # PEM certificate: the store port serves TLS only (with tls_key_path)
-    tls_key_path: str = ""  # PEM private key of tls_cert_path
-    tls_client_ca_path: str = ""  # with TLS: require client certificates signed by this CA (mutual TLS)
-    lock_wait_ms: int = 10_000  # at start-up, wait this long for a store that still holds the directory's lock (one killed a moment ago)
-    log_level: str = "INFO"  # DEBUG, INFO, WARNING or ERROR
-    log_format: str = "text"  # text: one line per event for people; json: one JSON object per line
+    host: str = "127.0.0.1"                           # gRPC listen address
+    port: int = 10911                                 # gRPC port; 0: any free one
+    metrics_host: str = "127.0.0.1"                   # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9101                          # Prometheus /metrics port; 0: any free one, -1: off
+    tls_cert_path: str = ""                           # PEM certificate: the store port serves TLS only (with tls_key_path)
+    tls_key_path: str = ""                            # PEM private key of tls_cert_path
+    tls_client_ca_path: str = ""                      # with TLS: require client certificates signed by this CA (mutual TLS)
+    lock_wait_ms: int = 10_000                        # at start-up, wait this long for a store that still holds the directory's lock (one killed a moment ago)
+    log_level: str = "INFO"                           # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                          # text: one line per event for people; json: one JSON object per line
     # -- files -------------------------------------------------------------------------------
-    commitlog_file_size_bytes: int = 1 << 30  # size of one CommitLog segment file (mappedFileSizeCommitLog)
+    commitlog_file_size_bytes: int = 1 << 30          # size of one CommitLog segment file (mappedFileSizeCommitLog)
     consume_queue_units_per_file: int = CQ_UNITS_PER_FILE  # 20-byte units per ConsumeQueue file (300,000)
-    flush_mode: FlushMode = FlushMode.ASYNC  # ASYNC: flush every interval, a put returns from the page cache; SYNC: a put returns after fdatasync (flushDiskType)
-    flush_interval_ms: int = 500  # ASYNC: how often the CommitLog is flushed (flushIntervalCommitLog)
-    flush_least_pages: int = 4  # ASYNC: flush only once this many 4 KiB pages are dirty (flushCommitLogLeastPages)
-    flush_thorough_interval_ms: int = (
-        10_000  # ASYNC: flush whatever is dirty at least this often (flushCommitLogThoroughInterval)
-    )
-    sync_flush_timeout_ms: int = (
-        5_000  # SYNC: a put whose flush takes longer answers FLUSH_DISK_TIMEOUT (syncFlushTimeout)
-    )
-    flush_consume_queue_interval_ms: int = (
-        1_000  # how often ConsumeQueue and IndexFile are flushed (flushIntervalConsumeQueue)
-    )
-    checkpoint_interval_ms: int = 1_000  # how often the checkpoint file is written
-    body_size_max_bytes: int = BODY_SIZE_MAX_BYTES  # largest message body the store accepts (maxMessageSize)
-    check_crc_on_recover: bool = True  # recovery checks each record's body CRC (checkCRCOnRecover)
-    append_prop_crc: bool = True  # append a whole-record CRC property to every record (enabledAppendPropCRC)
-    allow_truncate_corrupt: bool = (
-        False  # recovery may drop a damaged record that valid ones follow (else it refuses to start)
-    )
-    message_index_enable: bool = True  # build the IndexFile (lookups by key and id) (messageIndexEnable)
-    index_hash_slot_num: int = 5_000_000  # hash slots per IndexFile (maxHashSlotNum)
-    index_num_max: int = 20_000_000  # entries per IndexFile (maxIndexNum)
-    file_reserved_time_hours: float = 72.0  # CommitLog segments older than this are deleted (fileReservedTime)
-    disk_max_used_space_ratio: float = (
-        0.75  # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)
-    )
-    disk_space_clean_forcibly_ratio: float = (
-        0.85  # above this disk use, even unexpired files are deleted (oldest first)
-    )
-    disk_space_warning_level_ratio: float = 0.90  # above this disk use, puts are refused
-    clean_resource_interval_ms: int = 10_000  # how often retention runs (cleanResourceInterval)
-    delete_file_batch_max: int = 10  # segments deleted per retention pass at most (deleteFileBatchMax)
-    delay_levels: str = (
-        DELAY_LEVELS_DEFAULT  # the delay levels, level N is the Nth (messageDelayLevel); must match the scheduler's
-    )
-    auto_create_topic_enable: bool = True  # a put to an unknown topic creates it (autoCreateTopicEnable)
-    default_topic_queue_nums: int = 8  # queues of an auto-created topic (defaultTopicQueueNums)
-    store_host: str = "127.0.0.1:10911"  # host:port written into every record (offset message ids)
-    broker_name: str = "broker-a"  # the broker name (brokerName) in routes, metrics and message ids
-    cluster_name: str = "DefaultCluster"  # the cluster name (brokerClusterName), a label of every metric
+    flush_mode: FlushMode = FlushMode.ASYNC           # ASYNC: flush every interval, a put returns from the page cache; SYNC: a put returns after fdatasync (flushDiskType)
+    flush_interval_ms: int = 500                      # ASYNC: how often the CommitLog is flushed (flushIntervalCommitLog)
+    flush_least_pages: int = 4                        # ASYNC: flush only once this many 4 KiB pages are dirty (flushCommitLogLeastPages)
+    flush_thorough_interval_ms: int = 10_000          # ASYNC: flush whatever is dirty at least this often (flushCommitLogThoroughInterval)
+    sync_flush_timeout_ms: int = 5_000                # SYNC: a put whose flush takes longer answers FLUSH_DISK_TIMEOUT (syncFlushTimeout)
+    flush_consume_queue_interval_ms: int = 1_000      # how often ConsumeQueue and IndexFile are flushed (flushIntervalConsumeQueue)
+    checkpoint_interval_ms: int = 1_000               # how often the checkpoint file is written
+    body_size_max_bytes: int = BODY_SIZE_MAX_BYTES    # largest message body the store accepts (maxMessageSize)
+    check_crc_on_recover: bool = True                 # recovery checks each record's body CRC (checkCRCOnRecover)
+    append_prop_crc: bool = True                      # append a whole-record CRC property to every record (enabledAppendPropCRC)
+    allow_truncate_corrupt: bool = False              # recovery may drop a damaged record that valid ones follow (else it refuses to start)
+    message_index_enable: bool = True                 # build the IndexFile (lookups by key and id) (messageIndexEnable)
+    index_hash_slot_num: int = 5_000_000              # hash slots per IndexFile (maxHashSlotNum)
+    index_num_max: int = 20_000_000                   # entries per IndexFile (maxIndexNum)
+    file_reserved_time_hours: float = 72.0            # CommitLog segments older than this are deleted (fileReservedTime)
+    disk_max_used_space_ratio: float = 0.75           # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)
+    disk_space_clean_forcibly_ratio: float = 0.85     # above this disk use, even unexpired files are deleted (oldest first)
+    disk_space_warning_level_ratio: float = 0.90      # above this disk use, puts are refused
+    clean_resource_interval_ms: int = 10_000          # how often retention runs (cleanResourceInterval)
+    delete_file_batch_max: int = 10                   # segments deleted per retention pass at most (deleteFileBatchMax)
+    delay_levels: str = DELAY_LEVELS_DEFAULT          # the delay levels, level N is the Nth (messageDelayLevel); must match the scheduler's
+    auto_create_topic_enable: bool = True             # a put to an unknown topic creates it (autoCreateTopicEnable)
+    default_topic_queue_nums: int = 8                 # queues of an auto-created topic (defaultTopicQueueNums)
+    store_host: str = "127.0.0.1:10911"               # host:port written into every record (offset message ids)
+    broker_name: str = "broker-a"                     # the broker name (brokerName) in routes, metrics and message ids
+    cluster_name: str = "DefaultCluster"              # the cluster name (brokerClusterName), a label of every metric
     # Pre-fault new segments through the mapping (RocketMQ's warmMappedFile). Off by default:
     # measured here, warming a 1 GiB segment takes 1.7 s of page faults under the GIL, stalling
     # puts; segments are fallocate'd instead (1 ms), which already avoids SIGBUS on a full disk.
-    warm_mapped_files: bool = False  # pre-fault each new CommitLog segment (warmMappedFile); off: fallocate only
+    warm_mapped_files: bool = False                   # pre-fault each new CommitLog segment (warmMappedFile); off: fallocate only
     # A thread keeps the CommitLog's pages populated this far ahead of the writer, off the GIL
     # (measured here: 1-6 ms per 4 MiB, ~1.5 us per 1 KiB message the writer no longer spends).
-    warm_ahead_bytes: int = (
-        16 << 20
-    )  # CommitLog pages populated ahead of the write position by the warm-ahead thread; 0: the writer populates
-    cpu_affinity: str = ""  # CPUs the store process runs on, as in taskset -c ("0", "0-1"); empty: any
-    gc_gen0_threshold: int = 10_000  # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
+    warm_ahead_bytes: int = 16 << 20                  # CommitLog pages populated ahead of the write position by the warm-ahead thread; 0: the writer populates
+    cpu_affinity: str = ""                            # CPUs the store process runs on, as in taskset -c ("0", "0-1"); empty: any
+    gc_gen0_threshold: int = 10_000                   # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
+    # fmt: on
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store_root", Path(self.store_root))
@@ -147,30 +134,12 @@ WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 # The settings of ``python -m services.store`` (services/runtime/settings.py): StoreConfig's fields, with
 # data_dir in place of store_root (DATA_DIR/store) and store_host derived from host and port.
 SETTINGS = settings_of(
-    StoreConfig,
-    exclude=("store_root", "store_host"),
-    extra=(
-        Setting(
-            "data_dir",
-            Path,
-            REQUIRED,
-            "data directory shared by the store and the scheduler; the store's files are in DATA_DIR/store",
-        ),
-    ),
-    flags={
-        name: "--" + name.replace("_", "-")
-        for name in (
-            "data_dir",
-            "host",
-            "port",
-            "metrics_host",
-            "metrics_port",
-            "lock_wait_ms",
-            "flush_mode",
-            "commitlog_file_size_bytes",
-        )
-    },
-)
+    StoreConfig, exclude=("store_root", "store_host"),
+    extra=(Setting("data_dir", Path, REQUIRED,
+                   "data directory shared by the store and the scheduler; the store's files are in DATA_DIR/store"),),
+    flags={name: "--" + name.replace("_", "-") for name in (
+        "data_dir", "host", "port", "metrics_host", "metrics_port", "lock_wait_ms", "flush_mode",
+        "commitlog_file_size_bytes")})
 
 
 def config_from_settings(values: dict) -> StoreConfig:

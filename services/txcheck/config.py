@@ -11,48 +11,41 @@ from services.runtime.process import format_address
 from services.runtime.settings import settings_of
 
 
+# A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
+# fmt: off
 @dataclass(frozen=True)
 class TxCheckConfig:
-    store_address: str = "127.0.0.1:10911"  # the store service, HOST:PORT
+    store_address: str = "127.0.0.1:10911"              # the store service, HOST:PORT
     broker_addresses: tuple[str, ...] = ("127.0.0.1:8081",)  # brokers that relay checks to producers, comma-separated
-    host: str = "127.0.0.1"  # gRPC health listen address
-    port: int = 10914  # gRPC health port; 0: any free one
-    metrics_host: str = "127.0.0.1"  # Prometheus /metrics listen address (unauthenticated: loopback by default)
-    metrics_port: int = 9104  # Prometheus /metrics port; 0: any free one, -1: off
-    log_level: str = "INFO"  # DEBUG, INFO, WARNING or ERROR
-    log_format: str = "text"  # text: one line per event for people; json: one JSON object per line
-    transaction_timeout_ms: int = 6_000  # transactionTimeOut: a half younger than this is not checked
-    check_interval_ms: int = 30_000  # transactionCheckInterval (5.x): one pass per interval
-    check_max: int = 15  # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
-    half_retention_ms: int = 72 * 3_600_000  # fileReservedTime: an older half is discarded, not checked
-    pass_duration_max_ms: int = 60_000  # MAX_PROCESS_TIME_LIMIT: one pass stops after this long
-    pass_halves_max: int = 100_000  # half records examined per pass (then the pass continues)
-    read_batch_max: int = 32  # records per GetMessages (RocketMQ pulls 32)
-    tracked_copies_max: int = 100_000  # check copies remembered for results / no-producer refunds
-    store_rpc_timeout_ms: int = 5_000  # per store call
-    broker_rpc_timeout_ms: int = 3_000  # per CheckTransaction call
-    store_connect_timeout_ms: int = 30_000  # give up if the store does not serve within this time
-    store_tls_ca_path: str = ""  # TLS to the store: the CA its certificate chains to (off when empty)
-    store_tls_cert_path: str = ""  # client certificate for a store that requires one (mutual TLS)
-    store_tls_key_path: str = ""  # its private key
-    broker_tls_ca_path: str = ""  # TLS to the brokers (their tls_cert_path is set): the CA their certificates chain to
-    retry_after_failure_ms: int = 1_000  # wait after a pass failed (store unreachable)
+    host: str = "127.0.0.1"                             # gRPC health listen address
+    port: int = 10914                                   # gRPC health port; 0: any free one
+    metrics_host: str = "127.0.0.1"                     # Prometheus /metrics listen address (unauthenticated: loopback by default)
+    metrics_port: int = 9104                            # Prometheus /metrics port; 0: any free one, -1: off
+    log_level: str = "INFO"                             # DEBUG, INFO, WARNING or ERROR
+    log_format: str = "text"                            # text: one line per event for people; json: one JSON object per line
+    transaction_timeout_ms: int = 6_000                 # transactionTimeOut: a half younger than this is not checked
+    check_interval_ms: int = 30_000                     # transactionCheckInterval (5.x): one pass per interval
+    check_max: int = 15                                 # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
+    half_retention_ms: int = 72 * 3_600_000             # fileReservedTime: an older half is discarded, not checked
+    pass_duration_max_ms: int = 60_000                  # MAX_PROCESS_TIME_LIMIT: one pass stops after this long
+    pass_halves_max: int = 100_000                      # half records examined per pass (then the pass continues)
+    read_batch_max: int = 32                            # records per GetMessages (RocketMQ pulls 32)
+    tracked_copies_max: int = 100_000                   # check copies remembered for results / no-producer refunds
+    store_rpc_timeout_ms: int = 5_000                   # per store call
+    broker_rpc_timeout_ms: int = 3_000                  # per CheckTransaction call
+    store_connect_timeout_ms: int = 30_000              # give up if the store does not serve within this time
+    store_tls_ca_path: str = ""                         # TLS to the store: the CA its certificate chains to (off when empty)
+    store_tls_cert_path: str = ""                       # client certificate for a store that requires one (mutual TLS)
+    store_tls_key_path: str = ""                        # its private key
+    broker_tls_ca_path: str = ""                        # TLS to the brokers (their tls_cert_path is set): the CA their certificates chain to
+    retry_after_failure_ms: int = 1_000                 # wait after a pass failed (store unreachable)
+    # fmt: on
 
     def __post_init__(self) -> None:
-        positive = (
-            "transaction_timeout_ms",
-            "check_interval_ms",
-            "check_max",
-            "half_retention_ms",
-            "pass_duration_max_ms",
-            "pass_halves_max",
-            "read_batch_max",
-            "tracked_copies_max",
-            "store_rpc_timeout_ms",
-            "broker_rpc_timeout_ms",
-            "store_connect_timeout_ms",
-            "retry_after_failure_ms",
-        )
+        positive = ("transaction_timeout_ms", "check_interval_ms", "check_max", "half_retention_ms",
+                    "pass_duration_max_ms", "pass_halves_max", "read_batch_max", "tracked_copies_max",
+                    "store_rpc_timeout_ms", "broker_rpc_timeout_ms", "store_connect_timeout_ms",
+                    "retry_after_failure_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -74,23 +67,8 @@ class TxCheckConfig:
 
 
 # The settings of ``python -m services.txcheck`` (services/runtime/settings.py): every TxCheckConfig field.
-SETTINGS = settings_of(
-    TxCheckConfig,
-    flags={
-        **{
-            name: "--" + name.replace("_", "-")
-            for name in (
-                "store_address",
-                "host",
-                "port",
-                "metrics_host",
-                "metrics_port",
-                "transaction_timeout_ms",
-                "check_interval_ms",
-                "check_max",
-                "store_connect_timeout_ms",
-            )
-        },
-        "broker_addresses": "--broker-address",
-    },
-)
+SETTINGS = settings_of(TxCheckConfig, flags={
+    **{name: "--" + name.replace("_", "-") for name in (
+        "store_address", "host", "port", "metrics_host", "metrics_port", "transaction_timeout_ms",
+        "check_interval_ms", "check_max", "store_connect_timeout_ms")},
+    "broker_addresses": "--broker-address"})
