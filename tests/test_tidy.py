@@ -1,4 +1,4 @@
-"""House style, enforced (style.md rule 15)."""
+"""House style, enforced (docs/conventions.md: the rules marked "enforced")."""
 
 from __future__ import annotations
 
