@@ -1,5 +1,5 @@
-"""Overload (issue 7, reliability.md T1.12): offer 3x the sustainable send rate and print how the
-broker copes. Prints figures; asserts nothing (bench/, not tests/).
+"""Overload (issue 7; docs/durability.md, T1.12): offer 3x the sustainable send rate and print
+how the broker copes. Prints figures; asserts nothing (bench/, not tests/).
 
 1. Start `pyrmq up` on free ports (its own data directory, removed after).
 2. Sustainable rate: SENDERS threads send 1 KiB messages as fast as they can for --measure-s.

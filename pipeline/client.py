@@ -5,9 +5,10 @@ QueryOffset, PullMessage, SendMessage and UpdateOffset; ``pyrmq.pull.v1.Pull`` P
 CommitLog records; ``RecordsUnsupported`` when the broker does not serve it, e.g. another
 RocketMQ 5 proxy, remembered per endpoint); ``pyrmq.admin.v1.Admin`` ListTopics (read-only, for
 subscribePattern). One channel per endpoint and process (``_channels``, created lazily: the
-reader and writer objects are pickled to the tasks and must not hold a channel, spark.md
-gotcha 4). Every call sends ``x-mq-client-id``; a response whose status is not OK raises
-``BrokerCallError`` with the v2 code (both from services/v2client/client.py, the CLI's client).
+reader and writer objects are pickled to the tasks and must not hold a channel; pipeline/README.md,
+"Spark's rules" 4). Every call sends ``x-mq-client-id``; a response whose status is not OK
+raises ``BrokerCallError`` with the v2 code (both from services/v2client/client.py, the CLI's
+client).
 Look-ups (route, offsets) are retried ``fetchOffset.numRetries`` times on UNAVAILABLE /
 DEADLINE_EXCEEDED.
 """

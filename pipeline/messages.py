@@ -1,15 +1,16 @@
 """v2 Messages <-> Arrow, for the "rocketmq" source (``BROKER_COLUMNS``) and sink.
 
 Reading: ``to_batch`` turns pulled messages into one RecordBatch, column by column (one pass
-over the protobufs; the batch matches the Spark schema exactly, spark.md gotcha 6).
+over the protobufs; the batch must match the Spark schema exactly, to the Arrow type:
+pipeline/README.md, "Spark's rules" 6).
 
-Writing (``SinkColumns`` / ``to_messages``), spark.md §6.7: ``body`` (binary or string;
-``value`` is accepted for Kafka users) is required; ``topic`` unless the ``topic`` option is
-set (which then wins); optional ``tags`` (string), ``keys`` (array<string> or a
+Writing (``SinkColumns`` / ``to_messages``; the sink in pipeline/README.md): ``body`` (binary or
+string; ``value`` is accepted for Kafka users) is required; ``topic`` unless the ``topic``
+option is set (which then wins); optional ``tags`` (string), ``keys`` (array<string> or a
 space-separated string), ``properties`` (map<string,string>), ``messageGroup`` (string: a FIFO
 message) and ``deliveryTimestamp`` (timestamp: a DELAY message). Other columns are ignored.
 Each message gets a deterministic id, so a retried task re-sends the same ids (at-least-once,
-duplicates detectable, gotcha 10).
+duplicates detectable: "Spark's rules" 9).
 """
 
 from __future__ import annotations

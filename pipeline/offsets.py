@@ -3,7 +3,7 @@
 A queue is ``(topic, brokerName, queueId)``. An offset is the **next** queue offset to read,
 so a range is ``[start, end)`` (a ConsumeQueue's max offset is already exclusive).
 
-JSON (rocketmq-spark's form, spark.md §6.5)::
+JSON (the form of apache/rocketmq-externals rocketmq-spark, a level per topic, broker and queue)::
 
     {"TopicA": {"broker-a": {"0": 23, "1": 24}}, "TopicB": {"broker-a": {"0": 0}}}
 
@@ -11,10 +11,10 @@ JSON (rocketmq-spark's form, spark.md §6.5)::
   in from the route (which must have exactly one broker for that topic).
 * In user input -2 means earliest and -1 latest; they are resolved against the broker
   (``QueryOffset``) and never appear in what we return.
-* **Canonical order** (spark.md gotcha 5): topics sorted, then broker names, then queue ids
-  numerically. Spark compares offsets by their JSON text: a dict in another order looks like
-  new data and starts an empty micro-batch, forever. Every offset we hand to Spark goes
-  through ``to_json``.
+* **Canonical order**: topics sorted, then broker names, then queue ids numerically. Spark
+  compares offsets by their JSON text: a dict in another order looks like new data and starts
+  an empty micro-batch, forever (pipeline/README.md, "Spark's rules" 5). Every offset we hand
+  to Spark goes through ``to_json``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Options of the "rocketmq" source and sink, parsed and validated without Spark.
 
-Names follow Spark's Kafka source and apache/rocketmq-externals rocketmq-spark (spark.md §6.3)
-and are case-insensitive, as Spark's are. Every error is an ``OptionError`` whose message names
-the option and says what is allowed.
+Names follow Spark's Kafka source and apache/rocketmq-externals rocketmq-spark (``nameServer``,
+``subExpression``, ``pullBatchSize`` ...) and are case-insensitive, as Spark's are. Every error
+is an ``OptionError`` whose message names the option and says what is allowed.
 
 | option | default | meaning |
 |---|---|---|

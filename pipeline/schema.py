@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from functools import cache
 
-# Source "rocketmq" (a topic read through the broker), spark.md §6.4.
+# Source "rocketmq" (a topic read through the broker): rocketmq-spark's columns under its names, but
+# no ``flag`` (not in a v2 Message) and ``properties`` a map (the user properties), not a JSON string.
 BROKER_COLUMNS = (
     ("topic", "string"),
     ("brokerName", "string"),
@@ -31,8 +32,9 @@ BROKER_COLUMNS = (
     ("deliveryAttempt", "int"),
 )
 
-# Source "rocketmq-commitlog": every field of the record (store-format.md §2.2), the property
-# map (the whole-record CRC trailer removed) and what is derived from it, where the record lies.
+# Source "rocketmq-commitlog": every field of the record (services/domain/format/commitlog_format.py),
+# the property map (the whole-record CRC trailer removed) and what is derived from it, where the
+# record lies.
 COMMITLOG_COLUMNS = (
     ("commitLogOffset", "bigint"),
     ("totalSize", "int"),
@@ -59,7 +61,7 @@ COMMITLOG_COLUMNS = (
     ("tagsCode", "bigint"),  # what the ConsumeQueue unit holds: JavaHash(TAGS), deliver time on SCHEDULE_TOPIC_XXXX
 )
 
-# Source "rocketmq-consumequeue": one row per 20-byte unit (store-format.md §4).
+# Source "rocketmq-consumequeue": one row per 20-byte unit (services/domain/format/consume_queue_format.py).
 CONSUMEQUEUE_COLUMNS = (
     ("topic", "string"),
     ("queueId", "int"),

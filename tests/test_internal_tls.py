@@ -1,4 +1,4 @@
-"""TLS between pyrmq's own services (services/rpc/tls.py): a store that serves mutual TLS, and a
+"""TLS between pyrmq's own services (services/runtime/rpc/tls.py): a store that serves mutual TLS, and a
 broker and a scheduler that reach it with a CA and a client certificate, all as real processes
 configured through the environment. A plaintext or certificate-less client gets nothing."""
 

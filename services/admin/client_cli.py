@@ -1,6 +1,6 @@
 """``pyrmq send``, ``pyrmq consume`` and ``pyrmq bench``: try a topic by hand from the shell. They
 talk to the broker's ``apache.rocketmq.v2.MessagingService`` as a RocketMQ 5 producer and
-simple consumer do (``v2_client.py``); ``bench`` is in ``bench_cli.py``.
+simple consumer do (``services/v2client/client.py``); ``bench`` is in ``bench_cli.py``.
 
     pyrmq send TOPIC [BODY | -] [--file PATH] [--tag T] [--key K ...] [--property K=V ...]
                [--group MESSAGE_GROUP | --delay-ms N | --deliver-at TIME] [--count N]
@@ -88,7 +88,8 @@ BODY_PREVIEW_CHARS = 60
 BASE64_PREVIEW_CHARS = 24
 QUEUE_LOOKUP_BUDGET_S = 1.0  # per command: how long to wait for sent messages to be indexed
 QUEUE_LOOKUP_RETRY_S = 0.02
-# v2 codes (protocol-v2.md §2) that are no refusal of the request's content.
+# 4xxxx v2 codes that are no refusal of the request's content: access, quota, flow control and
+# time-outs (what clients make of each code: docs/v2-clients.md, section 2).
 _NOT_INVALID = frozenset(
     {
         d.UNAUTHORIZED,

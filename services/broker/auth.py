@@ -1,5 +1,5 @@
 """Authentication and authorization of v2 clients: RocketMQ 5's ACL 2.0 model (RIP-68), checked
-by the broker before a request reaches the producer or consumer code (reliability.md §4).
+by the broker before a request reaches the producer or consumer code (README.md, "Security").
 
 Authentication: every request of an authenticated client carries
 
@@ -24,7 +24,9 @@ with the longest prefix first, then ANY), DENY before ALLOW at equal specificity
 upstream fixed in apache/rocketmq#9785), and the first decides. No match denies.
 
 The source address is the connection's peer (grpc ``context.peer()``), never a header: the
-servicer strips every header the server derives itself (reliability.md §4.4).
+servicer strips every header the server derives itself. (Upstream's proxy once set such headers,
+the ACL source address and the authenticated user among them, only if the client had not sent
+them, so a client could choose what the ACLs saw.)
 
 Errors: UNAUTHORIZED (40100) for a missing, malformed or wrong signature, an unknown or
 disabled user; FORBIDDEN (40300) for a request the policies do not allow.

@@ -1,6 +1,6 @@
 """BrokerConfig: every setting of the broker service, with its default, in one frozen class.
 
-Units are in the names (style rule 8). Defaults are the RocketMQ 5 proxy's where it has one
+Units are in the names (docs/conventions.md, rule 6). Defaults are the RocketMQ 5 proxy's where it has one
 (``ProxyConfig``: maxMessageSize, userPropertyMaxNum, maxUserPropertySize,
 maxMessageGroupSize, maxDelayTimeMills, maxTransactionRecoverySecond, the settings it replies
 on Telemetry). Built from the command line only in ``__main__``.
@@ -71,7 +71,7 @@ class BrokerConfig:
     metrics_port: int = 9102                  # Prometheus /metrics port; 0: any free one, -1: off
     log_level: str = "INFO"                   # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                  # text: one line per event for people; json: one JSON object per line
-    # -- security (reliability.md §4) ------------------------------------------------------
+    # -- security (ACL 2.0 users and policies, TLS; README.md, "Security") -----------------
     authentication_enabled: bool = False      # every client request must be signed by a user the store knows (authenticationEnabled)
     authorization_enabled: bool = False       # and its ACL must allow it; needs authentication (authorizationEnabled)
     init_authentication_user: str = ""        # USER:SECRET, created as a Super user at start if the store has no users (initAuthenticationUser)

@@ -1,8 +1,8 @@
 """Broker errors and the v2 status codes they carry (no gRPC here).
 
 Expected failures are exceptions of one small tree; each carries the ``apache.rocketmq.v2.Code``
-the client must see. The RPC layer turns them into an in-band ``Status`` (protocol-v2.md §1:
-errors are in-band, the gRPC status stays OK). Anything else is a bug: the servicer logs it
+the client must see. The RPC layer turns them into an in-band ``Status`` (errors are in band:
+the response's ``status`` carries them and the gRPC status stays OK, as the proxy does). Anything else is a bug: the servicer logs it
 and answers INTERNAL_SERVER_ERROR.
 
     BrokerError                   .code, .message
@@ -30,7 +30,7 @@ from services.store.client.errors import StoreError, StoreRejectedError, StoreTi
 
 
 class Code(enum.IntEnum):
-    """``apache.rocketmq.v2.Code``; how each client reacts is in protocol-v2.md §2."""
+    """``apache.rocketmq.v2.Code``; how each client reacts: docs/v2-clients.md, section 2."""
 
     CODE_UNSPECIFIED = 0
     OK = 20000

@@ -1,7 +1,8 @@
 """What the broker needs from the store, and send coalescing (no gRPC here).
 
-``BrokerStore`` names the store calls the broker's core makes; the store client
-(``services.store.client``) serves them.
+``BrokerStore`` names the store calls the broker's core makes; the store's one client
+(``services/store/client/``: ``GrpcStoreClient``, its puts over ``put_stream.py``) serves them,
+and tests serve them in memory (``tests/support/broker_fakes.py``).
 
 Send coalescing (``PutCoalescer``)
 ----------------------------------
@@ -138,7 +139,7 @@ class PendingPut:
         """The store's outcome; StoreCallError(PROXY_TIMEOUT) if it takes longer than timeout_s.
 
         After a timeout the put may still happen: the client sees PROXY_TIMEOUT and retries
-        with the same message id (protocol-v2.md §5.4), so a duplicate is possible.
+        with the same message id (as the official clients do), so a duplicate is possible.
         """
         if self.lead is not None:
             self.lead(self)

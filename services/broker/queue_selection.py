@@ -1,7 +1,7 @@
 """Which write queue a send goes to. The server picks; the client's choice is ignored.
 
-Clients cannot be trusted to pick (protocol-v2.md §10.6: Node always sends queue 0, Py sends
-none), so, like the RocketMQ 5 proxy's ``SendMessageQueueSelector``:
+Clients cannot be trusted to pick (Node always sends queue 0, Py sends none: docs/v2-clients.md,
+pitfall 6), so, like the RocketMQ 5 proxy's ``SendMessageQueueSelector``:
 
 * FIFO (a message group): ``Hashing.consistentHash(group.hashCode(), write_queue_nums)``,
   Guava's jump consistent hash of Java's ``String.hashCode``. The same group always lands in

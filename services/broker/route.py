@@ -3,9 +3,10 @@
 One broker (``broker_name``, id 0: the master, which is all the Py client keeps) whose
 endpoints are this broker's advertised address. Queue ids are the store's: queue ``i`` is
 readable if ``i < read_queue_nums`` and the topic is readable, writable likewise, so queue 0
-exists with both permissions for an ordinary topic (Node uses only queue 0, protocol-v2.md §10.6;
-the server picks the real write queue anyway). ``accept_message_types`` follows the topic's
-``message.type`` (§5.1): MIXED accepts NORMAL, FIFO, DELAY and TRANSACTION.
+exists with both permissions for an ordinary topic (Node uses only queue 0: docs/v2-clients.md,
+pitfall 6; the server picks the real write queue anyway). ``accept_message_types`` follows the
+topic's ``message.type``, as the proxy's: MIXED accepts NORMAL, FIFO, DELAY and TRANSACTION (a
+client refuses to send a type the route does not accept).
 """
 
 from __future__ import annotations

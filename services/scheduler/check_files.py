@@ -1,6 +1,6 @@
 """The scheduler's small files: ``config/timercheck``, ``config/delaycheck`` and ``lock``.
 
-Byte layouts: ``format/timercheck_format.py``, ``format/delaycheck_format.py``.
+Byte layouts: ``services/domain/format/timercheck_format.py``, ``delaycheck_format.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SchedulerConfig: every setting of the scheduler service, with its default, in one frozen class.
 
-Units are in the names (style rule 8). RocketMQ 5's defaults where it has one
+Units are in the names (docs/conventions.md, rule 6). RocketMQ 5's defaults where it has one
 (``MessageStoreConfig``: timerPrecisionMs 1000, mappedFileSizeTimerLog 100 MiB,
 timerRollWindowSlots 172800, timerFlushIntervalMs 1000, messageDelayLevel; ``TimerWheel``:
 7 days x 86400 slots). Built from the command line only in ``__main__``.

@@ -1,9 +1,11 @@
 """TimerLog: the append-only file of 52-byte timer units, in fixed-size segments.
 
-Layout (store-format.md §1, §10): ``timerlog/{20-digit start offset}``, each segment
-``segment_size_bytes`` long (created sparse at full size). A unit never straddles two
-segments: when fewer than 52 + 16 bytes remain, a 16-byte blank is written and the next unit
-starts the next segment. Byte layouts: ``format/timerlog_format.py``.
+Layout (RocketMQ 5's ``TimerLog``): ``timerlog/{20-digit start offset}``, each segment
+``segment_size_bytes`` long (created sparse at full size) and named, like CommitLog segments,
+by the offset of its first byte in the log (docs/store-files.md, section 2). A unit never
+straddles two segments: when fewer than 52 + 16 bytes remain, a 16-byte blank is written and
+the next unit starts the next segment. Byte layouts:
+``services/domain/format/timerlog_format.py``.
 
 I/O is ``pwrite``/``pread`` on one descriptor per segment, not mmap: only the units being
 read are ever in this process's memory, however many timers are pending (10 million units

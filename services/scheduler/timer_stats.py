@@ -1,7 +1,7 @@
 """Counters of the timer and delay-level loops, read by ``metrics.py`` at scrape time.
 
 The core counts with plain integers (one writer thread each); ``snapshot()`` copies them into
-frozen dataclasses, the only thing the metrics module sees (style rule 15).
+frozen dataclasses, the only thing the metrics module sees (docs/conventions.md, rule 14).
 """
 
 from __future__ import annotations

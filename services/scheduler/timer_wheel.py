@@ -1,9 +1,9 @@
 """TimerWheel: the ``timerwheel`` file, mmapped (38.7 MB at RocketMQ's defaults).
 
 One 32-byte slot per ``precision_ms`` of time, two windows of ``slots_total`` slots in a ring
-(``format/timerwheel_format.py``). A slot names the head (``last_pos``) of the TimerLog chain
-of units due in it. The wheel is a cache of the TimerLog: recovery revises it from the units
-the checkpoint may not cover (``revise_slot``). Writes go to the mapping, i.e. the page cache,
+(``services/domain/format/timerwheel_format.py``). A slot names the head (``last_pos``) of the
+TimerLog chain of units due in it. The wheel is a cache of the TimerLog: recovery revises it
+from the units the checkpoint may not cover (``revise_slot``). Writes go to the mapping, i.e. the page cache,
 so a ``kill -9`` loses none; ``flush`` (msync) makes them survive a power loss.
 """
 

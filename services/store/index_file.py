@@ -1,12 +1,12 @@
 """IndexFile and IndexService: RocketMQ's ``topic#key`` -> phy offset index, byte for byte.
 
-Layout in ``format/index_format.py``. Files live in ``index/`` and are named by the local time
-of their creation, ``yyyyMMddHHmmssSSS`` (taken from the injected clock). Each one is created
-sparse (``ftruncate``, never pre-filled) and mapped. ``IndexFile.put_key_hash`` writes the
-entry, the slot and the whole header through the mapping at once, as RocketMQ's write-through
-setters do; the dispatch path (``IndexService.build_index_batch``, which ``build_index`` also
-runs) writes the same bytes but the 40-byte header once per file per batch (see there for
-what a crash in the middle of a batch leaves).
+Layout in ``services/domain/format/index_format.py``. Files live in ``index/`` and are named by
+the local time of their creation, ``yyyyMMddHHmmssSSS`` (taken from the injected clock). Each
+one is created sparse (``ftruncate``, never pre-filled) and mapped. ``IndexFile.put_key_hash``
+writes the entry, the slot and the whole header through the mapping at once, as RocketMQ's
+write-through setters do; the dispatch path (``IndexService.build_index_batch``, which
+``build_index`` also runs) writes the same bytes but the 40-byte header once per file per batch
+(see there for what a crash in the middle of a batch leaves).
 
 RocketMQ quirks kept on purpose (they decide the bytes):
 

@@ -1,6 +1,6 @@
 """IndexService: the files of ``index/``; builds the index on dispatch and answers queries.
 
-Format and quirks: see index_file.py (one file) and format/index_format.py (bytes)."""
+Format and quirks: see index_file.py (one file) and services/domain/format/index_format.py (bytes)."""
 
 from __future__ import annotations
 

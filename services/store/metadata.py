@@ -2,8 +2,8 @@
 dataclasses, ``dataVersion`` and the crash-safe write/load of one file.
 
 The tables that use these live in ``topic_config`` (topics.json, subscriptionGroup.json) and
-``consumer_offsets`` (consumerOffset.json, delayOffset.json). Format: store-format.md §8;
-the JSON dialect: ``fastjson``.
+``consumer_offsets`` (consumerOffset.json, delayOffset.json). What each file holds:
+docs/store-files.md, section 8; the JSON dialect: ``fastjson``.
 
 Crash safety (RocketMQ 5.x ``ConfigManager.persist``, made atomic): write ``<name>.tmp`` and
 fsync it; rename ``<name>`` to ``<name>.bak``; rename ``<name>.tmp`` to ``<name>``; fsync the

@@ -10,7 +10,8 @@ several stores in one process do not collide):
 * ``RpcMetricsInterceptor``: a gRPC server interceptor timing every RPC by method and code.
 
 The HTTP endpoint binds to 127.0.0.1 by default: it is unauthenticated and names topics'
-and groups' counts (reliability.md §4.6). No label ever carries a topic, key or client address.
+and groups' counts (RocketMQ binds its exporter to the broker's public address, which discloses
+them to anyone). No label ever carries a topic, key or client address.
 """
 
 from __future__ import annotations

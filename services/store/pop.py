@@ -2,7 +2,7 @@
 
 The broker frontend is stateless: ReceiveMessage becomes ``pop``, AckMessage ``ack``,
 ChangeInvisibleDuration ``change_invisible_duration`` and ForwardMessageToDeadLetterQueue
-``forward_to_dead_letter_queue`` (protocol-v2.md §5.8-§5.11, §7). No gRPC here.
+``forward_to_dead_letter_queue`` (what clients expect of them: docs/v2-clients.md). No gRPC here.
 
 Per (group, source topic, queue) the service keeps a ``_QueueState``::
 

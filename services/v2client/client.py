@@ -1,5 +1,5 @@
 """A small synchronous ``apache.rocketmq.v2.MessagingService`` client, for trying a topic by
-hand: ``pyrmq send``, ``pyrmq consume`` and ``pyrmq bench`` (``client_cli.py``,
+hand: ``pyrmq send``, ``pyrmq consume`` and ``pyrmq bench`` (``services/admin/client_cli.py``,
 ``bench_cli.py``). pipeline/client.py (the Spark connector's pull client) shares its status
 check, error type and call metadata.
 
@@ -9,7 +9,7 @@ check, error type and call metadata.
         messages = client.receive("GroupA", "TopicA", "TagA || TagB", wait_s=5)
         client.ack("GroupA", "TopicA", messages)
 
-What the broker needs from a client (protocol-v2.md §3, §5.4, §5.8, §6.3):
+What the broker needs from a client (as the official clients do it: docs/v2-clients.md):
 
 * every call carries ``x-mq-client-id`` (else CLIENT_ID_REQUIRED), plus ``x-mq-language`` and
   ``x-mq-protocol`` as the official clients send them;
@@ -82,7 +82,7 @@ def check(what: str, status: d.Status) -> None:
 
 
 def metadata(client_id: str) -> tuple[tuple[str, str], ...]:
-    """The headers every call carries (protocol-v2.md §3; the broker requires the client id)."""
+    """The headers every call carries (the official clients' names; the broker requires the client id)."""
     return (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
 
 
@@ -179,7 +179,7 @@ def new_client_id(kind: str) -> str:
 
 
 class _MessageIds:
-    """V1 message ids (protocol-v2.md §6.3): 01, MAC(6), pid(2), seconds since 2021(4), sequence(4)."""
+    """V1 message ids, as the official clients make them: 01, MAC(6), pid(2), seconds since 2021(4), sequence(4)."""
 
     def __init__(self) -> None:
         seconds = (int(time.time()) - _V1_EPOCH_S) & 0xFFFF_FFFF

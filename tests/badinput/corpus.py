@@ -11,8 +11,8 @@ Each case names
   transport limits), or ``InBand(code)`` for a store RPC that succeeds at the gRPC level and
   carries the refusal in its result (PutMessages' PutResult.status, the pop RPCs' status);
 * ``unchanged``: which parts of ``Cluster.snapshot()`` must not move (all of them by default);
-* ``bug``: set when the broker's answer differs from RocketMQ 5's proxy (reliability.md §3.2,
-  protocol-v2.md §2/§5): the test is then a strict xfail with this reason.
+* ``bug``: set when the broker's answer differs from RocketMQ 5's proxy (or from its own
+  documented contract): the test is then a strict xfail with this reason.
 
 Topics and groups the cases use exist before the run (conftest.TOPICS, GROUPS): TopicTest
 (NORMAL), FifoTopic, DelayTopic, DelayTopic2, TxTopic, OtherTopic; groups G1, G2. No case may

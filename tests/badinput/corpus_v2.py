@@ -407,7 +407,7 @@ case(
     const(s.NotifyClientTerminationRequest()),
     d.OK,
     metadata=(),
-)  # pitfall §10.20: Node aborts its shutdown otherwise
+)  # always OK: Node aborts its shutdown otherwise (docs/v2-clients.md, pitfall 20)
 case(
     "illegal group is OK",
     "v2",

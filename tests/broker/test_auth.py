@@ -1,4 +1,4 @@
-"""services/broker/auth.py: the signature matrix (reliability.md T0.7) and the ACL 2.0 evaluation
+"""services/broker/auth.py: the signature matrix (docs/durability.md, T0.7) and the ACL 2.0 evaluation
 order, each case with its expected code."""
 
 from __future__ import annotations

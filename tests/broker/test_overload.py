@@ -1,4 +1,4 @@
-"""Overload (reliability.md §5, T1.12 in small): with the store slower than the offered load,
+"""Overload (docs/durability.md, T1.12 in small): with the store slower than the offered load,
 excess sends are refused fast with TOO_MANY_REQUESTS, never time out, and none of the refused
 messages is stored; once the store is fast again every send succeeds. Both places a send can
 wait are covered: the broker's send queue (PutCoalescer) and gRPC's worker pool (rpc/pool.py)."""

@@ -1,4 +1,4 @@
-"""The producer core: property mapping (protocol-v2 §6.2), queue selection, put hooks, outcomes."""
+"""The producer core: property mapping (docs/v2-clients.md, 6.1), queue selection, put hooks, outcomes."""
 
 from __future__ import annotations
 

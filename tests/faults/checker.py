@@ -1,4 +1,4 @@
-"""The end-to-end checker of reliability.md §2.8 as a plain library: a ``History`` of every send
+"""The end-to-end checker (docs/durability.md, section 4) as a plain library: a ``History`` of every send
 (invoke -> ok | fail | info) and every delivery, and ``check()`` -> a ``Report``.
 
 Values. A send's value is ``writer-counter`` (``key``): the body is ``b"<writer>-<counter>|"``
@@ -324,7 +324,7 @@ def check(
     seed: int = 0,  # type: ignore[assignment]
     ack_unknown_ids: set[str] = frozenset(),
 ) -> Report:  # type: ignore[assignment]
-    """The §2.8 analysis of one history (see the module docstring)."""
+    """The analysis of one history (see the module docstring)."""
     report = Report(seed=seed)
     by_key = {s.key: s for s in sends}
     report.acked = sum(s.outcome == OK for s in sends)

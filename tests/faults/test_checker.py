@@ -1,4 +1,4 @@
-"""The §2.8 checker on hand-made histories: each category is detected, a clean history passes."""
+"""The end-to-end checker on hand-made histories: each category is detected, a clean history passes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """kill -9 of the STORE process under send + receive load through the broker (SYNC flush); the
 broker, scheduler and txcheck stay up and must reconnect to the restarted store.
 
-Asserts (reliability.md §6 T0.8 / T1.1 through the whole stack): 0 acked lost (prefix, middle or
+Asserts (docs/durability.md, T0.8 / T1.1 through the whole stack): 0 acked lost (prefix, middle or
 suffix), 0 corrupt, 0 unexpected, 0 aborted, 0 FIFO order violations per message group, every
 delivered message consumer-acked after a drain; restart-to-first-OK p99 <= 5 s.
 """

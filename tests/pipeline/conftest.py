@@ -1,4 +1,5 @@
-"""Pipeline test fixtures: one session-scoped local[2] SparkSession (spark.md §7.1).
+"""Pipeline test fixtures: one session-scoped local[2] SparkSession (Spark's rules for a Python data
+source, cited below by number: pipeline/README.md).
 
 Tests that need Spark take the ``spark`` fixture and are marked ``spark``; without pyspark or
 without Java >= 17 they skip with the reason. Everything the Python workers touch must be a
@@ -61,11 +62,11 @@ def spark(tmp_path_factory):
     reason = spark_missing()
     if reason:
         pytest.skip(reason)
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # gotcha 2: the workers' interpreter
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # rule 2: the workers' interpreter
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # gotcha 3: importable in workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # rule 3: importable in workers
     from pyspark.sql import SparkSession
 
     tmp = tmp_path_factory.mktemp("spark")

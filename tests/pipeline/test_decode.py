@@ -82,7 +82,8 @@ def assert_matches_reference(row: dict, log: bytes, start: int) -> None:
 
 
 def test_golden_record():
-    """store-format.md §2.9: the bytes a Java broker writes (v1, no CRC trailer)."""
+    """The golden record (tests/support/commitlog_golden.py): the bytes a Java broker writes (v1, no
+    CRC trailer)."""
     log = GOLDEN + encode_blank(16) + bytes(8)
     rows, starts, why = decode_all(log, verify_crc=True)
     assert why == "blank" and starts == [0]

@@ -62,7 +62,8 @@ def test_each_level_delivers_after_its_delay_with_rocketmq_properties(make_servi
     one = records["one"]
     assert (one.topic, one.queue_id, one.body, one.flag, one.reconsume_times) == ("Retry", 1, b"delayed one", 3, 2)
     assert (one.born_timestamp_ms, one.born_host) == (START_MS - 5, "10.0.0.2:99")
-    # the stored properties stay, DELAY / REAL_TOPIC / REAL_QID included (store-format.md §3.3)
+    # the stored properties stay, DELAY / REAL_TOPIC / REAL_QID included, as a Java broker leaves them
+    # (docs/store-files.md, section 4)
     assert one.properties == {"DELAY": "1", "REAL_TOPIC": "Retry", "REAL_QID": "1", "UNIQ_KEY": "one", "TAGS": "TagB"}
     assert store.delay_offsets == {1: 2, 2: 1, 3: 1}
     stats = service.delay.stats()

@@ -1,4 +1,5 @@
-"""Golden bytes and round trips of the scheduler's on-disk formats (store-format.md §10)."""
+"""Golden bytes and round trips of the scheduler's on-disk formats (RocketMQ 5's timer files:
+services/domain/format/timer*_format.py, delaycheck_format.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Soak (``-m slow``): timers spread over half a minute while the scheduler process is killed
-with SIGKILL every few seconds and restarted (reliability.md T1.11, compressed). Goal: 0 lost,
+with SIGKILL every few seconds and restarted (docs/durability.md, T1.11, compressed). Goal: 0 lost,
 0 early, every duplicate counted by the restarted schedulers."""
 
 from __future__ import annotations

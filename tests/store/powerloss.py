@@ -1,4 +1,4 @@
-"""A power-loss fault layer for in-process store tests (reliability.md §2.7, T0.4 / T1.3 / T1.4).
+"""A power-loss fault layer for in-process store tests (docs/durability.md: T0.4, T1.3, T1.4).
 
 Every durable point of the store is an ``os.fdatasync`` / ``os.fsync`` on a file's descriptor
 (mapped_file.py, checkpoint.py, index_file.py). ``PowerLoss`` wraps both: at each one it records

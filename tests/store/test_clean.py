@@ -1,4 +1,4 @@
-"""Retention (store-format.md §7.4, reliability.md §1.3 "disk full"): CleanService.run_once
+"""Retention (docs/store-files.md, section 7; docs/durability.md, "disk full"): CleanService.run_once
 deletes old CommitLog segments oldest first, never the last one and never leaving a hole,
 deletes every segment when the disk is nearly full, refuses writes above the warning ratio,
 and moves the ConsumeQueue and IndexFile minimums forward after it.
@@ -98,7 +98,7 @@ def test_a_segment_exactly_at_the_reserved_time_is_expired(retained, clock):
     fill(store, 45)
     assert len(segment_names(store)) == 3
     set_ages(store, clock, [RESERVED_HOURS, RESERVED_HOURS - 0.01, FRESH_H])
-    assert store.clean.run_once() == 1  # now >= mtime + reserved (§7.4)
+    assert store.clean.run_once() == 1  # now >= mtime + reserved
 
 
 def test_deletions_per_pass_are_capped_by_delete_file_batch_max(retained, clock):

@@ -1,4 +1,4 @@
-"""CommitLog record format: the golden record of store-format.md §2.9, round trips, corruption."""
+"""CommitLog record format: the golden record (tests/support/commitlog_golden.py), round trips, corruption."""
 
 from __future__ import annotations
 

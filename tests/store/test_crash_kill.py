@@ -1,8 +1,8 @@
 """kill -9 of a real store process under concurrent load, then restart and check every
-acknowledged message (reliability.md §1.3 and §2.7; tier T0.8, T1.1 and T1.2 in §6).
+acknowledged message (docs/durability.md: T0.8, T1.1 and T1.2).
 
-Each cycle: writer threads put messages over gRPC and record every outcome (checker history of
-§2.8: ``ok``, ``fail`` = a definite rejection, ``info`` = indeterminate); after a random delay
+Each cycle: writer threads put messages over gRPC and record every outcome (as the end-to-end
+checker does: ``ok``, ``fail`` = a definite rejection, ``info`` = indeterminate); after a random delay
 the store gets SIGKILL; it restarts on the same data directory; then every queue is read back
 from offset 0 and checked against everything sent so far:
 
@@ -53,7 +53,7 @@ FIRST_OK_TIMEOUT_S = 30.0
 EXIT_WAIT_S = 10.0
 KILL_DELAY_MIN_S = 0.3
 KILL_DELAY_MAX_S = 1.5
-RESTART_TO_FIRST_OK_MAX_S = 5.0  # T0.8: restart-to-first-OK p99 <= 5 s
+RESTART_TO_FIRST_OK_MAX_S = 5.0  # T0.8 (docs/durability.md): restart-to-first-OK p99 <= 5 s
 READ_PAGE_COUNT = 256
 READ_PAGE_BYTES = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Disk full (reliability.md T1.6 in small): ENOSPC when the CommitLog needs a new segment. Every
+"""Disk full (docs/durability.md, T1.6 in small): ENOSPC when the CommitLog needs a new segment. Every
 put that did not land gets a non-OK status, nothing acknowledged is lost or corrupt, and puts
 succeed again once space is back, without a restart."""
 

@@ -1,4 +1,4 @@
-"""When CommitLog bytes reach the disk (store-format.md §7.1-7.3, reliability.md §1.1 and §1.5).
+"""When CommitLog bytes reach the disk (docs/store-files.md, section 6; docs/durability.md, section 1).
 
 * SYNC: a put returns PUT_OK only once an fdatasync covers its bytes, and concurrent puts share
   fdatasyncs (group commit).

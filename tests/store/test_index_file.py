@@ -1,6 +1,6 @@
-"""IndexFile / IndexService: golden bytes from store-format.md §5, the put/select quirks,
-rolling, reload, abnormal-load deletion, expiry, truncation, the dispatch filters, and
-build_index_batch: byte-identical to one (pre-batch) build_index per record."""
+"""IndexFile / IndexService: golden bytes (layout: services/domain/format/index_format.py), the
+put/select quirks, rolling, reload, abnormal-load deletion, expiry, truncation, the dispatch
+filters, and build_index_batch: byte-identical to one (pre-batch) build_index per record."""
 
 from __future__ import annotations
 

@@ -615,7 +615,7 @@ def test_torn_tail_keeps_the_keys_of_a_record_split_across_index_files(tmp_path,
 
 
 def test_lost_consume_queues_are_rebuilt_from_the_commitlog(tmp_path, clock):
-    """Belongs with the recovery tests once fixed (style rule 4: the CommitLog is the truth).
+    """Belongs with the recovery tests once fixed (the CommitLog is the truth: docs/conventions.md, rule 3).
     The checkpoint says everything up to record 5 is dispatched; the ConsumeQueues are lost;
     record 6 (queue 1) is re-dispatched alone."""
     config = small_config(tmp_path / "store", flush_consume_queue_interval_ms=3_600_000)

@@ -1,4 +1,4 @@
-"""Simulated power loss under concurrent puts (reliability.md T0.4; T1.3/T1.4 behind -m slow):
+"""Simulated power loss under concurrent puts (docs/durability.md: T0.4; T1.3/T1.4 behind -m slow):
 tests/store/powerloss.py drops every page not made durable by an fdatasync (or keeps a random
 part of them: torn writes), then the store recovers.
 

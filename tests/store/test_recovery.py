@@ -180,7 +180,7 @@ def test_clean_shutdown_needs_no_scan(tmp_path, clock):
 @pytest.mark.parametrize("victim", ["checkpoint", "index", "consumequeue"])
 @pytest.mark.parametrize("seed", range(4))
 def test_bit_flips_in_derived_files_are_repaired_from_the_commitlog(tmp_path, clock, victim, seed):
-    """reliability.md T1.5: flip bits in a random 4 KiB chunk of the checkpoint, an IndexFile or a
+    """docs/durability.md, T1.5: flip bits in a random 4 KiB chunk of the checkpoint, an IndexFile or a
     ConsumeQueue after a crash; the store still serves every message, in order and intact (the
     CommitLog is the truth; a derived file that disagrees is rebuilt from it)."""
     import random

@@ -4,7 +4,7 @@ test_fastjson.py."""
 
 from __future__ import annotations
 
-# RocketMQ 4.8 consumerOffset.json (no dataVersion, no groupTopicMap), as quoted in §8.
+# RocketMQ 4.8 consumerOffset.json (no dataVersion, no groupTopicMap), as published 4.8 files show it.
 CONSUMER_OFFSET_48 = (
     '{\n\t"offsetTable":{\n'
     '\t\t"TopicTest@please_rename_unique_group_name":{0:6,1:3,2:3,3:2\n\t\t},\n'

@@ -169,7 +169,7 @@ def client_settings(settings: d.Settings) -> ClientSettings:
 
 
 def settings_reply(client: d.Settings, server: ServerSettings) -> s.TelemetryCommand:
-    """The client's settings merged with the server's decisions, with status OK (§5.3)."""
+    """The client's settings merged with the server's decisions, with status OK (docs/v2-clients.md, section 4)."""
     merged = d.Settings()
     merged.CopyFrom(client)
     backoff = merged.backoff_policy

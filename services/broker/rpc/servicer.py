@@ -2,7 +2,7 @@
 
 Every unary method is wrapped by ``status.in_band``: errors come back in the response's
 ``status`` (never as gRPC errors), and a call without ``x-mq-client-id`` gets
-CLIENT_ID_REQUIRED. No broker logic lives here (style rule 5).
+CLIENT_ID_REQUIRED. No broker logic lives here (docs/conventions.md, rule 4).
 
 Consumer RPCs (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue, QueryAssignment) are "convert (``consumer_convert``), call
@@ -118,7 +118,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             )
         return self._streams.serve(client_id_of(context), request_iterator, context)
 
-    @in_band(s.NotifyClientTerminationResponse, require_client_id=False)  # always OK (pitfall §10.20)
+    # Always OK: Node aborts the rest of its shutdown otherwise (docs/v2-clients.md, pitfall 20).
+    @in_band(s.NotifyClientTerminationResponse, require_client_id=False)
     def NotifyClientTermination(
         self, request: s.NotifyClientTerminationRequest, context: grpc.ServicerContext
     ) -> s.NotifyClientTerminationResponse:
@@ -184,7 +185,8 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def ReceiveMessage(
         self, request: s.ReceiveMessageRequest, context: grpc.ServicerContext
     ) -> Iterator[s.ReceiveMessageResponse]:
-        # A stream must always end with a status element and terminate (pitfall §10.16).
+        # A stream must always end with a status element and terminate: a hung stream blocks the Py
+        # client's receive thread until its deadline and loses the batch (docs/v2-clients.md, pitfall 16).
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)

@@ -1,7 +1,7 @@
 """v2 ``Status`` building and the one place broker errors become responses.
 
-Errors are in-band (protocol-v2.md §1): every response carries ``status`` with a non-zero
-code (Py raises on a missing one, §10.1) and the gRPC status stays OK. ``in_band`` wraps a
+Errors are in band: every response carries ``status`` with a non-zero code (the Py client raises
+"response is illegal" on a missing one or code 0) and the gRPC status stays OK. ``in_band`` wraps a
 unary servicer method: ``BrokerError`` -> its code, anything else -> INTERNAL_SERVER_ERROR
 (logged with its traceback, a bug). Only Telemetry uses real gRPC status codes.
 """

@@ -5,7 +5,8 @@ queue. A reader thread consumes the client's commands and answers each Settings 
 putting the merged settings into that queue; anyone holding the client's ``ClientSession``
 can ``push`` a server command (RecoverOrphanedTransactionCommand, ...) the same way. The
 stream stays open until the client cancels or half-closes it, or the server stops
-(protocol-v2.md §10.4: never end it after replying).
+(never end it after replying: Node reconnects every second, Py stops reading; docs/v2-clients.md,
+pitfall 4).
 
 Threads: each open stream holds one gRPC worker (the generator) and one reader thread, hence
 ``BrokerConfig.telemetry_streams_max``.

@@ -19,7 +19,8 @@ writes the last 8 bytes as a reserved 0 and never reads them; pyrmq uses them fo
 (torn units after a power loss fail it) and the dequeue state (rewritten in place, so a crash
 never re-delivers a unit marked done; "delivering" units are re-delivered and counted as
 possible duplicates). pyrmq's ``delayed_ms`` of a normal unit is the exact delivery time minus
-1 ms, so its floor is the slot of the rounded ``TIMER_OUT_MS`` (store-format.md §10).
+1 ms, so its floor is the slot of the rounded ``TIMER_OUT_MS`` (the delivery time rounded down to
+the precision, one tick earlier when it falls on a tick: ``contracts.delay.timer_out_ms``).
 
 End of a segment: when fewer than ``52 + 16`` bytes remain, a 16-byte blank is written and
 the unit goes to the next segment:

@@ -1,5 +1,6 @@
 """TLS for the links between pyrmq's own services (store <- broker, scheduler, txcheck), an
-option (reliability.md §4.5): off by default, like RocketMQ's; on, it is TLS only on that port.
+option: off by default, like RocketMQ's; on, it is TLS only on that port (RocketMQ's proxy also
+offers a "permissive" mode, TLS and plaintext on one port; pyrmq does not).
 
 Server side (``add_port``): ``cert_path`` + ``key_path`` serve TLS; with ``ca_path`` too, clients
 must present a certificate signed by that CA (mutual TLS), so only pyrmq's own services connect.

@@ -1,6 +1,6 @@
 """StoreServicer: the gRPC face of ``FileStore``. Each method converts, calls the core, converts.
 
-No store logic lives here (style rule 5). Errors are raised, never aborted by hand:
+No store logic lives here (docs/conventions.md, rule 4). Errors are raised, never aborted by hand:
 ``rpc_errors`` maps them through the one table in ``rpc.status``.
 
 WatchArrivals is the only method with state: each open stream owns an ``ArrivalWatcher``, a

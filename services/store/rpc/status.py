@@ -1,6 +1,6 @@
 """The one table from store outcomes to gRPC status codes, and the decorator that applies it.
 
-Two kinds of outcome reach a servicer method (style rule 7):
+Two kinds of outcome reach a servicer method (docs/conventions.md, rule 5):
 
 * typed results (``PutStatus``, ``GetStatus``): data on the hot path, returned in the response.
   Only a put batch refused *as a whole* with a status whose code below is UNAVAILABLE fails
