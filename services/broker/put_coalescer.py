@@ -52,10 +52,10 @@ from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError
 from services.store.client.model import (
     GroupInfo,
     PutOutcome,
-    PutStatus,
     StoredMessage,
     StoreMessage,
     TopicInfo,
+    refused_as_a_whole,
 )
 
 if TYPE_CHECKING:
@@ -63,16 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Statuses with which the store refuses a *whole* batch because of one message's content.
-BATCH_REFUSAL_STATUSES = frozenset(
-    {
-        PutStatus.MESSAGE_ILLEGAL,
-        PutStatus.PROPERTIES_SIZE_EXCEEDED,
-        PutStatus.TOPIC_ILLEGAL,
-        PutStatus.TOPIC_NOT_FOUND,
-        PutStatus.QUEUE_ID_ILLEGAL,
-    }
-)
 DISPATCH_IDLE_WAIT_S = 1.0
 
 
@@ -400,7 +390,7 @@ class PutCoalescer:
         outcomes = self._call_store(batch)
         if outcomes is None:
             return
-        if len(batch) > 1 and _refused_as_a_whole(outcomes):
+        if len(batch) > 1 and refused_as_a_whole(outcomes):
             # One message sank the batch: re-put each alone, in order, so only it fails.
             self._isolated_batches += 1
             log.warning(
@@ -447,10 +437,3 @@ class PutCoalescer:
             queued_messages=len(self._queue),
             shed=self._shed,
         )
-
-
-def _refused_as_a_whole(outcomes: list[PutOutcome]) -> bool:
-    first = outcomes[0]
-    return first.status in BATCH_REFUSAL_STATUSES and all(
-        o.status is first.status and o.error == first.error for o in outcomes
-    )

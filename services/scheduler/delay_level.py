@@ -28,7 +28,7 @@ from services.runtime.clock import Clock
 from services.scheduler.check_files import DelayCheckFile
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
-from services.scheduler.store_access import SchedulerStore
+from services.scheduler.store_access import SchedulerStore, put_each_refused
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 from services.store.client.errors import StoreError
 from services.store.client.model import StoredMessage, StoreMessage
@@ -173,7 +173,7 @@ class DelayLevelService:
         if out:
             self._check_file.mark(level, self._confirmed[index], end)
             try:
-                outcomes = self._store.put_messages(out, allow_system_topics=True)
+                outcomes = put_each_refused(self._store, out)
             except StoreError:
                 self._suspects[index] = (sent[0][0].queue_offset, end)  # it may have landed
                 raise

@@ -3,15 +3,22 @@
 
 Every call raises ``StoreError`` when the store cannot be reached or fails it; the loops then
 back off and retry with their state unchanged.
+
+``put_each_refused`` is how the scheduler delivers a batch: a put is all or nothing, so a batch
+the store refused as a whole because of one message (a destination topic that does not exist,
+a bad queue id ...) is put again message by message, and only that message is refused.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage, refused_as_a_whole
+
+log = logging.getLogger(__name__)
 
 
 class SchedulerStore(Protocol):
@@ -38,3 +45,20 @@ class SchedulerStore(Protocol):
 # client's ``watch_arrivals``): ``on_arrivals(topics)`` per batch, ``on_restart()`` after each
 # (re)connect.
 ArrivalWatch = Callable[[Sequence[str], Callable[[list[str]], None], Callable[[], None], threading.Event], None]
+
+
+def put_each_refused(store: SchedulerStore, messages: Sequence[StoreMessage]) -> list[PutOutcome]:
+    """Put ``messages`` (system topics allowed) in one PutMessages; if the store refused the
+    batch as a whole for one message's content (``BATCH_REFUSAL_STATUSES``), put each alone, in
+    order, so only the culprit is refused (as the broker's put coalescer). An outcome per
+    message. ``StoreError`` as ``put_messages``: some messages may have landed before it."""
+    outcomes = store.put_messages(messages, allow_system_topics=True)
+    if len(messages) < 2 or not refused_as_a_whole(outcomes):
+        return outcomes
+    log.warning(
+        "store refused a batch of %d as a whole (%s: %s); putting each alone",
+        len(messages),
+        outcomes[0].status.name,
+        outcomes[0].error,
+    )
+    return [store.put_messages([message], allow_system_topics=True)[0] for message in messages]

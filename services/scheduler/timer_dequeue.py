@@ -50,7 +50,7 @@ from services.domain.names import TIMER_TOPIC
 from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
-from services.scheduler.store_access import SchedulerStore
+from services.scheduler.store_access import SchedulerStore, put_each_refused
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
@@ -286,10 +286,10 @@ class TimerDequeue:
         for entry in sent:
             self._log.set_state(entry[1], STATE_DELIVERING)
         try:
-            outcomes = self._store.put_messages(out, allow_system_topics=True)
+            outcomes = put_each_refused(self._store, out)
         except StoreError:
-            # The put may or may not have landed: the units stay DELIVERING, and their next
-            # delivery counts as a possible duplicate.
+            # The put (or some of the single puts of a refused batch) may have landed: the units
+            # stay DELIVERING, and their next delivery counts as a possible duplicate.
             for entry in sent:
                 self._forget(entry)
                 self._repush(entry, entry[0], duplicate=True)

@@ -1,5 +1,6 @@
-"""Scheduler test fixtures: a ManualClock at ``START_MS``, the in-memory FakeStore
-(tests/scheduler/fake_store.py) and ``make_service`` (SchedulerServices on ``small_config``);
+"""Scheduler test fixtures: a ManualClock at ``START_MS``, the ``store`` (a real FileStore on that
+clock behind the store client, with test controls: tests/support/store_double.py) and
+``make_service`` (SchedulerServices on ``small_config``);
 the helpers that park timers and recall markers are in tests/support/scheduler_timers.py.
 The end-to-end tests take the real store and broker servers of tests/support/broker_servers.py
 (``store_address``, ``store_stub``, ``make_broker``, ``broker``)."""
@@ -13,9 +14,9 @@ import pytest
 
 from services.runtime.clock import ManualClock
 from services.scheduler.service import SchedulerService
-from tests.scheduler.fake_store import FakeStore
 from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
 from tests.support.scheduler_timers import START_MS, small_config
+from tests.support.store_double import StoreDouble
 
 
 @pytest.fixture
@@ -24,12 +25,14 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def store(clock: ManualClock) -> FakeStore:
-    return FakeStore(clock)
+def store(tmp_path: Path, clock: ManualClock) -> Iterator[StoreDouble]:
+    double = StoreDouble(tmp_path / "store", clock)
+    yield double
+    double.close()
 
 
 @pytest.fixture
-def make_service(tmp_path: Path, store: FakeStore, clock: ManualClock) -> Iterator:
+def make_service(tmp_path: Path, store: StoreDouble, clock: ManualClock) -> Iterator:
     opened: list[SchedulerService] = []
 
     def make(**overrides) -> SchedulerService:

@@ -80,6 +80,21 @@ def test_half_topic_and_broken_messages_are_discarded(make_service, store, clock
     assert store.delay_offsets[1] == 3 and service.delay.stats().dropped == 2
 
 
+def test_a_batch_the_store_refuses_for_one_message_delivers_the_others(make_service, store, clock):
+    """A put is all or nothing: the store refuses the level's batch for the one message whose
+    real topic is an illegal name. Put again message by message, the others are delivered."""
+    service = make_service()
+    park_level(store, 1, "Good", "g1")
+    park_level(store, 1, "Good", "bad", real_topic="no such topic!")
+    park_level(store, 1, "Good", "g2")
+    run_levels(service, clock, 1_100, step_ms=10)
+    assert [r.properties["UNIQ_KEY"] for r in store.messages("Good")] == ["g1", "g2"]
+    assert store.put_calls == 1 + 3  # the batch, refused as a whole; then each message alone
+    assert store.delay_offsets == {1: 3}
+    stats = service.delay.stats()
+    assert (stats.delivered, stats.dropped, stats.duplicates) == (2, 1, 0)
+
+
 def test_a_clock_that_went_back_delivers_at_once(make_service, store, clock):
     service = make_service()
     clock.advance_ms(60_000)

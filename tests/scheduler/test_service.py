@@ -13,15 +13,15 @@ from services.runtime.clock import SystemClock
 from services.scheduler.errors import SchedulerLockedError
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.service import SchedulerService
-from tests.scheduler.fake_store import FakeStore
 from tests.support.scheduler_timers import park, small_config
+from tests.support.store_double import StoreDouble
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_threads_deliver_on_the_real_clock_and_metrics_expose_it(tmp_path):
     clock = SystemClock()
-    store = FakeStore(clock)  # type: ignore[arg-type] - only now_ms() is used
+    store = StoreDouble(tmp_path / "store", clock)
     service = SchedulerService(small_config(tmp_path / "scheduler"), store, clock)
     service.open()
     try:
@@ -53,6 +53,7 @@ def test_threads_deliver_on_the_real_clock_and_metrics_expose_it(tmp_path):
             assert line in text, line
     finally:
         service.stop()
+        store.close()
 
 
 def test_process_refuses_bad_configuration_and_an_absent_store(tmp_path):

@@ -170,6 +170,23 @@ def test_store_outage_and_refusals(make_service, store, clock):
     assert (stats.delivered, stats.dropped, stats.pending) == (2, 1, 0)
 
 
+def test_a_batch_the_store_refuses_for_one_message_delivers_the_others(make_service, store, clock):
+    """The store refuses a whole put for one bad message (all or nothing): here a REAL_QID the
+    real topic does not have. The scheduler puts that batch again message by message, so the
+    good messages are delivered and only the bad one is dropped."""
+    service = make_service()
+    park(store, "Out", START_MS + 1_500, "A")
+    park(store, "Out", START_MS + 1_500, "bad-queue", queue_id=99)  # "Out" is created with 8 queues
+    park(store, "Out", START_MS + 1_500, "B")
+    run_for(service, clock, 1_400)
+    assert store.put_calls == 0
+    run_for(service, clock, 200)
+    assert [r.properties["UNIQ_KEY"] for r in delivered(store, "Out")] == ["A", "B"]
+    assert store.put_calls == 1 + 3  # the batch, refused as a whole; then each message alone
+    stats = service.timer.stats()
+    assert (stats.delivered, stats.dropped, stats.pending, stats.duplicates) == (2, 1, 0, 0)
+
+
 def test_retryable_refusal_retries_later(make_service, store, clock):
     service = make_service()
     park(store, "Busy", START_MS + 1_500, "A")

@@ -1,4 +1,4 @@
-"""Scheduler timers for tests, on the in-memory FakeStore (tests/scheduler/fake_store.py) and a
+"""Scheduler timers for tests, on a real store (``StoreDouble``, tests/support/store_double.py) and a
 ManualClock from ``START_MS``: ``small_config`` (a one-day wheel, small TimerLog segments),
 ``park`` and ``recall`` (a delay message and a recall marker exactly as the broker puts them:
 services/broker/producer.py, recall.py), ``run_for`` (the timer loop while manual time passes),
@@ -17,7 +17,7 @@ from services.runtime.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.service import SchedulerService
 from services.store.client.model import StoredMessage, StoreMessage
-from tests.scheduler.fake_store import FakeStore
+from tests.support.store_double import StoreDouble
 
 START_MS = 1_700_000_000_000
 PRECISION_MS = 1000
@@ -37,7 +37,7 @@ def small_config(root: Path, **overrides) -> SchedulerConfig:
 
 
 def park(
-    store: FakeStore,
+    store: StoreDouble,
     topic: str,
     deliver_ms: int,
     uniq_key: str,
@@ -70,7 +70,7 @@ def park(
     )
 
 
-def recall(store: FakeStore, topic: str, deliver_ms: int, uniq_key: str) -> StoredMessage:
+def recall(store: StoreDouble, topic: str, deliver_ms: int, uniq_key: str) -> StoredMessage:
     """The recall marker the broker puts for the handle of a message due at ``deliver_ms``."""
     config = BrokerConfig()
     handle = decode_handle(recall_handle(topic, config.broker_name, timer_out_ms(deliver_ms, PRECISION_MS), uniq_key))
@@ -96,7 +96,7 @@ def run_for(service: SchedulerService, clock: ManualClock, duration_ms: int, ste
         pass
 
 
-def delivered(store: FakeStore, topic: str) -> list[StoredMessage]:
+def delivered(store: StoreDouble, topic: str) -> list[StoredMessage]:
     return store.messages(topic)
 
 

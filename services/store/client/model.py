@@ -16,6 +16,7 @@ from services.domain.statuses import GetStatus, PutStatus
 
 __all__ = [
     "AckResult",
+    "BATCH_REFUSAL_STATUSES",
     "Delivery",
     "GetOutcome",
     "GetStatus",
@@ -27,6 +28,7 @@ __all__ = [
     "StoreMessage",
     "StoredMessage",
     "TopicInfo",
+    "refused_as_a_whole",
     "stored_from_raw",
 ]
 
@@ -98,6 +100,29 @@ class PutOutcome:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+# Statuses with which the store refuses a *whole* batch because of one message's content (a put
+# is all or nothing): a caller re-puts such a batch message by message so only the culprit fails.
+BATCH_REFUSAL_STATUSES = frozenset(
+    {
+        PutStatus.MESSAGE_ILLEGAL,
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        PutStatus.TOPIC_ILLEGAL,
+        PutStatus.TOPIC_NOT_FOUND,
+        PutStatus.QUEUE_ID_ILLEGAL,
+    }
+)
+
+
+def refused_as_a_whole(outcomes: list[PutOutcome]) -> bool:
+    """Whether a put's outcomes are one refusal of the whole batch for a message's content."""
+    if not outcomes:
+        return False
+    first = outcomes[0]
+    return first.status in BATCH_REFUSAL_STATUSES and all(
+        o.status is first.status and o.error == first.error for o in outcomes
+    )
 
 
 @dataclass(slots=True)

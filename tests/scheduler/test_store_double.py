@@ -1,0 +1,82 @@
+"""The scheduler tests' store (tests/support/store_double.py): a real FileStore whose test
+controls answer as the store itself would."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.domain.statuses import PutStatus
+from services.store.client.errors import StoreUnavailableError
+from services.store.client.model import StoreMessage
+from tests.support.scheduler_timers import START_MS
+
+
+def message(topic: str, queue_id: int = 0, body: bytes = b"x") -> StoreMessage:
+    return StoreMessage(topic, queue_id, body, {"UNIQ_KEY": body.decode()}, born_timestamp_ms=START_MS)
+
+
+def test_a_refusal_is_all_or_nothing_like_the_stores_own(store):
+    # the store's own refusal: a queue id the auto-created topic (8 queues) does not have
+    real = store.put_messages([message("Out", 0, b"a"), message("Out", 99, b"b")], allow_system_topics=True)
+    assert [o.status for o in real] == [PutStatus.QUEUE_ID_ILLEGAL] * 2
+    assert {(o.queue_offset, o.phy_offset) for o in real} == {(-1, -1)} and real[0].error == real[1].error
+    # the test's refusal has the same shape
+    store.outcome = lambda m: PutStatus.TOPIC_NOT_FOUND if m.topic == "Nope" else PutStatus.PUT_OK
+    refused = store.put_messages([message("Out", 0, b"c"), message("Nope", 0, b"d")], allow_system_topics=True)
+    assert [o.status for o in refused] == [PutStatus.TOPIC_NOT_FOUND] * 2
+    assert {(o.queue_offset, o.phy_offset) for o in refused} == {(-1, -1)}
+    assert (
+        refused[0].error
+        == refused[1].error
+        == "message 1 of the batch: the test refused Nope-0 (TOPIC_NOT_FOUND); nothing written"
+    )
+    assert store.messages("Out") == [] and store.put_calls == 2
+    [ok] = store.put_messages([message("Out", 2, b"e")], allow_system_topics=True)
+    assert ok.status is PutStatus.PUT_OK and ok.store_timestamp_ms == START_MS
+    [stored] = store.messages("Out")  # readable at once: the put was dispatched
+    assert (stored.queue_id, stored.queue_offset, stored.phy_offset, stored.body) == (2, 0, ok.phy_offset, b"e")
+
+
+def test_an_unavailable_refusal_fails_the_call_as_the_servicer_does(store):
+    store.outcome = lambda m: PutStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreUnavailableError):
+        store.put_messages([message("Out")], allow_system_topics=True)
+    assert store.messages("Out") == []
+
+
+def test_down_fails_every_call_but_producers_still_reach_the_store(store, clock):
+    store.down = True
+    for call in (
+        lambda: store.get_messages("Out", 0, 0, 1),
+        lambda: store.put_messages([message("Out")]),
+        lambda: store.queue_offsets("Out", 0),
+        lambda: store.get_delay_offset(1),
+    ):
+        with pytest.raises(StoreUnavailableError):
+            call()
+    clock.advance_ms(7)
+    parked = store.append(message("Out", 1, b"p"))
+    assert (parked.topic, parked.queue_id, parked.queue_offset, parked.store_timestamp_ms) == (
+        "Out",
+        1,
+        0,
+        START_MS + 7,
+    )
+    assert store.messages("Out") == [parked] and store.put_calls == 0
+    store.down = False
+    assert store.queue_offsets("Out", 1) == (0, 1)
+
+
+def test_after_put_runs_once_the_put_was_appended(store):
+    seen = []
+
+    def lose_reply(messages):
+        seen.append([m.body for m in messages])
+        raise StoreUnavailableError("reply lost")
+
+    store.after_put = lose_reply
+    with pytest.raises(StoreUnavailableError):
+        store.put_messages([message("Out", 0, b"a"), message("Out", 0, b"b")], allow_system_topics=True)
+    assert seen == [[b"a", b"b"]] and [r.body for r in store.messages("Out")] == [b"a", b"b"]
+    store.update_delay_offset(2, 5)
+    assert store.delay_offsets == {2: 5}
