@@ -24,7 +24,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from zlib import crc32
 
-from services.domain.contracts.delay import delivery_time_ms
+from services.domain.contracts.delay import TIMER_QUEUE_ID, delivery_time_ms
 from services.domain.format.java_compat import java_string_hash
 from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY
 from services.domain.format.timerlog_format import HEAD as UNIT_HEAD
@@ -107,7 +107,9 @@ class TimerEnqueue:
         if prefetch is not None and prefetch[0] == offset:
             return prefetch[1], prefetch[2].result()
         started_ms = self._clock.now_ms()
-        return started_ms, self._store.get_messages(TIMER_TOPIC, 0, offset, self._config.timer_enqueue_batch_messages)
+        return started_ms, self._store.get_messages(
+            TIMER_TOPIC, TIMER_QUEUE_ID, offset, self._config.timer_enqueue_batch_messages
+        )
 
     def _start_prefetch(self, offset: int) -> None:
         if self._executor is None:
@@ -116,7 +118,7 @@ class TimerEnqueue:
             offset,
             self._clock.now_ms(),
             self._executor.submit(
-                self._store.get_messages, TIMER_TOPIC, 0, offset, self._config.timer_enqueue_batch_messages
+                self._store.get_messages, TIMER_TOPIC, TIMER_QUEUE_ID, offset, self._config.timer_enqueue_batch_messages
             ),
         )
 
@@ -135,7 +137,7 @@ class TimerEnqueue:
                     unit.offset_py,
                     offset,
                 )
-        low, high = self._store.queue_offsets(TIMER_TOPIC, 0)
+        low, high = self._store.queue_offsets(TIMER_TOPIC, TIMER_QUEUE_ID)
         if offset < low:
             log.warning("rmq_sys_wheel_timer messages %d..%d are gone from the store; not scheduled", offset, low)
             offset = low

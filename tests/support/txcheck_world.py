@@ -23,11 +23,11 @@ import pytest
 
 from services.broker.put_coalescer import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
-from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.format.commitlog_format import MessageRecord, host_from_string
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import ManualClock
 from services.store.client.errors import StoreUnavailableError
-from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage, stored_from_record
 from services.store.memory_store import MemoryStore
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
@@ -61,7 +61,7 @@ class MemoryClientStore:
         result = self.store.get_messages(topic, queue_id, queue_offset, max_count)
         return GetOutcome(
             result.status,
-            [_stored(r) for r in result.messages],
+            [stored_from_record(r) for r in result.messages],
             result.next_begin_offset,
             result.min_offset,
             result.max_offset,
@@ -103,37 +103,15 @@ class MemoryClientStore:
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
         self._tick()
-        return [_stored(r) for r in self.store.query_messages_by_key(topic, key, max_num, 0, 2**62)]
+        return [stored_from_record(r) for r in self.store.query_messages_by_key(topic, key, max_num, 0, 2**62)]
 
     def look_message(self, phy_offset: int) -> StoredMessage | None:
         record = self.store.look_message_by_phy_offset(phy_offset)
-        return None if record is None else _stored(record)
+        return None if record is None else stored_from_record(record)
 
     # -- for assertions -----------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
         return self.store.get_messages(topic, queue_id, 0, 10_000).messages
-
-
-def _stored(record: MessageRecord) -> StoredMessage:
-    return StoredMessage(
-        topic=record.topic,
-        queue_id=record.queue_id,
-        body=record.body,
-        properties=dict(record.properties),
-        queue_offset=record.queue_offset,
-        phy_offset=record.phy_offset,
-        sys_flag=record.sys_flag,
-        flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=host_to_string(record.born_host),
-        store_timestamp_ms=record.store_timestamp_ms,
-        store_host=host_to_string(record.store_host),
-        reconsume_times=record.reconsume_times,
-        prepared_transaction_offset=record.prepared_transaction_offset,
-        offset_msg_id=record.offset_msg_id,
-        store_size_bytes=record.total_size,
-        body_crc=record.body_crc,
-    )
 
 
 @dataclass

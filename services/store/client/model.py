@@ -215,6 +215,12 @@ def stored_from_raw(raw: bytes) -> StoredMessage | None:
         return None
     if not isinstance(record, MessageRecord):  # BLANK: the end of a segment
         return None
+    return stored_from_record(record)
+
+
+def stored_from_record(record: MessageRecord) -> StoredMessage:
+    """A decoded CommitLog record (``domain.format.commitlog_format.MessageRecord``) as a
+    ``StoredMessage``."""
     return StoredMessage(
         topic=record.topic,
         queue_id=record.queue_id,
@@ -230,6 +236,7 @@ def stored_from_raw(raw: bytes) -> StoredMessage | None:
         store_host=host_to_string(record.store_host),
         reconsume_times=record.reconsume_times,
         prepared_transaction_offset=record.prepared_transaction_offset,
+        offset_msg_id=record.offset_msg_id,
         store_size_bytes=record.total_size,
         body_crc=record.body_crc,
     )
