@@ -27,11 +27,11 @@ from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
 from services.scheduler.check_files import DelayCheckFile
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES
 from services.scheduler.store_access import SchedulerStore, put_each_refused
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 from services.store.client.errors import StoreError
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import StoredMessage, StoreMessage, copy_to
 
 log = logging.getLogger(__name__)
 

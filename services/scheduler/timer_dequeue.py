@@ -49,13 +49,13 @@ from services.domain.format.timerlog_format import (
 from services.domain.names import TIMER_TOPIC
 from services.runtime.clock import Clock
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES, copy_to
+from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES
 from services.scheduler.store_access import SchedulerStore, put_each_refused
 from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
 from services.store.client.errors import StoreError
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import StoredMessage, StoreMessage, copy_to
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from services.domain.format.properties_format import (
 from services.domain.names import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import Clock
 from services.store.client.errors import StoreError
-from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import PutOutcome, StoredMessage, StoreMessage, copy_to
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.model import CheckOutcome, CheckRequest, Producers, TxCheckStats, TxStore
 from services.txcheck.op_records import OpTracker
@@ -270,7 +270,7 @@ class HalfMessageChecker:
             self._count_result("unknown")  # asked last pass, no answer resolved it
             del self._checked[record.queue_offset]
         self._refunds.pop(record.queue_offset, None)
-        copy = _half_copy(record, TRANS_HALF_TOPIC, {**props, TRANSACTION_CHECK_TIMES: str(check_times + 1)})
+        copy = copy_to(record, TRANS_HALF_TOPIC, QUEUE_ID, {**props, TRANSACTION_CHECK_TIMES: str(check_times + 1)})
         appended = self._append(copy)
         self._commit_half(record.queue_offset + 1, committed)
         outcome = self._producers.check(
@@ -297,15 +297,18 @@ class HalfMessageChecker:
 
     def _push_back(self, record: StoredMessage, first_offset: int) -> None:
         self._append(
-            _half_copy(
-                record, TRANS_HALF_TOPIC, {**record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)}
+            copy_to(
+                record,
+                TRANS_HALF_TOPIC,
+                QUEUE_ID,
+                {**record.properties, TRANSACTION_PREPARED_QUEUE_OFFSET: str(first_offset)},
             )
         )
         self._count("immunity_pushbacks")
 
     def _discard(self, record: StoredMessage, check_times: int, age_ms: int) -> None:
         """DefaultTransactionalMessageCheckListener.resolveDiscardMsg: keep it, never deliver it."""
-        self._append(_half_copy(record, TRANS_CHECK_MAX_TIME_TOPIC, dict(record.properties)))
+        self._append(copy_to(record, TRANS_CHECK_MAX_TIME_TOPIC, QUEUE_ID, dict(record.properties)))
         self._count("moved_to_max_time_topic")
         if record.queue_offset in self._checked:
             self._count_result("unknown")
@@ -386,21 +389,6 @@ def _reference_ms(record: StoredMessage) -> int:
     or later than the store timestamp (a producer clock running ahead)."""
     born = record.born_timestamp_ms
     return min(born, record.store_timestamp_ms) if born > 0 else record.store_timestamp_ms
-
-
-def _half_copy(record: StoredMessage, topic: str, properties: dict[str, str]) -> StoreMessage:
-    """The record again (body, flags, born time and host, reconsume times), in ``topic`` queue 0."""
-    return StoreMessage(
-        topic=topic,
-        queue_id=QUEUE_ID,
-        body=record.body,
-        properties=properties,
-        flag=record.flag,
-        sys_flag=record.sys_flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=record.born_host,
-        reconsume_times=record.reconsume_times,
-    )
 
 
 def _appended(copy: StoreMessage, outcome: PutOutcome, store_host: str) -> StoredMessage:

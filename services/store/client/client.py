@@ -125,14 +125,7 @@ class StoreClient:
         """GetMessages: ``StoredMessage``s of a queue from ``queue_offset`` (0 bytes: the store's limit)."""
         response = self._call(
             "GetMessages",
-            pb.GetMessagesRequest(
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=queue_offset,
-                max_count=max_count,
-                max_bytes=max_bytes,
-                tags_codes=tags_codes,
-            ),
+            _get_request(topic, queue_id, queue_offset, max_count, max_bytes, tags_codes),
         )
         return GetOutcome(
             _GET_STATUS[response.status],
@@ -155,14 +148,7 @@ class StoreClient:
         decodes one)."""
         response = self._call(
             "GetRawMessages",
-            pb.GetMessagesRequest(
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=queue_offset,
-                max_count=max_count,
-                max_bytes=max_bytes,
-                tags_codes=tags_codes,
-            ),
+            _get_request(topic, queue_id, queue_offset, max_count, max_bytes, tags_codes),
         )
         return GetOutcome(
             _GET_STATUS[response.status],
@@ -466,6 +452,19 @@ class LocalStoreClient(StoreClient):
 
     def __init__(self, store: Any) -> None:
         super().__init__(LocalTransport(StoreServicer(store)))
+
+
+def _get_request(
+    topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, tags_codes: Iterable[int]
+) -> pb.GetMessagesRequest:
+    return pb.GetMessagesRequest(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        max_count=max_count,
+        max_bytes=max_bytes,
+        tags_codes=tags_codes,
+    )
 
 
 def stored_from_pb(record: pb.Message) -> StoredMessage:

@@ -240,3 +240,20 @@ def stored_from_record(record: MessageRecord) -> StoredMessage:
         store_size_bytes=record.total_size,
         body_crc=record.body_crc,
     )
+
+
+def copy_to(record: StoredMessage, topic: str, queue_id: int, properties: dict[str, str]) -> StoreMessage:
+    """The record as a new message for ``topic``/``queue_id``: body, flag, sys flag, born time
+    and host, reconsume times kept (RocketMQ's messageTimeUp / convertMessage; the scheduler's
+    deliveries and the transaction checker's half copies)."""
+    return StoreMessage(
+        topic=topic,
+        queue_id=queue_id,
+        body=record.body,
+        properties=properties,
+        sys_flag=record.sys_flag,
+        flag=record.flag,
+        born_timestamp_ms=record.born_timestamp_ms,
+        born_host=record.born_host,
+        reconsume_times=record.reconsume_times,
+    )
