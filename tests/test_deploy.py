@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
-from tests.support.processes import Process
+from tests.support.processes import Process, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -154,20 +154,7 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
 
 def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processes: list[Process]) -> None:
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from tests.support.official_client import run_client
-from tests.support.processes import UP_READY, Process, start_store
+from tests.support.processes import UP_READY, Process, pyrmq_up_command, start_store
 from tests.support.store_reads import wait_stored
 from tests.support.v2_requests import METADATA
 
@@ -89,20 +89,7 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
 @needs_client
 def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)
@@ -147,20 +134,7 @@ def _gone(pid: int) -> bool:
 
 def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F811
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from tests.support.official_client import consume, produce
-from tests.support.processes import UP_READY, Process
+from tests.support.processes import UP_READY, Process, pyrmq_up_command
 from tests.support.v2_requests import ack, receive
 
 pytestmark = pytest.mark.skipif(
@@ -87,20 +86,7 @@ def test_broker_restart_keeps_receipts_and_progress(make_broker, tmp_path):
 
 def start_up(tmp_path: Path, processes: list[Process]) -> tuple[Process, str]:
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)

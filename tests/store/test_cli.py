@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, start_store
+from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, pyrmq_up_command, start_store
 
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+) ")
 
@@ -46,20 +46,7 @@ def test_store_process_serves_stops_cleanly_and_keeps_data(tmp_path: Path, proce
 def test_pyrmq_up_starts_the_store_and_stops_on_sigint(tmp_path: Path, processes: list[Process]) -> None:
     data_dir = tmp_path / "data"
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(data_dir),
         tmp_path,
     )
     processes.append(up)
@@ -78,20 +65,7 @@ def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: 
     """A terminal's Ctrl-C signals the whole foreground process group; the children are in their
     own group, so each gets exactly one SIGINT (from `up`) and exits 0."""
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
         own_group=True,
     )
@@ -104,20 +78,7 @@ def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: 
 
 def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)
@@ -130,20 +91,7 @@ def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: 
 
 def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
+        pyrmq_up_command(tmp_path / "data"),
         tmp_path,
     )
     processes.append(up)

@@ -107,6 +107,25 @@ def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Pr
     return process, process.wait_line(STORE_READY)
 
 
+def pyrmq_up_command(data_dir: Path | str, *extra: str) -> list[str]:
+    """``pyrmq up`` on ephemeral ports (client, store and metrics) with its data in ``data_dir``."""
+    return [
+        sys.executable,
+        "-m",
+        "services.cli",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        "0",
+        "--store-port",
+        "0",
+        "--metrics-port",
+        "0",
+        *extra,
+    ]
+
+
 def start_cluster(data_dir: Path, started: list) -> str:
     """A store and a broker as subprocesses on 127.0.0.1 (Spark's workers reach them like any
     client: tests/pipeline); returns the broker's endpoint."""
