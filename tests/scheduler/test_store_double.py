@@ -1,7 +1,9 @@
-"""The scheduler tests' store (tests/support/store_double.py): a real FileStore whose test
-controls answer as the store itself would."""
+"""The tests' in-process store (tests/support/store_double.py; the scheduler and broker core
+tests run on it): a real FileStore whose test controls answer as the store itself would."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -80,3 +82,31 @@ def test_after_put_runs_once_the_put_was_appended(store):
     assert seen == [[b"a", b"b"]] and [r.body for r in store.messages("Out")] == [b"a", b"b"]
     store.update_delay_offset(2, 5)
     assert store.delay_offsets == {2: 5}
+
+
+def test_puts_record_what_reached_the_store(store):
+    sent = StoreMessage(
+        "Out",
+        3,
+        b"a",
+        {"UNIQ_KEY": "a", "KEYS": "k"},
+        sys_flag=0x1,
+        born_timestamp_ms=START_MS,
+        born_host="10.0.0.1:7",
+        reconsume_times=2,
+        prepared_transaction_offset=42,
+        flag=5,
+    )
+    store.put_messages([sent])
+    store.outcome = lambda m: PutStatus.OS_PAGE_CACHE_BUSY  # refused: still a call that reached the store
+    refused = [message("Out", 0, b"b"), message("rmq_sys_wheel_timer", 0, b"c")]
+    store.put_messages(refused, allow_system_topics=True)
+    store.outcome = None
+    store.append(message("Out", 1, b"d"))  # a helper: not a call of the code under test
+    store.down = True
+    with pytest.raises(StoreUnavailableError):
+        store.put_messages([message("Out", 0, b"e")])
+    # each message as sent, with the call's flag as its allow_system_topic
+    assert store.puts == [([sent], False), ([replace(m, allow_system_topic=True) for m in refused], True)]
+    assert store.sent == [sent, *store.puts[1][0]] and store.put_calls == 2
+    assert [m.body for m in store.messages("Out")] == [b"d", b"a"]  # queue 1, then queue 3

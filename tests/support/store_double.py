@@ -11,17 +11,26 @@ clock, so store timestamps follow manual time) through the store's own servicer,
   servicer does; FLUSH_DISK_TIMEOUT is appended, then reported);
 * ``after_put``: called with the request's messages after a put was appended; it may raise
   (a reply lost after the store appended);
-* ``put_calls``: PutMessages calls that reached the store.
+* ``puts``: what every PutMessages call that reached the store carried (``down`` stops a call
+  before; ``outcome`` refuses it after), in order: ``(messages, allow_system_topics)``, the
+  messages as ``StoreMessage``s read back from the request (each ``allow_system_topic`` is the
+  call's flag, the only one the store gets); ``sent`` is every message of them in order and
+  ``put_calls`` their count.
 
 After every appended put the store's reput runs at once, so reads see the messages (no waiting
 for the dispatch thread). The pop revive loop is halted (nothing pops here).
 
-Test helpers, which bypass the controls (a producer still reaches a store the scheduler cannot):
-``append(message)`` (a put with system topics allowed; the stored record), ``messages(topic,
-queue_id=None)`` (every stored message of a topic, queue by queue in queue order) and
-``delay_offsets`` (level -> offset, for the levels ever set). Topics are auto-created on their
-first put (8 queues), as RocketMQ's autoCreateTopicEnable; retention and the disk-use limits are
-off, so a clock moved days ahead deletes nothing.
+Test helpers, which bypass the controls and are not in ``puts`` (a producer still reaches a
+store the scheduler cannot): ``append(message)`` (a put with system topics allowed; the stored
+record), ``messages(topic, queue_id=None)`` (every stored message of a topic, queue by queue in
+queue order) and ``delay_offsets`` (level -> offset, for the levels ever set). Topics are
+auto-created on their first put (8 queues), as RocketMQ's autoCreateTopicEnable; a test that
+needs a topic or a group of its own makes it with the client's admin calls (``create_topic``,
+``update_topic``, ``update_group``). Retention and the disk-use limits are off, so a clock moved
+days ahead deletes nothing.
+
+It is the ``store`` fixture of the scheduler tests and of the broker core tests
+(tests/scheduler/conftest.py, tests/broker/conftest.py).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from tests.support.filestore import small_config
 GET_BATCH_MAX = 1024
 Outcome = Callable[[Any], PutStatus]  # pb.Message (topic, queue_id, body, properties ...) -> status
 AfterPut = Callable[[list[Any]], None]  # the appended pb.Messages
+SentPut = tuple[list[StoreMessage], bool]  # one PutMessages as it reached the store: (messages, allow_system_topics)
 _APPENDED = (pb.PUT_OK, pb.FLUSH_DISK_TIMEOUT)
 
 
@@ -64,8 +74,27 @@ def double_config(root: Path, **overrides: Any) -> StoreConfig:
     return small_config(root, **values)
 
 
+def sent_message(message: Any, allow_system_topics: bool) -> StoreMessage:
+    """A request's pb.Message as the ``StoreMessage`` the client built it from (the call's flag
+    as its ``allow_system_topic``)."""
+    return StoreMessage(
+        topic=message.topic,
+        queue_id=message.queue_id,
+        body=message.body,
+        properties=dict(message.properties),
+        sys_flag=message.sys_flag,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host,
+        reconsume_times=message.reconsume_times,
+        prepared_transaction_offset=message.prepared_transaction_offset,
+        flag=message.flag,
+        allow_system_topic=allow_system_topics,
+    )
+
+
 class ControlledTransport(LocalTransport):
-    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``."""
+    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``
+    and the record of ``puts``."""
 
     def __init__(self, servicer: StoreServicer, file_store: FileStore) -> None:
         super().__init__(servicer)
@@ -73,7 +102,11 @@ class ControlledTransport(LocalTransport):
         self.down = False
         self.outcome: Outcome | None = None
         self.after_put: AfterPut | None = None
-        self.put_calls = 0
+        self.puts: list[SentPut] = []
+
+    @property
+    def put_calls(self) -> int:
+        return len(self.puts)
 
     def _check_up(self, method: str) -> None:
         if self.down:
@@ -95,7 +128,8 @@ class ControlledTransport(LocalTransport):
 
     def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
         self._check_up("PutMessages")
-        self.put_calls += 1
+        flag = request.allow_system_topics
+        self.puts.append(([sent_message(m, flag) for m in request.messages], flag))
         status, error = self._chosen_outcome(request.messages)
         if status is not PutStatus.PUT_OK and status is not PutStatus.FLUSH_DISK_TIMEOUT:
             return self._refused(request, status, error)
@@ -185,6 +219,16 @@ class StoreDouble(StoreClient):
     @property
     def put_calls(self) -> int:
         return self.transport.put_calls
+
+    @property
+    def puts(self) -> list[SentPut]:
+        """``(messages, allow_system_topics)`` of every PutMessages that reached the store."""
+        return self.transport.puts
+
+    @property
+    def sent(self) -> list[StoreMessage]:
+        """Every message of ``puts``, in the order sent (refused ones too)."""
+        return [message for messages, _ in self.transport.puts for message in messages]
 
     # -- helpers (no controls) --------------------------------------------------------------
     def append(self, message: StoreMessage) -> StoredMessage:
