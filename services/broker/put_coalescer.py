@@ -2,7 +2,8 @@
 
 ``BrokerStore`` names the store calls the broker's core makes; the store's one client
 (``services/store/client/``: ``GrpcStoreClient``, its puts over ``put_stream.py``) serves them,
-and tests serve them in memory (``tests/support/broker_fakes.py``).
+and in the core tests the same client serves them from a real store in process
+(``tests/support/store_double.py``).
 
 Send coalescing (``PutCoalescer``)
 ----------------------------------

@@ -9,6 +9,9 @@ property names, long groups, astral characters, type conflicts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +23,7 @@ from services.broker.put_coalescer import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
 from services.runtime.clock import ManualClock
-from tests.support.broker_fakes import FakeStore
+from tests.support.store_double import StoreDouble
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"
@@ -76,16 +79,22 @@ def messages(draw) -> IncomingMessage:
     )
 
 
-def producer() -> Producer:
-    store = FakeStore()
-    clock = ManualClock(NOW_MS)
-    return Producer(CONFIG, TopicRegistry(CONFIG, store, clock), DirectPutSink(store.put_messages), clock)
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreDouble]:
+    """One store for the module: building a message's properties does not reach it."""
+    double = StoreDouble(tmp_path_factory.mktemp("store"), ManualClock(NOW_MS))
+    yield double
+    double.close()
+
+
+def producer(store: StoreDouble) -> Producer:
+    return Producer(CONFIG, TopicRegistry(CONFIG, store, store.clock), DirectPutSink(store.put_messages), store.clock)
 
 
 @settings(max_examples=3000, deadline=None)
 @given(messages())
-def test_fast_path_answers_as_the_full_checks_or_steps_aside(message):
-    p = producer()
+def test_fast_path_answers_as_the_full_checks_or_steps_aside(store, message):
+    p = producer(store)
     try:
         expected = p.build_properties(message, PEER, NOW_MS)
     except BrokerError:
@@ -99,7 +108,7 @@ def test_fast_path_answers_as_the_full_checks_or_steps_aside(message):
         assert list(fast[1].items()) == list(expected[1].items())
 
 
-def test_the_usual_message_takes_the_fast_path():
+def test_the_usual_message_takes_the_fast_path(store):
     message = IncomingMessage(
         topic="TopicTest",
         body=b"hello",
@@ -111,9 +120,9 @@ def test_the_usual_message_takes_the_fast_path():
         born_host="192.168.0.7",
         user_properties={"color": "red"},
     )
-    fast = producer()._build_plain(message, NOW_MS)
+    fast = producer(store)._build_plain(message, NOW_MS)
     assert fast is not None and fast[0] is MessageType.NORMAL
-    assert fast[1] == producer().build_properties(message, PEER, NOW_MS)[1]
+    assert fast[1] == producer(store).build_properties(message, PEER, NOW_MS)[1]
     fifo = IncomingMessage(
         topic="TopicTest",
         body=b"hello",
@@ -122,4 +131,4 @@ def test_the_usual_message_takes_the_fast_path():
         message_type=MessageType.FIFO,
         born_host="h",
     )
-    assert producer()._build_plain(fifo, NOW_MS)[0] is MessageType.FIFO
+    assert producer(store)._build_plain(fifo, NOW_MS)[0] is MessageType.FIFO

@@ -18,21 +18,43 @@ from services.domain.contracts.delay import timer_out_ms
 from services.domain.delivery import MessageType
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
-from services.store.client.model import PutStatus, TopicInfo
+from services.store.client.model import PutStatus, StoreMessage, TopicInfo
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"
 MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
 
 
-def make_producer(fake_store, **config) -> Producer:
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW_MS)
+
+
+def make_producer(store, **config) -> Producer:
     cfg = BrokerConfig(**config)
-    clock = ManualClock(NOW_MS)
-    return Producer(cfg, TopicRegistry(cfg, fake_store, clock), DirectPutSink(fake_store.put_messages), clock)
+    return Producer(cfg, TopicRegistry(cfg, store, store.clock), DirectPutSink(store.put_messages), store.clock)
 
 
-def send(fake_store, *messages, **config):
-    return make_producer(fake_store, **config).send(list(messages), PEER, 3.0)
+def send(store, *messages, **config):
+    return make_producer(store, **config).send(list(messages), PEER, 3.0)
+
+
+def the_one_stored(store) -> StoreMessage:
+    """The one message sent to the store, which holds it as it was sent."""
+    [sent] = store.sent
+    [held] = store.messages(sent.topic)
+    assert (held.queue_id, held.body, held.properties, held.sys_flag) == (
+        sent.queue_id,
+        sent.body,
+        sent.properties,
+        sent.sys_flag,
+    )
+    assert (held.born_timestamp_ms, held.born_host, held.reconsume_times) == (
+        sent.born_timestamp_ms,
+        sent.born_host,
+        sent.reconsume_times,
+    )
+    return sent
 
 
 def normal(**fields) -> IncomingMessage:
@@ -48,10 +70,10 @@ def normal(**fields) -> IncomingMessage:
     return IncomingMessage(**values)
 
 
-def test_normal_message_properties(fake_store):
-    [receipt] = send(fake_store, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
+def test_normal_message_properties(store):
+    [receipt] = send(store, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
     assert receipt.code == Code.OK and receipt.message_id == MESSAGE_ID and receipt.transaction_id == ""
-    [record] = fake_store.put_messages_sent
+    record = the_one_stored(store)
     assert record.topic == "TopicTest" and record.body == b"hello" and record.sys_flag == 0
     assert record.properties == {
         "color": "red",
@@ -68,9 +90,9 @@ def test_normal_message_properties(fake_store):
     assert not record.allow_system_topic
 
 
-def test_optional_fields_absent_and_fallbacks(fake_store):
+def test_optional_fields_absent_and_fallbacks(store):
     send(
-        fake_store,
+        store,
         normal(
             born_timestamp_ms=None,
             born_host="",
@@ -82,7 +104,7 @@ def test_optional_fields_absent_and_fallbacks(fake_store):
         ),
         cluster_name="c1",
     )
-    [record] = fake_store.put_messages_sent
+    record = the_one_stored(store)
     assert "TAGS" not in record.properties and "KEYS" not in record.properties
     assert "BORN_TIMESTAMP" not in record.properties and record.born_timestamp_ms == NOW_MS
     assert record.properties["__BORNHOST"] == PEER  # blank born_host -> the peer, as the proxy does
@@ -92,23 +114,23 @@ def test_optional_fields_absent_and_fallbacks(fake_store):
     assert record.sys_flag == 0x1  # COMPRESSED for GZIP bodies
 
 
-def test_empty_keys_are_skipped_when_joining(fake_store):
-    send(fake_store, normal(keys=["a", "", "b"]))
-    assert fake_store.put_messages_sent[0].properties["KEYS"] == "a b"
+def test_empty_keys_are_skipped_when_joining(store):
+    send(store, normal(keys=["a", "", "b"]))
+    assert store.sent[0].properties["KEYS"] == "a b"
 
 
-def test_fifo_message(fake_store):
-    [receipt] = send(fake_store, normal(message_type=MessageType.FIFO, message_group="order-42"))
-    [record] = fake_store.put_messages_sent
+def test_fifo_message(store):
+    [receipt] = send(store, normal(message_type=MessageType.FIFO, message_group="order-42"))
+    record = the_one_stored(store)
     assert receipt.code == Code.OK
     assert record.properties["__SHARDINGKEY"] == "order-42"
     assert record.queue_id == fifo_queue_id("order-42", 8)
 
 
-def test_delay_message_in_the_future_is_parked_in_the_timer_topic(fake_store):
+def test_delay_message_in_the_future_is_parked_in_the_timer_topic(store):
     deliver_ms = NOW_MS + 10_500
-    [receipt] = send(fake_store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=deliver_ms))
-    [record] = fake_store.put_messages_sent
+    [receipt] = send(store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=deliver_ms))
+    record = the_one_stored(store)
     assert record.topic == "rmq_sys_wheel_timer" and record.queue_id == 0 and record.allow_system_topic
     props = record.properties
     assert props["TIMER_DELIVER_MS"] == str(deliver_ms)
@@ -118,9 +140,9 @@ def test_delay_message_in_the_future_is_parked_in_the_timer_topic(fake_store):
     assert raw == f"v1 TopicTest broker-a {deliver_ms // 1000 * 1000 + 1} {MESSAGE_ID}"
 
 
-def test_delay_message_in_the_past_is_stored_normally(fake_store):
-    [receipt] = send(fake_store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS - 1))
-    [record] = fake_store.put_messages_sent
+def test_delay_message_in_the_past_is_stored_normally(store):
+    [receipt] = send(store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS - 1))
+    record = the_one_stored(store)
     assert record.topic == "TopicTest" and record.properties["TIMER_DELIVER_MS"] == str(NOW_MS - 1)
     assert "TIMER_OUT_MS" not in record.properties and receipt.recall_handle == ""
 
@@ -131,9 +153,9 @@ def test_timer_rounding_is_rocketmqs():
     assert timer_out_ms(5_999, 1000) == 5_000
 
 
-def test_transaction_half_message(fake_store):
-    [receipt] = send(fake_store, normal(message_type=MessageType.TRANSACTION, orphaned_transaction_recovery_s=30))
-    [record] = fake_store.put_messages_sent
+def test_transaction_half_message(store):
+    [receipt] = send(store, normal(message_type=MessageType.TRANSACTION, orphaned_transaction_recovery_s=30))
+    record = the_one_stored(store)
     assert receipt.code == Code.OK and receipt.transaction_id == MESSAGE_ID == receipt.message_id
     assert record.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and record.queue_id == 0 and record.allow_system_topic
     assert record.sys_flag == 0  # half messages are stored with transaction type NOT (RocketMQ 4.3+)
@@ -143,12 +165,15 @@ def test_transaction_half_message(fake_store):
     assert props["REAL_TOPIC"] == "TopicTest" and 0 <= int(props["REAL_QID"]) < 8
 
 
-def test_round_robin_over_write_queues(fake_store):
-    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 4, 6, "NORMAL")
-    producer = make_producer(fake_store)
+def test_round_robin_over_write_queues(store):
+    store.create_topic(TopicInfo("TopicTest", 8, 4, 6, "NORMAL"))
+    producer = make_producer(store)
     for _ in range(8):
         producer.send([normal()], PEER, 3.0)
-    assert [m.queue_id for m in fake_store.put_messages_sent] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [m.queue_id for m in store.sent] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [(m.queue_id, m.queue_offset) for m in store.messages("TopicTest")] == [
+        (q, offset) for q in range(4) for offset in range(2)
+    ]
 
 
 def test_fifo_hash_is_stable_spread_and_javas():
@@ -170,37 +195,40 @@ def test_round_robin_counts_per_topic():
     assert rr.next_queue_id("b", 3) == 0
 
 
-def test_store_outcomes_map_to_codes(fake_store):
+def test_store_outcomes_map_to_codes(store):
     statuses = iter([PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.UNKNOWN_ERROR])
-    fake_store.outcome = lambda message: next(statuses)
-    codes = [send(fake_store, normal())[0].code for _ in range(3)]
+    store.outcome = lambda message: next(statuses)
+    codes = [send(store, normal())[0].code for _ in range(3)]
     assert codes == [Code.MASTER_PERSISTENCE_TIMEOUT, Code.TOO_MANY_REQUESTS, Code.INTERNAL_SERVER_ERROR]
+    assert len(store.sent) == 3 and len(store.messages("TopicTest")) == 1  # a flush timeout is appended
 
 
-def test_a_stale_queue_count_invalidates_the_topic_cache(fake_store):
-    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 8, 6, "NORMAL")
-    fake_store.outcome = lambda message: PutStatus.QUEUE_ID_ILLEGAL
-    producer = make_producer(fake_store)
-    producer.send([normal()], PEER, 3.0)
-    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 2, 2, 6, "NORMAL")
-    fake_store.outcome = None
-    for _ in range(4):
-        producer.send([normal()], PEER, 3.0)
-    assert {m.queue_id for m in fake_store.put_messages_sent[1:]} == {0, 1}
+def test_a_stale_queue_count_invalidates_the_topic_cache(store):
+    store.create_topic(TopicInfo("TopicTest", 8, 8, 6, "NORMAL"))
+    producer = make_producer(store)
+    codes = [producer.send([normal()], PEER, 3.0)[0].code]  # queue 0; the producer caches 8 queues
+    store.create_topic(TopicInfo("TopicTest", 2, 2, 6, "NORMAL"))  # the topic shrinks under the cache
+    codes += [producer.send([normal()], PEER, 3.0)[0].code for _ in range(6)]
+    # queue 1, then queue 2: the store answers QUEUE_ID_ILLEGAL, the producer re-reads the topic
+    assert codes == [Code.OK, Code.OK, Code.INTERNAL_SERVER_ERROR] + [Code.OK] * 4
+    assert [m.queue_id for m in store.sent[:3]] == [0, 1, 2]
+    assert {m.queue_id for m in store.sent[3:]} == {0, 1}
+    assert sorted(m.queue_id for m in store.messages("TopicTest")) == [0, 0, 0, 1, 1, 1]
 
 
-def test_batch_request_goes_to_one_queue_and_reports_each_message(fake_store):
-    fake_store.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
-    receipts = send(fake_store, normal(), normal(body=b"bad"), normal())
+def test_batch_request_goes_to_one_queue_and_reports_each_message(store):
+    store.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
+    receipts = send(store, normal(), normal(body=b"bad"), normal())
     assert [r.code for r in receipts] == [Code.OK, Code.INTERNAL_SERVER_ERROR, Code.OK]
     assert response_code(receipts) == Code.MULTIPLE_RESULTS
-    assert len({m.queue_id for m in fake_store.put_messages_sent}) == 1
+    assert len(store.sent) == 3 and len({m.queue_id for m in store.sent}) == 1
+    assert [(m.queue_id, m.body) for m in store.messages("TopicTest")] == [(store.sent[0].queue_id, b"hello")] * 2
     assert response_code(receipts[:1]) == Code.OK
 
 
-def test_auto_created_topic_takes_the_configured_type(fake_store):
-    send(fake_store, normal(), auto_create_topic_message_type="NORMAL", auto_create_topic_queue_nums=4)
-    assert fake_store.topics["TopicTest"] == TopicInfo("TopicTest", 4, 4, 6, "NORMAL")
+def test_auto_created_topic_takes_the_configured_type(store):
+    send(store, normal(), auto_create_topic_message_type="NORMAL", auto_create_topic_queue_nums=4)
+    assert store.get_topic("TopicTest") == TopicInfo("TopicTest", 4, 4, 6, "NORMAL")
 
 
 def test_recall_handle_format():

@@ -1,4 +1,4 @@
-"""Settings decisions, client sessions and routes: the core, without gRPC."""
+"""Settings decisions, client sessions and routes: the core on the in-process store (no servers)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,23 @@ from services.broker.route import RouteService, queue_permission
 from services.broker.telemetry import ClientRegistry, ClientSettings, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
-from services.runtime.clock import ManualClock
-from services.store.client.model import GroupInfo, TopicInfo
+from services.store.client.model import TopicInfo
 
 
-def service(fake_store) -> TelemetryService:
-    return TelemetryService(BrokerConfig(), fake_store, ClientRegistry(), ManualClock())
+def service(store) -> TelemetryService:
+    return TelemetryService(BrokerConfig(), store, ClientRegistry(), store.clock)
 
 
-def test_producer_settings(fake_store):
-    server = service(fake_store).settings_for(ClientSettings(ClientType.PRODUCER, publishing_topics=("T",)))
+def test_producer_settings(store):
+    server = service(store).settings_for(ClientSettings(ClientType.PRODUCER, publishing_topics=("T",)))
     assert server.max_body_size == 4 * 1024 * 1024 and server.validate_message_type is True
     assert server.backoff.max_attempts == 3 and server.backoff.exponential == (10, 1000, 2.0)
     assert server.backoff.customized_ms is None and server.fifo is None
 
 
-def test_consumer_settings_follow_the_group(fake_store):
-    fake_store.groups["G"] = GroupInfo("G", consume_message_orderly=True, retry_max_times=5)
-    telemetry = service(fake_store)
+def test_consumer_settings_follow_the_group(store):
+    store.update_group("G", fifo=True, retry_max_times=5)
+    telemetry = service(store)
     server = telemetry.settings_for(ClientSettings(ClientType.PUSH_CONSUMER, subscription_group="G"))
     assert server.fifo is True and server.receive_batch_size == 32 and server.long_polling_timeout_ms == 20_000
     assert server.backoff.max_attempts == 6 and server.backoff.customized_ms[:3] == (1000, 5000, 10000)
@@ -36,14 +35,14 @@ def test_consumer_settings_follow_the_group(fake_store):
     assert unknown.fifo is False and unknown.backoff.max_attempts == 17 and len(unknown.backoff.customized_ms) == 18
 
 
-def test_settings_without_publishing_or_subscription_are_a_bad_request(fake_store):
+def test_settings_without_publishing_or_subscription_are_a_bad_request(store):
     with pytest.raises(BrokerError) as caught:
-        service(fake_store).settings_for(ClientSettings(ClientType.PRODUCER))
+        service(store).settings_for(ClientSettings(ClientType.PRODUCER))
     assert caught.value.code == Code.BAD_REQUEST
 
 
-def test_registry_tracks_producers_and_replaces_streams(fake_store):
-    telemetry = service(fake_store)
+def test_registry_tracks_producers_and_replaces_streams(store):
+    telemetry = service(store)
     pushed: list[object] = []
     first = telemetry.open_session("c1", lambda cmd: pushed.append(cmd) or True)
     telemetry.apply_settings(first, ClientSettings(ClientType.PRODUCER, publishing_topics=("A", "B")))
@@ -62,24 +61,24 @@ def test_registry_tracks_producers_and_replaces_streams(fake_store):
     assert telemetry.registry.get("c1") is None
 
 
-def test_heartbeat_refreshes_liveness(fake_store):
-    clock = ManualClock(1000)
-    telemetry = TelemetryService(BrokerConfig(), fake_store, ClientRegistry(), clock)
+def test_heartbeat_refreshes_liveness(store, clock):
+    telemetry = service(store)
     session = telemetry.open_session("c1", lambda cmd: True)
+    opened_ms = clock.now_ms()
     telemetry.apply_settings(session, ClientSettings(ClientType.PRODUCER, publishing_topics=()))
     clock.advance_ms(5000)
     telemetry.heartbeat("c1")
     telemetry.heartbeat("unknown")  # no session: nothing to do, no error
-    assert session.last_seen_ms == 6000
+    assert session.last_seen_ms == opened_ms + 5000
 
 
-def routes(fake_store, **config) -> RouteService:
+def routes(store, **config) -> RouteService:
     cfg = BrokerConfig(**config)
-    return RouteService(TopicRegistry(cfg, fake_store, ManualClock()), "broker-a", ("127.0.0.1", 8081))
+    return RouteService(TopicRegistry(cfg, store, store.clock), "broker-a", ("127.0.0.1", 8081))
 
 
-def test_route_of_an_auto_created_topic(fake_store):
-    route = routes(fake_store).query_route("TopicTest")
+def test_route_of_an_auto_created_topic(store):
+    route = routes(store).query_route("TopicTest")
     assert (route.broker_name, route.broker_id) == ("broker-a", 0)
     assert (route.endpoint_scheme, route.endpoint_host, route.endpoint_port) == ("IPv4", "127.0.0.1", 8081)
     assert [q.queue_id for q in route.queues] == list(range(8))
@@ -101,9 +100,9 @@ def test_route_of_an_auto_created_topic(fake_store):
         ("TRANSACTION", (MessageType.TRANSACTION,)),
     ],
 )
-def test_route_accept_types_follow_the_topic(fake_store, topic_type, accepted):
-    fake_store.topics["T"] = TopicInfo("T", 4, 4, 6, topic_type)
-    assert routes(fake_store).query_route("T").accept_message_types == accepted
+def test_route_accept_types_follow_the_topic(store, topic_type, accepted):
+    store.create_topic(TopicInfo("T", 4, 4, 6, topic_type))
+    assert routes(store).query_route("T").accept_message_types == accepted
 
 
 def test_queue_permissions():
@@ -115,27 +114,26 @@ def test_queue_permissions():
     assert queue_permission(0, closed) == "NONE"
 
 
-def test_route_errors(fake_store):
+def test_route_errors(store):
     with pytest.raises(BrokerError) as caught:
-        routes(fake_store).query_route("SCHEDULE_TOPIC_XXXX")
+        routes(store).query_route("SCHEDULE_TOPIC_XXXX")
     assert caught.value.code == Code.ILLEGAL_TOPIC
     with pytest.raises(BrokerError) as caught:
-        routes(fake_store, auto_create_topic_enable=False).query_route("Missing")
+        routes(store, auto_create_topic_enable=False).query_route("Missing")
     assert caught.value.code == Code.TOPIC_NOT_FOUND
-    assert "Missing" not in fake_store.topics
+    assert store.get_topic("Missing") is None
 
 
-def test_topic_cache_expires(fake_store):
-    clock = ManualClock(0)
-    registry = TopicRegistry(BrokerConfig(auto_create_topic_enable=False), fake_store, clock)
+def test_topic_cache_expires(store, clock):
+    registry = TopicRegistry(BrokerConfig(auto_create_topic_enable=False), store, clock)
     with pytest.raises(BrokerError):
         registry.get("T")
-    fake_store.topics["T"] = TopicInfo("T", 8, 8, 6, "FIFO")
+    store.create_topic(TopicInfo("T", 8, 8, 6, "FIFO"))
     with pytest.raises(BrokerError):
         registry.get("T")  # "absent" is remembered for topic_cache_miss_ttl_ms
     clock.advance_ms(1000)
     assert registry.get("T").message_type == "FIFO"
-    fake_store.topics["T"] = TopicInfo("T", 8, 8, 6, "NORMAL")
+    store.create_topic(TopicInfo("T", 8, 8, 6, "NORMAL"))
     assert registry.get("T").message_type == "FIFO"
     clock.advance_ms(3000)
     assert registry.get("T").message_type == "NORMAL"

@@ -1,4 +1,5 @@
-"""EndTransaction: commit / rollback of half messages, idempotency (core on FakeStore; raw v2 on real servers)."""
+"""EndTransaction: commit / rollback of half messages, idempotency (the core on the in-process store;
+raw v2 on real servers)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from services.broker.put_coalescer import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.delivery import MessageType
-from services.runtime.clock import ManualClock
 from services.store.client.model import StoreMessage
 from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import end, message, send
@@ -23,17 +23,17 @@ from tests.support.v2_requests import end, message, send
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
 
-def services(fake_store, remember=True):
-    config, clock = BrokerConfig(), ManualClock()
-    sink = DirectPutSink(fake_store.put_messages)
+def services(store, remember=True):
+    config, clock = BrokerConfig(), store.clock
+    sink = DirectPutSink(store.put_messages)
     halves = HalfMessageTable()
 
     def on_half(tid, topic, outcome):
         if remember:
             halves.remember(tid, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
-    producer = Producer(config, TopicRegistry(config, fake_store, clock), sink, clock, on_half)
-    return producer, TransactionService(fake_store, sink, halves, clock)
+    producer = Producer(config, TopicRegistry(config, store, clock), sink, clock, on_half)
+    return producer, TransactionService(store, sink, halves, clock)
 
 
 def send_half(producer, message_id="TX1", topic="TxTopic"):
@@ -50,62 +50,58 @@ def send_half(producer, message_id="TX1", topic="TxTopic"):
     return receipt
 
 
-def in_topic(fake_store, topic):
-    return [r for r in fake_store.records.values() if r.topic == topic]
-
-
 @pytest.mark.parametrize("remember", [True, False], ids=["from the half table", "from the index"])
-def test_commit_appends_to_the_real_queue_and_writes_an_op_record(fake_store, remember):
-    producer, transactions = services(fake_store, remember)
+def test_commit_appends_to_the_real_queue_and_writes_an_op_record(store, remember):
+    producer, transactions = services(store, remember)
     send_half(producer)
-    [half] = in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+    [half] = store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    [committed] = in_topic(fake_store, "TxTopic")
+    [committed] = store.messages("TxTopic")
     assert committed.queue_id == int(half.properties["REAL_QID"]) and committed.body == b"money"
     assert committed.sys_flag & 0xC == 0x8 and committed.prepared_transaction_offset == half.phy_offset
     assert committed.properties == half.properties  # RocketMQ keeps the half's properties on disk
-    [op] = in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    [op] = store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
     assert op.queue_id == 0 and op.body == f"{half.queue_offset},".encode() and op.properties["TAGS"] == "d"
 
 
-def test_rollback_writes_only_the_op_record(fake_store):
-    producer, transactions = services(fake_store)
+def test_rollback_writes_only_the_op_record(store):
+    producer, transactions = services(store)
     send_half(producer)
     transactions.end_transaction("TxTopic", "TX1", ROLLBACK, 3.0)
-    assert in_topic(fake_store, "TxTopic") == []
-    assert len(in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+    assert store.messages("TxTopic") == []
+    assert len(store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
 
 
-def test_duplicate_and_conflicting_resolutions_are_idempotent(fake_store):
-    producer, transactions = services(fake_store)
+def test_duplicate_and_conflicting_resolutions_are_idempotent(store):
+    producer, transactions = services(store)
     send_half(producer)
     for resolution in (COMMIT, COMMIT, ROLLBACK):  # client commit, then a check answer, then nonsense
         transactions.end_transaction("TxTopic", "TX1", resolution, 3.0)
-    assert len(in_topic(fake_store, "TxTopic")) == 1
-    assert len(in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+    assert len(store.messages("TxTopic")) == 1
+    assert len(store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
 
 
-def test_a_commit_found_in_the_index_after_a_restart_is_not_repeated(fake_store):
-    producer, transactions = services(fake_store)
+def test_a_commit_found_in_the_index_after_a_restart_is_not_repeated(store):
+    producer, transactions = services(store)
     send_half(producer)
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    _, restarted = services(fake_store)  # empty half table and resolved set
+    _, restarted = services(store)  # empty half table and resolved set
     restarted.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    assert len(in_topic(fake_store, "TxTopic")) == 1
+    assert len(store.messages("TxTopic")) == 1
 
 
-def test_every_half_copy_is_listed_in_the_op_record(fake_store):
-    producer, transactions = services(fake_store)
+def test_every_half_copy_is_listed_in_the_op_record(store):
+    producer, transactions = services(store)
     send_half(producer)
-    [half] = in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+    [half] = store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     # The transaction checker re-appends an unresolved half (same properties, new offsets).
-    fake_store.put_messages([producer_copy(half)], True)
+    store.append(producer_copy(half))
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    [op] = in_topic(fake_store, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    [op] = store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
     assert op.body == b"0,1,"
-    [committed] = in_topic(fake_store, "TxTopic")
+    [committed] = store.messages("TxTopic")
     assert committed.prepared_transaction_offset == max(
-        r.phy_offset for r in in_topic(fake_store, "RMQ_SYS_TRANS_HALF_TOPIC")
+        r.phy_offset for r in store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     )
 
 
@@ -124,20 +120,21 @@ def producer_copy(half):
         ("RMQ_SYS_TRANS_HALF_TOPIC", "TX1", Code.ILLEGAL_TOPIC),
     ],
 )
-def test_end_transaction_errors(fake_store, topic, tid, code):
-    producer, transactions = services(fake_store)
+def test_end_transaction_errors(store, topic, tid, code):
+    producer, transactions = services(store)
     send_half(producer)
     with pytest.raises(BrokerError) as caught:
         transactions.end_transaction(topic, tid, COMMIT, 3.0)
     assert caught.value.code == code
 
 
-def test_unspecified_resolution_does_nothing(fake_store):
-    producer, transactions = services(fake_store)
+def test_unspecified_resolution_does_nothing(store):
+    producer, transactions = services(store)
     send_half(producer)
-    calls = len(fake_store.calls)
+    calls = len(store.puts)
     transactions.end_transaction("TxTopic", "TX1", Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED, 3.0)
-    assert len(fake_store.calls) == calls
+    assert len(store.puts) == calls
+    assert store.messages("TxTopic") == store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC") == []
 
 
 def test_end_transaction_over_grpc(v2, store_stub):

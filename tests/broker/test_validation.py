@@ -1,4 +1,4 @@
-"""Every send-side rule -> its exact v2 code, through the producer core (FakeStore, no gRPC)."""
+"""Every send-side rule -> its exact v2 code, through the producer core on the in-process store (no servers)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,14 @@ from services.store.client.model import TopicInfo
 from tests.support.send_rules import CASES, NOW_MS
 
 
-def producer(fake_store, **config) -> Producer:
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW_MS)
+
+
+def producer(store, **config) -> Producer:
     cfg = BrokerConfig(**config)
-    clock = ManualClock(NOW_MS)
-    return Producer(cfg, TopicRegistry(cfg, fake_store, clock), DirectPutSink(fake_store.put_messages), clock)
+    return Producer(cfg, TopicRegistry(cfg, store, store.clock), DirectPutSink(store.put_messages), store.clock)
 
 
 def message(**fields) -> IncomingMessage:
@@ -37,26 +41,30 @@ def message(**fields) -> IncomingMessage:
     return IncomingMessage(**values)
 
 
-def code_of(fake_store, messages, **config) -> int:
+def code_of(store, messages, **config) -> int:
     try:
-        [receipt] = producer(fake_store, **config).send(messages, "127.0.0.1:50000", 3.0)
+        [receipt] = producer(store, **config).send(messages, "127.0.0.1:50000", 3.0)
     except BrokerError as exc:
         return exc.code
     return receipt.code
 
 
 @pytest.mark.parametrize("fields,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_send_rule_gives_exact_code(fake_store, fields, expected):
-    assert code_of(fake_store, [message(**fields)]) == expected
-    assert len(fake_store.put_messages_sent) == (1 if expected == Code.OK else 0)  # refused: nothing written
+def test_send_rule_gives_exact_code(store, fields, expected):
+    assert code_of(store, [message(**fields)]) == expected
+    if expected != Code.OK:
+        assert store.puts == []  # refused before the store: nothing sent, nothing written
+        return
+    [sent] = store.sent
+    assert [m.body for m in store.messages(sent.topic)] == [sent.body]
 
 
-def test_empty_message_list_is_message_corrupted(fake_store):
-    assert code_of(fake_store, []) == Code.MESSAGE_CORRUPTED
+def test_empty_message_list_is_message_corrupted(store):
+    assert code_of(store, []) == Code.MESSAGE_CORRUPTED
 
 
-def test_messages_of_different_topics_are_message_corrupted(fake_store):
-    p = producer(fake_store)
+def test_messages_of_different_topics_are_message_corrupted(store):
+    p = producer(store)
     with pytest.raises(BrokerError) as caught:
         p.send([message(), message(topic="Other")], "", 3.0)
     assert caught.value.code == Code.MESSAGE_CORRUPTED
@@ -65,10 +73,10 @@ def test_messages_of_different_topics_are_message_corrupted(fake_store):
     assert caught.value.code == Code.MESSAGE_CORRUPTED
 
 
-def test_rules_run_before_the_topic_lookup(fake_store):
+def test_rules_run_before_the_topic_lookup(store):
     # A bad tag on an unknown topic with auto-create off reports the tag, as the proxy does.
-    assert code_of(fake_store, [message(tag="a|b")], auto_create_topic_enable=False) == Code.ILLEGAL_MESSAGE_TAG
-    assert code_of(fake_store, [message()], auto_create_topic_enable=False) == Code.TOPIC_NOT_FOUND
+    assert code_of(store, [message(tag="a|b")], auto_create_topic_enable=False) == Code.ILLEGAL_MESSAGE_TAG
+    assert code_of(store, [message()], auto_create_topic_enable=False) == Code.TOPIC_NOT_FOUND
 
 
 @pytest.mark.parametrize(
@@ -86,20 +94,20 @@ def test_rules_run_before_the_topic_lookup(fake_store):
         ("MIXED", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
     ],
 )
-def test_topic_message_type_check(fake_store, topic_type, sent, expected):
-    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 8, 6, topic_type)
-    assert code_of(fake_store, [message(**sent)]) == expected
+def test_topic_message_type_check(store, topic_type, sent, expected):
+    store.create_topic(TopicInfo("TopicTest", 8, 8, 6, topic_type))
+    assert code_of(store, [message(**sent)]) == expected
 
 
-def test_unwritable_topic_is_forbidden(fake_store):
-    fake_store.topics["TopicTest"] = TopicInfo("TopicTest", 8, 8, 4, "NORMAL")
-    assert code_of(fake_store, [message()]) == Code.FORBIDDEN
+def test_unwritable_topic_is_forbidden(store):
+    store.create_topic(TopicInfo("TopicTest", 8, 8, 4, "NORMAL"))
+    assert code_of(store, [message()]) == Code.FORBIDDEN
 
 
-def test_limits_follow_the_config(fake_store):
+def test_limits_follow_the_config(store):
     assert (
         code_of(
-            fake_store,
+            store,
             [message(body=b"x" * 11)],
             body_size_max_bytes=10,
             put_batch_bytes_max=1 << 20,
@@ -108,17 +116,15 @@ def test_limits_follow_the_config(fake_store):
         == Code.MESSAGE_BODY_TOO_LARGE
     )
     assert (
-        code_of(
-            fake_store, [message(message_group="abcd", message_type=MessageType.FIFO)], message_group_size_max_bytes=4
-        )
+        code_of(store, [message(message_group="abcd", message_type=MessageType.FIFO)], message_group_size_max_bytes=4)
         == Code.ILLEGAL_MESSAGE_GROUP
     )
 
 
-def test_properties_string_beyond_the_store_limit_is_refused_before_the_store(fake_store):
+def test_properties_string_beyond_the_store_limit_is_refused_before_the_store(store):
     # 16 KiB of user properties is fine, but a huge trace context must not sink a store batch.
-    assert code_of(fake_store, [message(trace_context="t" * 40_000)]) == Code.MESSAGE_PROPERTIES_TOO_LARGE
-    assert fake_store.calls == []
+    assert code_of(store, [message(trace_context="t" * 40_000)]) == Code.MESSAGE_PROPERTIES_TOO_LARGE
+    assert store.puts == []
 
 
 def test_java_blank_and_control_definitions():

@@ -16,7 +16,7 @@ from services.broker.topics import TopicRegistry
 from services.domain.contracts.delay import timer_out_ms
 from services.runtime.clock import ManualClock
 from services.store.client.model import PutStatus, TopicInfo
-from tests.support.broker_fakes import FakeStore
+from tests.support.store_double import StoreDouble
 
 NOW_MS = 1_700_000_000_123
 DELIVER_MS = NOW_MS + 60_000
@@ -24,17 +24,23 @@ MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
 
 
 @pytest.fixture
-def fake_store() -> FakeStore:
-    store = FakeStore()
-    store.topics["Delayed"] = TopicInfo("Delayed", 8, 8, 6, "DELAY")
-    store.topics["Plain"] = TopicInfo("Plain", 8, 8, 6, "NORMAL")
+def clock() -> ManualClock:
+    return ManualClock(NOW_MS)
+
+
+@pytest.fixture
+def store(store: StoreDouble) -> StoreDouble:
+    """The scheduler tests' store, with a DELAY topic and a NORMAL one."""
+    store.create_topic(TopicInfo("Delayed", 8, 8, 6, "DELAY"))
+    store.create_topic(TopicInfo("Plain", 8, 8, 6, "NORMAL"))
     return store
 
 
-def producer(fake_store: FakeStore, now_ms: int = NOW_MS) -> Producer:
+def producer(store: StoreDouble, clock: ManualClock, now_ms: int = NOW_MS) -> Producer:
+    """A producer on the store at ``now_ms`` (the test's clock, which the store shares, is set to it)."""
+    clock.set_ms(now_ms)
     config = BrokerConfig()
-    clock = ManualClock(now_ms)
-    return Producer(config, TopicRegistry(config, fake_store, clock), DirectPutSink(fake_store.put_messages), clock)
+    return Producer(config, TopicRegistry(config, store, clock), DirectPutSink(store.put_messages), clock)
 
 
 def handle_for(topic: str = "Delayed", broker: str = "broker-a", deliver_ms: int = DELIVER_MS) -> str:
@@ -66,11 +72,19 @@ def test_malformed_handles_are_bad_requests(bad):
     assert raised.value.code == Code.BAD_REQUEST and raised.value.message == "recall handle is invalid"
 
 
-def test_recall_parks_a_delete_marker_in_the_same_slot(fake_store):
-    message_id = producer(fake_store).recall("Delayed", handle_for(), "10.9.8.7:6", 3.0)
+def test_recall_parks_a_delete_marker_in_the_same_slot(store, clock):
+    message_id = producer(store, clock).recall("Delayed", handle_for(), "10.9.8.7:6", 3.0)
     assert message_id == MESSAGE_ID
-    [(batch, allow_system)] = fake_store.calls
+    [(batch, allow_system)] = store.puts
     [marker] = batch
+    [parked] = store.messages("rmq_sys_wheel_timer")
+    assert (parked.queue_id, parked.body, parked.properties, parked.born_host, parked.born_timestamp_ms) == (
+        marker.queue_id,
+        marker.body,
+        marker.properties,
+        marker.born_host,
+        marker.born_timestamp_ms,
+    )
     out_ms = timer_out_ms(DELIVER_MS, 1000)
     assert allow_system and (marker.topic, marker.queue_id, marker.body) == ("rmq_sys_wheel_timer", 0, b"0")
     assert marker.properties == {
@@ -101,17 +115,18 @@ def test_recall_parks_a_delete_marker_in_the_same_slot(fake_store):
         ("Delayed", handle_for(deliver_ms=NOW_MS + 31 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
     ],
 )
-def test_recall_refusals(fake_store, topic, handle, now_ms, code):
+def test_recall_refusals(store, clock, topic, handle, now_ms, code):
     with pytest.raises(BrokerError) as raised:
-        producer(fake_store, now_ms).recall(topic, handle, "", 3.0)
+        producer(store, clock, now_ms).recall(topic, handle, "", 3.0)
     assert raised.value.code == code
-    assert fake_store.calls == []
+    assert store.puts == []
 
 
-def test_recall_at_the_last_allowed_millisecond_and_store_refusal(fake_store):
+def test_recall_at_the_last_allowed_millisecond_and_store_refusal(store, clock):
     last_ms = timer_out_ms(DELIVER_MS, 1000)
-    assert producer(fake_store, last_ms).recall("Delayed", handle_for(), "", 3.0) == MESSAGE_ID
-    fake_store.outcome = lambda message: PutStatus.SERVICE_NOT_AVAILABLE
+    assert producer(store, clock, last_ms).recall("Delayed", handle_for(), "", 3.0) == MESSAGE_ID
+    store.outcome = lambda message: PutStatus.SERVICE_NOT_AVAILABLE
     with pytest.raises(BrokerError) as raised:
-        producer(fake_store).recall("Delayed", handle_for(), "", 3.0)
+        producer(store, clock).recall("Delayed", handle_for(), "", 3.0)
     assert raised.value.code == Code.INTERNAL_SERVER_ERROR
+    assert len(store.puts) == 2 and len(store.messages("rmq_sys_wheel_timer")) == 1  # the refused one: not written
