@@ -11,7 +11,10 @@ clock, so store timestamps follow manual time) through the store's own servicer,
   servicer does; FLUSH_DISK_TIMEOUT is appended, then reported);
 * ``after_put``: called with the request's messages after a put was appended; it may raise
   (a reply lost after the store appended);
-* ``put_calls``: PutMessages calls that reached the store.
+* ``put_calls``: PutMessages calls that reached the store;
+* ``fail_after``: n lets the next n calls through (every unary call, stream and put counts) and
+  fails every later one with ``StoreUnavailableError``, before it reaches the store, until set
+  back to None (the client's process crashing at that call); None: no limit.
 
 After every appended put the store's reput runs at once, so reads see the messages (no waiting
 for the dispatch thread). The pop revive loop is halted (nothing pops here).
@@ -65,7 +68,8 @@ def double_config(root: Path, **overrides: Any) -> StoreConfig:
 
 
 class ControlledTransport(LocalTransport):
-    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``."""
+    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``,
+    ``fail_after``."""
 
     def __init__(self, servicer: StoreServicer, file_store: FileStore) -> None:
         super().__init__(servicer)
@@ -74,6 +78,7 @@ class ControlledTransport(LocalTransport):
         self.outcome: Outcome | None = None
         self.after_put: AfterPut | None = None
         self.put_calls = 0
+        self.fail_after: int | None = None  # calls still let through; None: no limit
 
     def _check_up(self, method: str) -> None:
         if self.down:
@@ -81,12 +86,22 @@ class ControlledTransport(LocalTransport):
                 f"store failed {method}: UNAVAILABLE the test took the store down", "UNAVAILABLE"
             )
 
-    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+    def _reach(self, method: str) -> None:
+        """A call, stream or put on its way to the store: ``down`` and ``fail_after`` apply."""
         self._check_up(method)
+        if self.fail_after is not None:
+            if self.fail_after <= 0:
+                raise StoreUnavailableError(
+                    f"store failed {method}: UNAVAILABLE the test cut the client off", "UNAVAILABLE"
+                )
+            self.fail_after -= 1
+
+    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        self._reach(method)
         return super().call(method, request, timeout_s)
 
     def stream(self, method: str, request: Any) -> Stream:
-        self._check_up(method)
+        self._reach(method)
         return super().stream(method, request)
 
     def wait_ready(self, timeout_s: float, give_up: Callable[[], bool], clock: Clock) -> bool:
@@ -94,7 +109,7 @@ class ControlledTransport(LocalTransport):
         return super().wait_ready(timeout_s, give_up, clock)
 
     def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
-        self._check_up("PutMessages")
+        self._reach("PutMessages")
         self.put_calls += 1
         status, error = self._chosen_outcome(request.messages)
         if status is not PutStatus.PUT_OK and status is not PutStatus.FLUSH_DISK_TIMEOUT:
@@ -185,6 +200,14 @@ class StoreDouble(StoreClient):
     @property
     def put_calls(self) -> int:
         return self.transport.put_calls
+
+    @property
+    def fail_after(self) -> int | None:
+        return self.transport.fail_after
+
+    @fail_after.setter
+    def fail_after(self, value: int | None) -> None:
+        self.transport.fail_after = value
 
     # -- helpers (no controls) --------------------------------------------------------------
     def append(self, message: StoreMessage) -> StoredMessage:
