@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.statuses import PutStatus
 from services.store.client.errors import StoreUnavailableError
@@ -67,6 +68,24 @@ def test_down_fails_every_call_but_producers_still_reach_the_store(store, clock)
     assert store.messages("Out") == [parked] and store.put_calls == 0
     store.down = False
     assert store.queue_offsets("Out", 1) == (0, 1)
+
+
+def test_fail_after_lets_n_calls_through_then_fails_every_call_until_reset(store):
+    store.fail_after = 3
+    store.put_messages([message("Out", 0, b"a")], allow_system_topics=True)  # 1: a put
+    assert [r.body for r in store.get_messages("Out", 0, 0, 8).messages] == [b"a"]  # 2: a unary call
+    store.commit_consumer_offset("G", "Out", 0, 1)  # 3
+    for call in (
+        lambda: store.put_messages([message("Out", 0, b"b")], allow_system_topics=True),
+        lambda: store.query_consumer_offset("G", "Out", 0),
+        lambda: store.transport.stream("WatchArrivals", pb.WatchArrivalsRequest(topics=["Out"])),
+    ):
+        with pytest.raises(StoreUnavailableError):
+            call()
+    assert store.fail_after == 0 and store.put_calls == 1  # the refused put never reached the store
+    assert [r.body for r in store.messages("Out")] == [b"a"]  # the helpers bypass it
+    store.fail_after = None
+    assert store.query_consumer_offset("G", "Out", 0) == 1
 
 
 def test_after_put_runs_once_the_put_was_appended(store):

@@ -11,11 +11,14 @@ clock, so store timestamps follow manual time) through the store's own servicer,
   servicer does; FLUSH_DISK_TIMEOUT is appended, then reported);
 * ``after_put``: called with the request's messages after a put was appended; it may raise
   (a reply lost after the store appended);
-* ``puts``: what every PutMessages call that reached the store carried (``down`` stops a call
-  before; ``outcome`` refuses it after), in order: ``(messages, allow_system_topics)``, the
-  messages as ``StoreMessage``s read back from the request (each ``allow_system_topic`` is the
-  call's flag, the only one the store gets); ``sent`` is every message of them in order and
-  ``put_calls`` their count.
+* ``puts``: what every PutMessages call that reached the store carried (``down`` and
+  ``fail_after`` stop a call before; ``outcome`` refuses it after), in order:
+  ``(messages, allow_system_topics)``, the messages as ``StoreMessage``s read back from the
+  request (each ``allow_system_topic`` is the call's flag, the only one the store gets);
+  ``sent`` is every message of them in order and ``put_calls`` their count.
+* ``fail_after``: n lets the next n calls through (every unary call, stream and put counts) and
+  fails every later one with ``StoreUnavailableError``, before it reaches the store, until set
+  back to None (the client's process crashing at that call); None: no limit.
 
 After every appended put the store's reput runs at once, so reads see the messages (no waiting
 for the dispatch thread). The pop revive loop is halted (nothing pops here).
@@ -93,8 +96,8 @@ def sent_message(message: Any, allow_system_topics: bool) -> StoreMessage:
 
 
 class ControlledTransport(LocalTransport):
-    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``
-    and the record of ``puts``."""
+    """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``,
+    ``fail_after`` and the record of ``puts``."""
 
     def __init__(self, servicer: StoreServicer, file_store: FileStore) -> None:
         super().__init__(servicer)
@@ -103,6 +106,7 @@ class ControlledTransport(LocalTransport):
         self.outcome: Outcome | None = None
         self.after_put: AfterPut | None = None
         self.puts: list[SentPut] = []
+        self.fail_after: int | None = None  # calls still let through; None: no limit
 
     @property
     def put_calls(self) -> int:
@@ -114,12 +118,22 @@ class ControlledTransport(LocalTransport):
                 f"store failed {method}: UNAVAILABLE the test took the store down", "UNAVAILABLE"
             )
 
-    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+    def _reach(self, method: str) -> None:
+        """A call, stream or put on its way to the store: ``down`` and ``fail_after`` apply."""
         self._check_up(method)
+        if self.fail_after is not None:
+            if self.fail_after <= 0:
+                raise StoreUnavailableError(
+                    f"store failed {method}: UNAVAILABLE the test cut the client off", "UNAVAILABLE"
+                )
+            self.fail_after -= 1
+
+    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        self._reach(method)
         return super().call(method, request, timeout_s)
 
     def stream(self, method: str, request: Any) -> Stream:
-        self._check_up(method)
+        self._reach(method)
         return super().stream(method, request)
 
     def wait_ready(self, timeout_s: float, give_up: Callable[[], bool], clock: Clock) -> bool:
@@ -127,7 +141,7 @@ class ControlledTransport(LocalTransport):
         return super().wait_ready(timeout_s, give_up, clock)
 
     def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
-        self._check_up("PutMessages")
+        self._reach("PutMessages")
         flag = request.allow_system_topics
         self.puts.append(([sent_message(m, flag) for m in request.messages], flag))
         status, error = self._chosen_outcome(request.messages)
@@ -229,6 +243,14 @@ class StoreDouble(StoreClient):
     def sent(self) -> list[StoreMessage]:
         """Every message of ``puts``, in the order sent (refused ones too)."""
         return [message for messages, _ in self.transport.puts for message in messages]
+
+    @property
+    def fail_after(self) -> int | None:
+        return self.transport.fail_after
+
+    @fail_after.setter
+    def fail_after(self, value: int | None) -> None:
+        self.transport.fail_after = value
 
     # -- helpers (no controls) --------------------------------------------------------------
     def append(self, message: StoreMessage) -> StoredMessage:

@@ -1,7 +1,7 @@
 """Transaction-checker fixtures, defined in tests/support/:
 
-* ``world``: the store's reference model on a manual clock and the broker's own EndTransaction
-  core on top of it, with a fake producer relay (tests/support/txcheck_world.py);
+* ``world``: a real store (behind the store client) on a manual clock and the broker's own
+  EndTransaction core on top of it, with a fake producer relay (tests/support/txcheck_world.py);
 * ``store_address``, ``store_stub``, ``make_broker``, ``broker``, ``v2``: real store and broker
   servers in this process (tests/support/broker_servers.py).
 """

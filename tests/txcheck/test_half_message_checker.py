@@ -1,5 +1,5 @@
-"""The check algorithm on a manual clock: the store's reference model underneath, the broker's
-own EndTransaction core writing commits and op records (tests/support/txcheck_world.py)."""
+"""The check algorithm on a manual clock: a real store underneath (behind the store client), the
+broker's own EndTransaction core writing commits and op records (tests/support/txcheck_world.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from services.broker.transaction import Resolution
 from services.domain.contracts.transaction import parse_op_body
-from services.domain.format.commitlog_format import MessageRecord
 from services.domain.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.store.client.errors import StoreUnavailableError
+from services.store.client.model import StoredMessage, StoreMessage
 from services.txcheck.model import CheckOutcome
 from services.txcheck.op_records import OpTracker
 from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
@@ -21,9 +21,14 @@ def results(checker) -> dict[str, int]:
     return dict(checker.stats().results)
 
 
-def op(queue_offset: int, body: bytes, tag: str = "d") -> MessageRecord:
-    return MessageRecord(
-        topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=body, properties={"TAGS": tag}, queue_offset=queue_offset
+def op(queue_offset: int, body: bytes, tag: str = "d") -> StoredMessage:
+    return StoredMessage(
+        topic=TRANS_OP_HALF_TOPIC,
+        queue_id=0,
+        body=body,
+        properties={"TAGS": tag},
+        queue_offset=queue_offset,
+        phy_offset=0,
     )
 
 
@@ -132,17 +137,14 @@ def test_a_producer_clock_running_ahead_does_not_hide_a_half(world):
     world.broker.send_half("TX")
     record = world.halves()[0]
     assert record.born_timestamp_ms == record.store_timestamp_ms
-    world.memory.put_messages(
-        [
-            MessageRecord(
-                topic=TRANS_HALF_TOPIC,
-                queue_id=0,
-                body=b"b",
-                properties={**record.properties, "UNIQ_KEY": "AHEAD", "__transactionId__": "AHEAD"},
-                born_timestamp_ms=record.born_timestamp_ms + 3_600_000,
-            )
-        ],
-        allow_system_topics=True,
+    world.store.append(
+        StoreMessage(
+            topic=TRANS_HALF_TOPIC,
+            queue_id=0,
+            body=b"b",
+            properties={**record.properties, "UNIQ_KEY": "AHEAD", "__transactionId__": "AHEAD"},
+            born_timestamp_ms=record.born_timestamp_ms + 3_600_000,
+        )
     )
     world.advance(TIMEOUT_MS + 1)
     world.checker().run_once()
@@ -166,18 +168,10 @@ def test_halves_resolved_by_the_client_are_never_checked(world):
 def test_a_batched_op_body_resolves_every_offset_it_lists(world):
     for tid in ("A", "B", "C", "D"):
         world.broker.send_half(tid)
-    world.memory.put_messages(
-        [
-            MessageRecord(
-                topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"0,1,3,", properties={"WAIT": "true", "TAGS": "d"}
-            )
-        ],
-        allow_system_topics=True,
+    world.store.append(
+        StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"0,1,3,", properties={"WAIT": "true", "TAGS": "d"})
     )
-    world.memory.put_messages(
-        [MessageRecord(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"2,", properties={"TAGS": "other"})],
-        allow_system_topics=True,
-    )
+    world.store.append(StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"2,", properties={"TAGS": "other"}))
     world.advance(TIMEOUT_MS + 1)
     checker = world.checker()
     checker.run_once()
@@ -324,9 +318,9 @@ def test_a_restart_asks_nothing_settled_and_forgets_nothing_open(world):
     world.advance(TIMEOUT_MS + 1)
     world.checker().run_once()
     assert world.producers.asked == ["C1", "R1", "OPEN", "C2"]
-    world.memory.consumer_offsets.persist()
-    world.memory.halt()  # the store crashes too: offsets as last persisted
-    world.memory.start()
+    world.persist_offsets()
+    world.crash_store()  # the store crashes too: offsets as last persisted
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 4
     world.advance(INTERVAL_MS)
     restarted = world.checker()
     restarted.run_once()
@@ -340,8 +334,9 @@ def test_a_store_crash_losing_the_offsets_only_repeats_work(world):
     world.producers.answer = lambda request: COMMIT
     world.advance(TIMEOUT_MS + 1)
     world.checker().run_once()
-    world.memory.halt()  # nothing was persisted: offsets back to none
-    world.memory.start()
+    world.crash_store()  # nothing was persisted: offsets back to none
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == -1
+    assert world.store.query_consumer_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) == -1
     world.advance(INTERVAL_MS)
     world.checker().run_once()
     assert world.producers.asked == ["A", "B"]  # the op records still settle both
