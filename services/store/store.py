@@ -58,8 +58,6 @@ from services.store.topic_config import SubscriptionGroupManager, TopicConfigMan
 
 log = logging.getLogger(__name__)
 
-CONSUMER_OFFSET_PERSIST_INTERVAL_MS = 5_000
-
 
 class _IndexDispatcher:
     def __init__(self, index_service: IndexService) -> None:
@@ -287,7 +285,7 @@ class FileStore(StoreReader):
             self._reput.dispatch_lock,
             disk_usage=self._disk_usage_ratio,
         )
-        offsets = PeriodicTask("persist-offsets", CONSUMER_OFFSET_PERSIST_INTERVAL_MS, self._persist_offsets)
+        offsets = PeriodicTask("persist-offsets", self._config.flush_consumer_offset_interval_ms, self._persist_offsets)
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
         self._services = [self._reput, flusher, cq_flush, self._clean, offsets, self._pop.revive]
         if config.warm_ahead_bytes > 0:

@@ -31,7 +31,6 @@ from services.broker.put_coalescer import DirectPutSink
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import ManualClock
-from services.store import store as file_store_module
 from services.store.client.client import StoreClient
 from services.store.client.model import StoredMessage, StoreMessage
 from services.store.rpc.servicer import StoreServicer
@@ -152,7 +151,7 @@ class World:
         self.store.file_store.halt()
         self.store.close()
         self.broker.close()
-        self.store = StoreDouble(self.root, self.clock)
+        self.store = StoreDouble(self.root, self.clock, flush_consumer_offset_interval_ms=NO_TIMED_PERSIST_MS)
         self.broker.connect(self.store)
 
     def close(self) -> None:
@@ -174,11 +173,10 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    monkeypatch.setattr(file_store_module, "CONSUMER_OFFSET_PERSIST_INTERVAL_MS", NO_TIMED_PERSIST_MS)
+def world(tmp_path: Path) -> Iterator[World]:
     clock = ManualClock()
     root = tmp_path / "store"
-    store = StoreDouble(root, clock)
+    store = StoreDouble(root, clock, flush_consumer_offset_interval_ms=NO_TIMED_PERSIST_MS)
     broker = Broker(store, clock)
     config = TxCheckConfig(transaction_timeout_ms=TIMEOUT_MS, check_interval_ms=INTERVAL_MS)
     world = World(root, clock, store, broker, Producers(broker), config)
