@@ -129,3 +129,39 @@ def test_puts_record_what_reached_the_store(store):
     assert store.puts == [([sent], False), ([replace(m, allow_system_topic=True) for m in refused], True)]
     assert store.sent == [sent, *store.puts[1][0]] and store.put_calls == 2
     assert [m.body for m in store.messages("Out")] == [b"d", b"a"]  # queue 1, then queue 3
+
+
+def test_requests_record_every_call_that_reached_the_store(store):
+    store.put_messages([message("Out", 0, b"a")], allow_system_topics=True)
+    store.get_raw_messages("Out", 0, 0, 8)
+    popped = store.pop_messages("G", "Out", -1, 4, 30_000, (), False)
+    store.ack_messages("G", "Out", [d.receipt_handle for d in popped.messages])
+    store.outcome = lambda m: PutStatus.OS_PAGE_CACHE_BUSY  # refused: still a call that reached the store
+    store.put_messages([message("Out", 0, b"b")], allow_system_topics=True)
+    store.outcome = None
+    store.append(message("Out", 1, b"c"))  # a helper: not a call of the code under test
+    store.messages("Out")
+    store.down = True
+    with pytest.raises(StoreUnavailableError):
+        store.pop_messages("G", "Out", -1, 4, 30_000, (), False)
+    store.down = False
+    store.fail_after = 0
+    with pytest.raises(StoreUnavailableError):
+        store.transport.stream("WatchArrivals", pb.WatchArrivalsRequest(topics=["Out"]))
+    store.fail_after = None
+    assert [method for method, _ in store.requests] == [
+        "PutMessages",
+        "GetRawMessages",
+        "PopMessages",
+        "AckMessages",
+        "PutMessages",
+    ]
+    [read] = store.requests_of("GetRawMessages")
+    assert (read.topic, read.queue_id, read.queue_offset, read.max_count) == ("Out", 0, 0, 8)
+    [pop] = store.requests_of("PopMessages")
+    assert (pop.group, pop.topic, pop.queue_id, pop.max_count, pop.invisible_duration_ms) == ("G", "Out", -1, 4, 30_000)
+    [ack] = store.requests_of("AckMessages")
+    assert [d.body for d in popped.messages] == [b"a"]
+    assert list(ack.receipt_handles) == [popped.messages[0].receipt_handle]
+    assert [request.messages[0].body for request in store.requests_of("PutMessages")] == [b"a", b"b"]
+    assert store.requests_of("WatchArrivals") == [] and store.put_calls == 2

@@ -16,12 +16,18 @@ clock, so store timestamps follow manual time) through the store's own servicer,
   ``(messages, allow_system_topics)``, the messages as ``StoreMessage``s read back from the
   request (each ``allow_system_topic`` is the call's flag, the only one the store gets);
   ``sent`` is every message of them in order and ``put_calls`` their count.
+* ``requests``: every unary call, stream and put that reached the store (as ``puts``: ``down``
+  and ``fail_after`` stop a call before, ``outcome`` refuses a put after), in order, as
+  ``(method, request)`` with the request as the client sent it; ``requests_of(method)`` is the
+  requests of one method (how many pops a receive made, which handles an ack carried, which
+  reads a pull asked for).
 * ``fail_after``: n lets the next n calls through (every unary call, stream and put counts) and
   fails every later one with ``StoreUnavailableError``, before it reaches the store, until set
   back to None (the client's process crashing at that call); None: no limit.
 
 After every appended put the store's reput runs at once, so reads see the messages (no waiting
-for the dispatch thread). The pop revive loop is halted (nothing pops here).
+for the dispatch thread). The pop revive loop is halted: nothing is redelivered in the
+background (a test that wants redelivery runs ``file_store.pop.revive.run_once()``).
 
 Test helpers, which bypass the controls and are not in ``puts`` (a producer still reaches a
 store the scheduler cannot): ``append(message)`` (a put with system topics allowed; the stored
@@ -30,7 +36,8 @@ queue order) and ``delay_offsets`` (level -> offset, for the levels ever set). T
 auto-created on their first put (8 queues), as RocketMQ's autoCreateTopicEnable; a test that
 needs a topic or a group of its own makes it with the client's admin calls (``create_topic``,
 ``update_topic``, ``update_group``). Retention and the disk-use limits are off, so a clock moved
-days ahead deletes nothing.
+days ahead deletes nothing; keyword arguments to ``StoreDouble`` override the config (e.g.
+``file_reserved_time_hours`` to turn retention on, run by ``file_store.clean.run_once()``).
 
 It is the ``store`` fixture of the scheduler tests and of the broker core tests
 (tests/scheduler/conftest.py, tests/broker/conftest.py).
@@ -97,7 +104,7 @@ def sent_message(message: Any, allow_system_topics: bool) -> StoreMessage:
 
 class ControlledTransport(LocalTransport):
     """``LocalTransport`` over the store's servicer, with ``down``, ``outcome``, ``after_put``,
-    ``fail_after`` and the record of ``puts``."""
+    ``fail_after`` and the records of ``puts`` and ``requests``."""
 
     def __init__(self, servicer: StoreServicer, file_store: FileStore) -> None:
         super().__init__(servicer)
@@ -106,6 +113,7 @@ class ControlledTransport(LocalTransport):
         self.outcome: Outcome | None = None
         self.after_put: AfterPut | None = None
         self.puts: list[SentPut] = []
+        self.requests: list[tuple[str, Any]] = []  # (method, request) of every call that reached the store
         self.fail_after: int | None = None  # calls still let through; None: no limit
 
     @property
@@ -130,10 +138,12 @@ class ControlledTransport(LocalTransport):
 
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         self._reach(method)
+        self.requests.append((method, request))
         return super().call(method, request, timeout_s)
 
     def stream(self, method: str, request: Any) -> Stream:
         self._reach(method)
+        self.requests.append((method, request))
         return super().stream(method, request)
 
     def wait_ready(self, timeout_s: float, give_up: Callable[[], bool], clock: Clock) -> bool:
@@ -142,6 +152,7 @@ class ControlledTransport(LocalTransport):
 
     def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
         self._reach("PutMessages")
+        self.requests.append(("PutMessages", request))
         flag = request.allow_system_topics
         self.puts.append(([sent_message(m, flag) for m in request.messages], flag))
         status, error = self._chosen_outcome(request.messages)
@@ -195,7 +206,7 @@ class StoreDouble(StoreClient):
         self.clock = clock
         self.file_store = FileStore(double_config(root, **config_overrides), clock)
         self.file_store.start()
-        self.file_store.pop.revive.halt()  # nothing pops here: no background redelivery
+        self.file_store.pop.revive.halt()  # no background redelivery
         servicer = StoreServicer(self.file_store)
         self.transport = ControlledTransport(servicer, self.file_store)
         super().__init__(self.transport)
@@ -243,6 +254,15 @@ class StoreDouble(StoreClient):
     def sent(self) -> list[StoreMessage]:
         """Every message of ``puts``, in the order sent (refused ones too)."""
         return [message for messages, _ in self.transport.puts for message in messages]
+
+    @property
+    def requests(self) -> list[tuple[str, Any]]:
+        """``(method, request)`` of every call, stream and put that reached the store."""
+        return self.transport.requests
+
+    def requests_of(self, method: str) -> list[Any]:
+        """The requests of ``method`` (e.g. "PopMessages") that reached the store, in order."""
+        return [request for name, request in self.transport.requests if name == method]
 
     @property
     def fail_after(self) -> int | None:
