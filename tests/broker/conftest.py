@@ -4,7 +4,8 @@
 * ``store``: a ``StoreDouble`` (tests/support/store_double.py) on that clock under the test's
   tmp_path: a real FileStore behind the real store client over the store's own servicer, with
   test controls (``down``, ``outcome``, ``after_put``) and the record of what reached it
-  (``puts``, ``sent``); the core tests (producer, transactions, routes, settings) run on it.
+  (``puts``, ``sent``, ``requests``); the core tests (producer, transactions, routes, settings,
+  consumer, raw pull) run on it.
 * ``store_address``, ``store_stub``, ``make_broker(**config)``, ``broker``, ``v2``: a real
   FileStore behind the store's gRPC server and real broker servers on 127.0.0.1:0
   (tests/support/broker_servers.py).

@@ -1,10 +1,12 @@
-"""Consumer core (services/broker/consumer.py) and its v2 mapping, with an in-memory pop store."""
+"""Consumer core (services/broker/consumer.py) and its v2 mapping; the service runs on the real
+store (the ``store`` fixture, tests/support/store_double.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -17,7 +19,9 @@ from services.broker.rpc import consumer_convert
 from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import SystemClock
-from services.store.client.model import AckResult, Delivery, GroupInfo, PopOutcome, TopicInfo
+from services.store.client.model import AckResult, Delivery, StoredMessage, StoreMessage, TopicInfo
+from services.store.receipt_handle import ReceiptHandle
+from tests.support.store_double import StoreDouble
 
 
 def delivery(body=b"x", handle="h1", **props) -> Delivery:
@@ -171,35 +175,9 @@ def test_ack_response_status():
     assert mixed.status.code == Code.MULTIPLE_RESULTS and [e.message_id for e in mixed.entries] == ["a", "b"]
 
 
-# -- the service with an in-memory pop store ---------------------------------------------------------
+# -- the service over the real store (tests/support/store_double.py) --------------------------------
 
-
-class FakePopStore:
-    def __init__(self) -> None:
-        self.queue: list[Delivery] = []
-        self.acked: list[str] = []
-        self.pops = 0
-        self.groups: dict[str, GroupInfo] = {}
-
-    def pop_messages(
-        self, group, topic, queue_id, max_count, invisible_ms, tags_codes, fifo, sql_expression=""
-    ) -> PopOutcome:
-        self.pops += 1
-        taken, self.queue = self.queue[:max_count], self.queue[max_count:]
-        return PopOutcome(taken)
-
-    def ack_messages(self, group, topic, handles) -> list[AckResult]:
-        self.acked.extend(handles)
-        return [AckResult.OK if h.startswith("h") else AckResult.INVALID_RECEIPT_HANDLE for h in handles]
-
-    def change_invisible_duration(self, group, topic, handle, invisible_ms):
-        return (AckResult.OK, handle + "'") if handle.startswith("h") else (AckResult.INVALID_RECEIPT_HANDLE, "")
-
-    def forward_to_dead_letter_queue(self, group, topic, handle):
-        return AckResult.DLQ_PUT_FAILED
-
-    def get_group(self, name):
-        return self.groups.get(name)
+HOUR_MS = 3_600_000
 
 
 class Topics:
@@ -207,65 +185,116 @@ class Topics:
         return TopicInfo(name, 4, 4, 6, "MIXED")
 
 
-def service(store: FakePopStore, hub: ArrivalHub | None = None) -> ConsumerService:
+def service(store: StoreDouble, hub: ArrivalHub | None = None) -> ConsumerService:
+    store.create_topic(Topics().get("T"))  # the store holds T as the broker's topics see it
     return ConsumerService(store, Topics(), hub or ArrivalHub(), SystemClock(), "broker-a", ("127.0.0.1", 8081))
 
 
-def test_tag_collisions_are_acked_and_dropped():
-    store = FakePopStore()
-    store.queue = [delivery(handle="h-a", TAGS="TagA"), delivery(handle="h-z", TAGS="Other")]
-    result = service(store).receive(ReceiveRequest("G", "T", filter_expression="TagA", invisible_ms=30_000))
-    assert [m.receipt_handle for m in result.messages] == ["h-a"] and store.acked == ["h-z"]
+def arrive(store: StoreDouble, body: bytes, tags: str | None = None) -> StoredMessage:
+    """A message of T stored in queue 0 (readable at once)."""
+    properties = {"UNIQ_KEY": body.decode()} | ({"TAGS": tags} if tags else {})
+    return store.append(StoreMessage("T", 0, body, properties, born_timestamp_ms=1_700_000_000_000))
 
 
-def test_parked_receive_wakes_on_arrival():
-    store, hub = FakePopStore(), ArrivalHub()
+def names(handle: str, stored: StoredMessage) -> bool:
+    """Does a receipt handle name the delivery of ``stored``?"""
+    decoded = ReceiptHandle.decode(handle)
+    return decoded is not None and (decoded.source_topic, decoded.queue_id, decoded.queue_offset) == (
+        stored.topic,
+        stored.queue_id,
+        stored.queue_offset,
+    )
 
-    def arrive():
-        store.queue.append(delivery(handle="h-late"))
+
+@pytest.fixture
+def filling_store(tmp_path, clock) -> Iterator[StoreDouble]:
+    """A store whose disk counts as full once its clean service looks (warning ratio 0: any use
+    is above it); the background pass never comes during a test."""
+    double = StoreDouble(
+        tmp_path / "filling", clock, disk_space_warning_level_ratio=0.0, clean_resource_interval_ms=HOUR_MS
+    )
+    yield double
+    double.close()
+
+
+def test_tag_collisions_are_acked_and_dropped(store):
+    svc = service(store)
+    aa = arrive(store, b"aa", tags="Aa")
+    bb = arrive(store, b"bb", tags="BB")  # "Aa" and "BB" have the same tags code (Java hash code)
+    result = svc.receive(ReceiveRequest("G", "T", filter_expression="Aa", invisible_ms=30_000))
+    [kept] = result.messages
+    assert (kept.body, kept.queue_offset) == (b"aa", aa.queue_offset) and names(kept.receipt_handle, aa)
+    [ack] = store.requests_of("AckMessages")  # the store popped both; the broker acked BB's
+    [dropped] = ack.receipt_handles
+    assert ack.group == "G" and ack.topic == "T" and names(dropped, bb)
+    assert store.ack_messages("G", "T", [dropped]) == [AckResult.INVALID_RECEIPT_HANDLE]  # acked already
+    assert store.ack_messages("G", "T", [kept.receipt_handle]) == [AckResult.OK]
+    assert store.query_consumer_offset("G", "T", 0) == 2  # both finished
+
+
+def test_parked_receive_wakes_on_arrival(store):
+    hub = ArrivalHub()
+    svc = service(store, hub)
+    late: list[StoredMessage] = []
+
+    def arrive_late():
+        late.append(arrive(store, b"late"))
         hub.notify(["%RETRY%G"])
 
-    threading.Timer(0.3, arrive).start()
+    timer = threading.Timer(0.3, arrive_late)
+    timer.start()
     started = time.monotonic()
-    result = service(store, hub).receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000))
-    assert [m.receipt_handle for m in result.messages] == ["h-late"] and time.monotonic() - started < 3
+    try:
+        result = svc.receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000))
+    finally:
+        timer.join()
+    [message] = result.messages
+    assert message.body == b"late" and names(message.receipt_handle, late[0]) and time.monotonic() - started < 3
     assert hub.parked_count() == 0
 
 
-def test_ack_change_dlq_and_assignment():
-    store = FakePopStore()
+def test_ack_change_dlq_and_assignment(filling_store):
+    store = filling_store
     svc = service(store)
-    assert svc.ack("G", "T", ["h1", "bad", ""]) == [
+    stored = [arrive(store, b"m%d" % i) for i in range(3)]
+    popped = svc.receive(ReceiveRequest("G", "T", batch_size=3, invisible_ms=30_000)).messages
+    assert [m.body for m in popped] == [b"m0", b"m1", b"m2"]
+    h1, h2, h3 = (m.receipt_handle for m in popped)
+    assert svc.ack("G", "T", [h1, h1, ""]) == [  # the second h1: acked by the first
         (Code.OK, "OK"),
         (Code.INVALID_RECEIPT_HANDLE, "receipt handle is invalid or expired"),
         (Code.INVALID_RECEIPT_HANDLE, "receipt handle is empty"),
     ]
-    assert svc.change_invisible_duration("G", "T", "h1", 0) == "h1'"
+    renewed = svc.change_invisible_duration("G", "T", h2, 0)
+    assert renewed != h2 and names(renewed, stored[1]) and ReceiptHandle.decode(renewed).invisible_ms == 0
+    store.file_store.clean.run_once()  # disk use is above the warning ratio: the store refuses puts
+    assert store.file_store.clean.disk_full
     for call, code in [
-        (lambda: svc.change_invisible_duration("G", "T", "bad", 10), Code.INVALID_RECEIPT_HANDLE),
-        (lambda: svc.change_invisible_duration("G", "T", "h1", -1), Code.ILLEGAL_INVISIBLE_TIME),
-        (lambda: svc.forward_to_dead_letter_queue("G", "T", "h1"), Code.INTERNAL_SERVER_ERROR),
-        (lambda: svc.ack("", "T", ["h1"]), Code.ILLEGAL_CONSUMER_GROUP),
-        (lambda: svc.ack("G", "", ["h1"]), Code.ILLEGAL_TOPIC),
+        (lambda: svc.change_invisible_duration("G", "T", h2, 10), Code.INVALID_RECEIPT_HANDLE),  # h2 was renewed
+        (lambda: svc.change_invisible_duration("G", "T", h3, -1), Code.ILLEGAL_INVISIBLE_TIME),
+        (lambda: svc.forward_to_dead_letter_queue("G", "T", h3), Code.INTERNAL_SERVER_ERROR),  # DLQ_PUT_FAILED
+        (lambda: svc.ack("", "T", [h3]), Code.ILLEGAL_CONSUMER_GROUP),
+        (lambda: svc.ack("G", "", [h3]), Code.ILLEGAL_TOPIC),
     ]:
         with pytest.raises(BrokerError) as err:
             call()
         assert err.value.code is code
+    assert store.messages("%DLQ%G") == []  # nothing dead-lettered: h3 is still in flight
+    assert store.forward_to_dead_letter_queue("G", "T", h3) is AckResult.DLQ_PUT_FAILED  # the store's answer
+    assert store.ack_messages("G", "T", [h3]) == [AckResult.OK]
     assert [q.queue_id for q in svc.query_assignment("G", "T").queues] == [-1]
-    store.groups["F"] = GroupInfo("F", consume_message_orderly=True)
+    store.update_group("F", fifo=True, retry_max_times=16)
     assert [q.queue_id for q in svc.query_assignment("F", "T").queues] == [0, 1, 2, 3]
 
 
-def test_a_cancelled_receive_stops_waiting_without_popping_again():
-    store = FakePopStore()
+def test_a_cancelled_receive_stops_waiting_without_popping_again(store):
+    svc = service(store)
     alive = threading.Event()
     alive.set()
     threading.Timer(0.2, alive.clear).start()
     started = time.monotonic()
-    result = service(store).receive(
-        ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000, alive=alive.is_set)
-    )
-    assert result.messages == [] and store.pops == 1 and time.monotonic() - started < 2.5
+    result = svc.receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000, alive=alive.is_set))
+    assert result.messages == [] and len(store.requests_of("PopMessages")) == 1 and time.monotonic() - started < 2.5
 
 
 def test_limits_come_from_the_broker_settings() -> None:
