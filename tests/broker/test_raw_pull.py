@@ -1,11 +1,11 @@
-"""RawPullService (services/broker/raw_pull.py) over the store's in-memory model: ranges, filters,
-end offsets, long polling and refused requests, without gRPC."""
+"""RawPullService (services/broker/raw_pull.py) over the real store (the ``store`` fixture,
+tests/support/store_double.py): ranges, filters, end offsets, long polling and refused requests,
+without gRPC."""
 
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +15,8 @@ from services.broker.pull import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
 from services.runtime.clock import SystemClock
-from services.store.client.model import GetOutcome, GetStatus, TopicInfo
-from services.store.memory_store import MemoryStore
-from tests.support.filestore import message, small_config
+from services.store.client.model import PutStatus, StoreMessage, TopicInfo
+from tests.support.store_double import StoreDouble
 
 TOPIC = "RawTopic"
 
@@ -29,42 +28,35 @@ class _Topics:
         return TopicInfo(name=name, read_queue_nums=2, write_queue_nums=2, perm=6, message_type="NORMAL")
 
 
-class _RawStore:
-    """RawStore over MemoryStore, recording the reads it served."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-        self.reads: list[tuple[int, int]] = []  # (queue offset, max count)
-
-    def get_raw_messages(self, topic, queue_id, queue_offset, max_count, max_bytes, tags_codes):
-        self.reads.append((queue_offset, max_count))
-        got = self.store.get_messages(
-            topic, queue_id, queue_offset, max_count, max_bytes, frozenset(tags_codes) if tags_codes else None
-        )
-        return GetOutcome(
-            GetStatus[got.status.name], list(got.raw_messages), got.next_begin_offset, got.min_offset, got.max_offset
-        )
-
-
 @pytest.fixture
-def setup(tmp_path: Path):
-    store = MemoryStore(small_config(tmp_path, commitlog_file_size_bytes=1 << 20), SystemClock())
-    store.start()
+def setup(store: StoreDouble):
+    """The real store (``store``, tests/support/store_double.py) with TOPIC as ``_Topics`` has it."""
+    store.create_topic(_Topics().get(TOPIC))
     hub = ArrivalHub()
-    raw = _RawStore(store)
-    offsets = OffsetService(None, _Topics(), hub, SystemClock(), "broker-a")  # type: ignore[arg-type]
-    service = RawPullService(offsets, raw)
-    return store, raw, hub, service
+    offsets = OffsetService(store, _Topics(), hub, SystemClock(), "broker-a")
+    service = RawPullService(offsets, store)
+    return store, hub, service
 
 
-def put(store: MemoryStore, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
-    results = store.put_messages(
+def put(store: StoreDouble, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
+    outcomes = store.put_messages(
         [
-            message(TOPIC, queue_id, b"m%d" % i, tags=tags[i % len(tags)], UNIQ_KEY=f"ID{i:04d}", n=str(i), **props)
+            StoreMessage(
+                TOPIC,
+                queue_id,
+                b"m%d" % i,
+                {"TAGS": tags[i % len(tags)], "UNIQ_KEY": f"ID{i:04d}", "n": str(i), **props},
+                born_timestamp_ms=1_700_000_000_000,
+            )
             for i in range(start, start + count)
         ]
     )
-    assert all(r.status.name == "PUT_OK" for r in results)
+    assert all(o.status is PutStatus.PUT_OK for o in outcomes)
+
+
+def reads(store: StoreDouble) -> list[tuple[int, int]]:
+    """(queue offset, max count) of every GetRawMessages the store served."""
+    return [(r.queue_offset, r.max_count) for r in store.requests_of("GetRawMessages")]
 
 
 def offsets_of(records: list[bytes]) -> list[int]:
@@ -72,21 +64,21 @@ def offsets_of(records: list[bytes]) -> list[int]:
 
 
 def test_a_range_streams_batches_of_whole_records_up_to_the_end(setup):
-    store, raw, _, service = setup
+    store, _, service = setup
     put(store, 10)
     results = list(service.pull(RawPullRequest(TOPIC, 0, 2, end_offset=9, max_msg_nums=3)))
     assert [r.code for r in results] == [Code.OK] * 3
     assert [offsets_of(r.records) for r in results] == [[2, 3, 4], [5, 6, 7], [8]]
     assert [r.next_begin_offset for r in results] == [5, 8, 9]
     assert all((r.min_offset, r.max_offset) == (0, 10) for r in results)
-    assert raw.reads[-1] == (8, 1)  # never asks the store for more than the range holds
+    assert reads(store)[-1] == (8, 1)  # never asks the store for more than the range holds
     first = decode_record(results[0].records[0], 0, len(results[0].records[0]))
     assert first.body == b"m2" and first.properties["n"] == "2" and first.topic == TOPIC
-    assert results[0].records[0] == store.get_messages(TOPIC, 0, 2, 1).raw_messages[0]  # byte for byte
+    assert results[0].records[0] == store.file_store.get_messages(TOPIC, 0, 2, 1).raw_messages[0]  # byte for byte
 
 
 def test_without_an_end_one_response_and_caught_up_is_message_not_found(setup):
-    store, _, _, service = setup
+    store, _, service = setup
     put(store, 5)
     [result] = service.pull(RawPullRequest(TOPIC, 0, 1, max_msg_nums=2))
     assert result.code is Code.OK and offsets_of(result.records) == [1, 2] and result.next_begin_offset == 3
@@ -102,7 +94,7 @@ def test_without_an_end_one_response_and_caught_up_is_message_not_found(setup):
 
 
 def test_tag_filter_checks_the_real_tag_and_stops_at_the_end(setup):
-    store, _, _, service = setup
+    store, _, service = setup
     put(store, 12, tags=("Aa", "BB", "Other"))  # "Aa" and "BB" have the same Java hash code
     results = list(service.pull(RawPullRequest(TOPIC, 0, 0, end_offset=7, filter_expression="Aa")))
     records = [r for result in results for r in result.records]
@@ -117,7 +109,7 @@ def test_tag_filter_checks_the_real_tag_and_stops_at_the_end(setup):
 
 
 def test_sql_filter_over_properties(setup):
-    store, _, _, service = setup
+    store, _, service = setup
     put(store, 10, tags=("TagA", "TagB"))
     request = RawPullRequest(
         TOPIC, 0, 0, end_offset=10, filter_type=FilterType.SQL, filter_expression="n >= 3 AND TAGS = 'TagB'"
@@ -149,14 +141,15 @@ def test_sql_filter_over_properties(setup):
     ],
 )
 def test_refused_requests_raise_before_any_read(setup, request_, code):
-    _, raw, _, service = setup
+    store, _, service = setup
+    before = list(store.requests)
     with pytest.raises(BrokerError) as caught:
         service.pull(request_)
-    assert caught.value.code is code and not raw.reads
+    assert caught.value.code is code and store.requests == before  # no read, nor any other store call
 
 
 def test_long_polling_wakes_on_an_arrival_and_only_the_first_read_waits(setup):
-    store, _, hub, service = setup
+    store, hub, service = setup
     put(store, 1)
 
     def arrive() -> None:
