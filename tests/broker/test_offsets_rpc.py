@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -15,8 +16,9 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.broker.consumer import ArrivalHub
 from services.broker.pull import OffsetService, PullRequest
 from services.runtime.clock import SystemClock
-from services.store.client.model import GetOutcome, GetStatus, TopicInfo
+from services.store.client.model import StoreMessage, TopicInfo
 from tests.support.pull_queues import put
+from tests.support.store_double import StoreDouble
 from tests.support.v2_requests import METADATA
 
 
@@ -179,14 +181,36 @@ class _Topics:
         return TopicInfo(name=name, read_queue_nums=4, write_queue_nums=4, perm=6, message_type="NORMAL")
 
 
-class _RetainedStore:
-    """Queue 0 lost offsets 0..9 to retention."""
-
-    def get_messages(self, topic, queue_id, queue_offset, max_count, max_bytes, tags_codes):
-        return GetOutcome(GetStatus.OFFSET_TOO_SMALL, [], 10, 10, 20)
+RESERVED_HOURS = 1
+HOUR_MS = 3_600_000
 
 
-def test_pull_below_the_min_offset_is_illegal_offset_with_the_min():
-    service = OffsetService(_RetainedStore(), _Topics(), ArrivalHub(), SystemClock(), "broker-a")
+@pytest.fixture
+def retained(tmp_path, clock) -> Iterator[StoreDouble]:
+    """A real store that keeps CommitLog segments (4 KiB: a few records each) for an hour, its
+    retention run by hand (the background pass never comes during a test)."""
+    double = StoreDouble(
+        tmp_path / "retained",
+        clock,
+        commitlog_file_size_bytes=4096,
+        file_reserved_time_hours=RESERVED_HOURS,
+        clean_resource_interval_ms=HOUR_MS,
+    )
+    yield double
+    double.close()
+
+
+def test_pull_below_the_min_offset_is_illegal_offset_with_the_min(retained, clock):
+    store = retained
+    stored = [store.append(StoreMessage("T", 0, b"%04d" % i + b"x" * 1000, {})) for i in range(20)]
+    # Segments are written now (their mtime is the wall clock): move the store's clock past the
+    # reserved time, and retention deletes every segment but the last.
+    clock.set_ms(time.time_ns() // 1_000_000 + RESERVED_HOURS * HOUR_MS + 60_000)
+    assert store.file_store.clean.run_once() > 0
+    min_offset, max_offset = store.queue_offsets("T", 0)
+    survivors = [m for m in stored if m.phy_offset >= store.file_store.commitlog.min_offset]
+    assert min_offset == survivors[0].queue_offset > 3 and max_offset == 20  # queue 0 lost 0..min-1
+    service = OffsetService(store, _Topics(), ArrivalHub(), SystemClock(), "broker-a")
     result = service.pull(PullRequest(group="G", topic="T", queue_id=0, offset=3))
-    assert result.code == d.ILLEGAL_OFFSET and result.next_offset == 10 and "min offset 10" in result.message
+    assert result.code == d.ILLEGAL_OFFSET and result.next_offset == min_offset
+    assert f"min offset {min_offset}" in result.message
