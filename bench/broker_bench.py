@@ -134,14 +134,23 @@ def send_load(
         for r in range(n // per_request)
     ]
 
+    failures: list[str] = []
+
     def caller(k: int) -> None:
         mine = []
         for request in requests[k::in_flight]:
+            if failures:
+                return
             started = time.perf_counter()
-            response = stub.SendMessage(request, metadata=METADATA, timeout=30)
+            try:
+                response = stub.SendMessage(request, metadata=METADATA, timeout=30)
+            except grpc.RpcError as e:
+                failures.append(f"send failed: {e}")
+                return
             mine.append(time.perf_counter() - started)
             if response.status.code != d.OK:
-                raise SystemExit(f"send failed: {response.status}")
+                failures.append(f"send failed: {response.status}")  # raised by the caller: a thread's would be lost
+                return
         with lock:
             latencies.extend(mine)
 
@@ -151,6 +160,8 @@ def send_load(
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise SystemExit(failures[0])
     return time.perf_counter() - started, sorted(latencies)
 
 

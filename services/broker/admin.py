@@ -123,7 +123,7 @@ class GroupTopicStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
-    store_address: str  # "": unknown (a store double)
+    store_address: str  # "": unknown
     topics: list[TopicStatus]
     groups: list[GroupTopicStatus]
 

@@ -31,13 +31,14 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
-from services.broker.admin import AdminService, AdminStore, ClusterStatus, QueueProgress
+from services.broker.admin import AdminService, ClusterStatus, QueueProgress
 from services.broker.auth import AccessDenied, AuthError
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
+from services.store.client.client import StoreClient
 from services.store.client.model import Delivery, GroupInfo, PolicyView, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -264,18 +265,15 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
 
 def add_admin_service(
     server: grpc.Server,
-    store: AdminStore,
+    store: StoreClient,
     on_topic_changed: Callable[[str], None] = lambda name: None,
     checks: TransactionCheckRelay | None = None,
     guard: AccessGuard | None = None,
 ) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
-    users and ACLs when the store client has them; ``guard``: authentication is on)."""
-    # The gRPC store client knows where the store is (GetClusterStatus reports it).
-    acl = AclAdmin(store, guard.invalidate if guard else lambda: None) if hasattr(store, "auth_config") else None  # type: ignore[arg-type]
-    servicer = AdminServicer(
-        AdminService(store, on_topic_changed, getattr(store, "address", "")), checks, acl=acl, guard=guard
-    )
+    ``guard``: authentication is on). GetClusterStatus reports the store client's address."""
+    acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
+    servicer = AdminServicer(AdminService(store, on_topic_changed, store.address), checks, acl=acl, guard=guard)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

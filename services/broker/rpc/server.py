@@ -2,7 +2,7 @@
 and server reflection.
 
 ``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
-``BrokerStore`` and returns a ``BrokerServer``: the grpc server *not started*, the port it
+``StoreClient`` (each part sees it through its own narrow protocol) and returns a ``BrokerServer``: the grpc server *not started*, the port it
 bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``stop`` reports
 NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
 with a grace period, then drains the send queue.
@@ -41,6 +41,7 @@ from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCh
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.process import format_address
 from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
+from services.store.client.client import StoreClient
 from services.store.client.model import PutOutcome
 
 STOP_WAIT_EXTRA_S = 10.0
@@ -100,22 +101,22 @@ def tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
-def access_guard(config: BrokerConfig, store: BrokerStore, clock: Clock) -> AccessGuard | None:
+def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
     """The AccessGuard when authentication is on (None: every request passes, as upstream's
     default), after creating ``init_authentication_user`` if the store has no users yet."""
     if not config.authentication_enabled:
         return None
     if config.init_authentication_user:
         name, _, secret = config.init_authentication_user.partition(":")
-        users, _, _ = store.auth_config()  # type: ignore[attr-defined]
+        users, _, _ = store.auth_config()
         if not users:
-            store.put_user(name, secret, "Super", "enable")  # type: ignore[attr-defined]
+            store.put_user(name, secret, "Super", "enable")
             log.info("created the initial Super user %r (init_authentication_user)", name)
     log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
     return AccessGuard(
         lambda: auth_snapshot(store),
         clock,
-        authorization=config.authorization_enabled,  # type: ignore[attr-defined]
+        authorization=config.authorization_enabled,
         cache_ttl_ms=config.auth_cache_ttl_ms,
         max_clock_skew_s=config.auth_max_clock_skew_s,
         local_time_tolerant=config.auth_local_time_tolerant,
@@ -123,7 +124,7 @@ def access_guard(config: BrokerConfig, store: BrokerStore, clock: Clock) -> Acce
 
 
 def build_server(
-    config: BrokerConfig, store: BrokerStore, clock: Clock | None = None, metrics: BrokerMetrics | None = None
+    config: BrokerConfig, store: StoreClient, clock: Clock | None = None, metrics: BrokerMetrics | None = None
 ) -> BrokerServer:
     clock = clock or SystemClock()
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
@@ -167,7 +168,7 @@ def build_server(
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
     guard = access_guard(config, store, clock)
-    offsets = OffsetService(store, topics, hub, clock, config.broker_name)  # type: ignore[arg-type]
+    offsets = OffsetService(store, topics, hub, clock, config.broker_name)
     servicer = MessagingServicer(
         RouteService(topics, config.broker_name, endpoint),
         Producer(config, topics, sink, clock, on_half_stored),
@@ -189,7 +190,7 @@ def build_server(
                 polling_ms_max=config.long_polling_timeout_ms_max,
                 batch_max=config.consumer_receive_batch_size,
             ),
-        ),  # type: ignore[arg-type]
+        ),
         clock=clock,
         traffic=metrics.traffic if metrics is not None else None,
         offsets=offsets,
@@ -198,11 +199,11 @@ def build_server(
         queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, RawPullService(offsets, store), guard)  # type: ignore[arg-type]
+    add_pull_service(server, RawPullService(offsets, store), guard)
     add_admin_service(
         server,
         store,
-        topics.invalidate,  # type: ignore[arg-type]
+        topics.invalidate,
         checks=TransactionCheckRelay(telemetry.registry, halves),
         guard=guard,
     )
@@ -216,7 +217,7 @@ def build_server(
     )
 
     if metrics is not None:
-        metrics.watch(sink.stats, lambda: len(telemetry.registry), getattr(store, "consumer_stats", None))
+        metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats)
     log.info(
         "broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint)
     )
@@ -225,20 +226,17 @@ def build_server(
     )
 
 
-def arrival_watch(store: BrokerStore, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
+def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
     """(start, stop) of the thread that follows the store's WatchArrivals stream into ``hub``
     (one stream for the whole broker; parked ReceiveMessage calls wait on the hub)."""
-    watch = getattr(store, "watch_arrivals", None)
-    if watch is None:  # a store double without arrivals: long polls simply wait out their time
-        return (lambda: None), (lambda: None)
     stopped = threading.Event()
     thread = threading.Thread(
-        target=watch, args=((), hub.notify, hub.notify_all, stopped), name="arrival-watch", daemon=True
+        target=store.watch_arrivals, args=((), hub.notify, hub.notify_all, stopped), name="arrival-watch", daemon=True
     )
 
     def stop() -> None:
         stopped.set()
-        getattr(store, "stop_watching", lambda: None)()
+        store.stop_watching()
         hub.notify_all()
         if thread.is_alive():
             thread.join(2.0)
