@@ -2,7 +2,10 @@
 
     domain      pure code (formats, names, contracts): imports nothing else of the project
     runtime     what every process shares (clock, settings, gRPC plumbing): domain only
-    store       the store service, its client included: domain and runtime
+    store       the store service: domain, runtime and its client
+    store.client  the store's client: domain and runtime only, so a process that talks to the
+                store over gRPC loads none of the engine; ``store.client.local`` (the client of
+                a store core in this process) alone also imports the store
     broker, scheduler, txcheck
                 domain, runtime, and other services only through the store client
     v2client    pyrmq's own v2 API client (the operator commands and the pipeline use it)
@@ -27,7 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "domain": {"domain"},
     "runtime": {"domain", "runtime"},
     "store": {"domain", "runtime", "store", "store.client"},
-    "store.client": {"domain", "runtime", "store", "store.client"},
+    "store.client": {"domain", "runtime", "store.client"},
+    "store.client.local": {"domain", "runtime", "store", "store.client"},
     "broker": {"domain", "runtime", "store.client", "broker"},
     "scheduler": {"domain", "runtime", "store.client", "scheduler"},
     "txcheck": {"domain", "runtime", "store.client", "txcheck"},
@@ -82,6 +86,8 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "pipeline":
         return "pipeline"
+    if parts[:4] == ["services", "store", "client", "local"]:
+        return "store.client.local"
     if parts[:3] == ["services", "store", "client"]:
         return "store.client"
     if len(parts) >= 2 and (ROOT / "services" / parts[1]).is_dir():

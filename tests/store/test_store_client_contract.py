@@ -17,7 +17,7 @@ import pytest
 
 from services.domain.statuses import GetStatus, PutStatus
 from services.runtime.clock import ManualClock
-from services.store.client.client import GrpcStoreClient, LocalStoreClient, StoreClient
+from services.store.client.client import GrpcStoreClient, StoreClient
 from services.store.client.errors import (
     StoreError,
     StoreNotFoundError,
@@ -26,6 +26,7 @@ from services.store.client.errors import (
     StoreUnavailableError,
     error_for_status,
 )
+from services.store.client.local import LocalStoreClient
 from services.store.client.model import AckResult, PolicyView, StoreMessage, TopicInfo, stored_from_raw
 from services.store.metadata import TopicConfig
 from services.store.rpc.server import build_server, stop_server

@@ -36,8 +36,7 @@ from services.store.client.model import (
     TopicInfo,
     stored_from_raw,
 )
-from services.store.client.transport import GrpcTransport, LocalTransport, Stream, Transport
-from services.store.rpc.servicer import StoreServicer
+from services.store.client.transport import GrpcTransport, Stream, Transport
 
 log = logging.getLogger(__name__)
 
@@ -444,14 +443,6 @@ class GrpcStoreClient(StoreClient):
     ) -> None:
         self.transport = GrpcTransport(address, rpc_timeout_s, tls, put_stream)
         super().__init__(self.transport)
-
-
-class LocalStoreClient(StoreClient):
-    """The store client of a store core in this process (a started ``FileStore``), through the
-    store's servicer: the same checks, conversions and error codes as over gRPC."""
-
-    def __init__(self, store: Any) -> None:
-        super().__init__(LocalTransport(StoreServicer(store)))
 
 
 def _get_request(
