@@ -4,7 +4,7 @@ unchanged, against the real store and broker.
 Messages are produced with clients/node/send.mjs and consumed with clients/node/consume.mjs
 (the Node twins of clients/send.py and consume.py: a JSON job in, JSON lines out), each in a
 node subprocess. Store and broker run in this process on 127.0.0.1:0; what landed is read back
-through the store's gRPC API. `make setup` installs the client (npm ci) when node is present.
+through the store's gRPC API. `make setup` installs node (apt-get) and the client (npm ci).
 
 Timing: simple consumers stop as soon as they have their count; push consumers run on a broker
 whose settings reply 5 s long polling (the minimum), since the Node push consumer's shutdown
@@ -31,15 +31,7 @@ from tests.support.store_reads import stored, wait_stored
 
 NODE_DIR = Path(__file__).parent / "clients" / "node"
 NODE = shutil.which("node")
-CLIENT_INSTALLED = (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").is_file()
-pytestmark = [
-    pytest.mark.skipif(NODE is None, reason="node not on PATH (the Node.js client tests need Node >= 16.19)"),
-    pytest.mark.skipif(
-        NODE is not None and not CLIENT_INSTALLED,
-        reason="rocketmq-client-nodejs not installed: run `make setup` (npm ci in tests/broker/clients/node)",
-    ),
-    pytest.mark.timeout(90),
-]
+pytestmark = [pytest.mark.needs("rocketmq-client-nodejs"), pytest.mark.timeout(90)]
 
 CLIENT_TIMEOUT_S = 60
 # STARTUP_RACE (a bug of the Node client 1.0.8, not of the broker): startup() queries the route of

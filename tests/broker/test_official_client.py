@@ -7,7 +7,6 @@ landed is read back through the store's gRPC API.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
@@ -17,10 +16,7 @@ from services.broker.queue_selection import fifo_queue_id
 from tests.support.official_client import run_client
 from tests.support.store_reads import stored, wait_stored
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 
 def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):

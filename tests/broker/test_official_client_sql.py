@@ -5,7 +5,6 @@ test_official_consumer.py): send.py produces, consume.py consumes with ``filter_
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,10 +15,7 @@ import pytest
 from tests.support.official_client import CLIENT_TIMEOUT_S, CONSUME_SCRIPT, consume, produce
 from tests.support.store_reads import wait_dispatched
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 ORDERS = [
     {"body": "small-red", "tag": "TagA", "properties": {"amount": "3", "color": "red"}},

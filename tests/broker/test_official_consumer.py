@@ -6,17 +6,12 @@ tests/broker/clients/consume.py, each in a subprocess (the client's stubs clash 
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from tests.support.official_client import consume, produce
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 
 def test_simple_consumer_tag_filter_and_ack(broker, tmp_path):

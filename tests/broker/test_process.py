@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -25,9 +24,6 @@ from tests.support.v2_requests import METADATA
 
 BROKER_READY = re.compile(
     r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$"
-)
-needs_client = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None, reason="rocketmq-python-client not installed"
 )
 
 
@@ -86,7 +82,7 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
     assert "not serving after" in broker.wait_log("not serving after")
 
 
-@needs_client
+@pytest.mark.needs("rocketmq-python-client")
 def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = Process(
         pyrmq_up_command(tmp_path / "data"),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -42,10 +41,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.support.v2_samples import consumer_settings, delivered_message, producer_settings, send_request
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 PACKAGE = "apache.rocketmq.v2"
 CLIENT_MODULES = ("rocketmq.grpc_protocol.definition_pb2", "rocketmq.grpc_protocol.service_pb2")

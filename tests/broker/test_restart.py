@@ -12,7 +12,6 @@ uses raw v2 ReceiveMessage with a small batch so the test controls what is acked
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,7 @@ from tests.support.official_client import consume, produce
 from tests.support.processes import UP_READY, Process, pyrmq_up_command
 from tests.support.v2_requests import ack, receive
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 BODIES = [f"restart-{i}" for i in range(10)]
 

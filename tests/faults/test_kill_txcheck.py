@@ -10,7 +10,6 @@ message is delivered through the broker (0 lost), none twice as a new stored cop
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 from pathlib import Path
@@ -23,10 +22,7 @@ from tests.support.fault_runs import start_cluster
 from tests.support.official_client import Client
 from tests.support.processes import Process
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 TOPIC, GROUP = "FaultsTx", "FaultsTxGroup"
 COUNT = 5

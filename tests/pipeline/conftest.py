@@ -2,9 +2,11 @@
 source, cited below by number: pipeline/README.md).
 
 Tests that need Spark take the ``spark`` fixture and are marked ``spark``; without pyspark or
-without Java >= 17 they skip with the reason. Everything the Python workers touch must be a
-real file or a real server on 127.0.0.1 (they cannot see this process's memory), and the
-project must be importable in them: PYTHONPATH is set to the repository root.
+without Java >= 17 (`make setup` installs both) they skip with the reason, and under
+PYRMQ_REQUIRE_COMPONENTS=1 (`make test`, so CI) they fail with it (tests/support/components.py).
+Everything the Python workers touch must be a real file or a real server on 127.0.0.1 (they
+cannot see this process's memory), and the project must be importable in them: PYTHONPATH is
+set to the repository root.
 
 ``cluster`` is a store and a broker as subprocesses (``start_cluster``,
 tests/support/processes.py); the tests without Spark take the in-process store and broker
@@ -13,55 +15,22 @@ servers of tests/support/broker_servers.py (``store_address``, ``store_stub``, `
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
+from tests.support.components import require
 from tests.support.processes import start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-JAVA_MIN = 17
-
-
-def java_major() -> int | None:
-    java = shutil.which("java") or (os.environ.get("JAVA_HOME") and str(Path(os.environ["JAVA_HOME"]) / "bin" / "java"))
-    if not java:
-        return None
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if not match:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
-def spark_missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark not installed (pip install -e '.[spark]')"
-    major = java_major()
-    if major is None or major < JAVA_MIN:
-        return (
-            f"Java >= {JAVA_MIN} is needed for Spark (found {major or 'none'}); "
-            "install it: apt-get install -y openjdk-17-jre-headless"
-        )
-    return None
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    reason = spark_missing()
-    if reason:
-        pytest.skip(reason)
+    require("spark")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # rule 2: the workers' interpreter
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-pa = pytest.importorskip("pyarrow")
+from tests.support.components import require
+
+require("pyarrow", module_level=True)
 
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 from pyrmq.store.v1 import store_pb2 as pb  # noqa: E402

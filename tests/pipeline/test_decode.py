@@ -12,7 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pa = pytest.importorskip("pyarrow")
+from tests.support.components import require
+
+require("pyarrow", module_level=True)
+import pyarrow as pa  # noqa: E402
 
 from pipeline.decode import (  # noqa: E402
     ALL_COLUMNS,

@@ -11,7 +11,10 @@ import random
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
+from tests.support.components import require
+
+require("pyarrow", module_level=True)
+import pyarrow as pa  # noqa: E402
 
 from pipeline.errors import TruncatedRecords  # noqa: E402
 from pipeline.messages import to_batch  # noqa: E402

@@ -7,7 +7,6 @@ delivery/recall test and as ``python -m services.scheduler`` for the kill -9 tes
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -27,10 +26,7 @@ from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 CLIENT = Path(__file__).parent / "clients" / "timer_client.py"
 ROOT = Path(__file__).resolve().parents[2]

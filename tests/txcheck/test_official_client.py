@@ -6,7 +6,6 @@ Client processes: tests/broker/clients/send.py and consume.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 import sys
@@ -27,10 +26,7 @@ from services.txcheck.service import CheckService
 from tests.support.official_client import WAIT_S, Client, consume
 from tests.support.processes import Process
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("rocketmq") is None,
-    reason="rocketmq-python-client not installed (pip install -e '.[test]')",
-)
+pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 ROOT = Path(__file__).resolve().parents[2]
 TXCHECK_READY = re.compile(
