@@ -6,17 +6,34 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients java-check
+.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients system-packages
 
-setup: $(STAMP) $(GEN_STAMP) node-clients java-check
+setup: $(STAMP) $(GEN_STAMP) system-packages node-clients
 
-# The Spark pipeline (pipeline/, its tests and bench/spark_bench.py) needs Java >= 17. Without it
-# set-up still succeeds; the Spark tests skip, saying why.
-java-check:
-	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
-	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
-	  echo "warning: Java >= 17 not found (java -version: '$${v:-none}'); the Spark pipeline and its tests need it." >&2; \
-	  echo "         install it with: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)" >&2; \
+# System packages the tests need (tests/support/components.py): Java >= 17 for the Spark pipeline
+# (pipeline/, its tests, bench/spark_bench.py) and node + npm for the Node.js client tests. Only
+# what is missing is installed, with apt-get (as root, else through sudo); nothing runs when both
+# are there. If they cannot be installed, set-up says what to install and goes on (`make run` needs
+# neither); `make test` then fails the tests that need them, with the reason.
+JAVA_PKG := openjdk-17-jre-headless
+NODE_PKGS := nodejs npm
+system-packages:
+	@java=$$(command -v java || { [ -n "$$JAVA_HOME" ] && echo "$$JAVA_HOME/bin/java"; }); \
+	v=$$($${java:-java} -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	pkgs=""; \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then pkgs=" $(JAVA_PKG)"; fi; \
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then pkgs="$$pkgs $(NODE_PKGS)"; fi; \
+	if [ -n "$$pkgs" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo=sudo; else sudo=none; fi; \
+	  echo "installing$$pkgs (Java found: '$${v:-none}', node: '$$(command -v node || echo none)')"; \
+	  if [ "$$sudo" != none ] && command -v apt-get >/dev/null 2>&1 \
+	     && $$sudo apt-get update -q \
+	     && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$pkgs; then :; \
+	  else \
+	    echo "error: could not install$$pkgs (apt-get missing or failed, or not root and no sudo)." >&2; \
+	    echo "       Install them yourself (Java >= 17, or set JAVA_HOME; node >= 16.19 with npm), then run make setup again;" >&2; \
+	    echo "       until then make test fails the tests that need them (Spark pipeline, Node.js client)." >&2; \
+	  fi; \
 	fi
 
 $(STAMP): pyproject.toml
@@ -31,31 +48,35 @@ $(GEN_STAMP): $(PROTOS) $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=protos --pyi_out=protos --grpc_python_out=protos $(PROTOS)
 	@touch $(GEN_STAMP)
 
-# The official Node.js client for tests/broker/test_nodejs_client.py, if node and npm exist (the
-# tests skip without it). Reinstalled when package-lock.json changes; a failed install warns only.
+# The official Node.js client for tests/broker/test_nodejs_client.py (node and npm come from
+# system-packages). Reinstalled when package-lock.json changes; a failure is reported and set-up
+# goes on, and `make test` then fails those tests, saying why.
 NODE_CLIENTS := tests/broker/clients/node
-node-clients:
+node-clients: system-packages
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 	  stamp=$(NODE_CLIENTS)/node_modules/.pyrmq-installed; \
 	  if [ ! -f $$stamp ] || [ $(NODE_CLIENTS)/package-lock.json -nt $$stamp ]; then \
 	    echo "npm ci in $(NODE_CLIENTS)"; \
 	    if (cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error); then touch $$stamp; \
-	    else rm -rf $(NODE_CLIENTS)/node_modules; echo "warning: npm ci failed; Node.js client tests will skip" >&2; fi; \
+	    else rm -rf $(NODE_CLIENTS)/node_modules; echo "error: npm ci failed in $(NODE_CLIENTS); make test fails the Node.js client tests" >&2; fi; \
 	  fi; \
+	else \
+	  echo "error: node/npm missing, so the Node.js client is not installed; make test fails its tests" >&2; \
 	fi
 
 run: setup
 	$(VENV)/bin/pyrmq up
 
 # Lint (ruff), format check (ruff format) and types (mypy: strict on services/domain, services/runtime
-# and the store client; pyproject.toml), then the suite.
+# and the store client; pyproject.toml), then the suite. PYRMQ_REQUIRE_COMPONENTS=1: a test whose
+# component (tests/support/components.py) is missing fails, saying so, instead of skipping.
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 test: lint
-	$(PY) -m pytest -q -m "not slow"
+	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "not slow"
 
 soak: setup
 	$(PY) -m pytest -q -m slow -o faulthandler_timeout=0
