@@ -24,6 +24,7 @@ import pytest
 from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
 from tests.support.components import require
 from tests.support.processes import start_cluster
+from tests.support.spark_gateway import gateway_without_preexec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,7 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     tmp = tmp_path_factory.mktemp("spark")
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("pyrmq-tests")
         .config("spark.ui.enabled", "false")
@@ -55,8 +56,11 @@ def spark(tmp_path_factory):
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.python.worker.faulthandler.enabled", "true")
         .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
-        .getOrCreate()
     )
+    # This process runs gRPC servers and channels by now: start the JVM without PySpark's
+    # preexec_fn fork, which gRPC's fork handler can abort ("Java gateway exited", grpc#43055).
+    with gateway_without_preexec():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     import pipeline
 
