@@ -21,7 +21,7 @@ from services.broker.config import BrokerConfig
 from services.broker.rpc.server import build_server
 from services.cli import main
 from services.store.client.client import GrpcStoreClient
-from tests.support.processes import Process
+from tests.support.processes import Process, pyrmq_up_command
 
 ROOT = Path(__file__).resolve().parents[1]
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<store>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
@@ -37,20 +37,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data_dir = tmp_path_factory.mktemp("client-cli") / "data"
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--store-port",
-            "0",
-            "--metrics-port",
-            "-1",
-        ],
+        pyrmq_up_command(data_dir, metrics_port=-1),
         ROOT,
     )
     store_client = strict = None

@@ -24,7 +24,7 @@ from services.scheduler.__main__ import load_config as scheduler_config
 from services.store.__main__ import load_config as store_config
 from services.store.config import FlushMode
 from services.txcheck.__main__ import load_config as txcheck_config
-from tests.support.processes import Process
+from tests.support.processes import Process, store_command
 from tests.support.v2_requests import METADATA
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -246,7 +246,7 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
 
 def test_json_logs_are_one_object_per_line(tmp_path: Path, processes: list[Process]) -> None:
     store = Process(
-        [sys.executable, "-m", "services.store", "--data-dir", str(tmp_path), "--port", "0", "--metrics-port", "-1"],
+        store_command(tmp_path, metrics_port=-1),
         tmp_path,
         {"PYRMQ_STORE_LOG_FORMAT": "json"},
     )

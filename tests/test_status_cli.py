@@ -9,7 +9,6 @@ import json
 import re
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
 from services import cli
 from services.admin import status
-from tests.support.processes import Process
+from tests.support.processes import Process, pyrmq_up_command
 from tests.support.v2_requests import ack, message, receive, send_ok
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,20 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("status")
     store_port, metrics_port, broker_port = free_ports(5), free_ports(4), free_ports(1)
     up = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "up",
-            "--data-dir",
-            str(tmp / "data"),
-            "--port",
-            str(broker_port),
-            "--store-port",
-            str(store_port),
-            "--metrics-port",
-            str(metrics_port),
-        ],
+        pyrmq_up_command(tmp / "data", port=broker_port, store_port=store_port, metrics_port=metrics_port),
         ROOT,
     )
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, pyrmq_up_command, start_store
+from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, pyrmq_up_command, start_store, store_command
 
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+) ")
 
@@ -135,19 +134,7 @@ def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Pat
     data_dir = tmp_path / "data"
     first, _ = start_store(processes, data_dir, tmp_path)
     impatient = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.store",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "-1",
-            "--lock-wait-ms",
-            "300",
-        ],
+        store_command(data_dir, "--lock-wait-ms", "300", metrics_port=-1),
         tmp_path,
     )
     processes.append(impatient)
@@ -158,19 +145,7 @@ def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Pat
     assert "is in use by another process" in impatient.log()
 
     patient = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.store",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "-1",
-            "--lock-wait-ms",
-            "30000",
-        ],
+        store_command(data_dir, "--lock-wait-ms", "30000", metrics_port=-1),
         tmp_path,
     )
     processes.append(patient)

@@ -26,7 +26,6 @@ import os
 import random
 import signal
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.support.processes import STORE_READY, Process
+from tests.support.processes import STORE_READY, Process, store_command
 
 log = logging.getLogger(__name__)
 
@@ -192,21 +191,7 @@ class Restart:
 def spawn(data_dir: Path, flush_mode: str) -> tuple[Process, str, float]:
     t0 = time.monotonic()
     process = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.store",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--flush-mode",
-            flush_mode,
-            "--commitlog-file-size-bytes",
-            str(SEGMENT_SIZE_BYTES),
-        ],
+        store_command(data_dir, "--flush-mode", flush_mode, "--commitlog-file-size-bytes", str(SEGMENT_SIZE_BYTES)),
         REPO_ROOT,
     )
     ready = process.wait_line(STORE_READY)

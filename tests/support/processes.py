@@ -86,29 +86,33 @@ class Process:
             self.popen.wait()
 
 
+def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0) -> list[str]:
+    """``python -m services.store`` on an ephemeral gRPC port with its data in ``data_dir``
+    (``metrics_port`` 0: an ephemeral one, -1: none)."""
+    return [
+        sys.executable,
+        "-m",
+        "services.store",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        "0",
+        "--metrics-port",
+        str(metrics_port),
+        *extra,
+    ]
+
+
 def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Process, re.Match[str]]:
-    process = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.store",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--commitlog-file-size-bytes",
-            str(1 << 20),
-        ],
-        cwd,
-    )
+    process = Process(store_command(data_dir, "--commitlog-file-size-bytes", str(1 << 20)), cwd)
     processes.append(process)
     return process, process.wait_line(STORE_READY)
 
 
-def pyrmq_up_command(data_dir: Path | str, *extra: str) -> list[str]:
-    """``pyrmq up`` on ephemeral ports (client, store and metrics) with its data in ``data_dir``."""
+def pyrmq_up_command(
+    data_dir: Path | str, *extra: str, port: int = 0, store_port: int = 0, metrics_port: int = 0
+) -> list[str]:
+    """``pyrmq up`` with its data in ``data_dir``; ports 0 are ephemeral (``metrics_port`` -1: none)."""
     return [
         sys.executable,
         "-m",
@@ -117,11 +121,11 @@ def pyrmq_up_command(data_dir: Path | str, *extra: str) -> list[str]:
         "--data-dir",
         str(data_dir),
         "--port",
-        "0",
+        str(port),
         "--store-port",
-        "0",
+        str(store_port),
         "--metrics-port",
-        "0",
+        str(metrics_port),
         *extra,
     ]
 
