@@ -228,7 +228,7 @@ def start_cluster(data_dir: Path):
         ROOT,
     )
     started.append(broker)
-    endpoint = broker.wait_line(re.compile(r"^pyrmq-broker ready .*endpoint=(?P<endpoint>\S+)$"))["endpoint"]
+    endpoint = broker.wait_line(re.compile(r"^pyrmq-broker ready .*endpoint=(?P<endpoint>\S+) tls="))["endpoint"]
     return endpoint, started
 
 

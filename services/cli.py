@@ -177,6 +177,7 @@ def up(ns: argparse.Namespace) -> int:
         return 2
     ns.data_dir = Path(ns.data_dir).resolve()
     ns.data_dir.mkdir(parents=True, exist_ok=True)
+    ns.broker_data_dir = ns.data_dir / "broker"
     if ns.log_dir is not None:
         ns.log_dir = Path(ns.log_dir).resolve()
         ns.log_dir.mkdir(parents=True, exist_ok=True)
@@ -250,6 +251,7 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
         "",
         f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
         f'(e.g. ClientConfiguration("{ready["broker"]["endpoint"]}", Credentials()))',
+        f"  TLS:              {_tls_text(ready['broker'])}",
         f"  data directory:   {ns.data_dir}",
         f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
         "  stop with Ctrl-C (SIGINT) or SIGTERM",
@@ -257,6 +259,15 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
     ]
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _tls_text(broker: dict[str, str]) -> str:
+    mode, cert = broker.get("tls", "plaintext"), broker.get("cert", "-")
+    if mode == "plaintext":
+        return "off (plaintext only)"
+    ports = "TLS and plaintext on the one port" if mode == "both" else "TLS only"
+    trust = f"; clients that check it trust {cert}" if cert not in ("-", "memory") else ""
+    return f"{ports}{trust}"
 
 
 def _print(text: str) -> int:

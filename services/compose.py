@@ -42,6 +42,7 @@ def compose_namespace() -> argparse.Namespace:
         store_port=STORE_PORT,
         metrics_port=METRICS_PORT,
         broker_metrics_port=None,
+        broker_data_dir=None,
         advertised_host="127.0.0.1",
         ready={"store": {"grpc": f"store:{STORE_PORT}"}, "broker": {"grpc": f"broker:{CLIENT_PORT}"}},
     )

@@ -6,8 +6,8 @@ A service starts as ``python -m <module>`` with its settings in the environment
 it in the cluster (addresses, ports, data directory) from a namespace:
 ``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``store_port``,
 ``metrics_port``, ``broker_metrics_port`` (None: beside the store's), ``advertised_host`` ("":
-the broker's own choice) and ``ready`` (service name -> the key=value pairs of its ready line;
-``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
+the broker's own choice), ``broker_data_dir`` (None: the broker keeps no files) and ``ready``
+(service name -> the key=value pairs of its ready line; ``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
 names). Helper services take ports beside the store's: scheduler gRPC (health) store port + 4
 and metrics store metrics port + 2; txcheck gRPC + 3 and metrics + 3; the broker's metrics + 1.
 """
@@ -46,6 +46,12 @@ def _advertised(ns: argparse.Namespace) -> dict[str, str]:
     return {"advertised_host": ns.advertised_host} if ns.advertised_host else {}
 
 
+def _broker_data(ns: argparse.Namespace) -> dict[str, object]:
+    """The broker's own directory (its self-signed certificate) under ``pyrmq up``'s data
+    directory; none under compose, where brokers scale and each makes its own in memory."""
+    return {"data_dir": ns.broker_data_dir} if ns.broker_data_dir else {}
+
+
 # ``ns.ready[name]`` holds the key=value pairs of an earlier service's ready line, so a later
 # row can use the address that service actually bound (the broker gets the store's).
 SERVICES: tuple[ServiceSpec, ...] = (
@@ -72,6 +78,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "metrics_host": ns.metrics_host,
             "metrics_port": _broker_metrics_port(ns),
             **_advertised(ns),
+            **_broker_data(ns),
         },
         lambda ns: ns.port,
         _broker_metrics_port,

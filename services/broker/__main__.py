@@ -3,9 +3,11 @@
 Waits for the store to serve, then prints exactly one line on stdout once the broker accepts
 RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
 
-    pyrmq-broker ready grpc=127.0.0.1:8081 metrics=http://127.0.0.1:9102/metrics store=127.0.0.1:10911 endpoint=127.0.0.1:8081
+    pyrmq-broker ready grpc=127.0.0.1:8081 metrics=http://127.0.0.1:9102/metrics store=127.0.0.1:10911 endpoint=127.0.0.1:8081 tls=both cert=data/broker/tls/broker.crt
 
-``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
+``tls`` is the client port's ``tls_mode`` (both: TLS and plaintext on that one port) and ``cert``
+the certificate TLS clients can trust (``memory``: a new self-signed one each start, no
+``data_dir``; ``-``: plaintext only). ``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
 as the Python client's ``ClientConfiguration`` endpoints). Logs go to stderr. SIGTERM or
 SIGINT stops the server (in-flight calls get a grace period) and exits 0
 (services/runtime/service_main.py).
@@ -85,7 +87,15 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     grpc_address = format_address(config.host, broker.port)
     endpoint = format_address(*broker.endpoint)
     log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
-    return {"grpc": grpc_address, "metrics": metrics_url, "store": config.store_address, "endpoint": endpoint}
+    certificate = broker.client_port.certificate if broker.client_port is not None else None
+    return {
+        "grpc": grpc_address,
+        "metrics": metrics_url,
+        "store": config.store_address,
+        "endpoint": endpoint,
+        "tls": config.tls_mode,
+        "cert": (certificate.cert_path or "memory") if certificate is not None else "-",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

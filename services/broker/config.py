@@ -39,6 +39,7 @@ CONSUMER_RETRY_DELAYS_MS_DEFAULT = (
     7_200_000,
 )
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+TLS_MODES = ("both", "tls", "plaintext")
 
 
 # A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
@@ -78,8 +79,13 @@ class BrokerConfig:
     auth_max_clock_skew_s: int = 0            # replay window: refuse a signed date-time this far from the broker's clock; 0: not checked, as upstream
     auth_local_time_tolerant: bool = True     # measure that skew from the nearest time-zone offset (Java/Python clients send local time marked Z)
     auth_cache_ttl_ms: int = 3_000            # how long the store's users and ACLs are reused (another broker's change applies within it)
-    tls_cert_path: str = ""                   # PEM certificate chain: the client port serves TLS only (with tls_key_path)
+    tls_mode: str = "both"                    # client port: both (TLS and plaintext on the one port, as RocketMQ 5's proxy; HAProxy in front), tls or plaintext
+    tls_cert_path: str = ""                   # PEM certificate chain for TLS connections (with tls_key_path); empty: a self-signed one pyrmq makes
     tls_key_path: str = ""                    # PEM private key of tls_cert_path
+    data_dir: str = ""                        # the broker's own files: the self-signed certificate (tls/broker.crt, 0600), reused after restarts; empty: a new one in memory at each start
+    front_binary: str = "haproxy"             # tls_mode both: the HAProxy executable (name on PATH or path)
+    client_hello_timeout_ms: int = 10_000     # tls_mode both: a connection that has not begun TLS or HTTP/2 within this long is closed
+    front_idle_timeout_ms: int = 3_600_000    # tls_mode both: a connection idle this long is closed (clients reconnect)
     # -- topics ----------------------------------------------------------------------------
     auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
     auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
@@ -152,6 +158,10 @@ class BrokerConfig:
             raise ValueError("init_authentication_user must be USER:SECRET")
         if bool(self.tls_cert_path) != bool(self.tls_key_path):
             raise ValueError("tls_cert_path and tls_key_path go together")
+        if self.tls_mode not in TLS_MODES:
+            raise ValueError(f"tls_mode must be one of {TLS_MODES}")
+        if self.client_hello_timeout_ms <= 0 or self.front_idle_timeout_ms <= 0:
+            raise ValueError("client_hello_timeout_ms and front_idle_timeout_ms must be positive")
         if self.put_batch_bytes_max < self.body_size_max_bytes:
             raise ValueError("put_batch_bytes_max must hold one message of the largest body")
 
@@ -180,6 +190,6 @@ def address_scheme(host: str) -> str:
 # The settings of ``python -m services.broker`` (services/runtime/settings.py): every BrokerConfig field.
 SETTINGS = settings_of(BrokerConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
-        "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name",
+        "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name", "tls_mode", "data_dir",
         "store_connect_timeout_ms")},
     "auto_create_topic_message_type": "--auto-create-topic-type"})

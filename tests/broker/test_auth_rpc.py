@@ -174,7 +174,7 @@ def test_the_client_port_over_tls(
     make_broker: Callable[..., BrokerServer], tmp_path: Path, monkeypatch, capsys
 ) -> None:
     cert, key = self_signed(tmp_path)
-    broker = make_broker(tls_cert_path=str(cert), tls_key_path=str(key))
+    broker = make_broker(tls_mode="tls", tls_cert_path=str(cert), tls_key_path=str(key))
     endpoint = f"127.0.0.1:{broker.port}"
     with open_channel(endpoint, Credentials(), tls=True, ca_file=str(cert)) as channel:
         response = s_grpc.MessagingServiceStub(channel).QueryRoute(

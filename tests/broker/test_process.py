@@ -23,7 +23,7 @@ from tests.support.store_reads import wait_stored
 from tests.support.v2_requests import METADATA
 
 BROKER_READY = re.compile(
-    r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+)$"
+    r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+) tls=(?P<tls>\S+) cert=(?P<cert>\S+)$"
 )
 
 
@@ -46,6 +46,7 @@ def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list
     processes.append(broker)
     ready = broker.wait_line(BROKER_READY)
     assert ready["store"] == store_ready["grpc"] and ready["endpoint"] == ready["grpc"]
+    assert (ready["tls"], ready["cert"]) == ("both", "memory")  # no data_dir: a new certificate in memory
     with grpc.insecure_channel(ready["grpc"]) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="apache.rocketmq.v2.MessagingService"), timeout=10

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60
 EXIT_TIMEOUT_S = 30
 STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+)$")
-BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+)$")
+BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+) tls=")
 # ``pyrmq up`` (store and broker under one parent): its one ready line.
 UP_READY = re.compile(
     r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "

@@ -35,6 +35,7 @@ from services.broker.admin import AdminService, ClusterStatus, QueueProgress
 from services.broker.auth import AccessDenied, AuthError
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
+from services.broker.rpc.status import DIRECT, Peers, check_access
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
@@ -77,8 +78,7 @@ def admin_errors(method: Method) -> Method:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            if self._guard is not None:
-                self._guard.check(method.__name__, request, dict(context.invocation_metadata()), context.peer())
+            check_access(self._guard, method.__name__, request, context, self._peers)
             return method(self, request, context)
         except FAILURES as caught:
             exc = as_broker_error(caught)
@@ -97,7 +97,9 @@ class AdminServicer(pb_grpc.AdminServicer):
         checks: TransactionCheckRelay | None = None,
         acl: AclAdmin | None = None,
         guard: AccessGuard | None = None,
+        peers: Peers = DIRECT,
     ) -> None:
+        self._peers = peers
         self._admin = admin
         self._checks = checks
         self._acl = acl
@@ -269,11 +271,14 @@ def add_admin_service(
     on_topic_changed: Callable[[str], None] = lambda name: None,
     checks: TransactionCheckRelay | None = None,
     guard: AccessGuard | None = None,
+    peers: Peers = DIRECT,
 ) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
     ``guard``: authentication is on). GetClusterStatus reports the store client's address."""
     acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
-    servicer = AdminServicer(AdminService(store, on_topic_changed, store.address), checks, acl=acl, guard=guard)
+    servicer = AdminServicer(
+        AdminService(store, on_topic_changed, store.address), checks, acl=acl, guard=guard, peers=peers
+    )
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

@@ -20,7 +20,7 @@ from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
 from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
-from services.broker.rpc.status import check_access, status
+from services.broker.rpc.status import DIRECT, Peers, check_access, status
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,16 @@ def error_response(code: int, message: str) -> pb.PullRecordsResponse:
 
 
 class PullServicer(pb_grpc.PullServicer):
-    def __init__(self, service: RawPullService, guard: AccessGuard | None = None) -> None:
+    def __init__(self, service: RawPullService, guard: AccessGuard | None = None, peers: Peers = DIRECT) -> None:
         self._service = service
         self.guard = guard
+        self.peers = peers
 
     def PullRecords(
         self, request: pb.PullRecordsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.PullRecordsResponse]:
         try:
-            check_access(self.guard, "PullRecords", request, context)
+            check_access(self.guard, "PullRecords", request, context, self.peers)
             for result in self._service.pull(raw_pull_request(request, context.time_remaining(), context)):
                 yield response(result)
         except FAILURES as caught:
@@ -89,5 +90,7 @@ class PullServicer(pb_grpc.PullServicer):
             yield error_response(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def add_pull_service(server: grpc.Server, service: RawPullService, guard: AccessGuard | None = None) -> None:
-    pb_grpc.add_PullServicer_to_server(PullServicer(service, guard), server)
+def add_pull_service(
+    server: grpc.Server, service: RawPullService, guard: AccessGuard | None = None, peers: Peers = DIRECT
+) -> None:
+    pb_grpc.add_PullServicer_to_server(PullServicer(service, guard, peers), server)

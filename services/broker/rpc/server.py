@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from services.broker.access import AccessGuard, auth_snapshot
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
+from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen_socket
 from services.broker.metrics import BrokerMetrics
 from services.broker.producer import Producer
 from services.broker.pull import OffsetService
@@ -34,8 +35,10 @@ from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_ser
 from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
 from services.broker.rpc.servicer import MessagingServicer
+from services.broker.rpc.status import DIRECT, Peers
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import ClientRegistry, TelemetryService
+from services.broker.tls_cert import ServerCertificate, certificate_hosts, load_configured, load_or_create
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
 from services.runtime.clock import Clock, SystemClock
@@ -47,6 +50,11 @@ from services.store.client.model import PutOutcome
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
 
+TLS_MODE_TEXT = {
+    "both": "TLS and plaintext through HAProxy",
+    "tls": "TLS",
+    "plaintext": "plaintext",
+}
 SERVICE_NAME = s.DESCRIPTOR.services_by_name["MessagingService"].full_name  # apache.rocketmq.v2.MessagingService
 
 
@@ -63,10 +71,17 @@ class BrokerServer:
     hub: ArrivalHub = field(default_factory=ArrivalHub)
     watch_start: Callable[[], None] = lambda: None
     watch_stop: Callable[[], None] = lambda: None
+    client_port: ClientPort | None = None
+    _watchdog: FrontWatchdog | None = field(default=None, init=False)
 
     def start(self) -> None:
         self.server.start()
         self.watch_start()
+        front = self.client_port.front if self.client_port is not None else None
+        if front is not None:
+            front.start()
+            self._watchdog = FrontWatchdog(front)
+            self._watchdog.start()
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
@@ -76,6 +91,10 @@ class BrokerServer:
         # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
         if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
             log.warning("gRPC server not stopped %.0f s after the grace period; going on", STOP_WAIT_EXTRA_S)
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self.client_port is not None and self.client_port.front is not None:
+            self.client_port.front.stop()  # after gRPC's grace: in-flight calls finish through it
         self.sink.close()
 
 
@@ -95,10 +114,66 @@ def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = N
     return coalescer
 
 
-def tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials:
-    """TLS for the client port from PEM files (OSError if they cannot be read)."""
-    with open(config.tls_cert_path, "rb") as cert, open(config.tls_key_path, "rb") as key:
-        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+def server_certificate(config: BrokerConfig, clock: Clock) -> ServerCertificate:
+    """The configured certificate, else the self-signed one (services/broker/tls_cert.py);
+    OSError if files cannot be read or written."""
+    if config.tls_cert_path:
+        return load_configured(config.tls_cert_path, config.tls_key_path)
+    return load_or_create(config.data_dir, certificate_hosts(config.host, config.advertised_host), clock.now_ms())
+
+
+@dataclass
+class ClientPort:
+    """The client port as bound: its port number, the certificate of its TLS connections, and
+    the HAProxy front of ``tls_mode = both`` (not started)."""
+
+    port: int
+    certificate: ServerCertificate | None
+    front: HaproxyFront | None = None
+
+    @property
+    def peers(self) -> Peers:
+        return self.front.peers if self.front is not None else DIRECT
+
+
+def bind_client_port(server: grpc.Server, config: BrokerConfig, clock: Clock) -> ClientPort:
+    """Bind the client port as ``config.tls_mode`` says (OSError if it cannot): gRPC on the port
+    itself (plaintext, tls), or on two loopback ports behind HAProxy (both)."""
+    address = format_address(config.host, config.port)
+    certificate = server_certificate(config, clock) if config.tls_mode != "plaintext" else None
+    credentials = (
+        grpc.ssl_server_credentials([(certificate.key_pem, certificate.cert_pem)]) if certificate is not None else None
+    )
+    try:
+        if config.tls_mode == "plaintext":
+            return ClientPort(_bound(server.add_insecure_port(address), address), None)
+        if config.tls_mode == "tls":
+            assert credentials is not None and certificate is not None
+            return ClientPort(_bound(server.add_secure_port(address, credentials), address), certificate)
+        assert credentials is not None and certificate is not None
+        plain = _bound(server.add_insecure_port("127.0.0.1:0"), "127.0.0.1:0")
+        secure = _bound(server.add_secure_port("127.0.0.1:0", credentials), "127.0.0.1:0")
+    except RuntimeError as exc:  # grpc's "Failed to bind"
+        raise OSError(f"cannot bind the broker's gRPC port at {address} (in use?)") from exc
+    try:
+        listen = listen_socket(config.host, config.port)
+    except OSError as exc:
+        raise OSError(f"cannot bind the broker's client port at {address}: {exc}") from exc
+    front = HaproxyFront(
+        config.front_binary,
+        listen,
+        clock.monotonic_s,
+        lambda fd, admin: FrontPlan(
+            fd, plain, secure, admin, config.client_hello_timeout_ms, config.front_idle_timeout_ms
+        ),
+    )
+    return ClientPort(listen.getsockname()[1], certificate, front)
+
+
+def _bound(port: int, address: str) -> int:
+    if port == 0:
+        raise OSError(f"cannot bind the broker's gRPC port at {address} (in use?)")
+    return port
 
 
 def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
@@ -145,17 +220,8 @@ def build_server(
             ),
         ],
     )
-    try:
-        port = (
-            server.add_secure_port(format_address(config.host, config.port), tls_credentials(config))
-            if config.tls_cert_path
-            else server.add_insecure_port(format_address(config.host, config.port))
-        )
-    except RuntimeError:  # grpc's "Failed to bind"
-        port = 0
-    if port == 0:
-        raise OSError(f"cannot bind the broker's gRPC port at {format_address(config.host, config.port)} (in use?)")
-
+    client_port = bind_client_port(server, config, clock)
+    port = client_port.port
     endpoint = config.advertised_endpoint(port)
     topics = TopicRegistry(config, store, clock)
     sink = build_sink(config, store, clock)
@@ -197,15 +263,17 @@ def build_server(
         guard=guard,
         queue_wait_s=pool.waited_s,
         queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
+        peers=client_port.peers,
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, RawPullService(offsets, store), guard)
+    add_pull_service(server, RawPullService(offsets, store), guard, client_port.peers)
     add_admin_service(
         server,
         store,
         topics.invalidate,
         checks=TransactionCheckRelay(telemetry.registry, halves),
         guard=guard,
+        peers=client_port.peers,
     )
 
     health_servicer = health.HealthServicer()
@@ -219,10 +287,32 @@ def build_server(
     if metrics is not None:
         metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats)
     log.info(
-        "broker gRPC server bound to %s, advertising %s", format_address(config.host, port), format_address(*endpoint)
+        "broker client port %s (%s), advertising %s",
+        format_address(config.host, port),
+        TLS_MODE_TEXT[config.tls_mode],
+        format_address(*endpoint),
     )
+    certificate = client_port.certificate
+    if certificate is not None:
+        log.info(
+            "TLS certificate %s (%s), SHA-256 fingerprint %s",
+            certificate.cert_path or "in memory",
+            "self-signed by pyrmq" if certificate.generated else "configured",
+            certificate.fingerprint,
+        )
     return BrokerServer(
-        server, port, endpoint, servicer, sink, topics, telemetry, health_servicer, hub, watch_start, watch_stop
+        server,
+        port,
+        endpoint,
+        servicer,
+        sink,
+        topics,
+        telemetry,
+        health_servicer,
+        hub,
+        watch_start,
+        watch_stop,
+        client_port,
     )
 
 

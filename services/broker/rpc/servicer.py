@@ -33,7 +33,7 @@ from services.broker.producer import Producer
 from services.broker.pull import OffsetService
 from services.broker.route import RouteService
 from services.broker.rpc import consumer_convert, convert, pull_convert
-from services.broker.rpc.status import OK_STATUS, check_access, client_id_of, in_band, peer_address
+from services.broker.rpc.status import DIRECT, OK_STATUS, Peers, check_access, client_id_of, in_band, peer_address
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.transaction import TransactionService
@@ -65,7 +65,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         guard: AccessGuard | None = None,
         queue_wait_s: Callable[[], float] = lambda: 0.0,
         queue_wait_max_s: float = 0.0,
+        peers: Peers = DIRECT,
     ) -> None:
+        self.peers = peers  # the client behind a peer (services/broker/front.py)
         self._consumer = consumer
         self._queue_wait_s = queue_wait_s  # how long this call waited for a gRPC worker
         self._queue_wait_max_s = queue_wait_max_s  # 0: never shed
@@ -110,7 +112,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self, request_iterator: Iterator[s.TelemetryCommand], context: grpc.ServicerContext
     ) -> Iterator[s.TelemetryCommand]:
         try:
-            check_access(self.guard, "Telemetry", None, context)
+            check_access(self.guard, "Telemetry", None, context, self.peers)
         except BrokerError as exc:  # a stream has no in-band status before its first command
             context.abort(
                 grpc.StatusCode.UNAUTHENTICATED if exc.code == Code.UNAUTHORIZED else grpc.StatusCode.PERMISSION_DENIED,
@@ -137,7 +139,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def SendMessage(self, request: s.SendMessageRequest, context: grpc.ServicerContext) -> s.SendMessageResponse:
         self._shed_if_stale()
         messages = convert.incoming_messages(request)
-        receipts = self._producer.send(messages, peer_address(context), self._timeout_s(context))
+        receipts = self._producer.send(messages, peer_address(context, self.peers), self._timeout_s(context))
         if self._traffic is not None:
             self._traffic.messages_in(messages, receipts)
         return convert.send_response(receipts)
@@ -165,7 +167,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     @in_band(s.RecallMessageResponse)
     def RecallMessage(self, request: s.RecallMessageRequest, context: grpc.ServicerContext) -> s.RecallMessageResponse:
         message_id = self._producer.recall(
-            request.topic.name, request.recall_handle, peer_address(context), self._timeout_s(context)
+            request.topic.name, request.recall_handle, peer_address(context, self.peers), self._timeout_s(context)
         )
         return s.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
@@ -190,7 +192,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
-            check_access(self.guard, "ReceiveMessage", request, context)
+            check_access(self.guard, "ReceiveMessage", request, context, self.peers)
             receive = consumer_convert.receive_request(request, context.time_remaining())
             receive.alive = context.is_active
             result = self._consumer_service().receive(receive)
@@ -248,7 +250,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
-            check_access(self.guard, "PullMessage", request, context)
+            check_access(self.guard, "PullMessage", request, context, self.peers)
             pull = pull_convert.pull_request(request, context.time_remaining(), context.is_active)
             responses = pull_convert.pull_responses(self._offset_service().pull(pull))
         except FAILURES as caught:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -41,9 +41,25 @@ def client_id_of(context: grpc.ServicerContext) -> str:
     return ""
 
 
-def peer_address(context: grpc.ServicerContext) -> str:
-    """``ipv4:1.2.3.4:5`` -> ``1.2.3.4:5``, ``ipv6:[::1]:5`` -> ``[::1]:5``; else ""."""
-    peer = context.peer() or ""
+class Peers(Protocol):
+    """The client behind a gRPC peer (services/broker/front.py: through the TLS/plaintext front)."""
+
+    def resolve(self, peer: str) -> str: ...
+
+
+class DirectPeers:
+    """No front: the gRPC peer is the client."""
+
+    def resolve(self, peer: str) -> str:
+        return peer
+
+
+DIRECT = DirectPeers()
+
+
+def peer_address(context: grpc.ServicerContext, peers: Peers = DIRECT) -> str:
+    """The client's ``ipv4:1.2.3.4:5`` -> ``1.2.3.4:5``, ``ipv6:[::1]:5`` -> ``[::1]:5``; else ""."""
+    peer = peers.resolve(context.peer() or "")
     scheme, _, address = peer.partition(":")
     return address if scheme in ("ipv4", "ipv6") else ""
 
@@ -51,11 +67,12 @@ def peer_address(context: grpc.ServicerContext) -> str:
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
-def check_access(guard: Any, method: str, request: Any, context: grpc.ServicerContext) -> None:
+def check_access(guard: Any, method: str, request: Any, context: grpc.ServicerContext, peers: Peers = DIRECT) -> None:
     """``guard.check`` (services/broker/access.py) when authentication is on: the caller's
-    headers and the connection's peer address, never a header's claim of one."""
+    headers and the connection's peer address (the client's, through the front), never a
+    header's claim of one."""
     if guard is not None:
-        guard.check(method, request, dict(context.invocation_metadata()), context.peer())
+        guard.check(method, request, dict(context.invocation_metadata()), peers.resolve(context.peer() or ""))
 
 
 def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Method], Method]:
@@ -73,7 +90,7 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
             try:
                 if require_client_id and not client_id_of(context):
                     raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
-                check_access(getattr(self, "guard", None), name, request, context)
+                check_access(getattr(self, "guard", None), name, request, context, getattr(self, "peers", DIRECT))
                 return method(self, request, context)
             except FAILURES as caught:
                 exc = as_broker_error(caught)
