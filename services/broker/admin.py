@@ -14,9 +14,10 @@ are never changed.
 
 Consumer progress (RocketMQ's ``consumerProgress``): for each topic the group has committed
 offsets in (or the one asked for), for each read queue, the queue's min and max offset and the
-group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: a group
-without an offset in a queue starts at its min offset (the store's pop engine does), and
-messages below the min offset are gone, not pending. In-flight (popped, unacked) counts are not
+group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: messages
+below the min offset are gone, not pending; a queue the group has no offset in yet (it never
+received from the topic) counts from its min offset, an upper bound (where it starts is decided
+at its first receive, the store's ``consume_init``). In-flight (popped, unacked) counts are not
 reported there.
 
 Cluster status (``pyrmq status``): every topic with its queues' min and max offsets (messages
