@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -167,6 +169,75 @@ def test_consumer_progress(endpoint, store_stub):
 
     assert (
         fails(3, "consumer", "progress", "CliNobody", "--endpoint", endpoint)
+        == "pyrmq: error: consumer group CliNobody does not exist\n"
+    )
+
+
+def consumed_bodies(endpoint: str, topic: str, group: str, count: int) -> list[str]:
+    """``pyrmq consume`` as ``group`` until ``count`` messages arrived (each acked)."""
+    got = ok_json(
+        "consume", topic, "--group", group, "--max", str(count), "--wait-seconds", "0", "--endpoint", endpoint
+    )
+    return sorted(m["body_text"] for m in got["messages"])
+
+
+def test_consumer_reset_then_a_consumer_receives_from_the_new_position(endpoint, store_stub):
+    ok("topic", "create", "CliReset", "--type", "NORMAL", "--queues", "2", "--endpoint", endpoint)
+    ok("group", "create", "CliResetGroup", "--endpoint", endpoint)
+    stamps = []
+    for i in range(6):  # queue 0: r0 r2 r4, queue 1: r1 r3 r5
+        stamps.append(put(store_stub, "CliReset", i % 2, f"CliReset-{i}", body=b"r%d" % i).store_timestamp_ms)
+        time.sleep(0.005)  # distinct store times
+    wait_indexed(store_stub, "CliReset", "CliReset-5")
+    everything = [f"r{i}" for i in range(6)]
+    assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 6) == everything  # a fresh topic: from the start
+
+    table = ok(
+        "consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--to-offset", "earliest", "--endpoint", endpoint
+    )
+    assert "Reset consumer group CliResetGroup on topic CliReset" in table
+    rows = [line.split() for line in table.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["0", "3", "0"], ["1", "3", "0"]]
+    assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 6) == everything
+
+    when = datetime.fromtimestamp(stamps[4] / 1000).isoformat(timespec="milliseconds")  # local time, like an operator
+    document = ok_json(
+        "consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--to-timestamp", when, "--endpoint", endpoint
+    )
+    assert document == {
+        "group": "CliResetGroup",
+        "topic": "CliReset",
+        "queues": [
+            {"queue_id": 0, "old_offset": 3, "new_offset": 2},
+            {"queue_id": 1, "old_offset": 3, "new_offset": 2},
+        ],
+    }
+    assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 2) == ["r4", "r5"]
+
+    by_millis = ok_json(
+        "consumer",
+        "reset",
+        "CliResetGroup",
+        "--topic",
+        "CliReset",
+        "--to-timestamp",
+        str(stamps[3]),
+        "--endpoint",
+        endpoint,
+    )
+    assert [(q["queue_id"], q["new_offset"]) for q in by_millis["queues"]] == [(0, 2), (1, 1)]
+    ok("consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--to-offset", "latest", "--endpoint", endpoint)
+    put(store_stub, "CliReset", 1, "CliReset-6", body=b"r6")
+    assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 1) == ["r6"]
+
+    assert "--to-timestamp" in fails(
+        2, "consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--endpoint", endpoint
+    )
+    assert "not earliest, latest or an offset" in fails(
+        2, "consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--to-offset", "first", "--endpoint", endpoint
+    )
+    assert (
+        fails(3, "consumer", "reset", "CliNobody", "--topic", "CliReset", "--to-offset", "0", "--endpoint", endpoint)
         == "pyrmq: error: consumer group CliNobody does not exist\n"
     )
 

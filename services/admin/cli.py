@@ -7,6 +7,7 @@
     pyrmq group create NAME [--fifo | --no-fifo] [--max-delivery-attempts N]
     pyrmq group list [--all]
     pyrmq consumer progress GROUP [--topic T]
+    pyrmq consumer reset GROUP --topic T (--to-timestamp TS | --to-offset earliest|latest|N)
     pyrmq message query --topic T --key K
     pyrmq message query --id ID [--topic T]
 
@@ -56,6 +57,8 @@ _NUMERIC_COLUMNS = frozenset(
         "BROKER OFFSET",
         "CONSUMER OFFSET",
         "QUEUE OFFSET",
+        "OLD OFFSET",
+        "NEW OFFSET",
         "LAG",
     }
 )
@@ -68,6 +71,8 @@ _EXIT_CODES = {
     grpc.StatusCode.UNAUTHENTICATED: EXIT_DENIED,
     grpc.StatusCode.PERMISSION_DENIED: EXIT_DENIED,
 }
+
+_RESET_POSITIONS = {"earliest": pb.RESET_POSITION_EARLIEST, "latest": pb.RESET_POSITION_LATEST}
 
 Document = dict[str, Any]
 Render = Callable[[Console], None]
@@ -190,6 +195,30 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
             )
         console.print(table)
         console.print(f"Total lag: {response.total_lag}")
+
+    return document, render
+
+
+def consumer_reset(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
+    request = pb.ResetConsumerOffsetRequest(group=ns.group, topic=ns.topic)
+    if ns.to_timestamp is not None:
+        request.timestamp_ms = ns.to_timestamp
+    elif ns.to_offset in _RESET_POSITIONS:
+        request.position = _RESET_POSITIONS[ns.to_offset]
+    else:
+        request.offset = int(ns.to_offset)
+    response = stub.ResetConsumerOffset(request, timeout=ns.timeout)
+    queues = [{"queue_id": q.queue_id, "old_offset": q.old_offset, "new_offset": q.new_offset} for q in response.queues]
+    document = {"group": response.group, "topic": response.topic, "queues": queues}
+
+    def render(console: Console) -> None:
+        console.print(f"Reset consumer group {response.group} on topic {response.topic}")
+        table = _table("QUEUE", "OLD OFFSET", "NEW OFFSET")
+        for q in queues:
+            table.add_row(
+                str(q["queue_id"]), str(q["old_offset"]) if q["old_offset"] >= 0 else "-", str(q["new_offset"])
+            )
+        _print_table(console, table, queues, f"Topic {response.topic} has no read queues.")
 
     return document, render
 
@@ -412,12 +441,28 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     listing = leaf(group, "list", group_list, "list consumer groups")
     listing.add_argument("--all", action="store_true", help="include system groups")
 
-    consumer = commands.add_parser("consumer", help="consumer group progress").add_subparsers(
-        dest="consumer_command", required=True, metavar="{progress}"
+    consumer = commands.add_parser("consumer", help="consumer group progress and resets").add_subparsers(
+        dest="consumer_command", required=True, metavar="{progress,reset}"
     )
     progress = leaf(consumer, "progress", consumer_progress, "a consumer group's offsets and lag, per queue")
     progress.add_argument("group", metavar="GROUP")
     progress.add_argument("--topic", help="only this topic (default: every topic the group has consumed)")
+    reset = leaf(consumer, "reset", consumer_reset, "move a consumer group's offset in every queue of a topic")
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("--topic", required=True, help="the topic: every read queue of it is reset")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument(
+        "--to-timestamp",
+        type=epoch_ms,
+        metavar="TS",
+        help="the first message stored at or after TS: ms since the epoch or ISO 8601 (naive: local time)",
+    )
+    to.add_argument(
+        "--to-offset",
+        type=_reset_offset,
+        metavar="earliest|latest|N",
+        help="each queue's min or max offset, or offset N (kept within each queue's min and max)",
+    )
 
     message = commands.add_parser("message", help="find messages").add_subparsers(
         dest="message_command", required=True, metavar="{query}"
@@ -485,6 +530,24 @@ def positive_float(text: str) -> float:
     if not value > 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
     return value
+
+
+def epoch_ms(text: str) -> int:
+    """An argparse type: ms since the epoch, as digits or an ISO 8601 time (naive: local time)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return round(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"neither ms since the epoch nor an ISO 8601 time: {text}") from None
+
+
+def _reset_offset(text: str) -> str:
+    if text.lower() in _RESET_POSITIONS:
+        return text.lower()
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not earliest, latest or an offset: {text}")
+    return text
 
 
 def _positive(text: str) -> int:

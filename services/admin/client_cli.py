@@ -17,8 +17,9 @@ offset, or ms since the epoch) a DELAY message, parked until then (no queue or o
 queue is not in SendMessage's answer: it is looked up by message id (the admin service's
 QueryMessages), "?" when that fails.
 
-``consume`` receives with long polling as consumer group GROUP (a new group starts at the
-topic's first message), prints each message as it arrives (id, queue and offset, delivery
+``consume`` receives with long polling as consumer group GROUP (a new group starts at each
+queue's last message, or its first while the topic is fresh: the store's consume_init_mode;
+``pyrmq consumer reset`` moves a group), prints each message as it arrives (id, queue and offset, delivery
 attempt, tag, keys, properties, body as text if it is printable UTF-8, else a base64 preview),
 and acks each batch after printing it unless ``--no-ack`` (then the messages come back after
 ``--invisible-seconds``, 10 s at least, with the next delivery attempt). It stops after
@@ -46,7 +47,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,7 @@ from services.admin.cli import (
     _table,
     _time_text,
     common_arguments,
+    epoch_ms,
     positive_float,
 )
 from services.v2client.client import (
@@ -411,7 +412,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     when.add_argument("--delay-ms", type=_positive, metavar="N", help="deliver N ms from now (a DELAY message)")
     when.add_argument(
         "--deliver-at",
-        type=_deliver_at,
+        type=epoch_ms,
         metavar="TIME",
         help="deliver at TIME: ISO 8601 (local time unless it has an offset) or ms since the epoch",
     )
@@ -485,16 +486,6 @@ def _property(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text}")
     return key, value
-
-
-def _deliver_at(text: str) -> int:
-    """ms since the epoch: digits as they are, else an ISO 8601 time (naive: local time)."""
-    if text.isdigit():
-        return int(text)
-    try:
-        return round(datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"neither ms since the epoch nor an ISO 8601 time: {text}") from None
 
 
 def _non_negative_float(text: str) -> float:

@@ -14,10 +14,18 @@ are never changed.
 
 Consumer progress (RocketMQ's ``consumerProgress``): for each topic the group has committed
 offsets in (or the one asked for), for each read queue, the queue's min and max offset and the
-group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: a group
-without an offset in a queue starts at its min offset (the store's pop engine does), and
-messages below the min offset are gone, not pending. In-flight (popped, unacked) counts are not
+group's committed offset. ``lag = max_offset - max(consumer_offset, min_offset)``: messages
+below the min offset are gone, not pending; a queue the group has no offset in yet (it never
+received from the topic) counts from its min offset, an upper bound (where it starts is decided
+at its first receive, the store's ``consume_init``). In-flight (popped, unacked) counts are not
 reported there.
+
+Consumer offset reset (``pyrmq consumer reset``, RocketMQ's ``mqadmin resetOffsetByTime``):
+the group's committed offset in every read queue of a topic becomes the first offset stored at
+or after a time (``offset_by_timestamp``; the max offset if none is), the min or max offset,
+or a given offset brought within [min, max] (beyond either end the pop engine would move it
+there at the next receive anyway). The store's pop engine restarts the group's state in each
+queue at the new offset (in-flight messages of the queue are delivered again from there).
 
 Cluster status (``pyrmq status``): every topic with its queues' min and max offsets (messages
 stored: the sum of ``max_offset - min_offset``) and, per consumer group and topic, the
@@ -34,6 +42,7 @@ ways; without a topic, every non-system topic's index is searched (one store cal
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 from collections.abc import Callable
@@ -68,8 +77,22 @@ __all__ = [
     "GroupTopicStatus",
     "QueueOffsets",
     "QueueProgress",
+    "QueueReset",
+    "ResetPosition",
     "TopicStatus",
 ]
+
+
+class ResetPosition(enum.Enum):
+    EARLIEST = "earliest"  # each queue's min offset
+    LATEST = "latest"  # each queue's max offset
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReset:
+    queue_id: int
+    old_offset: int  # -1: the group had none
+    new_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +175,11 @@ class AdminStore(Protocol):
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of one queue; (0, 0) for a queue that never held a message."""
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (the max offset if none is)."""
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
     def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
         """(group, topic, lag messages, in-flight messages) of every consumer group."""
@@ -258,6 +286,44 @@ class AdminService:
             # None: deleted since; report the committed queues
             queues += _progress(name, self._store.get_topic(name), committed.get(name, {}), self._store.queue_offsets)
         return ConsumerProgress(group, queues)
+
+    def reset_consumer_offset(
+        self,
+        group: str,
+        topic: str,
+        *,
+        timestamp_ms: int | None = None,
+        position: ResetPosition | None = None,
+        offset: int | None = None,
+    ) -> list[QueueReset]:
+        """Move the group in every read queue of ``topic`` to exactly one of: the first message
+        stored at or after ``timestamp_ms``, ``position``, ``offset`` (within [min, max])."""
+        if (timestamp_ms is None) + (position is None) + (offset is None) != 2:
+            raise RequestError("reset to exactly one of a timestamp, earliest / latest, or an offset")
+        if (timestamp_ms is not None and timestamp_ms < 0) or (offset is not None and offset < 0):
+            raise RequestError("the timestamp or offset to reset to must not be negative")
+        _check_group_name(group)
+        if self._store.get_group(group) is None:
+            raise NotFoundError(f"consumer group {group} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
+        _check_topic_name(topic)
+        info = self._store.get_topic(topic)
+        if info is None:
+            raise NotFoundError(f"topic {topic} does not exist", Code.TOPIC_NOT_FOUND)
+        committed = self._committed_offsets(group).get(topic, {})
+        resets = []
+        for queue_id in range(info.read_queue_nums):
+            min_offset, max_offset = self._store.queue_offsets(topic, queue_id)
+            if timestamp_ms is not None:
+                new_offset = self._store.offset_by_timestamp(topic, queue_id, timestamp_ms)
+            elif position is not None:
+                new_offset = min_offset if position is ResetPosition.EARLIEST else max_offset
+            else:
+                assert offset is not None
+                new_offset = min(max(offset, min_offset), max_offset)
+            self._store.commit_consumer_offset(group, topic, queue_id, new_offset)
+            resets.append(QueueReset(queue_id, committed.get(queue_id, -1), new_offset))
+        log.info("reset group %s on topic %s: %s", group, topic, [(r.queue_id, r.new_offset) for r in resets])
+        return resets
 
     def _committed_offsets(self, group: str) -> dict[str, dict[int, int]]:
         """topic -> queue id -> the group's committed offset."""

@@ -18,6 +18,13 @@ class FlushMode(enum.Enum):
     SYNC = "SYNC_FLUSH"  # a put returns only after an fdatasync that covers it (group commit)
 
 
+class ConsumeInitMode(enum.Enum):
+    """Where a consumer group new to a queue starts (RocketMQ's ConsumeInitMode; consume_init.py)."""
+
+    MIN = 0  # the queue's min offset: everything retention left
+    MAX = 1  # the queue's last message, or offset 0 if the queue's first message is still in memory
+
+
 # A settings table: each field's aligned comment is its documentation (services/runtime/settings.py).
 # fmt: off
 @dataclass(frozen=True)
@@ -61,6 +68,9 @@ class StoreConfig:
     delay_levels: str = DELAY_LEVELS_DEFAULT          # the delay levels, level N is the Nth (messageDelayLevel); must match the scheduler's
     auto_create_topic_enable: bool = True             # a put to an unknown topic creates it (autoCreateTopicEnable)
     default_topic_queue_nums: int = 8                 # queues of an auto-created topic (defaultTopicQueueNums)
+    consume_init_mode: ConsumeInitMode = ConsumeInitMode.MAX  # where a group new to a queue starts: MAX its last message (its first if still in memory), MIN its min offset (ConsumeInitMode; RocketMQ's proxy pops with MAX)
+    init_pop_offset_by_check_msg_in_mem: bool = True  # MAX: a queue whose first message (offset 0) is still in memory starts at 0 instead (initPopOffsetByCheckMsgInMem)
+    access_message_in_memory_max_ratio: float = 0.40  # "in memory": within this fraction of physical memory of the CommitLog's end (accessMessageInMemoryMaxRatio, 40 %)
     store_host: str = "127.0.0.1:10911"               # host:port written into every record (offset message ids)
     broker_name: str = "broker-a"                     # the broker name (brokerName) in routes, metrics and message ids
     cluster_name: str = "DefaultCluster"              # the cluster name (brokerClusterName), a label of every metric
@@ -87,6 +97,8 @@ class StoreConfig:
         if self.flush_interval_ms <= 0 or self.sync_flush_timeout_ms <= 0 or self.flush_consumer_offset_interval_ms <= 0:
             raise ValueError("flush intervals and timeouts must be positive")
         parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
+        if not 0 <= self.access_message_in_memory_max_ratio <= 1:
+            raise ValueError("access_message_in_memory_max_ratio must be in [0, 1]")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:
             raise ValueError("gc_gen0_threshold and warm_ahead_bytes must not be negative")
 

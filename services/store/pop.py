@@ -16,11 +16,11 @@ Per (group, source topic, queue) the service keeps a ``_QueueState``::
   delivered again too.
 * ``cursor`` (one per requested topic, see the retry queue below) is where the next pop reads;
   it runs ahead of ``committed`` by at most ``POP_WINDOW_OFFSETS_MAX`` offsets.
-* A group new to a queue starts at offset 0 (the queue's min offset if retention removed it):
-  RocketMQ's pop starts a new group at the end *unless the queue's data is still in memory*,
-  which on a fresh broker means "from the beginning"; pyrmq always starts at the beginning.
-* A committed offset changed by someone else (CommitConsumerOffset, a deleted topic) resets
-  the queue's pop state: its in-flight handles die.
+* A group new to a queue (no committed offset) starts at ``init_offset`` (``consume_init``) and
+  commits it at once; a pop with queue id -1 does so on every queue it would scan, also those a
+  full batch did not reach (as RocketMQ's getPopOffset), so no queue starts after the first pop.
+* A committed offset changed by someone else (``commit_offset``: CommitConsumerOffset, an admin
+  reset; a deleted topic) resets the queue's pop state: its in-flight handles die.
 
 Queue id -1 reads every read queue of the topic, then the group's retry topic ``%RETRY%{group}``
 queue 0, round robin from a start that rotates per (group, topic). The retry queue holds the
@@ -45,9 +45,9 @@ meanwhile. Order: ``_lock -> topic/group/offset table locks``; the arrival bus i
 without ``_lock``.
 
 Collaborators are passed in by name, never the store: its ``get_messages`` (queue reads),
-the topic and subscription group tables, the consumer offsets, the clock and whether the store
-runs; for ``ReviveService``, which PopService starts and owns, also the store's
-``put_messages`` and ``max_offset_in_queue`` and the arrival bus.
+``init_offset``, the topic and subscription group tables, the consumer offsets, the clock and
+whether the store runs; for ``ReviveService``, which PopService starts and owns, also the
+store's ``put_messages`` and ``max_offset_in_queue`` and the arrival bus.
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ class PopService:
         self,
         *,
         get_messages: GetMessages,
+        init_offset: Callable[[str, int], int],
         max_offset_in_queue: Callable[[str, int], int],
         put_messages: PutMessages,
         topics: TopicConfigManager,
@@ -151,6 +152,7 @@ class PopService:
         revive_interval_ms: int = REVIVE_INTERVAL_MS,
     ) -> None:
         self._get_messages = get_messages
+        self._init_offset = init_offset
         self._topics = topics
         self._groups = groups
         self._consumer_offsets = consumer_offsets
@@ -221,7 +223,9 @@ class PopService:
         with self._lock:
             for source, qid in self._queues_to_scan_locked(group, topic, queue_id):
                 if len(out) >= request.max_count:
-                    break
+                    if (group, source, qid) not in self._queues:
+                        self._state_locked((group, source, qid))  # a new group's start, set now
+                    continue
                 examined.append((source, qid))
                 self._pop_queue_locked(request, source, qid, out)
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
@@ -425,12 +429,37 @@ class PopService:
         seen = self._consumer_offsets.query_offset(group, source, queue_id)
         state = self._queues.get(key)
         if state is None:
-            state = self._queues[key] = _QueueState(committed=max(seen, 0), seen=seen)
+            start, seen = self._start_locked(key, seen)
+            state = self._queues[key] = _QueueState(committed=start, seen=seen)
         elif seen != state.seen:
             log.info("%s: committed offset changed from %d to %d outside pop; pop state reset", key, state.seen, seen)
-            self._reset_locked(key, state, max(seen, 0), commit=False)
+            start, seen = self._start_locked(key, seen)
+            self._reset_locked(key, state, start, commit=False)
             state.seen = seen
         return state
+
+    def _start_locked(self, key: QueueKey, seen: int) -> tuple[int, int]:
+        """(where the queue's pop state starts, the committed offset now) for committed ``seen``;
+        a group new to the queue (-1) starts at ``init_offset``, committed if the topic exists."""
+        if seen >= 0:
+            return seen, seen
+        group, source, queue_id = key
+        offset = self._init_offset(source, queue_id)
+        if self._topics.get(source) is None:
+            return offset, seen
+        self._consumer_offsets.commit_offset(group, source, queue_id, offset)
+        log.info("%s: group new to the queue starts at offset %d", key, offset)
+        return offset, offset
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set the group's committed offset from outside pop (CommitConsumerOffset, an admin
+        reset): under the pop lock, so no ack in progress writes its own over it."""
+        key = (group, topic, queue_id)
+        with self._lock:
+            self._consumer_offsets.commit_offset(group, topic, queue_id, offset)
+            if (state := self._queues.get(key)) is not None:
+                self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
+                state.seen = offset
 
     def _reset_locked(self, key: QueueKey, state: _QueueState, offset: int, commit: bool) -> None:
         state.committed = offset

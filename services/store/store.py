@@ -17,7 +17,7 @@ Data flow::
 
 The parts never see the FileStore: each gets the collaborators it uses (reput the CommitLog,
 its dispatchers and the bus; the pop engine the store's get_messages / put_messages /
-max_offset_in_queue, the tables, the bus and the clock). The read-only properties below expose
+max_offset_in_queue, where a new group starts, the tables, the bus and the clock). The read-only properties below expose
 the parts to the servicer, tests and benchmarks.
 
 The CommitLog is the truth; ConsumeQueues, IndexFiles and the checkpoint are caches that
@@ -43,6 +43,7 @@ from services.store.checkpoint import CheckpointFile, StoreLock, abort_file_exis
 from services.store.clean import CleanService
 from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
+from services.store.consume_init import ConsumeInitOffsets
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
@@ -111,6 +112,7 @@ class FileStore(StoreReader):
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
         self._pop = PopService(
             get_messages=self.get_messages,
+            init_offset=ConsumeInitOffsets(config, self._commitlog, self._cq_store).init_offset,
             max_offset_in_queue=self.max_offset_in_queue,
             put_messages=self.put_messages,
             topics=self._topics,

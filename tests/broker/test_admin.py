@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.admin import AdminService
+from services.broker.admin import AdminService, QueueReset, ResetPosition
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.store.client.client import GrpcStoreClient
 from tests.support.admin_messages import put, wait_indexed
@@ -203,6 +204,82 @@ def test_consumer_progress_unknown_group_or_topic(admin):
     assert caught.value.code is Code.TOPIC_NOT_FOUND
     with pytest.raises(RequestError):
         admin.consumer_progress("bad group")
+
+
+# -- consumer offset reset -----------------------------------------------------------------------
+
+
+def pop_bodies(store_stub, group: str, topic: str, max_count: int = 32) -> list[bytes]:
+    """Pop as a consumer of ``group`` does (every queue), ack, and return the bodies."""
+    popped = store_stub.PopMessages(
+        pb.PopMessagesRequest(group=group, topic=topic, queue_id=-1, max_count=max_count, invisible_duration_ms=60_000),
+        timeout=10,
+    ).messages
+    for message in popped:
+        store_stub.AckMessage(
+            pb.AckMessageRequest(group=group, topic=topic, receipt_handle=message.receipt_handle), timeout=10
+        )
+    return sorted(message.message.body for message in popped)
+
+
+def test_reset_to_earliest_latest_and_an_offset(admin, store_stub):
+    admin.create_topic("Orders", "NORMAL", 2)
+    admin.create_group("G1")
+    for i in range(6):
+        put(store_stub, "Orders", i % 2, f"ID{i}", body=b"m%d" % i)  # 3 per queue
+    wait_indexed(store_stub, "Orders", "ID5")
+    assert pop_bodies(store_stub, "G1", "Orders") == [b"m%d" % i for i in range(6)]
+
+    resets = admin.reset_consumer_offset("G1", "Orders", position=ResetPosition.EARLIEST)
+    assert resets == [QueueReset(0, 3, 0), QueueReset(1, 3, 0)]
+    assert pop_bodies(store_stub, "G1", "Orders") == [b"m%d" % i for i in range(6)]  # consumed again
+
+    assert admin.reset_consumer_offset("G1", "Orders", offset=2) == [QueueReset(0, 3, 2), QueueReset(1, 3, 2)]
+    assert pop_bodies(store_stub, "G1", "Orders") == [b"m4", b"m5"]
+    # Beyond the end: brought to the max offset (the pop engine would move it there anyway).
+    assert admin.reset_consumer_offset("G1", "Orders", offset=99) == [QueueReset(0, 3, 3), QueueReset(1, 3, 3)]
+
+    admin.reset_consumer_offset("G1", "Orders", offset=0)
+    assert admin.reset_consumer_offset("G1", "Orders", position=ResetPosition.LATEST) == [
+        QueueReset(0, 0, 3),
+        QueueReset(1, 0, 3),
+    ]
+    assert pop_bodies(store_stub, "G1", "Orders") == []
+    put(store_stub, "Orders", 1, "ID6", body=b"m6")
+    wait_indexed(store_stub, "Orders", "ID6")
+    assert pop_bodies(store_stub, "G1", "Orders") == [b"m6"]
+
+
+def test_reset_to_a_time_and_a_group_that_never_consumed(admin, store_stub):
+    admin.create_topic("Orders", "NORMAL", 2)
+    admin.create_group("G1")
+    stamps = []
+    for i in range(4):
+        stamps.append(put(store_stub, "Orders", 0, f"ID{i}", body=b"m%d" % i).store_timestamp_ms)
+        time.sleep(0.005)  # distinct store times
+    wait_indexed(store_stub, "Orders", "ID3")
+    assert stamps == sorted(set(stamps))
+    resets = admin.reset_consumer_offset("G1", "Orders", timestamp_ms=stamps[2])
+    assert resets == [QueueReset(0, -1, 2), QueueReset(1, -1, 0)]  # queue 1 is empty
+    assert pop_bodies(store_stub, "G1", "Orders") == [b"m2", b"m3"]
+    after_all = admin.reset_consumer_offset("G1", "Orders", timestamp_ms=stamps[-1] + 1)
+    assert after_all == [QueueReset(0, 4, 4), QueueReset(1, 0, 0)]
+
+
+def test_reset_errors(admin):
+    with pytest.raises(NotFoundError) as caught:
+        admin.reset_consumer_offset("Nobody", "Orders", offset=0)
+    assert caught.value.code is Code.CONSUMER_GROUP_NOT_FOUND
+    admin.create_group("G1")
+    with pytest.raises(NotFoundError) as caught:
+        admin.reset_consumer_offset("G1", "NoTopic", offset=0)
+    assert caught.value.code is Code.TOPIC_NOT_FOUND
+    admin.create_topic("Orders", "NORMAL", 1)
+    for bad in ({}, {"offset": 0, "position": ResetPosition.LATEST}, {"offset": -1}, {"timestamp_ms": -5}):
+        with pytest.raises(RequestError):
+            admin.reset_consumer_offset("G1", "Orders", **bad)
+    with pytest.raises(RequestError):
+        admin.reset_consumer_offset("bad group", "Orders", offset=0)
 
 
 # -- messages ------------------------------------------------------------------------------------

@@ -83,6 +83,35 @@ def test_groups_and_progress(admin_stub, store_stub):
     )
 
 
+def test_reset_consumer_offset(admin_stub, store_stub):
+    admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1"), timeout=10)
+    admin_stub.CreateTopic(pb.CreateTopicRequest(name="Orders", queue_nums=2), timeout=10)
+    stamps = [put(store_stub, "Orders", 0, f"ID{i}").store_timestamp_ms for i in range(3)]
+    wait_indexed(store_stub, "Orders", "ID2")
+
+    def reset(**target) -> list[tuple[int, int, int]]:
+        response = admin_stub.ResetConsumerOffset(
+            pb.ResetConsumerOffsetRequest(group="G1", topic="Orders", **target), timeout=10
+        )
+        assert (response.group, response.topic) == ("G1", "Orders")
+        return [(q.queue_id, q.old_offset, q.new_offset) for q in response.queues]
+
+    assert reset(position=pb.RESET_POSITION_LATEST) == [(0, -1, 3), (1, -1, 0)]
+    assert reset(position=pb.RESET_POSITION_EARLIEST) == [(0, 3, 0), (1, 0, 0)]
+    assert reset(offset=2) == [(0, 0, 2), (1, 0, 0)]
+    assert reset(timestamp_ms=stamps[0]) == [(0, 2, 0), (1, 0, 0)]
+    assert reset(timestamp_ms=0) == [(0, 0, 0), (1, 0, 0)]  # set, though 0: the oneof says which
+
+    def code(**fields) -> grpc.StatusCode:
+        return code_of(admin_stub.ResetConsumerOffset, pb.ResetConsumerOffsetRequest(**fields))
+
+    assert code(group="G1", topic="Orders") == grpc.StatusCode.INVALID_ARGUMENT  # no target
+    assert code(group="G1", topic="Orders", position=pb.RESET_POSITION_UNSPECIFIED) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(group="G1", topic="Orders", offset=-1) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(group="Nobody", topic="Orders", offset=0) == grpc.StatusCode.NOT_FOUND
+    assert code(group="G1", topic="NoTopic", offset=0) == grpc.StatusCode.NOT_FOUND
+
+
 def test_query_messages(admin_stub, store_stub):
     admin_stub.CreateTopic(pb.CreateTopicRequest(name="Orders"), timeout=10)
     result = put(store_stub, "Orders", 1, "ID0", keys="order-7", body=b"\x00\xff")

@@ -116,11 +116,11 @@ def test_group_lag_and_in_flight_per_topic(admin, store_stub):
     rows = {(g.group, g.topic): g for g in status.groups}
     assert [key for key in rows] == [("G1", "Orders"), ("G2", "Payments"), ("Idle", "")]
     orders = rows[("G1", "Orders")]
-    # In-flight messages are part of the lag (queue 1 has no committed offset yet: from its min offset).
+    # In-flight messages are part of the lag (queue 1's start, 0, was committed at its first pop).
     assert (orders.lag, orders.inflight_messages) == (6 - 2, 1)
     assert [(q.queue_id, q.broker_offset, q.consumer_offset, q.lag) for q in orders.queues] == [
         (0, 3, 2, 1),
-        (1, 3, -1, 3),
+        (1, 3, 0, 3),
     ]
     assert (rows[("G2", "Payments")].lag, rows[("G2", "Payments")].inflight_messages) == (0, 0)
     assert rows[("Idle", "")].queues == []

@@ -31,7 +31,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
-from services.broker.admin import AdminService, ClusterStatus, QueueProgress
+from services.broker.admin import AdminService, ClusterStatus, QueueProgress, ResetPosition
 from services.broker.auth import AccessDenied, AuthError
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
@@ -54,6 +54,7 @@ _STATUS: tuple[tuple[type[BrokerError], grpc.StatusCode], ...] = (
 )
 
 Method = TypeVar("Method", bound=Callable[..., Any])
+_RESET_POSITIONS = {pb.RESET_POSITION_EARLIEST: ResetPosition.EARLIEST, pb.RESET_POSITION_LATEST: ResetPosition.LATEST}
 
 
 def status_of(exc: BrokerError) -> grpc.StatusCode:
@@ -197,6 +198,28 @@ class AdminServicer(pb_grpc.AdminServicer):
         progress = self._admin.consumer_progress(request.group, request.topic)
         return pb.GetConsumerProgressResponse(
             group=progress.group, queues=[_queue(q) for q in progress.queues], total_lag=progress.total_lag
+        )
+
+    @admin_errors
+    def ResetConsumerOffset(
+        self, request: pb.ResetConsumerOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.ResetConsumerOffsetResponse:
+        target = request.WhichOneof("target")
+        if target == "position" and request.position not in _RESET_POSITIONS:
+            raise RequestError(f"unknown reset position {request.position}")
+        resets = self._admin.reset_consumer_offset(
+            request.group,
+            request.topic,
+            timestamp_ms=request.timestamp_ms if target == "timestamp_ms" else None,
+            position=_RESET_POSITIONS[request.position] if target == "position" else None,
+            offset=request.offset if target == "offset" else None,
+        )
+        return pb.ResetConsumerOffsetResponse(
+            group=request.group,
+            topic=request.topic,
+            queues=[
+                pb.QueueReset(queue_id=r.queue_id, old_offset=r.old_offset, new_offset=r.new_offset) for r in resets
+            ],
         )
 
     @admin_errors

@@ -239,7 +239,8 @@ class StoreServicer(pb_grpc.StoreServicer):
             raise ValueError("group and topic must not be empty")
         if request.offset < 0:
             raise ValueError(f"offset must not be negative, got {request.offset}")
-        self._store.consumer_offsets.commit_offset(request.group, request.topic, request.queue_id, request.offset)
+        # Through the pop engine: the group's pop state (in-flight handles) starts again there.
+        self._store.pop.commit_offset(request.group, request.topic, request.queue_id, request.offset)
         return pb.CommitConsumerOffsetResponse()
 
     @rpc_errors
