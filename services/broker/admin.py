@@ -43,7 +43,13 @@ from typing import Protocol
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.validation import validate_key, validate_message_id, validate_topic
-from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
+from services.domain.names import (
+    is_system_group,
+    is_system_topic,
+    pop_retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
 from services.domain.retry_policy import GroupRetryPolicy
 from services.store.client.model import GroupInfo, StoredMessage, TopicInfo
 
@@ -269,7 +275,9 @@ class AdminService:
         committed = self._committed_offsets(group)
         if topic:
             self._require_topic(topic)
-            topics = [topic]
+            # and the group's retry topic for it (RocketMQ 5 pop's %RETRY%{group}_{topic}), if used
+            retry = pop_retry_topic(group, topic)
+            topics = sorted({topic, retry} if retry in committed else {topic})
         else:
             topics = sorted(committed)
         queues = []

@@ -22,10 +22,12 @@ Per (group, source topic, queue) the service keeps a ``_QueueState``::
 * A committed offset changed by someone else (CommitConsumerOffset, a deleted topic) resets
   the queue's pop state: its in-flight handles die.
 
-Queue id -1 reads every read queue of the topic, then the group's retry topic ``%RETRY%{group}``
-queue 0, round robin from a start that rotates per (group, topic). The retry queue holds the
-retries of every topic the group consumes; each record names its original topic in
-``RETRY_TOPIC``, and a pop for topic T only takes T's retries (one cursor per topic).
+Queue id -1 reads every read queue of the topic, then the group's retry topic for it,
+``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's pop retry topic, KeyBuilder V1), round robin
+from a start that rotates per (group, topic). Each retry record also names its original topic in
+``RETRY_TOPIC``. A store written before issue 15 may hold a ``%RETRY%{group}`` topic shared by
+all the group's topics: while that topic exists a pop also reads it, and takes only the records
+whose ``RETRY_TOPIC`` is the popped topic (one cursor per topic); nothing new is put there.
 
 Filters: ``tags_codes`` (tags hash codes, checked on the ConsumeQueue for the topic's own
 queues and on the record for retry copies) and ``sql_expression`` (a SQL92 property filter,
@@ -61,7 +63,13 @@ from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
-from services.domain.names import retry_topic, validate_group_name, validate_topic_name
+from services.domain.names import (
+    RETRY_TOPIC_PREFIX,
+    pop_retry_topic,
+    retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
 from services.domain.sql_filter import SqlFilter, compile_sql
 from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
@@ -312,9 +320,11 @@ class PopService:
             return [(topic, queue_id)]
         config = self._topics.get(topic)
         queues = [(topic, q) for q in range(config.read_queue_nums if config else 0)]
-        retry = retry_topic(group)
-        if topic != retry:
-            queues.append((retry, 0))
+        if not topic.startswith(RETRY_TOPIC_PREFIX):
+            queues.append((pop_retry_topic(group, topic), 0))
+            legacy = retry_topic(group)
+            if self._topics.get(legacy) is not None:
+                queues.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
         if not queues:
             return []
         rotation_key = (group, topic)
