@@ -129,17 +129,69 @@ def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):
 def test_group_create_and_list(endpoint):
     assert (
         ok("group", "create", "CliGroup", "--fifo", "--max-delivery-attempts", "5", "--endpoint", endpoint)
-        == "Created group CliGroup: FIFO, 5 delivery attempts before the DLQ.\n"
+        == "Created group CliGroup: FIFO, 5 delivery attempts before the DLQ, retry policy default.\n"
     )
+    default = {"kind": "default"}
     assert ok_json("group", "create", "CliGroup", "--endpoint", endpoint) == {
         "created": False,
-        "group": {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False},
+        "group": {
+            "name": "CliGroup",
+            "fifo": True,
+            "max_delivery_attempts": 5,
+            "system": False,
+            "retry_policy": default,
+        },
     }
     [row] = [line.split() for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "CliGroup" in line]
-    assert row == ["CliGroup", "yes", "5"]
+    assert row == ["CliGroup", "yes", "5", "default"]
     groups = ok_json("group", "list", "--endpoint", endpoint)["groups"]
-    assert {"name": "CliGroup", "fifo": True, "max_delivery_attempts": 5, "system": False} in groups
+    assert {
+        "name": "CliGroup",
+        "fifo": True,
+        "max_delivery_attempts": 5,
+        "system": False,
+        "retry_policy": default,
+    } in groups
     assert "illegal characters" in fails(2, "group", "create", "bad group", "--endpoint", endpoint)
+
+
+def test_group_retry_policy_options(endpoint):
+    assert (
+        ok("group", "create", "CliRetry", "--backoffs", "1s,5s,1500ms,2m", "--endpoint", endpoint)
+        == "Created group CliRetry: not FIFO, 17 delivery attempts before the DLQ, retry policy customized "
+        "1s,5s,1500ms,2m.\n"
+    )
+    document = ok_json(
+        "group", "update", "CliRetry", "--initial-backoff", "1s", "--max-backoff", "1m", "--endpoint", endpoint
+    )
+    assert document["created"] is False
+    assert document["group"]["retry_policy"] == {
+        "kind": "exponential",
+        "initial_backoff_ms": 1_000,
+        "max_backoff_ms": 60_000,
+        "backoff_multiplier": 2,
+    }
+    [row] = [line.split() for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "CliRetry" in line]
+    assert row == ["CliRetry", "no", "17", "exponential", "1s..1m", "x2"]
+    ok("group", "update", "CliRetry", "--max-delivery-attempts", "3", "--endpoint", endpoint)  # policy kept
+    assert ok_json("group", "update", "CliRetry", "--retry-policy", "default", "--endpoint", endpoint)["group"] == {
+        "name": "CliRetry",
+        "fifo": False,
+        "max_delivery_attempts": 3,
+        "system": False,
+        "retry_policy": {"kind": "default"},
+    }
+
+    assert "exclusive" in fails(2, "group", "create", "G", "--backoffs", "1s", "--max-backoff", "1m")
+    assert "needs --backoffs" in fails(2, "group", "create", "G", "--retry-policy", "customized")
+    assert "not a duration" in fails(2, "group", "create", "G", "--backoffs", "1s,soon")
+    assert "max backoff must be" in fails(
+        2, "group", "create", "G", "--initial-backoff", "1m", "--max-backoff", "1s", "--endpoint", endpoint
+    )
+    assert (
+        fails(3, "group", "update", "CliNobody", "--backoffs", "1s", "--endpoint", endpoint)
+        == "pyrmq: error: consumer group CliNobody does not exist\n"
+    )
 
 
 def test_consumer_progress(endpoint, store_stub):

@@ -4,7 +4,9 @@
     pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|MIXED [--queues N]
     pyrmq topic list [--all]
     pyrmq topic delete NAME
-    pyrmq group create NAME [--fifo | --no-fifo] [--max-delivery-attempts N]
+    pyrmq group create|update NAME [--fifo | --no-fifo] [--max-delivery-attempts N]
+          [--retry-policy default | --backoffs D,D,... |
+           --initial-backoff D --max-backoff D --backoff-multiplier N]
     pyrmq group list [--all]
     pyrmq consumer progress GROUP [--topic T]
     pyrmq consumer reset GROUP --topic T (--to-timestamp TS | --to-offset earliest|latest|N)
@@ -12,6 +14,15 @@
     pyrmq message query --id ID [--topic T]
 
 (``pyrmq status`` is in status.py, ``pyrmq send|consume|bench`` in client_cli.py.)
+
+``group create`` creates a group or changes an existing one; ``group update`` only changes an
+existing one (NOT_FOUND otherwise). An option left out keeps the stored value. The retry policy
+(the delay before each redelivery, sent to consumers in their settings): ``--backoffs 1s,5s,30s``
+(customized: the delay after the 1st, 2nd, 3rd failed delivery; the last repeats),
+``--initial-backoff 1s --max-backoff 1m --backoff-multiplier 2`` (exponential; an option left
+out takes RocketMQ's 5s, 2h, 2), ``--retry-policy default`` (RocketMQ's default: 1s 5s 10s 30s
+1m 2m ... 2h). ``--retry-policy customized|exponential`` may name the kind explicitly. A
+duration D is a number with a unit (``500ms``, ``1s``, ``2m``, ``1h``) or bare milliseconds.
 
 Every command takes ``--endpoint HOST:PORT`` (the broker, default 127.0.0.1:8081),
 ``--timeout SECONDS`` and ``--json``. Output is a table for people; ``--json`` prints one JSON
@@ -41,6 +52,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from services.admin.retry_policy_cli import (
+    add_retry_policy_options,
+    check_retry_policy,
+    retry_policy_doc,
+    retry_policy_request,
+    retry_policy_text,
+)
 from services.v2client.client import Credentials, open_channel
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -125,9 +143,13 @@ def topic_delete(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
 
 
 def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    request = pb.CreateGroupRequest(name=ns.name, max_delivery_attempts=ns.max_delivery_attempts or 0)
+    request = pb.CreateGroupRequest(
+        name=ns.name, max_delivery_attempts=ns.max_delivery_attempts or 0, must_exist=ns.must_exist
+    )
     if ns.fifo is not None:
         request.fifo = ns.fifo
+    if (policy := retry_policy_request(ns)) is not None:
+        request.retry_policy.CopyFrom(policy)
     response = stub.CreateGroup(request, timeout=ns.timeout)
     group = _group_doc(response.group)
 
@@ -135,7 +157,8 @@ def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
         console.print(
             f"{'Created' if response.created else 'Updated'} group {group['name']}: "
             f"{'FIFO' if group['fifo'] else 'not FIFO'}, "
-            f"{group['max_delivery_attempts']} delivery attempts before the DLQ."
+            f"{group['max_delivery_attempts']} delivery attempts before the DLQ, "
+            f"retry policy {retry_policy_text(group['retry_policy'])}."
         )
 
     return {"created": response.created, "group": group}, render
@@ -147,12 +170,13 @@ def group_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Documen
     ]
 
     def render(console: Console) -> None:
-        table = _table("GROUP", "FIFO", "MAX DELIVERY ATTEMPTS", *(["SYSTEM"] if ns.all else []))
+        table = _table("GROUP", "FIFO", "MAX DELIVERY ATTEMPTS", "RETRY POLICY", *(["SYSTEM"] if ns.all else []))
         for g in groups:
             table.add_row(
                 g["name"],
                 "yes" if g["fifo"] else "no",
                 str(g["max_delivery_attempts"]),
+                retry_policy_text(g["retry_policy"]),
                 *(["yes" if g["system"] else ""] if ns.all else []),
             )
         _print_table(console, table, groups, "No consumer groups.")
@@ -271,6 +295,7 @@ def _group_doc(group: pb.Group) -> Document:
         "fifo": group.fifo,
         "max_delivery_attempts": group.max_delivery_attempts,
         "system": group.system,
+        "retry_policy": retry_policy_doc(group.retry_policy),
     }
 
 
@@ -421,23 +446,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     delete = leaf(topic, "delete", topic_delete, "delete a topic (its queues and consumer offsets)")
     delete.add_argument("name", metavar="NAME")
 
-    group = commands.add_parser("group", help="create and list consumer groups").add_subparsers(
-        dest="group_command", required=True, metavar="{create,list}"
+    group = commands.add_parser("group", help="create, update and list consumer groups").add_subparsers(
+        dest="group_command", required=True, metavar="{create,update,list}"
     )
-    create = leaf(group, "create", group_create, "create a consumer group, or change its settings")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument(
-        "--fifo",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="deliver each message group in order (default: off for a new group, unchanged for an existing one)",
-    )
-    create.add_argument(
-        "--max-delivery-attempts",
-        type=_positive,
-        metavar="N",
-        help="deliveries before a message goes to the DLQ (default: 17 for a new group, unchanged for an existing one)",
-    )
+    for verb, help_text in (
+        ("create", "create a consumer group, or change its settings"),
+        ("update", "change the settings of an existing consumer group"),
+    ):
+        _add_group_options(leaf(group, verb, group_create, help_text), must_exist=verb == "update")
     listing = leaf(group, "list", group_list, "list consumer groups")
     listing.add_argument("--all", action="store_true", help="include system groups")
 
@@ -548,6 +564,24 @@ def _reset_offset(text: str) -> str:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"not earliest, latest or an offset: {text}")
     return text
+
+
+def _add_group_options(parser: argparse.ArgumentParser, must_exist: bool) -> None:
+    parser.set_defaults(must_exist=must_exist, check=lambda ns: check_retry_policy(parser, ns))
+    parser.add_argument("name", metavar="NAME")
+    parser.add_argument(
+        "--fifo",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="deliver each message group in order (default: off for a new group, unchanged for an existing one)",
+    )
+    parser.add_argument(
+        "--max-delivery-attempts",
+        type=_positive,
+        metavar="N",
+        help="deliveries before a message goes to the DLQ (default: 17 for a new group, unchanged for an existing one)",
+    )
+    add_retry_policy_options(parser)
 
 
 def _positive(text: str) -> int:

@@ -52,7 +52,14 @@ from typing import Protocol
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.validation import validate_key, validate_message_id, validate_topic
-from services.domain.names import is_system_group, is_system_topic, validate_group_name, validate_topic_name
+from services.domain.names import (
+    is_system_group,
+    is_system_topic,
+    pop_retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
+from services.domain.retry_policy import GroupRetryPolicy
 from services.store.client.model import GroupInfo, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -167,8 +174,11 @@ class AdminStore(Protocol):
     def get_group(self, name: str) -> GroupInfo | None: ...
     def list_groups(self) -> list[GroupInfo]: ...
 
-    def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
-        """Create or update: set consume_message_orderly and retry_max_times, keep other fields."""
+    def update_group(
+        self, name: str, fifo: bool, retry_max_times: int, retry_policy: GroupRetryPolicy | None = None
+    ) -> GroupInfo:
+        """Create or update: set consume_message_orderly, retry_max_times and (unless None) the
+        retry policy; keep other fields."""
 
     def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
         """Every committed (topic, queue_id, offset) of the group."""
@@ -241,28 +251,43 @@ class AdminService:
 
     # -- groups ----------------------------------------------------------------------------
     def create_group(
-        self, name: str, fifo: bool | None = None, max_delivery_attempts: int = 0
+        self,
+        name: str,
+        fifo: bool | None = None,
+        max_delivery_attempts: int = 0,
+        retry_policy: GroupRetryPolicy | None = None,
+        must_exist: bool = False,
     ) -> tuple[GroupInfo, bool]:
-        """(the stored group, whether it is new). Unset (None / 0) values keep the stored ones."""
+        """(the stored group, whether it is new). Unset (None / 0) values keep the stored ones
+        (a new group: not FIFO, 17 deliveries, RocketMQ's default retry policy). ``must_exist``:
+        NotFoundError rather than creating the group."""
         validate_group(name)
         if max_delivery_attempts and not 1 <= max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS_MAX:
             raise RequestError(
                 f"max delivery attempts must be in [1, {MAX_DELIVERY_ATTEMPTS_MAX}], not {max_delivery_attempts}"
             )
+        if retry_policy is not None:
+            try:
+                retry_policy.check()
+            except ValueError as exc:
+                raise RequestError(f"illegal retry policy: {exc}") from None
         existing = self._store.get_group(name)
+        if existing is None and must_exist:
+            raise NotFoundError(f"consumer group {name} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
         if fifo is None:
             fifo = existing.consume_message_orderly if existing is not None else False
         if max_delivery_attempts:
             retry_max_times = max_delivery_attempts - 1
         else:
             retry_max_times = existing.retry_max_times if existing is not None else MAX_DELIVERY_ATTEMPTS_DEFAULT - 1
-        group = self._store.update_group(name, fifo, retry_max_times)
+        group = self._store.update_group(name, fifo, retry_max_times, retry_policy)
         log.info(
-            "%s group %s (fifo=%s, %d deliveries)",
+            "%s group %s (fifo=%s, %d deliveries, retry policy %s)",
             "created" if existing is None else "updated",
             name,
             group.consume_message_orderly,
             group.retry_max_times + 1,
+            group.retry_policy.describe(),
         )
         return group, existing is None
 
@@ -278,7 +303,9 @@ class AdminService:
         committed = self._committed_offsets(group)
         if topic:
             self._require_topic(topic)
-            topics = [topic]
+            # and the group's retry topic for it (RocketMQ 5 pop's %RETRY%{group}_{topic}), if used
+            retry = pop_retry_topic(group, topic)
+            topics = sorted({topic, retry} if retry in committed else {topic})
         else:
             topics = sorted(committed)
         queues = []

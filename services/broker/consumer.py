@@ -3,7 +3,7 @@ ForwardMessageToDeadLetterQueue and QueryAssignment. No gRPC here.
 
 The broker keeps no consumption state: every pop, ack and change of invisible time is one
 store call (``PopStore``; the store's PopService keeps offsets, in-flight handles, revives
-into ``%RETRY%<group>`` and moves to ``%DLQ%<group>`` after ``retry_max_times + 1``
+into ``%RETRY%<group>_<topic>`` and moves to ``%DLQ%<group>`` after ``retry_max_times + 1``
 deliveries).
 
 Receive
@@ -66,7 +66,7 @@ from services.domain.format.properties_format import (
     TAGS,
     UNIQ_KEY,
 )
-from services.domain.names import is_system_group, retry_topic, validate_group_name
+from services.domain.names import is_system_group, pop_retry_topic, retry_topic, validate_group_name
 from services.domain.sql_filter import SqlFilterError, compile_sql
 from services.runtime.clock import Clock
 from services.store.client.model import AckResult, Delivery, GroupInfo, PopOutcome, TopicInfo
@@ -342,7 +342,8 @@ class ConsumerService:
         poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms, self._limits)
         count = batch_size(request.batch_size, self._limits)
         deadline = self._clock.monotonic_s() + poll_ms / 1000
-        watched = (request.topic, retry_topic(request.group))
+        # The legacy shared retry topic too: a store from before issue 15 may still hold retries there.
+        watched = (request.topic, pop_retry_topic(request.group, request.topic), retry_topic(request.group))
         for _ in range(POP_ROUNDS_MAX):
             if self._closed:
                 return ReceiveResult()

@@ -12,7 +12,9 @@ merges them into the client's message. Values are the proxy's defaults:
   ``backoff_policy`` = max 3 attempts, exponential 10 ms .. 1 s x2 (Node crashes without it);
 * consumer: ``receive_batch_size`` 32, ``long_polling_timeout`` 20 s, ``fifo`` from the
   group's ``consume_message_orderly``, ``backoff_policy`` = ``retry_max_times + 1`` attempts
-  with the customized 1 s .. 2 h delays (the default group retry policy).
+  with the group's retry policy (``GroupRetryPolicy.backoff``: its customized delays or its
+  exponential parameters); a group with RocketMQ's default policy (or none stored yet) gets
+  ``BrokerConfig.consumer_retry_delays_ms`` (by default the same 1 s .. 2 h delays).
 
 Sessions. ``ClientRegistry`` keeps one ``ClientSession`` per client id with a live stream:
 its type, the topics it publishes (producer group = topic, as in the proxy), its consumer
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, RequestError
 from services.broker.model import ClientType
+from services.domain.retry_policy import ExponentialRetryPolicy
 from services.runtime.clock import Clock
 from services.store.client.model import GroupInfo
 
@@ -135,6 +138,19 @@ class ClientRegistry:
             return len(self._sessions)
 
 
+def consumer_backoff(group: GroupInfo, default_delays_ms: tuple[int, ...]) -> RetryPolicySettings:
+    """A consumer's ``backoff_policy`` (GrpcClientSettingsManager.mergeSubscriptionData)."""
+    attempts = group.retry_max_times + 1
+    if group.retry_policy.is_default:
+        return RetryPolicySettings(max_attempts=attempts, customized_ms=default_delays_ms)
+    backoff = group.retry_policy.backoff()
+    if isinstance(backoff, ExponentialRetryPolicy):
+        return RetryPolicySettings(
+            max_attempts=attempts, exponential=(backoff.initial_ms, backoff.max_ms, float(backoff.multiplier))
+        )
+    return RetryPolicySettings(max_attempts=attempts, customized_ms=backoff.next_ms)
+
+
 class TelemetryService:
     def __init__(self, config: BrokerConfig, groups: GroupSource, registry: ClientRegistry, clock: Clock) -> None:
         self._config = config
@@ -163,9 +179,7 @@ class TelemetryService:
             if group is None:
                 group = GroupInfo(name=settings.subscription_group)
             return ServerSettings(
-                backoff=RetryPolicySettings(
-                    max_attempts=group.retry_max_times + 1, customized_ms=config.consumer_retry_delays_ms
-                ),
+                backoff=consumer_backoff(group, config.consumer_retry_delays_ms),
                 fifo=group.consume_message_orderly,
                 receive_batch_size=config.consumer_receive_batch_size,
                 long_polling_timeout_ms=config.consumer_long_polling_timeout_ms,

@@ -68,8 +68,21 @@ GROUP_NAME_LENGTH_MAX = 120  # so that %RETRY%{group}_{topic} stays a legal topi
 _NAME_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
+POP_RETRY_SEPARATOR_V1 = "_"  # KeyBuilder: %RETRY%{group}_{topic}, RocketMQ 5's default
+# (enableRetryTopicV2, off by default, would use "+": %RETRY%{group}+{topic}; pyrmq never does.)
+
+
 def retry_topic(group: str) -> str:
+    """The group's classic retry topic ``%RETRY%{group}`` (MixAll.getRetryTopic): where 4.x push
+    consumers' send-back goes, and where pyrmq before issue 15 put every pop redelivery of the
+    group. Pop redeliveries now go to ``pop_retry_topic``."""
     return RETRY_TOPIC_PREFIX + group
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """Where RocketMQ 5's pop revives a group's unacked messages of ``topic``:
+    ``%RETRY%{group}_{topic}`` (KeyBuilder.buildPopRetryTopicV1, the default)."""
+    return RETRY_TOPIC_PREFIX + group + POP_RETRY_SEPARATOR_V1 + topic
 
 
 def dlq_topic(group: str) -> str:

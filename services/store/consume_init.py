@@ -12,7 +12,7 @@ removed with its topic or group) starts, under ``StoreConfig.consume_init_mode``
   message is still *in memory*: then at 0, so a group that starts on a fresh topic receives what
   was sent before its first receive.
 
-Retry topics (``%RETRY%{group}``) always start at their min offset, whatever the mode.
+Retry topics (``%RETRY%{group}_{topic}``) always start at their min offset, whatever the mode.
 
 "In memory": RocketMQ asks the page cache whether the first message's bytes are resident
 (``checkInMemByConsumeOffset``, mincore). pyrmq does not account the page cache; it uses

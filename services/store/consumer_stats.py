@@ -6,7 +6,9 @@
 * ``inflight_messages``: deliveries popped and not yet acked or expired (the pop service's
   memory; 0 after a store restart until the group pops again).
 
-The group's retry topic ``%RETRY%{group}`` appears as its own topic. No gRPC here.
+The group's retry topic of each topic, ``%RETRY%{group}_{topic}`` (and a legacy shared
+``%RETRY%{group}`` from before issue 15), appears as its own topic, as RocketMQ's
+ConsumerLagCalculator reports a pop retry topic apart. No gRPC here.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from services.domain.format.java_compat import java_hashmap_order
 from services.domain.names import validate_group_name, validate_topic_name
+from services.domain.retry_policy import GroupRetryPolicy
 from services.store.errors import FastjsonDecodeError, MetadataFileError
 from services.store.fastjson import Bean
 
@@ -172,10 +173,6 @@ class TopicConfig:
         )
 
 
-def default_group_retry_policy() -> dict[str, Any]:
-    return {"type": "CUSTOMIZED"}
-
-
 @dataclass
 class SubscriptionGroupConfig:
     group_name: str
@@ -191,9 +188,8 @@ class SubscriptionGroupConfig:
     group_sys_flag: int = 0
     consume_timeout_minute: int = 15
     attributes: dict[str, str] = field(default_factory=dict)
-    # GroupRetryPolicy as loaded: {"type": "CUSTOMIZED"|"EXPONENTIAL", optional
-    # "customizedRetryPolicy": {"next": [...]}, "exponentialRetryPolicy": {...}}.
-    group_retry_policy: dict[str, Any] = field(default_factory=default_group_retry_policy)
+    # groupRetryPolicy: the delays before redeliveries (services/domain/retry_policy.py).
+    group_retry_policy: GroupRetryPolicy = field(default_factory=GroupRetryPolicy)
     # SimpleSubscriptionData beans (topic, expressionType, expression, version); None = null.
     subscription_data_set: list[dict[str, Any]] | None = None
 
@@ -207,6 +203,7 @@ class SubscriptionGroupConfig:
             raise ValueError(reason)
         if self.retry_queue_nums < 0:
             raise ValueError("retry_queue_nums must not be negative")
+        self.group_retry_policy.check()
 
     def to_bean(self) -> Bean:
         data_set = self.subscription_data_set
@@ -219,7 +216,7 @@ class SubscriptionGroupConfig:
             consumeMessageOrderly=self.consume_message_orderly,
             consumeTimeoutMinute=self.consume_timeout_minute,
             groupName=self.group_name,
-            groupRetryPolicy=_to_beans(self.group_retry_policy),
+            groupRetryPolicy=_to_beans(self.group_retry_policy.to_json()),
             groupSysFlag=self.group_sys_flag,
             notifyConsumerIdsChangedEnable=self.notify_consumer_ids_changed_enable,
             retryMaxTimes=self.retry_max_times,
@@ -255,9 +252,7 @@ class SubscriptionGroupConfig:
             group_sys_flag=json_int(get("groupSysFlag", 0), "groupSysFlag"),
             consume_timeout_minute=json_int(get("consumeTimeoutMinute", 15), "consumeTimeoutMinute"),
             attributes=string_map(get("attributes"), "attributes"),
-            group_retry_policy=(
-                default_group_retry_policy() if policy is None else json_object(policy, "groupRetryPolicy")
-            ),
+            group_retry_policy=GroupRetryPolicy.from_json(policy),
             subscription_data_set=data_set,
         )
 

@@ -4,7 +4,7 @@ The broker frontend is stateless: ReceiveMessage becomes ``pop``, AckMessage ``a
 ChangeInvisibleDuration ``change_invisible_duration`` and ForwardMessageToDeadLetterQueue
 ``forward_to_dead_letter_queue`` (what clients expect of them: docs/v2-clients.md). No gRPC here.
 
-Per (group, source topic, queue) the service keeps a ``_QueueState``::
+Per (group, source topic, queue) the service keeps a ``QueueState``::
 
     committed  <=  done / in flight / to redeliver  <  cursor  <=  ConsumeQueue max offset
 
@@ -22,10 +22,12 @@ Per (group, source topic, queue) the service keeps a ``_QueueState``::
 * A committed offset changed by someone else (``commit_offset``: CommitConsumerOffset, an admin
   reset; a deleted topic) resets the queue's pop state: its in-flight handles die.
 
-Queue id -1 reads every read queue of the topic, then the group's retry topic ``%RETRY%{group}``
-queue 0, round robin from a start that rotates per (group, topic). The retry queue holds the
-retries of every topic the group consumes; each record names its original topic in
-``RETRY_TOPIC``, and a pop for topic T only takes T's retries (one cursor per topic).
+Queue id -1 reads every read queue of the topic, then the group's retry topic for it,
+``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's pop retry topic, KeyBuilder V1), round robin
+from a start that rotates per (group, topic). Each retry record also names its original topic in
+``RETRY_TOPIC``. A store written before issue 15 may hold a ``%RETRY%{group}`` topic shared by
+all the group's topics: while that topic exists a pop also reads it, and takes only the records
+whose ``RETRY_TOPIC`` is the popped topic (one cursor per topic); nothing new is put there.
 
 Filters: ``tags_codes`` (tags hash codes, checked on the ConsumeQueue for the topic's own
 queues and on the record for retry copies) and ``sql_expression`` (a SQL92 property filter,
@@ -56,13 +58,18 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
-from services.domain.names import retry_topic, validate_group_name, validate_topic_name
-from services.domain.sql_filter import SqlFilter, compile_sql
+from services.domain.names import (
+    RETRY_TOPIC_PREFIX,
+    pop_retry_topic,
+    retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
+from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
@@ -71,6 +78,7 @@ from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.model import GetResult
 from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
+from services.store.pop_state import PopRequest, QueueState
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
@@ -90,29 +98,6 @@ INVISIBLE_MS_MAX = 24 * 3600 * 1000  # the proxy allows 12 h; the store accepts 
 POP_WINDOW_OFFSETS_MAX = 100_000  # cursor - committed per queue (bounds the done set)
 POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
-
-
-@dataclass(slots=True)
-class _QueueState:
-    committed: int
-    seen: int  # consumer_offsets value last read or written
-    cursors: dict[str, int] = field(default_factory=dict)  # requested topic -> next offset
-    done: set[int] = field(default_factory=set)  # finished offsets > committed
-    in_flight: dict[int, InFlight] = field(default_factory=dict)
-    redeliver: dict[int, InFlight] = field(default_factory=dict)  # FIFO, expired: deliver again
-
-
-@dataclass(frozen=True, slots=True)
-class _PopRequest:
-    group: str
-    topic: str
-    max_count: int
-    invisible_ms: int
-    tags_codes: frozenset[int] | None
-    sql: SqlFilter | None
-    fifo: bool
-    max_deliveries: int
-    now_ms: int
 
 
 class GetMessages(Protocol):
@@ -159,7 +144,7 @@ class PopService:
         self._clock = clock
         self._is_running = is_running
         self._lock = threading.Lock()
-        self._queues: dict[QueueKey, _QueueState] = {}
+        self._queues: dict[QueueKey, QueueState] = {}
         self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
         self._sequence = 0
         self._incarnation = secrets.token_hex(4)
@@ -207,7 +192,7 @@ class PopService:
             raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
         sql = compile_sql(sql_expression) if sql_expression else None
         config = self.group_config(group)
-        request = _PopRequest(
+        request = PopRequest(
             group,
             topic,
             min(max_count, POP_BATCH_MAX),
@@ -316,9 +301,11 @@ class PopService:
             return [(topic, queue_id)]
         config = self._topics.get(topic)
         queues = [(topic, q) for q in range(config.read_queue_nums if config else 0)]
-        retry = retry_topic(group)
-        if topic != retry:
-            queues.append((retry, 0))
+        if not topic.startswith(RETRY_TOPIC_PREFIX):
+            queues.append((pop_retry_topic(group, topic), 0))
+            legacy = retry_topic(group)
+            if self._topics.get(legacy) is not None:
+                queues.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
         if not queues:
             return []
         rotation_key = (group, topic)
@@ -327,7 +314,7 @@ class PopService:
         start %= len(queues)
         return queues[start:] + queues[:start]
 
-    def _pop_queue_locked(self, req: _PopRequest, source: str, queue_id: int, out: list[PoppedMessage]) -> None:
+    def _pop_queue_locked(self, req: PopRequest, source: str, queue_id: int, out: list[PoppedMessage]) -> None:
         key = (req.group, source, queue_id)
         state = self._state_locked(key)
         self._expire_fifo_locked(state, req.now_ms, req.max_deliveries)
@@ -348,7 +335,7 @@ class PopService:
         self._read_new_locked(req, state, key, out)
         self._advance_locked(key, state)
 
-    def _read_new_locked(self, req: _PopRequest, state: _QueueState, key: QueueKey, out: list[PoppedMessage]) -> None:
+    def _read_new_locked(self, req: PopRequest, state: QueueState, key: QueueKey, out: list[PoppedMessage]) -> None:
         _, source, queue_id = key
         from_retry = source != req.topic
         filter_codes = None if from_retry else req.tags_codes  # the retry queue is filtered here
@@ -395,8 +382,8 @@ class PopService:
 
     def _deliver_locked(
         self,
-        req: _PopRequest,
-        state: _QueueState,
+        req: PopRequest,
+        state: QueueState,
         key: QueueKey,
         offset: int,
         raw: bytes,
@@ -424,13 +411,13 @@ class PopService:
         return None if raw is None else decode_record(raw, 0, len(raw), check_crc=False)
 
     # -- per-queue state ------------------------------------------------------------------------
-    def _state_locked(self, key: QueueKey) -> _QueueState:
+    def _state_locked(self, key: QueueKey) -> QueueState:
         group, source, queue_id = key
         seen = self._consumer_offsets.query_offset(group, source, queue_id)
         state = self._queues.get(key)
         if state is None:
             start, seen = self._start_locked(key, seen)
-            state = self._queues[key] = _QueueState(committed=start, seen=seen)
+            state = self._queues[key] = QueueState(committed=start, seen=seen)
         elif seen != state.seen:
             log.info("%s: committed offset changed from %d to %d outside pop; pop state reset", key, state.seen, seen)
             start, seen = self._start_locked(key, seen)
@@ -461,7 +448,7 @@ class PopService:
                 self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
                 state.seen = offset
 
-    def _reset_locked(self, key: QueueKey, state: _QueueState, offset: int, commit: bool) -> None:
+    def _reset_locked(self, key: QueueKey, state: QueueState, offset: int, commit: bool) -> None:
         state.committed = offset
         state.cursors.clear()
         state.done.clear()
@@ -470,7 +457,7 @@ class PopService:
         if commit:
             self._commit_locked(key, state)
 
-    def _skip_to_locked(self, key: QueueKey, state: _QueueState, min_offset: int) -> None:
+    def _skip_to_locked(self, key: QueueKey, state: QueueState, min_offset: int) -> None:
         """Retention removed everything below ``min_offset``: nothing there can be delivered."""
         if min_offset <= state.committed:
             return
@@ -481,11 +468,11 @@ class PopService:
         self._advance_locked(key, state)
         self._commit_locked(key, state)
 
-    def _mark_done_locked(self, state: _QueueState, offset: int) -> None:
+    def _mark_done_locked(self, state: QueueState, offset: int) -> None:
         if offset >= state.committed:
             state.done.add(offset)
 
-    def _advance_locked(self, key: QueueKey, state: _QueueState) -> None:
+    def _advance_locked(self, key: QueueKey, state: QueueState) -> None:
         committed = state.committed
         done = state.done
         while committed in done:
@@ -495,7 +482,7 @@ class PopService:
             state.committed = committed
             self._commit_locked(key, state)
 
-    def _commit_locked(self, key: QueueKey, state: _QueueState) -> None:
+    def _commit_locked(self, key: QueueKey, state: QueueState) -> None:
         group, source, queue_id = key
         self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
         state.seen = state.committed
@@ -539,7 +526,7 @@ class PopService:
         self._advance_locked(entry.key, state)
         return entry.key if entry.fifo and not state.in_flight else None
 
-    def _expire_fifo_locked(self, state: _QueueState, now_ms: int, deliveries_max: int) -> None:
+    def _expire_fifo_locked(self, state: QueueState, now_ms: int, deliveries_max: int) -> None:
         """Move expired FIFO entries with deliveries left to ``redeliver`` (the revive service
         would do the same a little later); exhausted ones wait for it to go to the DLQ."""
         if not state.in_flight:

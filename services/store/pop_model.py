@@ -28,7 +28,7 @@ class AckStatus(enum.Enum):
 class PoppedMessage:
     raw: bytes  # the CommitLog record, as get_messages returns it
     topic: str  # the original topic (RETRY_TOPIC of a retry copy)
-    source_topic: str  # where the record lives: ``topic`` or ``%RETRY%{group}``
+    source_topic: str  # where the record lives: ``topic`` or ``%RETRY%{group}_{topic}``
     queue_id: int  # of source_topic
     queue_offset: int  # of source_topic
     delivery_attempt: int  # >= 1

@@ -8,10 +8,10 @@ with a ManualClock) claims the in-flight entries whose revive time passed and, p
 * FIFO with deliveries left: nothing is written; the offset is delivered again, first, by the
   next pop of its queue (with delivery_attempt + 1). Its queue is published on the arrival bus
   so a parked long poll wakes up.
-* non-FIFO with deliveries left: a copy goes to ``%RETRY%{group}`` queue 0 (topic created with
-  one queue on demand) with reconsume_times + 1, ``RETRY_TOPIC`` = the topic the group
-  consumed (always set: it routes the shared retry queue), ``ORIGIN_MESSAGE_ID`` = the first
-  record's offset message id (if absent);
+* non-FIFO with deliveries left: a copy goes to ``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's
+  pop retry topic; created with one queue on demand) with reconsume_times + 1, ``RETRY_TOPIC`` =
+  the topic the group consumed (always set: a legacy shared ``%RETRY%{group}`` queue is routed
+  by it), ``ORIGIN_MESSAGE_ID`` = the first record's offset message id (if absent);
   body, flag, TAGS, KEYS, UNIQ_KEY and user properties are kept, transaction bits dropped.
 * delivery_attempt >= retry_max_times + 1: a copy goes to ``%DLQ%{group}`` queue 0 (one queue,
   created on demand, consumable like any topic) with ``DLQ_ORIGIN_TOPIC`` = original topic,
@@ -43,7 +43,7 @@ from services.domain.format.properties_format import (
     ORIGIN_MESSAGE_ID,
     RETRY_TOPIC,
 )
-from services.domain.names import dlq_topic, retry_topic
+from services.domain.names import dlq_topic, pop_retry_topic
 from services.domain.statuses import PutStatus
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
@@ -143,16 +143,15 @@ def _copy(rec: MessageRecord, topic: str, properties: dict[str, str], reconsume_
 def retry_copy(
     rec: MessageRecord, group: str, original_topic: str, reconsume_times: int, first_pop_time_ms: int
 ) -> MessageRecord:
-    """The record to put into ``%RETRY%{group}`` for a redelivery.
+    """The record to put into ``%RETRY%{group}_{original_topic}`` for a redelivery.
 
-    RETRY_TOPIC is always (re)set to the topic the group consumed: the group's retry queue is
-    shared by its topics and routed by it (a message read from a DLQ topic may carry the
-    RETRY_TOPIC of an earlier group)."""
+    RETRY_TOPIC is always (re)set to the topic the group consumed (a message read from a DLQ
+    topic may carry the RETRY_TOPIC of an earlier group): pops route by it."""
     properties = dict(rec.properties)
     properties[RETRY_TOPIC] = original_topic
     properties.setdefault(ORIGIN_MESSAGE_ID, rec.offset_msg_id)
     properties.setdefault(FIRST_POP_TIME, str(first_pop_time_ms))
-    return _copy(rec, retry_topic(group), properties, reconsume_times)
+    return _copy(rec, pop_retry_topic(group, original_topic), properties, reconsume_times)
 
 
 def dlq_copy(rec: MessageRecord, group: str, original_topic: str, deliveries: int) -> MessageRecord:

@@ -194,6 +194,32 @@ def test_consumer_progress_follows_pop_acks(admin, store_stub):
     assert (queue.broker_offset, queue.consumer_offset, queue.lag) == (3, 2, 1)
 
 
+def test_consumer_progress_of_a_topic_includes_its_pop_retry_topic(admin, store_stub):
+    admin.create_topic("Orders", "NORMAL", 1)
+    admin.create_group("G1")
+    put(store_stub, "Orders", 0, "ID0")
+    wait_indexed(store_stub, "Orders", "ID0")
+
+    def pop(invisible_ms: int) -> list:
+        request = pb.PopMessagesRequest(group="G1", topic="Orders", queue_id=-1, invisible_duration_ms=invisible_ms)
+        return list(store_stub.PopMessages(request, timeout=10).messages)
+
+    assert len(pop(0)) == 1  # invisible for 0 ms: the store's revive puts a retry copy within a second
+    deadline = time.monotonic() + 15
+    while not (again := pop(60_000)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [retried] = again
+    assert retried.source_topic == "%RETRY%G1_Orders"
+    store_stub.AckMessage(
+        pb.AckMessageRequest(group="G1", topic="Orders", receipt_handle=retried.receipt_handle), timeout=10
+    )
+    rows = [
+        (q.topic, q.queue_id, q.broker_offset, q.consumer_offset, q.lag)
+        for q in admin.consumer_progress("G1", "Orders").queues
+    ]
+    assert rows == [("%RETRY%G1_Orders", 0, 1, 1, 0), ("Orders", 0, 1, 1, 0)]  # sorted by topic
+
+
 def test_consumer_progress_unknown_group_or_topic(admin):
     with pytest.raises(NotFoundError) as caught:
         admin.consumer_progress("Nobody")

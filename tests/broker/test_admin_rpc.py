@@ -10,6 +10,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
+from pyrmq.store.v1 import store_pb2 as store_pb
 
 from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, status_of
@@ -65,7 +66,9 @@ def test_invalid_arguments(admin_stub):
 
 def test_groups_and_progress(admin_stub, store_stub):
     response = admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1", fifo=True, max_delivery_attempts=3), timeout=10)
-    assert response.created and response.group == pb.Group(name="G1", fifo=True, max_delivery_attempts=3)
+    assert response.created and response.group == pb.Group(
+        name="G1", fifo=True, max_delivery_attempts=3, retry_policy=pb.RetryPolicy(kind=pb.RETRY_POLICY_DEFAULT)
+    )
     response = admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1"), timeout=10)  # fifo unset: unchanged
     assert not response.created and response.group.fifo
     assert [g.name for g in admin_stub.ListGroups(pb.ListGroupsRequest(), timeout=10).groups] == ["G1"]
@@ -110,6 +113,43 @@ def test_reset_consumer_offset(admin_stub, store_stub):
     assert code(group="G1", topic="Orders", offset=-1) == grpc.StatusCode.INVALID_ARGUMENT
     assert code(group="Nobody", topic="Orders", offset=0) == grpc.StatusCode.NOT_FOUND
     assert code(group="G1", topic="NoTopic", offset=0) == grpc.StatusCode.NOT_FOUND
+
+
+def test_group_retry_policy_is_set_kept_and_reset(admin_stub, store_stub):
+    customized = pb.RetryPolicy(kind=pb.RETRY_POLICY_CUSTOMIZED, backoffs_ms=[1_000, 5_000, 30_000])
+    response = admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1", retry_policy=customized), timeout=10)
+    assert response.group.retry_policy == customized
+    stored = store_stub.GetGroup(store_pb.GetGroupRequest(group_name="G1"), timeout=10)
+    assert list(stored.group_retry_policy.customized.next_ms) == [1_000, 5_000, 30_000]
+    assert stored.group_retry_policy.type == store_pb.RETRY_POLICY_CUSTOMIZED
+
+    # Other changes keep the policy.
+    response = admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1", max_delivery_attempts=4), timeout=10)
+    assert response.group.retry_policy == customized and response.group.max_delivery_attempts == 4
+
+    exponential = pb.RetryPolicy(
+        kind=pb.RETRY_POLICY_EXPONENTIAL, initial_backoff_ms=1_000, max_backoff_ms=60_000, backoff_multiplier=3
+    )
+    response = admin_stub.CreateGroup(
+        pb.CreateGroupRequest(name="G1", retry_policy=exponential, must_exist=True), timeout=10
+    )
+    assert [g.retry_policy for g in admin_stub.ListGroups(pb.ListGroupsRequest(), timeout=10).groups] == [exponential]
+
+    default = pb.RetryPolicy(kind=pb.RETRY_POLICY_DEFAULT)
+    response = admin_stub.CreateGroup(pb.CreateGroupRequest(name="G1", retry_policy=default), timeout=10)
+    assert response.group.retry_policy == default
+    assert not store_stub.GetGroup(store_pb.GetGroupRequest(group_name="G1"), timeout=10).group_retry_policy.HasField(
+        "customized"
+    )
+
+    bad = pb.RetryPolicy(kind=pb.RETRY_POLICY_EXPONENTIAL, initial_backoff_ms=5_000, max_backoff_ms=1_000)
+    assert code_of(admin_stub.CreateGroup, pb.CreateGroupRequest(name="G1", retry_policy=bad)) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert code_of(admin_stub.CreateGroup, pb.CreateGroupRequest(name="G2", must_exist=True)) == (
+        grpc.StatusCode.NOT_FOUND
+    )
+    assert [g.name for g in admin_stub.ListGroups(pb.ListGroupsRequest(), timeout=10).groups] == ["G1"]
 
 
 def test_query_messages(admin_stub, store_stub):

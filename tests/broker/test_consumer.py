@@ -239,7 +239,7 @@ def test_parked_receive_wakes_on_arrival(store):
 
     def arrive_late():
         late.append(arrive(store, b"late"))
-        hub.notify(["%RETRY%G"])
+        hub.notify(["%RETRY%G_T"])  # the group's retry topic for T
 
     timer = threading.Timer(0.3, arrive_late)
     timer.start()

@@ -8,9 +8,10 @@ from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
 from services.broker.model import ClientType
 from services.broker.route import RouteService, queue_permission
-from services.broker.telemetry import ClientRegistry, ClientSettings, TelemetryService
+from services.broker.telemetry import ClientRegistry, ClientSettings, RetryPolicySettings, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
+from services.domain.retry_policy import EXPONENTIAL, CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
 from services.store.client.model import TopicInfo
 
 
@@ -33,6 +34,29 @@ def test_consumer_settings_follow_the_group(store):
     assert server.backoff.max_attempts == 6 and server.backoff.customized_ms[:3] == (1000, 5000, 10000)
     unknown = telemetry.settings_for(ClientSettings(ClientType.SIMPLE_CONSUMER, subscription_group="nope"))
     assert unknown.fifo is False and unknown.backoff.max_attempts == 17 and len(unknown.backoff.customized_ms) == 18
+
+
+def test_consumer_settings_carry_the_groups_retry_policy(store):
+    telemetry = TelemetryService(
+        BrokerConfig(consumer_retry_delays_ms=(2_000, 4_000)), store, ClientRegistry(), store.clock
+    )
+
+    def backoff(group: str):
+        return telemetry.settings_for(ClientSettings(ClientType.PUSH_CONSUMER, subscription_group=group)).backoff
+
+    store.update_group("Default", fifo=False, retry_max_times=2)
+    assert backoff("Default") == RetryPolicySettings(max_attempts=3, customized_ms=(2_000, 4_000))  # the broker's
+    store.update_group(
+        "Custom", fifo=False, retry_max_times=4, retry_policy=GroupRetryPolicy.of(CustomizedRetryPolicy((1_000, 3_000)))
+    )
+    assert backoff("Custom") == RetryPolicySettings(max_attempts=5, customized_ms=(1_000, 3_000))
+    store.update_group(
+        "Exp", fifo=False, retry_max_times=16, retry_policy=GroupRetryPolicy.of(ExponentialRetryPolicy(500, 8_000, 3))
+    )
+    assert backoff("Exp") == RetryPolicySettings(max_attempts=17, exponential=(500, 8_000, 3.0))
+    # EXPONENTIAL without parameters: RocketMQ's ExponentialRetryPolicy defaults, as the proxy sends.
+    store.update_group("ExpBare", fifo=False, retry_max_times=16, retry_policy=GroupRetryPolicy(EXPONENTIAL))
+    assert backoff("ExpBare").exponential == (5_000, 7_200_000, 2.0)
 
 
 def test_settings_without_publishing_or_subscription_are_a_bad_request(store):

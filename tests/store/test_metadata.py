@@ -13,6 +13,7 @@ from services.domain.names import (
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
 )
+from services.domain.retry_policy import EXPONENTIAL, CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
 from services.runtime.clock import ManualClock
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.errors import MetadataFileError
@@ -430,7 +431,10 @@ def test_subscription_group_5x_file_reencodes_byte_for_byte(tmp_path: Path, cloc
     manager.load()
     order = manager.get("GID_order")
     assert order is not None and order.consume_message_orderly
-    assert order.group_retry_policy == {"customizedRetryPolicy": {"next": [1000, 5000, 10000]}, "type": "CUSTOMIZED"}
+    assert order.group_retry_policy == GroupRetryPolicy(customized=CustomizedRetryPolicy((1000, 5000, 10000)))
+    exponential = manager.get("GID_exp")
+    assert exponential is not None
+    assert exponential.group_retry_policy == GroupRetryPolicy(EXPONENTIAL, exponential=ExponentialRetryPolicy())
     assert manager.forbidden_table() == {"GID_exp": {"FifoTopic": 4}}
     assert manager.encode() == SUBSCRIPTION_GROUP_5X
 

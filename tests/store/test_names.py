@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 from services.domain.names import (
+    GROUP_NAME_LENGTH_MAX,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
+    TOPIC_NAME_LENGTH_MAX,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     dlq_topic,
     is_system_group,
     is_system_topic,
+    pop_retry_topic,
     retry_topic,
     validate_group_name,
     validate_topic_name,
@@ -61,6 +64,12 @@ def test_retry_and_dlq_topic_lengths_at_the_boundary() -> None:
     assert len(retry_topic("g" * 248)) == 255 and validate_topic_name(retry_topic("g" * 248)) is None
     assert validate_topic_name(retry_topic("g" * 249)) is not None
     assert retry_topic("GID") == "%RETRY%GID" and dlq_topic("GID") == "%DLQ%GID"
+
+
+def test_pop_retry_topic_is_rocketmq_5s_v1_name() -> None:
+    assert pop_retry_topic("GID", "Orders") == "%RETRY%GID_Orders"  # KeyBuilder.buildPopRetryTopicV1
+    longest = pop_retry_topic("g" * GROUP_NAME_LENGTH_MAX, "t" * TOPIC_NAME_LENGTH_MAX)
+    assert len(longest) == 255 and validate_topic_name(longest) is None
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ Time is a ManualClock; dispatch (``store.reput.run_once()``) and redelivery
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -345,7 +346,7 @@ def test_dlq_messages_retry_within_the_consuming_group(store, clock):
     clock.advance_ms(INVISIBLE_MS)
     revive(store)
     again = pop(store, group="DlqReader", topic=DLQ).messages
-    assert [(m.topic, m.source_topic, m.delivery_attempt) for m in again] == [(DLQ, "%RETRY%DlqReader", 4)]
+    assert [(m.topic, m.source_topic, m.delivery_attempt) for m in again] == [(DLQ, "%RETRY%DlqReader_" + DLQ, 4)]
     assert again[0].record.properties["RETRY_TOPIC"] == DLQ
 
 
@@ -417,10 +418,10 @@ def test_external_offset_change_resets_pop_state(store):
     assert store.pop.ack(GROUP, TOPIC, handle) is AckStatus.INVALID_RECEIPT_HANDLE
 
 
-# -- retry topic shared by topics ----------------------------------------------------------------
+# -- retry topics: one per (group, topic); the legacy shared one ------------------------------------
 
 
-def test_each_topic_pops_only_its_own_retries(store, clock):
+def test_each_topic_has_its_own_retry_topic(store, clock):
     create_topic(store, "TopicOne")
     create_topic(store, "TopicTwo")
     put(store, message("TopicOne", 0, b"one"), message("TopicTwo", 0, b"two"))
@@ -429,13 +430,41 @@ def test_each_topic_pops_only_its_own_retries(store, clock):
     clock.advance_ms(INVISIBLE_MS)
     revive(store)
     one = pop(store, topic="TopicOne").messages
-    assert [(m.topic, m.record.body, m.delivery_attempt) for m in one] == [("TopicOne", b"one", 2)]
+    assert [(m.topic, m.source_topic, m.record.body, m.delivery_attempt) for m in one] == [
+        ("TopicOne", "%RETRY%GroupPop_TopicOne", b"one", 2)
+    ]
     ack_all(store, PopResult(PopStatus.FOUND, one))
-    assert committed(store, RETRY) == -1  # TopicTwo's retry (popped first) sits first in the queue
+    assert committed(store, "%RETRY%GroupPop_TopicOne") == 1  # as RocketMQ 5's consumerOffset.json reads
     two = pop(store, topic="TopicTwo").messages
-    assert [(m.topic, m.record.body, m.delivery_attempt) for m in two] == [("TopicTwo", b"two", 2)]
+    assert [(m.topic, m.source_topic, m.delivery_attempt) for m in two] == [("TopicTwo", "%RETRY%GroupPop_TopicTwo", 2)]
     ack_all(store, PopResult(PopStatus.FOUND, two))
-    assert committed(store, RETRY) == 2
+    assert committed(store, "%RETRY%GroupPop_TopicTwo") == 1
+    assert store.topics.get("%RETRY%GroupPop") is None  # the classic retry topic is not used
+
+
+def test_retries_in_a_legacy_shared_retry_topic_are_still_delivered(store, clock):
+    """A store written before issue 15 kept every topic's retries in ``%RETRY%{group}``, routed
+    by RETRY_TOPIC: a pop still drains them, each topic its own, then retries go per topic."""
+    legacy = "%RETRY%" + GROUP
+    create_topic(store)
+    create_topic(store, "TopicOther")
+    create_topic(store, legacy)
+    put(
+        store,
+        replace(message(legacy, 0, b"other", RETRY_TOPIC="TopicOther"), reconsume_times=1),
+        replace(message(legacy, 0, b"mine", RETRY_TOPIC=TOPIC), reconsume_times=1),
+    )
+    [mine] = pop(store).messages
+    assert (mine.topic, mine.source_topic, mine.record.body, mine.delivery_attempt) == (TOPIC, legacy, b"mine", 2)
+    clock.advance_ms(INVISIBLE_MS)
+    revive(store)  # expired again: the next copy goes to the per-topic retry topic
+    [again] = pop(store).messages
+    assert (again.source_topic, again.record.body, again.delivery_attempt) == (RETRY, b"mine", 3)
+    ack_all(store, PopResult(PopStatus.FOUND, [again]))
+    [other] = pop(store, topic="TopicOther").messages
+    assert (other.topic, other.source_topic, other.record.body) == ("TopicOther", legacy, b"other")
+    ack_all(store, PopResult(PopStatus.FOUND, [other]))
+    assert committed(store, legacy) == 2
 
 
 # -- FIFO ---------------------------------------------------------------------------------------

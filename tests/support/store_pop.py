@@ -15,7 +15,7 @@ from tests.support.filestore import message
 
 TOPIC = "TopicPop"
 GROUP = "GroupPop"
-RETRY = "%RETRY%GroupPop"
+RETRY = "%RETRY%GroupPop_TopicPop"  # the pop retry topic of (GROUP, TOPIC)
 DLQ = "%DLQ%GroupPop"
 INVISIBLE_MS = 30_000
 

@@ -26,7 +26,7 @@ from tests.support.store_rpc import store_config
 
 TOPIC = "TopicPopRpc"
 GROUP = "GroupPopRpc"
-RETRY = "%RETRY%" + GROUP
+RETRY = "%RETRY%" + GROUP + "_" + TOPIC  # the pop retry topic of (GROUP, TOPIC)
 DLQ = "%DLQ%" + GROUP
 INVISIBLE_MS = 30_000
 RPC_TIMEOUT_S = 10

@@ -39,6 +39,7 @@ from services.broker.rpc.status import DIRECT, Peers, check_access
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
+from services.domain.retry_policy import CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
 from services.store.client.client import StoreClient
 from services.store.client.model import Delivery, GroupInfo, PolicyView, StoredMessage, TopicInfo
 
@@ -184,7 +185,10 @@ class AdminServicer(pb_grpc.AdminServicer):
     @admin_errors
     def CreateGroup(self, request: pb.CreateGroupRequest, context: grpc.ServicerContext) -> pb.CreateGroupResponse:
         fifo = request.fifo if request.HasField("fifo") else None
-        group, created = self._admin.create_group(request.name, fifo, request.max_delivery_attempts)
+        policy = retry_policy_from_pb(request.retry_policy) if request.HasField("retry_policy") else None
+        group, created = self._admin.create_group(
+            request.name, fifo, request.max_delivery_attempts, policy, must_exist=request.must_exist
+        )
         return pb.CreateGroupResponse(group=_group(group), created=created)
 
     @admin_errors
@@ -323,7 +327,35 @@ def _group(group: GroupInfo) -> pb.Group:
         fifo=group.consume_message_orderly,
         max_delivery_attempts=group.retry_max_times + 1,
         system=is_system_group(group.name),
+        retry_policy=retry_policy_to_pb(group.retry_policy),
     )
+
+
+def retry_policy_to_pb(policy: GroupRetryPolicy) -> pb.RetryPolicy:
+    if policy.is_default:
+        return pb.RetryPolicy(kind=pb.RETRY_POLICY_DEFAULT)
+    backoff = policy.backoff()
+    if isinstance(backoff, ExponentialRetryPolicy):
+        return pb.RetryPolicy(
+            kind=pb.RETRY_POLICY_EXPONENTIAL,
+            initial_backoff_ms=backoff.initial_ms,
+            max_backoff_ms=backoff.max_ms,
+            backoff_multiplier=backoff.multiplier,
+        )
+    return pb.RetryPolicy(kind=pb.RETRY_POLICY_CUSTOMIZED, backoffs_ms=backoff.next_ms)
+
+
+def retry_policy_from_pb(message: pb.RetryPolicy) -> GroupRetryPolicy | None:
+    """None: unchanged (kind unspecified). Values are checked by the core."""
+    if message.kind == pb.RETRY_POLICY_DEFAULT:
+        return GroupRetryPolicy()
+    if message.kind == pb.RETRY_POLICY_CUSTOMIZED:
+        return GroupRetryPolicy.of(CustomizedRetryPolicy(tuple(message.backoffs_ms)))
+    if message.kind == pb.RETRY_POLICY_EXPONENTIAL:
+        return GroupRetryPolicy.of(
+            ExponentialRetryPolicy(message.initial_backoff_ms, message.max_backoff_ms, message.backoff_multiplier)
+        )
+    return None
 
 
 def _queue(queue: QueueProgress) -> pb.QueueProgress:

@@ -18,6 +18,7 @@ from typing import Any
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.commitlog_format import offset_msg_id_with_prefix
+from services.domain.retry_policy import GroupRetryPolicy
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.rpc.tls import TlsFiles
 from services.store.client.errors import StoreError, StoreNotFoundError, StoreRejectedError
@@ -36,6 +37,7 @@ from services.store.client.model import (
     TopicInfo,
     stored_from_raw,
 )
+from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
 from services.store.client.transport import GrpcTransport, Stream, Transport
 
 log = logging.getLogger(__name__)
@@ -373,13 +375,17 @@ class StoreClient:
         config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
         return None if config is None else _group_info(config)
 
-    def update_group(self, name: str, fifo: bool, retry_max_times: int) -> GroupInfo:
-        """Read-modify-write of the full config, as update_topic."""
+    def update_group(
+        self, name: str, fifo: bool, retry_max_times: int, retry_policy: GroupRetryPolicy | None = None
+    ) -> GroupInfo:
+        """Read-modify-write of the full config, as update_topic (``retry_policy`` None: keep it)."""
         config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name)) or pb.SubscriptionGroupConfig(
             group_name=name
         )
         config.consume_message_orderly = fifo
         config.retry_max_times = retry_max_times
+        if retry_policy is not None:
+            config.group_retry_policy.CopyFrom(retry_policy_to_pb(retry_policy))
         return _group_info(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
 
     def list_groups(self) -> list[GroupInfo]:
@@ -538,4 +544,5 @@ def _group_info(config: pb.SubscriptionGroupConfig) -> GroupInfo:
         name=config.group_name,
         consume_message_orderly=config.consume_message_orderly,
         retry_max_times=config.retry_max_times,
+        retry_policy=retry_policy_from_pb(config.group_retry_policy),
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from services.domain.format.commitlog_format import CorruptRecord, MessageRecord, decode_record, host_to_string
 from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
+from services.domain.retry_policy import GroupRetryPolicy
 from services.domain.statuses import GetStatus, PutStatus
 
 __all__ = [
@@ -194,6 +195,7 @@ class GroupInfo:
     name: str
     consume_message_orderly: bool = False
     retry_max_times: int = 16
+    retry_policy: GroupRetryPolicy = GroupRetryPolicy()  # RocketMQ's default: CUSTOMIZED, 1s .. 2h
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
+from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, PutResult, StoreStats
 from services.store.pop import POP_BATCH_MAX
@@ -346,6 +347,7 @@ def group_to_pb(config: SubscriptionGroupConfig) -> pb.SubscriptionGroupConfig:
     return pb.SubscriptionGroupConfig(
         group_name=config.group_name,
         attributes=config.attributes,
+        group_retry_policy=retry_policy_to_pb(config.group_retry_policy),
         **{name: getattr(config, name) for name in _GROUP_OPTIONAL_FIELDS},
     )
 
@@ -353,11 +355,14 @@ def group_to_pb(config: SubscriptionGroupConfig) -> pb.SubscriptionGroupConfig:
 def group_from_pb(message: pb.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
     if not message.group_name:
         raise ValueError("config.group_name must not be empty")
-    return SubscriptionGroupConfig(
+    config = SubscriptionGroupConfig(
         group_name=message.group_name,
         attributes=dict(message.attributes),
         **_set_fields(message, _GROUP_OPTIONAL_FIELDS),
     )
+    if message.HasField("group_retry_policy"):
+        config.group_retry_policy = retry_policy_from_pb(message.group_retry_policy)
+    return config
 
 
 # -- pop consumption ---------------------------------------------------------------------------
