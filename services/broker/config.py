@@ -38,6 +38,8 @@ CONSUMER_RETRY_DELAYS_MS_DEFAULT = (
     3_600_000,
     7_200_000,
 )
+# RocketMQ's RenewStrategyPolicy: the invisible time each renewal of a push consumer's message sets.
+RENEW_SLICES_MS_DEFAULT = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 TLS_MODES = ("both", "tls", "plaintext")
 
@@ -126,6 +128,18 @@ class BrokerConfig:
     long_polling_timeout_ms_max: int = 20_000  # and cut to at most this
     invisible_duration_ms_min: int = 10_000    # shortest invisible duration a consumer may ask for
     invisible_duration_ms_max: int = 12 * 3_600_000  # longest invisible duration a consumer may ask for
+    # -- push consumers: receipt-handle renewal and release (renewal.py; ProxyConfig) --------
+    auto_renew_enable: bool = True            # renew the invisible time of messages received by push consumers (enableProxyAutoRenew)
+    auto_renew_invisible_ms: int = 60_000     # invisible time of a receive with auto_renew and no invisible_duration (defaultInvisibleTimeMills)
+    renew_ahead_ms: int = 10_000              # renew a handle this long before its invisible time ends (renewAheadTimeMillis)
+    renew_slices_ms: tuple[int, ...] = RENEW_SLICES_MS_DEFAULT  # invisible time set by the 1st, 2nd ... renewal, the last repeated (RenewStrategyPolicy: 1m 3m 5m 10m 30m 1h)
+    renew_max_ms: int = 3 * 3_600_000         # stop renewing this long after the receive, nacking with the retry delay (renewMaxTimeMillis)
+    renew_scan_interval_ms: int = 5_000       # how often the renewer looks for handles to renew (renewSchedulePeriodMillis)
+    renew_retry_max: int = 3                  # a renewal that cannot reach the store this many times in a row is abandoned (maxRenewRetryTimes)
+    renew_handles_max: int = 1_000_000        # in-flight push deliveries tracked at most; beyond, a message is not renewed
+    invisible_ms_when_clear: int = 1_000      # invisible time left to a departed client's in-flight messages (invisibleTimeMillisWhenClear)
+    client_gone_grace_ms: int = 10_000        # a client without a Telemetry stream this long is gone: its messages are released
+    client_silent_max_ms: int = 120_000       # so is a client whose stream sent no heartbeat or settings this long (channelExpiredTimeout)
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -162,8 +176,28 @@ class BrokerConfig:
             raise ValueError(f"tls_mode must be one of {TLS_MODES}")
         if self.client_hello_timeout_ms <= 0 or self.front_idle_timeout_ms <= 0:
             raise ValueError("client_hello_timeout_ms and front_idle_timeout_ms must be positive")
+        self._check_renewal()
         if self.put_batch_bytes_max < self.body_size_max_bytes:
             raise ValueError("put_batch_bytes_max must hold one message of the largest body")
+
+    def _check_renewal(self) -> None:
+        positive = ("auto_renew_invisible_ms", "renew_ahead_ms", "renew_max_ms", "renew_scan_interval_ms",
+                    "renew_retry_max", "renew_handles_max", "client_gone_grace_ms", "client_silent_max_ms")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if not self.renew_slices_ms or min(self.renew_slices_ms) <= 0:
+            raise ValueError("renew_slices_ms must be positive durations")
+        if self.invisible_ms_when_clear < 0:
+            raise ValueError("invisible_ms_when_clear must not be negative")
+        # A scan must come round while a handle is in its renew-ahead window, and a renewal must
+        # leave the handle outside that window, or every scan would renew it again.
+        if self.renew_scan_interval_ms >= self.renew_ahead_ms:
+            raise ValueError("renew_scan_interval_ms must be shorter than renew_ahead_ms")
+        if min(self.renew_slices_ms + (self.auto_renew_invisible_ms,)) <= self.renew_ahead_ms:
+            raise ValueError("renew_slices_ms and auto_renew_invisible_ms must exceed renew_ahead_ms")
+        if max(self.renew_slices_ms + (self.auto_renew_invisible_ms,)) > self.invisible_duration_ms_max:
+            raise ValueError("renew_slices_ms and auto_renew_invisible_ms must not exceed invisible_duration_ms_max")
 
     def advertised_endpoint(self, bound_port: int) -> tuple[str, int]:
         """(host, port) that routes tell clients to connect to."""

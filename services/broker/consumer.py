@@ -1,9 +1,10 @@
 """ConsumerService: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue and QueryAssignment. No gRPC here.
 
-The broker keeps no consumption state: every pop, ack and change of invisible time is one
-store call (``PopStore``; the store's PopService keeps offsets, in-flight handles, revives
-into ``%RETRY%<group>_<topic>`` and moves to ``%DLQ%<group>`` after ``retry_max_times + 1``
+The broker keeps no durable consumption state (only, in memory, which push-consumer messages
+it renews: ``renewal.py``): every pop, ack and change of invisible time is one store call
+(``PopStore``; the store's PopService keeps offsets, in-flight handles, revives into
+``%RETRY%<group>_<topic>`` and moves to ``%DLQ%<group>`` after ``retry_max_times + 1``
 deliveries).
 
 Receive
@@ -24,10 +25,15 @@ time is used up:
   again. (SQL92 filtering is exact in the store: nothing to drop here.)
 
 Invisible time: ``invisible_ms`` in [10 s, 12 h], else ILLEGAL_INVISIBLE_TIME. ``auto_renew``
-without an invisible duration (push consumers): ``AUTO_RENEW_INVISIBLE_MS`` (60 s) and **no
-server-side renewal** (deliberate simplification): a push consumer whose listener takes
-longer than 60 s sees the message redelivered; it acks with the handle it holds, which stays
-valid until the redelivery.
+without an invisible duration (push consumers): ``ConsumerLimits.auto_renew_invisible_ms`` (60 s).
+
+Push consumers (a receive with ``auto_renew``, or from a client whose Settings said
+PUSH_CONSUMER): each delivered message is tracked by the ``renewal.ReceiptRenewer``, which keeps
+extending its invisible time until it is settled. The client settles it with the handle it was
+given, which the store no longer knows once renewed: ack, ChangeInvisibleDuration and
+ForwardMessageToDeadLetterQueue swap in the current handle (``ReceiptHandleTable.hold``) and stop
+the renewal when the store has answered (``release``). Without a renewer (tests, or
+``auto_renew_enable`` off) nothing is tracked: the message comes back after its invisible time.
 
 Polling time: the request's long polling timeout (or the remaining deadline), clamped to
 [5 s, 20 s] and to the remaining gRPC deadline minus ``DEADLINE_MARGIN_MS``; a deadline
@@ -58,6 +64,7 @@ from typing import Protocol
 from services.broker import validation
 from services.broker.config import address_scheme
 from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
+from services.broker.renewal import ReceiptRenewer, current_handles, settled
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
@@ -191,6 +198,7 @@ class ReceiveRequest:
     long_polling_ms: int | None = None  # None: field absent
     deadline_remaining_ms: int | None = None  # None: no gRPC deadline
     fifo: bool = False  # the client's subscription says FIFO
+    client_id: str = ""  # x-mq-client-id: whose in-flight messages these become
     alive: Callable[[], bool] = lambda: True  # False once the caller cancelled the call
 
 
@@ -250,6 +258,7 @@ class ConsumerLimits:
     polling_ms_min: int = POLLING_MS_MIN
     polling_ms_max: int = POLLING_MS_MAX
     batch_max: int = BATCH_MAX
+    auto_renew_invisible_ms: int = AUTO_RENEW_INVISIBLE_MS  # auto_renew without invisible_duration
 
 
 DEFAULT_LIMITS = ConsumerLimits()
@@ -278,7 +287,7 @@ def polling_ms(
 def receive_invisible_ms(invisible_ms: int | None, auto_renew: bool, limits: ConsumerLimits = DEFAULT_LIMITS) -> int:
     if invisible_ms is None:
         if auto_renew:
-            return AUTO_RENEW_INVISIBLE_MS
+            return limits.auto_renew_invisible_ms
         raise RequestError("invisible_duration is required", Code.ILLEGAL_INVISIBLE_TIME)
     low, high = limits.invisible_ms_min, limits.invisible_ms_max
     if not low <= invisible_ms <= high:
@@ -313,8 +322,10 @@ class ConsumerService:
         broker_name: str,
         endpoint: tuple[str, int],
         limits: ConsumerLimits = DEFAULT_LIMITS,
+        renewer: ReceiptRenewer | None = None,
     ) -> None:
         self._store = store
+        self._renewer = renewer
         self._limits = limits
         self._topics = topics
         self._hub = hub
@@ -349,12 +360,13 @@ class ConsumerService:
                 return ReceiveResult()
             parked = self._hub.park(watched)
             try:
+                popped_at_ms = self._clock.now_ms()
                 outcome = self._store.pop_messages(
                     request.group, request.topic, -1, count, invisible, codes, request.fifo, sql_expression=sql
                 )
                 found = self._drop_mismatched(request, tags, outcome.messages)
                 if found:
-                    return ReceiveResult(found)
+                    return self._delivered(request, found, invisible, popped_at_ms)
                 remaining_s = deadline - self._clock.monotonic_s()
                 if remaining_s <= 0:
                     return ReceiveResult()
@@ -364,11 +376,37 @@ class ConsumerService:
                 self._hub.unpark(parked)
             if self._clock.monotonic_s() >= deadline and not self._closed:
                 # One last look: the wake-up may have come right at the end.
+                popped_at_ms = self._clock.now_ms()
                 outcome = self._store.pop_messages(
                     request.group, request.topic, -1, count, invisible, codes, request.fifo, sql_expression=sql
                 )
-                return ReceiveResult(self._drop_mismatched(request, tags, outcome.messages))
+                found = self._drop_mismatched(request, tags, outcome.messages)
+                return self._delivered(request, found, invisible, popped_at_ms)
         return ReceiveResult()
+
+    def _delivered(
+        self, request: ReceiveRequest, found: list[Delivery], invisible_ms: int, popped_at_ms: int
+    ) -> ReceiveResult:
+        """The result; a push consumer's messages are tracked for renewal first."""
+        renewer = self._renewer
+        if found and renewer is not None and (request.auto_renew or renewer.is_push_consumer(request.client_id)):
+            for delivery in found:
+                renewer.track(
+                    request.client_id,
+                    request.group,
+                    request.topic,
+                    message_id(delivery),
+                    delivery.receipt_handle,
+                    invisible_ms,
+                    popped_at_ms,
+                    delivery.delivery_attempt,
+                )
+        return ReceiveResult(found)
+
+    def undelivered(self, group: str, handles: list[str]) -> None:
+        """The receive's response did not reach the client: do not renew those messages."""
+        if self._renewer is not None and handles:
+            self._renewer.untrack(group, handles)
 
     def _wait(self, parked: Parked, deadline: float, alive: Callable[[], bool]) -> bool:
         """Wait for an arrival or the deadline; False if the caller is gone (checked every
@@ -407,11 +445,19 @@ class ConsumerService:
         ]
         sent = [i for i, result in enumerate(results) if result is None]
         if sent:  # one store call for the whole request
+            given = [handles[i] for i in sent]
+            held = self._renewer.table.hold(group, given) if self._renewer is not None else [None] * len(given)
+            done = [False] * len(given)
             try:
-                outcomes = [_ack_code(r) for r in self._store.ack_messages(group, topic, [handles[i] for i in sent])]
+                acked = self._store.ack_messages(group, topic, current_handles(held, given))
+                outcomes = [_ack_code(r) for r in acked]
+                done = [settled(r) for r in acked]
             except FAILURES as caught:
                 exc = as_broker_error(caught)
                 outcomes = [(exc.code, exc.message)] * len(sent)
+            finally:
+                if self._renewer is not None:
+                    self._renewer.table.release(held, done)
             for i, outcome in zip(sent, outcomes):
                 results[i] = outcome
         return [r for r in results if r is not None]
@@ -426,7 +472,17 @@ class ConsumerService:
             )
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
-        result, new_handle = self._store.change_invisible_duration(group, topic, handle, invisible_ms)
+        # A push consumer's nack (or a renewed handle's change): the client takes over; no more renewal.
+        held = self._renewer.table.hold(group, [handle]) if self._renewer is not None else [None]
+        done = [False]
+        try:
+            result, new_handle = self._store.change_invisible_duration(
+                group, topic, current_handles(held, [handle])[0], invisible_ms
+            )
+            done = [settled(result)]
+        finally:
+            if self._renewer is not None:
+                self._renewer.table.release(held, done)
         code, message = _ack_code(result)
         if code is not Code.OK:
             raise BrokerError(message, code)
@@ -436,7 +492,15 @@ class ConsumerService:
         self._check(group, topic)
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
-        code, message = _ack_code(self._store.forward_to_dead_letter_queue(group, topic, handle))
+        held = self._renewer.table.hold(group, [handle]) if self._renewer is not None else [None]
+        done = [False]
+        try:
+            result = self._store.forward_to_dead_letter_queue(group, topic, current_handles(held, [handle])[0])
+            done = [settled(result)]
+        finally:
+            if self._renewer is not None:
+                self._renewer.table.release(held, done)
+        code, message = _ack_code(result)
         if code is not Code.OK:
             raise BrokerError(message, code)
 

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 from services.broker.errors import Code
 from services.broker.model import IncomingMessage, SendReceipt
 from services.broker.put_coalescer import CoalescerStats
+from services.broker.renewal import RenewalStats
 from services.domain.delivery import MessageType
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
@@ -75,6 +76,56 @@ class BrokerStatsCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families(None, None))
+
+
+# (name, kind, help, RenewalStats field)
+RENEWAL_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "pyrmq_broker_renew_tracked_handles",
+        "gauge",
+        "Push-consumer deliveries whose invisible time the broker renews.",
+        "tracked",
+    ),
+    ("pyrmq_broker_renewals", "counter", "Invisible times of push-consumer deliveries extended.", "renewals"),
+    (
+        "pyrmq_broker_renew_released",
+        "counter",
+        "In-flight messages of departed clients made visible again.",
+        "released",
+    ),
+    (
+        "pyrmq_broker_renew_max_time_stops",
+        "counter",
+        "Renewals stopped after renew_max_ms (message nacked).",
+        "renew_max_stops",
+    ),
+    ("pyrmq_broker_renew_dropped", "counter", "Renewals abandoned (handle refused, or store unreachable).", "dropped"),
+    (
+        "pyrmq_broker_renew_untracked",
+        "counter",
+        "Push-consumer deliveries not renewed: the table was full.",
+        "untracked_full",
+    ),
+)
+assert all(field in RenewalStats.__dataclass_fields__ for *_, field in RENEWAL_METRICS)
+
+
+class RenewalStatsCollector(Collector):
+    def __init__(self, stats: Callable[[], RenewalStats]) -> None:
+        self._stats = stats
+
+    def _families(self, stats: RenewalStats | None) -> Iterable[Metric]:
+        for name, kind, help_text, field in RENEWAL_METRICS:
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, help_text)
+            if stats is not None:
+                family.add_metric([], getattr(stats, field))
+            yield family
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families(self._stats()))
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families(None))
 
 
 _CODE_NAMES = {value.number: value.name for value in d.Code.DESCRIPTOR.values}
@@ -213,6 +264,9 @@ class BrokerMetrics:
         self.registry.register(BrokerStatsCollector(coalescer_stats, sessions))
         if consumer_stats is not None:
             self.registry.register(ConsumerStatsCollector(consumer_stats))
+
+    def watch_renewals(self, stats: Callable[[], RenewalStats]) -> None:
+        self.registry.register(RenewalStatsCollector(stats))
 
 
 __all__ = ["BrokerMetrics", "MetricsHttpServer"]

@@ -20,6 +20,10 @@ Sessions. ``ClientRegistry`` keeps one ``ClientSession`` per client id with a li
 its type, the topics it publishes (producer group = topic, as in the proxy), its consumer
 group, and ``push`` to write a server command (RecoverOrphanedTransactionCommand, ...) onto
 its stream. A session ends with its stream; a newer stream of the same client replaces it.
+
+Termination. NotifyClientTermination calls ``on_terminate`` (the ``renewal.ReceiptRenewer``:
+the client's in-flight push-consumer messages are released within about a second); a client
+whose stream ended and did not come back is released by the renewer's own scan.
 """
 
 from __future__ import annotations
@@ -152,8 +156,16 @@ def consumer_backoff(group: GroupInfo, default_delays_ms: tuple[int, ...]) -> Re
 
 
 class TelemetryService:
-    def __init__(self, config: BrokerConfig, groups: GroupSource, registry: ClientRegistry, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        groups: GroupSource,
+        registry: ClientRegistry,
+        clock: Clock,
+        on_terminate: Callable[[str], None] | None = None,
+    ) -> None:
         self._config = config
+        self._on_terminate = on_terminate
         self._groups = groups
         self.registry = registry
         self._clock = clock
@@ -209,9 +221,7 @@ class TelemetryService:
         return session is not None
 
     def terminate(self, client_id: str) -> None:
-        """NotifyClientTermination: nothing to release for producers; always succeeds.
-
-        The client closes its stream right after, which ends the session; the consumer step
-        will release the client's in-flight messages here.
-        """
-        self.heartbeat(client_id)
+        """NotifyClientTermination: release the client's in-flight messages (``on_terminate``);
+        always succeeds. The client closes its stream right after, which ends the session."""
+        if self._on_terminate is not None and client_id:
+            self._on_terminate(client_id)

@@ -43,14 +43,14 @@ def run_client(
     return lines[:-1], lines[-1]["settings"]
 
 
-def consume(home: Path, endpoint: str, **job) -> list[dict]:
+def consume(home: Path, endpoint: str, client_timeout_s: float = CLIENT_TIMEOUT_S, **job) -> list[dict]:
     env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
     done = subprocess.run(
         [sys.executable, str(CONSUME_SCRIPT), json.dumps({"endpoint": endpoint, **job})],
         capture_output=True,
         text=True,
         env=env,
-        timeout=CLIENT_TIMEOUT_S,
+        timeout=client_timeout_s,
     )
     assert done.returncode == 0, f"consumer failed:\n{done.stdout}\n{done.stderr}"
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -5,8 +5,8 @@
   (EndTransaction);
 * consuming: ``receive`` (ReceiveMessage: status, messages, replies), ``ack``, ``change``
   (ChangeInvisibleDuration);
-* Telemetry: ``Stream`` (a call driven from a queue of commands) and ``producer_settings``
-  (a producer's Settings command).
+* Telemetry: ``Stream`` (a call driven from a queue of commands), ``producer_settings``
+  (a producer's Settings command) and ``push_consumer_settings``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def receive(
     timeout=10,
     batch_size=32,
     filter_type=d.TAG,
+    metadata=METADATA,
     **extra,
 ) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
     request = s.ReceiveMessageRequest(
@@ -76,19 +77,19 @@ def receive(
     )
     if invisible_s is not None:
         request.invisible_duration.CopyFrom(Duration(seconds=invisible_s))
-    replies = list(v2.ReceiveMessage(request, metadata=METADATA, timeout=timeout))
+    replies = list(v2.ReceiveMessage(request, metadata=metadata, timeout=timeout))
     [status] = [r.status for r in replies if r.HasField("status")]
     return status, [r.message for r in replies if r.HasField("message")], replies
 
 
-def ack(v2, topic, handle, group="G1") -> s.AckMessageResponse:
+def ack(v2, topic, handle, group="G1", metadata=METADATA) -> s.AckMessageResponse:
     return v2.AckMessage(
         s.AckMessageRequest(
             group=d.Resource(name=group),
             topic=d.Resource(name=topic),
             entries=[s.AckMessageEntry(message_id="x", receipt_handle=handle)],
         ),
-        metadata=METADATA,
+        metadata=metadata,
         timeout=10,
     )
 
@@ -140,6 +141,27 @@ def producer_settings(*topics) -> s.TelemetryCommand:
             request_timeout=Duration(seconds=3),
             publishing=d.Publishing(
                 topics=[d.Resource(name=t) for t in topics], max_body_size=134217728, validate_message_type=True
+            ),
+            user_agent=d.UA(language=d.PYTHON, version="5.1.2"),
+            metric=d.Metric(on=False),
+        )
+    )
+
+
+def push_consumer_settings(group, topic) -> s.TelemetryCommand:
+    """A push consumer's Settings command, as the Python client writes it."""
+    return s.TelemetryCommand(
+        settings=d.Settings(
+            client_type=d.PUSH_CONSUMER,
+            access_point=d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=1)]),
+            request_timeout=Duration(seconds=3),
+            subscription=d.Subscription(
+                group=d.Resource(name=group),
+                subscriptions=[
+                    d.SubscriptionEntry(
+                        topic=d.Resource(name=topic), expression=d.FilterExpression(type=d.TAG, expression="*")
+                    )
+                ],
             ),
             user_agent=d.UA(language=d.PYTHON, version="5.1.2"),
             metric=d.Metric(on=False),

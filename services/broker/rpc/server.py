@@ -30,6 +30,7 @@ from services.broker.producer import Producer
 from services.broker.pull import OffsetService
 from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
 from services.broker.raw_pull import RawPullService
+from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
 from services.broker.route import RouteService
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
 from services.broker.rpc.pool import TimedThreadPool
@@ -73,6 +74,7 @@ class BrokerServer:
     watch_stop: Callable[[], None] = lambda: None
     client_port: ClientPort | None = None
     _watchdog: FrontWatchdog | None = field(default=None, init=False)
+    renewer: ReceiptRenewer | None = None  # None: auto_renew_enable is off
 
     def start(self) -> None:
         self.server.start()
@@ -82,11 +84,15 @@ class BrokerServer:
             front.start()
             self._watchdog = FrontWatchdog(front)
             self._watchdog.start()
+        if self.renewer is not None:
+            self.renewer.start()
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
         self.watch_stop()
+        if self.renewer is not None:
+            self.renewer.stop()
         # Bounded: a call that never finishes must not hang a SIGTERM shutdown (seen about once
         # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
         if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
@@ -225,7 +231,15 @@ def build_server(
     endpoint = config.advertised_endpoint(port)
     topics = TopicRegistry(config, store, clock)
     sink = build_sink(config, store, clock)
-    telemetry = TelemetryService(config, store, ClientRegistry(), clock)
+    registry = ClientRegistry()
+    renewer = (
+        ReceiptRenewer(store, ReceiptHandleTable(config.renew_handles_max), registry, config, clock)
+        if config.auto_renew_enable
+        else None
+    )
+    telemetry = TelemetryService(
+        config, store, registry, clock, on_terminate=renewer.client_terminated if renewer is not None else None
+    )
     halves = HalfMessageTable()
     hub = ArrivalHub()
     watch_start, watch_stop = arrival_watch(store, hub)
@@ -255,7 +269,9 @@ def build_server(
                 polling_ms_min=config.long_polling_timeout_ms_min,
                 polling_ms_max=config.long_polling_timeout_ms_max,
                 batch_max=config.consumer_receive_batch_size,
+                auto_renew_invisible_ms=config.auto_renew_invisible_ms,
             ),
+            renewer,
         ),
         clock=clock,
         traffic=metrics.traffic if metrics is not None else None,
@@ -286,6 +302,8 @@ def build_server(
 
     if metrics is not None:
         metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats)
+        if renewer is not None:
+            metrics.watch_renewals(renewer.stats)
     log.info(
         "broker client port %s (%s), advertising %s",
         format_address(config.host, port),
@@ -313,6 +331,7 @@ def build_server(
         watch_start,
         watch_stop,
         client_port,
+        renewer=renewer,
     )
 
 

@@ -189,12 +189,14 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     ) -> Iterator[s.ReceiveMessageResponse]:
         # A stream must always end with a status element and terminate: a hung stream blocks the Py
         # client's receive thread until its deadline and loses the batch (docs/v2-clients.md, pitfall 16).
+        result = None
         try:
             if not client_id_of(context):
                 raise BrokerError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
             check_access(self.guard, "ReceiveMessage", request, context, self.peers)
             receive = consumer_convert.receive_request(request, context.time_remaining())
             receive.alive = context.is_active
+            receive.client_id = client_id_of(context)
             result = self._consumer_service().receive(receive)
             if self._traffic is not None and result.messages:
                 self._traffic.messages_out(request.group.name, result.messages)
@@ -207,7 +209,13 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             responses = consumer_convert.receive_error(
                 Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}", self._clock.now_ms()
             )
-        yield from responses
+        written = False
+        try:
+            yield from responses
+            written = True
+        finally:
+            if not written and result is not None and result.messages:  # the call ended first
+                self._consumer_service().undelivered(request.group.name, [m.receipt_handle for m in result.messages])
 
     @in_band(s.AckMessageResponse)
     def AckMessage(self, request: s.AckMessageRequest, context: grpc.ServicerContext) -> s.AckMessageResponse:

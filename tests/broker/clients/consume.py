@@ -8,7 +8,9 @@ Job fields: ak, sk (credentials, default none), mode ("simple" or "push"), group
 ("TAG", the default, or "SQL": expression is a SQL92 property filter), count (stop after this many deliveries), deadline_s (give up after this long), await_s
 (simple: long polling seconds), invisible_s (simple), action (simple, per delivery):
 "ack", "change_then_ack" (change_invisible_duration 15 s, then ack with the new handle),
-"none" (never ack: redelivered later), "none_then_ack" (ack only deliveries with attempt > 1).
+"none" (never ack: redelivered later), "none_then_ack" (ack only deliveries with attempt > 1);
+listener_s (push: the listener works this long on each message before SUCCESS), linger_s (push:
+keep consuming this long after count deliveries, so that a duplicate would show; default 1).
 Output per delivery: {"body", "tag", "keys", "message_id", "attempt", "properties",
 "message_group", "acked": true/false/null, "error": str|null}; receive errors:
 {"receive_error": str, "code": int|null}.
@@ -91,8 +93,10 @@ class Recorder(MessageListener):
         self.messages = []
         self.enough = threading.Event()
         self.count = 1
+        self.listener_s = 0.0
 
     def consume(self, message):
+        time.sleep(self.listener_s)  # a slow listener: the broker must keep the message invisible
         with self.lock:
             self.messages.append(message)
             emit(describe(message, acked=True))
@@ -104,11 +108,12 @@ class Recorder(MessageListener):
 def run_push(job, config):
     recorder = Recorder()
     recorder.count = job.get("count", 1)
+    recorder.listener_s = job.get("listener_s", 0.0)
     consumer = PushConsumer(config, job["group"], recorder, subscription(job))
     consumer.startup()
     try:
         recorder.enough.wait(job.get("deadline_s", 60))
-        time.sleep(1.0)  # let the acks go out
+        time.sleep(job.get("linger_s", 1.0))  # let the acks go out (and any duplicate come)
     finally:
         consumer.shutdown()
 
