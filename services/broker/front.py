@@ -142,6 +142,21 @@ def parse_sessions(text: str) -> dict[str, str]:
     return peers
 
 
+def parse_backend_totals(csv_text: str) -> dict[str, int]:
+    """``show stat`` (CSV, header ``# pxname,svname,...,stot,...``) -> {backend: total sessions}."""
+    lines = csv_text.splitlines()
+    if not lines or not lines[0].startswith("# "):
+        return {}
+    header = lines[0][2:].split(",")
+    name, kind, total = header.index("pxname"), header.index("svname"), header.index("stot")
+    totals: dict[str, int] = {}
+    for line in lines[1:]:
+        fields = line.split(",")
+        if len(fields) > total and fields[kind] == "BACKEND":
+            totals[fields[name]] = int(fields[total] or 0)
+    return totals
+
+
 class FrontPeers:
     """gRPC peer (the front's backend connection) -> the client's peer, through HAProxy's admin socket."""
 
@@ -241,6 +256,10 @@ class HaproxyFront:
 
     def sessions(self) -> dict[str, str]:
         return parse_sessions(admin_command(self.plan.admin_socket, "show sess all"))
+
+    def connections_by_backend(self) -> dict[str, int]:
+        """Connections HAProxy has handed to each backend ("plain", "tls") since it started."""
+        return parse_backend_totals(admin_command(self.plan.admin_socket, "show stat"))
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, then end HAProxy (open connections are cut after ``grace_s``)."""

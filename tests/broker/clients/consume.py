@@ -57,7 +57,9 @@ def subscription(job):
 
 
 def run_simple(job, config):
-    consumer = SimpleConsumer(config, job["group"], subscription(job), await_duration=job.get("await_s", 5))
+    consumer = SimpleConsumer(
+        config, job["group"], subscription(job), await_duration=job.get("await_s", 5), tls_enable=bool(job.get("tls"))
+    )
     consumer.startup()
     delivered = 0
     end = time.monotonic() + job.get("deadline_s", 60)

@@ -8,7 +8,8 @@ Message fields: topic, body (text) or body_size (bytes of "x"), tag, keys (list)
 properties (dict), message_group, delivery_timestamp (seconds, as the client takes it),
 transaction ("commit" or "rollback": send as a half message, then end the transaction;
 "open": send the half message and leave the transaction open, for the server's check).
-Job options: ak, sk (credentials, default none); checker ("commit", the default, "rollback" or "unknown"): what the producer's
+Job options: ak, sk (credentials, default none); tls (connect with TLS, trusting grpc's default
+roots); checker ("commit", the default, "rollback" or "unknown"): what the producer's
 TransactionChecker answers a server check (RecoverOrphanedTransactionCommand); linger_s: keep
 the producer running this long after the sends so it can answer checks; linger_checks: stop
 lingering once it answered this many checks.
@@ -88,6 +89,7 @@ def main():
         ),
         tuple(job.get("topics", ())),
         checker=checker,
+        tls_enable=bool(job.get("tls")),  # trusts grpc's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)
     )
     producer.startup()
     try:

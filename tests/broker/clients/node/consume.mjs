@@ -163,6 +163,7 @@ async function main() {
     namespace: '',
     consumerGroup: job.group,
     requestTimeout: job.timeout_ms ?? 5000,
+    sslEnabled: job.tls === true,
     logger,
   };
   await (job.mode === 'push' ? runPush : runSimple)(job, options);

@@ -36,6 +36,8 @@ async function main() {
     endpoints: job.endpoint,
     namespace: '',
     topics: job.topics ?? [],
+    // grpc-js's default roots: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH when set.
+    sslEnabled: job.tls === true,
     requestTimeout: job.timeout_ms ?? 5000,
     logger,
     // Checks of orphaned transactions (none expected here: every transaction is ended).
