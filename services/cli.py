@@ -40,7 +40,7 @@ from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
 from services.config_cli import add_commands as add_config_commands
 from services.runtime import settings
-from services.runtime.rpc.tls import TlsFiles, open_channel
+from services.runtime.rpc.tls import TlsFileError, TlsFiles, open_channel
 from services.runtime.settings import CONFIG_ENV
 from services.store.config import SETTINGS as STORE_SETTINGS
 from services.topology import SERVICES, ServiceSpec, service_environment
@@ -281,7 +281,12 @@ def _health(ns: argparse.Namespace) -> int:
 
     try:
         tls = TlsFiles(ns.ca_file or "", ns.cert_file or "", ns.key_file or "")
-        with open_channel(ns.address, tls) as channel:
+        channel = (
+            grpc.secure_channel(ns.address, grpc.ssl_channel_credentials())
+            if ns.tls and not ns.ca_file
+            else open_channel(ns.address, tls)
+        )
+        with channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=ns.timeout
             )
@@ -371,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser = commands.add_parser("health", help="exit 0 if the gRPC service at HOST:PORT is SERVING")
     health_parser.add_argument("address", metavar="HOST:PORT")
     health_parser.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
-    health_parser.add_argument("--ca-file", metavar="PEM", help="connect with TLS, trusting this CA")
+    health_parser.add_argument("--tls", action="store_true", help="connect with TLS (trusting the system's roots)")
+    health_parser.add_argument("--ca-file", metavar="PEM", help="connect with TLS, trusting this CA or certificate")
     health_parser.add_argument("--cert-file", metavar="PEM", help="client certificate (a store with mutual TLS)")
     health_parser.add_argument("--key-file", metavar="PEM", help="its private key")
     health_parser.set_defaults(run=_health)
@@ -396,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["pipeline"]:  # every later argument is the job's, --help included
         return _pipeline(argparse.Namespace(job_args=argv[1:]))
     ns = build_parser().parse_args(argv)
-    return int(ns.run(ns))
+    try:
+        return int(ns.run(ns))
+    except TlsFileError as exc:
+        print(f"pyrmq: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

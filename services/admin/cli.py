@@ -527,8 +527,15 @@ def common_arguments(json_help: str = "print one JSON document instead of a tabl
         metavar="SK",
         help="the user's secret key (default $PYRMQ_SECRET_KEY; prefer the variable: a flag shows in the process list)",
     )
-    common.add_argument("--tls", action="store_true", help="connect with TLS (the broker's tls_cert_path is set)")
-    common.add_argument("--ca-file", metavar="PEM", help="with --tls: trust this CA (default: the system's roots)")
+    common.add_argument(
+        "--tls", action="store_true", help="connect with TLS (the broker's tls_mode is both, the default, or tls)"
+    )
+    common.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="with --tls: trust this CA or certificate (default: the system's roots; pyrmq up's own certificate: "
+        "DATA_DIR/broker/tls/broker.crt)",
+    )
     return common
 
 

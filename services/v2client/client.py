@@ -52,6 +52,8 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.runtime.rpc.tls import read_tls_file
+
 DEFAULT_TIMEOUT_S = 10.0
 # No gRPC size limit on our side: the broker's own (a 4 MiB body plus headers) is what counts.
 CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
@@ -161,10 +163,7 @@ def open_channel(
     """A channel to ``endpoint``: TLS when asked (the system's roots, or ``ca_file``), every call
     signed when ``credentials`` has an access key."""
     if tls:
-        roots = None
-        if ca_file:
-            with open(ca_file, "rb") as pem:
-                roots = pem.read()
+        roots = read_tls_file(ca_file or "")
         channel = grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(roots), options=list(options))
     else:
         channel = grpc.insecure_channel(endpoint, options=list(options))

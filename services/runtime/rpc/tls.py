@@ -39,11 +39,18 @@ class TlsFiles:
             raise ValueError("a TLS certificate and its key go together")
 
 
-def _read(path: str) -> bytes | None:
+class TlsFileError(OSError):
+    """A certificate, key or CA file that cannot be read (its path and why in the message)."""
+
+
+def read_tls_file(path: str) -> bytes | None:
     if not path:
         return None
-    with open(path, "rb") as f:
-        return f.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise TlsFileError(exc.errno, f"cannot read TLS file {path}: {exc.strerror}") from exc
 
 
 def add_port(server: grpc.Server, address: str, tls: TlsFiles | None = None) -> int:
@@ -51,8 +58,8 @@ def add_port(server: grpc.Server, address: str, tls: TlsFiles | None = None) -> 
     if tls is None or not tls.cert_path:
         return server.add_insecure_port(address)
     credentials = grpc.ssl_server_credentials(
-        [(_read(tls.key_path), _read(tls.cert_path))],
-        root_certificates=_read(tls.ca_path),
+        [(read_tls_file(tls.key_path), read_tls_file(tls.cert_path))],
+        root_certificates=read_tls_file(tls.ca_path),
         require_client_auth=bool(tls.ca_path),
     )
     return server.add_secure_port(address, credentials)
@@ -64,5 +71,7 @@ def open_channel(
     """A channel to ``address``: TLS when ``tls`` names a CA, plaintext otherwise."""
     if tls is None or not tls.ca_path:
         return grpc.insecure_channel(address, options=list(options))
-    credentials = grpc.ssl_channel_credentials(_read(tls.ca_path), _read(tls.key_path), _read(tls.cert_path))
+    credentials = grpc.ssl_channel_credentials(
+        read_tls_file(tls.ca_path), read_tls_file(tls.key_path), read_tls_file(tls.cert_path)
+    )
     return grpc.secure_channel(address, credentials, options=list(options))
