@@ -68,8 +68,9 @@ node-clients: system-packages
 	  echo "error: node/npm missing, so the Node.js client is not installed; make test fails its tests" >&2; \
 	fi
 
+# TopicTest for the README's first example: the broker answers TOPIC_NOT_FOUND for a topic nobody created.
 run: setup
-	$(VENV)/bin/pyrmq up
+	$(VENV)/bin/pyrmq up --create-topic TopicTest
 
 # Lint (ruff), format check (ruff format) and types (mypy: strict on services/domain, services/runtime
 # and the store client; pyproject.toml), then the suite. PYRMQ_REQUIRE_COMPONENTS=1: a test whose

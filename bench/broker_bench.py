@@ -96,6 +96,7 @@ def cluster(broker_flags: list[str]):
                 store_ready["grpc"],
                 "--metrics-port",
                 "-1",
+                "--auto-create-topic",  # BenchTopic is created by its first route query
                 *broker_flags,
             ]
         )

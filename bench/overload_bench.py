@@ -186,6 +186,8 @@ def main() -> None:
             "-1",
             "--broker-metrics-port",
             "-1",
+            "--create-topic",
+            "OverloadBench",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -224,6 +224,7 @@ def start_cluster(data_dir: Path):
             "-1",
             "--store-address",
             ready["grpc"],
+            "--auto-create-topic",  # the bench's topics are created by their first send
         ],
         ROOT,
     )

@@ -15,6 +15,11 @@ A service's contract with ``up``: ``python -m <module> <args>`` prints exactly o
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
 or SIGINT makes it stop cleanly and exit 0.
 
+``up --create-topic NAME`` (``make run``: TopicTest, for the README's first example) creates
+each named topic that does not exist yet, once every service serves and before the ready line:
+the broker answers TOPIC_NOT_FOUND for unknown topics (auto-create is off, as in RocketMQ 5's
+proxy). It goes to the store directly, as the operator who runs it (no broker credentials).
+
 ``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
 a child exits on its own, ``up`` stops the others and exits non-zero.
 """
@@ -42,6 +47,9 @@ from services.config_cli import add_commands as add_config_commands
 from services.runtime import settings
 from services.runtime.rpc.tls import TlsFileError, TlsFiles, open_channel
 from services.runtime.settings import CONFIG_ENV
+from services.store.client.client import GrpcStoreClient
+from services.store.client.errors import StoreError
+from services.store.client.model import TopicInfo
 from services.store.config import SETTINGS as STORE_SETTINGS
 from services.topology import SERVICES, ServiceSpec, service_environment
 
@@ -52,6 +60,10 @@ STOP_TIMEOUT_S = 30.0  # per child, after the signal; then it is killed
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
+# A topic made by --create-topic: any message type (normal, FIFO, delay, transactional), 8 queues.
+CREATED_TOPIC_MESSAGE_TYPE = "MIXED"
+CREATED_TOPIC_QUEUE_NUMS = 8
+PERM_READ_WRITE = 6
 
 
 def _die_with_parent() -> None:
@@ -166,6 +178,7 @@ def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) ->
             setattr(ns, key, value)
     if ns.broker_metrics_port is None and broker_set["metrics_port"].source != "default":
         ns.broker_metrics_port = broker["metrics_port"]
+    ns.store_tls = TlsFiles(broker["store_tls_ca_path"], broker["store_tls_cert_path"], broker["store_tls_key_path"])
     return {CONFIG_ENV: environ[CONFIG_ENV]} if ns.config else {}
 
 
@@ -218,6 +231,12 @@ def up(ns: argparse.Namespace) -> int:
         assert child.ready_line is not None
         ns.ready[spec.name] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
 
+    try:
+        create_missing_topics(ns.ready["store"]["grpc"], ns.store_tls, ns.create_topic)
+    except StoreError as exc:
+        log.error("could not create the topics %s: %s", ", ".join(ns.create_topic), exc)
+        _stop_all(children, signal.SIGTERM)
+        return 1
     summary = " ".join(f"{c.spec.name} {c.ready_line}" for c in children)
     print(f"pyrmq up: {summary} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
     print_cluster(ns, sys.stdout)
@@ -234,6 +253,21 @@ def up(ns: argparse.Namespace) -> int:
     clean = _stop_all(children, received[0])
     log.info("all services stopped")
     return 0 if clean else 1
+
+
+def create_missing_topics(store_address: str, tls: TlsFiles, names: list[str]) -> None:
+    """Create each topic the store does not have (MIXED, 8 queues); one it has is left as it is."""
+    if not names:
+        return
+    store = GrpcStoreClient(store_address, tls=tls, put_stream=False)
+    try:
+        for name in names:
+            if store.get_topic(name) is None:
+                queues = CREATED_TOPIC_QUEUE_NUMS
+                store.create_topic(TopicInfo(name, queues, queues, PERM_READ_WRITE, CREATED_TOPIC_MESSAGE_TYPE))
+                log.info("created topic %s (%s, %d queues)", name, CREATED_TOPIC_MESSAGE_TYPE, queues)
+    finally:
+        store.close()
 
 
 def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
@@ -369,6 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-host",
         default=None,
         help="host the broker names in routes (default: [broker] advertised_host, else its listen address)",
+    )
+    up_parser.add_argument(
+        "--create-topic",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this topic (MIXED: any message type, 8 queues) unless it exists, before the ready line; "
+        "repeatable (make run: TopicTest). Unknown topics are TOPIC_NOT_FOUND otherwise",
     )
     up_parser.set_defaults(run=up)
     compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")

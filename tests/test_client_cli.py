@@ -1,7 +1,7 @@
 """``pyrmq send``, ``consume`` and ``bench`` end to end, through ``services.cli.main`` in this
 process, against a real cluster: ``pyrmq up`` (store, broker, scheduler, txcheck) on free
-loopback ports, plus a second broker on the same store with topic auto-create off. One cluster
-for the module, so each test uses its own topic and group names."""
+loopback ports. One cluster for the module, so each test creates its own topic (the broker does
+not create topics on demand) and uses its own group names."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.config import BrokerConfig
-from services.broker.rpc.server import build_server
 from services.cli import main
-from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process, pyrmq_up_command
+from tests.support.topics import create_topics_at
 
 ROOT = Path(__file__).resolve().parents[1]
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<store>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
@@ -29,8 +27,11 @@ UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<store>\S+) .*\(RocketMQ client
 
 @dataclass(frozen=True)
 class Cluster:
-    endpoint: str  # the broker of `pyrmq up` (topics are created on demand)
-    strict_endpoint: str  # a broker on the same store that does not create topics
+    endpoint: str  # the broker of `pyrmq up`
+
+    def topic(self, name: str) -> None:
+        """Create the topic (MIXED: any message type), as `pyrmq topic create` does."""
+        create_topics_at(self.endpoint, name)
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +41,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pyrmq_up_command(data_dir, metrics_port=-1),
         ROOT,
     )
-    store_client = strict = None
     try:
-        ready = up.wait_line(UP_READY)
-        store_client = GrpcStoreClient(ready["store"])
-        strict = build_server(
-            BrokerConfig(port=0, store_address=ready["store"], auto_create_topic_enable=False), store_client
-        )
-        strict.start()
-        yield Cluster(ready["clients"], f"127.0.0.1:{strict.port}")
+        yield Cluster(up.wait_line(UP_READY)["clients"])
     finally:
-        if strict is not None:
-            strict.stop(1.0)
-        if store_client is not None:
-            store_client.close()
         if up.popen.poll() is None:
             assert up.stop(signal.SIGTERM) == 0, up.log()
         up.kill()
@@ -88,6 +78,7 @@ def fails(capsys: pytest.CaptureFixture[str], code: int, *args: str) -> str:
 
 
 def test_send_then_consume_returns_bodies_tags_keys_and_properties(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliSend")
     sent = ok_json(
         capsys,
         "send",
@@ -128,6 +119,7 @@ def test_send_then_consume_returns_bodies_tags_keys_and_properties(cluster: Clus
 
 
 def test_people_get_one_line_per_message(cluster: Cluster, capsys, monkeypatch) -> None:
+    cluster.topic("CliText")
     table = ok(capsys, "send", "CliText", "first", "--tag", "TagT", "--endpoint", cluster.endpoint)
     [header, _, row] = table.splitlines()
     assert header.split() == ["MESSAGE", "ID", "QUEUE", "OFFSET"]
@@ -146,6 +138,7 @@ def test_people_get_one_line_per_message(cluster: Cluster, capsys, monkeypatch) 
 
 
 def test_tag_and_sql_filters(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliFilter")
     for tag, color in (("TagA", "red"), ("TagB", "red"), ("TagA", "blue"), ("TagC", "blue")):
         ok(
             capsys,
@@ -193,6 +186,7 @@ def test_tag_and_sql_filters(cluster: Cluster, capsys) -> None:
 
 
 def test_fifo_message_group_keeps_order_on_one_queue(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliFifo")
     ok(capsys, "group", "create", "CliFifoGroup", "--fifo", "--endpoint", cluster.endpoint)
     sent = ok_json(
         capsys, "send", "CliFifo", "step {n}", "--group", "order-7", "--count", "5", "--endpoint", cluster.endpoint
@@ -209,6 +203,7 @@ def test_fifo_message_group_keeps_order_on_one_queue(cluster: Cluster, capsys) -
 
 
 def test_delayed_message_arrives_not_before_its_time(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliDelay")
     [sent] = ok_json(capsys, "send", "CliDelay", "later", "--delay-ms", "2000", "--endpoint", cluster.endpoint)[
         "messages"
     ]
@@ -237,6 +232,7 @@ def test_delayed_message_arrives_not_before_its_time(cluster: Cluster, capsys) -
 
 
 def test_no_ack_redelivers_after_the_invisible_time(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliNoAck")
     [sent] = ok_json(capsys, "send", "CliNoAck", "again", "--endpoint", cluster.endpoint)["messages"]
     first = ok_json(
         capsys,
@@ -273,6 +269,7 @@ def test_no_ack_redelivers_after_the_invisible_time(cluster: Cluster, capsys) ->
 
 
 def test_consume_stops_when_nothing_arrives(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliEmpty")
     started = time.monotonic()
     assert (
         ok(
@@ -306,6 +303,7 @@ def test_consume_stops_when_nothing_arrives(cluster: Cluster, capsys) -> None:
 
 
 def test_error_exit_codes(cluster: Cluster, capsys, tmp_path) -> None:
+    cluster.topic("CliErr")
     assert fails(capsys, 4, "send", "CliErr", "x", "--endpoint", "127.0.0.1:1", "--timeout", "5").startswith(
         "pyrmq: error: 127.0.0.1:1: UNAVAILABLE"
     )
@@ -321,11 +319,11 @@ def test_error_exit_codes(cluster: Cluster, capsys, tmp_path) -> None:
     assert "ILLEGAL_INVISIBLE_TIME" in fails(
         capsys, 2, "consume", "CliErr", "--group", "G", "--invisible-seconds", "1", "--endpoint", cluster.endpoint
     )
-    assert fails(capsys, 3, "send", "CliNowhere", "x", "--endpoint", cluster.strict_endpoint) == (
+    assert fails(capsys, 3, "send", "CliNowhere", "x", "--endpoint", cluster.endpoint) == (
         "pyrmq: error: topic CliNowhere does not exist, and the broker does not create topics on demand "
         "(pyrmq topic create CliNowhere --type NORMAL)"
     )
-    assert fails(capsys, 3, "consume", "CliNowhere", "--group", "G", "--endpoint", cluster.strict_endpoint).startswith(
+    assert fails(capsys, 3, "consume", "CliNowhere", "--group", "G", "--endpoint", cluster.endpoint).startswith(
         "pyrmq: error: topic CliNowhere does not exist"
     )
     # Usage errors: argparse's usage and its message, exit 2.
@@ -339,6 +337,7 @@ def test_error_exit_codes(cluster: Cluster, capsys, tmp_path) -> None:
 
 
 def test_file_body_and_deliver_at_in_the_past(cluster: Cluster, capsys, tmp_path) -> None:
+    cluster.topic("CliFile")
     body = tmp_path / "body.json"
     body.write_text('{"order": 7}')
     [sent] = ok_json(
@@ -360,6 +359,7 @@ def test_file_body_and_deliver_at_in_the_past(cluster: Cluster, capsys, tmp_path
 
 
 def test_bench_sends_and_consumes_every_message(cluster: Cluster, capsys) -> None:
+    cluster.topic("CliBench")
     args = (
         "bench",
         "--topic",

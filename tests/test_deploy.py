@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
 from tests.support.processes import Process, pyrmq_up_command
+from tests.support.topics import create_topics_at
 from tests.support.v2_requests import message, receive, send_ok
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -127,6 +128,11 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             )
         listed = {service.name for service in reply.list_services_response.service}
         assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
+    # The operator creates the topic, as `docker compose exec broker pyrmq topic create ...` would.
+    create = Process(
+        [sys.executable, "-m", "services.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
+    )
+    assert create.popen.wait(60) == 0, create.log()
     with grpc.insecure_channel("127.0.0.1:8081") as channel:
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("ComposeTopic", body=b"through compose's command lines"))
@@ -161,6 +167,7 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
     ready = up.wait_line(re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"))
     urls = re.findall(r"metrics=(http\S+)", ready.group(0))
     assert len(urls) == len(SERVICES)
+    create_topics_at(ready["clients"], "DashTopic")
     with grpc.insecure_channel(ready["clients"]) as channel:  # traffic, so per-topic series exist
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("DashTopic", body=b"x", message_id="DASH1"), message("DashTopic", message_id="DASH2"))

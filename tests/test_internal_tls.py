@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime.rpc.tls import TlsFiles, open_channel
 from tests.support.processes import Process
+from tests.support.topics import create_topics_at
 from tests.support.v2_requests import message, receive, send_ok
 
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready grpc=(?P<grpc>\S+) ")
@@ -133,6 +134,7 @@ def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, proce
     processes.append(scheduler)
     scheduler.wait_line(READY)
 
+    create_topics_at(broker_address, "TlsLinks")  # the admin API, over the TLS link too
     with grpc.insecure_channel(broker_address) as channel:  # through the broker, over the TLS link
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("TlsLinks", body=b"over mutual TLS"))

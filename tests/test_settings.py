@@ -73,6 +73,17 @@ def test_set_reaches_every_setting_and_own_flags_win(tmp_path: Path) -> None:
     assert got.flush_mode is FlushMode.SYNC and got.warm_mapped_files is True and got.port == 10
 
 
+def test_the_broker_auto_creates_topics_only_when_told(tmp_path: Path) -> None:
+    # Off by default, as RocketMQ 5's proxy: an unknown topic is TOPIC_NOT_FOUND.
+    assert broker_config([], environ={}).auto_create_topic_enable is False
+    assert broker_config(["--auto-create-topic"], environ={}).auto_create_topic_enable is True
+    on = {"PYRMQ_BROKER_AUTO_CREATE_TOPIC_ENABLE": "true"}
+    assert broker_config([], environ=on).auto_create_topic_enable is True
+    assert broker_config(["--no-auto-create-topic"], environ=on).auto_create_topic_enable is False
+    with pytest.raises(SystemExit):  # one or the other
+        broker_config(["--auto-create-topic", "--no-auto-create-topic"], environ={})
+
+
 def test_text_values_are_read_as_the_setting_type(tmp_path: Path) -> None:
     env = {
         "PYRMQ_BROKER_CONSUMER_RETRY_DELAYS_MS": "1000, 2_000,3000",
@@ -213,7 +224,7 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
     config = write(
         tmp_path / "cluster.toml",
         f'[store]\ndata_dir = "{tmp_path / "cluster"}"\nport = 0\n'
-        "metrics_port = 0\n[broker]\nport = 0\nauto_create_topic_queue_nums = 3\n",
+        "metrics_port = 0\n[broker]\nport = 0\nauto_create_topic_enable = true\nauto_create_topic_queue_nums = 3\n",
     )
     up = Process(
         [sys.executable, "-m", "services.cli", "up", "--config", str(config), "--log-dir", str(tmp_path / "logs")],

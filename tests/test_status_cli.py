@@ -24,6 +24,7 @@ from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 from services import cli
 from services.admin import status
 from tests.support.processes import Process, pyrmq_up_command
+from tests.support.topics import create_topics_at
 from tests.support.v2_requests import ack, message, receive, send_ok
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +87,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     try:
         endpoint = up.wait_line(UP_READY)["clients"]
+        create_topics_at(endpoint, TOPIC)
         with grpc.insecure_channel(endpoint) as channel:
             v2 = s_grpc.MessagingServiceStub(channel)
             send_ok(v2, *[message(TOPIC, body=b"m%d" % i, message_id=f"STATUS{i:04d}") for i in range(SENT)])

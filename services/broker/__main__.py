@@ -44,13 +44,22 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
     parser = settings_parser(
         "broker", SETTINGS, "python -m services.broker", "Run the pyrmq broker (RocketMQ v2 gRPC frontend)."
     )
-    parser.add_argument(
+    auto_create = parser.add_mutually_exclusive_group()
+    auto_create.add_argument(
+        "--auto-create-topic",
+        dest="auto_create_topic_enable",
+        action="store_const",
+        const="true",
+        default=argparse.SUPPRESS,
+        help="QueryRoute and SendMessage create an unknown topic (auto_create_topic_enable = true)",
+    )
+    auto_create.add_argument(
         "--no-auto-create-topic",
         dest="auto_create_topic_enable",
         action="store_const",
         const="false",
         default=argparse.SUPPRESS,
-        help="answer TOPIC_NOT_FOUND for unknown topics instead of creating them",
+        help="answer TOPIC_NOT_FOUND for an unknown topic (the default, as RocketMQ 5's proxy)",
     )
     parser.add_argument(
         "--no-put-coalescing",

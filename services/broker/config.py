@@ -89,7 +89,7 @@ class BrokerConfig:
     client_hello_timeout_ms: int = 10_000     # tls_mode both: a connection that has not begun TLS or HTTP/2 within this long is closed
     front_idle_timeout_ms: int = 3_600_000    # tls_mode both: a connection idle this long is closed (clients reconnect)
     # -- topics ----------------------------------------------------------------------------
-    auto_create_topic_enable: bool = True     # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable)
+    auto_create_topic_enable: bool = False    # QueryRoute and SendMessage create an unknown topic (autoCreateTopicEnable; --auto-create-topic); off: TOPIC_NOT_FOUND
     auto_create_topic_queue_nums: int = 8     # read and write queues of an auto-created topic
     auto_create_topic_message_type: str = "MIXED"  # message type of an auto-created topic (MIXED: any, so FIFO/DELAY/TRANSACTION sends work out of the box)
     topic_cache_ttl_ms: int = 3_000           # how long a topic config read from the store is reused
@@ -99,9 +99,9 @@ class BrokerConfig:
     user_property_count_max: int = 128        # user properties per message at most (userPropertyMaxNum)
     user_properties_size_max_bytes: int = 16 * 1024  # bytes of user property keys and values, tag and keys (maxUserPropertySize)
     message_group_size_max_bytes: int = 64    # a message group must be shorter than this (maxMessageGroupSize)
-    # (The proxy's maxDelayTimeMills is 1 day; the scheduler's timer wheel rolls, so pyrmq takes
-    # 30 days, its timer_max_delay_ms.)
-    delivery_delay_max_ms: int = 30 * 24 * 3_600_000  # how far ahead a delivery time may be
+    # The proxy's maxDelayTimeMills. The scheduler's timer wheel rolls, so it takes any delay up to
+    # its own timer_max_delay_ms (30 days): raise this one (at most that far) to let clients use more.
+    delivery_delay_max_ms: int = 24 * 3_600_000  # how far ahead a delivery time may be (maxDelayTimeMills); farther: ILLEGAL_DELIVERY_TIME
     transaction_recovery_max_s: int = 3_600   # longest transaction recovery time a producer may ask for (maxTransactionRecoverySecond)
     timer_precision_ms: int = 1_000           # delivery times are rounded to this (timerPrecisionMs); must equal the scheduler's
     # -- the send path ---------------------------------------------------------------------

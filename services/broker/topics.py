@@ -5,7 +5,9 @@ the store each time would cost one store RPC per send and defeat send coalescing
 cached for ``topic_cache_ttl_ms`` (changes made through the store API take effect within that
 time), and "no such topic" for ``topic_cache_miss_ttl_ms`` when auto-create is off.
 
-Auto-create (on by default, like a local RocketMQ broker with ``autoCreateTopicEnable``)
+An unknown topic is TOPIC_NOT_FOUND (40402), as from RocketMQ 5's proxy: topics are created
+first (``pyrmq topic create``, the Admin API; ``mqadmin updateTopic`` upstream). Auto-create
+(``auto_create_topic_enable``, off by default; a broker's ``autoCreateTopicEnable``) instead
 creates the topic in the store with ``auto_create_topic_queue_nums`` queues and
 ``auto_create_topic_message_type`` (MIXED by default: RocketMQ would create a NORMAL topic,
 which makes the official clients refuse FIFO/DELAY/TRANSACTION sends until an operator sets
@@ -60,7 +62,10 @@ class TopicRegistry:
             return topic
         if create if create is not None else self._config.auto_create_topic_enable:
             return self._create(name, now_ms)
-        raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
+        raise NotFoundError(
+            f"topic {name} does not exist: create it first (pyrmq topic create {name} --type NORMAL)",
+            Code.TOPIC_NOT_FOUND,
+        )
 
     def invalidate(self, name: str) -> None:
         """Forget a cached config (e.g. the store refused a queue id from it)."""

@@ -14,7 +14,7 @@ message, so nothing it would refuse may reach a coalesced batch.
 | key all whitespace or with a control character | ILLEGAL_MESSAGE_KEY |
 | message id blank, or with a control character (pyrmq) | ILLEGAL_MESSAGE_ID |
 | transaction recovery duration over 1 h | BAD_REQUEST |
-| delivery timestamp more than `delivery_delay_max_ms` (30 days) ahead | ILLEGAL_DELIVERY_TIME |
+| delivery timestamp more than `delivery_delay_max_ms` (1 day, maxDelayTimeMills) ahead | ILLEGAL_DELIVERY_TIME |
 | message group blank, >= 64 UTF-8 bytes, or with a control character | ILLEGAL_MESSAGE_GROUP |
 | message type contradicting the message's fields; topic type mismatch | MESSAGE_PROPERTY_CONFLICT_WITH_TYPE |
 

@@ -8,7 +8,7 @@
   consumer, raw pull) run on it.
 * ``store_address``, ``store_stub``, ``make_broker(**config)``, ``broker``, ``v2``: a real
   FileStore behind the store's gRPC server and real broker servers on 127.0.0.1:0
-  (tests/support/broker_servers.py).
+  (tests/support/broker_servers.py); ``topics(*names)`` creates topics in that store.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from services.runtime.clock import ManualClock
-from tests.support.broker_servers import broker, make_broker, store_address, store_stub, v2  # noqa: F401 - fixtures
+from tests.support.broker_servers import (  # noqa: F401 - fixtures
+    broker,
+    make_broker,
+    store_address,
+    store_stub,
+    topics,
+    v2,
+)
 from tests.support.store_double import StoreDouble
 
 # A segment holds the largest message the broker accepts (a 4 MiB body and its properties).

@@ -64,6 +64,8 @@ def test_users_acls_and_the_official_client(secured: BrokerServer, tmp_path: Pat
             secret=secret,
         )
 
+    assert run(ROOT, "topic", "create", "orders", "--type", "NORMAL")[0] == 0  # a Super user creates topics
+    assert run(ROOT, "topic", "create", "events", "--type", "NORMAL")[0] == 0
     assert run(ROOT, "acl", "user", "create", "alice", secret=ALICE[1])[0] == 0
     assert run(ROOT, "acl", "policy", "add", "alice", "Topic:orders", "--actions", "pub")[0] == 0
     assert run(ROOT, "acl", "policy", "add", "alice", "Topic:events", "--actions", "Sub")[0] == 0
@@ -171,8 +173,9 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_the_client_port_over_tls(
-    make_broker: Callable[..., BrokerServer], tmp_path: Path, monkeypatch, capsys
+    make_broker: Callable[..., BrokerServer], topics: Callable[..., None], tmp_path: Path, monkeypatch, capsys
 ) -> None:
+    topics("TlsTopic")
     cert, key = self_signed(tmp_path)
     broker = make_broker(tls_mode="tls", tls_cert_path=str(cert), tls_key_path=str(key))
     endpoint = f"127.0.0.1:{broker.port}"

@@ -106,7 +106,8 @@ def test_missing_client_id_is_refused_everywhere(v2, store_stub):
     ],
     ids=["group", "system group", "topic", "tag expression", "sql expression", "invisible 0", "invisible 13 h"],
 )
-def test_receive_refusals(v2, store_stub, overrides, expected):
+def test_receive_refusals(v2, store_stub, topics, overrides, expected):
+    topics("RecvTopic")  # an existing topic: each refusal is the rule's, not TOPIC_NOT_FOUND
     overrides.setdefault("topic", "RecvTopic")
     status, messages, replies = receive(v2, overrides.pop("topic"), polling_s=1, **overrides)
     assert status.code == expected, status
@@ -114,7 +115,8 @@ def test_receive_refusals(v2, store_stub, overrides, expected):
 
 
 @pytest.mark.parametrize("handle", ["", "garbage", "1 2 3 4 5 6 7 8 9", "x" * 10_000])
-def test_bad_receipt_handles(v2, handle):
+def test_bad_receipt_handles(v2, topics, handle):
+    topics("TopicTest")
     ack = v2.AckMessage(
         s.AckMessageRequest(
             group=d.Resource(name="G1"),

@@ -14,7 +14,8 @@ from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import METADATA, ack, change, message, receive, send_ok
 
 
-def test_receive_maps_the_message_and_ack(v2):
+def test_receive_maps_the_message_and_ack(v2, topics):
+    topics("CTopic")
     send_ok(v2, message("CTopic", body=b"payload", tag="TagA", keys=["k1", "k2"], user_properties={"color": "red"}))
     status, [got], replies = receive(v2, "CTopic")
     assert status.code == d.OK and replies[0].HasField("status") and replies[-1].HasField("delivery_timestamp")
@@ -36,7 +37,8 @@ def test_receive_maps_the_message_and_ack(v2):
     assert 4.5 < time.monotonic() - started < 8
 
 
-def test_tag_filter(v2, store_stub):
+def test_tag_filter(v2, store_stub, topics):
+    topics("FTopic")
     for tag in ("TagA", "TagB", "TagC"):
         send_ok(v2, message("FTopic", body=tag.encode(), tag=tag, message_id=f"ID-{tag}"))
     assert wait_stored(store_stub, "FTopic", "ID-TagC")  # all dispatched: one receive sees both
@@ -44,14 +46,16 @@ def test_tag_filter(v2, store_stub):
     assert status.code == d.OK and sorted(m.body for m in messages) == [b"TagA", b"TagC"]
 
 
-def test_fifo_group_and_delivery_fields(v2):
+def test_fifo_group_and_delivery_fields(v2, topics):
+    topics("GTopic")
     send_ok(v2, message("GTopic", message_type=d.FIFO, message_group="order-1", tag="T"))
     status, [got], _ = receive(v2, "GTopic")
     assert got.system_properties.message_group == "order-1" and got.system_properties.message_type == d.FIFO
     assert "__SHARDINGKEY" not in got.user_properties
 
 
-def test_long_poll_wakes_on_arrival(v2):
+def test_long_poll_wakes_on_arrival(v2, topics):
+    topics("WTopic")
     sender = threading.Timer(1.0, lambda: send_ok(v2, message("WTopic", body=b"late")))
     sender.start()
     started = time.monotonic()
@@ -61,7 +65,8 @@ def test_long_poll_wakes_on_arrival(v2):
     assert time.monotonic() - started < 5
 
 
-def test_change_invisible_duration_then_ack_with_the_new_handle(v2):
+def test_change_invisible_duration_then_ack_with_the_new_handle(v2, topics):
+    topics("NTopic")
     send_ok(v2, message("NTopic"))
     _, [got], _ = receive(v2, "NTopic")
     old = got.system_properties.receipt_handle
@@ -71,7 +76,8 @@ def test_change_invisible_duration_then_ack_with_the_new_handle(v2):
     assert ack(v2, "NTopic", response.receipt_handle).status.code == d.OK
 
 
-def test_redelivery_after_change_to_zero(v2):
+def test_redelivery_after_change_to_zero(v2, topics):
+    topics("RTopic")
     send_ok(v2, message("RTopic", body=b"again"))
     _, [got], _ = receive(v2, "RTopic")
     assert change(v2, "RTopic", got.system_properties.receipt_handle, 0).status.code == d.OK
@@ -81,7 +87,8 @@ def test_redelivery_after_change_to_zero(v2):
     assert messages[0].system_properties.message_id == got.system_properties.message_id
 
 
-def test_error_codes(v2):
+def test_error_codes(v2, topics):
+    topics("ETopic")
     send_ok(v2, message("ETopic"))
     assert receive(v2, "ETopic", invisible_s=5)[0].code == d.ILLEGAL_INVISIBLE_TIME
     assert receive(v2, "ETopic", invisible_s=13 * 3600)[0].code == d.ILLEGAL_INVISIBLE_TIME
@@ -102,7 +109,8 @@ def test_error_codes(v2):
     assert dlq.status.code == d.INVALID_RECEIPT_HANDLE
 
 
-def test_ack_with_several_entries(v2):
+def test_ack_with_several_entries(v2, topics):
+    topics("MTopic")
     send_ok(v2, message("MTopic"))
     _, [got], _ = receive(v2, "MTopic")
     response = v2.AckMessage(
@@ -121,7 +129,8 @@ def test_ack_with_several_entries(v2):
     assert [e.status.code for e in response.entries] == [d.OK, d.INVALID_RECEIPT_HANDLE]
 
 
-def test_forward_to_dead_letter_queue(v2, store_stub):
+def test_forward_to_dead_letter_queue(v2, store_stub, topics):
+    topics("DTopic")
     send_ok(v2, message("DTopic", body=b"dead"))
     _, [got], _ = receive(v2, "DTopic")
     response = v2.ForwardMessageToDeadLetterQueue(
@@ -140,7 +149,8 @@ def test_forward_to_dead_letter_queue(v2, store_stub):
     assert [m.body for m in stored(store_stub, "%DLQ%G1", 0, at_least=1)] == [b"dead"]
 
 
-def test_query_assignment(v2, store_stub):
+def test_query_assignment(v2, store_stub, topics):
+    topics("ATopic")
     send_ok(v2, message("ATopic"))
 
     def assignments(group):

@@ -33,7 +33,8 @@ def sample(metrics: BrokerMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def test_rpc_latency_is_labelled_with_the_in_band_code(v2m, metrics):
+def test_rpc_latency_is_labelled_with_the_in_band_code(v2m, metrics, topics):
+    topics("MTopic", "EmptyTopic")
     send_ok(v2m, message("MTopic", body=b"12345"))
     assert send(v2m, message("bad topic!")).status.code == d.ILLEGAL_TOPIC
     assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=SEND, code="OK") == 1
@@ -45,7 +46,8 @@ def test_rpc_latency_is_labelled_with_the_in_band_code(v2m, metrics):
     assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method=RECEIVE, code="ILLEGAL_CONSUMER_GROUP") == 1
 
 
-def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics):
+def test_messages_and_bytes_in_and_out_by_topic(v2m, metrics, topics):
+    topics("MTopic", "MFifo")
     send_ok(v2m, message("MTopic", body=b"12345"), message("MTopic", body=b"678", message_id="ID2"))
     send_ok(v2m, message("MFifo", body=b"f", message_id="ID3", message_type=d.FIFO, message_group="g"))
     assert send(v2m, message("bad topic!")).status.code == d.ILLEGAL_TOPIC  # refused: not counted
@@ -75,7 +77,8 @@ def test_calls_without_a_v2_status_keep_the_grpc_code(make_broker, metrics):
     assert sample(metrics, "rocketmq_rpc_latency_seconds_count", method="/grpc.health.v1.Health/Check", code="OK") == 1
 
 
-def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics):
+def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics, topics):
+    topics("LagTopic")
     send_ok(v2m, *(message("LagTopic", body=b"x", message_id=f"LAG{i}") for i in range(5)))
     got: list = []
     while len(got) < 3:

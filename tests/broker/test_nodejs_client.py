@@ -37,8 +37,8 @@ CLIENT_TIMEOUT_S = 60
 # STARTUP_RACE (a bug of the Node client 1.0.8, not of the broker): startup() queries the route of
 # each of its topics in turn, opening the telemetry stream (and writing settings) after the first
 # one, and only then starts waiting for the first settings reply. A reply that arrives while a
-# later topic's QueryRoute is still out (here: one that auto-creates the topic) resolves nothing,
-# and startup() waits forever. So every client here names at most one topic at construction.
+# later topic's QueryRoute is still out resolves nothing, and startup() waits forever. So every
+# client here names at most one topic at construction.
 PUSH_POLLING_MS = 5_000  # settings reply for push consumers: their shutdown waits for a long poll
 INVISIBLE_MS_MIN = 10_000
 BODY_SIZE_MAX = 4 * 1024 * 1024  # the publishing.max_body_size of the settings reply
@@ -132,8 +132,9 @@ def in_group_order(deliveries: list[dict], group: str) -> list[str]:
 # -- producer ---------------------------------------------------------------------------------
 
 
-def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
+def test_producer_send_settings_and_refusals(make_broker, store_stub, topics, tmp_path):
     broker = make_broker()
+    topics("NodeTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     deliver_ms = int(time.time() * 1000) + 30_000 + 123
     store_stub.CreateOrUpdateTopic(
@@ -155,16 +156,19 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
             {"topic": "NodeTopic", "body_size": BODY_SIZE_MAX + 1},
             # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
             {"topic": "NodeOnlyNormal", "body": "x", "message_group": "g"},
-            # 31 days ahead: ILLEGAL_DELIVERY_TIME from the server (the client retries it 3 times)
-            {"topic": "NodeTopic", "body": "x", "delay_ms": 31 * 86_400_000},
+            # 2 days ahead: ILLEGAL_DELIVERY_TIME from the server (delivery_delay_max_ms: 1 day,
+            # the proxy's maxDelayTimeMills; the client retries it 3 times)
+            {"topic": "NodeTopic", "body": "x", "delay_ms": 2 * 86_400_000},
             # a delay message (Node sends millisecond delivery timestamps) is parked on the timer topic
             {"topic": "NodeTopic", "body": "later", "delivery_timestamp_ms": deliver_ms},
             # Node names queue 0 in every send; the server picks the queue itself (round robin)
             *({"topic": "NodeTopic", "body": f"spread-{i}"} for i in range(4)),
+            # a topic nobody created: its route query is TOPIC_NOT_FOUND (auto-create is off)
+            {"topic": "NodeNeverCreated", "body": "x"},
         ],
         topics=("NodeTopic",),
     )  # one topic only: see STARTUP_RACE
-    sent, too_large, wrong_type, too_late, delayed, *spread = results
+    sent, too_large, wrong_type, too_late, delayed, *spread, missing = results
     # The producer applied our settings reply: max body size, type validation, 3 attempts from
     # the exponential backoff policy (without one the Node producer process would crash).
     assert settings == {"max_body_size": 4194304, "validate_message_type": True, "max_attempts": 3}
@@ -195,11 +199,15 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, tmp_path):
     queues = {m.queue_id for r in spread for m in wait_stored(store_stub, "NodeTopic", r["message_id"])}
     assert len(queues) > 1, queues
 
+    assert (missing["ok"], missing["error"], missing["code"]) == (False, "NotFoundException", 40402), missing
+    assert "topic NodeNeverCreated does not exist: create it first" in missing["message"]
+
 
 # -- simple consumer ----------------------------------------------------------------------------
 
 
-def test_simple_consumer_tag_filter_and_ack(broker, store_stub, tmp_path):
+def test_simple_consumer_tag_filter_and_ack(broker, store_stub, topics, tmp_path):
+    topics("NodeSimpleTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     sent = produce(
         tmp_path,
@@ -246,7 +254,8 @@ def test_simple_consumer_tag_filter_and_ack(broker, store_stub, tmp_path):
     assert sorted((m["body"], m["tag"]) for m in got) == [("b-1", "TagB"), ("c-1", "TagC")]
 
 
-def test_receive_invisible_duration_below_the_minimum_is_refused(broker, tmp_path):
+def test_receive_invisible_duration_below_the_minimum_is_refused(broker, topics, tmp_path):
+    topics("NodeShortTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeShortTopic", [{"body": "x"}])
     got, other = consume(
@@ -274,7 +283,8 @@ def test_receive_invisible_duration_below_the_minimum_is_refused(broker, tmp_pat
         "be redelivered until it is dead-lettered (the Java proxy behaves the same)"
     ),
 )
-def test_max_size_body_reaches_a_node_consumer(broker, tmp_path):
+def test_max_size_body_reaches_a_node_consumer(broker, topics, tmp_path):
+    topics("NodeBigTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeBigTopic", [{"body_size": BODY_SIZE_MAX}])
     got, other = consume(
@@ -292,7 +302,8 @@ def test_max_size_body_reaches_a_node_consumer(broker, tmp_path):
     assert message["body_size"] == BODY_SIZE_MAX and message["acked"] is True
 
 
-def test_change_invisible_duration_then_ack(broker, store_stub, tmp_path):
+def test_change_invisible_duration_then_ack(broker, store_stub, topics, tmp_path):
+    topics("NodeChangeTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "NodeChangeTopic", [{"body": "slow"}])
     [got], _ = consume(
@@ -313,7 +324,8 @@ def test_change_invisible_duration_then_ack(broker, store_stub, tmp_path):
     assert committed_total(store_stub, "NodeChangeGroup", "NodeChangeTopic", 1) == 1
 
 
-def test_redelivery_with_rising_attempts_then_dead_letter(broker, store_stub, tmp_path):
+def test_redelivery_with_rising_attempts_then_dead_letter(broker, store_stub, topics, tmp_path):
+    topics("NodeRetryTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     create_group(store_stub, "NodeRetryGroup", retry_max_times=2)  # 3 deliveries, then the DLQ
     [sent] = produce(tmp_path, endpoint, "NodeRetryTopic", [{"body": "again", "tag": "T", "keys": ["r-1"]}])
@@ -350,7 +362,8 @@ def test_redelivery_with_rising_attempts_then_dead_letter(broker, store_stub, tm
 FIFO_GROUPS = ("g-A", "g-B", "g-C", "g-D")
 
 
-def test_fifo_simple_consumer_keeps_order_per_group(broker, store_stub, tmp_path):
+def test_fifo_simple_consumer_keeps_order_per_group(broker, store_stub, topics, tmp_path):
+    topics("NodeFifoTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     create_group(store_stub, "NodeFifoSimple", consume_message_orderly=True)
     results = produce(tmp_path, endpoint, "NodeFifoTopic", fifo_messages(FIFO_GROUPS, 4))
@@ -368,7 +381,8 @@ def test_fifo_simple_consumer_keeps_order_per_group(broker, store_stub, tmp_path
         assert in_group_order(got, group) == [f"{group}:{i}" for i in range(4)]
 
 
-def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(make_broker, store_stub, tmp_path):
+def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(make_broker, store_stub, topics, tmp_path):
+    topics("NodeFifoPushTopic")
     broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS)
     endpoint = f"127.0.0.1:{broker.port}"
     create_group(store_stub, "NodeFifoPush", consume_message_orderly=True, retry_max_times=1)
@@ -397,7 +411,8 @@ def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(mak
 # -- transactions ----------------------------------------------------------------------------------
 
 
-def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
+def test_transaction_commit_and_rollback(broker, store_stub, topics, tmp_path):
+    topics("NodeTxTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     committed, rolled_back = produce(
         tmp_path,
@@ -421,7 +436,8 @@ def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
 # -- push consumer ---------------------------------------------------------------------------------
 
 
-def test_push_consumer_acks_and_redelivers_failures(make_broker, store_stub, tmp_path):
+def test_push_consumer_acks_and_redelivers_failures(make_broker, store_stub, topics, tmp_path):
+    topics("NodePushTopic")
     broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS)
     endpoint = f"127.0.0.1:{broker.port}"
     sent = produce(tmp_path, endpoint, "NodePushTopic", [{"body": f"p-{i}", "tag": "T"} for i in range(3)])

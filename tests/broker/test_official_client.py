@@ -19,7 +19,8 @@ from tests.support.store_reads import stored, wait_stored
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 
-def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):
+def test_producer_send_lands_in_the_store(broker, store_stub, topics, tmp_path):
+    topics("ClientTopic")
     results, settings = run_client(
         tmp_path,
         f"127.0.0.1:{broker.port}",
@@ -53,7 +54,8 @@ def test_producer_send_lands_in_the_store(broker, store_stub, tmp_path):
     ]
 
 
-def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, tmp_path):
+def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, topics, tmp_path):
+    topics("ClientFifo")
     messages = [
         {"topic": "ClientFifo", "body": f"{group}:{i}", "message_group": group}
         for i in range(4)
@@ -71,8 +73,9 @@ def test_fifo_sends_land_in_the_hashed_queue_consistently(broker, store_stub, tm
             assert not any(m.body.decode().startswith(group) for m in stored(store_stub, "ClientFifo", other))
 
 
-def test_client_side_and_server_side_refusals(make_broker, store_stub, tmp_path):
+def test_client_side_and_server_side_refusals(make_broker, store_stub, topics, tmp_path):
     broker = make_broker()
+    topics("ClientTopic")
     store_stub.CreateOrUpdateTopic(
         pb.CreateOrUpdateTopicRequest(config=pb.TopicConfig(topic_name="OnlyNormal", message_type=pb.NORMAL)),
         timeout=10,
@@ -85,23 +88,34 @@ def test_client_side_and_server_side_refusals(make_broker, store_stub, tmp_path)
             {"topic": "ClientTopic", "body_size": 4 * 1024 * 1024 + 1},
             # the route's accept_message_types (NORMAL) make the client refuse a FIFO message locally
             {"topic": "OnlyNormal", "body": "x", "message_group": "g"},
-            # delivery_timestamp is in seconds for the Py client; 31 days ahead is refused by the server
-            {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 31 * 86400},
+            # delivery_timestamp is in seconds for the Py client; 2 days ahead is refused by the
+            # server (delivery_delay_max_ms: 1 day, the proxy's maxDelayTimeMills)
+            {"topic": "ClientTopic", "body": "x", "delivery_timestamp": int(time.time()) + 2 * 86400},
             # a system topic passes the client's name check; the server's route query refuses it
             {"topic": "TBW102", "body": "x"},
+            # a topic nobody created: its route query is TOPIC_NOT_FOUND (auto-create is off)
+            {"topic": "NeverCreated", "body": "x"},
         ],
         topics=("ClientTopic", "OnlyNormal"),
     )
-    too_large, wrong_type, too_late, system = results
+    too_large, wrong_type, too_late, system, missing = results
     assert (too_large["ok"], too_large["error"]) == (False, "IllegalArgumentException")
     assert "max size=4194304" in too_large["message"]
     assert (wrong_type["ok"], wrong_type["error"]) == (False, "IllegalArgumentException")
     assert (too_late["ok"], too_late["error"], too_late["code"]) == (False, "BadRequestException", 40012)
     # (the client reports the route failure without its code; test_rpc checks it is ILLEGAL_TOPIC)
     assert system["ok"] is False and "failed to fetch topic:TBW102 route" in system["message"]
+    assert missing["ok"] is False and "failed to fetch topic:NeverCreated route" in missing["message"]
+    # The client logs the route reply as its NotFoundException: the code, then our message.
+    client_log = (tmp_path / "logs" / "rocketmq_python" / "rocketmq_client.log").read_text()
+    assert (
+        "40402, topic NeverCreated does not exist: create it first (pyrmq topic create NeverCreated --type NORMAL)"
+        in client_log
+    )
 
 
-def test_delay_message_is_parked_with_a_recall_handle(broker, store_stub, tmp_path):
+def test_delay_message_is_parked_with_a_recall_handle(broker, store_stub, topics, tmp_path):
+    topics("ClientDelay")
     deliver_s = int(time.time()) + 30
     [result], _ = run_client(
         tmp_path,
@@ -115,7 +129,8 @@ def test_delay_message_is_parked_with_a_recall_handle(broker, store_stub, tmp_pa
     assert record.properties["TIMER_DELIVER_MS"] == str(deliver_s * 1000)
 
 
-def test_transaction_commit_and_rollback(broker, store_stub, tmp_path):
+def test_transaction_commit_and_rollback(broker, store_stub, topics, tmp_path):
+    topics("ClientTx")
     results, _ = run_client(
         tmp_path,
         f"127.0.0.1:{broker.port}",

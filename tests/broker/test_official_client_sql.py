@@ -26,7 +26,8 @@ ORDERS = [
 ]
 
 
-def test_simple_consumer_receives_only_matching_messages(broker, store_stub, tmp_path):
+def test_simple_consumer_receives_only_matching_messages(broker, store_stub, topics, tmp_path):
+    topics("ClientSqlTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "ClientSqlTopic", ORDERS)
     wait_dispatched(store_stub, "ClientSqlTopic", len(ORDERS))  # a pop filters what is dispatched by then
@@ -52,7 +53,8 @@ def test_simple_consumer_receives_only_matching_messages(broker, store_stub, tmp
     )
 
 
-def test_push_consumer_with_sql_filter(broker, tmp_path):
+def test_push_consumer_with_sql_filter(broker, topics, tmp_path):
+    topics("ClientSqlPush")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "ClientSqlPush", ORDERS)
     got = consume(
@@ -69,7 +71,8 @@ def test_push_consumer_with_sql_filter(broker, tmp_path):
     assert sorted(m["body"] for m in got) == ["big-blue", "no-amount"]
 
 
-def test_bad_sql_expression_is_refused_with_illegal_filter_expression(broker, tmp_path):
+def test_bad_sql_expression_is_refused_with_illegal_filter_expression(broker, topics, tmp_path):
+    topics("ClientSqlTopicBad")
     job = {
         "endpoint": f"127.0.0.1:{broker.port}",
         "group": "ClientSqlBad",

@@ -14,7 +14,8 @@ from tests.support.official_client import consume, produce
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
 
-def test_simple_consumer_tag_filter_and_ack(broker, tmp_path):
+def test_simple_consumer_tag_filter_and_ack(broker, topics, tmp_path):
+    topics("SimpleTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     sent = produce(
         tmp_path,
@@ -46,7 +47,8 @@ def test_simple_consumer_tag_filter_and_ack(broker, tmp_path):
     assert next(m for m in got if m["body"] == "fifo")["message_group"] == "order-9"
 
 
-def test_simple_consumer_change_invisible_duration_then_ack(broker, tmp_path):
+def test_simple_consumer_change_invisible_duration_then_ack(broker, topics, tmp_path):
+    topics("ChangeTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "ChangeTopic", [{"body": "slow"}])
     [got] = consume(
@@ -55,7 +57,8 @@ def test_simple_consumer_change_invisible_duration_then_ack(broker, tmp_path):
     assert got["acked"] is True and got["error"] is None, got
 
 
-def test_unacked_message_is_redelivered_with_attempt_2(broker, tmp_path):
+def test_unacked_message_is_redelivered_with_attempt_2(broker, topics, tmp_path):
+    topics("RedeliverTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "RedeliverTopic", [{"body": "again"}])
     got = consume(
@@ -73,7 +76,8 @@ def test_unacked_message_is_redelivered_with_attempt_2(broker, tmp_path):
     assert got[0]["message_id"] == got[1]["message_id"]
 
 
-def test_push_consumer_receives_and_acks(broker, store_stub, tmp_path):
+def test_push_consumer_receives_and_acks(broker, store_stub, topics, tmp_path):
+    topics("PushTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "PushTopic", [{"body": f"p-{i}", "tag": "T"} for i in range(3)])
     got = consume(tmp_path, endpoint, mode="push", group="PushGroup", topic="PushTopic", count=3, deadline_s=40)
@@ -89,7 +93,8 @@ def test_push_consumer_receives_and_acks(broker, store_stub, tmp_path):
     assert total == 3
 
 
-def test_fifo_push_consumer_keeps_group_order(broker, store_stub, tmp_path):
+def test_fifo_push_consumer_keeps_group_order(broker, store_stub, topics, tmp_path):
+    topics("FifoPushTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     store_stub.CreateOrUpdateGroup(
         pb.CreateOrUpdateGroupRequest(

@@ -20,6 +20,7 @@ from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.server import build_server
 from services.runtime.clock import ManualClock
 from services.store.client.client import GrpcStoreClient
+from tests.support.topics import create_topics
 from tests.support.v2_requests import message, send
 
 SENDERS = 48
@@ -54,6 +55,7 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
     """Send ``senders`` messages at once against a slow store; check refusals are fast, definite
     and unstored, and that sends succeed again after; (results, broker servicer)."""
     store = SlowStore(store_address)
+    create_topics(store, "Overload")
     broker = build_server(config, store)
     broker.start()
     try:
@@ -122,6 +124,7 @@ def test_sends_waiting_for_a_grpc_worker_are_refused_before_any_work(store_addre
 
 def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(store_address: str, store_stub) -> None:
     store = SlowStore(store_address)
+    create_topics(store, "Overload")
     broker = build_server(BrokerConfig(port=0, store_address=store_address, grpc_max_concurrent_streams=4), store)
     broker.start()
     try:

@@ -17,9 +17,14 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.cli import create_missing_topics
+from services.runtime.rpc.tls import TlsFiles
+from services.store.client.client import GrpcStoreClient
+from services.store.client.model import TopicInfo
 from tests.support.official_client import run_client
 from tests.support.processes import UP_READY, Process, pyrmq_up_command, start_store
 from tests.support.store_reads import wait_stored
+from tests.support.topics import create_topics_at
 from tests.support.v2_requests import METADATA
 
 BROKER_READY = re.compile(
@@ -55,7 +60,12 @@ def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list
         route = s_grpc.MessagingServiceStub(channel).QueryRoute(
             s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=METADATA, timeout=10
         )
-        assert route.status.code == 20000
+        assert route.status.code == d.TOPIC_NOT_FOUND  # auto-create is off by default
+        create_topics_at(ready["grpc"], "T")  # as `pyrmq topic create` does
+        route = s_grpc.MessagingServiceStub(channel).QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=METADATA, timeout=10
+        )
+        assert route.status.code == d.OK and len(route.message_queues) == 8
     assert broker.stop(signal.SIGTERM) == 0, broker.log()
     assert "broker stopped" in broker.log()
 
@@ -86,7 +96,7 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
 @pytest.mark.needs("rocketmq-python-client")
 def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = Process(
-        pyrmq_up_command(tmp_path / "data"),
+        pyrmq_up_command(tmp_path / "data", "--create-topic", "UpTopic"),  # as `make run` creates TopicTest
         tmp_path,
     )
     processes.append(up)
@@ -105,6 +115,18 @@ def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, 
     assert record.body == b"through pyrmq up"
     assert up.stop(signal.SIGINT) == 0, up.log()
     assert "[broker]" not in up.log() and "[store]" not in up.log()  # children print only their ready lines
+    assert "created topic UpTopic (MIXED, 8 queues)" in up.log()
+
+
+def test_up_creates_only_the_topics_that_are_missing(store_address: str, topics) -> None:
+    topics("Kept", message_type="FIFO", queue_nums=2)
+    create_missing_topics(store_address, TlsFiles("", "", ""), ["Kept", "New"])
+    store = GrpcStoreClient(store_address)
+    try:
+        assert store.get_topic("Kept") == TopicInfo("Kept", 2, 2, 6, "FIFO")  # an operator's topic is left alone
+        assert store.get_topic("New") == TopicInfo("New", 8, 8, 6, "MIXED")
+    finally:
+        store.close()
 
 
 def _child_pids(parent_pid: int) -> dict[str, int]:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from services.broker.config import BrokerConfig
-from services.broker.errors import Code
+from services.broker.errors import Code, NotFoundError
 from services.broker.model import BodyEncoding, IncomingMessage
 from services.broker.producer import Producer, recall_handle, response_code
 from services.broker.put_coalescer import DirectPutSink
@@ -19,6 +19,7 @@ from services.domain.delivery import MessageType
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
 from services.store.client.model import PutStatus, StoreMessage, TopicInfo
+from tests.support.topics import create_topics
 
 NOW_MS = 1_700_000_000_123
 PEER = "10.1.2.3:50123"
@@ -28,6 +29,12 @@ MESSAGE_ID = "0102FC0000000146A20B13E20600000000"
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(NOW_MS)
+
+
+@pytest.fixture(autouse=True)
+def topic_test(store) -> None:
+    """The topic these tests send to: MIXED, 8 queues (a test may re-create it in another shape)."""
+    create_topics(store, "TopicTest")
 
 
 def make_producer(store, **config) -> Producer:
@@ -226,9 +233,19 @@ def test_batch_request_goes_to_one_queue_and_reports_each_message(store):
     assert response_code(receipts[:1]) == Code.OK
 
 
-def test_auto_created_topic_takes_the_configured_type(store):
-    send(store, normal(), auto_create_topic_message_type="NORMAL", auto_create_topic_queue_nums=4)
-    assert store.get_topic("TopicTest") == TopicInfo("TopicTest", 4, 4, 6, "NORMAL")
+def test_an_unknown_topic_is_not_found_unless_auto_create_is_on(store):
+    with pytest.raises(NotFoundError) as caught:
+        send(store, normal(topic="Unknown"))
+    assert caught.value.code == Code.TOPIC_NOT_FOUND and store.get_topic("Unknown") is None and not store.sent
+    [receipt] = send(
+        store,
+        normal(topic="Unknown"),
+        auto_create_topic_enable=True,
+        auto_create_topic_message_type="NORMAL",
+        auto_create_topic_queue_nums=4,
+    )
+    assert receipt.code == Code.OK
+    assert store.get_topic("Unknown") == TopicInfo("Unknown", 4, 4, 6, "NORMAL")
 
 
 def test_recall_handle_format():

@@ -23,6 +23,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from tests.support.official_client import consume, produce
 from tests.support.processes import UP_READY, Process, pyrmq_up_command
+from tests.support.topics import create_topics_at
 from tests.support.v2_requests import ack, receive
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
@@ -61,7 +62,8 @@ def nothing_left(endpoint: str, topic: str, group: str) -> bool:
     return False
 
 
-def test_broker_restart_keeps_receipts_and_progress(make_broker, tmp_path):
+def test_broker_restart_keeps_receipts_and_progress(make_broker, topics, tmp_path):
+    topics("RsTopic")
     first = make_broker()
     endpoint = f"127.0.0.1:{first.port}"
     produce(tmp_path, endpoint, "RsTopic", [{"body": body} for body in BODIES])
@@ -92,6 +94,7 @@ def start_up(tmp_path: Path, processes: list[Process]) -> tuple[Process, str]:
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 def test_cluster_restart_keeps_messages_and_consumer_progress(tmp_path: Path, processes: list[Process], stop):
     up, endpoint = start_up(tmp_path, processes)
+    create_topics_at(endpoint, "UpRestart")
     produce(tmp_path, endpoint, "UpRestart", [{"body": body} for body in BODIES])
     acked = take(endpoint, "UpRestart", "UpGroup", 4)
     ack_all(endpoint, "UpRestart", "UpGroup", acked)
@@ -121,6 +124,7 @@ def test_pyrmq_up_delivers_a_delayed_message_not_before_its_time(tmp_path: Path,
     import time
 
     up, endpoint = start_up(tmp_path, processes)
+    create_topics_at(endpoint, "UpDelay")
     deliver_s = int(time.time()) + 3  # the Python client takes whole seconds
     try:
         [sent] = produce(tmp_path, endpoint, "UpDelay", [{"body": "later", "delivery_timestamp": deliver_s}])

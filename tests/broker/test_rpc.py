@@ -26,7 +26,8 @@ from tests.support.v2_requests import CLIENT_ID, MESSAGE_ID, METADATA, Stream, m
 # -- QueryRoute ---------------------------------------------------------------------------------
 
 
-def test_query_route(broker, v2):
+def test_query_route(broker, v2, topics):
+    topics("TopicTest")
     response = v2.QueryRoute(
         s.QueryRouteRequest(topic=d.Resource(resource_namespace="", name="TopicTest")), metadata=METADATA, timeout=10
     )
@@ -41,15 +42,26 @@ def test_query_route(broker, v2):
         assert list(q.accept_message_types) == [d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION]
 
 
-def test_query_route_errors(make_broker, v2):
+def test_query_route_errors(v2):
     response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=METADATA, timeout=10)
     assert response.status.code == d.ILLEGAL_TOPIC and not response.message_queues
-    strict = make_broker(auto_create_topic_enable=False)
-    with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as channel:
-        response = s_grpc.MessagingServiceStub(channel).QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="NoSuchTopic")), metadata=METADATA, timeout=10
-        )
-    assert response.status.code == d.TOPIC_NOT_FOUND
+    response = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="NoSuchTopic")), metadata=METADATA, timeout=10)
+    assert response.status.code == d.TOPIC_NOT_FOUND == 40402 and not response.message_queues
+    assert response.status.message == (
+        "topic NoSuchTopic does not exist: create it first (pyrmq topic create NoSuchTopic --type NORMAL)"
+    )
+
+
+def test_auto_create_topic_enable_creates_an_unknown_topic(make_broker, store_stub):
+    creating = make_broker(auto_create_topic_enable=True)
+    with grpc.insecure_channel(f"127.0.0.1:{creating.port}") as channel:
+        v2 = s_grpc.MessagingServiceStub(channel)
+        route = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="Routed")), metadata=METADATA, timeout=10)
+        sent = send(v2, message(topic="Sent"))
+    assert route.status.code == sent.status.code == d.OK and len(route.message_queues) == 8
+    for name in ("Routed", "Sent"):
+        config = store_stub.GetTopic(pb.GetTopicRequest(topic_name=name), timeout=10)
+        assert (config.write_queue_nums, config.message_type) == (8, pb.MIXED)
 
 
 def test_route_accept_types_follow_a_topic_created_in_the_store(v2, store_stub):
@@ -66,7 +78,8 @@ def test_route_accept_types_follow_a_topic_created_in_the_store(v2, store_stub):
 # -- SendMessage --------------------------------------------------------------------------------
 
 
-def test_send_lands_in_the_store_with_its_properties(v2, store_stub):
+def test_send_lands_in_the_store_with_its_properties(v2, store_stub, topics):
+    topics("TopicTest")
     born = Timestamp(seconds=1_700_000_000)
     response = send(
         v2,
@@ -101,7 +114,8 @@ def test_send_lands_in_the_store_with_its_properties(v2, store_stub):
     assert [m.properties["UNIQ_KEY"] for m in by_key] == [MESSAGE_ID]
 
 
-def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub):
+def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub, topics):
+    topics("FifoSends")
     for i in range(6):
         group = f"order-{i % 2}"
         response = send(
@@ -166,11 +180,12 @@ def test_server_side_rules(v2, build, code):
     assert response.status.message
 
 
-def test_topic_not_found_when_auto_create_is_off(make_broker):
-    strict = make_broker(auto_create_topic_enable=False)
-    with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as channel:
-        response = send(s_grpc.MessagingServiceStub(channel), message(topic="NeverCreated"))
-    assert response.status.code == d.TOPIC_NOT_FOUND
+def test_send_to_an_unknown_topic_is_topic_not_found(v2, store_stub):
+    response = send(v2, message(topic="NeverCreated"))
+    assert response.status.code == d.TOPIC_NOT_FOUND and "NeverCreated does not exist" in response.status.message
+    with pytest.raises(grpc.RpcError) as caught:
+        store_stub.GetTopic(pb.GetTopicRequest(topic_name="NeverCreated"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_topic_type_conflict(v2, store_stub):
@@ -187,7 +202,8 @@ def test_client_id_is_required(v2):
     assert response.status.code == d.CLIENT_ID_REQUIRED
 
 
-def test_a_4_mib_body_fits_the_grpc_limits(v2, store_stub):
+def test_a_4_mib_body_fits_the_grpc_limits(v2, store_stub, topics):
+    topics("BigBodies")
     body = b"y" * (4 * 1024 * 1024)
     response = send(v2, message(topic="BigBodies", body=body, message_id="BIG"))
     assert response.status.code == d.OK, response.status
@@ -195,7 +211,8 @@ def test_a_4_mib_body_fits_the_grpc_limits(v2, store_stub):
     assert record.body == body
 
 
-def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_stub):
+def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_stub, topics):
+    topics("Parked")
     deliver = Timestamp(seconds=int(time.time()) + 60)
     delayed = send(v2, message(topic="Parked", message_id="DELAYED", message_type=d.DELAY, delivery_timestamp=deliver))
     half = send(v2, message(topic="Parked", message_id="HALF", message_type=d.TRANSACTION))
@@ -211,7 +228,8 @@ def test_delay_and_transaction_messages_are_parked_in_system_topics(v2, store_st
     assert all(stored(store_stub, "Parked", q) == [] for q in range(8))  # nothing visible yet
 
 
-def test_concurrent_sends_share_store_calls(make_broker):
+def test_concurrent_sends_share_store_calls(make_broker, topics):
+    topics("Burst")
     # Shedding off: on a loaded CI machine one of 64 concurrent sends may wait longer than
     # put_queue_wait_max_ms for a worker and be refused TOO_MANY_REQUESTS, by design (the
     # overload tests cover that); this test is about coalescing only.

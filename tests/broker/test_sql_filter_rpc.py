@@ -28,7 +28,8 @@ def bodies(messages) -> list[str]:
     return sorted(m.body.decode() for m in messages)
 
 
-def test_only_matching_messages_are_received_and_the_rest_never_come_back(v2, store_stub):
+def test_only_matching_messages_are_received_and_the_rest_never_come_back(v2, store_stub, topics):
+    topics("SqlTopic")
     send_orders(v2, "SqlTopic")
     wait_dispatched(store_stub, "SqlTopic", len(ORDERS))
     status, got, _ = receive(
@@ -48,7 +49,9 @@ def test_only_matching_messages_are_received_and_the_rest_never_come_back(v2, st
     assert status.code == d.OK and bodies(got) == ["small-red"]  # no-amount: NOT UNKNOWN is UNKNOWN
 
 
-def test_a_parked_receive_ignores_arrivals_that_do_not_match(v2):
+def test_a_parked_receive_ignores_arrivals_that_do_not_match(v2, topics):
+    topics("SqlWait")
+
     def later():
         send_ok(v2, message("SqlWait", body=b"blue", user_properties={"color": "blue"}, message_id="ID-W-1"))
         time.sleep(1.0)
@@ -66,7 +69,8 @@ def test_a_parked_receive_ignores_arrivals_that_do_not_match(v2):
     assert 1.5 < time.monotonic() - started < 8  # woken by the blue arrival, popped nothing, waited on
 
 
-def test_bad_expressions_are_illegal_filter_expression_before_any_wait(v2):
+def test_bad_expressions_are_illegal_filter_expression_before_any_wait(v2, topics):
+    topics("SqlBad")
     send_ok(v2, message("SqlBad", message_id="ID-B-0"))
     assert d.ILLEGAL_FILTER_EXPRESSION == 40010  # apache.rocketmq.v2.Code
     for bad in (

@@ -102,7 +102,7 @@ def routes(store, **config) -> RouteService:
 
 
 def test_route_of_an_auto_created_topic(store):
-    route = routes(store).query_route("TopicTest")
+    route = routes(store, auto_create_topic_enable=True).query_route("TopicTest")
     assert (route.broker_name, route.broker_id) == ("broker-a", 0)
     assert (route.endpoint_scheme, route.endpoint_host, route.endpoint_port) == ("IPv4", "127.0.0.1", 8081)
     assert [q.queue_id for q in route.queues] == list(range(8))
@@ -143,13 +143,17 @@ def test_route_errors(store):
         routes(store).query_route("SCHEDULE_TOPIC_XXXX")
     assert caught.value.code == Code.ILLEGAL_TOPIC
     with pytest.raises(BrokerError) as caught:
-        routes(store, auto_create_topic_enable=False).query_route("Missing")
-    assert caught.value.code == Code.TOPIC_NOT_FOUND
+        routes(store).query_route("Missing")  # auto-create is off by default, as in RocketMQ 5's proxy
+    assert caught.value.code == Code.TOPIC_NOT_FOUND == 40402
+    assert (
+        caught.value.message
+        == "topic Missing does not exist: create it first (pyrmq topic create Missing --type NORMAL)"
+    )
     assert store.get_topic("Missing") is None
 
 
 def test_topic_cache_expires(store, clock):
-    registry = TopicRegistry(BrokerConfig(auto_create_topic_enable=False), store, clock)
+    registry = TopicRegistry(BrokerConfig(), store, clock)
     with pytest.raises(BrokerError):
         registry.get("T")
     store.create_topic(TopicInfo("T", 8, 8, 6, "FIFO"))

@@ -18,12 +18,15 @@ from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, T
 from services.domain.delivery import MessageType
 from services.store.client.model import StoreMessage
 from tests.support.store_reads import stored, wait_stored
+from tests.support.topics import create_topics
 from tests.support.v2_requests import end, message, send
 
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
 
 def services(store, remember=True):
+    """The producer and the transaction service on ``store``, with the topics sent to created."""
+    create_topics(store, "TxTopic", "OtherTopic")
     config, clock = BrokerConfig(), store.clock
     sink = DirectPutSink(store.put_messages)
     halves = HalfMessageTable()
@@ -137,7 +140,8 @@ def test_unspecified_resolution_does_nothing(store):
     assert store.messages("TxTopic") == store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC") == []
 
 
-def test_end_transaction_over_grpc(v2, store_stub):
+def test_end_transaction_over_grpc(v2, store_stub, topics):
+    topics("TxRaw")
     assert send(v2, message(topic="TxRaw", message_id="TXC", message_type=d.TRANSACTION)).status.code == d.OK
     assert send(v2, message(topic="TxRaw", message_id="TXR", message_type=d.TRANSACTION)).status.code == d.OK
     assert all(stored(store_stub, "TxRaw", q) == [] for q in range(8))  # invisible before commit

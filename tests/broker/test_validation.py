@@ -17,7 +17,8 @@ from services.domain.delivery import MessageType
 from services.domain.format.properties_format import RESERVED_PROPERTY_KEYS
 from services.runtime.clock import ManualClock
 from services.store.client.model import TopicInfo
-from tests.support.send_rules import CASES, NOW_MS
+from tests.support.send_rules import CASES, DAY_MS, NOW_MS
+from tests.support.topics import create_topics
 
 
 @pytest.fixture
@@ -49,8 +50,16 @@ def code_of(store, messages, **config) -> int:
     return receipt.code
 
 
+@pytest.fixture
+def topic_test(store) -> None:
+    """The topic the messages go to: MIXED, 8 queues."""
+    create_topics(store, "TopicTest")
+
+
 @pytest.mark.parametrize("fields,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_send_rule_gives_exact_code(store, fields, expected):
+def test_send_rule_gives_exact_code(store, topic_test, fields, expected):
+    if expected == Code.OK and "topic" in fields:
+        create_topics(store, fields["topic"])
     assert code_of(store, [message(**fields)]) == expected
     if expected != Code.OK:
         assert store.puts == []  # refused before the store: nothing sent, nothing written
@@ -74,9 +83,9 @@ def test_messages_of_different_topics_are_message_corrupted(store):
 
 
 def test_rules_run_before_the_topic_lookup(store):
-    # A bad tag on an unknown topic with auto-create off reports the tag, as the proxy does.
-    assert code_of(store, [message(tag="a|b")], auto_create_topic_enable=False) == Code.ILLEGAL_MESSAGE_TAG
-    assert code_of(store, [message()], auto_create_topic_enable=False) == Code.TOPIC_NOT_FOUND
+    # A bad tag on an unknown topic reports the tag, as the proxy does.
+    assert code_of(store, [message(tag="a|b")]) == Code.ILLEGAL_MESSAGE_TAG
+    assert code_of(store, [message()]) == Code.TOPIC_NOT_FOUND
 
 
 @pytest.mark.parametrize(
@@ -102,6 +111,16 @@ def test_topic_message_type_check(store, topic_type, sent, expected):
 def test_unwritable_topic_is_forbidden(store):
     store.create_topic(TopicInfo("TopicTest", 8, 8, 4, "NORMAL"))
     assert code_of(store, [message()]) == Code.FORBIDDEN
+
+
+def test_the_longest_delivery_delay_is_a_day_unless_configured(store, topic_test):
+    # The proxy's maxDelayTimeMills: 1 day, and ILLEGAL_DELIVERY_TIME (40012) beyond, with its words.
+    far = message(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS + 30 * DAY_MS)
+    with pytest.raises(BrokerError) as caught:
+        producer(store).send([far], "127.0.0.1:50000", 3.0)
+    assert caught.value.code == Code.ILLEGAL_DELIVERY_TIME == 40012
+    assert caught.value.message == "the max delay time of message is too large, max is 86400000"
+    assert code_of(store, [far], delivery_delay_max_ms=30 * DAY_MS) == Code.OK
 
 
 def test_limits_follow_the_config(store):

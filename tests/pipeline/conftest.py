@@ -10,7 +10,7 @@ set to the repository root.
 
 ``cluster`` is a store and a broker as subprocesses (``start_cluster``,
 tests/support/processes.py); the tests without Spark take the in-process store and broker
-servers of tests/support/broker_servers.py (``store_address``, ``store_stub``, ``broker``).
+servers of tests/support/broker_servers.py (``store_address``, ``store_stub``, ``broker``, ``topics``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
+from tests.support.broker_servers import broker, make_broker, store_address, store_stub, topics  # noqa: F401 - fixtures
 from tests.support.components import require
 from tests.support.processes import start_cluster
 from tests.support.spark_gateway import gateway_without_preexec

@@ -14,6 +14,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from pipeline.client import Client, RouteQueue
 from pipeline.offsets import to_json
+from tests.support.topics import create_topics_at
 
 pytestmark = pytest.mark.spark
 BROKER = "broker-a"
@@ -64,6 +65,8 @@ def source(spark, endpoint, **options):
 def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_path):
     from tests.support.official_client import run_client
 
+    create_topics_at(cluster, "SparkRead")
+
     sent_from = datetime.now(UTC)
     specs = [
         {
@@ -100,6 +103,7 @@ def test_batch_read_equals_what_the_official_client_sent(spark, cluster, tmp_pat
 
 
 def test_offset_ranges_are_exact(spark, cluster):
+    create_topics_at(cluster, "SparkRange")
     send(cluster, "SparkRange", 64)
     ends = end_offsets(cluster, "SparkRange")
     assert sum(ends.values()) == 64 and ends[("SparkRange", BROKER, 0)] >= 5
@@ -161,6 +165,7 @@ def get_offset(endpoint: str, group: str, queue: RouteQueue) -> int:
 
 
 def test_stream_rate_limit_and_restart_without_duplicates(spark, cluster, tmp_path):
+    create_topics_at(cluster, "SparkStream")
     send(cluster, "SparkStream", 100)
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     options = dict(
@@ -188,6 +193,7 @@ def test_stream_rate_limit_and_restart_without_duplicates(spark, cluster, tmp_pa
 
 
 def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
+    create_topics_at(cluster, "SparkIdle")
     send(cluster, "SparkIdle", 16)
     checkpoint = tmp_path / "checkpoint"
     query = (
@@ -215,6 +221,8 @@ def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
 
 def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
     from pyspark.sql import functions as F
+
+    create_topics_at(cluster, "SinkOut", "SinkStreamOut")
 
     rows = [(f"payload-{i}", "TagS", [f"k{i}"], {"i": str(i)}, "NotUsed") for i in range(50)]
     df = spark.createDataFrame(

@@ -3,7 +3,7 @@ clock behind the store client, with test controls: tests/support/store_double.py
 ``make_service`` (SchedulerServices on ``small_config``);
 the helpers that park timers and recall markers are in tests/support/scheduler_timers.py.
 The end-to-end tests take the real store and broker servers of tests/support/broker_servers.py
-(``store_address``, ``store_stub``, ``make_broker``, ``broker``)."""
+(``store_address``, ``store_stub``, ``make_broker``, ``broker``, ``topics``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from services.runtime.clock import ManualClock
 from services.scheduler.service import SchedulerService
-from tests.support.broker_servers import broker, make_broker, store_address, store_stub  # noqa: F401 - fixtures
+from tests.support.broker_servers import broker, make_broker, store_address, store_stub, topics  # noqa: F401 - fixtures
 from tests.support.scheduler_timers import START_MS, small_config
 from tests.support.store_double import StoreDouble
 

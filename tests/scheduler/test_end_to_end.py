@@ -25,6 +25,7 @@ from services.scheduler.service import SchedulerService
 from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
+from tests.support.topics import create_topics
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
@@ -57,6 +58,7 @@ def scheduler_store(store_address: str):
 
 
 def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, scheduler_store, tmp_path):
+    create_topics(scheduler_store, "Later")
     service = SchedulerService(
         SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store, watch=scheduler_store.watch_arrivals
     )
@@ -132,6 +134,7 @@ def start_scheduler(processes: list[Process], data_dir: Path, store_address: str
 def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(
     broker, scheduler_store, store_address, processes, tmp_path
 ):
+    create_topics(scheduler_store, "Crash")
     first, ready = start_scheduler(processes, tmp_path, store_address)
     assert ready["store"] == store_address and ready["data"] == str(tmp_path / "scheduler")
     with grpc.insecure_channel(ready["grpc"]) as channel:

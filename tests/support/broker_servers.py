@@ -5,7 +5,9 @@
 * ``make_broker(**config)``: a real broker server (GrpcStoreClient -> that store), stopped
   after the test; ``broker``: one with the default config;
 * ``v2``: a MessagingService stub on ``broker`` (send ``METADATA`` of tests/support/v2_requests.py
-  for the client id).
+  for the client id);
+* ``topics(*names, message_type="MIXED", queue_nums=8)``: create topics in that store, as an
+  operator does before clients send (auto-create is off; tests/support/topics.py).
 
 Exposed by the conftest.py of tests/broker, tests/scheduler, tests/txcheck and tests/pipeline.
 """
@@ -29,6 +31,7 @@ from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
 from tests.support.filestore import small_config
+from tests.support.topics import MIXED, QUEUE_NUMS, create_topics
 
 
 @pytest.fixture
@@ -77,3 +80,15 @@ def broker(make_broker: Callable[..., BrokerServer]) -> BrokerServer:
 def v2(broker: BrokerServer) -> Iterator[s_grpc.MessagingServiceStub]:
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         yield s_grpc.MessagingServiceStub(channel)
+
+
+@pytest.fixture
+def topics(store_address: str) -> Callable[..., None]:
+    def create(*names: str, message_type: str = MIXED, queue_nums: int = QUEUE_NUMS) -> None:
+        client = GrpcStoreClient(store_address)
+        try:
+            create_topics(client, *names, message_type=message_type, queue_nums=queue_nums)
+        finally:
+            client.close()
+
+    return create

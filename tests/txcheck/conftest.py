@@ -8,5 +8,12 @@
 
 from __future__ import annotations
 
-from tests.support.broker_servers import broker, make_broker, store_address, store_stub, v2  # noqa: F401 - fixtures
+from tests.support.broker_servers import (  # noqa: F401 - fixtures
+    broker,
+    make_broker,
+    store_address,
+    store_stub,
+    topics,
+    v2,
+)
 from tests.support.txcheck_world import world  # noqa: F401 - fixture

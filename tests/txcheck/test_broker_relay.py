@@ -46,7 +46,8 @@ def request_for(half) -> CheckRequest:
     )
 
 
-def test_a_check_reaches_a_live_producer_and_its_answer_commits(broker, v2, store_stub, tx_store):
+def test_a_check_reaches_a_live_producer_and_its_answer_commits(broker, v2, store_stub, tx_store, topics):
+    topics("TxRelay")
     tid = "0102FC0000000146A20B13E206000000AA"
     assert (
         send(
@@ -103,7 +104,8 @@ def test_unreachable_brokers():
         producers.close()
 
 
-def test_end_transaction_on_a_broker_that_never_saw_the_send(make_broker, store_stub):
+def test_end_transaction_on_a_broker_that_never_saw_the_send(make_broker, store_stub, topics):
+    topics("TxStateless")
     """Stateless brokers: the half is found through the store's index on UNIQ_KEY."""
     first, second = make_broker(), make_broker()
     tid = "0102FC0000000146A20B13E206000000BB"

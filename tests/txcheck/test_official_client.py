@@ -95,7 +95,8 @@ def run_checker(store_address) -> Iterator:
         store.close()
 
 
-def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_stub, run_checker, tmp_path):
+def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_stub, run_checker, topics, tmp_path):
+    topics("TxCheckCommit", "TxCheckRollback")
     endpoint = f"127.0.0.1:{broker.port}"
     committing = open_transactions(tmp_path / "c", endpoint, "TxCheckCommit", "commit", linger_checks=1)
     rolling_back = open_transactions(tmp_path / "r", endpoint, "TxCheckRollback", "rollback", linger_checks=1)
@@ -133,7 +134,8 @@ def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_s
     assert delivered["keys"] == ["k0"] and "TRANSACTION_CHECK_TIMES" not in delivered["properties"]
 
 
-def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker, tmp_path):
+def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker, topics, tmp_path):
+    topics("TxCheckLate")
     """Nobody to ask: retried every pass, never counted; the producer that connects settles it."""
     endpoint = f"127.0.0.1:{broker.port}"
     first = open_transactions(tmp_path / "a", endpoint, "TxCheckLate", "commit", linger_s=0)
@@ -187,7 +189,8 @@ def start_txcheck(processes: list[Process], store_address: str, broker_port: int
     return process, process.wait_line(TXCHECK_READY)
 
 
-def test_kill_9_of_txcheck_loses_no_open_transaction(broker, store_stub, store_address, processes, tmp_path):
+def test_kill_9_of_txcheck_loses_no_open_transaction(broker, store_stub, store_address, processes, topics, tmp_path):
+    topics("TxCheckKill")
     endpoint = f"127.0.0.1:{broker.port}"
     client = open_transactions(tmp_path / "c", endpoint, "TxCheckKill", "commit", count=3)
     try:
