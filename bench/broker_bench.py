@@ -78,6 +78,7 @@ class Cluster:
     store: subprocess.Popen
     broker: subprocess.Popen
     endpoint: str
+    cert: Path  # the broker's generated certificate (tls_mode both or tls)
 
     def cpu_s(self) -> tuple[float, float]:
         return proc_cpu_s(self.broker.pid), proc_cpu_s(self.store.pid)
@@ -97,11 +98,13 @@ def cluster(broker_flags: list[str]):
                 "--metrics-port",
                 "-1",
                 "--auto-create-topic",  # BenchTopic is created by its first route query
+                "--data-dir",
+                str(Path(tmp) / "broker"),
                 *broker_flags,
             ]
         )
         try:
-            yield Cluster(store, broker, broker_ready["grpc"])
+            yield Cluster(store, broker, broker_ready["grpc"], Path(tmp) / "broker" / "tls" / "broker.crt")
         finally:
             for proc in (broker, store):
                 proc.terminate()

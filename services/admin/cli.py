@@ -527,21 +527,19 @@ def common_arguments(json_help: str = "print one JSON document instead of a tabl
         metavar="SK",
         help="the user's secret key (default $PYRMQ_SECRET_KEY; prefer the variable: a flag shows in the process list)",
     )
-    common.add_argument(
-        "--tls", action="store_true", help="connect with TLS (the broker's tls_mode is both, the default, or tls)"
-    )
-    common.add_argument(
-        "--ca-file",
-        metavar="PEM",
-        help="with --tls: trust this CA or certificate (default: the system's roots; pyrmq up's own certificate: "
-        "DATA_DIR/broker/tls/broker.crt)",
-    )
+    common.add_argument("--tls", action="store_true", help="connect with TLS (tls_mode both, the default, or tls)")
+    common.add_argument("--ca-file", metavar="PEM", help=CA_FILE_HELP)
     return common
 
 
 def channel_of(ns: argparse.Namespace) -> grpc.Channel:
     """A channel to ``--endpoint`` with the command's TLS and credentials."""
     return open_channel(ns.endpoint, Credentials(ns.access_key, ns.secret_key), ns.tls, ns.ca_file)
+
+
+CA_FILE_HELP = (
+    "with --tls: trust this CA or certificate (default: the system's roots; pyrmq up's: DATA_DIR/broker/tls/broker.crt)"
+)
 
 
 def positive_float(text: str) -> float:

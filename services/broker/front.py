@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 FRONTEND = "client"
 START_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_S = 2.0
+MISSES_MAX = 10_000  # remembered peers that are not the front's (direct local connections)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ class FrontPeers:
         self._min_interval_s = refresh_min_interval_s
         self._lock = threading.Lock()
         self._map: dict[str, str] = {}
+        self._misses: dict[str, float] = {}  # peers the front did not know -> when that was seen
         self._refreshed_at = float("-inf")
 
     def resolve(self, peer: str) -> str:
@@ -183,10 +185,19 @@ class FrontPeers:
             client = self._map.get(peer)
             if client is not None:
                 return client
+            missed = self._misses.get(peer)
+            if missed is not None and now - missed <= self._ttl_s:
+                return peer  # a direct local connection, known not to be the front's
         with self._lock:
-            if self._monotonic_s() - self._refreshed_at > self._min_interval_s or peer not in self._map:
+            if now - self._refreshed_at > self._min_interval_s:
                 self._refresh()
-            return self._map.get(peer, peer)
+            client = self._map.get(peer)
+            if client is not None:
+                return client
+            if len(self._misses) >= MISSES_MAX:
+                self._misses.clear()
+            self._misses[peer] = now
+            return peer
 
     def _refresh(self) -> None:
         try:

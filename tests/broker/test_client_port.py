@@ -291,7 +291,10 @@ def test_front_peers_cache_refresh_and_unknown_peers() -> None:
     assert peers.resolve("ipv4:127.0.0.1:45700") == "ipv4:10.1.2.3:54214" and len(calls) == 1
     now[0] += 5
     assert peers.resolve("ipv4:127.0.0.1:45700") == "ipv4:10.1.2.3:54214" and len(calls) == 1  # cached
-    # A peer the front does not know is a direct local connection: its own address.
+    # A peer the front does not know is a direct local connection: its own address, and not asked
+    # again until the TTL has passed (its every call must not cost a query of HAProxy).
+    now[0] += 1
+    assert peers.resolve("ipv4:127.0.0.1:9999") == "ipv4:127.0.0.1:9999" and len(calls) == 2
     now[0] += 1
     assert peers.resolve("ipv4:127.0.0.1:9999") == "ipv4:127.0.0.1:9999" and len(calls) == 2
     # After the TTL an entry is checked again: the front's connection ended, its port is reused.

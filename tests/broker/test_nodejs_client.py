@@ -16,24 +16,18 @@ duration must be at least 10 s.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
 from itertools import groupby
-from pathlib import Path
 
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.queue_selection import fifo_queue_id
+from tests.support.node_client import NODE_DIR, client_version, consume, produce, send
 from tests.support.store_reads import stored, wait_stored
 
-NODE_DIR = Path(__file__).parent / "clients" / "node"
-NODE = shutil.which("node")
 pytestmark = [pytest.mark.needs("rocketmq-client-nodejs"), pytest.mark.timeout(90)]
 
-CLIENT_TIMEOUT_S = 60
 # STARTUP_RACE (a bug of the Node client 1.0.8, not of the broker): startup() queries the route of
 # each of its topics in turn, opening the telemetry stream (and writing settings) after the first
 # one, and only then starts waiting for the first settings reply. A reply that arrives while a
@@ -42,56 +36,6 @@ CLIENT_TIMEOUT_S = 60
 PUSH_POLLING_MS = 5_000  # settings reply for push consumers: their shutdown waits for a long poll
 INVISIBLE_MS_MIN = 10_000
 BODY_SIZE_MAX = 4 * 1024 * 1024  # the publishing.max_body_size of the settings reply
-
-
-def client_version() -> str:
-    return json.loads((NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").read_text())["version"]
-
-
-def run_node(script: str, home: Path, job: dict) -> list[dict]:
-    # HOME: anything the client writes under ~ stays in the test's directory.
-    env = dict(os.environ, HOME=str(home))
-    try:
-        done = subprocess.run(
-            [NODE, str(NODE_DIR / script), json.dumps(job)],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=CLIENT_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out, err = (
-            text.decode(errors="replace") if isinstance(text, bytes) else text or ""
-            for text in (exc.stdout, exc.stderr)
-        )
-        pytest.fail(f"{script} still running after {CLIENT_TIMEOUT_S} s:\n{out}\n{err}")
-    assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-def send(home: Path, endpoint: str, messages: list[dict], topics: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
-    """(one result per message, the settings the producer applied)."""
-    lines = run_node("send.mjs", home, {"endpoint": endpoint, "topics": list(topics), "messages": messages})
-    assert lines and "settings" in lines[-1], lines
-    return lines[:-1], lines[-1]["settings"]
-
-
-def produce(home: Path, endpoint: str, topic: str, messages: list[dict]) -> list[dict]:
-    results, _ = send(home, endpoint, [{"topic": topic, **m} for m in messages], topics=(topic,))
-    assert all(r["ok"] for r in results), results
-    return results
-
-
-def consume(home: Path, endpoint: str, allow_errors: bool = False, **job) -> tuple[list[dict], dict]:
-    """(deliveries in the order the client saw them, other lines by kind: receive_error, settings)."""
-    lines = run_node("consume.mjs", home, {"endpoint": endpoint, **job})
-    assert lines and lines[-1] == {"done": True}, lines
-    deliveries = [line for line in lines[:-1] if "body" in line]
-    errors = [line for line in lines if "receive_error" in line]
-    assert allow_errors or not errors, errors
-    settings = next((line["settings"] for line in lines if "settings" in line), None)
-    return deliveries, {"receive_error": errors, "settings": settings}
 
 
 def create_group(store_stub, name: str, **config) -> None:

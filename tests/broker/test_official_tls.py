@@ -14,7 +14,8 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.front import HaproxyFront
 from services.broker.rpc.server import BrokerServer
-from tests.broker.test_nodejs_client import consume as node_consume
+from tests.support.node_client import consume as node_consume
+from tests.support.node_client import run_node
 from tests.support.official_client import consume, run_client
 from tests.support.store_reads import wait_dispatched
 
@@ -84,8 +85,6 @@ def test_nodejs_client_with_ssl_enabled_sends_and_receives(make_broker, store_st
 
 
 def node_send_tls(home: Path, endpoint: str, messages: list[dict]) -> tuple[list[dict], dict]:
-    from tests.broker.test_nodejs_client import run_node
-
     lines = run_node("send.mjs", home, {"endpoint": endpoint, "topics": ["TlsNode"], "messages": messages, "tls": True})
     assert lines and "settings" in lines[-1], lines
     return lines[:-1], lines[-1]["settings"]

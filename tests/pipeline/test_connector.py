@@ -222,7 +222,7 @@ def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
 def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
     from pyspark.sql import functions as F
 
-    create_topics_at(cluster, "SinkOut", "SinkStreamOut")
+    create_topics_at(cluster, "SinkOut", "SinkStreamOut", "SinkStreamIn", "NotUsed")
 
     rows = [(f"payload-{i}", "TagS", [f"k{i}"], {"i": str(i)}, "NotUsed") for i in range(50)]
     df = spark.createDataFrame(
@@ -320,6 +320,7 @@ def rows_by_position(rows) -> list[dict]:
 
 
 def test_stream_through_pull_records_equals_pull_message_and_sql_filters(spark, cluster, tmp_path):
+    create_topics_at(cluster, "SparkRecords")
     send(cluster, "SparkRecords", 60, tags=("TagA", "TagB", "TagC"))
     fifo = [
         d.Message(
@@ -362,6 +363,7 @@ def test_stream_through_pull_records_equals_pull_message_and_sql_filters(spark, 
 
 
 def test_subscribe_pattern_follows_matching_topics(spark, cluster, tmp_path):
+    create_topics_at(cluster, "PatOrders1", "PatOrders2", "PatOther")
     send(cluster, "PatOrders1", 16)
     send(cluster, "PatOrders2", 8)
     send(cluster, "PatOther", 8)
@@ -371,6 +373,7 @@ def test_subscribe_pattern_follows_matching_topics(spark, cluster, tmp_path):
     assert query.awaitTermination(180) is not False and query.exception() is None
     counts = {r["topic"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()}
     assert counts == {"PatOrders1": 16, "PatOrders2": 8}
+    create_topics_at(cluster, "PatOrders3")
     send(cluster, "PatOrders3", 8)  # a topic that starts matching later: read from its start
     send(cluster, "PatOrders1", 8, start=16)
     again = stream(spark, cluster, checkpoint, out, **options)
