@@ -12,7 +12,6 @@
     pyrmq consumer reset GROUP --topic T (--to-timestamp TS | --to-offset earliest|latest|N)
     pyrmq message query --topic T --key K
     pyrmq message query --id ID [--topic T]
-    pyrmq message verify --group G --id ID [--topic T] [--client CLIENT_ID]   (clients_cli.py)
 
 (``pyrmq status`` is in status.py, ``pyrmq send|consume|bench`` in client_cli.py.)
 
@@ -412,9 +411,9 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def add_commands(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``topic``, ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
-    leaf sets ``run`` (namespace -> exit code). Returns ``message``'s (clients_cli adds verify)."""
+    leaf sets ``run`` (namespace -> exit code)."""
     common = common_arguments()
 
     def leaf(
@@ -482,7 +481,7 @@ def add_commands(commands: argparse._SubParsersAction) -> argparse._SubParsersAc
     )
 
     message = commands.add_parser("message", help="find messages").add_subparsers(
-        dest="message_command", required=True, metavar="{query,verify}"
+        dest="message_command", required=True, metavar="{query}"
     )
     query = leaf(message, "query", message_query, "find messages by key (--topic and --key) or by message id (--id)")
     by = query.add_mutually_exclusive_group(required=True)
@@ -496,7 +495,6 @@ def add_commands(commands: argparse._SubParsersAction) -> argparse._SubParsersAc
             query.error("--key needs --topic")
 
     query.set_defaults(check=check_query)
-    return message
 
 
 def common_arguments(json_help: str = "print one JSON document instead of a table") -> argparse.ArgumentParser:

@@ -140,8 +140,11 @@ def _run_answered(command: Command) -> Callable[[argparse.Namespace], int]:
     return run_answered
 
 
-def add_commands(commands: argparse._SubParsersAction, message: argparse._SubParsersAction) -> None:
-    """``pyrmq client list|stack``, and ``verify`` under ``message`` (cli.add_commands')."""
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pyrmq client list|stack``, and ``verify`` under ``message`` (added by cli.add_commands
+    before: services/admin/cli.py is at its size limit)."""
+    message = next(a for a in commands.choices["message"]._actions if isinstance(a, argparse._SubParsersAction))
+    message.metavar = "{query,verify}"
     common = _common_arguments()
     waits = _common_arguments()
     for action in waits._actions:
@@ -149,7 +152,7 @@ def add_commands(commands: argparse._SubParsersAction, message: argparse._SubPar
             action.help = "wait this long for the client's answer (default %(default)s)"
 
     def leaf(
-        parent: argparse._SubParsersAction,
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
         name: str,
         run: Callable[[argparse.Namespace], int],
         help_text: str,
