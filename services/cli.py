@@ -1,5 +1,6 @@
 """``pyrmq``: the command line. ``pyrmq up`` runs every pyrmq service as a child process;
-``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``),
+``pyrmq topic|group|consumer|message ...`` are the admin commands (``services/admin/cli.py``;
+``pyrmq client list|stack`` and ``message verify``: ``services/admin/clients_cli.py``),
 ``pyrmq status`` the cluster at a glance (``services/admin/status.py``), ``pyrmq send|consume|
 bench`` try a topic by hand (``services/admin/client_cli.py``) and ``pyrmq config`` shows the
 settings (``services/config_cli.py``).
@@ -40,6 +41,7 @@ from typing import TextIO
 from services.admin.acl_cli import add_commands as add_acl_commands
 from services.admin.cli import add_commands as add_admin_commands
 from services.admin.client_cli import add_commands as add_client_commands
+from services.admin.clients_cli import add_commands as add_clients_commands
 from services.admin.status import add_commands as add_status_commands
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
@@ -425,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser.set_defaults(run=_health)
     add_config_commands(commands)
     add_admin_commands(commands)
+    add_clients_commands(commands)
     add_acl_commands(commands)
     add_status_commands(commands)
     add_client_commands(commands)

@@ -23,7 +23,7 @@ from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
-from tests.support.v2_requests import message, receive, send_ok
+from tests.support.v2_requests import Stream, message, producer_settings, push_consumer_settings, receive, send_ok
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")
@@ -174,7 +174,15 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
         got = []
         while len(got) < 1:
             got += receive(v2, "DashTopic", group="DashGroup", batch_size=1)[1]
-    exported = "\n".join(urllib.request.urlopen(url, timeout=10).read().decode() for url in urls)
+        # Connected clients, so the connection gauges have series: a producer and a consumer.
+        streams = [
+            Stream(v2, metadata=(("x-mq-client-id", client_id),)) for client_id in ("dash-producer", "dash-consumer")
+        ]
+        assert streams[0].send(producer_settings("DashTopic")).status.code == d.OK
+        assert streams[1].send(push_consumer_settings("DashGroup", "DashTopic")).status.code == d.OK
+        exported = "\n".join(urllib.request.urlopen(url, timeout=10).read().decode() for url in urls)
+        for stream in streams:
+            stream.call.cancel()
     names = set(re.findall(r"^([a-z_:]+)(?:\{| )", exported, re.M))
     missing = sorted(metric for metric in dashboard_metrics() if metric not in names)
     assert not missing, missing

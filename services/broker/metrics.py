@@ -14,7 +14,11 @@
 * ``rocketmq_consumer_lag_messages{consumer_group, topic}`` and
   ``rocketmq_consumer_inflight_messages{consumer_group, topic}``: asked of the store
   (GetConsumerStats) at scrape time, since the broker keeps no state; a store that does not
-  answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape.
+  answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape;
+* ``rocketmq_producer_connections{language, version, protocol_type}`` and
+  ``rocketmq_consumer_connections{consumer_group, language, version, consume_mode,
+  protocol_type, is_system}``: clients with a live Telemetry stream, counted at scrape time
+  (``ConnectionsCollector``; RocketMQ 5's names and labels, values lower-cased as there).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from services.broker.model import IncomingMessage, SendReceipt
 from services.broker.put_coalescer import CoalescerStats
 from services.broker.renewal import RenewalStats
 from services.domain.delivery import MessageType
+from services.domain.names import is_system_group
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
 
@@ -242,6 +247,60 @@ class ConsumerStatsCollector(Collector):
         return self._families([])
 
 
+CONSUME_MODES = {"PUSH_CONSUMER": "push", "LITE_PUSH_CONSUMER": "push"}  # others "pull": ConsumeType's name
+
+
+class ConnectionsCollector(Collector):
+    """Producer and consumer connections by language and version (BrokerMetricsManager's
+    connection gauges). ``version`` is the client's own (5.1.2), where the proxy's would be a
+    remoting version; ``protocol_type`` is ``grpc``: every pyrmq client speaks v2."""
+
+    def __init__(self, sessions: Callable[[], Sequence[Any]]) -> None:
+        self._sessions = sessions  # telemetry.ClientSession: client_type, group, language, version
+
+    def _families(self, sessions: Sequence[Any]) -> list[Metric]:
+        producers: dict[tuple[str, ...], int] = {}
+        consumers: dict[tuple[str, ...], int] = {}
+        for session in sessions:
+            language, version = (session.language or "unknown").lower(), (session.version or "unknown").lower()
+            kind = session.client_type.name
+            if kind == "PRODUCER":
+                key: tuple[str, ...] = (language, version, "grpc")
+                producers[key] = producers.get(key, 0) + 1
+            elif kind != "CLIENT_TYPE_UNSPECIFIED":
+                group = session.group or ""
+                key = (
+                    group,
+                    language,
+                    version,
+                    CONSUME_MODES.get(kind, "pull"),
+                    "grpc",
+                    str(is_system_group(group)).lower(),
+                )
+                consumers[key] = consumers.get(key, 0) + 1
+        producer = GaugeMetricFamily(
+            "rocketmq_producer_connections",
+            "Producers connected to this broker.",
+            labels=["language", "version", "protocol_type"],
+        )
+        consumer = GaugeMetricFamily(
+            "rocketmq_consumer_connections",
+            "Consumers connected to this broker.",
+            labels=["consumer_group", "language", "version", "consume_mode", "protocol_type", "is_system"],
+        )
+        for labels, count in sorted(producers.items()):
+            producer.add_metric(list(labels), count)
+        for labels, count in sorted(consumers.items()):
+            consumer.add_metric(list(labels), count)
+        return [producer, consumer]
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self._sessions())
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(())
+
+
 class BrokerMetrics:
     def __init__(self, clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
@@ -264,6 +323,9 @@ class BrokerMetrics:
         self.registry.register(BrokerStatsCollector(coalescer_stats, sessions))
         if consumer_stats is not None:
             self.registry.register(ConsumerStatsCollector(consumer_stats))
+
+    def watch_connections(self, sessions: Callable[[], Sequence[Any]]) -> None:
+        self.registry.register(ConnectionsCollector(sessions))
 
     def watch_renewals(self, stats: Callable[[], RenewalStats]) -> None:
         self.registry.register(RenewalStatsCollector(stats))

@@ -18,8 +18,16 @@ merges them into the client's message. Values are the proxy's defaults:
 
 Sessions. ``ClientRegistry`` keeps one ``ClientSession`` per client id with a live stream:
 its type, the topics it publishes (producer group = topic, as in the proxy), its consumer
-group, and ``push`` to write a server command (RecoverOrphanedTransactionCommand, ...) onto
-its stream. A session ends with its stream; a newer stream of the same client replaces it.
+group and subscriptions, who it says it is (language and version: the x-mq-language /
+x-mq-client-version headers of its Telemetry call, else its Settings' UserAgent), the address
+it connects from, and ``push`` to write a server command (RecoverOrphanedTransactionCommand,
+...) onto its stream. A session ends with its stream; a newer stream of the same client
+replaces it. Each broker knows only the clients connected to it (`pyrmq client list`).
+
+Answers. PrintThreadStackTraceCommand and VerifyMessageCommand carry a nonce; the client
+answers on its stream with a ThreadStackTrace / VerifyMessageResult of that nonce (the proxy's
+``GrpcChannelManager.addResponseFuture``). ``PendingAnswers.ask`` writes the command and waits
+for the answer of its nonce; the stream's reader hands answers in through ``answered``.
 
 Termination. NotifyClientTermination calls ``on_terminate`` (the ``renewal.ReceiptRenewer``:
 the client's in-flight push-consumer messages are released within about a second); a client
@@ -29,6 +37,7 @@ whose stream ended and did not come back is released by the renewer's own scan.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +57,18 @@ class ClientSettings:
     client_type: ClientType
     publishing_topics: tuple[str, ...] | None = None  # None: no publishing block
     subscription_group: str | None = None  # None: no subscription block
+    subscriptions: tuple[tuple[str, str], ...] = ()  # (topic, filter expression)
+    language: str = ""  # the UserAgent's Language name (JAVA, PYTHON, ...); "" if unset
+    version: str = ""  # the UserAgent's client version
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFacts:
+    """What a Telemetry call's headers and connection say about its client."""
+
+    language: str = ""  # x-mq-language
+    version: str = ""  # x-mq-client-version
+    address: str = ""  # host:port of the client (through the front: the client's own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +104,15 @@ class ClientSession:
     client_type: ClientType = ClientType.CLIENT_TYPE_UNSPECIFIED
     producer_topics: frozenset[str] = field(default_factory=frozenset)
     group: str | None = None
-    last_seen_ms: int = 0
+    last_seen_ms: int = 0  # the last Settings or Heartbeat
+    facts: ClientFacts = ClientFacts()
+    subscriptions: tuple[tuple[str, str], ...] = ()
+    language: str = ""  # the headers' claim, else the UserAgent's
+    version: str = ""
+
+    @property
+    def is_consumer(self) -> bool:
+        return self.client_type not in (ClientType.PRODUCER, ClientType.CLIENT_TYPE_UNSPECIFIED)
 
 
 class ClientRegistry:
@@ -142,6 +171,58 @@ class ClientRegistry:
             return len(self._sessions)
 
 
+@dataclass(frozen=True, slots=True)
+class ClientAnswer:
+    """A client's answer to a command with a nonce: its status and, for a stack trace, the text."""
+
+    code: int  # the answer's v2 Code (OK, NOT_IMPLEMENTED, FAILED_TO_CONSUME_MESSAGE ...)
+    message: str = ""
+    text: str = ""  # ThreadStackTrace.thread_stack_trace
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: ClientAnswer | None = None
+
+
+class PendingAnswers:
+    """Commands written to a client's stream that wait for the answer of their nonce."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, _Waiter] = {}
+
+    def ask(self, session: ClientSession, command: Callable[[str], Any], timeout_s: float) -> ClientAnswer | None:
+        """Write ``command(nonce)`` on the session's stream and wait up to ``timeout_s`` for the
+        answer; None if none came (or the stream ended before the command went out)."""
+        nonce = uuid.uuid4().hex
+        waiter = _Waiter()
+        with self._lock:
+            self._waiting[nonce] = waiter
+        try:
+            if not session.push(command(nonce)):
+                return None
+            waiter.done.wait(timeout_s)
+            return waiter.answer
+        finally:
+            with self._lock:
+                self._waiting.pop(nonce, None)
+
+    def answer(self, nonce: str, answer: ClientAnswer) -> bool:
+        with self._lock:
+            waiter = self._waiting.get(nonce)
+        if waiter is None:
+            return False  # late (the asker gave up), repeated, or never asked
+        waiter.answer = answer
+        waiter.done.set()
+        return True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+
 def consumer_backoff(group: GroupInfo, default_delays_ms: tuple[int, ...]) -> RetryPolicySettings:
     """A consumer's ``backoff_policy`` (GrpcClientSettingsManager.mergeSubscriptionData)."""
     attempts = group.retry_max_times + 1
@@ -169,6 +250,7 @@ class TelemetryService:
         self._groups = groups
         self.registry = registry
         self._clock = clock
+        self.answers = PendingAnswers()
 
     def settings_for(self, settings: ClientSettings) -> ServerSettings:
         """The server's decisions for a settings command (may read the group from the store)."""
@@ -198,15 +280,29 @@ class TelemetryService:
             )
         raise RequestError("settings must carry publishing or subscription", Code.BAD_REQUEST)
 
-    def open_session(self, client_id: str, push: Callable[[Any], bool]) -> ClientSession:
+    def open_session(
+        self, client_id: str, push: Callable[[Any], bool], facts: ClientFacts = ClientFacts()
+    ) -> ClientSession:
         now_ms = self._clock.now_ms()
-        return ClientSession(client_id=client_id, push=push, opened_ms=now_ms, last_seen_ms=now_ms)
+        return ClientSession(
+            client_id=client_id,
+            push=push,
+            opened_ms=now_ms,
+            last_seen_ms=now_ms,
+            facts=facts,
+            language=facts.language.upper(),
+            version=facts.version,
+        )
 
     def apply_settings(self, session: ClientSession, settings: ClientSettings) -> None:
-        """Record what the client said and make its session the live one."""
+        """Record what the client said and make its session the live one. The headers' language
+        and version win over the UserAgent's, as the proxy's ClientActivity reads the headers."""
         session.client_type = settings.client_type
         session.producer_topics = frozenset(settings.publishing_topics or ())
         session.group = settings.subscription_group
+        session.subscriptions = settings.subscriptions
+        session.language = session.facts.language.upper() or settings.language
+        session.version = session.facts.version or settings.version
         session.last_seen_ms = self._clock.now_ms()
         self.registry.register(session)
 
@@ -219,6 +315,10 @@ class TelemetryService:
         if session is not None:
             session.last_seen_ms = self._clock.now_ms()
         return session is not None
+
+    def answered(self, nonce: str, answer: ClientAnswer) -> bool:
+        """A ThreadStackTrace / VerifyMessageResult came in; False if nobody waits for it."""
+        return self.answers.answer(nonce, answer)
 
     def terminate(self, client_id: str) -> None:
         """NotifyClientTermination: release the client's in-flight messages (``on_terminate``);

@@ -14,6 +14,9 @@ errors are real gRPC status codes, mapped in one table (``_STATUS``) by ``admin_
 CheckTransaction (internal, for services/txcheck) turns the half record into the v2
 ``Message`` a consumer would receive (topic = REAL_TOPIC, internal properties filtered, MD5
 digest) and hands a ``RecoverOrphanedTransactionCommand`` to ``transaction.TransactionCheckRelay``.
+
+ListClients, PrintClientStack and VerifyMessage are ``client_admin.ClientAdmin``'s; the v2
+commands they write down a client's Telemetry stream are built here (``V2ClientCommands``).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
 from services.broker.admin import AdminService, ClusterStatus, QueueProgress, ResetPosition
 from services.broker.auth import AccessDenied, AuthError
+from services.broker.client_admin import Answered, ClientAdmin, ClientView
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import DIRECT, Peers, check_access
+from services.broker.telemetry import TelemetryService
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
@@ -100,8 +105,10 @@ class AdminServicer(pb_grpc.AdminServicer):
         acl: AclAdmin | None = None,
         guard: AccessGuard | None = None,
         peers: Peers = DIRECT,
+        clients: ClientAdmin | None = None,
     ) -> None:
         self._peers = peers
+        self._clients = clients
         self._admin = admin
         self._checks = checks
         self._acl = acl
@@ -244,6 +251,37 @@ class AdminServicer(pb_grpc.AdminServicer):
             found = self._admin.query_by_key(request.topic, request.key, request.max_num)
         return pb.QueryMessagesResponse(messages=[_message(m) for m in found])
 
+    # -- connected clients ---------------------------------------------------------------------------
+    def _client_admin(self) -> ClientAdmin:
+        if self._clients is None:
+            raise RequestError("this broker serves no clients (an admin-only set-up)")
+        return self._clients
+
+    @admin_errors
+    def ListClients(self, request: pb.ListClientsRequest, context: grpc.ServicerContext) -> pb.ListClientsResponse:
+        return pb.ListClientsResponse(clients=[_client(c) for c in self._client_admin().list_clients(request.group)])
+
+    @admin_errors
+    def PrintClientStack(
+        self, request: pb.PrintClientStackRequest, context: grpc.ServicerContext
+    ) -> pb.PrintClientStackResponse:
+        answered = self._client_admin().print_stack(request.client_id, request.timeout_ms / 1000)
+        return pb.PrintClientStackResponse(answer=_answer(answered), thread_stack_trace=answered.answer.text)
+
+    @admin_errors
+    def VerifyMessage(
+        self, request: pb.VerifyMessageRequest, context: grpc.ServicerContext
+    ) -> pb.VerifyMessageResponse:
+        answered, message = self._client_admin().verify_message(
+            request.group, request.message_id, request.topic, request.client_id, request.timeout_ms / 1000
+        )
+        return pb.VerifyMessageResponse(
+            answer=_answer(answered),
+            topic=message.topic,
+            message_id=message.message_id,
+            offset_msg_id=message.offset_msg_id,
+        )
+
     @admin_errors
     def CheckTransaction(
         self, request: pb.CheckTransactionRequest, context: grpc.ServicerContext
@@ -292,6 +330,34 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
     )
 
 
+class V2ClientCommands:
+    """The Telemetry commands of ``client_admin.ClientAdmin``."""
+
+    def stack_command(self, nonce: str) -> s.TelemetryCommand:
+        return s.TelemetryCommand(print_thread_stack_trace_command=s.PrintThreadStackTraceCommand(nonce=nonce))
+
+    def verify_command(self, nonce: str, message: StoredMessage) -> s.TelemetryCommand:
+        """The stored message as a consumer would receive it (no receipt handle: it is not popped)."""
+        delivered = delivered_message(
+            Delivery(
+                topic=message.topic,
+                body=message.body,
+                properties=dict(message.properties),
+                queue_id=message.queue_id,
+                queue_offset=message.queue_offset,
+                delivery_attempt=message.reconsume_times + 1,
+                receipt_handle="",
+                sys_flag=message.sys_flag,
+                born_timestamp_ms=message.born_timestamp_ms,
+                born_host=message.born_host,
+                store_timestamp_ms=message.store_timestamp_ms,
+                store_host=message.store_host,
+                offset_msg_id=message.offset_msg_id,
+            )
+        )
+        return s.TelemetryCommand(verify_message_command=s.VerifyMessageCommand(nonce=nonce, message=delivered))
+
+
 def add_admin_service(
     server: grpc.Server,
     store: StoreClient,
@@ -299,13 +365,17 @@ def add_admin_service(
     checks: TransactionCheckRelay | None = None,
     guard: AccessGuard | None = None,
     peers: Peers = DIRECT,
+    telemetry: TelemetryService | None = None,
 ) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
-    ``guard``: authentication is on). GetClusterStatus reports the store client's address."""
+    ``guard``: authentication is on; ``telemetry``: the connected clients). GetClusterStatus
+    reports the store client's address."""
     acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
-    servicer = AdminServicer(
-        AdminService(store, on_topic_changed, store.address), checks, acl=acl, guard=guard, peers=peers
+    admin = AdminService(store, on_topic_changed, store.address)
+    clients = (
+        ClientAdmin(telemetry.registry, telemetry.answers, admin, V2ClientCommands()) if telemetry is not None else None
     )
+    servicer = AdminServicer(admin, checks, acl=acl, guard=guard, peers=peers, clients=clients)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 
@@ -414,3 +484,24 @@ def _message(message: StoredMessage) -> pb.MessageRecord:
         properties=message.properties,
         body=message.body,
     )
+
+
+def _client(view: ClientView) -> pb.Client:
+    return pb.Client(
+        client_id=view.client_id,
+        client_type=view.client_type,
+        group=view.group,
+        topics=view.topics,
+        expressions=view.expressions,
+        language=view.language,
+        version=view.version,
+        address=view.address,
+        connected_timestamp_ms=view.connected_ms,
+        last_heartbeat_timestamp_ms=view.last_heartbeat_ms,
+    )
+
+
+def _answer(answered: Answered) -> pb.ClientAnswer:
+    code = answered.answer.code
+    name = d.Code.Name(code) if code in d.Code.values() else str(code)
+    return pb.ClientAnswer(client_id=answered.client_id, code=name, message=answered.answer.message)

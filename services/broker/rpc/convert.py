@@ -158,14 +158,25 @@ def route_response(topic: d.Resource, route: Route) -> s.QueryRouteResponse:
 
 def client_settings(settings: d.Settings) -> ClientSettings:
     client_type = _CLIENT_TYPES.get(settings.client_type, ClientType.CLIENT_TYPE_UNSPECIFIED)
+    agent = settings.user_agent
+    language = d.Language.Name(agent.language) if agent.language in d.Language.values() else ""
+    language = "" if language == "LANGUAGE_UNSPECIFIED" else language
     which = settings.WhichOneof("pub_sub")
     if which == "publishing":
-        return ClientSettings(client_type, publishing_topics=tuple(r.name for r in settings.publishing.topics))
+        topics = tuple(r.name for r in settings.publishing.topics)
+        return ClientSettings(client_type, publishing_topics=topics, language=language, version=agent.version)
     if which == "subscription":
         subscription = settings.subscription
         group = subscription.group.name if subscription.HasField("group") else ""
-        return ClientSettings(client_type, subscription_group=group)
-    return ClientSettings(client_type)
+        entries = tuple((e.topic.name, e.expression.expression or "*") for e in subscription.subscriptions)
+        return ClientSettings(
+            client_type,
+            subscription_group=group,
+            subscriptions=entries,
+            language=language,
+            version=agent.version,
+        )
+    return ClientSettings(client_type, language=language, version=agent.version)
 
 
 def settings_reply(client: d.Settings, server: ServerSettings) -> s.TelemetryCommand:

@@ -254,7 +254,7 @@ def build_server(
         Producer(config, topics, sink, clock, on_half_stored),
         TransactionService(store, sink, halves, clock),
         telemetry,
-        TelemetryStreams(telemetry, config.telemetry_streams_max),
+        TelemetryStreams(telemetry, config.telemetry_streams_max, client_port.peers),
         send_timeout_s=config.send_timeout_ms / 1000,
         consumer=ConsumerService(
             store,
@@ -290,6 +290,7 @@ def build_server(
         checks=TransactionCheckRelay(telemetry.registry, halves),
         guard=guard,
         peers=client_port.peers,
+        telemetry=telemetry,
     )
 
     health_servicer = health.HealthServicer()
@@ -302,6 +303,7 @@ def build_server(
 
     if metrics is not None:
         metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats)
+        metrics.watch_connections(telemetry.registry.sessions)
         if renewer is not None:
             metrics.watch_renewals(renewer.stats)
     log.info(

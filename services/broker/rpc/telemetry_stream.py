@@ -3,7 +3,9 @@
 The handler's generator is the writer: it yields whatever lands in the stream's outbound
 queue. A reader thread consumes the client's commands and answers each Settings command by
 putting the merged settings into that queue; anyone holding the client's ``ClientSession``
-can ``push`` a server command (RecoverOrphanedTransactionCommand, ...) the same way. The
+can ``push`` a server command (RecoverOrphanedTransactionCommand, ...) the same way; the
+reader hands a client's ThreadStackTrace / VerifyMessageResult to whoever waits for its nonce
+(``TelemetryService.answered``). The
 stream stays open until the client cancels or half-closes it, or the server stops
 (never end it after replying: Node reconnects every second, Py stops reading; docs/v2-clients.md,
 pitfall 4).
@@ -26,8 +28,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
 from services.broker.rpc import convert
-from services.broker.rpc.status import status
-from services.broker.telemetry import ClientSession, TelemetryService
+from services.broker.rpc.status import DIRECT, Peers, peer_address, status
+from services.broker.telemetry import ClientAnswer, ClientFacts, ClientSession, TelemetryService
 from services.store.client.errors import StoreRejectedError
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,9 @@ class TelemetryStream:
 class TelemetryStreams:
     """The open streams, bounded; ``close_all`` ends them before the server stops."""
 
-    def __init__(self, service: TelemetryService, streams_max: int) -> None:
+    def __init__(self, service: TelemetryService, streams_max: int, peers: Peers = DIRECT) -> None:
         self._service = service
+        self._peers = peers
         self._streams_max = streams_max
         self._lock = threading.Lock()
         self._open: set[TelemetryStream] = set()
@@ -94,7 +97,7 @@ class TelemetryStreams:
                     grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {self._streams_max} telemetry streams are served"
                 )
             self._open.add(stream)
-        session = self._service.open_session(client_id, stream.push)
+        session = self._service.open_session(client_id, stream.push, client_facts(context, self._peers))
         context.add_callback(stream.close)  # cancelled, deadline, or server stopping
         reader = threading.Thread(
             target=self._read, args=(request_iterator, stream, session), name=f"telemetry-{client_id[:40]}", daemon=True
@@ -134,8 +137,9 @@ class TelemetryStreams:
     def _on_command(self, command: s.TelemetryCommand, stream: TelemetryStream, session: ClientSession) -> None:
         which = command.WhichOneof("command")
         if which != "settings":
-            # thread_stack_trace / verify_message_result answers, or nothing: accepted, ignored.
-            log.debug("telemetry command %s from %s ignored", which, session.client_id)
+            answer = client_answer(command)
+            if answer is None or not self._service.answered(*answer):
+                log.debug("telemetry command %s from %s ignored", which, session.client_id)
             return
         settings = convert.client_settings(command.settings)
         try:
@@ -153,3 +157,29 @@ class TelemetryStreams:
             return
         self._service.apply_settings(session, settings)
         stream.push(convert.settings_reply(command.settings, server_settings))
+
+
+def client_facts(context: grpc.ServicerContext, peers: Peers) -> ClientFacts:
+    """The x-mq-language / x-mq-client-version headers and the client's address."""
+    headers = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
+    return ClientFacts(
+        language=headers.get("x-mq-language", "")[:32],
+        version=headers.get("x-mq-client-version", "")[:64],
+        address=peer_address(context, peers),
+    )
+
+
+def client_answer(command: s.TelemetryCommand) -> tuple[str, ClientAnswer] | None:
+    """(nonce, answer) of a ThreadStackTrace or VerifyMessageResult; None for anything else.
+    The Node.js client answers a VerifyMessageCommand it does not implement by echoing the
+    command (nonce and NOT_IMPLEMENTED status): taken as an answer too."""
+    which = command.WhichOneof("command")
+    code, message = command.status.code, command.status.message
+    if which == "thread_stack_trace":
+        trace = command.thread_stack_trace
+        return trace.nonce, ClientAnswer(code, message, trace.thread_stack_trace)
+    if which == "verify_message_result":
+        return command.verify_message_result.nonce, ClientAnswer(code, message)
+    if which == "verify_message_command" and command.verify_message_command.nonce:
+        return command.verify_message_command.nonce, ClientAnswer(code, message)
+    return None
