@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
 from tests.support.processes import Process, pyrmq_up_command
-from tests.support.v2_requests import message, receive, send_ok
+from tests.support.v2_requests import end, message, receive, send_ok
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")
@@ -167,6 +167,9 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
         got = []
         while len(got) < 1:
             got += receive(v2, "DashTopic", group="DashGroup", batch_size=1)[1]
+        for tid, resolution in (("DASHC", d.COMMIT), ("DASHR", d.ROLLBACK)):  # transaction results
+            send_ok(v2, message("DashTx", message_id=tid, message_type=d.TRANSACTION))
+            assert end(v2, "DashTx", tid, resolution).status.code == d.OK
     exported = "\n".join(urllib.request.urlopen(url, timeout=10).read().decode() for url in urls)
     names = set(re.findall(r"^([a-z_:]+)(?:\{| )", exported, re.M))
     missing = sorted(metric for metric in dashboard_metrics() if metric not in names)
