@@ -23,7 +23,15 @@ from services.compose import render_compose, scrape_targets
 from services.topology import SERVICES
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
-from tests.support.v2_requests import Stream, message, producer_settings, push_consumer_settings, receive, send_ok
+from tests.support.v2_requests import (
+    Stream,
+    end,
+    message,
+    producer_settings,
+    push_consumer_settings,
+    receive,
+    send_ok,
+)
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")
@@ -168,12 +176,16 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
     urls = re.findall(r"metrics=(http\S+)", ready.group(0))
     assert len(urls) == len(SERVICES)
     create_topics_at(ready["clients"], "DashTopic")
+    create_topics_at(ready["clients"], "DashTx", message_type="TRANSACTION")
     with grpc.insecure_channel(ready["clients"]) as channel:  # traffic, so per-topic series exist
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("DashTopic", body=b"x", message_id="DASH1"), message("DashTopic", message_id="DASH2"))
         got = []
         while len(got) < 1:
             got += receive(v2, "DashTopic", group="DashGroup", batch_size=1)[1]
+        for tid, resolution in (("DASHC", d.COMMIT), ("DASHR", d.ROLLBACK)):  # transaction results
+            send_ok(v2, message("DashTx", message_id=tid, message_type=d.TRANSACTION))
+            assert end(v2, "DashTx", tid, resolution).status.code == d.OK
         # Connected clients, so the connection gauges have series: a producer and a consumer.
         streams = [
             Stream(v2, metadata=(("x-mq-client-id", client_id),)) for client_id in ("dash-producer", "dash-consumer")

@@ -60,7 +60,7 @@ from services.domain.names import (
     validate_topic_name,
 )
 from services.domain.retry_policy import GroupRetryPolicy
-from services.store.client.model import GroupInfo, StoredMessage, TopicInfo
+from services.store.client.model import ConsumerStats, GroupInfo, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +191,8 @@ class AdminStore(Protocol):
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
-    def consumer_stats(self, timeout_s: float) -> list[tuple[str, str, int, int]]:
-        """(group, topic, lag messages, in-flight messages) of every consumer group."""
+    def consumer_stats(self, timeout_s: float) -> list[ConsumerStats]:
+        """Lag, in-flight, ready and dead-lettered messages of every consumer group, by topic."""
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]: ...
 
@@ -381,9 +381,9 @@ class AdminService:
             for name, info in topics.items()
         ]
         in_flight: dict[str, dict[str, int]] = {g.name: {} for g in self.list_groups(include_system)}
-        for group, topic, _lag, count in self._store.consumer_stats(CONSUMER_STATS_TIMEOUT_S):
-            if include_system or not is_system_group(group):
-                in_flight.setdefault(group, {})[topic] = count
+        for stats in self._store.consumer_stats(CONSUMER_STATS_TIMEOUT_S):
+            if include_system or not is_system_group(stats.group):
+                in_flight.setdefault(stats.group, {})[stats.topic] = stats.inflight_messages
         groups = []
         for group in sorted(in_flight):
             committed = self._committed_offsets(group)

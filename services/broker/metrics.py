@@ -11,14 +11,29 @@
   ``rocketmq_throughput_out_total{topic, consumer_group}``: messages handed out by
   ReceiveMessage (redeliveries count again). Names are RocketMQ 5's (``BrokerMetricsConstant``;
   its throughput counters are in bytes); the RPC histogram adds Prometheus' unit suffix;
+* ``rocketmq_message_size{topic, message_type}``: a histogram of the body size of each message
+  SendMessage accepted, on RocketMQ's buckets (1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB);
+  body bytes like ``rocketmq_throughput_in_total`` (RocketMQ records the CommitLog record size);
+* ``rocketmq_commit_messages_total{topic}`` / ``rocketmq_rollback_messages_total{topic}``:
+  transactions this broker resolved by EndTransaction (``topic``: the real topic), counted once
+  per transaction id the broker resolves (a repeated resolution is not counted again);
 * ``rocketmq_consumer_lag_messages{consumer_group, topic}`` and
   ``rocketmq_consumer_inflight_messages{consumer_group, topic}``: asked of the store
   (GetConsumerStats) at scrape time, since the broker keeps no state; a store that does not
-  answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape;
+  answer within ``CONSUMER_STATS_TIMEOUT_S`` leaves them out of that scrape. Likewise
+  ``rocketmq_consumer_ready_messages{consumer_group, topic}`` (the backlog not yet handed out)
+  and ``rocketmq_send_to_dlq_messages_total{consumer_group, topic}`` (the store's count since it
+  started of messages moved to ``%DLQ%{group}``: after the last delivery attempt, or by
+  ForwardMessageToDeadLetterQueue; ``topic``: the topic consumed). These are the store's
+  figures: every broker reports the same ones, so dashboards take ``max``, never ``sum``, over
+  brokers;
 * ``rocketmq_producer_connections{language, version, protocol_type}`` and
   ``rocketmq_consumer_connections{consumer_group, language, version, consume_mode,
   protocol_type, is_system}``: clients with a live Telemetry stream, counted at scrape time
   (``ConnectionsCollector``; RocketMQ 5's names and labels, values lower-cased as there).
+
+Label values are topic and group names as the existing RocketMQ metrics have them, without a cap
+(RocketMQ caps series per metric with ``metricsOtelCardinalityLimit``; pyrmq does not yet).
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from services.domain.delivery import MessageType
 from services.domain.names import is_system_group
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
+from services.store.client.model import ConsumerStats
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +180,10 @@ def effective_type(message: IncomingMessage) -> str:
     return MessageType.DELAY.name if message.delivery_timestamp_ms is not None else MessageType.NORMAL.name
 
 
+# RocketMQ's message size buckets (BrokerMetricsManager): 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB.
+MESSAGE_SIZE_BUCKETS_BYTES = (1024.0, 4096.0, 524_288.0, 1_048_576.0, 2_097_152.0, 4_194_304.0)
+
+
 class TrafficMetrics:
     """Messages and bytes in and out, by topic (``model.TrafficObserver``)."""
 
@@ -186,17 +206,25 @@ class TrafficMetrics:
             ["topic", "consumer_group"],
             registry=registry,
         )
+        self._message_size = Histogram(
+            "rocketmq_message_size",
+            "Body bytes of each message accepted by SendMessage.",
+            ["topic", "message_type"],
+            buckets=MESSAGE_SIZE_BUCKETS_BYTES,
+            registry=registry,
+        )
 
     def messages_in(self, messages: Sequence[IncomingMessage], receipts: Sequence[SendReceipt]) -> None:
-        counts: dict[tuple[str, str], list[int]] = {}  # one label lookup per (topic, type) per call
+        sizes: dict[tuple[str, str], list[int]] = {}  # one label lookup per (topic, type) per call
         for message, receipt in zip(messages, receipts):
             if receipt.code == Code.OK:
-                tally = counts.setdefault((message.topic, effective_type(message)), [0, 0])
-                tally[0] += 1
-                tally[1] += len(message.body)
-        for (topic, message_type), (count, size) in counts.items():
-            self._messages_in.labels(topic, message_type).inc(count)
-            self._bytes_in.labels(topic).inc(size)
+                sizes.setdefault((message.topic, effective_type(message)), []).append(len(message.body))
+        for (topic, message_type), each in sizes.items():
+            self._messages_in.labels(topic, message_type).inc(len(each))
+            self._bytes_in.labels(topic).inc(sum(each))
+            histogram = self._message_size.labels(topic, message_type)
+            for size in each:
+                histogram.observe(size)
 
     def messages_out(self, group: str, deliveries: Sequence[Any]) -> None:
         counts: dict[str, list[int]] = {}
@@ -209,31 +237,71 @@ class TrafficMetrics:
             self._bytes_out.labels(topic, group).inc(size)
 
 
+class TransactionMetrics:
+    """Transactions resolved by EndTransaction, by real topic (``transaction.TransactionObserver``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._commits = Counter(
+            "rocketmq_commit_messages", "Transactions committed by EndTransaction.", ["topic"], registry=registry
+        )
+        self._rollbacks = Counter(
+            "rocketmq_rollback_messages", "Transactions rolled back by EndTransaction.", ["topic"], registry=registry
+        )
+
+    def resolved(self, topic: str, commit: bool) -> None:
+        (self._commits if commit else self._rollbacks).labels(topic).inc()
+
+
 CONSUMER_STATS_TIMEOUT_S = 2.0
-ConsumerStatsSource = Callable[[float], list[tuple[str, str, int, int]]]
+ConsumerStatsSource = Callable[[float], list[ConsumerStats]]
+
+# (name, kind, help, ConsumerStats field), each labelled consumer_group and topic.
+CONSUMER_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "rocketmq_consumer_lag_messages",
+        "gauge",
+        "Messages a consumer group has not acknowledged yet (in-flight included).",
+        "lag_messages",
+    ),
+    (
+        "rocketmq_consumer_inflight_messages",
+        "gauge",
+        "Messages received by a consumer group and not yet acknowledged.",
+        "inflight_messages",
+    ),
+    (
+        "rocketmq_consumer_ready_messages",
+        "gauge",
+        "Messages ready for a consumer group and not yet handed out.",
+        "ready_messages",
+    ),
+    (
+        "rocketmq_send_to_dlq_messages",
+        "counter",
+        "Messages moved to the group's DLQ since the store started (the store's count).",
+        "dlq_messages",
+    ),
+)
+assert all(field in ConsumerStats.__dataclass_fields__ for *_, field in CONSUMER_METRICS)
 
 
 class ConsumerStatsCollector(Collector):
-    """Consumer lag and in-flight messages by group and topic, read from the store per scrape."""
+    """Consumer lag, in-flight, ready and dead-lettered messages by group and topic, read from
+    the store per scrape."""
 
     def __init__(self, source: ConsumerStatsSource) -> None:
         self._source = source
 
-    def _families(self, stats: list[tuple[str, str, int, int]]) -> list[Metric]:
-        lag = GaugeMetricFamily(
-            "rocketmq_consumer_lag_messages",
-            "Messages a consumer group has not acknowledged yet (in-flight included).",
-            labels=["consumer_group", "topic"],
-        )
-        inflight = GaugeMetricFamily(
-            "rocketmq_consumer_inflight_messages",
-            "Messages received by a consumer group and not yet acknowledged.",
-            labels=["consumer_group", "topic"],
-        )
-        for group, topic, lag_messages, inflight_messages in stats:
-            lag.add_metric([group, topic], lag_messages)
-            inflight.add_metric([group, topic], inflight_messages)
-        return [lag, inflight]
+    def _families(self, stats: list[ConsumerStats]) -> list[Metric]:
+        families = []
+        for name, kind, help_text, field in CONSUMER_METRICS:
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                name, help_text, labels=["consumer_group", "topic"]
+            )
+            for row in stats:
+                family.add_metric([row.group, row.topic], getattr(row, field))
+            families.append(family)
+        return families
 
     def collect(self) -> Iterable[Metric]:
         try:
@@ -313,6 +381,7 @@ class BrokerMetrics:
         )
         self.interceptor = RpcMetricsInterceptor(self.rpc_latency, clock or SystemClock(), in_band_code)
         self.traffic = TrafficMetrics(self.registry)
+        self.transactions = TransactionMetrics(self.registry)
 
     def watch(
         self,

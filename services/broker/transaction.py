@@ -119,6 +119,14 @@ class TransactionStore(Protocol):
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]: ...
 
 
+class TransactionObserver(Protocol):
+    """Told of each transaction this broker resolves (the metrics implement it)."""
+
+    def resolved(self, topic: str, commit: bool) -> None:
+        """A first COMMIT (``commit``) or ROLLBACK of a transaction of real topic ``topic``,
+        after its records are written; a repeated resolution of the same id is not reported."""
+
+
 class TransactionService:
     def __init__(
         self,
@@ -127,11 +135,13 @@ class TransactionService:
         halves: HalfMessageTable,
         clock: Clock,
         resolved_capacity: int = 100_000,
+        observer: TransactionObserver | None = None,
     ) -> None:
         self._store = store
         self._sink = sink
         self._halves = halves
         self._clock = clock
+        self._observer = observer
         self._resolved = _Bounded(resolved_capacity)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
 
@@ -169,6 +179,8 @@ class TransactionService:
                 self._put(commit_record(max(halves, key=lambda h: h.queue_offset)), deadline_s)
             self._put(op_record(sorted(offsets), self._clock.now_ms()), deadline_s)
             self._resolved.put(transaction_id, _Resolved(resolution, offsets))
+        if done is None and self._observer is not None:
+            self._observer.resolved(topic, resolution is Resolution.COMMIT)
 
     def _find_halves(self, topic: str, transaction_id: str) -> list[StoredMessage]:
         found: dict[int, StoredMessage] = {}

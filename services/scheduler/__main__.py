@@ -62,7 +62,7 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
     retry_while_locked(service.open, SchedulerLockedError, config.lock_wait_ms / 1000, received)
     service.start()
     stack.callback(service.stop)
-    metrics = SchedulerMetrics(service.stats)
+    metrics = SchedulerMetrics(service.stats, service.clock)
     metrics_url = "off"
     if config.metrics_port >= 0:
         metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)

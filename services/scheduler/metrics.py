@@ -17,6 +17,14 @@
 | ``pyrmq_scheduler_delay_delivered_total`` / ``_dropped_total`` / ``_duplicates_total`` | counter | the same for delay levels |
 | ``pyrmq_scheduler_delay_offset{level}`` / ``pyrmq_scheduler_delay_lag{level}`` | gauge | per level: next SCHEDULE_TOPIC_XXXX offset, messages behind |
 | ``pyrmq_scheduler_delay_lateness_seconds`` | histogram | put completed minus store time + level delay |
+| ``rocketmq_timer_enqueue_lag`` | gauge | RocketMQ 5's name for the enqueue lag: rmq_sys_wheel_timer messages not yet enqueued (``getEnqueueBehindMessages``) |
+| ``rocketmq_timer_dequeue_lag`` | gauge | RocketMQ 5's name for the timers in the wheel not yet delivered (``getDequeueBehindMessages``, the wheel's ``getAllNum`` from the read pointer; the value of ``pyrmq_scheduler_timer_pending``) |
+| ``rocketmq_timer_dequeue_latency`` | gauge | ms from the wheel's read pointer to now (``getDequeueBehindMillis``; 0 before the first pass). RocketMQ declares milliseconds but records seconds; pyrmq records milliseconds |
+
+RocketMQ's ``rocketmq_timing_messages{topic}`` (timers pending per topic),
+``rocketmq_timer_enqueue_latency`` and ``rocketmq_timer_message_snapshot{timer_bound_s}`` are not
+exported: the scheduler keeps no per-topic count, no enqueue-behind time, and reads the wheel's
+slot table only on its own threads.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from services.runtime.clock import Clock, SystemClock
 from services.scheduler.timer_stats import HistogramSnapshot
 
 log = logging.getLogger(__name__)
@@ -70,8 +79,9 @@ def _histogram(name: str, help_text: str, snapshot: HistogramSnapshot) -> Histog
 
 
 class SchedulerStatsCollector(Collector):
-    def __init__(self, stats: Callable[[], object]) -> None:
+    def __init__(self, stats: Callable[[], object], clock: Clock) -> None:
         self._stats = stats
+        self._clock = clock
 
     def collect(self) -> Iterable[Metric]:
         try:
@@ -87,6 +97,19 @@ class SchedulerStatsCollector(Collector):
                 family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, help_text)
                 family.add_metric([], getattr(source, field))
                 yield family
+        timer = stats.timer
+        for name, help_text, value in (
+            ("rocketmq_timer_enqueue_lag", "Timer messages not yet enqueued into the wheel.", timer.enqueue_lag),
+            ("rocketmq_timer_dequeue_lag", "Timer messages in the wheel not yet delivered.", timer.pending),
+            (
+                "rocketmq_timer_dequeue_latency",
+                "Milliseconds from the wheel's read pointer to now.",
+                max(0, self._clock.now_ms() - timer.read_time_ms) if timer.read_time_ms > 0 else 0,
+            ),
+        ):
+            family = GaugeMetricFamily(name, help_text)
+            family.add_metric([], value)
+            yield family
         yield _histogram(
             "pyrmq_scheduler_timer_lateness_seconds",
             "Delivery of a timer message (put completed) minus its requested time.",
@@ -113,6 +136,6 @@ class SchedulerStatsCollector(Collector):
 class SchedulerMetrics:
     """Every metric of one scheduler process, in its own registry."""
 
-    def __init__(self, stats: Callable[[], object]) -> None:
+    def __init__(self, stats: Callable[[], object], clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(SchedulerStatsCollector(stats))
+        self.registry.register(SchedulerStatsCollector(stats, clock or SystemClock()))

@@ -245,6 +245,15 @@ class PopService:
                     counts[(group, topic)] = counts.get((group, topic), 0) + len(state.in_flight)
         return counts
 
+    def pop_progress(self) -> dict[QueueKey, tuple[int, int]]:
+        """(group, source topic, queue) -> (the lowest offset no pop has read yet, FIFO messages
+        expired and waiting to be delivered again): what is ready but not handed out."""
+        with self._lock:
+            return {
+                key: (max(min(s.cursors.values(), default=s.committed), s.committed), len(s.redeliver))
+                for key, s in self._queues.items()
+            }
+
     def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int
     ) -> tuple[AckStatus, str]:

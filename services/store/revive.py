@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -201,6 +202,8 @@ class ReviveService(_Loop):
         self._is_running = is_running
         self.revived_total = 0  # copies put into retry topics
         self.dead_lettered_total = 0
+        self._dead_lettered: dict[tuple[str, str], int] = {}  # (group, topic consumed) -> DLQ moves
+        self._counts_lock = threading.Lock()  # move() runs on the revive thread and on RPC threads
 
     def run_once(self) -> int:
         """Redeliver everything due now; returns how many entries were handled."""
@@ -250,7 +253,10 @@ class ReviveService(_Loop):
         if not self._put(copy):
             return False
         if entry.to_dlq:
-            self.dead_lettered_total += 1
+            with self._counts_lock:
+                self.dead_lettered_total += 1
+                key = (entry.group, entry.topic)
+                self._dead_lettered[key] = self._dead_lettered.get(key, 0) + 1
             log.info(
                 "pop: %s offset %d moved to %s after %d deliveries",
                 entry.key,
@@ -261,6 +267,12 @@ class ReviveService(_Loop):
         else:
             self.revived_total += 1
         return True
+
+    def dead_lettered_counts(self) -> dict[tuple[str, str], int]:
+        """(group, topic consumed) -> messages moved to ``%DLQ%{group}`` since the store started
+        (after the last delivery attempt, or ForwardMessageToDeadLetterQueue)."""
+        with self._counts_lock:
+            return dict(self._dead_lettered)
 
     def _put(self, copy: MessageRecord) -> bool:
         topics = self._topics

@@ -1,4 +1,6 @@
-"""Broker metrics over real servers: RPC latency by method and in-band code, traffic by topic."""
+"""Broker metrics over real servers: RPC latency by method and in-band code, traffic and message
+sizes by topic, transactions resolved, and the store's consumer figures (lag, in-flight, ready,
+dead-lettered) by group."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from prometheus_client import generate_latest
 
 from services.broker.metrics import BrokerMetrics
-from tests.support.v2_requests import ack, message, receive, send, send_ok
+from services.store.client.client import GrpcStoreClient
+from services.store.client.model import TopicInfo
+from tests.support.v2_requests import METADATA, ack, end, message, receive, send, send_ok
 
 SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
 RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
@@ -87,3 +92,75 @@ def test_consumer_lag_and_in_flight_by_group_come_from_the_store(v2m, metrics, t
     # 5 sent, 1 acked: 4 not acknowledged, 2 of them in flight
     assert sample(metrics, "rocketmq_consumer_lag_messages", consumer_group="LagGroup", topic="LagTopic") == 4
     assert sample(metrics, "rocketmq_consumer_inflight_messages", consumer_group="LagGroup", topic="LagTopic") == 2
+
+
+@pytest.fixture
+def create_topics(store_address: str) -> Iterator:
+    client = GrpcStoreClient(store_address)
+
+    def create(*names: str, message_type: str = "NORMAL", queues: int = 1) -> None:
+        for name in names:
+            client.create_topic(TopicInfo(name, queues, queues, 6, message_type))
+
+    yield create
+    client.close()
+
+
+def test_message_sizes_land_in_rocketmqs_buckets(v2m, metrics, create_topics):
+    create_topics("SizeTopic")
+    create_topics("SizeFifo", message_type="FIFO")
+    sizes = (1, 1024, 1025, 4096, 600 * 1024, (1 << 20) + 1, 3 << 20)
+    send_ok(v2m, *(message("SizeTopic", body=b"x" * n, message_id=f"SIZE{n}") for n in sizes))
+    send_ok(v2m, message("SizeFifo", body=b"f" * 2000, message_id="SIZEF", message_type=d.FIFO, message_group="g"))
+    assert send(v2m, message("bad topic!", body=b"x")).status.code == d.ILLEGAL_TOPIC  # refused: not observed
+
+    def bucket(le: str, topic: str = "SizeTopic", message_type: str = "NORMAL") -> float:
+        return sample(metrics, "rocketmq_message_size_bucket", topic=topic, message_type=message_type, le=le)
+
+    # cumulative: <= 1 KiB: 1 and 1024; <= 4 KiB: + 1025, 4096; <= 512 KiB: none more; <= 1 MiB:
+    # + 600 KiB; <= 2 MiB: + 1 MiB + 1; <= 4 MiB: + 3 MiB
+    bounds = ("1024.0", "4096.0", "524288.0", "1.048576e+06", "2.097152e+06", "4.194304e+06")  # as exported
+    assert [bucket(le) for le in bounds] == [2, 4, 4, 5, 6, 7]
+    assert bucket("+Inf") == 7
+    assert sample(metrics, "rocketmq_message_size_sum", topic="SizeTopic", message_type="NORMAL") == sum(sizes)
+    assert bucket("1024.0", "SizeFifo", "FIFO") == 0 and bucket("4096.0", "SizeFifo", "FIFO") == 1
+
+
+def test_commits_and_rollbacks_count_by_real_topic(v2m, metrics, create_topics):
+    create_topics("TxMetric", message_type="TRANSACTION")
+    for tid in ("TXC1", "TXC2", "TXR1"):
+        send_ok(v2m, message("TxMetric", message_id=tid, message_type=d.TRANSACTION))
+    assert end(v2m, "TxMetric", "TXC1", d.COMMIT).status.code == d.OK
+    assert end(v2m, "TxMetric", "TXC2", d.COMMIT).status.code == d.OK
+    assert end(v2m, "TxMetric", "TXR1", d.ROLLBACK).status.code == d.OK
+    assert end(v2m, "TxMetric", "TXC1", d.COMMIT, d.SOURCE_SERVER_CHECK).status.code == d.OK  # repeated: once
+    assert end(v2m, "TxMetric", "UNKNOWN", d.COMMIT).status.code == d.INVALID_TRANSACTION_ID  # not counted
+    assert sample(metrics, "rocketmq_commit_messages_total", topic="TxMetric") == 2
+    assert sample(metrics, "rocketmq_rollback_messages_total", topic="TxMetric") == 1
+
+
+def test_ready_messages_are_the_backlog_and_dlq_moves_count(v2m, metrics, create_topics):
+    create_topics("ReadyTopic")
+    send_ok(v2m, *(message("ReadyTopic", body=b"x", message_id=f"READY{i}") for i in range(6)))
+    got: list = []
+    while len(got) < 2:
+        got += receive(v2m, "ReadyTopic", group="ReadyGroup", batch_size=2 - len(got))[1]
+    labels = dict(consumer_group="ReadyGroup", topic="ReadyTopic")
+    assert sample(metrics, "rocketmq_consumer_ready_messages", **labels) == 4  # 6 sent, 2 handed out
+    assert sample(metrics, "rocketmq_consumer_inflight_messages", **labels) == 2
+    response = v2m.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(
+            group=d.Resource(name="ReadyGroup"),
+            topic=d.Resource(name="ReadyTopic"),
+            receipt_handle=got[0].system_properties.receipt_handle,
+            message_id=got[0].system_properties.message_id,
+            delivery_attempt=1,
+            max_delivery_attempts=16,
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
+    assert response.status.code == d.OK
+    assert sample(metrics, "rocketmq_send_to_dlq_messages_total", **labels) == 1
+    assert sample(metrics, "rocketmq_consumer_lag_messages", **labels) == 5
+    assert sample(metrics, "rocketmq_consumer_ready_messages", **labels) == 4

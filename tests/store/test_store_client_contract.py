@@ -200,7 +200,7 @@ def test_pop_ack_change_invisible_and_dead_letter(served: Served) -> None:
     bad = served.client.ack_messages(GROUP, TOPIC, ["not-a-handle"])
     assert bad == [AckResult.INVALID_RECEIPT_HANDLE]
     stats = served.client.consumer_stats()
-    assert any(group == GROUP and topic == TOPIC for group, topic, _, _ in stats)
+    assert any(s.group == GROUP and s.topic == TOPIC for s in stats)
 
 
 def test_bad_arguments_are_rejected(served: Served) -> None:

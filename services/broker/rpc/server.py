@@ -252,7 +252,7 @@ def build_server(
     servicer = MessagingServicer(
         RouteService(topics, config.broker_name, endpoint),
         Producer(config, topics, sink, clock, on_half_stored),
-        TransactionService(store, sink, halves, clock),
+        TransactionService(store, sink, halves, clock, observer=metrics.transactions if metrics is not None else None),
         telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max, client_port.peers),
         send_timeout_s=config.send_timeout_ms / 1000,

@@ -24,6 +24,7 @@ from services.runtime.rpc.tls import TlsFiles
 from services.store.client.errors import StoreError, StoreNotFoundError, StoreRejectedError
 from services.store.client.model import (
     AckResult,
+    ConsumerStats,
     Delivery,
     GetOutcome,
     GetStatus,
@@ -238,10 +239,13 @@ class StoreClient:
     def update_delay_offset(self, level: int, offset: int) -> None:
         self._call("UpdateDelayOffset", pb.UpdateDelayOffsetRequest(level=level, offset=offset))
 
-    def consumer_stats(self, timeout_s: float | None = None) -> list[tuple[str, str, int, int]]:
-        """(group, topic, lag messages, in-flight messages) of every consumer group."""
+    def consumer_stats(self, timeout_s: float | None = None) -> list[ConsumerStats]:
+        """Lag, in-flight, ready and dead-lettered messages of every consumer group, by topic."""
         response = self._call("GetConsumerStats", pb.GetConsumerStatsRequest(), timeout_s)
-        return [(s.group, s.topic, s.lag_messages, s.inflight_messages) for s in response.stats]
+        return [
+            ConsumerStats(s.group, s.topic, s.lag_messages, s.inflight_messages, s.ready_messages, s.dlq_messages)
+            for s in response.stats
+        ]
 
     # -- pop consumption ------------------------------------------------------------------------
     def pop_messages(

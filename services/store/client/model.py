@@ -163,6 +163,18 @@ class PopOutcome:
     examined_topics: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    """How far one consumer group is behind on one topic (the store's GetConsumerStats)."""
+
+    group: str
+    topic: str
+    lag_messages: int  # at or above the committed offsets (in-flight included)
+    inflight_messages: int  # popped, neither acked nor expired
+    ready_messages: int  # not handed out yet
+    dlq_messages: int  # moved to %DLQ%{group} since the store started
+
+
 class AckResult(enum.Enum):
     OK = "OK"
     INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"

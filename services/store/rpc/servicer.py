@@ -357,7 +357,12 @@ class StoreServicer(pb_grpc.StoreServicer):
         return pb.GetConsumerStatsResponse(
             stats=[
                 pb.ConsumerStats(
-                    group=s.group, topic=s.topic, lag_messages=s.lag_messages, inflight_messages=s.inflight_messages
+                    group=s.group,
+                    topic=s.topic,
+                    lag_messages=s.lag_messages,
+                    inflight_messages=s.inflight_messages,
+                    ready_messages=s.ready_messages,
+                    dlq_messages=s.dlq_messages,
                 )
                 for s in consumer_stats(self._store, request.group)
             ]
