@@ -247,6 +247,7 @@ class HaproxyFront:
         with contextlib.suppress(FileNotFoundError):  # a restart: the dead one's socket
             os.unlink(self.plan.admin_socket)
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=(self.plan.listen_fd,))
+        unpin(self._process.pid)
         deadline = self._monotonic_s() + START_TIMEOUT_S
         while True:
             if self._process.poll() is not None:
@@ -289,6 +290,15 @@ class HaproxyFront:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+
+def unpin(pid: int) -> None:
+    """Let HAProxy run on any CPU: it inherits the broker's ``cpu_affinity``, and sharing the
+    broker's one core cost send32 17 % (bench/RESULTS.md) where any free core costs ~0."""
+    try:
+        os.sched_setaffinity(pid, range(os.cpu_count() or 1))
+    except OSError as exc:  # a cpuset narrower than the machine: keep what it inherited
+        log.debug("HAProxy keeps the broker's CPU affinity: %s", exc)
 
 
 class FrontWatchdog:
