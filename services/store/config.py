@@ -52,6 +52,7 @@ class StoreConfig:
     flush_consume_queue_interval_ms: int = 1_000      # how often ConsumeQueue and IndexFile are flushed (flushIntervalConsumeQueue)
     checkpoint_interval_ms: int = 1_000               # how often the checkpoint file is written
     flush_consumer_offset_interval_ms: int = 5_000    # how often consumer offsets are written to consumerOffset.json (flushConsumerOffsetInterval)
+    transaction_metric_flush_interval_ms: int = 10_000  # how often the open-transaction counts are written to config/transactionMetrics (transactionMetricFlushInterval)
     body_size_max_bytes: int = BODY_SIZE_MAX_BYTES    # largest message body the store accepts (maxMessageSize)
     check_crc_on_recover: bool = True                 # recovery checks each record's body CRC (checkCRCOnRecover)
     append_prop_crc: bool = True                      # append a whole-record CRC property to every record (enabledAppendPropCRC)
@@ -94,7 +95,12 @@ class StoreConfig:
             raise ValueError("consume_queue_units_per_file must be positive")
         if not 0 < self.disk_max_used_space_ratio <= 1:
             raise ValueError("disk_max_used_space_ratio must be in (0, 1]")
-        if self.flush_interval_ms <= 0 or self.sync_flush_timeout_ms <= 0 or self.flush_consumer_offset_interval_ms <= 0:
+        if min(
+            self.flush_interval_ms,
+            self.sync_flush_timeout_ms,
+            self.flush_consumer_offset_interval_ms,
+            self.transaction_metric_flush_interval_ms,
+        ) <= 0:
             raise ValueError("flush intervals and timeouts must be positive")
         parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
         if not 0 <= self.access_message_in_memory_max_ratio <= 1:

@@ -184,3 +184,32 @@ def recover(
     return RecoveryResult(
         end, max(reput_from, commitlog.min_offset), end - scan_from, truncated, commitlog.confirm_offset
     )
+
+
+def consume_queues_agree(cq_store: ConsumeQueueStore, commitlog: CommitLog) -> bool:
+    """Each queue's last unit must point at a record of that queue with that offset."""
+    for (topic, queue_id), cq in cq_store.queues.items():
+        if cq.max_offset <= cq.min_offset:
+            continue
+        unit = cq.get_unit(cq.max_offset - 1)
+        if unit is None:
+            return False
+        phy_offset, size, _ = unit
+        if phy_offset < commitlog.min_offset:
+            continue
+        rec = commitlog.read_record(phy_offset)
+        if (
+            rec is None
+            or rec.total_size != size
+            or rec.topic != topic
+            or rec.queue_id != queue_id
+            or rec.queue_offset != cq.max_offset - 1
+        ):
+            log.warning(
+                "ConsumeQueue %s-%d disagrees with the CommitLog at queue offset %d",
+                topic,
+                queue_id,
+                cq.max_offset - 1,
+            )
+            return False
+    return True

@@ -145,19 +145,23 @@ class ReputService:
         with self._run_lock:
             return self._run_once_locked()
 
-    def redispatch(self, from_offset: int, dispatchers: list[Dispatcher]) -> int:
+    def redispatch(self, from_offset: int, dispatchers: list[Dispatcher], until: int | None = None) -> int:
         """Dispatch everything from ``from_offset`` into ``dispatchers`` only (rebuilding them
-        from the CommitLog; the other dispatchers keep what they hold). Returns the count."""
+        from the CommitLog; the other dispatchers keep what they hold). Returns the count.
+        With ``until`` (a record boundary), stop there and leave reput where it was: a
+        dispatcher that is behind the others catches up with them."""
         with self._run_lock:
-            saved = self._dispatchers
+            saved, saved_from = self._dispatchers, self._reput_from_offset
             self._dispatchers = dispatchers
             self._reput_from_offset = from_offset
             try:
-                return self._run_once_locked()
+                return self._run_once_locked(until)
             finally:
                 self._dispatchers = saved
+                if until is not None:
+                    self._reput_from_offset = saved_from
 
-    def _run_once_locked(self) -> int:
+    def _run_once_locked(self, until: int | None = None) -> int:
         total = 0
         commitlog = self._commitlog
         while True:
@@ -170,7 +174,7 @@ class ReputService:
                     commitlog.min_offset,
                 )
                 self._reput_from_offset = commitlog.min_offset
-            end = commitlog.max_offset
+            end = commitlog.max_offset if until is None else min(until, commitlog.max_offset)
             if self._reput_from_offset >= end:
                 return total
             batch, offset = self._next_batch(end)

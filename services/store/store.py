@@ -52,10 +52,11 @@ from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
 from services.store.pop import PopService
-from services.store.recovery import RecoveryResult, recover
+from services.store.recovery import RecoveryResult, consume_queues_agree, recover
 from services.store.reput import ReputService
 from services.store.store_read import StoreReader
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.transaction_metrics import TransactionMetrics
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class FileStore(StoreReader):
         self._consumer_offsets = ConsumerOffsetManager(config.config_dir, clock)
         self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
         self._auth = AuthConfigManager(config.config_dir, clock)
+        self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
         self._arrivals = ArrivalBus()
         self._services: list = []
         self._lock: StoreLock | None = None
@@ -165,6 +167,11 @@ class FileStore(StoreReader):
     def pop(self) -> PopService:
         return self._pop
 
+    @property
+    def transactions(self) -> TransactionMetrics:
+        """Open transactions (half messages) per real topic, counted by dispatch."""
+        return self._transactions
+
     # Built by start(): None before it.
     @property
     def checkpoint(self) -> CheckpointFile | None:
@@ -224,17 +231,22 @@ class FileStore(StoreReader):
             # says how far the index is durable, so with a valid one recovery truncates instead.
             trusted = not abnormal or cp.dispatched_phy_offset >= 0
             self._index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
-        self._recovery = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
-        dispatchers = [self._cq_store] + ([_IndexDispatcher(self._index_service)] if self._index_service else [])
+        self._recovery = recovered = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
+        dispatchers = [self._cq_store, self._transactions]
+        dispatchers += [_IndexDispatcher(self._index_service)] if self._index_service else []
         self._reput = ReputService(
-            self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue, self._recovery.reput_from_offset
+            self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue, recovered.reput_from_offset
         )
+        # The transaction counts are valid up to their file's offset: replay the rest into them
+        # alone, up to where reput restarts (reput then skips what they already counted).
+        counted_to = self._transactions.load(self._commitlog.min_offset, recovered.process_offset)
+        self._reput.redispatch(counted_to, [self._transactions], until=recovered.reput_from_offset)
         lost = self._consume_queue_units_lost(cp)
         self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
         holes = self._cq_store.queues_with_holes() if abnormal else []
         if holes:
             log.warning("ConsumeQueues with holes after an abnormal stop (%s): rebuilding them", ", ".join(holes[:5]))
-        if lost or holes or not self._consume_queues_consistent():
+        if lost or holes or not consume_queues_agree(self._cq_store, self._commitlog):
             self._rebuild_consume_queues()
         self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
         self._cq_store.correct_min_offsets(self._commitlog.min_offset)
@@ -288,8 +300,11 @@ class FileStore(StoreReader):
             disk_usage=self._disk_usage_ratio,
         )
         offsets = PeriodicTask("persist-offsets", self._config.flush_consumer_offset_interval_ms, self._persist_offsets)
+        transactions = PeriodicTask(
+            "persist-transaction-metrics", config.transaction_metric_flush_interval_ms, self._transactions.persist
+        )
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
-        self._services = [self._reput, flusher, cq_flush, self._clean, offsets, self._pop.revive]
+        self._services = [self._reput, flusher, cq_flush, self._clean, offsets, transactions, self._pop.revive]
         if config.warm_ahead_bytes > 0:
             warm = WarmAheadService(self._commitlog.mfq, config.warm_ahead_bytes)
             self._commitlog.on_populate_low = warm.wake
@@ -321,6 +336,7 @@ class FileStore(StoreReader):
             cp.logics_msg_timestamp = self._logics_timestamp()
             self._checkpoint.save()
             self._persist_offsets()
+            self._transactions.persist()
             self._close_files()
             if caught_up:
                 delete_abort_file(self._config.abort_path)
@@ -383,34 +399,6 @@ class FileStore(StoreReader):
             )
             return True
         return False
-
-    def _consume_queues_consistent(self) -> bool:
-        """Each queue's last unit must point at a record of that queue with that offset."""
-        for (topic, queue_id), cq in self._cq_store.queues.items():
-            if cq.max_offset <= cq.min_offset:
-                continue
-            unit = cq.get_unit(cq.max_offset - 1)
-            if unit is None:
-                return False
-            phy_offset, size, _ = unit
-            if phy_offset < self._commitlog.min_offset:
-                continue
-            rec = self._commitlog.read_record(phy_offset)
-            if (
-                rec is None
-                or rec.total_size != size
-                or rec.topic != topic
-                or rec.queue_id != queue_id
-                or rec.queue_offset != cq.max_offset - 1
-            ):
-                log.warning(
-                    "ConsumeQueue %s-%d disagrees with the CommitLog at queue offset %d",
-                    topic,
-                    queue_id,
-                    cq.max_offset - 1,
-                )
-                return False
-        return True
 
     def _rebuild_consume_queues(self) -> None:
         """Throw every ConsumeQueue away and re-dispatch the whole CommitLog into new ones."""
