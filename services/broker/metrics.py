@@ -24,9 +24,13 @@
   ``rocketmq_consumer_ready_messages{consumer_group, topic}`` (the backlog not yet handed out)
   and ``rocketmq_send_to_dlq_messages_total{consumer_group, topic}`` (the store's count since it
   started of messages moved to ``%DLQ%{group}``: after the last delivery attempt, or by
-  ForwardMessageToDeadLetterQueue; ``topic``: the topic consumed). These are the store's
-  figures: every broker reports the same ones, so dashboards take ``max``, never ``sum``, over
-  brokers;
+  ForwardMessageToDeadLetterQueue; ``topic``: the topic consumed), and, in the same call,
+  ``rocketmq_half_messages{topic}``: transactions whose half message is neither committed nor
+  rolled back (nor discarded by the checker) yet, by real topic, counted once per transaction
+  however many copies the checker appended (RocketMQ 5's ``TransactionMetrics``, which the store
+  keeps: ``services/store/transaction_metrics.py``; a topic stays at 0 once all are resolved).
+  These are the store's figures: every broker reports the same ones, so dashboards take ``max``,
+  never ``sum``, over brokers;
 * ``rocketmq_producer_connections{language, version, protocol_type}`` and
   ``rocketmq_consumer_connections{consumer_group, language, version, consume_mode,
   protocol_type, is_system}``: clients with a live Telemetry stream, counted at scrape time
@@ -55,7 +59,7 @@ from services.domain.delivery import MessageType
 from services.domain.names import is_system_group
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.metrics import RPC_LATENCY_BUCKETS_S, MetricsHttpServer, RpcMetricsInterceptor
-from services.store.client.model import ConsumerStats
+from services.store.client.model import ConsumerStats, ConsumerStatsReport
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +257,7 @@ class TransactionMetrics:
 
 
 CONSUMER_STATS_TIMEOUT_S = 2.0
-ConsumerStatsSource = Callable[[float], list[ConsumerStats]]
+ConsumerStatsSource = Callable[[float], ConsumerStatsReport]
 
 # (name, kind, help, ConsumerStats field), each labelled consumer_group and topic.
 CONSUMER_METRICS: tuple[tuple[str, str, str, str], ...] = (
@@ -286,33 +290,41 @@ assert all(field in ConsumerStats.__dataclass_fields__ for *_, field in CONSUMER
 
 
 class ConsumerStatsCollector(Collector):
-    """Consumer lag, in-flight, ready and dead-lettered messages by group and topic, read from
-    the store per scrape."""
+    """Consumer lag, in-flight, ready and dead-lettered messages by group and topic, and half
+    messages (open transactions) by real topic, read from the store per scrape."""
 
     def __init__(self, source: ConsumerStatsSource) -> None:
         self._source = source
 
-    def _families(self, stats: list[ConsumerStats]) -> list[Metric]:
-        families = []
+    def _families(self, report: ConsumerStatsReport) -> list[Metric]:
+        families: list[Metric] = []
         for name, kind, help_text, field in CONSUMER_METRICS:
             family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
                 name, help_text, labels=["consumer_group", "topic"]
             )
-            for row in stats:
+            for row in report.consumers:
                 family.add_metric([row.group, row.topic], getattr(row, field))
             families.append(family)
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages",
+            "Transactions whose half message is not committed or rolled back yet, by real topic.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(report.half_messages.items()):
+            half.add_metric([topic], count)
+        families.append(half)
         return families
 
     def collect(self) -> Iterable[Metric]:
         try:
-            stats = self._source(CONSUMER_STATS_TIMEOUT_S)
+            report = self._source(CONSUMER_STATS_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - a scrape must not fail because the store is away
             log.warning("consumer stats unavailable from the store for this scrape", exc_info=True)
             return []
-        return self._families(stats)
+        return self._families(report)
 
     def describe(self) -> Iterable[Metric]:
-        return self._families([])
+        return self._families(ConsumerStatsReport([], {}))
 
 
 CONSUME_MODES = {"PUSH_CONSUMER": "push", "LITE_PUSH_CONSUMER": "push"}  # others "pull": ConsumeType's name

@@ -1,6 +1,6 @@
 """Broker metrics over real servers: RPC latency by method and in-band code, traffic and message
-sizes by topic, transactions resolved, and the store's consumer figures (lag, in-flight, ready,
-dead-lettered) by group."""
+sizes by topic, transactions resolved, and the store's figures: consumer lag, in-flight, ready and
+dead-lettered messages by group, open transactions (half messages) by real topic."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from services.broker.metrics import BrokerMetrics
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
+from tests.support.store_rpc import wait_until
 from tests.support.v2_requests import METADATA, ack, end, message, receive, send, send_ok
 
 SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
@@ -137,6 +138,27 @@ def test_commits_and_rollbacks_count_by_real_topic(v2m, metrics, create_topics):
     assert end(v2m, "TxMetric", "UNKNOWN", d.COMMIT).status.code == d.INVALID_TRANSACTION_ID  # not counted
     assert sample(metrics, "rocketmq_commit_messages_total", topic="TxMetric") == 2
     assert sample(metrics, "rocketmq_rollback_messages_total", topic="TxMetric") == 1
+
+
+def test_half_messages_are_the_open_transactions_by_real_topic(v2m, metrics, create_topics):
+    create_topics("TxHalf", message_type="TRANSACTION")
+
+    def half_messages() -> float | None:
+        return metrics.registry.get_sample_value("rocketmq_half_messages", {"topic": "TxHalf"})
+
+    def settles_at(expected: float) -> None:  # the store counts as it dispatches: asynchronously
+        wait_until(lambda: half_messages() == expected)
+
+    assert half_messages() is None  # no transaction on the topic yet
+    send_ok(v2m, message("TxHalf", message_id="TXH1", message_type=d.TRANSACTION))
+    send_ok(v2m, message("TxHalf", message_id="TXH2", message_type=d.TRANSACTION))
+    settles_at(2)
+    assert end(v2m, "TxHalf", "TXH1", d.COMMIT).status.code == d.OK
+    settles_at(1)
+    assert end(v2m, "TxHalf", "TXH1", d.COMMIT, d.SOURCE_SERVER_CHECK).status.code == d.OK  # repeated
+    assert end(v2m, "TxHalf", "TXH2", d.ROLLBACK).status.code == d.OK
+    settles_at(0)
+    assert b'rocketmq_half_messages{topic="TxHalf"} 0.0' in generate_latest(metrics.registry)
 
 
 def test_ready_messages_are_the_backlog_and_dlq_moves_count(v2m, metrics, create_topics):

@@ -302,7 +302,7 @@ def build_server(
     )
 
     if metrics is not None:
-        metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats)
+        metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats_report)
         metrics.watch_connections(telemetry.registry.sessions)
         if renewer is not None:
             metrics.watch_renewals(renewer.stats)

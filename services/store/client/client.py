@@ -25,6 +25,7 @@ from services.store.client.errors import StoreError, StoreNotFoundError, StoreRe
 from services.store.client.model import (
     AckResult,
     ConsumerStats,
+    ConsumerStatsReport,
     Delivery,
     GetOutcome,
     GetStatus,
@@ -241,11 +242,18 @@ class StoreClient:
 
     def consumer_stats(self, timeout_s: float | None = None) -> list[ConsumerStats]:
         """Lag, in-flight, ready and dead-lettered messages of every consumer group, by topic."""
+        return self.consumer_stats_report(timeout_s).consumers
+
+    def consumer_stats_report(self, timeout_s: float | None = None) -> ConsumerStatsReport:
+        """``consumer_stats`` and the open transactions (half messages) per real topic, in one call."""
         response = self._call("GetConsumerStats", pb.GetConsumerStatsRequest(), timeout_s)
-        return [
-            ConsumerStats(s.group, s.topic, s.lag_messages, s.inflight_messages, s.ready_messages, s.dlq_messages)
-            for s in response.stats
-        ]
+        return ConsumerStatsReport(
+            [
+                ConsumerStats(s.group, s.topic, s.lag_messages, s.inflight_messages, s.ready_messages, s.dlq_messages)
+                for s in response.stats
+            ],
+            {h.topic: h.count for h in response.half_messages},
+        )
 
     # -- pop consumption ------------------------------------------------------------------------
     def pop_messages(

@@ -175,6 +175,15 @@ class ConsumerStats:
     dlq_messages: int  # moved to %DLQ%{group} since the store started
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerStatsReport:
+    """The store's GetConsumerStats: consumer figures by (group, topic), and the open
+    transactions (half messages not yet committed, rolled back or discarded) by real topic."""
+
+    consumers: list[ConsumerStats]
+    half_messages: dict[str, int]  # real topic -> open transactions (0 once all are resolved)
+
+
 class AckResult(enum.Enum):
     OK = "OK"
     INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"

@@ -104,6 +104,8 @@ class StoreCore(Protocol):
     @property
     def pop(self) -> Any: ...  # PopService
     @property
+    def transactions(self) -> Any: ...  # TransactionMetrics: half_messages()
+    @property
     def commitlog(self) -> Any: ...  # read_bytes(phy_offset, size) for LookRawMessages, store_host_prefix
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
@@ -365,7 +367,11 @@ class StoreServicer(pb_grpc.StoreServicer):
                     dlq_messages=s.dlq_messages,
                 )
                 for s in consumer_stats(self._store, request.group)
-            ]
+            ],
+            half_messages=[
+                pb.HalfMessageCount(topic=topic, count=count)
+                for topic, count in sorted(self._store.transactions.half_messages().items())
+            ],
         )
 
     # -- pop consumption (statuses are data; only bad arguments fail the call) --------------
