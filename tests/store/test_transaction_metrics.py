@@ -114,7 +114,7 @@ def test_each_open_transaction_counts_once_by_real_topic(make_store):
     tx.check_copy("C1")
     tx.check_copy("K1", **{TRANSACTION_PREPARED_QUEUE_OFFSET: "2", CHECK_IMMUNITY_TIME_IN_SECONDS: "60"})
     assert tx.counts() == {"TxTopic": 4, "OtherTopic": 1}  # a copy is no new transaction
-    tx.commit("C1")  # the commit record and the op record listing both copies: -1 once
+    tx.commit("C1")  # the committed record, then the op record listing both copies: -1 once
     assert tx.counts() == {"TxTopic": 3, "OtherTopic": 1}
     tx.rollback("R1")
     assert tx.counts() == {"TxTopic": 2, "OtherTopic": 1}
