@@ -200,7 +200,9 @@ class TransactionMetrics:
         CommitLog's first offset when the file cannot be used: then the figures start empty)."""
         loaded = load_with_backup(self.path, self._decode)
         usable = loaded is not None and commitlog_min_offset <= loaded.phy_offset <= commitlog_end_offset
-        if loaded is not None and not usable:
+        if loaded is not None and loaded.phy_offset < 0:
+            log.warning("%s has no phyOffset (written by RocketMQ?): recounting from the CommitLog", self.path)
+        elif loaded is not None and not usable:
             log.warning(
                 "%s is valid up to CommitLog offset %d, outside [%d, %d]: recounting from the CommitLog",
                 self.path,
@@ -222,7 +224,8 @@ class TransactionMetrics:
             return self._valid_to
 
     def persist(self) -> bool:
-        """Write the file if anything moved since the last write; True if it wrote."""
+        """Write the file if anything moved since the last write; True if it wrote. A failed
+        write is logged and retried next time (the file is a cache: a restart replays more)."""
         with self._persist_lock:
             with self._lock:
                 if self._valid_to == self._persisted_to and not self._changed:
@@ -232,7 +235,11 @@ class TransactionMetrics:
                     self._changed = False
                 valid_to = self._valid_to
                 text = self._encode_locked()
-            write_atomically(self.path, text)
+            try:
+                write_atomically(self.path, text)
+            except OSError as exc:
+                log.warning("cannot write %s: %s", self.path, exc)
+                return False
             self._persisted_to = valid_to
             return True
 

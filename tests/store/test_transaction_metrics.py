@@ -227,3 +227,20 @@ def test_a_file_beyond_the_recovered_commitlog_is_recounted(make_store, reopen):
     tx.store = store = reopen(store)
     assert store.transactions.half_messages() == {"TxTopic": 2}
     assert store.transactions.valid_to == store.commitlog.max_offset
+
+
+def test_a_file_rocketmq_wrote_is_read_but_recounted_from_the_commitlog(make_store, reopen):
+    store = make_store()
+    tx = Transactions(store)
+    tx.send("A")
+    tx.send("B")
+    tx.rollback("B")
+    assert tx.counts() == {"TxTopic": 1}
+    store.shutdown()
+    # RocketMQ 5's own file: counts only (here a stale 7), no phyOffset to replay from.
+    (store.config.config_dir / TRANSACTION_METRICS_FILE).write_text(
+        '{"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},'
+        '"transactionCount":{"TxTopic":{"count":7,"timeStamp":1700000000000}}}'
+    )
+    tx.store = store = reopen(store)
+    assert store.transactions.half_messages() == {"TxTopic": 1}
