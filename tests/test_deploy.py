@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import jsonschema
 import yaml
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.compose import render_compose, scrape_targets
@@ -177,6 +179,7 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
     assert len(urls) == len(SERVICES)
     create_topics_at(ready["clients"], "DashTopic")
     create_topics_at(ready["clients"], "DashTx", message_type="TRANSACTION")
+    create_topics_at(ready["clients"], "DashDelay", message_type="DELAY")
     with grpc.insecure_channel(ready["clients"]) as channel:  # traffic, so per-topic series exist
         v2 = s_grpc.MessagingServiceStub(channel)
         send_ok(v2, message("DashTopic", body=b"x", message_id="DASH1"), message("DashTopic", message_id="DASH2"))
@@ -186,6 +189,15 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
         for tid, resolution in (("DASHC", d.COMMIT), ("DASHR", d.ROLLBACK)):  # transaction results
             send_ok(v2, message("DashTx", message_id=tid, message_type=d.TRANSACTION))
             assert end(v2, "DashTx", tid, resolution).status.code == d.OK
+        # A timer an hour ahead, so rocketmq_timing_messages has a series once the scheduler enqueued it.
+        hour_ahead = Timestamp(seconds=int(time.time()) + 3600)
+        send_ok(v2, message("DashDelay", message_id="DASHT", message_type=d.DELAY, delivery_timestamp=hour_ahead))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            'rocketmq_timing_messages{topic="DashDelay"} 1.0' in urllib.request.urlopen(url, timeout=10).read().decode()
+            for url in urls
+        ):
+            time.sleep(0.2)
         # Connected clients, so the connection gauges have series: a producer and a consumer.
         streams = [
             Stream(v2, metadata=(("x-mq-client-id", client_id),)) for client_id in ("dash-producer", "dash-consumer")

@@ -1,11 +1,14 @@
-"""The scheduler's small files: ``config/timercheck``, ``config/delaycheck`` and ``lock``.
+"""The scheduler's small files: ``config/timercheck``, ``config/timermetrics``, ``config/delaycheck``
+and ``lock``.
 
-Byte layouts: ``services/domain/format/timercheck_format.py``, ``delaycheck_format.py``.
+Layouts: ``services/domain/format/timercheck_format.py``, ``timermetrics_format.py``,
+``delaycheck_format.py``.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from pathlib import Path
 
@@ -24,7 +27,14 @@ from services.domain.format.timercheck_format import (
     decode_timer_check,
     encode_timer_check,
 )
+from services.domain.format.timermetrics_format import (
+    TimerMetricsDocument,
+    decode_timer_metrics,
+    encode_timer_metrics,
+)
 from services.scheduler.errors import SchedulerLockedError
+
+log = logging.getLogger(__name__)
 
 
 class TimerCheckFile:
@@ -44,6 +54,50 @@ class TimerCheckFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class TimerMetricsFile:
+    """RocketMQ's ``timermetrics`` JSON, replaced atomically: ``<name>.tmp`` written and fsynced,
+    ``<name>`` renamed to ``<name>.bak``, ``<name>.tmp`` to ``<name>``, the directory fsynced
+    (RocketMQ's ``persist`` keeps the same ``.bak``). Written just before ``timercheck``."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.backup_path = path.with_name(path.name + ".bak")
+
+    def load(self, counter_max: int) -> TimerMetricsDocument | None:
+        """The newest of ``<name>``, ``<name>.bak`` written for a checkpoint no later than
+        ``counter_max`` (a file ahead of ``timercheck`` belongs to a checkpoint never written)."""
+        for candidate in (self.path, self.backup_path):
+            try:
+                document = decode_timer_metrics(candidate.read_text("utf-8"))
+            except FileNotFoundError:
+                continue
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.warning("ignoring %s: %s", candidate, exc)
+                continue
+            if document.counter <= counter_max:
+                return document
+            log.info("%s is for checkpoint %d, after timercheck's %d", candidate, document.counter, counter_max)
+        return None
+
+    def save(self, document: TimerMetricsDocument) -> None:
+        temp = self.path.with_name(self.path.name + ".tmp")
+        with open(temp, "wb") as file:
+            file.write(encode_timer_metrics(document).encode("ascii"))
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.replace(self.path, self.backup_path)
+        except FileNotFoundError:
+            pass
+        os.replace(temp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 class DelayCheckFile:

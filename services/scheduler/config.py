@@ -56,6 +56,7 @@ class SchedulerConfig:
     timer_delivery_interval_ms: int = 10          # due units are put at most this often (batches; lateness)
     timer_active_units_max: int = 200_000         # units held in memory for the slots being delivered
     timerlog_cleanup_interval_ms: int = 60_000    # how often fully delivered TimerLog segments are deleted
+    timer_snapshot_interval_ms: int = 5_000       # how often the wheel's per-bucket counts (rocketmq_timer_message_snapshot) are taken
     # -- delay levels (SCHEDULE_TOPIC_XXXX) ----------------------------------------------------
     delay_levels: str = DELAY_LEVELS_DEFAULT      # messageDelayLevel; must match the store's
     delay_batch_messages: int = 64                # due messages of one level per PutMessages
@@ -68,7 +69,8 @@ class SchedulerConfig:
         positive = ("store_rpc_timeout_ms", "store_retry_backoff_ms", "timer_precision_ms", "timer_wheel_slots",
                     "timer_roll_window_slots", "timer_max_delay_ms", "timerlog_file_size_bytes",
                     "timer_flush_interval_ms", "timer_enqueue_batch_messages", "timer_delivery_batch_messages",
-                    "timer_active_units_max", "timerlog_cleanup_interval_ms", "delay_batch_messages",
+                    "timer_active_units_max", "timerlog_cleanup_interval_ms", "timer_snapshot_interval_ms",
+                    "delay_batch_messages",
                     "poll_interval_ms", "idle_poll_interval_ms")
         for name in positive:
             if getattr(self, name) <= 0:
@@ -110,6 +112,10 @@ class SchedulerConfig:
     @property
     def timercheck_path(self) -> Path:
         return self.root / "config" / "timercheck"
+
+    @property
+    def timermetrics_path(self) -> Path:
+        return self.root / "config" / "timermetrics"
 
     @property
     def delaycheck_path(self) -> Path:

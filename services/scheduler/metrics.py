@@ -20,11 +20,13 @@
 | ``rocketmq_timer_enqueue_lag`` | gauge | RocketMQ 5's name for the enqueue lag: rmq_sys_wheel_timer messages not yet enqueued (``getEnqueueBehindMessages``) |
 | ``rocketmq_timer_dequeue_lag`` | gauge | RocketMQ 5's name for the timers in the wheel not yet delivered (``getDequeueBehindMessages``, the wheel's ``getAllNum`` from the read pointer; the value of ``pyrmq_scheduler_timer_pending``) |
 | ``rocketmq_timer_dequeue_latency`` | gauge | ms from the wheel's read pointer to now (``getDequeueBehindMillis``; 0 before the first pass). RocketMQ declares milliseconds but records seconds; pyrmq records milliseconds |
+| ``rocketmq_timing_messages{topic}`` | gauge | timer messages waiting in the wheel per real topic (``TimerMetrics.timingCount``, persisted in ``config/timermetrics``: ``timing_counts.py``) |
+| ``rocketmq_timer_enqueue_latency`` | gauge | ms from the store time of the last rmq_sys_wheel_timer message enqueued to now while messages wait to be enqueued; 0 when the enqueue is caught up |
+| ``rocketmq_timer_message_snapshot{timer_bound_s}`` | gauge | wheel units due within each bucket from now (5, 60, 300, 900, 3600, 14400, 28800, 86400 s upper bounds), taken on the timer thread every ``timer_snapshot_interval_ms`` |
 
-RocketMQ's ``rocketmq_timing_messages{topic}`` (timers pending per topic),
-``rocketmq_timer_enqueue_latency`` and ``rocketmq_timer_message_snapshot{timer_bound_s}`` are not
-exported: the scheduler keeps no per-topic count, no enqueue-behind time, and reads the wheel's
-slot table only on its own threads.
+RocketMQ's ``getEnqueueBehindMillis`` reports now minus the store time of the last message that
+was already due when enqueued, for 2 s after it; pyrmq's value is the time the enqueue is behind
+whenever it is behind.
 """
 
 from __future__ import annotations
@@ -106,10 +108,31 @@ class SchedulerStatsCollector(Collector):
                 "Milliseconds from the wheel's read pointer to now.",
                 max(0, self._clock.now_ms() - timer.read_time_ms) if timer.read_time_ms > 0 else 0,
             ),
+            (
+                "rocketmq_timer_enqueue_latency",
+                "Milliseconds the timer enqueue is behind (0 when caught up).",
+                max(0, self._clock.now_ms() - timer.enqueue_store_time_ms)
+                if timer.enqueue_lag > 0 and timer.enqueue_store_time_ms > 0
+                else 0,
+            ),
         ):
             family = GaugeMetricFamily(name, help_text)
             family.add_metric([], value)
             yield family
+        timing = GaugeMetricFamily(
+            "rocketmq_timing_messages", "Timer messages waiting in the wheel, per real topic.", labels=["topic"]
+        )
+        for topic, count in timer.timing:
+            timing.add_metric([topic], count)
+        yield timing
+        snapshot = GaugeMetricFamily(
+            "rocketmq_timer_message_snapshot",
+            "Timer messages due within each bucket from now (upper bound in seconds).",
+            labels=["timer_bound_s"],
+        )
+        for bound_s, count in timer.distribution:
+            snapshot.add_metric([str(bound_s)], count)
+        yield snapshot
         yield _histogram(
             "pyrmq_scheduler_timer_lateness_seconds",
             "Delivery of a timer message (put completed) minus its requested time.",

@@ -37,8 +37,9 @@ import logging
 from dataclasses import dataclass
 
 from services.domain.contracts.delay import delete_key_of, roll_timer, unpark_timer
-from services.domain.format.properties_format import TIMER_DEL_UNIQKEY, UNIQ_KEY
+from services.domain.format.properties_format import REAL_TOPIC, TIMER_DEL_UNIQKEY, UNIQ_KEY
 from services.domain.format.timerlog_format import (
+    MAGIC_DELETE,
     MAGIC_ROLL,
     NO_POS,
     STATE_DELIVERING,
@@ -169,6 +170,7 @@ class TimerDequeue:
         that store call fails, nothing has changed and the next pass walks again)."""
         budget = max(1, self._config.timer_active_units_max - len(self._heap))
         markers: list[tuple[int, int]] = []
+        done: list[TimerUnit] = []  # finished before a restart: counted again, so subtracted again
         found: list[tuple[int, TimerUnit]] = []
         resume_pos = NO_POS
         position = active.resume_pos
@@ -188,21 +190,34 @@ class TimerDequeue:
                     resume_pos = position
                     if not collect_markers:
                         break
+            elif collect_markers and not unit.is_delete:
+                done.append(unit)
             position = unit.prev_pos
-        if markers:
-            self._read_markers(markers, active.time_ms)
+        if markers or done:
+            self._read_markers(markers, done, active.time_ms)
         active.resume_pos = resume_pos
         for position, unit in found:
             self._push(active, position, unit, duplicate=unit.state == STATE_DELIVERING)
         return len(found) + len(markers)
 
-    def _read_markers(self, refs: list[tuple[int, int]], slot_ms: int) -> None:
-        records = self._store.look_messages(refs)
+    def _read_markers(self, refs: list[tuple[int, int]], done: list[TimerUnit], slot_ms: int) -> None:
+        """Learn the slot's recall keys; subtract its units already done from the timing counts
+        (by topic hash; a hash no single counted topic has is read from the unit's message)."""
+        timing = self._counters.timing
+        lookups = list(refs) + [(u.offset_py, u.size_py) for u in done if timing.topic_of_hash(u.topic_hash) is None]
+        records = self._store.look_messages(lookups) if lookups else {}
         for offset, _ in refs:
             record = records.get(offset)
             key = record.properties.get(TIMER_DEL_UNIQKEY) if record is not None else None
             if key:
                 self.delete_keys[key] = slot_ms
+        for unit in done:
+            topic = timing.topic_of_hash(unit.topic_hash)
+            if topic is None:
+                record = records.get(unit.offset_py)
+                topic = record.properties.get(REAL_TOPIC) if record is not None else None
+            if topic is not None:
+                timing.finish(topic, slot_ms)
 
     def _push(self, active: ActiveSlot, position: int, unit: TimerUnit, duplicate: bool) -> None:
         delayed_ms = unit.delayed_ms
@@ -273,7 +288,7 @@ class TimerDequeue:
                 log.warning(
                     "timer unit %d: no record of %d bytes at CommitLog offset %d; dropped", entry[1], entry[5], entry[4]
                 )
-                self._finish(entry, STATE_DONE)
+                self._finish(entry, STATE_DONE, self._timing_topic(entry, None))
                 self._counters.dropped += 1
                 continue
             message = self._message_for(entry, record, now_ms)
@@ -297,8 +312,9 @@ class TimerDequeue:
         done_ms = self._clock.now_ms()
         counters = self._counters
         for entry, message, outcome in zip(sent, out, outcomes):
+            topic = self._timing_topic(entry, records[entry[4]])
             if outcome.status in APPENDED_STATUSES:
-                self._finish(entry, STATE_DONE)
+                self._finish(entry, STATE_DONE, topic)
                 if message.topic == TIMER_TOPIC:
                     counters.rolled += 1
                 else:
@@ -315,7 +331,7 @@ class TimerDequeue:
                     outcome.status.name,
                     outcome.error,
                 )
-                self._finish(entry, STATE_DONE)
+                self._finish(entry, STATE_DONE, topic)
                 counters.dropped += 1
             else:
                 log.warning(
@@ -337,21 +353,34 @@ class TimerDequeue:
             return copy_to(record, topic, queue_id, properties)
         key = delete_key_of(properties)
         if key is not None and key in self.delete_keys:
-            self._finish(entry, STATE_DONE)
+            self._finish(entry, STATE_DONE, self._timing_topic(entry, record))
             self._counters.recalled += 1
             return None
         destination = unpark_timer(properties, entry[7], now_ms)
         if destination is None:
             log.error("timer message at %d has no REAL_TOPIC/REAL_QID; dropped", record.phy_offset)
-            self._finish(entry, STATE_DONE)
+            self._finish(entry, STATE_DONE, self._timing_topic(entry, record))
             self._counters.dropped += 1
             return None
         return copy_to(record, destination[0], destination[1], properties)
 
-    def _finish(self, entry: Entry, state: int) -> None:
+    def _finish(self, entry: Entry, state: int, topic: str | None) -> None:
+        """The unit is done: marked in the TimerLog, off the pending and timing counts."""
         self._log.set_state(entry[1], state)
         self._forget(entry)
         self._counters.pending -= 1
+        if topic is not None:
+            self._counters.timing.finish(topic, entry[2])
+
+    def _timing_topic(self, entry: Entry, record: StoredMessage | None) -> str | None:
+        """The topic a finished unit was counted under (None: a recall marker; no REAL_TOPIC),
+        from its message, else (the message is gone) from the unit's topic hash."""
+        if entry[6] & MAGIC_DELETE:
+            return None
+        if record is not None:
+            return record.properties.get(REAL_TOPIC)
+        unit = self._log.read_unit(entry[1])
+        return self._counters.timing.topic_of_hash(unit.topic_hash) if unit is not None else None
 
     def _forget(self, entry: Entry) -> None:
         active = self.active.get(entry[2])

@@ -175,6 +175,7 @@ class TimerEnqueue:
                 self._enqueue(record, now_ms)
             self._log.commit()
             self.watermark_ms = max(self.watermark_ms, messages[-1].store_timestamp_ms - 1)
+            self._counters.enqueue_store_time_ms = messages[-1].store_timestamp_ms
         if result.status is GetStatus.FOUND or result.status in (
             GetStatus.NO_MATCHED_MESSAGE,
             GetStatus.MESSAGE_WAS_REMOVING,
@@ -232,6 +233,7 @@ class TimerEnqueue:
         wheel = self._wheel
         slot_pos, first_pos, last_pos, num = wheel.head(slot_ms)
         real_topic = properties.get(REAL_TOPIC)
+        topic_hash = java_string_hash(real_topic) if real_topic else 0
         head = UNIT_HEAD.pack(
             UNIT_SIZE_BYTES,
             last_pos,
@@ -240,7 +242,7 @@ class TimerEnqueue:
             delayed_ms - write_time_ms,
             record.phy_offset,
             record.store_size_bytes,
-            java_string_hash(real_topic) if real_topic else 0,
+            topic_hash,
         )
         position = self._log.append_encoded(head + UNIT_TAIL.pack(crc32(head), STATE_PENDING))
         delete = bool(magic & MAGIC_DELETE)
@@ -253,9 +255,17 @@ class TimerEnqueue:
             counters.recall_markers += 1
         if not delete or magic & MAGIC_ROLL:
             counters.pending += 1
+        if not delete and real_topic:
+            counters.timing.add(real_topic, 1)
         if slot_ms < self._dequeue.snapshot_time_ms:  # a loaded (or passed) slot: tell the dequeue
             unit = TimerUnit(
-                last_pos, magic, write_time_ms, delayed_ms - write_time_ms, record.phy_offset, record.store_size_bytes
+                last_pos,
+                magic,
+                write_time_ms,
+                delayed_ms - write_time_ms,
+                record.phy_offset,
+                record.store_size_bytes,
+                topic_hash,
             )
             self._dequeue.on_appended(
                 slot_ms, position, unit, marker_key if delete and not magic & MAGIC_ROLL else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from services.scheduler.timing_counts import TimingCounts
+
 # Delivery lateness buckets, seconds: timers are due on the millisecond, the target is p99 <= 200 ms.
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
@@ -61,6 +63,9 @@ class TimerCounters:
         self.read_time_ms = 0
         self.watermark_ms = 0
         self.active_units = 0
+        self.enqueue_store_time_ms = 0  # store time of the last rmq_sys_wheel_timer message enqueued
+        self.distribution: tuple[tuple[int, int], ...] = ()  # (bucket bound s, units due in it), taken every few s
+        self.timing = TimingCounts()  # per real topic, timers waiting in the wheel
         self.lateness = LatenessHistogram()
 
     def snapshot(self) -> TimerStats:
@@ -78,6 +83,9 @@ class TimerCounters:
             read_time_ms=self.read_time_ms,
             watermark_ms=self.watermark_ms,
             active_units=self.active_units,
+            enqueue_store_time_ms=self.enqueue_store_time_ms,
+            timing=self.timing.snapshot(),
+            distribution=self.distribution,
             lateness=self.lateness.snapshot(),
         )
 
@@ -97,6 +105,9 @@ class TimerStats:
     read_time_ms: int
     watermark_ms: int
     active_units: int
+    enqueue_store_time_ms: int
+    timing: tuple[tuple[str, int], ...]  # (real topic, timers waiting in the wheel)
+    distribution: tuple[tuple[int, int], ...]  # (bucket upper bound in s, wheel units due in it)
     lateness: HistogramSnapshot
 
 

@@ -8,7 +8,8 @@ Data flow::
     real topic / queue ◄──PutMessages── TimerDequeue ◄── due slots (LookMessages by CommitLog offset)
     rmq_sys_wheel_timer/0 ◄── ROLL re-puts (beyond the roll window)
 
-Files (under ``<data-dir>/scheduler``): ``timerlog/``, ``timerwheel``, ``config/timercheck``.
+Files (under ``<data-dir>/scheduler``): ``timerlog/``, ``timerwheel``, ``config/timercheck``,
+``config/timermetrics`` (per-topic counts of waiting timers: ``timing_counts.py``).
 Memory holds only the units of the slots being delivered (``timer_active_units_max``); the
 TimerLog is read and written with pread/pwrite, so ten million pending timers cost disk, not
 RAM.
@@ -45,7 +46,7 @@ from services.domain.format.timerlog_format import (
     TimerUnit,
 )
 from services.runtime.clock import Clock
-from services.scheduler.check_files import TimerCheckFile
+from services.scheduler.check_files import TimerCheckFile, TimerMetricsFile
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.store_access import SchedulerStore
 from services.scheduler.timer_dequeue import TimerDequeue
@@ -53,6 +54,10 @@ from services.scheduler.timer_enqueue import TimerEnqueue
 from services.scheduler.timer_log import SCAN_CHUNK_UNITS, TimerLog
 from services.scheduler.timer_stats import TimerCounters, TimerStats
 from services.scheduler.timer_wheel import TimerWheel
+from services.scheduler.timing_counts import rebuild_from_log
+
+# rocketmq_timer_message_snapshot's buckets (RocketMQ's TimerMetrics.timerDist), upper bounds in s
+SNAPSHOT_BOUNDS_S = (5, 60, 300, 900, 3600, 14400, 28800, 86400)
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +71,13 @@ class TimerStore:
         self.timer_log = TimerLog(config.timerlog_dir, config.timerlog_file_size_bytes)
         self.wheel: TimerWheel | None = None
         self.check_file: TimerCheckFile | None = None
+        self.metrics_file = TimerMetricsFile(config.timermetrics_path)
         self.enqueue: TimerEnqueue | None = None
         self.dequeue: TimerDequeue | None = None
         self._check_counter = 0
         self._next_flush_s = 0.0
         self._next_cleanup_s = 0.0
+        self._next_snapshot_s = 0.0
         self._segment_max_slot_ms: dict[int, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -87,18 +94,27 @@ class TimerStore:
         now_ms = self._clock.now_ms()
         read_time_ms = self._read_pointer(check, now_ms)
 
+        timing = self.counters.timing
+        document = self.metrics_file.load(check.counter) if check.valid else None
+        if document is not None:
+            timing.load(document)
         scan_from = check.last_timer_log_flush_pos if check.valid else self.timer_log.min_pos
         last_unit: TimerUnit | None = None
         replayed = 0
         for position, unit in self.timer_log.scan(scan_from):
             delta = -1 if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL else 1
             self.wheel.revise_slot(unit.delayed_ms - unit.delayed_ms % precision_ms, position, delta)
+            if document is not None and not unit.magic & MAGIC_DELETE and unit.delayed_ms >= read_time_ms:
+                timing.note_unit(unit.topic_hash, unit.offset_py, unit.size_py)  # appended after the counts
             last_unit = unit
             replayed += 1
         end = self.timer_log.scan_end if self.timer_log.segment_starts() else 0
         if end < self.timer_log.write_pos:
             self.timer_log.truncate(end)
         self._clear_slots_past(end, read_time_ms)
+        if document is None and self.timer_log.segment_starts():
+            noted = rebuild_from_log(timing, self.timer_log, read_time_ms)
+            log.warning("no timermetrics for this checkpoint: %d waiting timers counted from the TimerLog", noted)
         log.info(
             "timer log recovered: %d units after the checkpoint, end at %d, read time %d", replayed, end, read_time_ms
         )
@@ -184,8 +200,10 @@ class TimerStore:
 
     # -- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
-        """One enqueue batch, one dequeue pass, and a flush / cleanup when due. Work done."""
+        """One enqueue batch, one dequeue pass, and a flush / cleanup / snapshot when due. Work done."""
         assert self.enqueue is not None and self.dequeue is not None
+        if self.counters.timing.unresolved:  # units counted at start-up, known by topic hash only
+            self.counters.timing.resolve(self._store)
         need_watermark = self.dequeue.waiting_for_watermark(self._clock.now_ms(), self.enqueue.watermark_ms)
         work = self.enqueue.run_once(need_watermark)
         work += self.dequeue.run_once(self.enqueue.watermark_ms)
@@ -196,7 +214,19 @@ class TimerStore:
         if now_s >= self._next_cleanup_s:
             self.cleanup()
             self._next_cleanup_s = now_s + self.config.timerlog_cleanup_interval_ms / 1000
+        if now_s >= self._next_snapshot_s:
+            self.take_snapshot()
+            self._next_snapshot_s = now_s + self.config.timer_snapshot_interval_ms / 1000
         return work
+
+    def take_snapshot(self) -> None:
+        """RocketMQ's timer distribution: wheel units due in each bucket from now (5 s, 1 min,
+        ... 24 h), read on this thread (the wheel is this thread's) and kept for the scrape."""
+        assert self.wheel is not None
+        precision_ms = self.config.timer_precision_ms
+        bounds_slots = [bound_s * 1000 // precision_ms for bound_s in SNAPSHOT_BOUNDS_S]
+        counts = self.wheel.counts_ahead(self._clock.now_ms(), bounds_slots)
+        self.counters.distribution = tuple(zip(SNAPSHOT_BOUNDS_S, counts))
 
     def wait_hint_ms(self) -> int:
         """How long the loop may sleep before there is something to do (arrivals wake it)."""
@@ -223,7 +253,12 @@ class TimerStore:
         self.wheel.flush()
         if queue_offset is None:  # never talked to the store: keep the loaded offset
             queue_offset = self.check_file.loaded.last_timer_queue_offset
+        if self.counters.timing.unresolved:
+            return  # no enqueue or dequeue ran yet: the checkpoint loaded still describes the files
         self._check_counter += 1
+        document = self.counters.timing.document(read_time_ms, self._check_counter, self._clock.now_ms())
+        if document is not None:  # written first: a file ahead of timercheck is never trusted
+            self.metrics_file.save(document)
         self.check_file.save(
             TimerCheck(
                 last_read_time_ms=read_time_ms,

@@ -102,6 +102,24 @@ class TimerWheel:
         finally:
             del view
 
+    def counts_ahead(self, from_time_ms: int, bounds_slots: list[int]) -> list[int]:
+        """RocketMQ's timer distribution: the ``num`` of the slots in ``[previous bound, bound)``
+        slots from ``from_time_ms``, per bound (bounds ascending, capped at the ring's length)."""
+        ring_slots = 2 * self.slots_total
+        span = min(max(bounds_slots), ring_slots) if bounds_slots else 0
+        first = from_time_ms // self.precision_ms
+        times = np.arange(first, first + span, dtype=np.int64)
+        with self.slot_table() as table:
+            rows = table[times % ring_slots]  # a copy: nothing refers to the mapping after the block
+        nums = np.where(rows["time"] == times, rows["num"].astype(np.int64), 0)
+        totals = np.concatenate(([0], np.cumsum(nums)))
+        counts, low = [], 0
+        for bound in bounds_slots:
+            high = min(bound, span)
+            counts.append(int(totals[high] - totals[min(low, high)]))
+            low = high
+        return counts
+
     def pending_count(self, from_time_ms: int) -> int:
         """RocketMQ's ``getAllNum``: the ``num`` of every slot at or after ``from_time_ms``."""
         with self.slot_table() as table:
