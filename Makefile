@@ -13,13 +13,16 @@ setup: $(STAMP) $(GEN_STAMP) system-packages node-clients
 # System packages the tests need (tests/support/components.py): Java >= 17 for the Spark pipeline
 # (pipeline/, its tests, bench/spark_bench.py), node + npm for the Node.js client tests, and
 # HAProxy, the broker's client-port front that serves TLS and plaintext on one port (tls_mode
-# both, the default: services/broker/front.py). Only what is missing is installed, with apt-get (as
+# both, the default: services/broker/front.py), and etcd (Debian's etcd-server, with etcdctl from
+# etcd-client), which coordinates a broker group's store replicas (issue 16) and whose tests start
+# real members (tests/support/etcd.py). Only what is missing is installed, with apt-get (as
 # root, else through sudo); nothing runs when all are there. If they cannot be installed, set-up
 # says what to install and goes on; `make test` then fails the tests that need them, with the
 # reason, and the broker without HAProxy says to install it or set tls_mode plaintext or tls.
 JAVA_PKG := openjdk-17-jre-headless
 NODE_PKGS := nodejs npm
 FRONT_PKGS := haproxy
+ETCD_PKGS := etcd-server etcd-client
 system-packages:
 	@java=$$(command -v java || { [ -n "$$JAVA_HOME" ] && echo "$$JAVA_HOME/bin/java"; }); \
 	v=$$($${java:-java} -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
@@ -27,6 +30,7 @@ system-packages:
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then pkgs=" $(JAVA_PKG)"; fi; \
 	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then pkgs="$$pkgs $(NODE_PKGS)"; fi; \
 	if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then pkgs="$$pkgs $(FRONT_PKGS)"; fi; \
+	if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then pkgs="$$pkgs $(ETCD_PKGS)"; fi; \
 	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo=sudo; else sudo=none; fi; \
 	  echo "installing$$pkgs (Java found: '$${v:-none}', node: '$$(command -v node || echo none)')"; \
@@ -35,8 +39,8 @@ system-packages:
 	     && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$pkgs; then :; \
 	  else \
 	    echo "error: could not install$$pkgs (apt-get missing or failed, or not root and no sudo)." >&2; \
-	    echo "       Install them yourself (Java >= 17, or set JAVA_HOME; node >= 16.19 with npm; haproxy), then run make setup again;" >&2; \
-	    echo "       until then make test fails the tests that need them (Spark pipeline, Node.js client, the broker's TLS front)." >&2; \
+	    echo "       Install them yourself (Java >= 17, or set JAVA_HOME; node >= 16.19 with npm; haproxy; etcd >= 3.4), then run make setup again;" >&2; \
+	    echo "       until then make test fails the tests that need them (Spark pipeline, Node.js client, the broker's TLS front, etcd)." >&2; \
 	  fi; \
 	fi
 

@@ -1,6 +1,6 @@
 """What some tests need besides the project's own code, and what happens when it is missing.
 
-`make setup` installs every component here (Python packages with the test extras, Java and node
+`make setup` installs every component here (Python packages with the test extras, Java, node and etcd
 through apt-get, the Node.js client with npm ci). A test says what it needs with the registered
 marker ``@pytest.mark.needs("<component>", ...)``, handled by tests/conftest.py; fixtures call
 ``require`` (the ``spark`` fixture), and a module whose imports need a component calls
@@ -27,6 +27,7 @@ import pytest
 REQUIRE_ENV = "PYRMQ_REQUIRE_COMPONENTS"
 JAVA_MIN = 17
 NODE_MIN = (16, 19)
+ETCD_MIN = (3, 4)
 NODE_CLIENT_DIR = Path(__file__).resolve().parents[1] / "broker" / "clients" / "node"
 
 
@@ -86,12 +87,34 @@ def node_client_missing() -> str | None:
     return None
 
 
+def etcd_binary() -> str | None:
+    """The `etcd` server binary: on PATH, else where Debian's etcd-server puts it."""
+    return shutil.which("etcd") or (os.access("/usr/bin/etcd", os.X_OK) and "/usr/bin/etcd") or None
+
+
+def etcd_missing() -> str | None:
+    """An `etcd` server >= ETCD_MIN (the replica-set coordination tests start real members)."""
+    wanted = ".".join(map(str, ETCD_MIN))
+    etcd = etcd_binary()
+    if etcd is None:
+        return f"etcd not on PATH (etcd >= {wanted}; apt-get install -y etcd-server etcd-client)"
+    try:
+        out = subprocess.run([etcd, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`etcd --version` failed: {exc}"
+    match = re.search(r"etcd Version: (\d+)\.(\d+)", out)
+    if not match or (int(match.group(1)), int(match.group(2))) < ETCD_MIN:
+        return f"etcd {match.group(0) if match else '(no version)'} is too old (etcd >= {wanted} is needed)"
+    return None
+
+
 # Component name -> its check: None when present, else why it is missing.
 CHECKS: dict[str, Callable[[], str | None]] = {
     "rocketmq-python-client": _python_package("rocketmq", "rocketmq-python-client", "test"),
     "rocketmq-client-nodejs": node_client_missing,
     "pyarrow": _python_package("pyarrow", "pyarrow", "spark"),
     "spark": spark_missing,
+    "etcd": etcd_missing,
 }
 
 
