@@ -62,7 +62,7 @@ R = TypeVar("R")
 
 
 def endpoint_target(endpoint: str) -> str:
-    """"http://127.0.0.1:2379" or "127.0.0.1:2379" -> the gRPC target "127.0.0.1:2379"."""
+    """ "http://127.0.0.1:2379" or "127.0.0.1:2379" -> the gRPC target "127.0.0.1:2379"."""
     for scheme in ("http://", "https://"):
         if endpoint.startswith(scheme):
             return endpoint[len(scheme) :].rstrip("/")
@@ -271,4 +271,6 @@ class EtcdClient:
         try:
             return stub.Status(pb.StatusRequest(), timeout=timeout_s or self.attempt_timeout_s)
         except grpc.RpcError as exc:
-            raise EtcdUnavailable(f"etcd status of {self.rotation.endpoints[endpoint_index]}: {exc.code().name}") from exc
+            raise EtcdUnavailable(
+                f"etcd status of {self.rotation.endpoints[endpoint_index]}: {exc.code().name}"
+            ) from exc

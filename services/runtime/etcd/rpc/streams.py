@@ -23,7 +23,14 @@ from etcd.api.etcdserverpb import rpc_pb2 as pb
 from etcd.api.etcdserverpb import rpc_pb2_grpc as pb_grpc
 
 from services.runtime.clock import Clock
-from services.runtime.etcd.model import EtcdError, EtcdUnavailable, Event, LeaseNotFound, LeaseSchedule, prefix_range_end
+from services.runtime.etcd.model import (
+    EtcdError,
+    EtcdUnavailable,
+    Event,
+    LeaseNotFound,
+    LeaseSchedule,
+    prefix_range_end,
+)
 from services.runtime.etcd.rpc.client import REQUIRE_LEADER, EtcdClient, event
 
 log = logging.getLogger(__name__)
