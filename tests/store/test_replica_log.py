@@ -30,9 +30,7 @@ def replica_log(store: FileStore) -> ReplicaLog:
 
 def fill(store: FileStore, count: int, size: int = 3000) -> None:
     for i in range(count):
-        store.put_messages(
-            [message(queue_id=i % 3, body=b"%05d" % i + b"x" * size, keys=f"k{i}", tags=f"t{i % 2}")]
-        )
+        store.put_messages([message(queue_id=i % 3, body=b"%05d" % i + b"x" * size, keys=f"k{i}", tags=f"t{i % 2}")])
     store.reput.run_once()
 
 
