@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 from services.domain.format.checkpoint_format import (
@@ -15,10 +16,15 @@ from services.store.errors import StoreLockedError
 
 
 class CheckpointFile:
-    """Read once at start; rewritten in place (pwrite + fdatasync) by the flush services."""
+    """Read once at start; rewritten in place (pwrite + fdatasync) by the flush services.
+
+    ``lock`` is held from reading an offset to storing it in ``current`` (and, for the
+    ConsumeQueue flush, to saving): a CommitLog truncation (``replica_log.py``) lowers the
+    offsets under it, so no value read before the truncation is stored after it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.lock = threading.Lock()
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         data = os.pread(self.fd, CHECKPOINT_FILE_SIZE_BYTES, 0)
         self.loaded = decode_checkpoint(data)

@@ -68,6 +68,8 @@ class CommitLog:
             config.commitlog_dir, config.commitlog_file_size_bytes, warm=config.warm_mapped_files
         )
         self.put_lock = threading.Lock()
+        # Held by every flush; a truncation (replica_log.py) holds it so no flush runs meanwhile.
+        self.flush_lock = threading.RLock()
         self.queue_offset_table: dict[str, int] = {}
         self.store_host = host_from_string(config.store_host)
         self.store_host_prefix = self.store_host[0] + struct.pack(">i", self.store_host[1])
@@ -356,7 +358,8 @@ class CommitLog:
 
     # -- flush and lifecycle ------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
-        return self.mfq.flush(least_pages)
+        with self.flush_lock:
+            return self.mfq.flush(least_pages)
 
     def close(self) -> None:
         self.mfq.close()

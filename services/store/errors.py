@@ -63,3 +63,22 @@ class StoreUnavailableError(Exception):
 
 class TooManyWatchersError(Exception):
     """WatchArrivals: the server's limit of open watch streams is reached."""
+
+
+class ReplicaOffsetError(ValueError):
+    """Replicated CommitLog bytes offered at another offset than the replica's max phy_offset,
+    or a truncation to an offset that is not a record boundary of the replica's CommitLog."""
+
+    def __init__(self, message: str, phy_offset: int, expected_offset: int) -> None:
+        super().__init__(message)
+        self.phy_offset = phy_offset
+        self.expected_offset = expected_offset
+
+
+class ReplicaDataError(ValueError):
+    """Replicated CommitLog bytes that are not whole, valid records (nothing was written)."""
+
+    def __init__(self, phy_offset: int, reason: str) -> None:
+        super().__init__(f"replicated bytes at phy_offset {phy_offset} are not whole valid records: {reason}")
+        self.phy_offset = phy_offset
+        self.reason = reason

@@ -109,9 +109,10 @@ class FlushService(_Loop):
         self.commitlog.flush(least)
         flushed = self.commitlog.flushed_where - before
         if flushed:
-            cp = self.checkpoint.current
-            cp.physic_msg_timestamp = stamp
-            cp.flushed_phy_offset = self.commitlog.flushed_where
+            with self.checkpoint.lock:  # read under the lock: never a value from before a truncation
+                cp = self.checkpoint.current
+                cp.physic_msg_timestamp = stamp
+                cp.flushed_phy_offset = self.commitlog.flushed_where
         return flushed
 
     def stop(self) -> None:
@@ -184,9 +185,10 @@ class GroupCommitService:
                 self._requests = pending + self._requests
             self._wakeup.set()
         if after > before:
-            cp = self.checkpoint.current
-            cp.physic_msg_timestamp = stamp
-            cp.flushed_phy_offset = after
+            with self.checkpoint.lock:  # read under the lock: never a value from before a truncation
+                cp = self.checkpoint.current
+                cp.physic_msg_timestamp = stamp
+                cp.flushed_phy_offset = min(after, self.commitlog.flushed_where)
         return after - before
 
     def start(self) -> None:
@@ -244,14 +246,16 @@ class ConsumeQueueFlushService(_Loop):
         self.logics_timestamp = logics_timestamp
 
     def run_once(self) -> int:
-        # Captured before the flush: everything below it is on disk after the flush.
-        dispatched, cq_sum = self.dispatched_state()
-        stamp = self.logics_timestamp()
-        self.flush_derived()
-        cp = self.checkpoint.current
-        moved = dispatched - max(cp.dispatched_phy_offset, 0)
-        cp.dispatched_phy_offset = dispatched
-        cp.cq_max_offset_sum = cq_sum
-        cp.logics_msg_timestamp = stamp
-        self.checkpoint.save()
+        # Captured before the flush: everything below it is on disk after the flush. The
+        # checkpoint lock keeps a CommitLog truncation out of the whole round.
+        with self.checkpoint.lock:
+            dispatched, cq_sum = self.dispatched_state()
+            stamp = self.logics_timestamp()
+            self.flush_derived()
+            cp = self.checkpoint.current
+            moved = dispatched - max(cp.dispatched_phy_offset, 0)
+            cp.dispatched_phy_offset = dispatched
+            cp.cq_max_offset_sum = cq_sum
+            cp.logics_msg_timestamp = stamp
+            self.checkpoint.save()
         return moved

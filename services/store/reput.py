@@ -12,10 +12,11 @@ reput_from_offset is always a record (or blank record, or file) boundary.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from services.store.arrivals import ArrivalBus
@@ -50,7 +51,9 @@ class ReputService:
         self._cond = threading.Condition()
         self._pending = False
         self._stopped = False
-        self._run_lock = threading.Lock()  # one run_once at a time (the thread, start-up, tests)
+        # One run_once at a time (the thread, start-up, tests); reentrant, so a CommitLog
+        # truncation can hold it (``paused``) and still redispatch.
+        self._run_lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -139,6 +142,18 @@ class ReputService:
             backlog.extendleft(reversed(run[keep:]))
             del run[keep:]
         return run
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No dispatch runs inside (a batch read before is dispatched before it begins)."""
+        with self._run_lock:
+            yield
+
+    def reset_reput_from_offset(self, offset: int) -> None:
+        """Restart dispatch at ``offset`` (a record boundary), as RocketMQ's setReputFromOffset
+        after a truncation. The caller holds ``paused()`` and ``dispatch_lock``."""
+        assert offset >= 0, offset
+        self._reput_from_offset = offset
 
     def run_once(self) -> int:
         """Dispatch everything available now; returns the number of records dispatched."""
