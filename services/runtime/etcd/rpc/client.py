@@ -52,6 +52,9 @@ DEFAULT_ATTEMPT_TIMEOUT_S = 2.0
 # Codes that say "try another member": the member is down or unreachable, has no leader, or did
 # not answer within the attempt's deadline.
 FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# A member answers UNKNOWN with this when its request to the leader timed out (seen on a
+# lease keepalive right after a SIGKILL of the leader): nothing was done, try another member.
+FORWARD_TIMEOUT = "context deadline exceeded"
 # Streams carry etcd's "hasleader" metadata (clientv3.WithRequireLeader): a member that loses its
 # leader ends them with UNAVAILABLE instead of keeping a stream that no longer sees the cluster.
 REQUIRE_LEADER = (("hasleader", "true"),)
@@ -172,7 +175,9 @@ class EtcdClient:
                     result = attempt(self.channel(index), min(remaining, self.attempt_timeout_s))
                 except grpc.RpcError as exc:
                     code, details = exc.code(), exc.details()
-                    if code in FAILOVER_CODES:
+                    if code in FAILOVER_CODES or (
+                        code == grpc.StatusCode.UNKNOWN and FORWARD_TIMEOUT in (details or "")
+                    ):
                         errors.append(f"{self.rotation.endpoints[index]}: {code.name} {details}")
                         log.debug("etcd %s failed on %s: %s %s", what, self.rotation.endpoints[index], code, details)
                         continue

@@ -200,7 +200,7 @@ class LeaseKeeper:
         return self.schedule.held(self.clock.monotonic_s())
 
     def run_once(self) -> bool:
-        """One keepalive: True when etcd renewed the lease, False when no member answered in
+        """One keepalive: True when etcd renewed the lease, False when no member renewed it in
         time (the lease may still be held; ``held()`` says until when). Reports a lost lease."""
         sent = self.clock.monotonic_s()
         budget = max(self.schedule.expires_at_s - sent, 0.1)
@@ -208,7 +208,9 @@ class LeaseKeeper:
             ttl = self.client.lease_keepalive_once(self.lease_id, timeout_s=budget)
         except LeaseNotFound:
             ttl = 0
-        except EtcdUnavailable as exc:
+        except EtcdError as exc:
+            # Unavailable, or an error that renewed nothing (a member whose forwarding to a dead
+            # leader timed out answers UNKNOWN): either way, not renewed; try again.
             log.info("etcd lease %x: keepalive not answered: %s", self.lease_id, exc)
             self._check_held()
             return False
