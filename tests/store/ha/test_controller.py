@@ -194,6 +194,12 @@ def test_a_replica_outside_the_sync_state_set_is_elected_only_when_unclean(etcd:
 
 def test_the_election_loop_replaces_a_master_whose_lease_expired(etcd: EtcdClient) -> None:
     controllers = started(etcd, 1, 2, 3)
+    changes: list[tuple[int, int]] = []  # (old masterEpoch, new masterEpoch) seen by replica 1's listener
+    controllers[0].view.add_listener(
+        lambda old, new: (
+            changes.append((old.master_epoch, new.master_epoch)) if old.master_epoch != new.master_epoch else None
+        )
+    )
     loops = [ElectionLoop(c, interval_s=0.05).start() for c in controllers]
     try:
         a = controllers[0]
@@ -219,6 +225,7 @@ def test_the_election_loop_replaces_a_master_whose_lease_expired(etcd: EtcdClien
         state = others[0].read_state()
         assert state.master is not None and state.master.masterBrokerId != master_id
         assert state.in_sync == frozenset([state.master.masterBrokerId]) and state.sync_state_set_epoch == 3
+        assert changes == [(0, 1), (1, 2)]
     finally:
         for loop in loops:
             loop.stop()
