@@ -24,6 +24,7 @@ from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
 from services.store.model import Arrival
 from services.store.rpc import convert
+from services.store.rpc.replicate import serve_replica
 from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024  # arrivals buffered per watcher before coalescing per queue
@@ -107,6 +108,8 @@ class StoreCore(Protocol):
     def transactions(self) -> Any: ...  # TransactionMetrics: half_messages()
     @property
     def commitlog(self) -> Any: ...  # read_bytes(phy_offset, size) for LookRawMessages, store_host_prefix
+    @property
+    def replication(self) -> Any: ...  # ha.replication.Replication: ha_service for Replicate
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
     def put_batch(self, messages: list[Any], allow_system_topics: bool = False) -> tuple[Any, str]: ...
@@ -167,6 +170,13 @@ class StoreServicer(pb_grpc.StoreServicer):
     ) -> Iterator[pb.PutMessagesResponse]:
         for request in requests:
             yield self._put_messages(request)
+
+    @rpc_errors
+    def Replicate(
+        self, requests: Iterator[pb.ReplicateRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.ReplicateResponse]:
+        heartbeat_s = self._store.config.ha_send_heartbeat_interval_ms / 1000
+        yield from serve_replica(self._store.replication.ha_service, requests, context, heartbeat_s)
 
     @rpc_errors
     def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:
