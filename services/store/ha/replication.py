@@ -13,11 +13,11 @@ until the controller assigns them; the controller will also supply the epoch).
 from __future__ import annotations
 
 from services.runtime.clock import Clock
+from services.store.client.replication import ReplicationConnection
 from services.store.commitlog import CommitLog
 from services.store.config import BrokerRole, StoreConfig
 from services.store.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
-from services.store.ha.ha_connection import ReplicationConnection
 from services.store.ha.ha_service import HAService
 from services.store.replica_log import ReplicaLog
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.store.client.replication import epochs_to_pb
 from services.store.errors import NotMasterError
-from services.store.ha.ha_connection import epochs_to_pb
 from services.store.ha.ha_service import HAService, SlaveProgress
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""The slave's gRPC shell: carries ``HAClient`` over the master's ``Store.Replicate`` stream,
+"""The slave's gRPC shell (a client of its master's store API, hence here): carries
+``services.store.ha.ha_client.HAClient`` over the master's ``Store.Replicate`` stream,
 and reconnects with a doubling backoff (100 ms up to ha_reconnect_interval_max_ms) whenever the
 stream breaks: the master restarted, the network cut, or a chunk did not fit (then the next
 handshake finds the right offset again).
@@ -14,18 +15,36 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
+from typing import Protocol
 
 import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.epoch_cache import EpochEntry
-from services.store.ha.ha_client import HAClient, Progress
 
 log = logging.getLogger(__name__)
 
 RECONNECT_INTERVAL_MIN_S = 0.1
 MESSAGE_SIZE_MAX_BYTES = 64 << 20  # a chunk is ha_transfer_batch_size_bytes, or one record larger
+
+
+class Progress(Protocol):
+    @property
+    def max_phy_offset(self) -> int: ...
+    @property
+    def confirmed_offset(self) -> int: ...
+
+
+class ReplicaCore(Protocol):
+    """What the connection drives (``HAClient``)."""
+
+    @property
+    def replica_id(self) -> int: ...
+    def handshake(self) -> tuple[int, list[EpochEntry]]: ...
+    def on_master_handshake(self, master_epochs: list[EpochEntry], master_min_offset: int) -> int: ...
+    def on_chunk(self, phy_offset: int, data: bytes, epoch: int, epoch_start_offset: int) -> Progress: ...
+    def progress(self) -> Progress: ...
 
 
 def epochs_to_pb(entries: list[EpochEntry]) -> list[pb.EpochEntry]:
@@ -47,7 +66,7 @@ class ReplicationConnection:
 
     name = "ha-client"
 
-    def __init__(self, client: HAClient, master_address: str, reconnect_interval_max_ms: int) -> None:
+    def __init__(self, client: ReplicaCore, master_address: str, reconnect_interval_max_ms: int) -> None:
         self._client = client
         self._master_address = master_address
         self._reconnect_interval_max_s = reconnect_interval_max_ms / 1000
