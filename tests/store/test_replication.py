@@ -4,6 +4,7 @@ CommitLog, ConsumeQueues and epochs end byte-identical to its master's."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,3 +227,14 @@ def test_sync_master_waits_for_the_slave(nodes, tmp_path):
     slave.stop()
     [late] = master.store.put_messages([message(body=b"slave gone")])
     assert late.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+
+
+def test_a_stopping_master_ends_its_replication_streams_at_once(nodes, tmp_path):
+    master = nodes(tmp_path / "a")
+    slave = slave_of(master, nodes, tmp_path / "b")
+    put(master, 5)
+    wait_caught_up(master, slave)
+    started = time.monotonic()
+    stop_server(master.server, grace_s=5)  # without the streams' end it would sit out the grace
+    assert time.monotonic() - started < 2.5
+    wait_until(lambda: not slave.store.replication.connection.connected.is_set())

@@ -148,10 +148,17 @@ class HAService:
             self._append_count += 1
             self._cond.notify_all()
 
-    def wait_for_data(self, from_offset: int, timeout_s: float) -> bool:
-        """Wait until the CommitLog ends beyond ``from_offset``; False on timeout."""
+    def wake(self) -> None:
+        """Wake every waiting stream (one of them is ending, or the server is stopping)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._commitlog.max_offset > from_offset, timeout_s)
+            self._cond.notify_all()
+
+    def wait_for_data(self, from_offset: int, timeout_s: float) -> bool:
+        """Wait until the CommitLog ends beyond ``from_offset``; False on timeout or ``wake``."""
+        with self._cond:
+            if self._commitlog.max_offset <= from_offset:
+                self._cond.wait(timeout_s)
+            return self._commitlog.max_offset > from_offset
 
     # -- SYNC_MASTER --------------------------------------------------------------------------
     @property

@@ -27,7 +27,10 @@ def serve_replica(
     requests: Iterator[pb.ReplicateRequest],
     context: grpc.ServicerContext,
     heartbeat_interval_s: float,
+    stopping: threading.Event,
 ) -> Iterator[pb.ReplicateResponse]:
+    """One slave's stream; ends when the slave goes, or when ``stopping`` is set (then
+    ``HAService.wake`` makes it notice at once)."""
     if ha is None:
         raise NotMasterError("this store is not a master: replicate from the master")
     first = next(requests, None)
@@ -60,7 +63,7 @@ def serve_replica(
         )
         reader.start()
         position = second.ack.max_phy_offset
-        while not closed.is_set() and context.is_active():
+        while not closed.is_set() and not stopping.is_set() and context.is_active():
             chunk = ha.next_chunk(position)
             if chunk is not None:
                 yield pb.ReplicateResponse(
@@ -73,7 +76,7 @@ def serve_replica(
                     )
                 )
                 position = chunk.end_offset
-            elif not ha.wait_for_data(position, heartbeat_interval_s):
+            elif not ha.wait_for_data(position, heartbeat_interval_s) and not (closed.is_set() or stopping.is_set()):
                 yield pb.ReplicateResponse(
                     chunk=pb.CommitLogChunk(phy_offset=position, master_max_phy_offset=ha.max_phy_offset)
                 )
@@ -93,3 +96,4 @@ def _read_acks(
         pass  # the stream was cancelled: the sender sees ``closed``
     finally:
         closed.set()
+        ha.wake()

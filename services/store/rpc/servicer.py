@@ -155,9 +155,14 @@ class StoreServicer(pb_grpc.StoreServicer):
         self._watch_buffer_arrivals_max = watch_buffer_arrivals_max
         self._watchers: set[ArrivalWatcher] = set()
         self._watchers_lock = threading.Lock()
+        self._stopping = threading.Event()  # set by close(): Replicate streams end
 
     def close(self) -> None:
-        """End every open WatchArrivals stream (called before the server stops)."""
+        """End every open WatchArrivals and Replicate stream (called before the server stops)."""
+        self._stopping.set()
+        ha_service = self._ha_service()
+        if ha_service is not None:
+            ha_service.wake()
         with self._watchers_lock:
             watchers = list(self._watchers)
         for watcher in watchers:
@@ -176,7 +181,12 @@ class StoreServicer(pb_grpc.StoreServicer):
         self, requests: Iterator[pb.ReplicateRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.ReplicateResponse]:
         heartbeat_s = self._store.config.ha_send_heartbeat_interval_ms / 1000
-        yield from serve_replica(self._store.replication.ha_service, requests, context, heartbeat_s)
+        yield from serve_replica(self._ha_service(), requests, context, heartbeat_s, self._stopping)
+
+    def _ha_service(self) -> Any:
+        """The master's HAService; None on a slave, a store not started, or a store double."""
+        replication = getattr(self._store, "replication", None)
+        return replication.ha_service if replication is not None else None
 
     @rpc_errors
     def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:
