@@ -96,6 +96,7 @@ class StoreConfig:
     replica_id: int = 0                               # this replica's id within its broker group (brokerId)
     ha_master_address: str = ""                       # SLAVE: the master's store gRPC address, host:port (haMasterAddress)
     ha_send_heartbeat_interval_ms: int = 1_000        # SLAVE: report its offsets at least this often; master: send a heartbeat this often when idle (haSendHeartbeatInterval)
+    ha_housekeeping_interval_ms: int = 20_000         # either end drops a replication stream silent this long (a stopped or cut peer) (haHousekeepingInterval)
     ha_reconnect_interval_max_ms: int = 5_000         # SLAVE: longest pause between reconnections to the master (the backoff doubles from 100 ms)
     ha_transfer_batch_size_bytes: int = 1 << 20       # master: CommitLog bytes per chunk sent to a slave, at most (haTransferBatchSize)
     in_sync_replicas: int = 2                         # SYNC_MASTER: replicas, the master included, that must hold a put before it is acknowledged (inSyncReplicas)
@@ -126,6 +127,8 @@ class StoreConfig:
             raise ValueError("broker_role SLAVE needs ha_master_address")
         if min(self.ha_send_heartbeat_interval_ms, self.ha_reconnect_interval_max_ms, self.sync_replicas_timeout_ms) <= 0:
             raise ValueError("ha intervals and timeouts must be positive")
+        if self.ha_housekeeping_interval_ms <= self.ha_send_heartbeat_interval_ms:
+            raise ValueError("ha_housekeeping_interval_ms must exceed ha_send_heartbeat_interval_ms")
         if self.ha_transfer_batch_size_bytes < 4096 or self.in_sync_replicas < 1:
             raise ValueError("ha_transfer_batch_size_bytes must be at least 4096 and in_sync_replicas at least 1")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:

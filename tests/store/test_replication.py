@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,3 +239,61 @@ def test_a_stopping_master_ends_its_replication_streams_at_once(nodes, tmp_path)
     stop_server(master.server, grace_s=5)  # without the streams' end it would sit out the grace
     assert time.monotonic() - started < 2.5
     wait_until(lambda: not slave.store.replication.connection.connected.is_set())
+
+
+class _SilentMaster(pb_grpc.StoreServicer):
+    """Answers the handshake, then sends nothing (a master stopped with SIGSTOP, say)."""
+
+    def __init__(self) -> None:
+        self.handshakes = 0
+        self.released = threading.Event()
+
+    def Replicate(self, requests, context):
+        next(requests)
+        self.handshakes += 1
+        yield pb.ReplicateResponse(handshake=pb.MasterHandshake())
+        while context.is_active() and not self.released.wait(0.05):
+            pass
+
+
+def test_a_slave_drops_a_silent_master_and_reconnects(nodes, tmp_path):
+    silent = _SilentMaster()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_StoreServicer_to_server(silent, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        slave = nodes(
+            tmp_path / "b",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"127.0.0.1:{port}",
+            ha_housekeeping_interval_ms=300,
+        )
+        connection = slave.store.replication.connection
+        wait_until(lambda: connection.sessions >= 3)  # each session dropped after 300 ms of silence
+        assert silent.handshakes >= 3
+    finally:
+        silent.released.set()
+        server.stop(0).wait()
+
+
+def test_a_master_drops_a_slave_that_stopped_acking(nodes, tmp_path):
+    master = nodes(tmp_path / "a", ha_housekeeping_interval_ms=300)
+    ha = master.store.replication.ha_service
+    stalled = threading.Event()
+
+    def requests():
+        yield pb.ReplicateRequest(handshake=pb.ReplicaHandshake(replica_id=7))
+        yield pb.ReplicateRequest(ack=pb.ReplicaAck(max_phy_offset=0, confirmed_offset=0))
+        stalled.wait(10)  # then never acks a heartbeat
+
+    with grpc.insecure_channel(master.address) as channel:
+        responses = pb_grpc.StoreStub(channel).Replicate(requests(), timeout=10)
+        assert next(responses).HasField("handshake")
+        wait_until(lambda: [p.replica_id for p in ha.slaves()] == [7])
+        wait_until(lambda: not ha.slaves())  # silent for more than 300 ms: its stream is cancelled
+        with pytest.raises(grpc.RpcError) as ended:
+            for _ in responses:
+                pass
+        assert ended.value.code() is grpc.StatusCode.CANCELLED
+        stalled.set()

@@ -6,7 +6,8 @@ handshake finds the right offset again).
 
 The master sends a heartbeat chunk (no data) every ha_send_heartbeat_interval_ms when idle;
 the slave acks every chunk, heartbeats included, so the master always knows how fresh each
-slave's offsets are.
+slave's offsets are. A stream silent for ha_housekeeping_interval_ms (a master stopped with
+SIGSTOP, a link that drops packets) is cancelled by a watchdog, and the slave reconnects.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.epoch_cache import EpochEntry
+from services.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +68,20 @@ class ReplicationConnection:
 
     name = "ha-client"
 
-    def __init__(self, client: ReplicaCore, master_address: str, reconnect_interval_max_ms: int) -> None:
+    def __init__(
+        self,
+        client: ReplicaCore,
+        master_address: str,
+        reconnect_interval_max_ms: int,
+        housekeeping_interval_ms: int,
+        clock: Clock,
+    ) -> None:
         self._client = client
         self._master_address = master_address
         self._reconnect_interval_max_s = reconnect_interval_max_ms / 1000
+        self._housekeeping_interval_s = housekeeping_interval_ms / 1000
+        self._clock = clock
+        self._last_received_s = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._call: grpc.Future | None = None
@@ -109,6 +121,16 @@ class ReplicationConnection:
             self._stop.wait(pause_s)
             pause_s = min(pause_s * 2, self._reconnect_interval_max_s)
 
+    def _watch(self, call: grpc.Future, session_over: threading.Event) -> None:
+        """Cancel ``call`` once nothing came from the master for the housekeeping interval."""
+        interval_s = self._housekeeping_interval_s
+        while not session_over.wait(interval_s / 4):
+            silent_s = self._clock.monotonic_s() - self._last_received_s
+            if silent_s > interval_s:
+                log.warning("nothing from master %s for %.1f s: reconnecting", self._master_address, silent_s)
+                call.cancel()
+                return
+
     def run_once(self) -> None:
         """One session: handshake, truncation, then chunks until the stream ends."""
         client = self._client
@@ -133,8 +155,13 @@ class ReplicationConnection:
                 if self._stop.is_set():
                     return
                 self._call = call
+            self._last_received_s = self._clock.monotonic_s()
+            session_over = threading.Event()
+            watchdog = threading.Thread(target=self._watch, args=(call, session_over), name="ha-watchdog", daemon=True)
+            watchdog.start()
             try:
                 for response in call:
+                    self._last_received_s = self._clock.monotonic_s()
                     if response.HasField("handshake"):
                         master = response.handshake
                         client.on_master_handshake(epochs_from_pb(master.epochs), master.min_phy_offset)
@@ -146,6 +173,7 @@ class ReplicationConnection:
                     progress = client.on_chunk(chunk.phy_offset, chunk.data, chunk.epoch, chunk.epoch_start_offset)
                     requests.put(_ack(progress))
             finally:
+                session_over.set()
                 self.connected.clear()
                 requests.put(None)
                 with self._lock:

@@ -89,6 +89,11 @@ class HAService:
             session.last_ack_ms = self._clock.now_ms()
             self._cond.notify_all()
 
+    def silent_ms(self, session: SlaveProgress) -> int:
+        """How long since the slave's last ack (or its handshake)."""
+        with self._cond:
+            return self._clock.now_ms() - session.last_ack_ms
+
     def disconnect(self, session: SlaveProgress) -> None:
         """End a session (a newer session of the same replica stays)."""
         with self._cond:

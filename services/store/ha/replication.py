@@ -37,7 +37,11 @@ class Replication:
         if self.role is BrokerRole.SLAVE:
             self.client = HAClient(config, commitlog, replica_log, epoch_file)
             self.connection = ReplicationConnection(
-                self.client, config.ha_master_address, config.ha_reconnect_interval_max_ms
+                self.client,
+                config.ha_master_address,
+                config.ha_reconnect_interval_max_ms,
+                config.ha_housekeeping_interval_ms,
+                clock,
             )
         else:
             empty = epoch_file.last_epoch < 0

@@ -3,7 +3,9 @@
 The stream's worker thread sends; a second thread reads the slave's acks, so a slave that acks
 slowly never stalls the transfer and the SYNC waiters see each ack as soon as it lands. When
 the CommitLog has nothing new, the sender waits for an append, and sends a heartbeat chunk
-(no data) every ha_send_heartbeat_interval_ms, which the slave acks.
+(no data) every ha_send_heartbeat_interval_ms, which the slave acks. A watchdog cancels the
+stream when the slave has not acked for ha_housekeeping_interval_ms (a stopped slave no longer
+reads, and the sender would wait on flow control for ever).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def serve_replica(
     requests: Iterator[pb.ReplicateRequest],
     context: grpc.ServicerContext,
     heartbeat_interval_s: float,
+    housekeeping_interval_s: float,
     stopping: threading.Event,
 ) -> Iterator[pb.ReplicateResponse]:
     """One slave's stream; ends when the slave goes, or when ``stopping`` is set (then
@@ -62,6 +65,13 @@ def serve_replica(
             target=_read_acks, args=(ha, session, requests, closed), name=f"ha-acks-{session.replica_id}", daemon=True
         )
         reader.start()
+        watchdog = threading.Thread(
+            target=_watch,
+            args=(ha, session, context, closed, housekeeping_interval_s),
+            name=f"ha-watchdog-{session.replica_id}",
+            daemon=True,
+        )
+        watchdog.start()
         position = second.ack.max_phy_offset
         while not closed.is_set() and not stopping.is_set() and context.is_active():
             chunk = ha.next_chunk(position)
@@ -83,6 +93,21 @@ def serve_replica(
     finally:
         ha.disconnect(session)
         log.info("slave %d disconnected", session.replica_id)
+
+
+def _watch(
+    ha: HAService,
+    session: SlaveProgress,
+    context: grpc.ServicerContext,
+    closed: threading.Event,
+    housekeeping_interval_s: float,
+) -> None:
+    while not closed.wait(housekeeping_interval_s / 4):
+        silent_ms = ha.silent_ms(session)
+        if silent_ms > housekeeping_interval_s * 1000:
+            log.warning("slave %d silent for %d ms: dropping its stream", session.replica_id, silent_ms)
+            context.cancel()
+            return
 
 
 def _read_acks(

@@ -180,8 +180,12 @@ class StoreServicer(pb_grpc.StoreServicer):
     def Replicate(
         self, requests: Iterator[pb.ReplicateRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.ReplicateResponse]:
-        heartbeat_s = self._store.config.ha_send_heartbeat_interval_ms / 1000
-        yield from serve_replica(self._ha_service(), requests, context, heartbeat_s, self._stopping)
+        config = self._store.config
+        heartbeat_s, housekeeping_s = (
+            config.ha_send_heartbeat_interval_ms / 1000,
+            config.ha_housekeeping_interval_ms / 1000,
+        )
+        yield from serve_replica(self._ha_service(), requests, context, heartbeat_s, housekeeping_s, self._stopping)
 
     def _ha_service(self) -> Any:
         """The master's HAService; None on a slave, a store not started, or a store double."""
