@@ -46,7 +46,6 @@ from services.store.config import FlushMode, StoreConfig
 from services.store.consume_init import ConsumeInitOffsets
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.epoch_file import EpochFile
 from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
 from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
@@ -55,7 +54,6 @@ from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
 from services.store.pop import PopService
 from services.store.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
-from services.store.replica_log import ReplicaLog
 from services.store.reput import ReputService
 from services.store.store_read import StoreReader
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
@@ -259,16 +257,7 @@ class FileStore(StoreReader):
             self._rebuild_consume_queues()
         self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
         self._cq_store.correct_min_offsets(self._commitlog.min_offset)
-        parts = (
-            self._commitlog,
-            self._cq_store,
-            self._index_service,
-            self._reput,
-            self._checkpoint,
-            self._transactions,
-        )
-        replica_log = ReplicaLog(config, *parts)
-        self._replication = Replication(config, self._clock, self._commitlog, EpochFile(config.store_root), replica_log)
+        self._replication = Replication.of_store(self, self._clock)
         # Recovery flushed the CommitLog to its end: record that before serving (the first
         # checkpoint save is just below), so a power cut before the next save still knows which
         # damage lies in the unflushed window (a torn tail) and which would be real corruption.

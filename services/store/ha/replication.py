@@ -12,14 +12,40 @@ until the controller assigns them; the controller will also supply the epoch).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from services.runtime.clock import Clock
+from services.store.checkpoint import CheckpointFile
 from services.store.client.replication import ReplicationConnection
 from services.store.commitlog import CommitLog
 from services.store.config import BrokerRole, StoreConfig
+from services.store.consume_queue import ConsumeQueueStore
 from services.store.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService
+from services.store.index_service import IndexService
 from services.store.replica_log import ReplicaLog
+from services.store.reput import ReputService
+from services.store.transaction_metrics import TransactionMetrics
+
+
+class StoreParts(Protocol):
+    """The parts of a started FileStore that replication works on."""
+
+    @property
+    def config(self) -> StoreConfig: ...
+    @property
+    def commitlog(self) -> CommitLog: ...
+    @property
+    def cq_store(self) -> ConsumeQueueStore: ...
+    @property
+    def index_service(self) -> IndexService | None: ...
+    @property
+    def reput(self) -> ReputService | None: ...
+    @property
+    def checkpoint(self) -> CheckpointFile | None: ...
+    @property
+    def transactions(self) -> TransactionMetrics: ...
 
 
 class Replication:
@@ -49,6 +75,21 @@ class Replication:
                 max(epoch_file.last_epoch + 1, 1), commitlog.min_offset if empty else commitlog.max_offset
             )
             self.ha_service = HAService(config, commitlog, epoch_file, clock)
+
+    @classmethod
+    def of_store(cls, store: StoreParts, clock: Clock) -> Replication:
+        """The role of a FileStore being started (after recovery, before its services)."""
+        assert store.reput is not None and store.checkpoint is not None
+        replica_log = ReplicaLog(
+            store.config,
+            store.commitlog,
+            store.cq_store,
+            store.index_service,
+            store.reput,
+            store.checkpoint,
+            store.transactions,
+        )
+        return cls(store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log)
 
     @property
     def is_slave(self) -> bool:
