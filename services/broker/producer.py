@@ -93,6 +93,7 @@ PUT_STATUS_CODES: dict[PutStatus, Code] = {
     PutStatus.QUEUE_ID_ILLEGAL: Code.INTERNAL_SERVER_ERROR,  # stale queue count; a retry re-reads it
     PutStatus.OS_PAGE_CACHE_BUSY: Code.TOO_MANY_REQUESTS,
     PutStatus.UNKNOWN_ERROR: Code.INTERNAL_SERVER_ERROR,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,  # appended, slaves did not confirm in time
 }
 assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
 _STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_NOT_FOUND})

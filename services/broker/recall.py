@@ -120,6 +120,6 @@ def marker_message(
 
 def recall_outcome_error(status: PutStatus, error: str, codes: dict[PutStatus, Code]) -> BrokerError | None:
     """None when the marker was appended (FLUSH_DISK_TIMEOUT counts, as in RocketMQ)."""
-    if status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+    if status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT):
         return None
     return BrokerError(f"recall failed, store status {status.name}: {error}", codes[status])

@@ -19,6 +19,11 @@ class PutStatus(enum.Enum):
     QUEUE_ID_ILLEGAL = "QUEUE_ID_ILLEGAL"  # outside the topic's write queues
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"  # I/O error: the write did not land
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # SYNC_MASTER: appended, slaves did not confirm it in time
+
+
+# The batch was appended to the CommitLog (the records have offsets), whatever the wait after it said.
+APPENDED_PUT_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT})
 
 
 class GetStatus(enum.Enum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from services.domain.statuses import PutStatus
 
 # Appended to the CommitLog (FLUSH_DISK_TIMEOUT: appended, not yet on disk): delivered.
-APPENDED_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT})
+APPENDED_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT})
 # Retrying cannot help: the message is dropped and counted (TimerMessageStore's PUT_NO_RETRY).
 PERMANENT_FAILURES = frozenset(
     {

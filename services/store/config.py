@@ -18,6 +18,14 @@ class FlushMode(enum.Enum):
     SYNC = "SYNC_FLUSH"  # a put returns only after an fdatasync that covers it (group commit)
 
 
+class BrokerRole(enum.Enum):
+    """The replica's role (RocketMQ's brokerRole; services/store/ha/)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"  # takes writes; a put returns without waiting for slaves
+    SYNC_MASTER = "SYNC_MASTER"  # takes writes; a put returns once in_sync_replicas - 1 slaves confirmed it
+    SLAVE = "SLAVE"  # refuses writes; copies the master at ha_master_address
+
+
 class ConsumeInitMode(enum.Enum):
     """Where a consumer group new to a queue starts (RocketMQ's ConsumeInitMode; consume_init.py)."""
 
@@ -83,6 +91,16 @@ class StoreConfig:
     # (measured here: 1-6 ms per 4 MiB, ~1.5 us per 1 KiB message the writer no longer spends).
     warm_ahead_bytes: int = 16 << 20                  # CommitLog pages populated ahead of the write position by the warm-ahead thread; 0: the writer populates
     cpu_affinity: str = ""                            # CPUs the store process runs on, as in taskset -c ("0", "0-1"); empty: any
+    # -- replication (services/store/ha/; static roles until the controller assigns them) -----
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # ASYNC_MASTER, SYNC_MASTER or SLAVE (brokerRole)
+    replica_id: int = 0                               # this replica's id within its broker group (brokerId)
+    ha_master_address: str = ""                       # SLAVE: the master's store gRPC address, host:port (haMasterAddress)
+    ha_send_heartbeat_interval_ms: int = 1_000        # SLAVE: report its offsets at least this often; master: send a heartbeat this often when idle (haSendHeartbeatInterval)
+    ha_housekeeping_interval_ms: int = 20_000         # either end drops a replication stream silent this long (a stopped or cut peer) (haHousekeepingInterval)
+    ha_reconnect_interval_max_ms: int = 5_000         # SLAVE: longest pause between reconnections to the master (the backoff doubles from 100 ms)
+    ha_transfer_batch_size_bytes: int = 1 << 20       # master: CommitLog bytes per chunk sent to a slave, at most (haTransferBatchSize)
+    in_sync_replicas: int = 2                         # SYNC_MASTER: replicas, the master included, that must hold a put before it is acknowledged (inSyncReplicas)
+    sync_replicas_timeout_ms: int = 5_000             # SYNC_MASTER: a put the slaves do not confirm in time answers FLUSH_SLAVE_TIMEOUT (RocketMQ uses syncFlushTimeout)
     gc_gen0_threshold: int = 10_000                   # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
     # fmt: on
 
@@ -105,6 +123,14 @@ class StoreConfig:
         parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
         if not 0 <= self.access_message_in_memory_max_ratio <= 1:
             raise ValueError("access_message_in_memory_max_ratio must be in [0, 1]")
+        if self.broker_role is BrokerRole.SLAVE and not self.ha_master_address:
+            raise ValueError("broker_role SLAVE needs ha_master_address")
+        if min(self.ha_send_heartbeat_interval_ms, self.ha_reconnect_interval_max_ms, self.sync_replicas_timeout_ms) <= 0:
+            raise ValueError("ha intervals and timeouts must be positive")
+        if self.ha_housekeeping_interval_ms <= self.ha_send_heartbeat_interval_ms:
+            raise ValueError("ha_housekeeping_interval_ms must exceed ha_send_heartbeat_interval_ms")
+        if self.ha_transfer_batch_size_bytes < 4096 or self.in_sync_replicas < 1:
+            raise ValueError("ha_transfer_batch_size_bytes must be at least 4096 and in_sync_replicas at least 1")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:
             raise ValueError("gc_gen0_threshold and warm_ahead_bytes must not be negative")
 

@@ -82,3 +82,11 @@ class ReplicaDataError(ValueError):
         super().__init__(f"replicated bytes at phy_offset {phy_offset} are not whole valid records: {reason}")
         self.phy_offset = phy_offset
         self.reason = reason
+
+
+class NotMasterError(Exception):
+    """A master-only call (Replicate) reached a replica that is not the master."""
+
+
+class ReplicationError(Exception):
+    """The slave cannot follow this master (no epoch in common, bytes it no longer has)."""

@@ -213,3 +213,21 @@ def consume_queues_agree(cq_store: ConsumeQueueStore, commitlog: CommitLog) -> b
             )
             return False
     return True
+
+
+def consume_queue_units_lost(cp: Checkpoint, commitlog: CommitLog, cq_store: ConsumeQueueStore) -> bool:
+    """Did ConsumeQueue units below the checkpoint's dispatched offset disappear?"""
+    if cp.dispatched_phy_offset < commitlog.min_offset or cp.cq_max_offset_sum < 0:
+        # No checkpoint, or one older than retention: units in deleted files cannot be told
+        # apart, and a needless rebuild would forget queues whose records all aged out.
+        return False
+    held = cq_store.units_below_sum(cp.dispatched_phy_offset)
+    if held != cp.cq_max_offset_sum:
+        log.warning(
+            "ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: rebuilding them",
+            held,
+            cp.dispatched_phy_offset,
+            cp.cq_max_offset_sum,
+        )
+        return True
+    return False

@@ -62,7 +62,7 @@ SCHEDULE_COMPACT_MIN = 4_096  # rebuild the revive heap when it outgrows 4x its 
 
 SYSTEM_QUEUE_NUMS = 1  # %RETRY% and %DLQ% topics: one queue (retryQueueNums)
 
-_PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)  # appended either way
+_PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT)  # appended either way
 
 
 QueueKey = tuple[str, str, int]  # (group, source topic, queue id)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
 from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
 from services.domain.names import is_system_topic, validate_topic_name
-from services.domain.statuses import PutStatus
+from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
 from services.store.arrivals import ArrivalBus, ArrivalListener
 from services.store.auth_config import AuthConfigManager
@@ -47,12 +47,13 @@ from services.store.consume_init import ConsumeInitOffsets
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
+from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
 from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
 from services.store.pop import PopService
-from services.store.recovery import RecoveryResult, consume_queues_agree, recover
+from services.store.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
 from services.store.reput import ReputService
 from services.store.store_read import StoreReader
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
@@ -106,6 +107,7 @@ class FileStore(StoreReader):
         self._group_commit: GroupCommitService | None = None
         self._clean: CleanService | None = None
         self._cq_flush: ConsumeQueueFlushService | None = None
+        self._replication: Replication  # built by start()
         self._running = False
         self._recovery: RecoveryResult | None = None
         self._shutdown_lock = threading.Lock()
@@ -194,6 +196,11 @@ class FileStore(StoreReader):
     def clean(self) -> CleanService | None:
         return self._clean
 
+    @property
+    def replication(self) -> Replication:
+        """The replica's role, epochs and replication parts (ha/replication.py)."""
+        return self._replication
+
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         self._config.store_root.mkdir(parents=True, exist_ok=True)
@@ -241,7 +248,7 @@ class FileStore(StoreReader):
         # alone, up to where reput restarts (reput then skips what they already counted).
         counted_to = self._transactions.load(self._commitlog.min_offset, recovered.process_offset)
         self._reput.redispatch(counted_to, [self._transactions], until=recovered.reput_from_offset)
-        lost = self._consume_queue_units_lost(cp)
+        lost = consume_queue_units_lost(cp, self._commitlog, self._cq_store)
         self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
         holes = self._cq_store.queues_with_holes() if abnormal else []
         if holes:
@@ -250,6 +257,7 @@ class FileStore(StoreReader):
             self._rebuild_consume_queues()
         self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
         self._cq_store.correct_min_offsets(self._commitlog.min_offset)
+        self._replication = Replication.of_store(self, self._clock)
         # Recovery flushed the CommitLog to its end: record that before serving (the first
         # checkpoint save is just below), so a power cut before the next save still knows which
         # damage lies in the unflushed window (a torn tail) and which would be real corruption.
@@ -305,6 +313,7 @@ class FileStore(StoreReader):
         )
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
         self._services = [self._reput, flusher, cq_flush, self._clean, offsets, transactions, self._pop.revive]
+        self._services += self._replication.services  # stopped first
         if config.warm_ahead_bytes > 0:
             warm = WarmAheadService(self._commitlog.mfq, config.warm_ahead_bytes)
             self._commitlog.on_populate_low = warm.wake
@@ -383,23 +392,6 @@ class FileStore(StoreReader):
         usage = shutil.disk_usage(self._config.store_root)
         return usage.used / usage.total if usage.total else 0.0
 
-    def _consume_queue_units_lost(self, cp) -> bool:
-        """Did ConsumeQueue units below the checkpoint's dispatched offset disappear?"""
-        if cp.dispatched_phy_offset < self._commitlog.min_offset or cp.cq_max_offset_sum < 0:
-            # No checkpoint, or one older than retention: units in deleted files cannot be told
-            # apart, and a needless rebuild would forget queues whose records all aged out.
-            return False
-        held = self._cq_store.units_below_sum(cp.dispatched_phy_offset)
-        if held != cp.cq_max_offset_sum:
-            log.warning(
-                "ConsumeQueues hold %d units below phy_offset %d, the checkpoint recorded %d: rebuilding them",
-                held,
-                cp.dispatched_phy_offset,
-                cp.cq_max_offset_sum,
-            )
-            return True
-        return False
-
     def _rebuild_consume_queues(self) -> None:
         """Throw every ConsumeQueue away and re-dispatch the whole CommitLog into new ones."""
         log.warning("rebuilding all ConsumeQueues from the CommitLog")
@@ -413,7 +405,7 @@ class FileStore(StoreReader):
     def put_messages(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
         """Validate, append and (SYNC) wait for the flush of a batch. All or nothing on bad input."""
         status, error = self.put_batch(messages, allow_system_topics)
-        if status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT:
+        if status in APPENDED_PUT_STATUSES:
             prefix = self._commitlog.store_host_prefix
             return [
                 PutResult(status, rec.phy_offset, rec.total_size, rec.queue_offset, rec.store_timestamp_ms, "", prefix)
@@ -428,6 +420,8 @@ class FileStore(StoreReader):
         total_size and store_timestamp_ms."""
         if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
+        if self._replication.is_slave:
+            return PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave: writes go to its master"
         if self._clean is not None and self._clean.disk_full:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._prepare(messages, allow_system_topics)
@@ -442,10 +436,12 @@ class FileStore(StoreReader):
             log.error("append failed: %s", exc)
             return PutStatus.UNKNOWN_ERROR, f"write failed: {exc}"
         self._reput.notify_append()
-        if self._group_commit is not None and any(rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages):
-            last = messages[-1]
-            if not self._group_commit.wait_for_flush(last.phy_offset + last.total_size):
-                return PutStatus.FLUSH_DISK_TIMEOUT, ""
+        wait = any(rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages)
+        end = messages[-1].phy_offset + messages[-1].total_size
+        if self._group_commit is not None and wait and not self._group_commit.wait_for_flush(end):
+            return PutStatus.FLUSH_DISK_TIMEOUT, ""
+        if not self._replication.after_append(end, wait):
+            return PutStatus.FLUSH_SLAVE_TIMEOUT, ""
         return PutStatus.PUT_OK, ""
 
     def _prepare(

@@ -15,7 +15,7 @@ from typing import Any
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
-from services.domain.statuses import GetStatus, PutStatus
+from services.domain.statuses import APPENDED_PUT_STATUSES, GetStatus, PutStatus
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
@@ -202,7 +202,7 @@ def put_batch_response_to_pb(
     batch.status = _PUT_STATUS_TO_PB[status]
     if error:
         batch.error = error
-    if records and (status is PutStatus.PUT_OK or status is PutStatus.FLUSH_DISK_TIMEOUT):
+    if records and status in APPENDED_PUT_STATUSES:
         batch.phy_offset.extend([rec.phy_offset for rec in records])
         batch.queue_offset.extend([rec.queue_offset for rec in records])
         batch.wrote_bytes.extend([rec.total_size for rec in records])

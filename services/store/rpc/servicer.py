@@ -24,6 +24,7 @@ from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
 from services.store.model import Arrival
 from services.store.rpc import convert
+from services.store.rpc.replicate import serve_replica
 from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
 WATCH_BUFFER_ARRIVALS_MAX = 1024  # arrivals buffered per watcher before coalescing per queue
@@ -107,6 +108,8 @@ class StoreCore(Protocol):
     def transactions(self) -> Any: ...  # TransactionMetrics: half_messages()
     @property
     def commitlog(self) -> Any: ...  # read_bytes(phy_offset, size) for LookRawMessages, store_host_prefix
+    @property
+    def replication(self) -> Any: ...  # ha.replication.Replication: ha_service for Replicate
 
     def put_messages(self, messages: list[Any], allow_system_topics: bool = False) -> list[Any]: ...
     def put_batch(self, messages: list[Any], allow_system_topics: bool = False) -> tuple[Any, str]: ...
@@ -152,9 +155,14 @@ class StoreServicer(pb_grpc.StoreServicer):
         self._watch_buffer_arrivals_max = watch_buffer_arrivals_max
         self._watchers: set[ArrivalWatcher] = set()
         self._watchers_lock = threading.Lock()
+        self._stopping = threading.Event()  # set by close(): Replicate streams end
 
     def close(self) -> None:
-        """End every open WatchArrivals stream (called before the server stops)."""
+        """End every open WatchArrivals and Replicate stream (called before the server stops)."""
+        self._stopping.set()
+        ha_service = self._ha_service()
+        if ha_service is not None:
+            ha_service.wake()
         with self._watchers_lock:
             watchers = list(self._watchers)
         for watcher in watchers:
@@ -167,6 +175,22 @@ class StoreServicer(pb_grpc.StoreServicer):
     ) -> Iterator[pb.PutMessagesResponse]:
         for request in requests:
             yield self._put_messages(request)
+
+    @rpc_errors
+    def Replicate(
+        self, requests: Iterator[pb.ReplicateRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.ReplicateResponse]:
+        config = self._store.config
+        heartbeat_s, housekeeping_s = (
+            config.ha_send_heartbeat_interval_ms / 1000,
+            config.ha_housekeeping_interval_ms / 1000,
+        )
+        yield from serve_replica(self._ha_service(), requests, context, heartbeat_s, housekeeping_s, self._stopping)
+
+    def _ha_service(self) -> Any:
+        """The master's HAService; None on a slave, a store not started, or a store double."""
+        replication = getattr(self._store, "replication", None)
+        return replication.ha_service if replication is not None else None
 
     @rpc_errors
     def PutMessages(self, request: pb.PutMessagesRequest, context: grpc.ServicerContext) -> pb.PutMessagesResponse:

@@ -26,7 +26,12 @@ from typing import Any, TypeVar
 import grpc
 
 from services.domain.statuses import PutStatus
-from services.store.errors import StoreNotRunningError, StoreUnavailableError, TooManyWatchersError
+from services.store.errors import (
+    NotMasterError,
+    StoreNotRunningError,
+    StoreUnavailableError,
+    TooManyWatchersError,
+)
 from services.store.model import PutResult
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,7 @@ EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (StoreUnavailableError, Code.UNAVAILABLE),
     (StoreNotRunningError, Code.UNAVAILABLE),  # used before start() or after shutdown()
     (TooManyWatchersError, Code.RESOURCE_EXHAUSTED),
+    (NotMasterError, Code.FAILED_PRECONDITION),  # Replicate on a slave
     (ValueError, Code.INVALID_ARGUMENT),  # includes PropertiesError and UnicodeError
     (LookupError, Code.NOT_FOUND),  # includes KeyError
 )
@@ -56,6 +62,7 @@ PUT_STATUS_CODES: dict[PutStatus, grpc.StatusCode] = {
     PutStatus.QUEUE_ID_ILLEGAL: Code.INVALID_ARGUMENT,
     PutStatus.OS_PAGE_CACHE_BUSY: Code.RESOURCE_EXHAUSTED,
     PutStatus.UNKNOWN_ERROR: Code.INTERNAL,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.DEADLINE_EXCEEDED,
 }
 assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
 

@@ -1,0 +1,205 @@
+"""The master side of CommitLog replication (RocketMQ 5: ``AutoSwitchHAService``,
+``AutoSwitchHAConnection``, ``GroupTransferService``). No gRPC here: ``rpc/replicate.py`` drives
+one stream per slave through these calls.
+
+Per slave: ``handshake`` answers with the master's epochs, ``next_chunk`` reads the next whole
+records from where the slave's CommitLog ends, ``on_ack`` records what the slave holds and
+confirmed. A chunk never crosses a segment end or an epoch boundary, so the slave can record a
+new epoch before it appends the first byte written under it.
+
+What is sent: everything *written* (up to the CommitLog's max phy_offset), not only what the
+master has flushed, as RocketMQ does. Replication then runs while the master flushes instead
+of after it, which is what makes a SYNC_MASTER put cost max(flush, round trip) and not their
+sum. Bytes the master loses in a power cut after the slave got them are not a danger: the
+master comes back under a new epoch that starts where its recovered log ends, and the slave's
+longer tail of the old epoch is cut at the consistent point on its next handshake.
+
+SYNC_MASTER puts wait in ``wait_for_replicas`` (group commit, as GroupTransferService): every
+waiter sleeps on one condition; each ack wakes them all, and one ack that covers a thousand
+puts releases all thousand. A put needs ``in_sync_replicas - 1`` slaves to have confirmed its
+end offset.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from services.domain.epoch_cache import EpochEntry
+from services.runtime.clock import Clock
+from services.store.commitlog import CommitLog
+from services.store.config import StoreConfig
+from services.store.epoch_file import EpochFile
+from services.store.errors import ReplicaOffsetError
+
+_TOTAL_SIZE_BYTES = 4  # a record (and a blank record) starts with its TOTALSIZE, big-endian int32
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Whole records from ``phy_offset``, all written under ``epoch`` (begun at ``epoch_start_offset``)."""
+
+    phy_offset: int
+    data: bytes
+    epoch: int
+    epoch_start_offset: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.phy_offset + len(self.data)
+
+
+@dataclass
+class SlaveProgress:
+    """What one connected slave last reported (RocketMQ's slaveAckOffset, per connection)."""
+
+    replica_id: int
+    max_phy_offset: int = 0  # where its CommitLog ends
+    confirmed_offset: int = 0  # what it keeps across a crash of its process
+    last_ack_ms: int = 0
+
+
+class HAService:
+    """Replication state of a master: its slaves' progress, the chunks it sends, SYNC waits."""
+
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, epoch_file: EpochFile, clock: Clock) -> None:
+        self._config = config
+        self._commitlog = commitlog
+        self._epoch_file = epoch_file
+        self._clock = clock
+        self._cond = threading.Condition()  # slaves' acks and new appends both notify it
+        self._slaves: dict[int, SlaveProgress] = {}
+        self._append_count = 0
+
+    # -- slaves -------------------------------------------------------------------------------
+    def handshake(self, replica_id: int) -> tuple[SlaveProgress, int, int, list[EpochEntry]]:
+        """Register a slave's session (it replaces an older session of the same replica);
+        returns it and the master's min phy_offset, max phy_offset and epochs (with ends)."""
+        max_offset = self._commitlog.max_offset
+        session = SlaveProgress(replica_id, last_ack_ms=self._clock.now_ms())
+        with self._cond:
+            self._slaves[replica_id] = session
+            self._cond.notify_all()
+        return session, self._commitlog.min_offset, max_offset, self._epoch_file.entries(max_offset)
+
+    def on_ack(self, session: SlaveProgress, max_phy_offset: int, confirmed_offset: int) -> None:
+        with self._cond:
+            session.max_phy_offset = max_phy_offset
+            session.confirmed_offset = confirmed_offset
+            session.last_ack_ms = self._clock.now_ms()
+            self._cond.notify_all()
+
+    def silent_ms(self, session: SlaveProgress) -> int:
+        """How long since the slave's last ack (or its handshake)."""
+        with self._cond:
+            return self._clock.now_ms() - session.last_ack_ms
+
+    def disconnect(self, session: SlaveProgress) -> None:
+        """End a session (a newer session of the same replica stays)."""
+        with self._cond:
+            if self._slaves.get(session.replica_id) is session:
+                del self._slaves[session.replica_id]
+            self._cond.notify_all()
+
+    def slaves(self) -> list[SlaveProgress]:
+        with self._cond:
+            return [SlaveProgress(**vars(p)) for p in self._slaves.values()]
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self._commitlog.max_offset
+
+    # -- transfer -----------------------------------------------------------------------------
+    def next_chunk(self, from_offset: int) -> Chunk | None:
+        """The whole records from ``from_offset`` (a record boundary: where the slave's log
+        ends), at most ha_transfer_batch_size_bytes unless the first record alone is larger,
+        within one segment and one epoch; None when there is nothing new. Raises
+        ReplicaOffsetError when ``from_offset`` is beyond the master's log or below what
+        retention kept."""
+        commitlog = self._commitlog
+        max_offset = commitlog.max_offset
+        if from_offset == max_offset:
+            return None
+        if not commitlog.min_offset <= from_offset < max_offset:
+            raise ReplicaOffsetError(
+                f"a slave asks for phy_offset {from_offset}; this master holds [{commitlog.min_offset}, {max_offset})",
+                from_offset,
+                max_offset,
+            )
+        entry = self._epoch_of(from_offset, max_offset)
+        file_size = self._config.commitlog_file_size_bytes
+        segment_end = from_offset - from_offset % file_size + file_size
+        limit = min(max_offset, entry.end_offset, segment_end)
+        head = commitlog.read_bytes(from_offset, _TOTAL_SIZE_BYTES)
+        if head is None:  # retention deleted the segment meanwhile
+            raise ReplicaOffsetError(f"phy_offset {from_offset} is no longer in the CommitLog", from_offset, max_offset)
+        first_size = int.from_bytes(head, "big", signed=True)
+        size = max(min(limit - from_offset, self._config.ha_transfer_batch_size_bytes), first_size)
+        data = commitlog.read_bytes(from_offset, min(size, limit - from_offset))
+        if data is None:
+            raise ReplicaOffsetError(f"phy_offset {from_offset} is no longer in the CommitLog", from_offset, max_offset)
+        whole = _whole_records_length(data)
+        return Chunk(from_offset, bytes(data[:whole]), entry.epoch, entry.start_offset) if whole else None
+
+    def _epoch_of(self, offset: int, max_offset: int) -> EpochEntry:
+        for entry in reversed(self._epoch_file.entries(max_offset)):
+            if entry.start_offset <= offset < entry.end_offset:
+                return entry
+        raise ReplicaOffsetError(f"no epoch of this master covers phy_offset {offset}", offset, max_offset)
+
+    def notify_append(self) -> None:
+        """Called after each append: wakes the streams waiting for new bytes."""
+        with self._cond:
+            self._append_count += 1
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Wake every waiting stream (one of them is ending, or the server is stopping)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for_data(self, from_offset: int, timeout_s: float) -> bool:
+        """Wait until the CommitLog ends beyond ``from_offset``; False on timeout or ``wake``."""
+        with self._cond:
+            if self._commitlog.max_offset <= from_offset:
+                self._cond.wait(timeout_s)
+            return self._commitlog.max_offset > from_offset
+
+    # -- SYNC_MASTER --------------------------------------------------------------------------
+    @property
+    def acks_needed(self) -> int:
+        return self._config.in_sync_replicas - 1
+
+    def confirmed_offset(self) -> int:
+        """The offset up to which acks_needed slaves have confirmed (-1: too few connected);
+        the master's own max phy_offset when no slave is needed."""
+        needed = self.acks_needed
+        if needed <= 0:
+            return self._commitlog.max_offset
+        with self._cond:
+            return self._confirmed_locked(needed)
+
+    def _confirmed_locked(self, needed: int) -> int:
+        offsets = sorted((p.confirmed_offset for p in self._slaves.values()), reverse=True)
+        return offsets[needed - 1] if len(offsets) >= needed else -1
+
+    def wait_for_replicas(self, end_offset: int, timeout_s: float) -> bool:
+        """Wait until acks_needed slaves confirmed ``end_offset``; False on timeout."""
+        needed = self.acks_needed
+        if needed <= 0:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._confirmed_locked(needed) >= end_offset, timeout_s)
+
+
+def _whole_records_length(data: bytes) -> int:
+    """How many leading bytes of ``data`` are whole records (by their TOTALSIZE fields; a blank
+    record's TOTALSIZE runs to its segment's end). The slave validates them as recovery does."""
+    pos = 0
+    end = len(data)
+    while pos + _TOTAL_SIZE_BYTES <= end:
+        size = int.from_bytes(data[pos : pos + _TOTAL_SIZE_BYTES], "big", signed=True)
+        if size <= 0 or pos + size > end:
+            break
+        pos += size
+    return pos

@@ -1,0 +1,124 @@
+"""The master's half of ``Store.Replicate`` (the gRPC shell of ``ha.ha_service.HAService``).
+
+The stream's worker thread sends; a second thread reads the slave's acks, so a slave that acks
+slowly never stalls the transfer and the SYNC waiters see each ack as soon as it lands. When
+the CommitLog has nothing new, the sender waits for an append, and sends a heartbeat chunk
+(no data) every ha_send_heartbeat_interval_ms, which the slave acks. A watchdog cancels the
+stream when the slave has not acked for ha_housekeeping_interval_ms (a stopped slave no longer
+reads, and the sender would wait on flow control for ever).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import grpc
+from pyrmq.store.v1 import store_pb2 as pb
+
+from services.store.client.replication import epochs_to_pb
+from services.store.errors import NotMasterError
+from services.store.ha.ha_service import HAService, SlaveProgress
+
+log = logging.getLogger(__name__)
+
+
+def serve_replica(
+    ha: HAService | None,
+    requests: Iterator[pb.ReplicateRequest],
+    context: grpc.ServicerContext,
+    heartbeat_interval_s: float,
+    housekeeping_interval_s: float,
+    stopping: threading.Event,
+) -> Iterator[pb.ReplicateResponse]:
+    """One slave's stream; ends when the slave goes, or when ``stopping`` is set (then
+    ``HAService.wake`` makes it notice at once)."""
+    if ha is None:
+        raise NotMasterError("this store is not a master: replicate from the master")
+    first = next(requests, None)
+    if first is None:
+        return
+    if not first.HasField("handshake"):
+        raise ValueError("Replicate: the first message must be a handshake")
+    session, min_offset, max_offset, epochs = ha.handshake(first.handshake.replica_id)
+    log.info(
+        "slave %d connected (its CommitLog ends at %d, ours at %d)",
+        session.replica_id,
+        first.handshake.max_phy_offset,
+        max_offset,
+    )
+    try:
+        yield pb.ReplicateResponse(
+            handshake=pb.MasterHandshake(
+                replica_id=0, min_phy_offset=min_offset, max_phy_offset=max_offset, epochs=epochs_to_pb(epochs)
+            )
+        )
+        second = next(requests, None)
+        if second is None:
+            return
+        if not second.HasField("ack"):
+            raise ValueError("Replicate: after the handshake the slave acks where its CommitLog ends")
+        ha.on_ack(session, second.ack.max_phy_offset, second.ack.confirmed_offset)
+        closed = threading.Event()
+        reader = threading.Thread(
+            target=_read_acks, args=(ha, session, requests, closed), name=f"ha-acks-{session.replica_id}", daemon=True
+        )
+        reader.start()
+        watchdog = threading.Thread(
+            target=_watch,
+            args=(ha, session, context, closed, housekeeping_interval_s),
+            name=f"ha-watchdog-{session.replica_id}",
+            daemon=True,
+        )
+        watchdog.start()
+        position = second.ack.max_phy_offset
+        while not closed.is_set() and not stopping.is_set() and context.is_active():
+            chunk = ha.next_chunk(position)
+            if chunk is not None:
+                yield pb.ReplicateResponse(
+                    chunk=pb.CommitLogChunk(
+                        phy_offset=chunk.phy_offset,
+                        data=chunk.data,
+                        epoch=chunk.epoch,
+                        epoch_start_offset=chunk.epoch_start_offset,
+                        master_max_phy_offset=ha.max_phy_offset,
+                    )
+                )
+                position = chunk.end_offset
+            elif not ha.wait_for_data(position, heartbeat_interval_s) and not (closed.is_set() or stopping.is_set()):
+                yield pb.ReplicateResponse(
+                    chunk=pb.CommitLogChunk(phy_offset=position, master_max_phy_offset=ha.max_phy_offset)
+                )
+    finally:
+        ha.disconnect(session)
+        log.info("slave %d disconnected", session.replica_id)
+
+
+def _watch(
+    ha: HAService,
+    session: SlaveProgress,
+    context: grpc.ServicerContext,
+    closed: threading.Event,
+    housekeeping_interval_s: float,
+) -> None:
+    while not closed.wait(housekeeping_interval_s / 4):
+        silent_ms = ha.silent_ms(session)
+        if silent_ms > housekeeping_interval_s * 1000:
+            log.warning("slave %d silent for %d ms: dropping its stream", session.replica_id, silent_ms)
+            context.cancel()
+            return
+
+
+def _read_acks(
+    ha: HAService, session: SlaveProgress, requests: Iterator[pb.ReplicateRequest], closed: threading.Event
+) -> None:
+    try:
+        for request in requests:
+            if request.HasField("ack"):
+                ha.on_ack(session, request.ack.max_phy_offset, request.ack.confirmed_offset)
+    except grpc.RpcError:
+        pass  # the stream was cancelled: the sender sees ``closed``
+    finally:
+        closed.set()
+        ha.wake()
