@@ -20,6 +20,9 @@ class PutStatus(enum.Enum):
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"  # I/O error: the write did not land
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # SYNC_MASTER: appended, slaves did not confirm it in time
+    HA_NOT_AVAILABLE = (
+        "HA_NOT_AVAILABLE"  # controller mode: too few replicas in sync (min_in_sync_replicas); nothing written
+    )
 
 
 # The batch was appended to the CommitLog (the records have offsets), whatever the wait after it said.

@@ -101,6 +101,13 @@ class StoreConfig:
     ha_transfer_batch_size_bytes: int = 1 << 20       # master: CommitLog bytes per chunk sent to a slave, at most (haTransferBatchSize)
     in_sync_replicas: int = 2                         # SYNC_MASTER: replicas, the master included, that must hold a put before it is acknowledged (inSyncReplicas)
     sync_replicas_timeout_ms: int = 5_000             # SYNC_MASTER: a put the slaves do not confirm in time answers FLUSH_SLAVE_TIMEOUT (RocketMQ uses syncFlushTimeout)
+    # -- controller mode (enableControllerMode): roles from etcd; broker_role then only says ASYNC or SYNC as master --
+    etcd_endpoints: str = ""                          # etcd endpoints, comma-separated host:port; set: controller mode (roles elected through etcd), empty: static broker_role (controllerAddr)
+    lease_ttl_ms: int = 2_000                         # controller mode: TTL of this replica's etcd lease; a dead master is replaced about this long after its last keepalive
+    min_in_sync_replicas: int = 1                     # controller mode: a master refuses puts with HA_NOT_AVAILABLE while its SyncStateSet is smaller (minInSyncReplicas)
+    all_ack_in_sync_state_set: bool = True            # controller mode, SYNC_MASTER: a put waits for every member of the SyncStateSet instead of in_sync_replicas - 1 slaves (allAckInSyncStateSet; RocketMQ's default is false)
+    ha_max_time_slave_not_catchup_ms: int = 15_000    # controller mode: a slave not caught up this long leaves the SyncStateSet (haMaxTimeSlaveNotCatchup)
+    unclean_election_enable: bool = False             # controller mode: elect a replica outside the SyncStateSet when none in it is alive (may lose acknowledged messages) (enableElectUncleanMaster)
     gc_gen0_threshold: int = 10_000                   # net allocations between young garbage collections (Python: 700); start-up objects are frozen; 0: Python's defaults
     # fmt: on
 
@@ -131,6 +138,10 @@ class StoreConfig:
             raise ValueError("ha_housekeeping_interval_ms must exceed ha_send_heartbeat_interval_ms")
         if self.ha_transfer_batch_size_bytes < 4096 or self.in_sync_replicas < 1:
             raise ValueError("ha_transfer_batch_size_bytes must be at least 4096 and in_sync_replicas at least 1")
+        if self.etcd_endpoints and self.broker_role is BrokerRole.SLAVE:
+            raise ValueError("with etcd_endpoints the controller assigns roles: broker_role is ASYNC_MASTER or SYNC_MASTER")
+        if self.lease_ttl_ms < 1000 or self.min_in_sync_replicas < 1:
+            raise ValueError("lease_ttl_ms must be at least 1000 and min_in_sync_replicas at least 1")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:
             raise ValueError("gc_gen0_threshold and warm_ahead_bytes must not be negative")
 

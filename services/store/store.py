@@ -420,8 +420,9 @@ class FileStore(StoreReader):
         total_size and store_timestamp_ms."""
         if not self._running:
             return PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
-        if self._replication.is_slave:
-            return PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave: writes go to its master"
+        refused = self._replication.refuse_put()  # a slave; controller mode: not writable, too few in sync
+        if refused is not None:
+            return refused
         if self._clean is not None and self._clean.disk_full:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._prepare(messages, allow_system_topics)

@@ -23,7 +23,9 @@ end offset.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.domain.epoch_cache import EpochEntry
 from services.runtime.clock import Clock
@@ -57,12 +59,29 @@ class SlaveProgress:
     max_phy_offset: int = 0  # where its CommitLog ends
     confirmed_offset: int = 0  # what it keeps across a crash of its process
     last_ack_ms: int = 0
+    caught_up_target: int = 0  # the master's max offset when a send last brought the slave to it
+
+
+class SessionListener(Protocol):
+    """Hears the slaves' sessions (the controller mode's SyncStateSet feed). Called on the
+    streams' threads: must not block."""
+
+    def acked(self, replica_id: int, max_phy_offset: int, caught_up: bool) -> None: ...
+    def disconnected(self, replica_id: int) -> None: ...
 
 
 class HAService:
     """Replication state of a master: its slaves' progress, the chunks it sends, SYNC waits."""
 
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, epoch_file: EpochFile, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        epoch_file: EpochFile,
+        clock: Clock,
+        listener: SessionListener | None = None,
+        required_slaves: Callable[[], frozenset[int]] | None = None,
+    ) -> None:
         self._config = config
         self._commitlog = commitlog
         self._epoch_file = epoch_file
@@ -70,13 +89,22 @@ class HAService:
         self._cond = threading.Condition()  # slaves' acks and new appends both notify it
         self._slaves: dict[int, SlaveProgress] = {}
         self._append_count = 0
+        self._listener = listener
+        self._required_slaves = required_slaves  # all-ack: the slaves a SYNC put waits for
+        self.closed = False  # no longer the master: streams end
+
+    def close(self) -> None:
+        """This replica stopped being master: every stream ends, SYNC waiters give up."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
 
     # -- slaves -------------------------------------------------------------------------------
     def handshake(self, replica_id: int) -> tuple[SlaveProgress, int, int, list[EpochEntry]]:
         """Register a slave's session (it replaces an older session of the same replica);
         returns it and the master's min phy_offset, max phy_offset and epochs (with ends)."""
         max_offset = self._commitlog.max_offset
-        session = SlaveProgress(replica_id, last_ack_ms=self._clock.now_ms())
+        session = SlaveProgress(replica_id, last_ack_ms=self._clock.now_ms(), caught_up_target=max_offset)
         with self._cond:
             self._slaves[replica_id] = session
             self._cond.notify_all()
@@ -88,6 +116,16 @@ class HAService:
             session.confirmed_offset = confirmed_offset
             session.last_ack_ms = self._clock.now_ms()
             self._cond.notify_all()
+        if self._listener is not None:
+            # Caught up (RocketMQ's lastCatchUpTime): it holds all the master had when a send
+            # last reached the master's end.
+            self._listener.acked(session.replica_id, max_phy_offset, max_phy_offset >= session.caught_up_target)
+
+    def sent(self, session: SlaveProgress, end_offset: int, master_max_offset: int) -> None:
+        """A chunk (or heartbeat) ending at ``end_offset`` went out while the master ended at
+        ``master_max_offset``: when it reached the end, acking it means caught up."""
+        if end_offset >= master_max_offset:
+            session.caught_up_target = end_offset
 
     def silent_ms(self, session: SlaveProgress) -> int:
         """How long since the slave's last ack (or its handshake)."""
@@ -97,9 +135,12 @@ class HAService:
     def disconnect(self, session: SlaveProgress) -> None:
         """End a session (a newer session of the same replica stays)."""
         with self._cond:
-            if self._slaves.get(session.replica_id) is session:
+            current = self._slaves.get(session.replica_id) is session
+            if current:
                 del self._slaves[session.replica_id]
             self._cond.notify_all()
+        if current and self._listener is not None:
+            self._listener.disconnected(session.replica_id)
 
     def slaves(self) -> list[SlaveProgress]:
         with self._cond:
@@ -184,12 +225,29 @@ class HAService:
         return offsets[needed - 1] if len(offsets) >= needed else -1
 
     def wait_for_replicas(self, end_offset: int, timeout_s: float) -> bool:
-        """Wait until acks_needed slaves confirmed ``end_offset``; False on timeout."""
+        """Wait until acks_needed slaves (all-ack: every slave of the SyncStateSet) confirmed
+        ``end_offset``; False on timeout or when this master is closed."""
+        required = self._required_slaves
+        if required is not None:
+            with self._cond:
+                return (
+                    self._cond.wait_for(
+                        lambda: self.closed or self._all_confirmed_locked(required(), end_offset), timeout_s
+                    )
+                    and not self.closed
+                )
         needed = self.acks_needed
         if needed <= 0:
             return True
         with self._cond:
             return self._cond.wait_for(lambda: self._confirmed_locked(needed) >= end_offset, timeout_s)
+
+    def _all_confirmed_locked(self, slaves: frozenset[int], end_offset: int) -> bool:
+        for replica_id in slaves:
+            session = self._slaves.get(replica_id)
+            if session is None or session.confirmed_offset < end_offset:
+                return False
+        return True
 
 
 def _whole_records_length(data: bytes) -> int:

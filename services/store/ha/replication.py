@@ -1,19 +1,28 @@
-"""A store's replication role, wired into FileStore at start (static roles from StoreConfig
-until the controller assigns them; the controller will also supply the epoch).
+"""A store's replication role, wired into FileStore at start: static from StoreConfig, or, in
+controller mode (``etcd_endpoints`` set, RocketMQ's enableControllerMode), assigned by the
+group's elections through ``ha/controller_mode.py``, which calls ``become_master`` /
+``become_slave`` / ``become_candidate`` as the etcd view changes.
 
-* A master (ASYNC_MASTER, SYNC_MASTER) records a new epoch when it starts: the last epoch + 1,
-  from its max phy_offset (from its min offset when the file is empty: everything before
-  was written by this store alone). It owns an ``HAService`` that the ``Replicate`` stream
-  serves slaves from; ``after_append`` wakes those streams and, for a SYNC_MASTER, waits for
-  the slaves' confirmations (FLUSH_SLAVE_TIMEOUT after sync_replicas_timeout_ms).
-* A slave refuses puts (``is_slave``) and runs a ``ReplicationConnection`` to
-  ha_master_address.
+* A master (ASYNC_MASTER, SYNC_MASTER) records an epoch before it writes: with static roles the
+  last epoch + 1 when it starts (from its min offset when the file is empty: everything before
+  was written by this store alone); in controller mode the masterEpoch it was elected at, from
+  its max phy_offset. It owns an ``HAService`` that the ``Replicate`` stream serves slaves
+  from; ``after_append`` wakes those streams and, for a SYNC_MASTER, waits for the slaves'
+  confirmations (FLUSH_SLAVE_TIMEOUT after sync_replicas_timeout_ms).
+* A slave refuses puts and runs a ``ReplicationConnection`` to its master (ha_master_address,
+  or the elected master's address; a new master means a new connection).
+* In controller mode a replica with no role yet (electing) refuses puts, and a master's puts
+  pass its ``WriteGate`` first (lease-bound writability, min_in_sync_replicas) and again
+  before the acknowledgement.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Protocol
 
+from services.domain.statuses import PutStatus
 from services.runtime.clock import Clock
 from services.store.checkpoint import CheckpointFile
 from services.store.client.replication import ReplicationConnection
@@ -21,12 +30,32 @@ from services.store.commitlog import CommitLog
 from services.store.config import BrokerRole, StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.epoch_file import EpochFile
+from services.store.errors import ReplicationError
 from services.store.ha.ha_client import HAClient
-from services.store.ha.ha_service import HAService
+from services.store.ha.ha_service import HAService, SessionListener
 from services.store.index_service import IndexService
 from services.store.replica_log import ReplicaLog
 from services.store.reput import ReputService
 from services.store.transaction_metrics import TransactionMetrics
+
+log = logging.getLogger(__name__)
+
+Refusal = tuple[PutStatus, str]
+
+
+class WriteGate(Protocol):
+    """A controller-mode master's checks (ha/controller_mode.py)."""
+
+    def refuse_put(self) -> Refusal | None: ...
+    def writable(self) -> bool: ...
+
+
+class Coordinator(Protocol):
+    """The controller-mode loops, started and stopped with the store."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def halt(self) -> None: ...
 
 
 class StoreParts(Protocol):
@@ -49,32 +78,40 @@ class StoreParts(Protocol):
 
 
 class Replication:
+    name = "replication"
+
     def __init__(
         self, config: StoreConfig, clock: Clock, commitlog: CommitLog, epoch_file: EpochFile, replica_log: ReplicaLog
     ) -> None:
-        self.role = config.broker_role
+        self.config = config
+        self.clock = clock
+        self.commitlog = commitlog
         self.epoch_file = epoch_file
         self.replica_log = replica_log
         self._timeout_s = config.sync_replicas_timeout_ms / 1000
+        self._lock = threading.Lock()  # role changes
+        self.role: BrokerRole | None = None  # None: controller mode, no role yet
+        self.master_epoch = 0
+        self.master_address = ""  # the master a slave follows
         self.ha_service: HAService | None = None
-        self.client: HAClient | None = None
+        self.client = HAClient(config, commitlog, replica_log, epoch_file)
         self.connection: ReplicationConnection | None = None
+        self.gate: WriteGate | None = None
+        self.coordinator: Coordinator | None = None
         epoch_file.load()
-        if self.role is BrokerRole.SLAVE:
-            self.client = HAClient(config, commitlog, replica_log, epoch_file)
-            self.connection = ReplicationConnection(
-                self.client,
-                config.ha_master_address,
-                config.ha_reconnect_interval_max_ms,
-                config.ha_housekeeping_interval_ms,
-                clock,
-            )
+        if config.etcd_endpoints:
+            return
+        if config.broker_role is BrokerRole.SLAVE:
+            self.role = BrokerRole.SLAVE
+            self.master_address = config.ha_master_address
+            self.connection = self._connection(config.ha_master_address)
         else:
             empty = epoch_file.last_epoch < 0
             epoch_file.append(
                 max(epoch_file.last_epoch + 1, 1), commitlog.min_offset if empty else commitlog.max_offset
             )
             self.ha_service = HAService(config, commitlog, epoch_file, clock)
+            self.role = config.broker_role
 
     @classmethod
     def of_store(cls, store: StoreParts, clock: Clock) -> Replication:
@@ -89,24 +126,135 @@ class Replication:
             store.checkpoint,
             store.transactions,
         )
-        return cls(store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log)
+        replication = cls(store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log)
+        if store.config.etcd_endpoints:
+            from services.store.ha.controller_mode import ControllerMode  # imports the etcd client
+
+            replication.coordinator = ControllerMode(store.config, clock, replication)
+        return replication
+
+    def _connection(self, address: str) -> ReplicationConnection:
+        config = self.config
+        return ReplicationConnection(
+            self.client, address, config.ha_reconnect_interval_max_ms, config.ha_housekeeping_interval_ms, self.clock
+        )
 
     @property
     def is_slave(self) -> bool:
         return self.role is BrokerRole.SLAVE
 
     @property
+    def is_master(self) -> bool:
+        return self.role is not None and self.role is not BrokerRole.SLAVE
+
+    @property
     def services(self) -> list:
-        """Background loops to start with the store's others."""
-        return [self.connection] if self.connection is not None else []
+        """Background loops to start with the store's others (stopped first)."""
+        return [self]
+
+    # -- lifecycle (a store service) ------------------------------------------------------------
+    def start(self) -> None:
+        if self.connection is not None:
+            self.connection.start()
+        if self.coordinator is not None:
+            self.coordinator.start()
+
+    def stop(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop()
+        self._end_roles(halt=False)
+
+    def halt(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.halt()
+        self._end_roles(halt=True)
+
+    def _end_roles(self, halt: bool) -> None:
+        with self._lock:
+            self.role = None
+            self._close_master()
+            connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.halt() if halt else connection.stop()
+
+    # -- role changes (controller mode) ---------------------------------------------------------
+    def become_master(self, epoch: int, listener: SessionListener | None = None, required_slaves=None) -> None:
+        """Elected at masterEpoch ``epoch``: stop following, record the epoch from the max
+        phy_offset, retake the queue offsets, serve slaves; writes open only after all that."""
+        with self._lock:
+            self.role = None  # refuse puts while switching
+            self._close_master()
+            connection, self.connection = self.connection, None
+            if connection is not None:
+                connection.stop()
+            self.master_address = ""
+            with self.commitlog.put_lock:
+                last = self.epoch_file.last_epoch
+                if epoch < last:
+                    raise ReplicationError(f"elected at masterEpoch {epoch}, but this replica's log is at {last}")
+                if epoch > last:
+                    self.epoch_file.append(epoch, self.commitlog.max_offset)
+            self.replica_log.refresh_queue_offset_table()
+            self.ha_service = HAService(
+                self.config, self.commitlog, self.epoch_file, self.clock, listener, required_slaves
+            )
+            self.master_epoch = epoch
+            self.role = self.config.broker_role
+            log.info(
+                "replica %d is master at epoch %d from phy_offset %d",
+                self.config.replica_id,
+                epoch,
+                self.commitlog.max_offset,
+            )
+
+    def become_slave(self, master_address: str) -> None:
+        """Follow the master at ``master_address`` (a new connection when it changed)."""
+        with self._lock:
+            self.role = BrokerRole.SLAVE
+            self._close_master()
+            if self.connection is not None and self.master_address == master_address:
+                return
+            old, self.connection = self.connection, None
+            if old is not None:
+                old.stop()
+            self.master_address = master_address
+            self.connection = self._connection(master_address)
+            self.connection.start()
+            log.info("replica %d follows master %s", self.config.replica_id, master_address)
+
+    def become_candidate(self) -> None:
+        """No live master this replica may serve as: refuse puts, stop serving slaves (a
+        connection to the old master stays and reconnects, in case it comes back)."""
+        with self._lock:
+            if self.role is not BrokerRole.SLAVE:
+                self.role = None
+            self._close_master()
+
+    def _close_master(self) -> None:
+        ha, self.ha_service = self.ha_service, None
+        if ha is not None:
+            ha.close()
+
+    # -- puts -------------------------------------------------------------------------------------
+    def refuse_put(self) -> Refusal | None:
+        """Why a put must be refused before anything is written (None: go ahead)."""
+        if self.role is BrokerRole.SLAVE:
+            return PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave: writes go to its master"
+        if self.role is None:
+            return PutStatus.SERVICE_NOT_AVAILABLE, "this replica is not the master: its group is electing one"
+        gate = self.gate
+        return gate.refuse_put() if gate is not None else None
 
     def after_append(self, end_offset: int, wait: bool) -> bool:
         """Called after each put's append (and flush wait): False when a SYNC_MASTER's slaves
-        did not confirm ``end_offset`` in time."""
+        did not confirm ``end_offset`` in time, or (controller mode) this replica is no longer
+        the writable master."""
         ha = self.ha_service
         if ha is None:
-            return True
+            return self.gate is None
         ha.notify_append()
+        ok = True
         if wait and self.role is BrokerRole.SYNC_MASTER:
-            return ha.wait_for_replicas(end_offset, self._timeout_s)
-        return True
+            ok = ha.wait_for_replicas(end_offset, self._timeout_s)
+        gate = self.gate
+        return ok and (gate is None or gate.writable())

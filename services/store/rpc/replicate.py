@@ -73,22 +73,28 @@ def serve_replica(
         )
         watchdog.start()
         position = second.ack.max_phy_offset
-        while not closed.is_set() and not stopping.is_set() and context.is_active():
+        while not closed.is_set() and not stopping.is_set() and not ha.closed and context.is_active():
             chunk = ha.next_chunk(position)
             if chunk is not None:
+                master_max = ha.max_phy_offset
+                ha.sent(session, chunk.end_offset, master_max)
                 yield pb.ReplicateResponse(
                     chunk=pb.CommitLogChunk(
                         phy_offset=chunk.phy_offset,
                         data=chunk.data,
                         epoch=chunk.epoch,
                         epoch_start_offset=chunk.epoch_start_offset,
-                        master_max_phy_offset=ha.max_phy_offset,
+                        master_max_phy_offset=master_max,
                     )
                 )
                 position = chunk.end_offset
-            elif not ha.wait_for_data(position, heartbeat_interval_s) and not (closed.is_set() or stopping.is_set()):
+            elif not ha.wait_for_data(position, heartbeat_interval_s) and not (
+                closed.is_set() or stopping.is_set() or ha.closed
+            ):
+                master_max = ha.max_phy_offset
+                ha.sent(session, position, master_max)
                 yield pb.ReplicateResponse(
-                    chunk=pb.CommitLogChunk(phy_offset=position, master_max_phy_offset=ha.max_phy_offset)
+                    chunk=pb.CommitLogChunk(phy_offset=position, master_max_phy_offset=master_max)
                 )
     finally:
         ha.disconnect(session)

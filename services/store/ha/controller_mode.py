@@ -1,0 +1,223 @@
+"""Controller mode (RocketMQ's enableControllerMode) for one store replica: its role follows the
+group's elections in etcd.
+
+``ControllerMode`` owns the replica's part of the coordination: an ``EtcdClient``, the
+``ReplicaController`` (membership under its lease, kept alive by a ``LeaseKeeper``, and the
+watched ``RoleView``), the ``ElectionLoop`` every replica runs, and, while master, the
+``SyncStateSetTracker``/``SyncStateSetLoop`` fed from the HA sessions. Its own loop
+(``run_once``, woken by every change of the view and every 100 ms) does four things:
+
+1. The role: master when the view shows this incarnation elected (``Replication.become_master``
+   with the masterEpoch the controller supplied: appended to the epoch file at the max
+   phy_offset, queue offsets retaken, then writes open); slave of the live master's address
+   otherwise (the connection switches when the master does); no role while there is no live
+   master.
+2. Publishing this replica's confirmed offset and last epoch (what elections rank by), when they
+   changed, at most every ``REPORT_INTERVAL_S``.
+3. As master, the SyncStateSet: slaves that acked everything the master had when it last sent
+   are offered (grow); a slave gone or not caught up for ha_max_time_slave_not_catchup_ms is
+   dropped (shrink). Both through the controller's compare-and-swap.
+4. Nothing else: acks and disconnections arrive on the HA streams' threads and are only
+   recorded (``acked``, ``disconnected``) for this loop, so a stream never waits on etcd.
+
+As the ``WriteGate`` of the master's puts: refused before anything is written when this replica
+is not certainly the writable master (lease and view, ``is_master_writable``) or its SyncStateSet
+is smaller than min_in_sync_replicas (HA_NOT_AVAILABLE); checked again before the
+acknowledgement. With all_ack_in_sync_state_set a SYNC put waits for every slave of the set in
+force or being asked for (``SyncStateSetTracker.effective``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from services.domain.statuses import PutStatus
+from services.runtime.clock import Clock
+from services.runtime.etcd import EtcdError
+from services.runtime.etcd.rpc.client import EtcdClient
+from services.store.config import StoreConfig
+from services.store.errors import ReplicationError
+from services.store.ha.controller import ElectionLoop, ReplicaController
+from services.store.ha.keys import SyncStateSet
+from services.store.ha.replication import Refusal, Replication
+from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
+
+log = logging.getLogger(__name__)
+
+LOOP_INTERVAL_S = 0.1
+REPORT_INTERVAL_S = 0.2
+ETCD_ATTEMPT_TIMEOUT_S = 0.5
+
+
+class ControllerMode:
+    """One replica's controller-mode loops (a store service: start, stop, halt)."""
+
+    name = "ha-controller"
+
+    def __init__(self, config: StoreConfig, clock: Clock, replication: Replication) -> None:
+        self.config = config
+        self.clock = clock
+        self.replication = replication
+        self.replica_id = config.replica_id
+        endpoints = [e.strip() for e in config.etcd_endpoints.split(",") if e.strip()]
+        self.etcd = EtcdClient(
+            endpoints, timeout_s=config.lease_ttl_ms / 1000, attempt_timeout_s=ETCD_ATTEMPT_TIMEOUT_S
+        )
+        self.controller = ReplicaController(
+            config.broker_name,
+            config.replica_id,
+            config.store_host,
+            self.etcd,
+            clock,
+            config.lease_ttl_ms,
+            unclean_election_enable=config.unclean_election_enable,
+        )
+        self.election = ElectionLoop(self.controller)
+        self.tracker = SyncStateSetTracker(config.replica_id, clock, config.ha_max_time_slave_not_catchup_ms)
+        self.sync_loop = SyncStateSetLoop(self.controller, self.tracker)
+        self._lock = threading.Lock()  # the streams' records below
+        self._acks: dict[int, tuple[int, int]] = {}  # slave -> (max offset, ms) of its last caught-up ack
+        self._gone: set[int] = set()
+        self._reported: tuple[int, int] | None = None
+        self._reported_at_s = float("-inf")
+        self._registered = False
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.controller.view.add_listener(lambda old, new: self._wake.set())
+        replication.gate = self
+
+    # -- the HA sessions (SessionListener), on the streams' threads --------------------------------
+    def acked(self, replica_id: int, max_phy_offset: int, caught_up: bool) -> None:
+        if caught_up:
+            with self._lock:
+                self._acks[replica_id] = (max_phy_offset, self.clock.now_ms())
+                self._gone.discard(replica_id)
+            self._wake.set()
+
+    def disconnected(self, replica_id: int) -> None:
+        with self._lock:
+            self._acks.pop(replica_id, None)
+            self._gone.add(replica_id)
+        self._wake.set()
+
+    def required_slaves(self) -> frozenset[int]:
+        """all_ack_in_sync_state_set: the slaves a SYNC put waits for."""
+        return self.tracker.effective() - {self.replica_id}
+
+    # -- the WriteGate ------------------------------------------------------------------------------
+    def writable(self) -> bool:
+        return self.controller.is_master_writable()
+
+    def refuse_put(self) -> Refusal | None:
+        if not self.writable():
+            return PutStatus.SERVICE_NOT_AVAILABLE, "not the writable master (its lease or role is changing)"
+        in_sync = len(self.tracker.local)
+        if in_sync < self.config.min_in_sync_replicas:
+            return (
+                PutStatus.HA_NOT_AVAILABLE,
+                f"{in_sync} replica(s) in sync, min_in_sync_replicas is {self.config.min_in_sync_replicas}",
+            )
+        return None
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def run_once(self) -> None:
+        if not self._registered:
+            self.controller.start()  # registers and watches; raises EtcdError while etcd is unreachable
+            self._registered = True
+            self.election.start()
+        self._follow_role()
+        self._report()
+        if self.replication.is_master:
+            self._sync_state_set()
+
+    def _follow_role(self) -> None:
+        controller, replication = self.controller, self.replication
+        state = controller.view.state
+        epoch = controller.master_epoch()
+        if epoch is not None and not controller.lease_lost():
+            if not replication.is_master or replication.master_epoch != epoch:
+                try:
+                    replication.become_master(epoch, self, self.required_slaves if self._all_ack else None)
+                except ReplicationError as exc:
+                    log.error("replica %d cannot serve as master: %s", self.replica_id, exc)
+                    return
+                self.tracker.reset(
+                    state.sync_state or SyncStateSet(frozenset([self.replica_id]), 0),
+                    self.replication.epoch_file.entries(self.replication.commitlog.max_offset)[-1].start_offset,
+                )
+                with self._lock:
+                    self._acks.clear()
+                    self._gone.clear()
+            return
+        if state.master_alive() and state.master is not None and state.master.masterBrokerId != self.replica_id:
+            if not replication.is_slave or replication.master_address != state.master.masterAddress:
+                replication.become_slave(state.master.masterAddress)
+            return
+        replication.become_candidate()
+
+    @property
+    def _all_ack(self) -> bool:
+        return self.config.all_ack_in_sync_state_set
+
+    def _report(self) -> None:
+        progress = self.replication.client.progress()
+        current = (progress.confirmed_offset, max(self.replication.epoch_file.last_epoch, 0))
+        now = self.clock.monotonic_s()
+        if current == self._reported or now - self._reported_at_s < REPORT_INTERVAL_S:
+            return
+        self.controller.report(*current)
+        self._reported, self._reported_at_s = current, now
+
+    def _sync_state_set(self) -> None:
+        with self._lock:
+            acks, self._acks = self._acks, {}
+            gone, self._gone = self._gone, set()
+        for replica_id in gone:
+            self.tracker.disconnected(replica_id)
+        for replica_id, (_, at_ms) in acks.items():
+            self.tracker.caught_up(replica_id, at_ms)
+        before = self.tracker.effective()
+        for replica_id, (max_offset, _) in sorted(acks.items()):
+            self.sync_loop.offer(replica_id, max_offset, max_offset)
+        self.sync_loop.run_once()
+        ha = self.replication.ha_service
+        if ha is not None and self.tracker.effective() != before:
+            ha.wake()  # all-ack waiters re-read the set
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.run_once()
+            except EtcdError as exc:
+                log.info("replica %d: controller round failed: %s", self.replica_id, exc)
+            except Exception:
+                log.exception("replica %d: controller round failed", self.replica_id)
+            self._wake.wait(LOOP_INTERVAL_S)
+            self._wake.clear()
+
+    def stop(self) -> None:
+        """Ends the lease too (a clean stop: the group elects a new master at once)."""
+        self._end(revoke=True)
+
+    def halt(self) -> None:
+        """As a killed process: the lease is left to expire."""
+        self._end(revoke=False)
+
+    def _end(self, revoke: bool) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self.election.stop()
+        try:
+            self.controller.stop(revoke=revoke)
+        except EtcdError as exc:
+            log.info("replica %d: ending the lease failed: %s", self.replica_id, exc)
+        self.etcd.close()
