@@ -31,19 +31,53 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Protocol
 
 from services.domain.statuses import PutStatus
 from services.runtime.clock import Clock
 from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
+from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
+from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicationError
 from services.store.ha.controller import ElectionLoop, ReplicaController
+from services.store.ha.ha_client import HAClient
+from services.store.ha.ha_service import HAService, SessionListener
 from services.store.ha.keys import SyncStateSet
-from services.store.ha.replication import Refusal, Replication
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
 
 log = logging.getLogger(__name__)
+
+Refusal = tuple[PutStatus, str]
+
+
+class Role(Protocol):
+    """The replica's role it switches (``ha.replication.Replication``)."""
+
+    commitlog: CommitLog
+    epoch_file: EpochFile
+    client: HAClient
+    master_epoch: int
+    master_address: str
+    gate: object
+
+    @property
+    def ha_service(self) -> HAService | None: ...
+    @property
+    def is_master(self) -> bool: ...
+    @property
+    def is_slave(self) -> bool: ...
+    def become_master(
+        self,
+        epoch: int,
+        listener: SessionListener | None = None,
+        required_slaves: Callable[[], frozenset[int]] | None = None,
+    ) -> None: ...
+    def become_slave(self, master_address: str) -> None: ...
+    def become_candidate(self) -> None: ...
+
 
 LOOP_INTERVAL_S = 0.1
 REPORT_INTERVAL_S = 0.2
@@ -55,7 +89,7 @@ class ControllerMode:
 
     name = "ha-controller"
 
-    def __init__(self, config: StoreConfig, clock: Clock, replication: Replication) -> None:
+    def __init__(self, config: StoreConfig, clock: Clock, replication: Role) -> None:
         self.config = config
         self.clock = clock
         self.replication = replication

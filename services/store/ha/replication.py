@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from services.domain.statuses import PutStatus
@@ -178,7 +179,12 @@ class Replication:
             connection.halt() if halt else connection.stop()
 
     # -- role changes (controller mode) ---------------------------------------------------------
-    def become_master(self, epoch: int, listener: SessionListener | None = None, required_slaves=None) -> None:
+    def become_master(
+        self,
+        epoch: int,
+        listener: SessionListener | None = None,
+        required_slaves: Callable[[], frozenset[int]] | None = None,
+    ) -> None:
         """Elected at masterEpoch ``epoch``: stop following, record the epoch from the max
         phy_offset, retake the queue offsets, serve slaves; writes open only after all that."""
         with self._lock:
