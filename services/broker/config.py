@@ -11,33 +11,15 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from services.domain.retry_policy import CUSTOMIZED_NEXT_MS_DEFAULT
 from services.runtime.process import parse_cpu_list
 from services.runtime.settings import settings_of
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 MIB = 1 << 20
 # Customized backoff of a consumer group with the default retry policy (RocketMQ's
-# messageDelayLevel from level 3 on: 1s 5s 10s 30s 1m ... 2h).
-CONSUMER_RETRY_DELAYS_MS_DEFAULT = (
-    1_000,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    180_000,
-    240_000,
-    300_000,
-    360_000,
-    420_000,
-    480_000,
-    540_000,
-    600_000,
-    1_200_000,
-    1_800_000,
-    3_600_000,
-    7_200_000,
-)
+# messageDelayLevel from level 3 on: 1s 5s 10s 30s 1m ... 2h): CustomizedRetryPolicy's default.
+CONSUMER_RETRY_DELAYS_MS_DEFAULT = CUSTOMIZED_NEXT_MS_DEFAULT
 # RocketMQ's RenewStrategyPolicy: the invisible time each renewal of a push consumer's message sets.
 RENEW_SLICES_MS_DEFAULT = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")

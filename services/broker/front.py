@@ -11,9 +11,10 @@ the client port and lets the broker's gRPC server listen on two loopback ports b
                  anything else                                        ─► closed at once
                  nothing, or half a ClientHello, for client_hello_timeout_ms ─► closed
 
-Measured against gRPC on the port itself (bench/RESULTS.md): send1 p50 latency +6 %, send32
-and consume throughput within run-to-run noise; HAProxy in HTTP/2 mode (which could add an
-X-Forwarded-For header) cost send32 12 % and was not taken.
+Measured against gRPC on the port itself (bench/front_bench.py, bench/RESULTS.md): send1 p50
+latency +7 % with store and broker pinned apart, +10 % not pinned (one loopback hop each way);
+send32 and consume throughput within 3.3 %. HAProxy in HTTP/2 mode (which could add an
+X-Forwarded-For header) cost send32 12 % in a first A/B and was not taken.
 
 **The client's address.** Behind the front, gRPC sees every connection come from 127.0.0.1.
 HAProxy knows both ends of each session: ``show sess all`` on its admin socket lists the
@@ -294,7 +295,7 @@ class HaproxyFront:
 
 def unpin(pid: int) -> None:
     """Let HAProxy run on any CPU: it inherits the broker's ``cpu_affinity``, and sharing the
-    broker's one core cost send32 17 % (bench/RESULTS.md) where any free core costs ~0."""
+    broker's one core cost send32 17 % (bench/RESULTS.md) where any free core costs ~3 %."""
     try:
         os.sched_setaffinity(pid, range(os.cpu_count() or 1))
     except OSError as exc:  # a cpuset narrower than the machine: keep what it inherited

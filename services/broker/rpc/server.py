@@ -146,17 +146,13 @@ def bind_client_port(server: grpc.Server, config: BrokerConfig, clock: Clock) ->
     """Bind the client port as ``config.tls_mode`` says (OSError if it cannot): gRPC on the port
     itself (plaintext, tls), or on two loopback ports behind HAProxy (both)."""
     address = format_address(config.host, config.port)
-    certificate = server_certificate(config, clock) if config.tls_mode != "plaintext" else None
-    credentials = (
-        grpc.ssl_server_credentials([(certificate.key_pem, certificate.cert_pem)]) if certificate is not None else None
-    )
     try:
         if config.tls_mode == "plaintext":
             return ClientPort(_bound(server.add_insecure_port(address), address), None)
+        certificate = server_certificate(config, clock)
+        credentials = grpc.ssl_server_credentials([(certificate.key_pem, certificate.cert_pem)])
         if config.tls_mode == "tls":
-            assert credentials is not None and certificate is not None
             return ClientPort(_bound(server.add_secure_port(address, credentials), address), certificate)
-        assert credentials is not None and certificate is not None
         plain = _bound(server.add_insecure_port("127.0.0.1:0"), "127.0.0.1:0")
         secure = _bound(server.add_secure_port("127.0.0.1:0", credentials), "127.0.0.1:0")
     except RuntimeError as exc:  # grpc's "Failed to bind"
