@@ -1,9 +1,16 @@
 """Reput: tail the CommitLog and hand each record to the dispatchers.
 
 ``ReputService.run_once()`` dispatches everything between ``reput_from_offset`` and the
-CommitLog's max offset, in batches: each dispatcher gets a list of DispatchRequests, then the
-arrival bus gets one Arrival per queue that grew. The thread sleeps on a condition that
-``notify_append()`` signals after each put, so it never polls.
+CommitLog's max offset (or the ``limit`` below it), in batches: each dispatcher gets a list of
+DispatchRequests, then the arrival bus gets one Arrival per queue that grew. The thread sleeps
+on a condition that ``notify_append()`` signals after each put, so it never polls.
+
+``limit`` (None: no limit) is RocketMQ's confirmOffset when reads must not see uncommitted
+data (``readUnCommitted`` false): a controller-mode master dispatches only what every member of
+its SyncStateSet confirmed (``ha/ha_service.HAService.commit_offset``), so no consumer, scheduler
+or transaction checker reads a message a failover could take back. It is re-read on every
+``notify_append``, which the master calls when a slave's ack moves it. It is always a record
+boundary (the master's end, or an offset a slave confirmed: slaves append whole records).
 
 Invariant: ``commitlog.min_offset <= reput_from_offset <= commitlog.max_offset`` and
 reput_from_offset is always a record (or blank record, or file) boundary.
@@ -27,6 +34,10 @@ log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_MAX = 4096
 _SIZE = operator.attrgetter("size")
+
+
+def _no_limit() -> int | None:
+    return None
 
 
 class Dispatcher(Protocol):
@@ -56,6 +67,7 @@ class ReputService:
         self._run_lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.limit: Callable[[], int | None] = _no_limit
 
     @property
     def reput_from_offset(self) -> int:
@@ -189,7 +201,7 @@ class ReputService:
                     commitlog.min_offset,
                 )
                 self._reput_from_offset = commitlog.min_offset
-            end = commitlog.max_offset if until is None else min(until, commitlog.max_offset)
+            end = self._end() if until is None else min(until, commitlog.max_offset)
             if self._reput_from_offset >= end:
                 return total
             batch, offset = self._next_batch(end)
@@ -205,6 +217,12 @@ class ReputService:
                 total += len(batch)
             elif not moved:
                 return total
+
+    def _end(self) -> int:
+        """Where dispatch may go now: the CommitLog's end, or the limit below it."""
+        end = self._commitlog.max_offset
+        limit = self.limit()
+        return end if limit is None else min(end, limit)
 
     def _announce(self, batch: list[DispatchRequest]) -> None:
         if not self._arrivals.has_listeners:
@@ -226,7 +244,7 @@ class ReputService:
             with self._cond:
                 while not self._pending and not self._stopped:
                     self._cond.wait(1.0)
-                    if self._commitlog.max_offset > self._reput_from_offset:
+                    if self._end() > self._reput_from_offset:
                         break
                 if self._stopped:
                     return

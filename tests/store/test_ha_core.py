@@ -14,6 +14,7 @@ from services.store.errors import ReplicationError
 from services.store.ha.ha_service import HAService
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
+from tests.support.store_rpc import wait_until
 
 SEGMENT = 16 * 1024
 NOBODY = "127.0.0.1:9"  # a slave whose connection loop never reaches a master: the test drives its core
@@ -106,3 +107,35 @@ def test_sync_wait_needs_in_sync_replicas_minus_one_slaves_and_one_ack_releases_
     assert {p.replica_id for p in ha.slaves()} == {1, 2}
     ha.disconnect(stale)
     assert [p.replica_id for p in ha.slaves()] == [1]
+
+
+def test_reads_see_only_what_the_sync_state_set_confirmed(open_stores):
+    """readUnCommitted false: a controller-mode master's reput stops at the offset every slave of
+    its SyncStateSet confirmed, so no consumer reads a message a failover could take back."""
+    master = open_stores("a")
+    members = {1}
+    master.replication.become_master(2, None, None, lambda: frozenset(members))
+    ha = master.replication.ha_service
+    assert isinstance(ha, HAService)
+    start = master.commitlog.max_offset
+    assert ha.commit_offset() == start  # all it held when elected
+    ends = []
+    for i in range(3):
+        [result] = master.put_messages([message(queue_id=0, body=f"m{i}".encode() * 50)])
+        assert result.ok
+        ends.append(master.commitlog.max_offset)
+    master.reput.run_once()
+    assert master.max_offset_in_queue("TopicTest", 0) == 0  # written, not readable
+    session = ha.handshake(1)[0]
+    ha.on_ack(session, ends[-1], ends[0])  # it holds all, confirmed the first
+    wait_until(lambda: master.max_offset_in_queue("TopicTest", 0) == 1)
+    ha.on_ack(session, ends[-1], start)  # an older ack never moves it back
+    assert ha.commit_offset() == ends[0]
+    ha.on_ack(session, ends[-1], ends[-1])
+    wait_until(lambda: master.max_offset_in_queue("TopicTest", 0) == 3)
+    ha.disconnect(session)  # a member without a session holds it where it is
+    [result] = master.put_messages([message(queue_id=0, body=b"late")])
+    assert result.ok and ha.commit_offset() == ends[-1]
+    members.clear()  # the set shrank to the master alone: everything it wrote is committed
+    ha.wake()
+    wait_until(lambda: master.max_offset_in_queue("TopicTest", 0) == 4)

@@ -24,7 +24,8 @@ As the ``WriteGate`` of the master's puts: refused before anything is written wh
 is not certainly the writable master (lease and view, ``is_master_writable``) or its SyncStateSet
 is smaller than min_in_sync_replicas (HA_NOT_AVAILABLE); checked again before the
 acknowledgement. With all_ack_in_sync_state_set a SYNC put waits for every slave of the set in
-force or being asked for (``SyncStateSetTracker.effective``).
+force or being asked for (``SyncStateSetTracker.effective``). Reads see only what every slave of
+that set confirmed (the master's reput stops at ``HAService.commit_offset``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Role(Protocol):
         epoch: int,
         listener: SessionListener | None = None,
         required_slaves: Callable[[], frozenset[int]] | None = None,
+        sync_state_slaves: Callable[[], frozenset[int]] | None = None,
     ) -> None: ...
     def become_slave(self, master_address: str) -> None: ...
     def become_candidate(self) -> None: ...
@@ -137,7 +139,8 @@ class ControllerMode:
         self._wake.set()
 
     def required_slaves(self) -> frozenset[int]:
-        """all_ack_in_sync_state_set: the slaves a SYNC put waits for."""
+        """The slaves of the SyncStateSet (in force or asked for): what a SYNC put waits for
+        with all_ack_in_sync_state_set, and what reads wait for (``HAService.commit_offset``)."""
         return self.tracker.effective() - {self.replica_id}
 
     # -- the WriteGate ------------------------------------------------------------------------------
@@ -173,7 +176,9 @@ class ControllerMode:
         if epoch is not None and not controller.lease_lost():
             if not replication.is_master or replication.master_epoch != epoch:
                 try:
-                    replication.become_master(epoch, self, self.required_slaves if self._all_ack else None)
+                    replication.become_master(
+                        epoch, self, self.required_slaves if self._all_ack else None, self.required_slaves
+                    )
                 except ReplicationError as exc:
                     log.error("replica %d cannot serve as master: %s", self.replica_id, exc)
                     return

@@ -81,6 +81,8 @@ class HAService:
         clock: Clock,
         listener: SessionListener | None = None,
         required_slaves: Callable[[], frozenset[int]] | None = None,
+        sync_state_slaves: Callable[[], frozenset[int]] | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         self._config = config
         self._commitlog = commitlog
@@ -91,6 +93,9 @@ class HAService:
         self._append_count = 0
         self._listener = listener
         self._required_slaves = required_slaves  # all-ack: the slaves a SYNC put waits for
+        self._sync_state_slaves = sync_state_slaves  # controller mode: what commit_offset waits for
+        self._on_commit = on_commit  # a slave's ack may have moved commit_offset (reput re-reads it)
+        self._commit_offset = commitlog.max_offset  # all this replica held when it became master
         self.closed = False  # no longer the master: streams end
 
     def close(self) -> None:
@@ -116,6 +121,8 @@ class HAService:
             session.confirmed_offset = confirmed_offset
             session.last_ack_ms = self._clock.now_ms()
             self._cond.notify_all()
+        if self._on_commit is not None:
+            self._on_commit()
         if self._listener is not None:
             # Caught up (RocketMQ's lastCatchUpTime): it holds all the master had when a send
             # last reached the master's end.
@@ -195,9 +202,34 @@ class HAService:
             self._cond.notify_all()
 
     def wake(self) -> None:
-        """Wake every waiting stream (one of them is ending, or the server is stopping)."""
+        """Wake every waiting stream (one of them is ending, or the server is stopping) and
+        every SYNC waiter, and let reput re-read ``commit_offset`` (the SyncStateSet changed)."""
         with self._cond:
             self._cond.notify_all()
+        if self._on_commit is not None:
+            self._on_commit()
+
+    # -- what reads may see ---------------------------------------------------------------------
+    def commit_offset(self) -> int | None:
+        """RocketMQ's confirmOffset (readUnCommitted false): the CommitLog offset every slave of
+        the SyncStateSet has confirmed, capped by the master's end; reput dispatches no further,
+        so nothing a consumer reads can be taken back by a failover to any member of the set.
+        It never goes back; while a member has no session it stays (the set drops the member).
+        None without a SyncStateSet (static roles): no limit."""
+        members = self._sync_state_slaves
+        if members is None:
+            return None
+        slaves = members()
+        with self._cond:
+            offset = self._commitlog.max_offset
+            for replica_id in slaves:
+                session = self._slaves.get(replica_id)
+                if session is None:
+                    return self._commit_offset
+                offset = min(offset, session.confirmed_offset)
+            if offset > self._commit_offset:
+                self._commit_offset = offset
+            return self._commit_offset
 
     def wait_for_data(self, from_offset: int, timeout_s: float) -> bool:
         """Wait until the CommitLog ends beyond ``from_offset``; False on timeout or ``wake``."""

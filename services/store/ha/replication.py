@@ -99,6 +99,7 @@ class Replication:
         self.connection: ReplicationConnection | None = None
         self.gate: WriteGate | None = None
         self.coordinator: Coordinator | None = None
+        self.reput: ReputService | None = None  # of_store: woken when commit_offset moves
         epoch_file.load()
         if config.etcd_endpoints:
             return
@@ -128,6 +129,8 @@ class Replication:
             store.transactions,
         )
         replication = cls(store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log)
+        replication.reput = store.reput
+        store.reput.limit = replication.dispatch_limit
         if store.config.etcd_endpoints:
             from services.store.ha.controller_mode import ControllerMode  # imports the etcd client
 
@@ -184,6 +187,7 @@ class Replication:
         epoch: int,
         listener: SessionListener | None = None,
         required_slaves: Callable[[], frozenset[int]] | None = None,
+        sync_state_slaves: Callable[[], frozenset[int]] | None = None,
     ) -> None:
         """Elected at masterEpoch ``epoch``: stop following, record the epoch from the max
         phy_offset, retake the queue offsets, serve slaves; writes open only after all that."""
@@ -202,7 +206,14 @@ class Replication:
                     self.epoch_file.append(epoch, self.commitlog.max_offset)
             self.replica_log.refresh_queue_offset_table()
             self.ha_service = HAService(
-                self.config, self.commitlog, self.epoch_file, self.clock, listener, required_slaves
+                self.config,
+                self.commitlog,
+                self.epoch_file,
+                self.clock,
+                listener,
+                required_slaves,
+                sync_state_slaves,
+                self.reput.notify_append if self.reput is not None else None,
             )
             self.master_epoch = epoch
             self.role = self.config.broker_role
@@ -240,6 +251,12 @@ class Replication:
         ha, self.ha_service = self.ha_service, None
         if ha is not None:
             ha.close()
+
+    def dispatch_limit(self) -> int | None:
+        """How far reput may dispatch (``ReputService.limit``): a master's commit_offset (in
+        controller mode: what its SyncStateSet confirmed); None (everything) otherwise."""
+        ha = self.ha_service
+        return ha.commit_offset() if ha is not None else None
 
     # -- puts -------------------------------------------------------------------------------------
     def refuse_put(self) -> Refusal | None:
