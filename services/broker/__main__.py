@@ -78,9 +78,12 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
         rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
         tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
         put_stream=config.put_stream_enable,
+        etcd_endpoints=config.etcd_endpoints,
+        group=config.broker_name,
+        failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
     stack.callback(store.close)
-    log.info("waiting for the store at %s", config.store_address)
+    log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None
     metrics = BrokerMetrics()
@@ -95,12 +98,12 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     tune_gc(config.gc_gen0_threshold)
     grpc_address = format_address(config.host, broker.port)
     endpoint = format_address(*broker.endpoint)
-    log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, config.store_address)
+    log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, store.address)
     certificate = broker.client_port.certificate if broker.client_port is not None else None
     return {
         "grpc": grpc_address,
         "metrics": metrics_url,
-        "store": config.store_address,
+        "store": store.address,
         "endpoint": endpoint,
         "tls": config.tls_mode,
         "cert": (certificate.cert_path or "memory") if certificate is not None else "-",

@@ -36,7 +36,9 @@ class BrokerConfig:
     advertised_host: str = ""                 # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
     advertised_port: int = 0                  # port routes tell clients to connect to; 0: the bound port
     store_address: str = "127.0.0.1:10911"    # the store service, host:port
-    broker_name: str = "broker-a"             # Broker.name in routes and recall handles
+    broker_name: str = "broker-a"             # Broker.name in routes and recall handles; with etcd_endpoints, the store replica set (broker group) followed
+    etcd_endpoints: str = ""                  # etcd, comma-separated host:port; set: store calls go to the master of broker_name's replica set as etcd says (store_address unused)
+    store_failover_timeout_ms: int = 5_000    # with etcd_endpoints: how long a store call a failover interrupted is retried on the new master
     cluster_name: str = "DefaultCluster"      # CLUSTER property written on every message
     grpc_workers_max: int = 128               # gRPC server threads (unary calls + open streams)
     grpc_max_concurrent_streams: int = 128    # calls one client connection may have open; beyond, refused at once (UNAVAILABLE, not processed); 0: no limit
@@ -207,5 +209,5 @@ def address_scheme(host: str) -> str:
 SETTINGS = settings_of(BrokerConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
         "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name", "tls_mode", "data_dir",
-        "store_connect_timeout_ms")},
+        "store_connect_timeout_ms", "etcd_endpoints")},
     "auto_create_topic_message_type": "--auto-create-topic-type"})

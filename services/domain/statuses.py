@@ -25,6 +25,11 @@ class PutStatus(enum.Enum):
     )
 
 
+# How a replica that is not its group's writable master words every refusal (a put's
+# SERVICE_NOT_AVAILABLE, a state-changing call's UNAVAILABLE): a caller that follows the master
+# (services/store/client/master.py) retries on the new master only then, not on a disk full.
+NOT_MASTER = "not the master"
+
 # The batch was appended to the CommitLog (the records have offsets), whatever the wait after it said.
 APPENDED_PUT_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT})
 

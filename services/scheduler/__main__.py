@@ -53,10 +53,13 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
         rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
         tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
         put_stream=False,
+        etcd_endpoints=config.etcd_endpoints,
+        group=config.broker_name,
+        failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
     stack.callback(store.close)
     service = SchedulerService(config, store, watch=store.watch_arrivals)
-    log.info("waiting for the store at %s", config.store_address)
+    log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None
     retry_while_locked(service.open, SchedulerLockedError, config.lock_wait_ms / 1000, received)
@@ -72,8 +75,8 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
     health.start()
     stack.callback(health.stop)
     grpc_address = format_address(config.host, health.port)
-    log.info("scheduler running: health %s, metrics %s, store %s", grpc_address, metrics_url, config.store_address)
-    return {"grpc": grpc_address, "metrics": metrics_url, "store": config.store_address, "data": config.root}
+    log.info("scheduler running: health %s, metrics %s, store %s", grpc_address, metrics_url, store.address)
+    return {"grpc": grpc_address, "metrics": metrics_url, "store": store.address, "data": config.root}
 
 
 def main(argv: list[str] | None = None) -> int:

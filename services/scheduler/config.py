@@ -27,6 +27,9 @@ MIB = 1 << 20
 class SchedulerConfig:
     root: Path                                    # <data-dir>/scheduler: timerlog/, timerwheel, config/
     store_address: str = "127.0.0.1:10911"        # the store service, host:port
+    etcd_endpoints: str = ""                      # etcd, comma-separated host:port; set: store calls go to the master of broker_name's replica set as etcd says (store_address unused)
+    broker_name: str = "broker-a"                 # with etcd_endpoints: the store replica set (broker group) followed
+    store_failover_timeout_ms: int = 5_000        # with etcd_endpoints: how long a store call a failover interrupted is retried on the new master
     host: str = "127.0.0.1"                       # gRPC (health) listen address
     port: int = 10915                             # gRPC (health) port; 0: any free one
     metrics_host: str = "127.0.0.1"               # Prometheus /metrics listen address (unauthenticated: loopback by default)
@@ -142,7 +145,7 @@ SETTINGS = settings_of(
     extra=(Setting("data_dir", Path, REQUIRED,
                    "data directory shared with the store; the scheduler's files are in DATA_DIR/scheduler"),),
     flags={name: "--" + name.replace("_", "-") for name in (
-        "data_dir", "store_address", "host", "port", "metrics_host", "metrics_port", "store_connect_timeout_ms",
+        "data_dir", "store_address", "etcd_endpoints", "broker_name", "host", "port", "metrics_host", "metrics_port", "store_connect_timeout_ms",
         "lock_wait_ms", "timer_precision_ms", "timer_max_delay_ms", "timerlog_file_size_bytes", "delay_levels")})
 
 

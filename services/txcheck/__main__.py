@@ -52,6 +52,9 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
         rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
         tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
         put_stream=False,
+        etcd_endpoints=config.etcd_endpoints,
+        group=config.broker_name,
+        failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
     stack.callback(store.close)
     producers = GrpcProducers(
@@ -60,7 +63,7 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
         tls=TlsFiles(config.broker_tls_ca_path),
     )
     stack.callback(producers.close)
-    log.info("waiting for the store at %s", config.store_address)
+    log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received), clock=clock):
         return None
     checker = HalfMessageChecker(config, store, producers, clock)
@@ -80,7 +83,7 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
     grpc_address = format_address(config.host, health.port)
     log.info(
         "transaction checker running: store %s, brokers %s, timeout %d ms, interval %d ms, max %d checks",
-        config.store_address,
+        store.address,
         ",".join(config.broker_addresses),
         config.transaction_timeout_ms,
         config.check_interval_ms,
@@ -89,7 +92,7 @@ def start(config: TxCheckConfig, stack: ExitStack, received: StopSignals) -> Map
     return {
         "grpc": grpc_address,
         "metrics": metrics_url,
-        "store": config.store_address,
+        "store": store.address,
         "broker": ",".join(config.broker_addresses),
     }
 

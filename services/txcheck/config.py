@@ -16,6 +16,9 @@ from services.runtime.settings import settings_of
 @dataclass(frozen=True)
 class TxCheckConfig:
     store_address: str = "127.0.0.1:10911"              # the store service, HOST:PORT
+    etcd_endpoints: str = ""                            # etcd, comma-separated host:port; set: store calls go to the master of broker_name's replica set as etcd says (store_address unused)
+    broker_name: str = "broker-a"                       # with etcd_endpoints: the store replica set (broker group) followed
+    store_failover_timeout_ms: int = 5_000              # with etcd_endpoints: how long a store call a failover interrupted is retried on the new master
     broker_addresses: tuple[str, ...] = ("127.0.0.1:8081",)  # brokers that relay checks to producers, comma-separated
     host: str = "127.0.0.1"                             # gRPC health listen address
     port: int = 10914                                   # gRPC health port; 0: any free one
@@ -69,6 +72,6 @@ class TxCheckConfig:
 # The settings of ``python -m services.txcheck`` (services/runtime/settings.py): every TxCheckConfig field.
 SETTINGS = settings_of(TxCheckConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
-        "store_address", "host", "port", "metrics_host", "metrics_port", "transaction_timeout_ms",
+        "store_address", "etcd_endpoints", "broker_name", "host", "port", "metrics_host", "metrics_port", "transaction_timeout_ms",
         "check_interval_ms", "check_max", "store_connect_timeout_ms")},
     "broker_addresses": "--broker-address"})

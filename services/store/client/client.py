@@ -454,12 +454,31 @@ class StoreClient:
 
 class GrpcStoreClient(StoreClient):
     """The store client of a store process at ``address`` (``host:port``); ``put_stream``: puts
-    over one long-lived PutMessagesStream (``put_stream.py``), as the broker sends."""
+    over one long-lived PutMessagesStream (``put_stream.py``), as the broker sends.
+
+    With ``etcd_endpoints`` (comma-separated) the client follows the master of broker group
+    ``group`` as etcd says, retrying calls a failover interrupted for up to
+    ``failover_timeout_s`` (``master.MasterTransport``); ``address`` is then unused."""
 
     def __init__(
-        self, address: str, rpc_timeout_s: float = 5.0, tls: TlsFiles | None = None, put_stream: bool = True
+        self,
+        address: str,
+        rpc_timeout_s: float = 5.0,
+        tls: TlsFiles | None = None,
+        put_stream: bool = True,
+        etcd_endpoints: str = "",
+        group: str = "",
+        failover_timeout_s: float = 5.0,
     ) -> None:
-        self.transport = GrpcTransport(address, rpc_timeout_s, tls, put_stream)
+        endpoints = [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
+        if endpoints:
+            from services.store.client.master import MasterTransport  # the etcd client's stubs
+
+            self.transport: Transport = MasterTransport(
+                endpoints, group, rpc_timeout_s, tls, put_stream, failover_timeout_s=failover_timeout_s
+            )
+        else:
+            self.transport = GrpcTransport(address, rpc_timeout_s, tls, put_stream)
         super().__init__(self.transport)
 
 

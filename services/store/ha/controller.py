@@ -34,15 +34,15 @@ from services.runtime.clock import Clock
 from services.runtime.etcd import EtcdError, Get
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.etcd.rpc.streams import LeaseKeeper
-from services.store.ha.keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
-from services.store.ha.model import (
+from services.store.client.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
+from services.store.client.group_state import (
     ControllerCode,
     GroupState,
     Plan,
     plan_alter_sync_state_set,
     plan_elect_master,
 )
-from services.store.ha.role import RoleView
+from services.store.client.role_view import RoleView
 
 log = logging.getLogger(__name__)
 

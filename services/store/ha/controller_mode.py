@@ -35,10 +35,11 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from services.domain.statuses import PutStatus
+from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
 from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
+from services.store.client.group_keys import SyncStateSet
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.epoch_file import EpochFile
@@ -46,7 +47,6 @@ from services.store.errors import ReplicationError
 from services.store.ha.controller import ElectionLoop, ReplicaController
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
-from services.store.ha.keys import SyncStateSet
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class ControllerMode:
 
     def refuse_put(self) -> Refusal | None:
         if not self.writable():
-            return PutStatus.SERVICE_NOT_AVAILABLE, "not the writable master (its lease or role is changing)"
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: its lease or role is changing"
         in_sync = len(self.tracker.local)
         if in_sync < self.config.min_in_sync_replicas:
             return (

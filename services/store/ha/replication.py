@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from services.domain.statuses import PutStatus
+from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
 from services.store.checkpoint import CheckpointFile
 from services.store.client.replication import ReplicationConnection
@@ -262,9 +262,9 @@ class Replication:
     def refuse_put(self) -> Refusal | None:
         """Why a put must be refused before anything is written (None: go ahead)."""
         if self.role is BrokerRole.SLAVE:
-            return PutStatus.SERVICE_NOT_AVAILABLE, "this store is a slave: writes go to its master"
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: this store is a slave, writes go to its master"
         if self.role is None:
-            return PutStatus.SERVICE_NOT_AVAILABLE, "this replica is not the master: its group is electing one"
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: its group is electing one"
         gate = self.gate
         return gate.refuse_put() if gate is not None else None
 

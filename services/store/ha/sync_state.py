@@ -20,8 +20,8 @@ import logging
 import threading
 
 from services.runtime.clock import Clock
+from services.store.client.group_keys import SyncStateSet
 from services.store.ha.controller import ControllerResult, ReplicaController
-from services.store.ha.keys import SyncStateSet
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import pytest
 
 from services.runtime.clock import ManualClock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
+from services.store.client.group_keys import GroupKeys
+from services.store.client.group_state import ControllerCode as Code
 from services.store.ha.controller import ControllerResult, ElectionLoop, ReplicaController
-from services.store.ha.keys import GroupKeys
-from services.store.ha.model import ControllerCode as Code
 from tests.support.etcd import EtcdCluster
 
 pytestmark = pytest.mark.needs("etcd")

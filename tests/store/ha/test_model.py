@@ -1,11 +1,11 @@
-"""The controller's decisions without etcd (services/store/ha/model.py): DefaultElectPolicy's
+"""The controller's decisions without etcd (services/store/client/group_state.py): DefaultElectPolicy's
 order, what an election's and an alter's transactions compare on, and the JSON encodings."""
 
 from __future__ import annotations
 
 from services.runtime.etcd import Compare, Event, KeyValue
-from services.store.ha.keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
-from services.store.ha.model import (
+from services.store.client.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
+from services.store.client.group_state import (
     ControllerCode,
     GroupState,
     elect_policy,

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from services.runtime.etcd import Event, Get
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.etcd.rpc.streams import Watcher
-from services.store.ha.keys import GroupKeys
-from services.store.ha.model import GroupState
+from services.store.client.group_keys import GroupKeys
+from services.store.client.group_state import GroupState
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field, replace
 
 from services.runtime.etcd.model import Compare, Event, Get, KeyValue, Put
-from services.store.ha.keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
+from services.store.client.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
 
 
 class ControllerCode(enum.IntEnum):
