@@ -130,6 +130,39 @@ class ReplicaLog:
         self._reput.notify_append()
         return end
 
+    def start_at(self, phy_offset: int) -> None:
+        """Make an empty CommitLog begin at ``phy_offset``, a segment start: the first segment
+        the master still holds after its retention deleted older ones (RocketMQ's slave does the
+        same when its CommitLog is empty and the master's min offset is beyond it). Reput and
+        the checkpoint start there too; the ConsumeQueues begin at the first record's queue
+        offset (``ConsumeQueue._file_for`` fills the slots before it with blank units). Raises
+        ReplicaOffsetError unless the CommitLog is empty and ``phy_offset`` a segment start."""
+        commitlog = self._commitlog
+        reput = self._reput
+        checkpoint = self._checkpoint
+        with reput.paused(), commitlog.put_lock, commitlog.flush_lock, checkpoint.lock, reput.dispatch_lock:
+            max_offset = commitlog.max_offset
+            if max_offset != commitlog.min_offset or phy_offset % self._config.commitlog_file_size_bytes:
+                raise ReplicaOffsetError(
+                    f"cannot start the CommitLog [{commitlog.min_offset}, {max_offset}) at phy_offset {phy_offset}: "
+                    "only an empty CommitLog starts anew, at a segment start",
+                    phy_offset,
+                    max_offset,
+                )
+            if phy_offset == max_offset:
+                return
+            log.warning("empty CommitLog starts at the master's min offset %d", phy_offset)
+            for mf in commitlog.mfq.files:  # empty segments (nothing was ever written to them)
+                mf.destroy()
+            commitlog.mfq.files = []
+            commitlog.mfq.create_file(phy_offset)
+            commitlog.confirm_offset = phy_offset
+            reput.reset_reput_from_offset(phy_offset)
+            cp = checkpoint.current
+            cp.flushed_phy_offset = max(cp.flushed_phy_offset, phy_offset)
+            cp.dispatched_phy_offset = max(cp.dispatched_phy_offset, phy_offset)
+            checkpoint.save()
+
     # -- truncate -----------------------------------------------------------------------------
     def is_record_boundary(self, phy_offset: int) -> bool:
         """True when a record (or a blank record, or nothing: the end) starts at ``phy_offset``

@@ -232,3 +232,21 @@ def test_a_damaged_epoch_file_falls_back_to_its_backup_or_refuses(tmp_path):
     (tmp_path / f"{EPOCH_FILE_NAME}.bak").write_text("1\n1-x\n")
     with pytest.raises(MetadataFileError):
         EpochFile(tmp_path).load()
+
+
+def test_an_empty_log_starts_at_a_later_segment_and_refuses_otherwise(pair):
+    master, slave = pair
+    fill(master, 60)
+    start = master.commitlog.mfq.files[1].file_from_offset  # as if retention deleted the first segment
+    log = replica_log(slave)
+    with pytest.raises(ReplicaOffsetError):
+        log.start_at(start + 1)  # not a segment start
+    log.start_at(start)
+    assert slave.commitlog.min_offset == slave.commitlog.max_offset == start
+    copy_chunks(master, slave, chunk_bytes=10_000)
+    assert raw(slave, start, slave.commitlog.max_offset) == raw(master, start, master.commitlog.max_offset)
+    slave.reput.run_once()
+    for (topic, queue_id), units in queue_units(slave).items():
+        assert units == queue_units(master)[(topic, queue_id)][-len(units) :]  # the same units, from later
+    with pytest.raises(ReplicaOffsetError):
+        log.start_at(2 * start)  # no longer empty

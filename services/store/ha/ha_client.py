@@ -62,10 +62,9 @@ class HAClient:
         max_offset = commitlog.max_offset
         if max_offset == commitlog.min_offset:  # nothing written: nothing can diverge
             if max_offset < master_min_offset:
-                raise ReplicationError(
-                    f"the master's CommitLog starts at {master_min_offset}, this empty replica at {max_offset}: "
-                    "starting a slave from a master's later segment is not supported yet"
-                )
+                # The master's retention deleted its first segments: begin where it begins.
+                self._replica_log.start_at(master_min_offset)
+                return master_min_offset
             return max_offset
         point = self._epoch_file.find_consistent_point(master_epochs, max_offset)
         if point < 0:

@@ -271,13 +271,18 @@ class Replication:
     def after_append(self, end_offset: int, wait: bool) -> bool:
         """Called after each put's append (and flush wait): False when a SYNC_MASTER's slaves
         did not confirm ``end_offset`` in time, or (controller mode) this replica is no longer
-        the writable master."""
+        the writable master, or fewer than min_in_sync_replicas replicas (itself included)
+        confirmed it: a slave of the SyncStateSet lost while the put waited shrinks the set,
+        which ends the all-ack wait, but one copy is not what min_in_sync_replicas promised."""
         ha = self.ha_service
         if ha is None:
             return self.gate is None
         ha.notify_append()
         ok = True
+        gate = self.gate
         if wait and self.role is BrokerRole.SYNC_MASTER:
             ok = ha.wait_for_replicas(end_offset, self._timeout_s)
-        gate = self.gate
+            needed = self.config.min_in_sync_replicas
+            if ok and gate is not None and needed > 1:
+                ok = 1 + sum(1 for p in ha.slaves() if p.confirmed_offset >= end_offset) >= needed
         return ok and (gate is None or gate.writable())
