@@ -99,6 +99,9 @@ class Replication:
         self.connection: ReplicationConnection | None = None
         self.gate: WriteGate | None = None
         self.coordinator: Coordinator | None = None
+        self._counts_lock = threading.Lock()  # the two counters below (metrics read them)
+        self.ha_not_available_total = 0  # puts refused: too few replicas in sync (HA_NOT_AVAILABLE)
+        self.slave_timeout_total = 0  # puts the slaves did not confirm in time (SLAVE_PERSISTENCE_TIMEOUT)
         epoch_file.load()
         if config.etcd_endpoints:
             return
@@ -249,7 +252,11 @@ class Replication:
         if self.role is None:
             return PutStatus.SERVICE_NOT_AVAILABLE, "this replica is not the master: its group is electing one"
         gate = self.gate
-        return gate.refuse_put() if gate is not None else None
+        refused = gate.refuse_put() if gate is not None else None
+        if refused is not None and refused[0] is PutStatus.HA_NOT_AVAILABLE:
+            with self._counts_lock:
+                self.ha_not_available_total += 1
+        return refused
 
     def after_append(self, end_offset: int, wait: bool) -> bool:
         """Called after each put's append (and flush wait): False when a SYNC_MASTER's slaves
@@ -262,5 +269,8 @@ class Replication:
         ok = True
         if wait and self.role is BrokerRole.SYNC_MASTER:
             ok = ha.wait_for_replicas(end_offset, self._timeout_s)
+            if not ok:
+                with self._counts_lock:
+                    self.slave_timeout_total += 1
         gate = self.gate
         return ok and (gate is None or gate.writable())
