@@ -4,6 +4,7 @@ acknowledged message lost; a switch that cannot be done changes nothing and resu
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from prometheus_client import generate_latest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services import cli
 from services.domain.statuses import PutStatus
 from services.store.config import BrokerRole
 from services.store.ha.replica_status import group_status
@@ -194,3 +196,38 @@ def test_a_switch_that_cannot_be_done_changes_nothing(group: ReplicaGroup, monke
         assert timed_out.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     assert put(a.live, 5, "after") is PutStatus.PUT_OK
     assert a.mode.controller.view.state.master_epoch == 1 and a.mode.switch.switches_total == 0
+
+
+@pytest.mark.needs("etcd")
+def test_pyrmq_replica_list_and_switch(group: ReplicaGroup, etcd_server: EtcdCluster, capsys) -> None:
+    a, b = group.make(2)
+    a.start()
+    wait_master(a)
+    b.start()
+    wait_until(lambda: in_sync(a) == {0, 1}, timeout_s=10)
+    assert put(a.live, 10) is PutStatus.PUT_OK
+    etcd = ["--group", a.config.broker_name, "--etcd-endpoints", ",".join(etcd_server.endpoints)]
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = cli.main(["replica", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = run("list", *etcd, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["master_id"], doc["master_epoch"], doc["sync_state_set"]) == (0, 1, [0, 1])
+    assert [(r["id"], r["role"], r["address"], r["in_sync"]) for r in doc["replicas"]] == [
+        (0, "MASTER", a.address, True),
+        (1, "SLAVE", b.address, True),
+    ]
+    code, out, err = run("switch", *etcd, "--to", "1")
+    assert code == 0, err
+    assert f"replica 1 ({b.address}) is master at masterEpoch 2" in out
+    wait_master(b)
+    code, out, _ = run("list", *etcd)
+    assert code == 0 and "master 1 at masterEpoch 2" in out
+    code, _, err = run("switch", *etcd, "--to", "7")  # no such replica
+    assert code == 1 and "FAILED_PRECONDITION" in err
+    code, _, err = run("list", "--group", "nosuch", "--etcd-endpoints", ",".join(etcd_server.endpoints))
+    assert code == 3 and "no broker group" in err
