@@ -46,6 +46,7 @@ from services.admin.status import add_commands as add_status_commands
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
 from services.config_cli import add_commands as add_config_commands
+from services.replica_cli import add_commands as add_replica_commands
 from services.runtime import settings
 from services.runtime.rpc.tls import TlsFileError, TlsFiles, open_channel
 from services.runtime.settings import CONFIG_ENV
@@ -430,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_clients_commands(commands)
     add_acl_commands(commands)
     add_status_commands(commands)
+    add_replica_commands(commands)
     add_client_commands(commands)
     pipeline_parser = commands.add_parser(
         "pipeline",

@@ -143,6 +143,19 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
     assert sum(q["lag"] for q in group["queues"]) == group["lag"]
 
 
+def test_a_store_without_replication_is_one_master_replica(cluster, capsys):
+    code, out, err = run_status(capsys, *status_args(cluster, "--json"))
+    assert code == 0, err
+    [broker_group] = json.loads(out)["broker_groups"]
+    [replica] = broker_group["replicas"]
+    assert (replica["id"], replica["role"], replica["in_sync"], replica["lag_bytes"]) == (0, "MASTER", True, 0)
+    assert replica["address"] == broker_group["master_address"] and replica["epoch"] == broker_group["master_epoch"]
+    assert replica["max_offset"] > 0 and broker_group["sync_state_set"] == [0]
+    code, out, _ = run_status(capsys, *status_args(cluster))
+    [row] = [line.split() for line in out.splitlines() if line.split()[:2] == ["0", "MASTER"]]
+    assert row[-4:] == ["yes", "0", "0.0", "s"] and "Replicas of" in out
+
+
 def test_all_adds_system_topics(cluster, capsys):
     with grpc.insecure_channel(f"127.0.0.1:{cluster.store_port}") as channel:
         store_pb2_grpc.StoreStub(channel).CreateOrUpdateTopic(

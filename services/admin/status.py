@@ -15,11 +15,14 @@ others' are beside it as topology.py places them (broker + 1, scheduler + 2, txc
 each service's gRPC host. A cluster started with ``pyrmq up --store-port 0`` or
 ``--metrics-port 0`` (any free ports) needs the flags: ``pyrmq up`` prints the ports.
 
-Output: three tables (services; topics: queues, messages stored = the sum over queues of
-max offset - min offset; consumer groups: lag and messages in flight per topic), or with
-``--json`` one JSON document ``{"services": [...], "store_address": ..., "topics": [...],
+Output: four tables (services; the store's replicas: role, epoch, offsets, in sync, lag;
+topics: queues, messages stored = the sum over queues of max offset - min offset; consumer
+groups: lag and messages in flight per topic), or with ``--json`` one JSON document
+``{"services": [...], "store_address": ..., "broker_groups": [...], "topics": [...],
 "groups": [...]}`` (topics and groups are null, and ``error`` says why, if the broker could not
-answer). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
+answer; broker_groups is null when the store could not answer GetReplicaStatus). ``groups`` are
+the consumer groups, as before; a broker group's replicas are ``broker_groups[].replicas[]``
+(services/admin/replicas.py). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
 SECONDS until Ctrl-C (not with ``--json``).
 
 Exit codes, as the other admin commands (services/admin/cli.py): 0 every service SERVING and
@@ -60,6 +63,7 @@ from services.admin.cli import (
     common_arguments,
     positive_float,
 )
+from services.admin.replicas import fetch_group, replicas_table
 from services.runtime.process import format_address
 from services.topology import SERVICES
 
@@ -94,11 +98,13 @@ class Report:
     groups: list[Document] | None
     error: str
     exit_code: int
+    broker_groups: list[Document] | None = None  # None: the store did not answer GetReplicaStatus
 
     def document(self) -> Document:
         doc: Document = {
             "services": [asdict(s) for s in self.services],
             "store_address": self.store_address,
+            "broker_groups": self.broker_groups,
             "topics": self.topics,
             "groups": self.groups,
         }
@@ -132,6 +138,7 @@ def collect(ns: argparse.Namespace) -> Report:
     with ThreadPoolExecutor(max_workers=2 * len(addresses), thread_name_prefix="status") as pool:
         health = {name: pool.submit(check_health, address, timeout_s) for name, address in addresses.items()}
         scraped = {name: pool.submit(probe_metrics, url, timeout_s) for name, url in metrics.items() if url}
+        replicas = pool.submit(_broker_group, addresses["store"], timeout_s)
         services = [
             ServiceCheck(
                 name,
@@ -144,7 +151,17 @@ def collect(ns: argparse.Namespace) -> Report:
         ]
     if exit_code == EXIT_OK and any(s.status != SERVING for s in services):
         exit_code = EXIT_UNREACHABLE
-    return Report(services, addresses["store"], topics, groups, error, exit_code)
+    broker_group = replicas.result()
+    return Report(
+        services, addresses["store"], topics, groups, error, exit_code, None if broker_group is None else [broker_group]
+    )
+
+
+def _broker_group(address: str, timeout_s: float) -> Document | None:
+    try:
+        return fetch_group(address, timeout_s)
+    except grpc.RpcError:  # DOWN (the services table says why) or an older store
+        return None
 
 
 def service_addresses(ns: argparse.Namespace, reported_store: str) -> dict[str, str]:
@@ -255,6 +272,19 @@ def _group_doc(status: pb.GroupTopicStatus) -> Document:
 def render(report: Report, with_error: bool = False) -> RenderableType:
     """The three tables; ``with_error``: the broker's error as a line too (--watch has no stderr)."""
     parts: list[RenderableType] = [Text("Services", style="bold"), _services_table(report.services)]
+    for broker_group in report.broker_groups or []:
+        master = (
+            f"master {broker_group['master_id']} at epoch {broker_group['master_epoch']}"
+            if broker_group["master_id"] >= 0
+            else "no master"
+        )
+        parts += [
+            Text(""),
+            Text(
+                f"Replicas of {broker_group['name']} ({master}, in sync {broker_group['sync_state_set']})", style="bold"
+            ),
+            replicas_table(broker_group["replicas"]),
+        ]
     if report.topics is not None:
         parts += [
             Text(""),

@@ -52,7 +52,9 @@ def start(config: StoreConfig, stack: ExitStack, received: StopSignals) -> Mappi
         on_wait=lambda: log.info("store root is locked by another process; waiting for it to exit"),
     )
     metrics = StoreMetrics(
-        store, labels={"cluster": config.cluster_name, "node_id": config.broker_name, "node_type": "store"}
+        store,
+        labels={"cluster": config.cluster_name, "node_id": config.broker_name, "node_type": "store"},
+        replication=store.replication,
     )
     tune_gc(config.gc_gen0_threshold)  # after start-up: recovery's and metadata's objects are frozen
     server, port = build_server(

@@ -10,7 +10,9 @@
     Exception
     ├── MetadataFileError        a metadata file and its ``.bak`` both fail to decode
     ├── StoreUnavailableError    the store cannot serve the call now (gRPC UNAVAILABLE)
-    └── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
+    ├── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
+    └── MasterSwitchError        a planned master switch that cannot be done (FAILED_PRECONDITION)
+        └── MasterSwitchTimeoutError  the target did not confirm in time (DEADLINE_EXCEEDED)
 
 Errors of the pure byte formats (``PropertiesError``, ``CorruptRecord``, ...) and of the SQL
 filter stay with them in ``services/domain``.
@@ -90,3 +92,12 @@ class NotMasterError(Exception):
 
 class ReplicationError(Exception):
     """The slave cannot follow this master (no epoch in common, bytes it no longer has)."""
+
+
+class MasterSwitchError(Exception):
+    """A planned master switch that cannot be done: the target is not an in-sync, connected
+    replica, or the handover transaction lost a race (writes resumed, nothing changed)."""
+
+
+class MasterSwitchTimeoutError(MasterSwitchError):
+    """The switch's target did not confirm the master's log in time (writes resumed)."""

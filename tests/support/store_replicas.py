@@ -1,6 +1,6 @@
-"""Store replicas for replication fault tests (tests/store/ha/test_faults.py): ``Replica``, a
-store and its gRPC server in this process (controller-mode or static roles), and
-``ReplicaProcess``, ``python -m services.store`` as a child process configured by
+"""Store replicas for replication fault tests (tests/store/ha/test_faults.py): ``Replica``
+(replica_group.py: a store and its gRPC server in this process, controller-mode or static
+roles), and ``ReplicaProcess``, ``python -m services.store`` as a child process configured by
 ``PYRMQ_STORE_*`` variables, which a test can SIGSTOP, SIGCONT and SIGKILL. Plus the
 comparison of two CommitLogs' segment files and a gRPC put that never raises."""
 
@@ -18,48 +18,10 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.store.config import StoreConfig
-from services.store.rpc.server import build_server, stop_server
-from services.store.store import FileStore
 from tests.support.processes import ROOT, STORE_READY, Process
+from tests.support.replica_group import Replica
 
-
-@dataclass
-class Replica:
-    """A FileStore and its gRPC server on ``config.port``, in this process."""
-
-    config: StoreConfig
-    store: FileStore | None = None
-    server: grpc.Server | None = None
-
-    @property
-    def live(self) -> FileStore:
-        assert self.store is not None
-        return self.store
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.config.port}"
-
-    def start(self) -> Replica:
-        store = FileStore(self.config)
-        store.start()
-        server, _ = build_server(store, "127.0.0.1", self.config.port, max_workers=8)
-        server.start()
-        self.store, self.server = store, server
-        return self
-
-    def kill(self) -> None:
-        """As kill -9: connections dropped, the lease left to expire."""
-        assert self.server is not None
-        stop_server(self.server, grace_s=0)
-        self.live.halt()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            stop_server(self.server, grace_s=0)
-        if self.store is not None:
-            self.store.shutdown()
+__all__ = ["Replica", "ReplicaProcess", "put_status", "read_commitlog", "segment_names"]
 
 
 @dataclass

@@ -25,7 +25,14 @@ is not certainly the writable master (lease and view, ``is_master_writable``) or
 is smaller than min_in_sync_replicas (HA_NOT_AVAILABLE); checked again before the
 acknowledgement. With all_ack_in_sync_state_set a SYNC put waits for every slave of the set in
 force or being asked for (``SyncStateSetTracker.effective``). Reads see only what every slave of
-that set confirmed (the master's reput stops at ``HAService.commit_offset``).
+that set confirmed (the master's reput stops at ``HAService.commit_offset``). A planned switch
+(``switch.py``) pauses the gate: new puts refused, then none acknowledged, until the target
+holds everything.
+
+Elections won are counted with their duration (``ElectionStats``): from the moment this
+replica's view first showed the group without its live master (the old master's lease gone or
+revoked, or the master key naming another replica, as in a planned switch) to the moment this
+replica's writes opened.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from services.domain.statuses import NOT_MASTER, PutStatus
@@ -40,6 +48,7 @@ from services.runtime.clock import Clock
 from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.store.client.group_keys import SyncStateSet
+from services.store.client.group_state import GroupState
 from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.epoch_file import EpochFile
@@ -47,6 +56,7 @@ from services.store.errors import ReplicationError
 from services.store.ha.controller import ElectionLoop, ReplicaController
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
+from services.store.ha.switch import MasterSwitch, SwitchResult
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
 
 log = logging.getLogger(__name__)
@@ -82,6 +92,18 @@ class Role(Protocol):
 
 
 LOOP_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True)
+class ElectionStats:
+    """Elections this replica won, and how long each took (see the module docstring)."""
+
+    won_total: int = 0
+    timed_total: int = 0  # those whose start this replica saw (a first master's counts from its start)
+    seconds_sum: float = 0.0
+    last_seconds: float = 0.0
+
+
 REPORT_INTERVAL_S = 0.2
 ETCD_ATTEMPT_TIMEOUT_S = 0.5
 
@@ -121,8 +143,34 @@ class ControllerMode:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self.controller.view.add_listener(lambda old, new: self._wake.set())
+        self.switch = MasterSwitch(self, clock)
+        self.elections = ElectionStats()
+        self._master_lost_at_s: float | None = clock.monotonic_s()  # no master seen yet
+        self.controller.view.add_listener(self._on_view)
         replication.gate = self
+
+    def _on_view(self, old: GroupState, new: GroupState) -> None:
+        """On the watch's thread: note when the group lost its master, and wake the loop."""
+        lost = old.master_alive() and (
+            not new.master_alive()
+            or (
+                new.master is not None
+                and old.master is not None
+                and new.master.masterBrokerId != old.master.masterBrokerId
+            )
+        )
+        if lost and self._master_lost_at_s is None:
+            self._master_lost_at_s = self.clock.monotonic_s()
+        self._wake.set()
+
+    def _elected(self) -> None:
+        lost_at, self._master_lost_at_s = self._master_lost_at_s, None
+        e = self.elections
+        if lost_at is None:
+            self.elections = ElectionStats(e.won_total + 1, e.timed_total, e.seconds_sum, e.last_seconds)
+            return
+        took = max(0.0, self.clock.monotonic_s() - lost_at)
+        self.elections = ElectionStats(e.won_total + 1, e.timed_total + 1, e.seconds_sum + took, took)
 
     # -- the HA sessions (SessionListener), on the streams' threads --------------------------------
     def acked(self, replica_id: int, max_phy_offset: int, caught_up: bool) -> None:
@@ -143,11 +191,42 @@ class ControllerMode:
         with all_ack_in_sync_state_set, and what reads wait for (``HAService.commit_offset``)."""
         return self.tracker.effective() - {self.replica_id}
 
+    # -- the planned switch (switch.MasterSide) ----------------------------------------------------
+    def in_sync_set(self) -> frozenset[int]:
+        return self.tracker.local
+
+    def max_offset(self) -> int:
+        return self.replication.commitlog.max_offset
+
+    def confirmed_by(self, replica_id: int) -> int | None:
+        ha = self.replication.ha_service
+        for slave in ha.slaves() if ha is not None else []:
+            if slave.replica_id == replica_id:
+                return slave.confirmed_offset
+        return None
+
+    @property
+    def view_state(self) -> GroupState:
+        return self.controller.view.state
+
+    def election_figures(self) -> tuple[int, int, float, float, int]:
+        """(won, timed, seconds sum, last seconds, planned switches handed over) for the metrics."""
+        e = self.elections
+        return e.won_total, e.timed_total, e.seconds_sum, e.last_seconds, self.switch.switches_total
+
+    def switch_master(self, target: int, timeout_s: float) -> SwitchResult:
+        """A planned switch to replica ``target`` (switch.py); this replica must be the master."""
+        result = self.switch.switch(target, timeout_s)
+        self._wake.set()  # follow the new master at once
+        return result
+
     # -- the WriteGate ------------------------------------------------------------------------------
     def writable(self) -> bool:
-        return self.controller.is_master_writable()
+        return not self.switch.handing_over and self.controller.is_master_writable()
 
     def refuse_put(self) -> Refusal | None:
+        if self.switch.paused:
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: a planned switch is handing over"
         if not self.writable():
             return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: its lease or role is changing"
         in_sync = len(self.tracker.local)
@@ -164,6 +243,7 @@ class ControllerMode:
             self.controller.start()  # registers and watches; raises EtcdError while etcd is unreachable
             self._registered = True
             self.election.start()
+        self.switch.settle()
         self._follow_role()
         self._report()
         if self.replication.is_master:
@@ -175,6 +255,7 @@ class ControllerMode:
         epoch = controller.master_epoch()
         if epoch is not None and not controller.lease_lost():
             if not replication.is_master or replication.master_epoch != epoch:
+                self.switch.reset()
                 try:
                     replication.become_master(
                         epoch, self, self.required_slaves if self._all_ack else None, self.required_slaves
@@ -182,6 +263,7 @@ class ControllerMode:
                 except ReplicationError as exc:
                     log.error("replica %d cannot serve as master: %s", self.replica_id, exc)
                     return
+                self._elected()
                 self.tracker.reset(
                     state.sync_state or SyncStateSet(frozenset([self.replica_id]), 0),
                     self.replication.epoch_file.entries(self.replication.commitlog.max_offset)[-1].start_offset,
@@ -191,9 +273,13 @@ class ControllerMode:
                     self._gone.clear()
             return
         if state.master_alive() and state.master is not None and state.master.masterBrokerId != self.replica_id:
+            self._master_lost_at_s = None  # another replica won
             if not replication.is_slave or replication.master_address != state.master.masterAddress:
+                self.switch.reset()
                 replication.become_slave(state.master.masterAddress)
             return
+        if replication.is_master:
+            self.switch.reset()
         replication.become_candidate()
 
     @property

@@ -100,6 +100,9 @@ class Replication:
         self.gate: WriteGate | None = None
         self.coordinator: Coordinator | None = None
         self.reput: ReputService | None = None  # of_store: woken when commit_offset moves
+        self._counts_lock = threading.Lock()  # the two counters below (metrics read them)
+        self.ha_not_available_total = 0  # puts refused: too few replicas in sync (HA_NOT_AVAILABLE)
+        self.slave_timeout_total = 0  # puts the slaves did not confirm in time (SLAVE_PERSISTENCE_TIMEOUT)
         epoch_file.load()
         if config.etcd_endpoints:
             return
@@ -266,7 +269,11 @@ class Replication:
         if self.role is None:
             return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: its group is electing one"
         gate = self.gate
-        return gate.refuse_put() if gate is not None else None
+        refused = gate.refuse_put() if gate is not None else None
+        if refused is not None and refused[0] is PutStatus.HA_NOT_AVAILABLE:
+            with self._counts_lock:
+                self.ha_not_available_total += 1
+        return refused
 
     def after_append(self, end_offset: int, wait: bool) -> bool:
         """Called after each put's append (and flush wait): False when a SYNC_MASTER's slaves
@@ -285,4 +292,8 @@ class Replication:
             needed = self.config.min_in_sync_replicas
             if ok and gate is not None and needed > 1:
                 ok = 1 + sum(1 for p in ha.slaves() if p.confirmed_offset >= end_offset) >= needed
+            if not ok:
+                with self._counts_lock:
+                    self.slave_timeout_total += 1
+        gate = self.gate
         return ok and (gate is None or gate.writable())

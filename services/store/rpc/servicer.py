@@ -22,8 +22,11 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
+from services.store.ha.replica_status import group_status
+from services.store.ha.switch import switch_master
 from services.store.model import Arrival
 from services.store.rpc import convert
+from services.store.rpc.replica import group_status_to_pb, switch_result_to_pb
 from services.store.rpc.replicate import serve_replica
 from services.store.rpc.status import check_put_batch, check_put_status, rpc_errors
 
@@ -186,6 +189,18 @@ class StoreServicer(pb_grpc.StoreServicer):
             config.ha_housekeeping_interval_ms / 1000,
         )
         yield from serve_replica(self._ha_service(), requests, context, heartbeat_s, housekeeping_s, self._stopping)
+
+    @rpc_errors
+    def GetReplicaStatus(
+        self, request: pb.GetReplicaStatusRequest, context: grpc.ServicerContext
+    ) -> pb.GetReplicaStatusResponse:
+        return group_status_to_pb(group_status(self._store.replication))
+
+    @rpc_errors
+    def SwitchMaster(self, request: pb.SwitchMasterRequest, context: grpc.ServicerContext) -> pb.SwitchMasterResponse:
+        replication = self._store.replication
+        timeout_ms = request.timeout_ms or self._store.config.sync_replicas_timeout_ms
+        return switch_result_to_pb(switch_master(replication.coordinator, request.target_replica_id, timeout_ms / 1000))
 
     def _ha_service(self) -> Any:
         """The master's HAService; None on a slave, a store not started, or a store double."""

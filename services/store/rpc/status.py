@@ -27,6 +27,8 @@ import grpc
 
 from services.domain.statuses import PutStatus
 from services.store.errors import (
+    MasterSwitchError,
+    MasterSwitchTimeoutError,
     NotMasterError,
     StoreNotRunningError,
     StoreUnavailableError,
@@ -45,6 +47,8 @@ EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (StoreNotRunningError, Code.UNAVAILABLE),  # used before start() or after shutdown()
     (TooManyWatchersError, Code.RESOURCE_EXHAUSTED),
     (NotMasterError, Code.FAILED_PRECONDITION),  # Replicate on a slave
+    (MasterSwitchTimeoutError, Code.DEADLINE_EXCEEDED),  # SwitchMaster: the target did not confirm in time
+    (MasterSwitchError, Code.FAILED_PRECONDITION),  # SwitchMaster: not possible now
     (ValueError, Code.INVALID_ARGUMENT),  # includes PropertiesError and UnicodeError
     (LookupError, Code.NOT_FOUND),  # includes KeyError
 )

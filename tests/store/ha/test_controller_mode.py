@@ -6,110 +6,16 @@ its lone tail cut), and puts refused with HA_NOT_AVAILABLE below min_in_sync_rep
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import grpc
 import pytest
 
 from services.domain.statuses import PutStatus
-from services.store.config import BrokerRole, StoreConfig
-from services.store.ha.controller_mode import ControllerMode
-from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
-from tests.support.etcd import EtcdCluster, free_ports
-from tests.support.filestore import message, small_config
+from tests.support.filestore import message
+from tests.support.replica_group import TTL_MS, in_sync, put, wait_master
 from tests.support.store_rpc import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
-
-SEGMENT_BYTES = 16 * 1024
-TTL_MS = 2000
-
-
-@dataclass
-class Replica:
-    config: StoreConfig
-    store: FileStore | None = None
-    server: grpc.Server | None = None
-
-    @property
-    def live(self) -> FileStore:
-        assert self.store is not None
-        return self.store
-
-    @property
-    def mode(self) -> ControllerMode:
-        coordinator = self.live.replication.coordinator
-        assert isinstance(coordinator, ControllerMode)
-        return coordinator
-
-    def start(self) -> Replica:
-        store = FileStore(self.config)
-        store.start()
-        server, _ = build_server(store, "127.0.0.1", self.config.port, max_workers=8)
-        server.start()
-        self.store, self.server = store, server
-        return self
-
-    def kill(self) -> None:
-        """As kill -9: the lease is left to expire."""
-        assert self.server is not None
-        stop_server(self.server, grace_s=0)
-        self.live.halt()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            stop_server(self.server, grace_s=0)
-        if self.store is not None:
-            self.store.shutdown()
-
-
-@pytest.fixture
-def group(etcd_server: EtcdCluster, tmp_path: Path) -> Iterator:
-    made: list[Replica] = []
-
-    def make(count: int, **overrides) -> list[Replica]:
-        ports = free_ports(count)
-        for i, port in enumerate(ports):
-            values = dict(
-                commitlog_file_size_bytes=SEGMENT_BYTES,
-                ha_send_heartbeat_interval_ms=100,
-                ha_reconnect_interval_max_ms=200,
-                port=port,
-                store_host=f"127.0.0.1:{port}",
-                replica_id=i,
-                etcd_endpoints=",".join(etcd_server.endpoints),
-                lease_ttl_ms=TTL_MS,
-                broker_role=BrokerRole.SYNC_MASTER,
-                sync_replicas_timeout_ms=3000,
-            )
-            values.update(overrides)
-            made.append(Replica(small_config(tmp_path / f"r{i}", **values)))
-        return made[-count:]
-
-    yield make
-    for replica in reversed(made):
-        replica.stop()
-
-
-def put(store: FileStore, count: int, tag: str = "m") -> PutStatus:
-    status = PutStatus.PUT_OK
-    for i in range(count):
-        [result] = store.put_messages([message(queue_id=i % 4, body=f"{tag}-{i}".encode() * 40, keys=f"{tag}{i}")])
-        status = result.status
-        if status is not PutStatus.PUT_OK:
-            return status
-    return status
-
-
-def wait_master(replica: Replica, timeout_s: float = 10) -> None:
-    wait_until(lambda: replica.live.replication.is_master and replica.mode.writable(), timeout_s=timeout_s)
-
-
-def in_sync(replica: Replica) -> frozenset[int]:
-    return replica.mode.controller.view.state.in_sync
 
 
 def assert_same_log(a: FileStore, b: FileStore, upto: int) -> None:
