@@ -10,6 +10,7 @@
     Exception
     ├── MetadataFileError        a metadata file and its ``.bak`` both fail to decode
     ├── StoreUnavailableError    the store cannot serve the call now (gRPC UNAVAILABLE)
+    │   └── NotMasterWriteError  a state-changing call on a replica that is not the writable master
     └── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
 
 Errors of the pure byte formats (``PropertiesError``, ``CorruptRecord``, ...) and of the SQL
@@ -59,6 +60,11 @@ class MetadataFileError(Exception):
 
 class StoreUnavailableError(Exception):
     """The store cannot serve the call now (shutting down, not started)."""
+
+
+class NotMasterWriteError(StoreUnavailableError):
+    """A state-changing call (topic, group, offset, pop, ack, user...) on a replica that is not
+    the writable master: refused so that no replica diverges from what the master replicates."""
 
 
 class TooManyWatchersError(Exception):
