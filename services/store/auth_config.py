@@ -14,6 +14,9 @@ enable | disable; a resource is ``Topic:NAME`` / ``Group:NAME`` (LITERAL), ``Top
 (PREFIXED), ``Topic:*`` (any topic) or ``*`` (anything); actions Pub, Sub, Create, Update,
 Delete, Get, List, All; decision Allow | Deny. The secret keys are the HMAC keys clients sign
 with, so the file holds them in clear, as RocketMQ's does: it is written mode 0600.
+
+Replication (ha/config_sync.py): a slave ``install``s the master's file content and refuses every
+change (``check_writable``, set by the store); ``change_count`` moves on every change.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,12 +106,34 @@ class AuthConfigManager:
         self._users: dict[str, StoredUser] = {}
         self._acls: dict[str, StoredAcl] = {}
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
+        self._changes = 0
+        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
+
+    @property
+    def change_count(self) -> int:
+        """Moves on every change (its own, an install, a load)."""
+        return self._changes
 
     def load(self) -> None:
         loaded = load_with_backup(self.path, self._decode)
         with self._lock:
             if loaded is not None:
                 self._users, self._acls, self._data_version = loaded
+            self._changes += 1
+
+    def encode(self) -> str:
+        """The file's content for the current users and ACLs."""
+        with self._lock:
+            return self._encode_locked()
+
+    def install(self, text: str) -> None:
+        """Replace users and ACLs by ``text``, the master's content of the file (a slave), and
+        write it as every change is written. Raises ValueError (nothing changes) if it does not decode."""
+        users, acls, version = self._decode(text)
+        with self._lock:
+            self._users, self._acls, self._data_version = users, acls, version
+            self._changes += 1
+            self._write_locked(text)
 
     def snapshot(self) -> tuple[list[StoredUser], list[StoredAcl], int]:
         """Every user and ACL, and the data version's counter (it moves on every change)."""
@@ -116,6 +142,7 @@ class AuthConfigManager:
 
     def put_user(self, user: StoredUser) -> bool:
         """Create or replace; True if it was new."""
+        self.check_writable()
         user.check()
         with self._lock:
             created = user.username not in self._users
@@ -125,6 +152,7 @@ class AuthConfigManager:
 
     def delete_user(self, username: str) -> bool:
         """Remove a user and its ACL; False if there was none."""
+        self.check_writable()
         with self._lock:
             existed = self._users.pop(username, None) is not None
             self._acls.pop(username, None)
@@ -134,6 +162,7 @@ class AuthConfigManager:
 
     def put_acl(self, acl: StoredAcl) -> None:
         """Replace a user's policies (an empty list removes its ACL). The user must exist."""
+        self.check_writable()
         if len(acl.policies) > POLICIES_MAX:
             raise AuthConfigError(f"at most {POLICIES_MAX} policies per user")
         for policy in acl.policies:
@@ -149,6 +178,14 @@ class AuthConfigManager:
 
     def _persist_locked(self) -> None:
         self._data_version.next_version(self._clock.now_ms())
+        self._changes += 1
+        self._write_locked(self._encode_locked())
+
+    def _write_locked(self, text: str) -> None:
+        write_atomically(self.path, text)
+        os.chmod(self.path, 0o600)
+
+    def _encode_locked(self) -> str:
         document = {
             "dataVersion": self._data_version.to_bean(),
             "users": {
@@ -176,8 +213,7 @@ class AuthConfigManager:
                 for a in self._acls.values()
             },
         }
-        write_atomically(self.path, json.dumps(document, indent=2))
-        os.chmod(self.path, 0o600)
+        return json.dumps(document, indent=2)
 
     def _decode(self, text: str) -> tuple[dict[str, StoredUser], dict[str, StoredAcl], DataVersion]:
         root = json_object(json.loads(text), "auth.json")

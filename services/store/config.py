@@ -99,6 +99,7 @@ class StoreConfig:
     ha_housekeeping_interval_ms: int = 20_000         # either end drops a replication stream silent this long (a stopped or cut peer) (haHousekeepingInterval)
     ha_reconnect_interval_max_ms: int = 5_000         # SLAVE: longest pause between reconnections to the master (the backoff doubles from 100 ms)
     ha_transfer_batch_size_bytes: int = 1 << 20       # master: CommitLog bytes per chunk sent to a slave, at most (haTransferBatchSize)
+    ha_config_sync_interval_ms: int = 200             # master: how often each slave's stream checks the config/ tables (topics, groups, consumer and delay offsets, users) and sends those changed (RocketMQ's slaves pull them every 10 s: SlaveSynchronize)
     in_sync_replicas: int = 2                         # SYNC_MASTER: replicas, the master included, that must hold a put before it is acknowledged (inSyncReplicas)
     sync_replicas_timeout_ms: int = 5_000             # SYNC_MASTER: a put the slaves do not confirm in time answers FLUSH_SLAVE_TIMEOUT (RocketMQ uses syncFlushTimeout)
     # -- controller mode (enableControllerMode): roles from etcd; broker_role then only says ASYNC or SYNC as master --
@@ -132,7 +133,12 @@ class StoreConfig:
             raise ValueError("access_message_in_memory_max_ratio must be in [0, 1]")
         if self.broker_role is BrokerRole.SLAVE and not self.ha_master_address:
             raise ValueError("broker_role SLAVE needs ha_master_address")
-        if min(self.ha_send_heartbeat_interval_ms, self.ha_reconnect_interval_max_ms, self.sync_replicas_timeout_ms) <= 0:
+        if min(
+            self.ha_send_heartbeat_interval_ms,
+            self.ha_reconnect_interval_max_ms,
+            self.sync_replicas_timeout_ms,
+            self.ha_config_sync_interval_ms,
+        ) <= 0:
             raise ValueError("ha intervals and timeouts must be positive")
         if self.ha_housekeeping_interval_ms <= self.ha_send_heartbeat_interval_ms:
             raise ValueError("ha_housekeeping_interval_ms must exceed ha_send_heartbeat_interval_ms")

@@ -15,6 +15,12 @@ Write order matches a Java broker: ``offsetTable`` keys as its ``ConcurrentHashM
 iterates them, queue ids and levels ascending (what Integer-keyed Java maps give for small
 ids), ``groupTopicMap`` as a ``HashMap(128)`` of ``HashSet(8)``s (a Set: written compact).
 
+Replication (ha/config_sync.py): ``change_count`` moves on every commit and on every persist that
+bumps ``dataVersion``, so the master sends the current table when it changed and again once the
+version it writes moved; a slave ``install``s it (memory and file). A slave refuses delay-offset
+updates (``check_writable``, set by the store); consumer offsets are committed through the pop
+engine, which refuses them.
+
 Locking: ``_persist_lock -> _lock``. ``_lock`` guards the table and the dirty flag only;
 ``persist`` copies the table under it and encodes and writes outside it.
 """
@@ -22,6 +28,7 @@ Locking: ``_persist_lock -> _lock``. ``_lock`` guards the table and the dirty fl
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +77,8 @@ class _ProgressFile:
         self._dirty = False
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
         self._table: Any = self._decode_table({})
+        self._changes = 0
+        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
 
     @property
     def data_version(self) -> DataVersion:
@@ -81,6 +90,12 @@ class _ProgressFile:
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def change_count(self) -> int:
+        """Moves on every change of the table, on each persist that bumps dataVersion, on load
+        and install."""
+        return self._changes
+
     def persist(self) -> None:
         """Write the table now (bumping dataVersion if it changed since the last write)."""
         with self._persist_lock:
@@ -88,6 +103,7 @@ class _ProgressFile:
                 if self._dirty:
                     self._data_version.next_version(self._clock.now_ms())
                     self._dirty = False
+                    self._changes += 1
                 version = self._data_version.to_bean()
                 snapshot = self._snapshot_locked()
             try:
@@ -119,6 +135,18 @@ class _ProgressFile:
                 loaded = self._decode_table({}), DataVersion(timestamp_ms=self._clock.now_ms())
             self._table, self._data_version = loaded
             self._dirty = False
+            self._changes += 1
+
+    def install(self, text: str) -> None:
+        """Replace the table by ``text``, the master's content of the file (a slave), and write
+        it as ``persist`` does. Raises ValueError (nothing changes) if it does not decode."""
+        table, version = self._decode(text)
+        with self._persist_lock:
+            with self._lock:
+                self._table, self._data_version = table, version
+                self._dirty = False
+                self._changes += 1
+            write_atomically(self.path, text)
 
     def _decode(self, text: str) -> tuple[Any, DataVersion]:
         document = json_object(loads(text), self.file_name)
@@ -151,6 +179,7 @@ class ConsumerOffsetManager(_ProgressFile):
             else:
                 queues[queue_id] = offset
             self._dirty = True
+            self._changes += 1
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset, or -1 if the group never committed on this queue."""
@@ -193,6 +222,7 @@ class ConsumerOffsetManager(_ProgressFile):
                 del self._table[key]
             if doomed:
                 self._dirty = True
+                self._changes += 1
         return len(doomed)
 
     def _snapshot_locked(self) -> dict[str, dict[int, int]]:
@@ -233,9 +263,11 @@ class DelayOffsetManager(_ProgressFile):
             return self._table.get(level, 0)
 
     def update(self, level: int, offset: int) -> None:
+        self.check_writable()
         with self._lock:
             self._table[level] = offset
             self._dirty = True
+            self._changes += 1
 
     def offset_table(self) -> dict[int, int]:
         with self._lock:

@@ -10,6 +10,7 @@
     Exception
     ├── MetadataFileError        a metadata file and its ``.bak`` both fail to decode
     ├── StoreUnavailableError    the store cannot serve the call now (gRPC UNAVAILABLE)
+    │   └── NotMasterWriteError  a state-changing call on a replica that is not the writable master
     ├── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
     └── MasterSwitchError        a planned master switch that cannot be done (FAILED_PRECONDITION)
         └── MasterSwitchTimeoutError  the target did not confirm in time (DEADLINE_EXCEEDED)
@@ -61,6 +62,11 @@ class MetadataFileError(Exception):
 
 class StoreUnavailableError(Exception):
     """The store cannot serve the call now (shutting down, not started)."""
+
+
+class NotMasterWriteError(StoreUnavailableError):
+    """A state-changing call (topic, group, offset, pop, ack, user...) on a replica that is not
+    the writable master: refused so that no replica diverges from what the master replicates."""
 
 
 class TooManyWatchersError(Exception):

@@ -10,10 +10,10 @@ Per (group, source topic, queue) the service keeps a ``QueueState``::
 
 * ``committed`` is the group's offset in consumerOffset.json. It only moves over the
   contiguous prefix of finished offsets (acked, filtered out, revived into the retry topic,
-  sent to the DLQ), so every offset not finished lies at or above it: after a restart (all
-  in-flight state is memory) the group reads again from ``committed`` and every unfinished
-  message is delivered again (at least once). Finished offsets above an unfinished one may be
-  delivered again too.
+  sent to the DLQ), so every offset not finished lies at or above it: after a restart or a
+  failover (all in-flight state is memory; ``forget`` on a role change) the group reads again
+  from ``committed`` and every unfinished message is delivered again (at least once).
+  Finished offsets above an unfinished one may be delivered again too.
 * ``cursor`` (one per requested topic, see the retry queue below) is where the next pop reads;
   it runs ahead of ``committed`` by at most ``POP_WINDOW_OFFSETS_MAX`` offsets.
 * A group new to a queue (no committed offset) starts at ``init_offset`` (``consume_init``) and
@@ -58,7 +58,6 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
-from typing import Protocol
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
@@ -76,12 +75,12 @@ from services.store.arrivals import ArrivalBus
 from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
-from services.store.model import GetResult
 from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
 from services.store.pop_state import PopRequest, QueueState
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
+    GetMessages,
     InFlight,
     PutMessages,
     QueueKey,
@@ -98,20 +97,6 @@ INVISIBLE_MS_MAX = 24 * 3600 * 1000  # the proxy allows 12 h; the store accepts 
 POP_WINDOW_OFFSETS_MAX = 100_000  # cursor - committed per queue (bounds the done set)
 POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
-
-
-class GetMessages(Protocol):
-    """The store's read by queue offset (``FileStore.get_messages``)."""
-
-    def __call__(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        max_count: int = 32,
-        max_bytes: int = 4 << 20,
-        tags_codes: frozenset[int] | None = None,
-    ) -> GetResult: ...
 
 
 def _check_names(group: str, topic: str) -> None:
@@ -143,6 +128,7 @@ class PopService:
         self._consumer_offsets = consumer_offsets
         self._clock = clock
         self._is_running = is_running
+        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
         self._lock = threading.Lock()
         self._queues: dict[QueueKey, QueueState] = {}
         self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
@@ -286,7 +272,7 @@ class PopService:
         """The group's config; an unknown group is created with defaults (RocketMQ's
         autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
         groups = self._groups
-        version = groups.data_version.counter
+        version = groups.change_count
         if version != self._group_cache_version:
             self._group_cache = {g.group_name: g for g in groups.list()}
             self._group_cache_version = version
@@ -450,6 +436,7 @@ class PopService:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set the group's committed offset from outside pop (CommitConsumerOffset, an admin
         reset): under the pop lock, so no ack in progress writes its own over it."""
+        self.check_writable()
         key = (group, topic, queue_id)
         with self._lock:
             self._consumer_offsets.commit_offset(group, topic, queue_id, offset)
@@ -591,6 +578,13 @@ class PopService:
                 self._schedule.push(entry)
             return None
 
+    def forget(self) -> None:
+        """This replica's role changed: drop every queue's pop state. In-flight handles die, and
+        pops start again from the committed offsets (a new master's: the replicated ones)."""
+        with self._lock:
+            self._queues.clear()
+
     def _check_running(self) -> None:
         if not self._is_running():
             raise StoreNotRunningError("the store is not running")
+        self.check_writable()

@@ -50,7 +50,7 @@ from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
 from services.store.flush import _Loop
 from services.store.metadata import SubscriptionGroupConfig, TopicConfig
-from services.store.model import Arrival, PutResult
+from services.store.model import Arrival, GetResult, PutResult
 from services.store.topic_config import TopicConfigManager
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,20 @@ class InFlightTable(Protocol):
     def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]: ...
     def settle(self, entry: InFlight, ok: bool, retry_at_ms: int | None) -> QueueKey | None: ...
     def read_record(self, entry: InFlight) -> MessageRecord | None: ...
+
+
+class GetMessages(Protocol):
+    """The store's read by queue offset (``FileStore.get_messages``): the pop engine's reads."""
+
+    def __call__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 << 20,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult: ...
 
 
 class PutMessages(Protocol):

@@ -530,7 +530,7 @@ class FileStore(StoreReader):
 
     def _write_queue_nums(self, topic: str) -> int | None:
         """Write queue count of ``topic`` from a cache refreshed whenever the topic table changes."""
-        version = self._topics.data_version.counter
+        version = self._topics.change_count
         if version != self._topic_cache_version:
             self._topic_cache = {t.topic_name: t.write_queue_nums for t in self._topics.list()}
             self._topic_cache_version = version

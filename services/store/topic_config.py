@@ -9,6 +9,10 @@ Tables are written in the iteration order of RocketMQ's ``ConcurrentHashMap(1024
 2048-bucket table), so the same content gives the same bytes as a Java broker (exact while
 no bucket holds two keys inserted in a different order, and below 1536 entries).
 
+Replication (ha/config_sync.py): a slave ``install``s the master's content of the file, and refuses
+every change (``check_writable``, set by the store). ``change_count`` moves on every change,
+install and load: what the master's sender and the store's caches compare.
+
 Locking: ``_persist_lock -> _lock``. A change holds ``_persist_lock`` from the mutation to the
 end of the file write, so files are written in change order; ``_lock`` is held only while
 the dict is touched, so ``get`` never waits for an fsync.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -57,6 +62,8 @@ class _ConfigTable(Generic[C]):
         self._persist_lock = threading.Lock()
         self._table: dict[str, C] = {}
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
+        self._changes = 0
+        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
 
     @property
     def data_version(self) -> DataVersion:
@@ -64,6 +71,11 @@ class _ConfigTable(Generic[C]):
             return DataVersion(
                 self._data_version.counter, self._data_version.state_version, self._data_version.timestamp_ms
             )
+
+    @property
+    def change_count(self) -> int:
+        """Moves on every change of the table (its own, an install, a load)."""
+        return self._changes
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); neither present -> empty table, counter 0."""
@@ -73,6 +85,18 @@ class _ConfigTable(Generic[C]):
                 loaded = {}, DataVersion(timestamp_ms=self._clock.now_ms()), self._decode_extra({})
             self._table, self._data_version, extra = loaded
             self._set_extra_locked(extra)
+            self._changes += 1
+
+    def install(self, text: str) -> None:
+        """Replace the table by ``text``, the master's content of the file (a slave), and write
+        it as every change is written. Raises ValueError (nothing changes) if it does not decode."""
+        table, version, extra = self._decode(text)
+        with self._persist_lock:
+            with self._lock:
+                self._table, self._data_version = table, version
+                self._set_extra_locked(extra)
+                self._changes += 1
+            write_atomically(self.path, text)
 
     def get(self, name: str) -> C | None:
         with self._lock:
@@ -86,6 +110,7 @@ class _ConfigTable(Generic[C]):
 
     def create_or_update(self, config: C) -> C:
         """Store a copy of ``config`` and persist; an identical config changes nothing."""
+        self.check_writable()
         config.check()
         stored = config.copy()
         name = self._name_of(stored)
@@ -95,16 +120,19 @@ class _ConfigTable(Generic[C]):
                     return stored.copy()
                 self._table[name] = stored
                 self._data_version.next_version(self._clock.now_ms())
+                self._changes += 1
                 text = self._encode_locked()
             write_atomically(self.path, text)
         return stored.copy()
 
     def delete(self, name: str) -> bool:
+        self.check_writable()
         with self._persist_lock:
             with self._lock:
                 if self._table.pop(name, None) is None:
                     return False
                 self._data_version.next_version(self._clock.now_ms())
+                self._changes += 1
                 text = self._encode_locked()
             write_atomically(self.path, text)
         return True

@@ -4,8 +4,9 @@ and reconnects with a doubling backoff (100 ms up to ha_reconnect_interval_max_m
 stream breaks: the master restarted, the network cut, or a chunk did not fit (then the next
 handshake finds the right offset again).
 
-The master sends a heartbeat chunk (no data) every ha_send_heartbeat_interval_ms when idle;
-the slave acks every chunk, heartbeats included, so the master always knows how fresh each
+The master sends a heartbeat chunk (no data) every ha_send_heartbeat_interval_ms when idle,
+and its ``config/`` files when they changed (installed by ``on_config``, not acked); the slave
+acks every chunk, heartbeats included, so the master always knows how fresh each
 slave's offsets are. A stream silent for ha_housekeeping_interval_ms (a master stopped with
 SIGSTOP, a link that drops packets) is cancelled by a watchdog, and the slave reconnects.
 """
@@ -46,6 +47,7 @@ class ReplicaCore(Protocol):
     def handshake(self) -> tuple[int, list[EpochEntry]]: ...
     def on_master_handshake(self, master_epochs: list[EpochEntry], master_min_offset: int) -> int: ...
     def on_chunk(self, phy_offset: int, data: bytes, epoch: int, epoch_start_offset: int) -> Progress: ...
+    def on_config(self, name: str, content: bytes, version: int) -> None: ...
     def progress(self) -> Progress: ...
 
 
@@ -168,6 +170,9 @@ class ReplicationConnection:
                         self.sessions += 1
                         self.connected.set()
                         requests.put(_ack(client.progress()))
+                        continue
+                    if response.HasField("config"):  # a config/ file of the master's: not acked
+                        client.on_config(response.config.name, response.config.content, response.config.version)
                         continue
                     chunk = response.chunk
                     progress = client.on_chunk(chunk.phy_offset, chunk.data, chunk.epoch, chunk.epoch_start_offset)

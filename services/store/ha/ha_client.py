@@ -8,6 +8,9 @@ where the master must start; then ``on_chunk`` for each chunk: a chunk of a newe
 records that epoch (file first, so an epoch the file lacks was never appended under), then
 ``ReplicaLog.append`` writes the bytes. After each append the slave reports ``progress``.
 
+The master also sends its ``config/`` tables on the stream: ``on_config`` installs each
+(ha/config_sync.py).
+
 Confirmed offset: what the slave keeps if its process dies, by its own ``flush_mode``: with
 ASYNC flush, everything appended (it is in the page cache, as a master's ASYNC flush put is);
 with SYNC flush, the slave flushes after each chunk and confirms the flushed offset.
@@ -23,6 +26,7 @@ from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
 from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicationError
+from services.store.ha.config_sync import ConfigTables
 from services.store.replica_log import ReplicaLog
 
 log = logging.getLogger(__name__)
@@ -38,9 +42,15 @@ class HAClient:
     """A slave's replication state machine (one instance per store, reused across sessions)."""
 
     def __init__(
-        self, config: StoreConfig, commitlog: CommitLog, replica_log: ReplicaLog, epoch_file: EpochFile
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        replica_log: ReplicaLog,
+        epoch_file: EpochFile,
+        config_tables: ConfigTables | None = None,
     ) -> None:
         self._config = config
+        self._config_tables = config_tables
         self._commitlog = commitlog
         self._replica_log = replica_log
         self._epoch_file = epoch_file
@@ -94,6 +104,12 @@ class HAClient:
             if self._config.flush_mode is FlushMode.SYNC:
                 self._commitlog.flush(0)
         return self.progress()
+
+    def on_config(self, name: str, content: bytes, version: int) -> None:
+        """Install the master's content of config file ``name`` (one that fails is logged and
+        skipped: the CommitLog keeps flowing)."""
+        if self._config_tables is not None:
+            self._config_tables.install(name, content, version)
 
     def progress(self) -> Progress:
         commitlog = self._commitlog

@@ -14,6 +14,8 @@ sum. Bytes the master loses in a power cut after the slave got them are not a da
 master comes back under a new epoch that starts where its recovered log ends, and the slave's
 longer tail of the old epoch is cut at the consistent point on its next handshake.
 
+The ``config/`` tables go on the same streams (``config_tables``: ha/config_sync.py).
+
 SYNC_MASTER puts wait in ``wait_for_replicas`` (group commit, as GroupTransferService): every
 waiter sleeps on one condition; each ack wakes them all, and one ack that covers a thousand
 puts releases all thousand. A put needs ``in_sync_replicas - 1`` slaves to have confirmed its
@@ -33,6 +35,7 @@ from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
 from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicaOffsetError
+from services.store.ha.config_sync import ConfigTables
 
 _TOTAL_SIZE_BYTES = 4  # a record (and a blank record) starts with its TOTALSIZE, big-endian int32
 
@@ -83,8 +86,10 @@ class HAService:
         required_slaves: Callable[[], frozenset[int]] | None = None,
         sync_state_slaves: Callable[[], frozenset[int]] | None = None,
         on_commit: Callable[[], None] | None = None,
+        config_tables: ConfigTables | None = None,
     ) -> None:
         self._config = config
+        self.config_tables = config_tables or ConfigTables([], config.ha_config_sync_interval_ms, clock)
         self._commitlog = commitlog
         self._epoch_file = epoch_file
         self._clock = clock
@@ -152,6 +157,10 @@ class HAService:
     def slaves(self) -> list[SlaveProgress]:
         with self._cond:
             return [SlaveProgress(**vars(p)) for p in self._slaves.values()]
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     @property
     def max_phy_offset(self) -> int:

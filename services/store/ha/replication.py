@@ -14,6 +14,12 @@ group's elections through ``ha/controller_mode.py``, which calls ``become_master
 * In controller mode a replica with no role yet (electing) refuses puts, and a master's puts
   pass its ``WriteGate`` first (lease-bound writability, min_in_sync_replicas) and again
   before the acknowledgement.
+* The ``config/`` tables follow the CommitLog on the same stream (``ha/config_sync.py``); every
+  state-changing call of a replica that is not the writable master (topic, group, offset, pop,
+  ack, user...) is refused by ``check_writable`` (``NotMasterWriteError``), which the store
+  installs into those tables and the pop engine, so no replica diverges from its master. Every
+  role change drops the pop engine's in-flight state (``PopService.forget``): a new master
+  pops from the committed offsets it received.
 """
 
 from __future__ import annotations
@@ -25,18 +31,23 @@ from typing import Protocol
 
 from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
+from services.store.auth_config import AuthConfigManager
 from services.store.checkpoint import CheckpointFile
 from services.store.client.replication import ReplicationConnection
 from services.store.commitlog import CommitLog
 from services.store.config import BrokerRole, StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
+from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.epoch_file import EpochFile
-from services.store.errors import ReplicationError
+from services.store.errors import NotMasterWriteError, ReplicationError
+from services.store.ha.config_sync import ConfigTables
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
 from services.store.index_service import IndexService
+from services.store.pop import PopService
 from services.store.replica_log import ReplicaLog
 from services.store.reput import ReputService
+from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.transaction_metrics import TransactionMetrics
 
 log = logging.getLogger(__name__)
@@ -76,13 +87,31 @@ class StoreParts(Protocol):
     def checkpoint(self) -> CheckpointFile | None: ...
     @property
     def transactions(self) -> TransactionMetrics: ...
+    @property
+    def topics(self) -> TopicConfigManager: ...
+    @property
+    def groups(self) -> SubscriptionGroupManager: ...
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager: ...
+    @property
+    def delay_offsets(self) -> DelayOffsetManager: ...
+    @property
+    def auth(self) -> AuthConfigManager: ...
+    @property
+    def pop(self) -> PopService: ...
 
 
 class Replication:
     name = "replication"
 
     def __init__(
-        self, config: StoreConfig, clock: Clock, commitlog: CommitLog, epoch_file: EpochFile, replica_log: ReplicaLog
+        self,
+        config: StoreConfig,
+        clock: Clock,
+        commitlog: CommitLog,
+        epoch_file: EpochFile,
+        replica_log: ReplicaLog,
+        config_tables: ConfigTables | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -95,7 +124,9 @@ class Replication:
         self.master_epoch = 0
         self.master_address = ""  # the master a slave follows
         self.ha_service: HAService | None = None
-        self.client = HAClient(config, commitlog, replica_log, epoch_file)
+        self.config_tables = config_tables or ConfigTables([], config.ha_config_sync_interval_ms, clock)
+        self.on_role_change: Callable[[], None] = lambda: None  # the store's: PopService.forget
+        self.client = HAClient(config, commitlog, replica_log, epoch_file, self.config_tables)
         self.connection: ReplicationConnection | None = None
         self.gate: WriteGate | None = None
         self.coordinator: Coordinator | None = None
@@ -115,7 +146,7 @@ class Replication:
             epoch_file.append(
                 max(epoch_file.last_epoch + 1, 1), commitlog.min_offset if empty else commitlog.max_offset
             )
-            self.ha_service = HAService(config, commitlog, epoch_file, clock)
+            self.ha_service = HAService(config, commitlog, epoch_file, clock, config_tables=self.config_tables)
             self.role = config.broker_role
 
     @classmethod
@@ -131,7 +162,14 @@ class Replication:
             store.checkpoint,
             store.transactions,
         )
-        replication = cls(store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log)
+        tables = [store.topics, store.groups, store.consumer_offsets, store.delay_offsets, store.auth]
+        config_tables = ConfigTables(tables, store.config.ha_config_sync_interval_ms, clock)
+        replication = cls(
+            store.config, clock, store.commitlog, EpochFile(store.config.store_root), replica_log, config_tables
+        )
+        for part in (store.topics, store.groups, store.delay_offsets, store.auth, store.pop):
+            part.check_writable = replication.check_writable
+        replication.on_role_change = store.pop.forget
         replication.reput = store.reput
         store.reput.limit = replication.dispatch_limit
         if store.config.etcd_endpoints:
@@ -208,6 +246,7 @@ class Replication:
                 if epoch > last:
                     self.epoch_file.append(epoch, self.commitlog.max_offset)
             self.replica_log.refresh_queue_offset_table()
+            self.on_role_change()  # before writes open: pops start from the replicated committed offsets
             self.ha_service = HAService(
                 self.config,
                 self.commitlog,
@@ -217,6 +256,7 @@ class Replication:
                 required_slaves,
                 sync_state_slaves,
                 self.reput.notify_append if self.reput is not None else None,
+                self.config_tables,
             )
             self.master_epoch = epoch
             self.role = self.config.broker_role
@@ -230,6 +270,8 @@ class Replication:
     def become_slave(self, master_address: str) -> None:
         """Follow the master at ``master_address`` (a new connection when it changed)."""
         with self._lock:
+            if self.role is not BrokerRole.SLAVE:
+                self.on_role_change()
             self.role = BrokerRole.SLAVE
             self._close_master()
             if self.connection is not None and self.master_address == master_address:
@@ -246,6 +288,8 @@ class Replication:
         """No live master this replica may serve as: refuse puts, stop serving slaves (a
         connection to the old master stays and reconnects, in case it comes back)."""
         with self._lock:
+            if self.is_master:
+                self.on_role_change()
             if self.role is not BrokerRole.SLAVE:
                 self.role = None
             self._close_master()
@@ -260,6 +304,18 @@ class Replication:
         controller mode: what its SyncStateSet confirmed); None (everything) otherwise."""
         ha = self.ha_service
         return ha.commit_offset() if ha is not None else None
+
+    # -- state changes ----------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Raises NotMasterWriteError unless this replica is the writable master: every
+        state-changing call but puts (which answer SERVICE_NOT_AVAILABLE: ``refuse_put``)."""
+        if self.role is BrokerRole.SLAVE:
+            raise NotMasterWriteError(f"{NOT_MASTER}: this store is a slave of {self.master_address}")
+        if self.role is None:
+            raise NotMasterWriteError(f"{NOT_MASTER}: its group is electing one")
+        gate = self.gate
+        if gate is not None and not gate.writable():
+            raise NotMasterWriteError(f"{NOT_MASTER}: its lease or role is changing")
 
     # -- puts -------------------------------------------------------------------------------------
     def refuse_put(self) -> Refusal | None:

@@ -3,7 +3,9 @@
 The stream's worker thread sends; a second thread reads the slave's acks, so a slave that acks
 slowly never stalls the transfer and the SYNC waiters see each ack as soon as it lands. When
 the CommitLog has nothing new, the sender waits for an append, and sends a heartbeat chunk
-(no data) every ha_send_heartbeat_interval_ms, which the slave acks. A watchdog cancels the
+(no data) once ha_send_heartbeat_interval_ms passed without a send, which the slave acks. Between
+chunks it sends the ``config/`` files that changed (all of them first), checked at most every
+ha_config_sync_interval_ms (``ConfigPublisher``, ha/config_sync.py). A watchdog cancels the
 stream when the slave has not acked for ha_housekeeping_interval_ms (a stopped slave no longer
 reads, and the sender would wait on flow control for ever).
 """
@@ -73,8 +75,15 @@ def serve_replica(
         )
         watchdog.start()
         position = second.ack.max_phy_offset
+        publisher, clock = ha.config_tables.publisher(), ha.clock
+        heartbeat_at_s = clock.monotonic_s() + heartbeat_interval_s
         while not closed.is_set() and not stopping.is_set() and not ha.closed and context.is_active():
+            for snapshot in publisher.due():
+                yield pb.ReplicateResponse(
+                    config=pb.ConfigSnapshot(name=snapshot.name, content=snapshot.content, version=snapshot.version)
+                )
             chunk = ha.next_chunk(position)
+            now_s = clock.monotonic_s()
             if chunk is not None:
                 master_max = ha.max_phy_offset
                 ha.sent(session, chunk.end_offset, master_max)
@@ -88,14 +97,16 @@ def serve_replica(
                     )
                 )
                 position = chunk.end_offset
-            elif not ha.wait_for_data(position, heartbeat_interval_s) and not (
-                closed.is_set() or stopping.is_set() or ha.closed
-            ):
+                heartbeat_at_s = now_s + heartbeat_interval_s
+            elif now_s < heartbeat_at_s:  # woken by an append, an ack, the config check or an ending stream
+                ha.wait_for_data(position, min(heartbeat_at_s - now_s, publisher.wait_s()))
+            else:
                 master_max = ha.max_phy_offset
                 ha.sent(session, position, master_max)
                 yield pb.ReplicateResponse(
                     chunk=pb.CommitLogChunk(phy_offset=position, master_max_phy_offset=master_max)
                 )
+                heartbeat_at_s = now_s + heartbeat_interval_s
     finally:
         ha.disconnect(session)
         log.info("slave %d disconnected", session.replica_id)

@@ -30,6 +30,7 @@ from services.store.errors import (
     MasterSwitchError,
     MasterSwitchTimeoutError,
     NotMasterError,
+    NotMasterWriteError,
     StoreNotRunningError,
     StoreUnavailableError,
     TooManyWatchersError,
@@ -43,6 +44,7 @@ Code = grpc.StatusCode
 
 # Exceptions, most specific first: the first entry the exception is an instance of wins.
 EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (NotMasterWriteError, Code.UNAVAILABLE),  # a state change on a slave: the client retries on the master
     (StoreUnavailableError, Code.UNAVAILABLE),
     (StoreNotRunningError, Code.UNAVAILABLE),  # used before start() or after shutdown()
     (TooManyWatchersError, Code.RESOURCE_EXHAUSTED),
