@@ -22,7 +22,12 @@ the broker answers TOPIC_NOT_FOUND for unknown topics (auto-create is off, as in
 proxy). It goes to the store directly, as the operator who runs it (no broker credentials).
 
 ``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
-a child exits on its own, ``up`` stops the others and exits non-zero.
+a child exits on its own, ``up`` stops the others and exits non-zero, except a store replica of
+a set (``--replicas N`` > 1): the group fails over to another replica and ``up`` restarts the
+dead one, which rejoins as a slave (at most 5 restarts a minute).
+
+``up --replicas N`` (``--etcd-endpoints``) runs the store as a replica set in controller mode
+(services/topology.rows: a local etcd member first when no endpoints are given).
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -54,7 +61,7 @@ from services.store.client.client import GrpcStoreClient
 from services.store.client.errors import StoreError
 from services.store.client.model import TopicInfo
 from services.store.config import SETTINGS as STORE_SETTINGS
-from services.topology import SERVICES, ServiceSpec, service_environment
+from services.topology import ServiceSpec, rows, service_environment
 
 log = logging.getLogger("pyrmq")
 
@@ -63,6 +70,9 @@ STOP_TIMEOUT_S = 30.0  # per child, after the signal; then it is killed
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
+# A replica of a set that keeps dying is not restarted forever: at most this many restarts per window.
+REPLICA_RESTARTS_MAX = 5
+REPLICA_RESTART_WINDOW_S = 60.0
 # A topic made by --create-topic: any message type (normal, FIFO, delay, transactional), 8 queues.
 CREATED_TOPIC_MESSAGE_TYPE = "MIXED"
 CREATED_TOPIC_QUEUE_NUMS = 8
@@ -85,9 +95,16 @@ class Child:
     """One running service: its process, and a thread reading its stdout for the ready line."""
 
     def __init__(
-        self, spec: ServiceSpec, env: dict[str, str], wake: threading.Event, log_path: Path | None = None
+        self,
+        spec: ServiceSpec,
+        env: dict[str, str],
+        wake: threading.Event,
+        log_path: Path | None = None,
+        label: str = "",
     ) -> None:
         self.spec = spec
+        self.label = label or spec.name  # "store-1": a replica of the store row
+        self._args = (spec, env, wake, log_path, label)
         self.ready_line: str | None = None
         self.ready = threading.Event()
         self._wake = wake
@@ -104,7 +121,7 @@ class Child:
             # signal (a second SIGINT during the child's interpreter shutdown would kill it, -2).
             process_group=0,
         )
-        self._reader = threading.Thread(target=self._read_stdout, name=f"{spec.name}-stdout", daemon=True)
+        self._reader = threading.Thread(target=self._read_stdout, name=f"{self.label}-stdout", daemon=True)
         self._reader.start()
 
     def _read_stdout(self) -> None:
@@ -116,12 +133,18 @@ class Child:
                 self.ready.set()
                 self._wake.set()
             else:
-                sys.stderr.write(f"[{self.spec.name}] {line}")
+                sys.stderr.write(f"[{self.label}] {line}")
         self.process.wait()
         self._wake.set()  # EOF: the child exited (or closed stdout, which it must not do)
 
     def exited(self) -> bool:
         return self.process.poll() is not None
+
+    def restart(self) -> Child:
+        """The same service started again (after it exited)."""
+        if self._log is not None:
+            self._log.close()
+        return Child(*self._args)
 
     def stop(self, signum: int) -> int:
         """Signal the child, wait for it (kill it after STOP_TIMEOUT_S); its exit code."""
@@ -130,7 +153,7 @@ class Child:
         try:
             return self.process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            log.error("%s did not stop within %.0f s, killing it", self.spec.name, STOP_TIMEOUT_S)
+            log.error("%s did not stop within %.0f s, killing it", self.label, STOP_TIMEOUT_S)
             self.process.kill()
             return self.process.wait()
         finally:
@@ -146,7 +169,7 @@ def _stop_all(children: list[Child], signum: int) -> bool:
         code = child.stop(signum)
         if code != 0:
             if was_running:
-                log.error("%s exited with code %d", child.spec.name, code)
+                log.error("%s exited with code %d", child.label, code)
             clean = False
     return clean
 
@@ -208,18 +231,20 @@ def up(ns: argparse.Namespace) -> int:
 
     children: list[Child] = []
     ns.ready = {}
-    for spec in SERVICES:
+    place_replicas(ns)
+    for label, spec, namespace in rows(ns):
         child = Child(
             spec,
-            {**shared_env, **service_environment(spec, ns)},
+            {**shared_env, **service_environment(spec, namespace())},
             wake,
-            ns.log_dir / f"{spec.name}.log" if ns.log_dir else None,
+            ns.log_dir / f"{label}.log" if ns.log_dir else None,
+            label,
         )
         children.append(child)
         polls_left = int(READY_TIMEOUT_S / POLL_INTERVAL_S)
         while not child.ready.is_set() and not received and not child.exited():
             if polls_left == 0:
-                log.error("%s not ready within %.0f s", spec.name, READY_TIMEOUT_S)
+                log.error("%s not ready within %.0f s", label, READY_TIMEOUT_S)
                 _stop_all(children, signal.SIGTERM)
                 return 1
             polls_left -= 1
@@ -228,29 +253,37 @@ def up(ns: argparse.Namespace) -> int:
         if received:
             return 0 if _stop_all(children, received[0]) else 1
         if not child.ready.is_set():
-            log.error("%s exited with code %s before it was ready", spec.name, child.process.wait())
+            log.error("%s exited with code %s before it was ready", label, child.process.wait())
             _stop_all(children, signal.SIGTERM)
             return 1
         assert child.ready_line is not None
-        ns.ready[spec.name] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
+        ns.ready[label] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
 
     try:
-        create_missing_topics(ns.ready["store"]["grpc"], ns.store_tls, ns.create_topic)
+        create_missing_topics(ns.ready["store"]["grpc"], ns.store_tls, ns.create_topic, etcd_endpoints(ns))
     except StoreError as exc:
         log.error("could not create the topics %s: %s", ", ".join(ns.create_topic), exc)
         _stop_all(children, signal.SIGTERM)
         return 1
-    summary = " ".join(f"{c.spec.name} {c.ready_line}" for c in children)
+    summary = " ".join(f"{c.label} {c.ready_line}" for c in children)
     print(f"pyrmq up: {summary} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
     print_cluster(ns, sys.stdout)
 
+    restarts: list[float] = []
     while not received:
         wake.wait(POLL_INTERVAL_S)
         wake.clear()
         dead = [c for c in children if c.exited()]
+        restarts = [t for t in restarts if time.monotonic() - t < REPLICA_RESTART_WINDOW_S]
+        if dead and not received and all(restartable(ns, c) for c in dead) and len(restarts) < REPLICA_RESTARTS_MAX:
+            for child in dead:  # a replica set outlives a replica: the group fails over, it rejoins
+                log.warning("%s exited with code %d; restarting it", child.label, child.process.returncode)
+                restarts.append(time.monotonic())
+                children[children.index(child)] = child.restart()
+            continue
         if dead and not received:
             for child in dead:
-                log.error("%s exited unexpectedly with code %d", child.spec.name, child.process.returncode)
+                log.error("%s exited unexpectedly with code %d", child.label, child.process.returncode)
             _stop_all(children, signal.SIGTERM)
             return 1
     clean = _stop_all(children, received[0])
@@ -258,11 +291,50 @@ def up(ns: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
-def create_missing_topics(store_address: str, tls: TlsFiles, names: list[str]) -> None:
-    """Create each topic the store does not have (MIXED, 8 queues); one it has is left as it is."""
+def restartable(ns: argparse.Namespace, child: Child) -> bool:
+    """A store replica of a set of several: ``up`` restarts it (the others serve meanwhile)."""
+    return ns.replicas > 1 and child.spec.name == "store"
+
+
+def place_replicas(ns: argparse.Namespace) -> None:
+    """A replica set's ports: the local etcd's (2379 and 2380, or free ones with --store-port 0,
+    as each replica's own store port then: a replica registers its address before it binds)."""
+    ns.etcd_port = 2379
+    if ns.store_port == 0 and (ns.replicas > 1 or ns.etcd_endpoints):
+        ns.replica_ports = free_ports(ns.replicas)
+        ns.etcd_port = free_ports(1, pair=True)[0]
+
+
+def free_ports(count: int, pair: bool = False) -> list[int]:
+    """``count`` ports free now (with ``pair``, each one's successor is free too)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if pair:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        ports.append(port)
+    return ports
+
+
+def etcd_endpoints(ns: argparse.Namespace) -> str:
+    return ns.etcd_endpoints or ns.ready.get("etcd", {}).get("grpc", "")
+
+
+def create_missing_topics(store_address: str, tls: TlsFiles, names: list[str], etcd: str = "") -> None:
+    """Create each topic the store does not have (MIXED, 8 queues); one it has is left as it is.
+    With ``etcd``: on the group's master, once one is elected."""
     if not names:
         return
-    store = GrpcStoreClient(store_address, tls=tls, put_stream=False)
+    store = GrpcStoreClient(store_address, tls=tls, put_stream=False, etcd_endpoints=etcd, group="broker-a")
+    if etcd and not store.wait_ready(READY_TIMEOUT_S, give_up=lambda: False):
+        store.close()
+        raise StoreError("the replica set elected no master in time")
     try:
         for name in names:
             if store.get_topic(name) is None:
@@ -276,13 +348,20 @@ def create_missing_topics(store_address: str, tls: TlsFiles, names: list[str]) -
 def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
     """For people, after the ready line: where each service listens, its metrics, data and logs."""
     ready = ns.ready
-    rows = [("service", "gRPC", "metrics", "data", "log")]
-    for spec in SERVICES:
-        data = ready[spec.name].get("data", "")
-        log_file = str(ns.log_dir / f"{spec.name}.log") if ns.log_dir else "stderr of pyrmq up"
-        rows.append((spec.name, ready[spec.name]["grpc"], ready[spec.name]["metrics"], data, log_file))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    table = [("service", "gRPC", "metrics", "data", "log")]
+    for label in ready:
+        data = ready[label].get("data", "")
+        log_file = str(ns.log_dir / f"{label}.log") if ns.log_dir else "stderr of pyrmq up"
+        table.append((label, ready[label]["grpc"], ready[label]["metrics"], data, log_file))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
+    etcd = etcd_endpoints(ns)
+    if etcd:
+        lines += [
+            "",
+            f"  replica set:      broker-a, {ns.replicas} store replica(s), etcd {etcd} "
+            f"(pyrmq replica list --group broker-a --etcd-endpoints {etcd})",
+        ]
     config = os.environ.get(CONFIG_ENV) if not ns.config else str(Path(ns.config).resolve())
     lines += [
         "",
@@ -414,6 +493,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="create this topic (MIXED: any message type, 8 queues) unless it exists, before the ready line; "
         "repeatable (make run: TopicTest). Unknown topics are TOPIC_NOT_FOUND otherwise",
+    )
+    up_parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the store as a replica set of N (controller mode: roles elected through etcd, SYNC_MASTER "
+        "with all-ack for N > 1); replica i on store port + 10 i, data under DATA_DIR/replica-i (i > 0)",
+    )
+    up_parser.add_argument(
+        "--etcd-endpoints",
+        default=None,
+        metavar="HOST:PORT,...",
+        help="the etcd of the replica set (default with --replicas N > 1: a local member on 127.0.0.1:2379, "
+        "data under DATA_DIR/etcd)",
     )
     up_parser.set_defaults(run=up)
     compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")

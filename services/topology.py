@@ -10,6 +10,14 @@ the broker's own choice), ``broker_data_dir`` (None: the broker keeps no files) 
 (service name -> the key=value pairs of its ready line; ``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
 names). Helper services take ports beside the store's: scheduler gRPC (health) store port + 4
 and metrics store metrics port + 2; txcheck gRPC + 3 and metrics + 3; the broker's metrics + 1.
+
+A replica set (``replicas`` > 1, or ``etcd_endpoints`` given) runs the store rows in controller
+mode (``rows``): replica i of broker group ``broker-a`` on store port + 10 i and metrics port +
+10 i (RocketMQ's brokers sit 10 ports apart too), its data under ``data_dir`` for replica 0 and
+``data_dir/replica-<i>`` for the others, SYNC_MASTER when there is more than one (with
+all_ack_in_sync_state_set, no acknowledged message is lost by one failover); the broker, the
+scheduler and txcheck follow the group's master through the same etcd. Without
+``etcd_endpoints``, ``pyrmq up`` first runs a local etcd member (``ETCD``, services/etcd_local.py).
 """
 
 from __future__ import annotations
@@ -46,6 +54,31 @@ def _advertised(ns: argparse.Namespace) -> dict[str, str]:
     return {"advertised_host": ns.advertised_host} if ns.advertised_host else {}
 
 
+def _etcd(ns: argparse.Namespace) -> str:
+    """The etcd endpoints of the replica set: given, or the local member's; "" without one."""
+    given = getattr(ns, "etcd_endpoints", None)
+    return given or ns.ready.get("etcd", {}).get("grpc", "")
+
+
+def _controller(ns: argparse.Namespace) -> dict[str, object]:
+    """A store replica's controller-mode settings (none for a lone store without etcd)."""
+    endpoints = _etcd(ns)
+    if not endpoints:
+        return {}
+    replicas = getattr(ns, "replicas", 1)
+    return {
+        "etcd_endpoints": endpoints,
+        "replica_id": getattr(ns, "replica_id", 0),
+        "broker_role": "SYNC_MASTER" if replicas > 1 else "ASYNC_MASTER",
+    }
+
+
+def _follow(ns: argparse.Namespace) -> dict[str, object]:
+    """Broker, scheduler and txcheck: follow the group's master through etcd when there is one."""
+    endpoints = _etcd(ns)
+    return {"etcd_endpoints": endpoints} if endpoints else {}
+
+
 def _broker_data(ns: argparse.Namespace) -> dict[str, object]:
     """The broker's own directory (its self-signed certificate) under ``pyrmq up``'s data
     directory; none under compose, where brokers scale and each makes its own in memory."""
@@ -64,6 +97,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "port": ns.store_port,
             "metrics_host": ns.metrics_host,
             "metrics_port": ns.metrics_port,
+            **_controller(ns),
         },
         lambda ns: ns.store_port,
         lambda ns: ns.metrics_port,
@@ -77,6 +111,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "store_address": ns.ready["store"]["grpc"],
             "metrics_host": ns.metrics_host,
             "metrics_port": _broker_metrics_port(ns),
+            **_follow(ns),
             **_advertised(ns),
             **_broker_data(ns),
         },
@@ -93,6 +128,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "port": _beside(ns.store_port, 4),
             "metrics_host": ns.metrics_host,
             "metrics_port": _beside(ns.metrics_port, 2),
+            **_follow(ns),
         },
         lambda ns: _beside(ns.store_port, 4),
         lambda ns: _beside(ns.metrics_port, 2),
@@ -107,6 +143,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "port": _beside(ns.store_port, 3),
             "metrics_host": ns.metrics_host,
             "metrics_port": _beside(ns.metrics_port, 3),
+            **_follow(ns),
         },
         lambda ns: _beside(ns.store_port, 3),
         lambda ns: _beside(ns.metrics_port, 3),
@@ -117,3 +154,51 @@ SERVICES: tuple[ServiceSpec, ...] = (
 def service_environment(spec: ServiceSpec, ns: argparse.Namespace) -> dict[str, str]:
     """The row's settings as the environment variables the service reads (PYRMQ_STORE_PORT=...)."""
     return {env_name(spec.name, key): str(value) for key, value in spec.settings(ns).items()}
+
+
+# The local etcd member of a replica set started without --etcd-endpoints.
+ETCD = ServiceSpec(
+    "etcd",
+    "services.etcd_local",
+    lambda ns: {
+        "data_dir": ns.data_dir,
+        "host": "127.0.0.1",
+        "port": ns.etcd_port,
+        "peer_port": ns.etcd_port + 1,
+    },
+    lambda ns: ns.etcd_port,
+    lambda ns: -1,
+)
+
+REPLICA_PORT_STEP = 10
+
+
+def replica_namespace(ns: argparse.Namespace, replica_id: int) -> argparse.Namespace:
+    """The namespace the store row sees for replica ``replica_id`` (ports and data apart)."""
+    ports = getattr(ns, "replica_ports", None)  # chosen by ``pyrmq up --store-port 0``
+    step = REPLICA_PORT_STEP * replica_id
+    return argparse.Namespace(
+        **{
+            **vars(ns),
+            "replica_id": replica_id,
+            "store_port": ports[replica_id] if ports else ns.store_port + step,
+            "metrics_port": _beside(ns.metrics_port, step),
+            "data_dir": ns.data_dir if replica_id == 0 else f"{ns.data_dir}/replica-{replica_id}",
+        }
+    )
+
+
+def rows(ns: argparse.Namespace) -> list[tuple[str, ServiceSpec, Callable[[], argparse.Namespace]]]:
+    """What ``pyrmq up`` starts, in order: (label, row, the namespace it sees when started).
+    The local etcd when a replica set needs one, each store replica ("store", "store-1", ...),
+    then the broker, the scheduler and txcheck. Namespaces are made when a row starts, so a
+    row sees the ready lines of the rows before it."""
+    replicas = getattr(ns, "replicas", 1)
+    store, *others = SERVICES
+    out: list[tuple[str, ServiceSpec, Callable[[], argparse.Namespace]]] = []
+    if replicas > 1 and not getattr(ns, "etcd_endpoints", None):
+        out.append(("etcd", ETCD, lambda: ns))
+    for i in range(replicas):
+        out.append(("store" if i == 0 else f"store-{i}", store, lambda i=i: replica_namespace(ns, i)))
+    out += [(spec.name, spec, lambda: ns) for spec in others]
+    return out
