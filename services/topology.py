@@ -23,6 +23,7 @@ scheduler and txcheck follow the group's master through the same etcd. Without
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -199,6 +200,6 @@ def rows(ns: argparse.Namespace) -> list[tuple[str, ServiceSpec, Callable[[], ar
     if replicas > 1 and not getattr(ns, "etcd_endpoints", None):
         out.append(("etcd", ETCD, lambda: ns))
     for i in range(replicas):
-        out.append(("store" if i == 0 else f"store-{i}", store, lambda i=i: replica_namespace(ns, i)))
+        out.append(("store" if i == 0 else f"store-{i}", store, functools.partial(replica_namespace, ns, i)))
     out += [(spec.name, spec, lambda: ns) for spec in others]
     return out

@@ -37,7 +37,8 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    address: str
+    @property
+    def address(self) -> str: ...
 
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; the ``StoreError`` of its status if it fails."""
