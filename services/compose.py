@@ -3,10 +3,17 @@
 ``PYRMQ_<SERVICE>_<KEY>`` environment variables (the names of the README's settings table).
 
 In compose each service runs in its own container of the one image (deploy/Dockerfile), listens
-on 0.0.0.0 at the ports ``pyrmq up`` would use by default, reaches the others by service name,
-and keeps its files on the named volume ``pyrmq-data`` (store and scheduler). Every service has a
-HEALTHCHECK through ``pyrmq health``; the broker and the helpers wait for the store to be healthy,
-txcheck also for the broker. Prometheus scrapes every service (deploy/prometheus/prometheus.yml)
+on 0.0.0.0 at the ports ``pyrmq up`` would use by default and reaches the others by service name.
+The store is a replica set of ``REPLICAS`` (broker group ``broker-a``, controller mode, what
+``pyrmq up --replicas 3 --etcd-endpoints ...`` runs): ``store-0`` .. ``store-2``, each on its own
+named volume, registering its service name in etcd (``advertised_host``) so the replicas, the
+broker and the helpers reach the master by name; the coordination store is a static
+``ETCD_MEMBERS``-member etcd cluster (``etcd-0`` ..., the official image, each on its own volume,
+healthy once ``etcdctl endpoint health`` answers, which needs a quorum). The broker, scheduler
+and txcheck follow the group's master through that etcd; the scheduler keeps its files on
+``scheduler-data``. Every pyrmq service has a HEALTHCHECK through ``pyrmq health``; the stores wait
+for etcd to be healthy, the broker and the helpers for etcd and every replica, txcheck also for
+the broker. Prometheus scrapes every service and every replica (deploy/prometheus/prometheus.yml)
 and Grafana shows deploy/grafana/dashboards/pyrmq.json (provisioned, anonymous viewers).
 ``pyrmq compose > deploy/docker-compose.yml`` regenerates the file; a test keeps them equal.
 """
@@ -16,20 +23,41 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.topology import SERVICES, service_environment
+from services.topology import SERVICES, ServiceSpec, service_environment
 
 IMAGE = "pyrmq:latest"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
 GRAFANA_IMAGE = "grafana/grafana:11.1.0"
 GRAFANA_PORT = 3000
-DATA_VOLUME = "pyrmq-data"
+# etcd's own image: a pinned 3.5 release (the project's tests run Debian's 3.4, same flags and API).
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+ETCD_MEMBERS = 3
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+ETCD_CLUSTER_TOKEN = "pyrmq-etcd"
+REPLICAS = 3
 CLIENT_PORT = 8081
 STORE_PORT = 10911
 METRICS_PORT = 9101
 PROMETHEUS_PORT = 9090
 BROKER_SCALE_MAX = 4  # host ports 8081-8084 for up to four brokers (`--scale broker=N`)
-DEPENDS = {"store": (), "broker": ("store",), "scheduler": ("store",), "txcheck": ("store", "broker")}
-USES_DATA = frozenset({"store", "scheduler"})
+SCHEDULER_VOLUME = "scheduler-data"
+
+
+def etcd_names() -> list[str]:
+    return [f"etcd-{i}" for i in range(ETCD_MEMBERS)]
+
+
+def store_names() -> list[str]:
+    return [f"store-{i}" for i in range(REPLICAS)]
+
+
+def _depends(name: str) -> list[str]:
+    """The services ``name`` waits for (healthy): etcd for the stores; etcd and every replica for
+    the broker and the helpers; txcheck also the broker."""
+    if name == "store":
+        return etcd_names()
+    return etcd_names() + store_names() + (["broker"] if name == "txcheck" else [])
 
 
 def compose_namespace() -> argparse.Namespace:
@@ -44,25 +72,85 @@ def compose_namespace() -> argparse.Namespace:
         broker_metrics_port=None,
         broker_data_dir=None,
         advertised_host="127.0.0.1",
-        ready={"store": {"grpc": f"store:{STORE_PORT}"}, "broker": {"grpc": f"broker:{CLIENT_PORT}"}},
+        etcd_endpoints=",".join(f"{name}:{ETCD_CLIENT_PORT}" for name in etcd_names()),
+        replicas=REPLICAS,
+        # store_address: unused by services following the master through etcd (kept valid).
+        ready={"store": {"grpc": f"{store_names()[0]}:{STORE_PORT}"}, "broker": {"grpc": f"broker:{CLIENT_PORT}"}},
     )
+
+
+def replica_namespace(ns: argparse.Namespace, replica_id: int) -> argparse.Namespace:
+    """Replica ``replica_id`` in compose: its own container (the same ports) and volume (at the
+    same /data), registered in etcd under its service name."""
+    return argparse.Namespace(**{**vars(ns), "replica_id": replica_id, "replica_host": f"store-{replica_id}"})
+
+
+def compose_services() -> list[tuple[str, ServiceSpec, argparse.Namespace]]:
+    """The pyrmq services of the compose file: (service name, row, the namespace it sees), the
+    store row once per replica."""
+    ns = compose_namespace()
+    store, *others = SERVICES
+    out = [(name, store, replica_namespace(ns, i)) for i, name in enumerate(store_names())]
+    return out + [(spec.name, spec, ns) for spec in others]
 
 
 def _flow(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"  # JSON strings are YAML strings
 
 
+def _etcd_member(index: int) -> list[str]:
+    """One member of the static etcd cluster (etcd's clustering flags, names for addresses)."""
+    name = etcd_names()[index]
+    cluster = ",".join(f"{member}=http://{member}:{ETCD_PEER_PORT}" for member in etcd_names())
+    command = [
+        "/usr/local/bin/etcd",
+        f"--name={name}",
+        "--data-dir=/etcd-data",
+        f"--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}",
+        f"--advertise-client-urls=http://{name}:{ETCD_CLIENT_PORT}",
+        f"--listen-peer-urls=http://0.0.0.0:{ETCD_PEER_PORT}",
+        f"--initial-advertise-peer-urls=http://{name}:{ETCD_PEER_PORT}",
+        f"--initial-cluster={cluster}",
+        "--initial-cluster-state=new",
+        f"--initial-cluster-token={ETCD_CLUSTER_TOKEN}",
+    ]
+    health = ["CMD", "/usr/local/bin/etcdctl", f"--endpoints=http://127.0.0.1:{ETCD_CLIENT_PORT}", "endpoint", "health"]
+    return [
+        f"  {name}:",
+        f"    image: {ETCD_IMAGE}",
+        f"    command: {_flow(command)}",
+        "    volumes:",
+        f"      - {name}-data:/etcd-data",
+        "    healthcheck:",
+        f"      test: {_flow(health)}",
+        "      interval: 5s",
+        "      timeout: 4s",
+        "      retries: 12",
+        "      start_period: 30s",
+    ]
+
+
+def _volume(name: str, spec: ServiceSpec) -> str | None:
+    """The named volume at /data: each replica its own, the scheduler its own, else none."""
+    return f"{name}-data" if spec.name == "store" else SCHEDULER_VOLUME if spec.name == "scheduler" else None
+
+
+def volumes() -> list[str]:
+    return [f"{name}-data" for name in etcd_names() + store_names()] + [SCHEDULER_VOLUME]
+
+
 def render_compose() -> str:
-    ns = compose_namespace()
     lines = [
         "# Generated by `pyrmq compose` from services/topology.py (the table `pyrmq up` uses).",
         "# Do not edit: change the table, then `pyrmq compose > deploy/docker-compose.yml`.",
         "name: pyrmq",
         "services:",
     ]
-    for spec in SERVICES:
+    for index in range(ETCD_MEMBERS):
+        lines += _etcd_member(index)
+    for name, spec, ns in compose_services():
         lines += [
-            f"  {spec.name}:",
+            f"  {name}:",
             f"    image: {IMAGE}",
             "    build:",
             "      context: ..",
@@ -70,16 +158,16 @@ def render_compose() -> str:
             f"    command: {_flow(['python', '-m', spec.module])}",
             "    environment:",
         ]
-        lines += [f"      {name}: {json.dumps(value)}" for name, value in service_environment(spec, ns).items()]
+        lines += [f"      {key}: {json.dumps(value)}" for key, value in service_environment(spec, ns).items()]
         lines.append("    stop_grace_period: 30s")
-        if spec.name in USES_DATA:
-            lines += ["    volumes:", f"      - {DATA_VOLUME}:/data"]
+        volume = _volume(name, spec)
+        if volume:
+            lines += ["    volumes:", f"      - {volume}:/data"]
         if spec.name == "broker":  # a range, so `docker compose up --scale broker=N` can publish each one
             lines += ["    ports:", f'      - "{CLIENT_PORT}-{CLIENT_PORT + BROKER_SCALE_MAX - 1}:{CLIENT_PORT}"']
-        if DEPENDS[spec.name]:
-            lines.append("    depends_on:")
-            for dependency in DEPENDS[spec.name]:
-                lines += [f"      {dependency}:", "        condition: service_healthy"]
+        lines.append("    depends_on:")
+        for dependency in _depends(spec.name):
+            lines += [f"      {dependency}:", "        condition: service_healthy"]
         lines += [
             "    healthcheck:",
             f"      test: {_flow(['CMD', 'pyrmq', 'health', f'127.0.0.1:{spec.grpc_port(ns)}'])}",
@@ -112,13 +200,16 @@ def render_compose() -> str:
         "      prometheus:",
         "        condition: service_started",
         "volumes:",
-        f"  {DATA_VOLUME}: {{}}",
+        *(f"  {volume}: {{}}" for volume in volumes()),
         "",
     ]
     return "\n".join(lines)
 
 
-def scrape_targets() -> dict[str, str]:
-    """service name -> its metrics address inside compose (what prometheus.yml must scrape)."""
-    ns = compose_namespace()
-    return {spec.name: f"{spec.name}:{spec.metrics_port(ns)}" for spec in SERVICES}
+def scrape_targets() -> dict[str, list[str]]:
+    """Prometheus job (a row's name) -> the metrics addresses inside compose it must scrape
+    (what prometheus.yml holds): the store's job every replica."""
+    targets: dict[str, list[str]] = {}
+    for name, spec, ns in compose_services():
+        targets.setdefault(spec.name, []).append(f"{name}:{spec.metrics_port(ns)}")
+    return targets

@@ -16,7 +16,8 @@ mode (``rows``): replica i of broker group ``broker-a`` on store port + 10 i and
 10 i (RocketMQ's brokers sit 10 ports apart too), its data under ``data_dir`` for replica 0 and
 ``data_dir/replica-<i>`` for the others, SYNC_MASTER when there is more than one (with
 all_ack_in_sync_state_set, no acknowledged message is lost by one failover); the broker, the
-scheduler and txcheck follow the group's master through the same etcd. Without
+scheduler and txcheck follow the group's master through the same etcd. A namespace's
+``replica_host`` (compose: the service name) is the host the replica registers in etcd. Without
 ``etcd_endpoints``, ``pyrmq up`` first runs a local etcd member (``ETCD``, services/etcd_local.py).
 """
 
@@ -74,6 +75,13 @@ def _controller(ns: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _replica_host(ns: argparse.Namespace) -> dict[str, object]:
+    """The host a replica registers in etcd when it is not its listen address (compose: the
+    service name, since store_host, in every record, must be an IP)."""
+    host = getattr(ns, "replica_host", "")
+    return {"advertised_host": host} if host else {}
+
+
 def _follow(ns: argparse.Namespace) -> dict[str, object]:
     """Broker, scheduler and txcheck: follow the group's master through etcd when there is one."""
     endpoints = _etcd(ns)
@@ -99,6 +107,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "metrics_host": ns.metrics_host,
             "metrics_port": ns.metrics_port,
             **_controller(ns),
+            **_replica_host(ns),
         },
         lambda ns: ns.store_port,
         lambda ns: ns.metrics_port,

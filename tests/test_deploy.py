@@ -21,8 +21,9 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.compose import render_compose, scrape_targets
+from services.compose import compose_services, etcd_names, render_compose, scrape_targets, store_names
 from services.topology import SERVICES
+from tests.support.components import etcd_binary, require
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import (
@@ -36,6 +37,7 @@ from tests.support.v2_requests import (
 )
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+ETCD_ENDPOINTS = "etcd-0:2379,etcd-1:2379,etcd-2:2379"
 READY = re.compile(r"^pyrmq-(?P<name>\w+) ready ")
 
 
@@ -77,17 +79,48 @@ def test_docker_compose_config_accepts_the_file_where_installed(tmp_path: Path) 
 def test_compose_structure() -> None:
     doc = compose()
     services = doc["services"]
-    assert set(services) == {spec.name for spec in SERVICES} | {"prometheus", "grafana"}
-    assert "pyrmq-data" in doc["volumes"]
-    for spec in SERVICES:
-        service = services[spec.name]
+    etcds, stores = etcd_names(), store_names()
+    others = [spec for spec in SERVICES if spec.name != "store"]
+    assert set(services) == {*etcds, *stores, *(spec.name for spec in others), "prometheus", "grafana"}
+    assert len(etcds) == 3 and len(stores) == 3
+    assert set(doc["volumes"]) == {f"{name}-data" for name in etcds + stores} | {"scheduler-data"}
+    rows = {name: spec for name, spec, _ in compose_services()}
+    for name, spec in rows.items():
+        service = services[name]
         assert service["command"] == ["python", "-m", spec.module]
-        assert all(name.startswith(f"PYRMQ_{spec.name.upper()}_") for name in service["environment"])
+        assert all(key.startswith(f"PYRMQ_{spec.name.upper()}_") for key in service["environment"])
         assert service["healthcheck"]["test"][:3] == ["CMD", "pyrmq", "health"]
         for dependency, condition in service.get("depends_on", {}).items():
             assert dependency in services and condition == {"condition": "service_healthy"}
+        if spec.name != "store":  # broker, scheduler, txcheck follow the master: etcd and every replica first
+            assert service["environment"][f"PYRMQ_{spec.name.upper()}_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS
+            assert set(etcds + stores) <= set(service["depends_on"])
     assert services["broker"]["ports"] == ["8081-8084:8081"]  # `--scale broker=N` publishes each one
-    assert services["store"]["volumes"] == ["pyrmq-data:/data"]
+    assert services["scheduler"]["volumes"] == ["scheduler-data:/data"]
+    assert "broker" in services["txcheck"]["depends_on"]
+    # The replica set: controller mode, SYNC_MASTER, each its own volume, reached by its service name.
+    for replica_id, name in enumerate(stores):
+        service = services[name]
+        env = service["environment"]
+        assert env["PYRMQ_STORE_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS
+        assert env["PYRMQ_STORE_REPLICA_ID"] == str(replica_id) and env["PYRMQ_STORE_BROKER_ROLE"] == "SYNC_MASTER"
+        assert env["PYRMQ_STORE_ADVERTISED_HOST"] == name and env["PYRMQ_STORE_PORT"] == "10911"
+        assert service["volumes"] == [f"{name}-data:/data"]
+        assert set(service["depends_on"]) == set(etcds)
+    # etcd: a static cluster of three, each member on its own volume, healthy through etcdctl.
+    cluster = ",".join(f"{name}=http://{name}:2380" for name in etcds)
+    for name in etcds:
+        service = services[name]
+        assert re.fullmatch(r"quay\.io/coreos/etcd:v3\.5\.\d+", service["image"])  # pinned, etcd's own image
+        flags = dict(flag.removeprefix("--").split("=", 1) for flag in service["command"][1:])
+        assert flags["name"] == name and flags["initial-cluster"] == cluster
+        assert flags["initial-cluster-state"] == "new" and flags["advertise-client-urls"] == f"http://{name}:2379"
+        assert flags["initial-advertise-peer-urls"] == f"http://{name}:2380"
+        assert service["volumes"] == [f"{name}-data:{flags['data-dir']}"]
+        assert service["healthcheck"]["test"][0] == "CMD" and service["healthcheck"]["test"][-2:] == [
+            "endpoint",
+            "health",
+        ]
 
 
 def test_prometheus_scrapes_every_service() -> None:
@@ -97,10 +130,11 @@ def test_prometheus_scrapes_every_service() -> None:
         if "dns_sd_configs" in job:  # every replica of a scaled service (docker's DNS answers them all)
             sd = job["dns_sd_configs"][0]
             assert sd["type"] == "A"
-            targets[job["job_name"].removeprefix("pyrmq-")] = f"{sd['names'][0]}:{sd['port']}"
+            targets[job["job_name"].removeprefix("pyrmq-")] = [f"{sd['names'][0]}:{sd['port']}"]
         else:
-            targets[job["job_name"].removeprefix("pyrmq-")] = job["static_configs"][0]["targets"][0]
+            targets[job["job_name"].removeprefix("pyrmq-")] = job["static_configs"][0]["targets"]
     assert targets == scrape_targets()
+    assert targets["store"] == [f"{name}:9101" for name in store_names()]  # each replica
 
 
 def test_dockerfile_runs_as_non_root_with_a_health_check() -> None:
@@ -109,25 +143,64 @@ def test_dockerfile_runs_as_non_root_with_a_health_check() -> None:
     assert re.search(r"^USER pyrmq$", text, re.M) and "HEALTHCHECK" in text and "grpc_tools.protoc" in text
 
 
+def loopback_addresses() -> dict[str, str]:
+    """Each compose service's own loopback address (the whole 127.0.0.0/8 is on lo), so the
+    replicas and etcd members can each bind the one port compose gives them all."""
+    names = {name: f"127.0.1.{i + 1}" for i, name in enumerate(etcd_names())}
+    names |= {name: f"127.0.2.{i + 1}" for i, name in enumerate(store_names())}
+    return names | {name: "127.0.0.1" for name in ("broker", "scheduler", "txcheck")}
+
+
+def localize(value: str, own: str, addresses: dict[str, str]) -> str:
+    """A compose value with service names (and the service's own 0.0.0.0 / 127.0.0.1) replaced
+    by loopback addresses."""
+    value = re.sub(r"(?<![\w.-])(0\.0\.0\.0|127\.0\.0\.1)(?=:|$)", own, value)
+    return re.sub(r"(?<![\w.-])([a-z]+(?:-\d)?)(?=:\d|,|$)", lambda m: addresses.get(m[1], m[1]), value)
+
+
 def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes: list[Process]) -> None:
-    """Each compose service's own command line and environment, with its service names pointed
-    at 127.0.0.1 and the volume at a temporary directory."""
+    """Each compose service's own command line and environment (etcd's with Debian's binaries),
+    with its service names pointed at loopback addresses and the volumes at temporary directories:
+    the three etcd members, the three store replicas electing a master, then the broker, the
+    scheduler and txcheck following it; a message sent and received through the broker."""
+    require("etcd")
     doc = compose()
-    started = {}
-    for spec in SERVICES:  # compose starts them in dependency order, as the table lists them
-        command = [sys.executable if part == "python" else part for part in doc["services"][spec.name]["command"]]
+    addresses = loopback_addresses()
+    started: dict[str, Process] = {}
+    members = []
+    for name in etcd_names():
+        own = addresses[name]
+        command = [etcd_binary() if part.endswith("/etcd") else part for part in doc["services"][name]["command"]]
+        command = [
+            f"--data-dir={tmp_path / name}" if part.startswith("--data-dir=") else localize_urls(part, own, addresses)
+            for part in command
+        ]
+        members.append(Process([str(part) for part in command], tmp_path))
+        processes.append(members[-1])
+        started[name] = members[-1]
+    for name in etcd_names():  # healthy once the three have a quorum
+        health = doc["services"][name]["healthcheck"]["test"][1:]
+        health = [
+            shutil.which("etcdctl") or "etcdctl",
+            *(localize_urls(part, addresses[name], {}) for part in health[1:]),
+        ]
+        deadline = time.monotonic() + 30
+        while subprocess.run(health, capture_output=True, timeout=10).returncode != 0:
+            assert time.monotonic() < deadline and started[name].popen.poll() is None, started[name].log()
+            time.sleep(0.2)
+    for name, spec, _ in compose_services():  # compose starts them in dependency order, as listed
+        own = addresses[name]
+        command = [sys.executable if part == "python" else part for part in doc["services"][name]["command"]]
         env = {
-            name: str(tmp_path / "data")
-            if value == "/data"
-            else re.sub(r"^(store|broker|0\.0\.0\.0)(?=:|$)", "127.0.0.1", value)
-            for name, value in doc["services"][spec.name]["environment"].items()
+            key: str(tmp_path / name) if value == "/data" else localize(value, own, addresses)
+            for key, value in doc["services"][name]["environment"].items()
         }
         process = Process(command, tmp_path, env)
         processes.append(process)
         ready = process.wait_line(READY)
         assert ready["name"] == spec.name
-        started[spec.name] = process
-        health = doc["services"][spec.name]["healthcheck"]["test"]
+        started[name] = process
+        health = [localize(part, own, addresses) for part in doc["services"][name]["healthcheck"]["test"]]
         checked = Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
         assert checked.popen.wait(60) == 0, checked.log()
         with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
@@ -148,8 +221,18 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         send_ok(v2, message("ComposeTopic", body=b"through compose's command lines"))
         status, got, _ = receive(v2, "ComposeTopic", group="ComposeGroup")
         assert status.code == d.OK and [m.body for m in got] == [b"through compose's command lines"]
-    for spec in reversed(SERVICES):
-        assert started[spec.name].stop(signal.SIGTERM) == 0, started[spec.name].log()
+    for name in reversed(list(started)):
+        code = started[name].stop(signal.SIGTERM)
+        assert code == 0 or name in etcd_names(), started[name].log()  # etcd re-raises SIGTERM
+
+
+def localize_urls(flag: str, own: str, addresses: dict[str, str]) -> str:
+    """An etcd flag with its URLs' hosts localized (``http://etcd-0:2380`` -> ``http://127.0.1.1:2380``)."""
+    return re.sub(
+        r"http://([\w.-]+):",
+        lambda m: f"http://{own if m[1] in ('0.0.0.0', '127.0.0.1') else addresses.get(m[1], m[1])}:",
+        flag,
+    )
 
 
 def dashboard_metrics() -> set[str]:

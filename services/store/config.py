@@ -104,6 +104,7 @@ class StoreConfig:
     sync_replicas_timeout_ms: int = 5_000             # SYNC_MASTER: a put the slaves do not confirm in time answers FLUSH_SLAVE_TIMEOUT (RocketMQ uses syncFlushTimeout)
     # -- controller mode (enableControllerMode): roles from etcd; broker_role then only says ASYNC or SYNC as master --
     etcd_endpoints: str = ""                          # etcd endpoints, comma-separated host:port; set: controller mode (roles elected through etcd), empty: static broker_role (controllerAddr)
+    advertised_host: str = ""                         # controller mode: the host other replicas, brokers and helpers reach this store at, registered in etcd with port (a name such as a compose service's is allowed); "": store_host's
     lease_ttl_ms: int = 2_000                         # controller mode: TTL of this replica's etcd lease; a dead master is replaced about this long after its last keepalive
     min_in_sync_replicas: int = 1                     # controller mode: a master refuses puts with HA_NOT_AVAILABLE while its SyncStateSet is smaller (minInSyncReplicas)
     all_ack_in_sync_state_set: bool = True            # controller mode, SYNC_MASTER: a put waits for every member of the SyncStateSet instead of in_sync_replicas - 1 slaves (allAckInSyncStateSet; RocketMQ's default is false)
@@ -150,6 +151,15 @@ class StoreConfig:
             raise ValueError("lease_ttl_ms must be at least 1000 and min_in_sync_replicas at least 1")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:
             raise ValueError("gc_gen0_threshold and warm_ahead_bytes must not be negative")
+
+    @property
+    def registered_address(self) -> str:
+        """The address this replica registers in etcd (what the group's master is reached at):
+        ``advertised_host:port``, else store_host, which must be an IP (it is in every record)."""
+        if not self.advertised_host:
+            return self.store_host
+        host = f"[{self.advertised_host}]" if ":" in self.advertised_host else self.advertised_host
+        return f"{host}:{self.port}"
 
     @property
     def record_size_max_bytes(self) -> int:

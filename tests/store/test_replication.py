@@ -15,7 +15,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.statuses import PutStatus
-from services.store.config import BrokerRole, StoreConfig
+from services.store.config import BrokerRole, StoreConfig, config_from_settings
 from services.store.epoch_file import EpochFile
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
@@ -297,3 +297,13 @@ def test_a_master_drops_a_slave_that_stopped_acking(nodes, tmp_path):
                 pass
         assert ended.value.code() is grpc.StatusCode.CANCELLED
         stalled.set()
+
+
+def test_a_replica_registers_its_advertised_host_and_keeps_an_ip_in_its_records(tmp_path: Path) -> None:
+    """store_host (in every record, offset message ids) must be an IP; the address registered in
+    etcd may be a name (compose's service names: ``advertised_host``)."""
+    values = {"data_dir": tmp_path, "host": "0.0.0.0", "port": 10911}
+    assert config_from_settings(values).registered_address == "127.0.0.1:10911"
+    named = config_from_settings({**values, "advertised_host": "store-1"})
+    assert named.store_host == "127.0.0.1:10911" and named.registered_address == "store-1:10911"
+    assert config_from_settings({**values, "advertised_host": "::1"}).registered_address == "[::1]:10911"

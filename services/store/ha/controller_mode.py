@@ -125,7 +125,7 @@ class ControllerMode:
         self.controller = ReplicaController(
             config.broker_name,
             config.replica_id,
-            config.store_host,
+            config.registered_address,
             self.etcd,
             clock,
             config.lease_ttl_ms,

@@ -157,7 +157,7 @@ def group_status(replication: Replicated) -> GroupStatus:
     if replication.is_master:
         in_sync = mode.in_sync_set() if mode is not None else None
         replicas[me_id] = ReplicaState(
-            me_id, MASTER, config.store_host, epoch, max_offset, max_offset, True, 0, 0.0, True
+            me_id, MASTER, config.registered_address, epoch, max_offset, max_offset, True, 0, 0.0, True
         )
         ha = replication.ha_service
         for slave in ha.slaves() if ha is not None else []:
@@ -190,7 +190,7 @@ def group_status(replication: Replicated) -> GroupStatus:
                     lag_seconds(commitlog, reported, max_offset, now_ms),
                     False,
                 )
-        master_id, master_address, master_epoch = me_id, config.store_host, replication.master_epoch or epoch
+        master_id, master_address, master_epoch = me_id, config.registered_address, replication.master_epoch or epoch
         sync_set = in_sync if in_sync is not None else frozenset(i for i, r in replicas.items() if r.in_sync)
     else:
         master_id, master_address, master_epoch = -1, replication.master_address, 0
@@ -221,7 +221,7 @@ def group_status(replication: Replicated) -> GroupStatus:
         replicas[me_id] = ReplicaState(
             me_id,
             role,
-            config.store_host,
+            config.registered_address,
             epoch,
             max_offset,
             confirmed,
