@@ -147,6 +147,11 @@ class StoreConfig:
             raise ValueError("ha_transfer_batch_size_bytes must be at least 4096 and in_sync_replicas at least 1")
         if self.etcd_endpoints and self.broker_role is BrokerRole.SLAVE:
             raise ValueError("with etcd_endpoints the controller assigns roles: broker_role is ASYNC_MASTER or SYNC_MASTER")
+        if self.etcd_endpoints and (self.port == 0 or self.registered_address.endswith(":0")):
+            raise ValueError(
+                "with etcd_endpoints the replica registers its address before it binds: give it a fixed port "
+                "(pyrmq up --store-port 0 picks free ones itself)"
+            )
         if self.lease_ttl_ms < 1000 or self.min_in_sync_replicas < 1:
             raise ValueError("lease_ttl_ms must be at least 1000 and min_in_sync_replicas at least 1")
         if self.gc_gen0_threshold < 0 or self.warm_ahead_bytes < 0:

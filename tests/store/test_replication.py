@@ -307,3 +307,12 @@ def test_a_replica_registers_its_advertised_host_and_keeps_an_ip_in_its_records(
     named = config_from_settings({**values, "advertised_host": "store-1"})
     assert named.store_host == "127.0.0.1:10911" and named.registered_address == "store-1:10911"
     assert config_from_settings({**values, "advertised_host": "::1"}).registered_address == "[::1]:10911"
+
+
+def test_controller_mode_refuses_port_0(tmp_path: Path) -> None:
+    """A replica registers its address in etcd before its server binds: port 0 would register
+    an address nobody can reach."""
+    values = {"data_dir": tmp_path, "host": "127.0.0.1", "port": 0, "etcd_endpoints": "127.0.0.1:2379"}
+    with pytest.raises(ValueError, match="fixed port"):
+        config_from_settings(values)
+    assert config_from_settings({**values, "etcd_endpoints": ""}).port == 0  # without etcd it is fine
