@@ -6,7 +6,6 @@ from the offsets the old one had committed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -16,7 +15,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.runtime.clock import ManualClock
 from services.store.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
-from services.store.config import BrokerRole, StoreConfig
+from services.store.config import BrokerRole
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.errors import NotMasterWriteError
 from services.store.ha.config_sync import ConfigTables
@@ -27,48 +26,18 @@ from services.store.store import FileStore
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.etcd import EtcdCluster, etcd_server, free_ports  # noqa: F401 - fixture
 from tests.support.filestore import message, small_config
+from tests.support.static_nodes import Node, StaticNodes
 from tests.support.store_rpc import wait_until
 
 CONFIG_FILES = ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json", "auth.json")
 NOBODY = "127.0.0.1:9"  # a master address nothing answers on
 
 
-@dataclass
-class Node:
-    config: StoreConfig
-    store: FileStore
-    server: grpc.Server
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        stop_server(self.server, grace_s=0)
-        self.store.shutdown()
-
-
 @pytest.fixture
 def nodes():
-    started: list[Node] = []
-
-    def start(root: Path, **overrides) -> Node:
-        overrides.setdefault("ha_send_heartbeat_interval_ms", 100)
-        overrides.setdefault("ha_reconnect_interval_max_ms", 200)
-        overrides.setdefault("ha_config_sync_interval_ms", 50)
-        config = small_config(root, **overrides)
-        store = FileStore(config)
-        store.start()
-        server, port = build_server(store, "127.0.0.1", 0, max_workers=8)
-        server.start()
-        node = Node(config, store, server, port)
-        started.append(node)
-        return node
-
-    yield start
-    for node in reversed(started):
-        node.stop()
+    started = StaticNodes({"ha_config_sync_interval_ms": 50})
+    yield started.start
+    started.close()
 
 
 def slave_of(master_address: str, start, root: Path, **overrides) -> Node:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -15,52 +14,21 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.statuses import PutStatus
-from services.store.config import BrokerRole, StoreConfig, config_from_settings
+from services.store.config import BrokerRole, config_from_settings
 from services.store.epoch_file import EpochFile
-from services.store.rpc.server import build_server, stop_server
-from services.store.store import FileStore
-from tests.support.filestore import message, small_config
+from services.store.rpc.server import stop_server
+from tests.support.filestore import message
+from tests.support.static_nodes import Node, StaticNodes
 from tests.support.store_rpc import wait_until
 
 SEGMENT_BYTES = 16 * 1024
 
 
-@dataclass
-class Node:
-    config: StoreConfig
-    store: FileStore
-    server: grpc.Server
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        stop_server(self.server, grace_s=1)
-        self.store.shutdown()
-
-
 @pytest.fixture
 def nodes():
-    started: list[Node] = []
-
-    def start(root: Path, **overrides) -> Node:
-        overrides.setdefault("commitlog_file_size_bytes", SEGMENT_BYTES)
-        overrides.setdefault("ha_send_heartbeat_interval_ms", 100)
-        overrides.setdefault("ha_reconnect_interval_max_ms", 200)
-        config = small_config(root, **overrides)
-        store = FileStore(config)
-        store.start()
-        server, port = build_server(store, "127.0.0.1", 0, max_workers=8)
-        server.start()
-        node = Node(config, store, server, port)
-        started.append(node)
-        return node
-
-    yield start
-    for node in reversed(started):
-        node.stop()  # idempotent for a store; a stopped server stops again quietly
+    started = StaticNodes({"commitlog_file_size_bytes": SEGMENT_BYTES})
+    yield started.start
+    started.close()
 
 
 def put(node: Node, count: int, tag: str = "m", body_bytes: int = 600) -> int:
