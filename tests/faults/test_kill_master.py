@@ -110,6 +110,8 @@ def kill_master_cycles(
             history.restarted(fault)
             cluster.spawn(f"store-{old}")  # rejoins as a slave
             assert not workload.errors, f"{run.repro}\n{workload.errors}"
+            if cycles > 10 and (cycle + 1) % 10 == 0:
+                print(f"{cycle + 1} kills: {run.figures()}", flush=True)
         cluster.wait_in_sync(IN_SYNC_TIMEOUT_S)
         time.sleep(1.0)
         workload.stop_sending()
