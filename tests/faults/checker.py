@@ -29,7 +29,11 @@ Report (``Report``; ``Report.violations()`` lists the ones that are always bugs)
   order among its *delivered* sends: ``prefix`` (nothing of that writer delivered before it),
   ``suffix`` (nothing delivered after it), ``middle`` (between delivered ones). A kill -9
   may legally lose nothing acked, so any of them is a violation; the split tells a torn tail
-  (suffix) from a hole (middle) from a lost head (prefix).
+  (suffix) from a hole (middle) from a lost head (prefix). With ``split_at_faults``, each
+  writer's sends are split at the faults (by completion time: an ack before the kill came from
+  the old master) and each part is judged alone: what an ASYNC replica set loses at a master
+  kill is then the ``suffix`` of the part before it (the writer goes on after the failover,
+  which would make that tail a ``middle``).
 * ``unexpected`` delivered, but the body names no send of the history (never attempted).
 * ``corrupt``    delivered, the send exists, but the body's CRC (or length) differs.
 * ``aborted``    delivered although its send failed definitely.
@@ -54,6 +58,7 @@ Report (``Report``; ``Report.violations()`` lists the ones that are always bugs)
 
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 import threading
@@ -229,7 +234,7 @@ class History:
         with self._lock:
             return {dl.message_id for dl in self.deliveries}
 
-    def check(self) -> Report:
+    def check(self, split_at_faults: bool = False) -> Report:
         with self._lock:
             return check(
                 list(self.sends.values()),
@@ -238,6 +243,7 @@ class History:
                 list(self.faults),
                 seed=self.seed,
                 ack_unknown_ids=set(self.ack_unknown_ids),
+                split_at_faults=split_at_faults,
             )
 
 
@@ -323,6 +329,7 @@ def check(
     faults: list[Fault] = (),
     seed: int = 0,  # type: ignore[assignment]
     ack_unknown_ids: set[str] = frozenset(),
+    split_at_faults: bool = False,
 ) -> Report:  # type: ignore[assignment]
     """The analysis of one history (see the module docstring)."""
     report = Report(seed=seed)
@@ -379,9 +386,10 @@ def check(
         )
 
     # lost, split per writer by counter order among that writer's delivered sends
-    per_writer: dict[str, list[Send]] = defaultdict(list)
+    fault_times = sorted(f.fault_t for f in faults) if split_at_faults else []
+    per_writer: dict[tuple[str, int], list[Send]] = defaultdict(list)
     for s in sends:
-        per_writer[s.writer].append(s)
+        per_writer[(s.writer, bisect.bisect_left(fault_times, s.complete_t or s.invoke_t))].append(s)
     for _writer, writer_sends in per_writer.items():
         writer_sends.sort(key=lambda s: s.counter)
         present = [s.counter for s in writer_sends if s.key in delivered_keys]

@@ -76,6 +76,14 @@ class Cluster:
         }
         return [sys.executable, "-m", f"services.{name}", *by_name[name], *common, *self.extra_args.get(name, [])]
 
+    def environment(self, name: str) -> dict[str, str]:
+        """The PYRMQ_* variables of service ``name`` (a subclass adds per-service ones)."""
+        return self.env
+
+    def module(self, name: str) -> str:
+        """The service a label runs (``store`` for every label here; a replica set has several)."""
+        return name
+
     def start(self) -> Cluster:
         for name in self.services:
             self.spawn(name)
@@ -84,11 +92,11 @@ class Cluster:
     def spawn(self, name: str) -> Service:
         """Start one service and wait for its ready line (the previous one of that name must be gone)."""
         t0 = time.monotonic()
-        process = Process(self.args(name), REPO_ROOT, env=self.env)
+        process = Process(self.args(name), REPO_ROOT, env=self.environment(name))
         self.processes.append(process)
         while True:
             match = process.wait_line(READY)
-            if match["name"] == name:
+            if match["name"] == self.module(name):
                 break
         ready = dict(item.split("=", 1) for item in match["rest"].split() if "=" in item)
         service = Service(name, process, ready, t0, time.monotonic())

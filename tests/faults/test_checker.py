@@ -89,6 +89,19 @@ def test_lost_is_split_into_prefix_middle_and_suffix() -> None:
     assert set(report.violations()) == {"lost-prefix", "lost-middle", "lost-suffix"}
 
 
+def test_split_at_faults_makes_the_tail_before_a_kill_a_suffix() -> None:
+    history = History()
+    before = [sent(history, "w", c) for c in range(4)]
+    history.fault("master#0")  # 2 and 3 were the unreplicated tail
+    after = [sent(history, "w", c) for c in range(4, 6)]
+    for m in (*before[:2], *after):
+        read(history, *m)
+    assert [k.split()[0] for k in history.check().lost_middle] == ["w-2", "w-3"]
+    report = history.check(split_at_faults=True)
+    assert [k.split()[0] for k in report.lost_suffix] == ["w-2", "w-3"]
+    assert not report.lost_middle and not report.lost_prefix
+
+
 def test_a_writer_with_nothing_read_loses_a_prefix_and_failed_or_info_sends_are_not_lost() -> None:
     history = History()
     sent(history, "w", 0)

@@ -1,5 +1,6 @@
 """A kill -9 faults run (tests/faults): ``start_cluster`` (the service processes with the faults
-topics and groups, SYNC flush), ``wait_first_ok`` / ``first_ok_after`` (the first send
+topics and groups, SYNC flush; ``start_replica_cluster`` the same with the store a replica set
+in controller mode), ``wait_first_ok`` / ``first_ok_after`` (the first send
 acknowledged after a moment), ``check_run`` (the checker's verdict, failing on any violation)
 and ``DRAIN_TIMEOUT_S``. The cluster, the workload and the checker are tests/faults/cluster.py,
 workload.py and checker.py."""
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from tests.faults.checker import History, Report
 from tests.faults.cluster import Cluster
+from tests.faults.replica_cluster import ReplicaCluster
 from tests.faults.workload import Workload
 from tests.support.processes import Process
 
@@ -31,6 +33,33 @@ def start_cluster(
         extra_args=extra_args or {},
         env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env},
     ).start()
+    return create_faults_resources(cluster)
+
+
+def start_replica_cluster(
+    tmp_path: Path,
+    processes: list[Process],
+    etcd_endpoints: str,
+    broker_role: str = "SYNC_MASTER",
+    services=("broker", "scheduler", "txcheck"),
+    replicas: int = 3,
+    **env: str,
+) -> ReplicaCluster:
+    """``start_cluster`` with the store a replica set (tests/faults/replica_cluster.py)."""
+    cluster = ReplicaCluster(
+        tmp_path / "data",
+        processes,
+        services=services,
+        env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env},
+        etcd_endpoints=etcd_endpoints,
+        replicas=replicas,
+        broker_role=broker_role,
+    ).start()
+    create_faults_resources(cluster)
+    return cluster
+
+
+def create_faults_resources(cluster: Cluster) -> Cluster:
     cluster.create_topic("FaultsNormal", "NORMAL")
     cluster.create_topic("FaultsFifo", "FIFO")
     cluster.create_group("FaultsGroup")
@@ -56,6 +85,12 @@ def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> 
             return
         time.sleep(0.05)
     raise AssertionError(f"no send acknowledged within {timeout_s} s")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def first_ok_after(history: History, t: float) -> float:
