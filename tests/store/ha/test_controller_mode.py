@@ -5,11 +5,12 @@ its lone tail cut), and puts refused with HA_NOT_AVAILABLE below min_in_sync_rep
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
 
-from services.domain.statuses import PutStatus
+from services.domain.statuses import NOT_MASTER, PutStatus
 from services.store.store import FileStore
 from tests.support.filestore import message
 from tests.support.replica_group import TTL_MS, in_sync, put, wait_master
@@ -90,3 +91,39 @@ def test_below_min_in_sync_replicas_puts_are_refused_before_writing(group):
     [refused] = a.live.put_messages([message()])
     assert refused.status is PutStatus.HA_NOT_AVAILABLE
     assert a.live.commitlog.max_offset == before  # nothing written
+
+
+def test_etcd_down_the_master_serves_while_its_lease_holds_then_the_group_recovers(group, etcd_server):
+    """etcd unreachable (its only member stopped): no elections, but the master keeps taking
+    writes until its lease could have expired, then refuses them (NOT_MASTER, nothing written);
+    once etcd is back, the group has a writable master again."""
+    a, b = group(2)
+    a.start()
+    wait_master(a)
+    b.start()
+    wait_until(lambda: in_sync(a) == {0, 1}, timeout_s=10)
+    [member] = etcd_server.members
+    assert member.process is not None
+    member.process.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        served_s = 0.0
+        while time.monotonic() - stopped < TTL_MS / 1000 + 2:
+            [result] = a.live.put_messages([message(body=b"during")])
+            if result.status is not PutStatus.PUT_OK:
+                assert result.status is PutStatus.SERVICE_NOT_AVAILABLE and NOT_MASTER in result.error
+                break
+            served_s = time.monotonic() - stopped
+            time.sleep(0.02)
+        assert 0.5 <= served_s < TTL_MS / 1000, served_s  # served on, then stopped before the lease could end
+        before = a.live.commitlog.max_offset
+        [refused] = a.live.put_messages([message(body=b"refused")])
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE and a.live.commitlog.max_offset == before
+    finally:
+        member.process.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: any(r.live.replication.is_master and r.mode.writable() for r in (a, b)), timeout_s=TTL_MS / 1000 + 10
+    )
+    master = a if a.live.replication.is_master else b
+    assert put(master.live, 5, "back") is PutStatus.PUT_OK
+    print(f"\nwith etcd stopped the master served {served_s:.2f} s of its {TTL_MS / 1000:.0f} s lease")
