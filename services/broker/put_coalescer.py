@@ -32,7 +32,9 @@ one dispatcher at a time takes *whatever is queued* (up to ``batch_messages_max`
   treat as flow control; and a send that waited longer than ``queue_wait_max_ms`` (RocketMQ's
   waitTimeMillsInSendQueue, 200 ms) is refused the same way when the dispatcher reaches it,
   before it is sent: under overload, excess sends fail fast and definitely instead of timing
-  out with an unknown outcome;
+  out with an unknown outcome. Not while the store client waits for a replica set's new master
+  (``store_failing_over``): sends queue behind the one being retried and go to the new master
+  (the queue's bounds still hold, and the client's own retry is bounded);
 * a batch holds messages with the same ``allow_system_topic`` flag only (the broker's own
   timer/half-message writes may go to system topics, client messages never).
 
@@ -88,6 +90,11 @@ class BrokerStore(Protocol):
     def create_topic(self, topic: TopicInfo) -> TopicInfo: ...
     def get_group(self, name: str) -> GroupInfo | None: ...
     def close(self) -> None: ...
+
+    @property
+    def failing_over(self) -> bool: ...
+    @property
+    def failovers(self) -> int: ...
 
 
 StorePut = Callable[[list[StoreMessage], bool], list[PutOutcome]]
@@ -211,6 +218,8 @@ class PutCoalescer:
         queue_bytes_max: int = 256 << 20,
         queue_wait_max_ms: int = 0,
         monotonic_s: Callable[[], float] = lambda: 0.0,
+        store_failing_over: Callable[[], bool] = lambda: False,
+        store_failovers: Callable[[], int] = lambda: 0,
     ) -> None:
         assert batch_messages_max > 0 and batch_bytes_max > 0
         assert queue_messages_max >= batch_messages_max, "a full queue must hold at least one batch"
@@ -221,6 +230,10 @@ class PutCoalescer:
         self._queue_bytes_max = queue_bytes_max
         self._queue_wait_max_s = queue_wait_max_ms / 1000  # 0: off
         self._monotonic_s = monotonic_s
+        self._store_failing_over = store_failing_over
+        self._store_failovers = store_failovers
+        self._failovers_seen = 0
+        self._held_s = float("-inf")  # the last time the store client was seen failing over
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[PendingPut] = deque()
         self._queued_bytes = 0
@@ -361,9 +374,17 @@ class PutCoalescer:
         refused before they reach the store, so their TOO_MANY_REQUESTS is a definite failure."""
         if not self._queue_wait_max_s:
             return []
+        now = self._monotonic_s()
+        failovers = self._store_failovers()
+        if self._store_failing_over() or failovers != self._failovers_seen:
+            # A failover holds the queue (the store client retries within its own bound): what
+            # waited through it is not stale, its wait counts from the failover's end.
+            self._failovers_seen = failovers
+            self._held_s = now
+            return []
         stale: list[PendingPut] = []
-        cutoff = self._monotonic_s() - self._queue_wait_max_s
-        while self._queue and self._queue[0].enqueued_s < cutoff:
+        cutoff = now - self._queue_wait_max_s
+        while self._queue and max(self._queue[0].enqueued_s, self._held_s) < cutoff:
             pending = self._queue.popleft()
             self._queued_bytes -= pending.size_bytes
             stale.append(pending)

@@ -269,3 +269,34 @@ def test_shedding_is_off_at_zero():
     pending = coalescer.submit(msg(7))
     now[0] += 60
     assert coalescer.run_once() == 1 and pending.wait(1).queue_offset == 7
+
+
+def test_no_shedding_while_the_store_client_waits_for_a_new_master():
+    """A replica set failing over: sends queued behind the one being retried are not refused as
+    TOO_MANY_REQUESTS; they go to the new master once it answers. Shedding resumes after."""
+    store = GatedStore()
+    store.gate.set()
+    now = [100.0]
+    failing_over = [True]
+    failovers = [0]
+    coalescer = PutCoalescer(
+        store.put,
+        queue_wait_max_ms=200,
+        monotonic_s=lambda: now[0],
+        store_failing_over=lambda: failing_over[0],
+        store_failovers=lambda: failovers[0],
+    )
+    waiting = [coalescer.submit(msg(i)) for i in range(3)]
+    now[0] += 2.0  # a failover's worth of waiting
+    assert coalescer.run_once() == 3
+    assert [p.wait(1).queue_offset for p in waiting] == [0, 1, 2] and coalescer.stats().shed == 0
+    behind = coalescer.submit(msg(3))  # queued during the failover, sent after it
+    now[0] += 2.0
+    failing_over[0] = False
+    failovers[0] += 1  # the store client retried: what waited through it is not stale
+    assert coalescer.run_once() == 1 and behind.wait(1).queue_offset == 3
+    late = coalescer.submit(msg(4))
+    now[0] += 0.3  # an ordinary 300 ms wait, after the failover: shed as before
+    assert coalescer.run_once() == 0
+    with pytest.raises(FlowControlError):
+        late.wait(1)

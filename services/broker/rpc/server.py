@@ -115,6 +115,8 @@ def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = N
         queue_bytes_max=config.put_queue_bytes_max,
         queue_wait_max_ms=config.put_queue_wait_max_ms,
         monotonic_s=(clock or SystemClock()).monotonic_s,
+        store_failing_over=lambda: store.failing_over,
+        store_failovers=lambda: store.failovers,
     )
     coalescer.start()
     return coalescer

@@ -73,6 +73,16 @@ class StoreClient:
     def close(self) -> None:
         self._transport.close()
 
+    @property
+    def failing_over(self) -> bool:
+        """A call is waiting for a new master of the store's replica set (never, for one store)."""
+        return self._transport.failing_over
+
+    @property
+    def failovers(self) -> int:
+        """Calls retried because of a failover so far (0 for one store)."""
+        return self._transport.failovers
+
     def wait_ready(
         self, timeout_s: float, give_up: Callable[[], bool] = lambda: False, clock: Clock | None = None
     ) -> bool:

@@ -91,6 +91,7 @@ class MasterTransport:
         self._closed = False
         self._stopping = threading.Event()
         self.failovers = 0  # calls that were retried on another master (or the same, after a pause)
+        self._retrying = 0  # calls now waiting to be retried on a new master
         self.view.add_listener(self._on_view)
         self._starter = threading.Thread(target=self._start_view, name=f"master-view-{group}", daemon=True)
         self._starter.start()
@@ -147,18 +148,34 @@ class MasterTransport:
         state = self.view.state
         return f"revision {state.revision}, {len(state.replicas)} replica(s) registered"
 
+    @property
+    def failing_over(self) -> bool:
+        """A call is waiting for the group's (new) master: callers that shed load by queueing
+        time (the broker's put coalescer) hold on instead of refusing what waits behind it."""
+        return self._retrying > 0 or (self._transport is None and master_address(self.view.state) is None)
+
     def _retry(self, what: Callable[[GrpcTransport], T], deadline_s: float | None = None) -> T:
         deadline = self._clock.monotonic_s() + self.failover_timeout_s if deadline_s is None else deadline_s
-        while True:
-            transport = self._master(deadline)
-            try:
-                return what(transport)
-            except StoreError as exc:
-                if not failover_worthy(exc) or self._clock.monotonic_s() >= deadline:
-                    raise
-                log.info("group %s: %s failed (%s); retrying on the master", self.group, transport.address, exc)
-                self.failovers += 1
-                self._wait_change(transport, deadline)
+        retrying = False
+        try:
+            while True:
+                transport = self._master(deadline)
+                try:
+                    return what(transport)
+                except StoreError as exc:
+                    if not failover_worthy(exc) or self._clock.monotonic_s() >= deadline:
+                        raise
+                    log.info("group %s: %s failed (%s); retrying on the master", self.group, transport.address, exc)
+                    if not retrying:
+                        retrying = True
+                        with self._lock:
+                            self._retrying += 1
+                    self.failovers += 1
+                    self._wait_change(transport, deadline)
+        finally:
+            if retrying:
+                with self._lock:
+                    self._retrying -= 1
 
     def _wait_change(self, failed: GrpcTransport, deadline_s: float) -> None:
         """After a failed call: a short pause, cut short when the view names another master."""

@@ -40,6 +40,14 @@ class Transport(Protocol):
     @property
     def address(self) -> str: ...
 
+    @property
+    def failing_over(self) -> bool:
+        """A call is waiting for a new master (master.MasterTransport); False for one store."""
+
+    @property
+    def failovers(self) -> int:
+        """Calls retried on a (new) master so far; 0 for one store."""
+
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; the ``StoreError`` of its status if it fails."""
 
@@ -83,6 +91,9 @@ class _GrpcStream:
 
 
 class GrpcTransport:
+    failing_over = False  # one store: no master to wait for
+    failovers = 0
+
     def __init__(
         self,
         address: str,
@@ -198,6 +209,8 @@ class LocalTransport:
     """The store servicer called in this process (``StoreServicer`` over a ``FileStore``)."""
 
     address = "in-process"
+    failing_over = False
+    failovers = 0
 
     def __init__(self, servicer: Any) -> None:
         self._servicer = servicer
