@@ -138,7 +138,7 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
     assert (topic["message_count"], topic["max_offset"], topic["queue_nums"]) == (SENT, SENT, 8)
     assert sum(q["max_offset"] - q["min_offset"] for q in topic["queues"]) == SENT
     assert not any(t["system"] for t in doc["topics"])
-    [group] = [g for g in doc["groups"] if (g["group"], g["topic"]) == (GROUP, TOPIC)]
+    [group] = [g for g in doc["consumer_groups"] if (g["group"], g["topic"]) == (GROUP, TOPIC)]
     assert (group["lag"], group["inflight_messages"]) == (SENT - cluster.consumed, 0)
     assert sum(q["lag"] for q in group["queues"]) == group["lag"]
 
@@ -146,7 +146,7 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
 def test_a_store_without_replication_is_one_master_replica(cluster, capsys):
     code, out, err = run_status(capsys, *status_args(cluster, "--json"))
     assert code == 0, err
-    [broker_group] = json.loads(out)["broker_groups"]
+    [broker_group] = json.loads(out)["groups"]
     [replica] = broker_group["replicas"]
     assert (replica["id"], replica["role"], replica["in_sync"], replica["lag_bytes"]) == (0, "MASTER", True, 0)
     assert replica["address"] == broker_group["master_address"] and replica["epoch"] == broker_group["master_epoch"]
@@ -215,7 +215,7 @@ def test_broker_down_still_reports_the_services(cluster, capsys):
         "scheduler": "SERVING",
         "txcheck": "SERVING",
     }
-    assert doc["topics"] is None and doc["groups"] is None and "UNAVAILABLE" in doc["error"]
+    assert doc["topics"] is None and doc["consumer_groups"] is None and "UNAVAILABLE" in doc["error"]
     assert all(s["metrics_url"] == "" and s["metrics_reachable"] is None for s in doc["services"])
 
 

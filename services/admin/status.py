@@ -18,11 +18,12 @@ each service's gRPC host. A cluster started with ``pyrmq up --store-port 0`` or
 Output: four tables (services; the store's replicas: role, epoch, offsets, in sync, lag;
 topics: queues, messages stored = the sum over queues of max offset - min offset; consumer
 groups: lag and messages in flight per topic), or with ``--json`` one JSON document
-``{"services": [...], "store_address": ..., "broker_groups": [...], "topics": [...],
-"groups": [...]}`` (topics and groups are null, and ``error`` says why, if the broker could not
-answer; broker_groups is null when the store could not answer GetReplicaStatus). ``groups`` are
-the consumer groups, as before; a broker group's replicas are ``broker_groups[].replicas[]``
-(services/admin/replicas.py). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
+``{"services": [...], "store_address": ..., "groups": [...], "topics": [...],
+"consumer_groups": [...]}`` (topics and consumer_groups are null, and ``error`` says why, if the
+broker could not answer; groups is null when the store could not answer GetReplicaStatus).
+``groups`` are the broker groups (RocketMQ's brokerName: a store replica set), each with its
+``replicas[]`` (services/admin/replicas.py); ``consumer_groups`` the consumer groups' lag rows
+(``groups`` until issue 16). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
 SECONDS until Ctrl-C (not with ``--json``).
 
 Exit codes, as the other admin commands (services/admin/cli.py): 0 every service SERVING and
@@ -104,9 +105,9 @@ class Report:
         doc: Document = {
             "services": [asdict(s) for s in self.services],
             "store_address": self.store_address,
-            "broker_groups": self.broker_groups,
+            "groups": self.broker_groups,
             "topics": self.topics,
-            "groups": self.groups,
+            "consumer_groups": self.groups,
         }
         if self.error:
             doc["error"] = self.error
