@@ -28,6 +28,10 @@ dead one, which rejoins as a slave (at most 5 restarts a minute).
 
 ``up --replicas N`` (``--etcd-endpoints``) runs the store as a replica set in controller mode
 (services/topology.rows: a local etcd member first when no endpoints are given).
+
+``up`` places its processes on the CPUs it may use (services/placement.py): the store(s) and the
+broker on cores of their own, the others on what is left; ``--cpu-placement off`` leaves that to
+the operating system, and a service's own ``cpu_affinity`` setting always wins.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from services.admin.status import add_commands as add_status_commands
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
 from services.config_cli import add_commands as add_config_commands
+from services.placement import MODES as PLACEMENT_MODES
+from services.placement import affinity_environment, placement_text, plan_for_up, running_on
 from services.replica_cli import add_commands as add_replica_commands
 from services.runtime import settings
 from services.runtime.rpc.tls import TlsFileError, TlsFiles, open_channel
@@ -230,12 +236,23 @@ def up(ns: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     children: list[Child] = []
-    ns.ready = {}
+    ns.ready, ns.cpus = {}, {}
     place_replicas(ns)
+    try:
+        planned = plan_for_up(
+            [(label, spec.name) for label, spec, _ in rows(ns)], {**os.environ, **shared_env}, ns.cpu_placement
+        )
+    except ValueError as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
     for label, spec, namespace in rows(ns):
         child = Child(
             spec,
-            {**shared_env, **service_environment(spec, namespace())},
+            {
+                **shared_env,
+                **service_environment(spec, namespace()),
+                **affinity_environment(spec.name, planned.get(label)),
+            },
             wake,
             ns.log_dir / f"{label}.log" if ns.log_dir else None,
             label,
@@ -258,6 +275,7 @@ def up(ns: argparse.Namespace) -> int:
             return 1
         assert child.ready_line is not None
         ns.ready[label] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
+        ns.cpus[label] = running_on(child.process.pid)
 
     try:
         create_missing_topics(ns.ready["store"]["grpc"], ns.store_tls, ns.create_topic, etcd_endpoints(ns))
@@ -266,7 +284,8 @@ def up(ns: argparse.Namespace) -> int:
         _stop_all(children, signal.SIGTERM)
         return 1
     summary = " ".join(f"{c.label} {c.ready_line}" for c in children)
-    print(f"pyrmq up: {summary} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
+    cpus = ";".join(f"{label}:{where}" for label, where in ns.cpus.items())
+    print(f"pyrmq up: {summary} cpus={cpus} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
     print_cluster(ns, sys.stdout)
 
     restarts: list[float] = []
@@ -346,13 +365,14 @@ def create_missing_topics(store_address: str, tls: TlsFiles, names: list[str], e
 
 
 def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
-    """For people, after the ready line: where each service listens, its metrics, data and logs."""
+    """For people, after the ready line: where each service listens, its metrics, CPUs, data and logs."""
     ready = ns.ready
-    table = [("service", "gRPC", "metrics", "data", "log")]
+    table = [("service", "gRPC", "metrics", "cpus", "data", "log")]
     for label in ready:
         data = ready[label].get("data", "")
         log_file = str(ns.log_dir / f"{label}.log") if ns.log_dir else "stderr of pyrmq up"
-        table.append((label, ready[label]["grpc"], ready[label]["metrics"], data, log_file))
+        cpus = getattr(ns, "cpus", {}).get(label, "?")
+        table.append((label, ready[label]["grpc"], ready[label]["metrics"], cpus, data, log_file))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
     etcd = etcd_endpoints(ns)
@@ -368,6 +388,7 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
         f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
         f'(e.g. ClientConfiguration("{ready["broker"]["endpoint"]}", Credentials()))',
         f"  TLS:              {_tls_text(ready['broker'])}",
+        f"  CPU placement:    {placement_text(getattr(ns, 'cpu_placement', 'auto'))}",
         f"  data directory:   {ns.data_dir}",
         f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
         "  stop with Ctrl-C (SIGINT) or SIGTERM",
@@ -508,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT,...",
         help="the etcd of the replica set (default with --replicas N > 1: a local member on 127.0.0.1:2379, "
         "data under DATA_DIR/etcd)",
+    )
+    up_parser.add_argument(
+        "--cpu-placement",
+        choices=PLACEMENT_MODES,
+        default="auto",
+        help="auto (default): the store(s) and the broker on CPUs of their own, the other services on the rest, "
+        "with 2 or more CPUs; off: no pinning. A service's own cpu_affinity setting always wins",
     )
     up_parser.set_defaults(run=up)
     compose_parser = commands.add_parser("compose", help="print deploy/docker-compose.yml (from the service table)")

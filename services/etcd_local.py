@@ -27,7 +27,7 @@ from pathlib import Path
 from services.runtime.clock import SystemClock
 from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.runtime.process import StopSignals, format_address
+from services.runtime.process import StopSignals, format_address, parse_cpu_list
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_of, settings_parser
 
@@ -48,12 +48,14 @@ class EtcdLocalConfig:
     binary: str = "etcd"                       # the etcd server binary (Debian's etcd-server package)
     log_level: str = "INFO"                    # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                   # text or json
+    cpu_affinity: str = ""                     # CPUs etcd runs on (this process and the etcd it starts), as in taskset -c; empty: any
     # fmt: on
 
     def __post_init__(self) -> None:
         for name in ("port", "peer_port"):
             if not 0 < getattr(self, name) <= 65535:
                 raise ValueError(f"{name} must be in [1, 65535], got {getattr(self, name)}")
+        parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
 
     @property
     def endpoint(self) -> str:

@@ -15,6 +15,7 @@ from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_level
 from services.domain.format.delaycheck_format import LEVELS_MAX
 from services.domain.format.timerlog_format import BLANK_SIZE_BYTES, UNIT_SIZE_BYTES
 from services.domain.format.timerwheel_format import SLOTS_TOTAL_DEFAULT
+from services.runtime.process import parse_cpu_list
 from services.runtime.settings import REQUIRED, Setting, settings_of
 
 DAY_MS = 86_400_000
@@ -36,6 +37,7 @@ class SchedulerConfig:
     metrics_port: int = 9103                      # Prometheus /metrics port; 0: any free one, -1: off
     log_level: str = "INFO"                       # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                      # text: one line per event for people; json: one JSON object per line
+    cpu_affinity: str = ""                        # CPUs the scheduler process runs on, as in taskset -c ("2", "2-3"); empty: any
     store_connect_timeout_ms: int = 30_000        # at start-up, give up if the store does not serve within this time
     store_tls_ca_path: str = ""                   # TLS to the store: the CA its certificate chains to (off when empty)
     store_tls_cert_path: str = ""                 # client certificate for a store that requires one (mutual TLS)
@@ -82,6 +84,7 @@ class SchedulerConfig:
                      "timer_delivery_interval_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
         # A rolled unit is parked at most one roll window ahead; the ring must hold that plus
         # the slots still being delivered, or a new unit would overwrite an undelivered slot.
         if self.timer_roll_window_slots * 2 > self.timer_wheel_slots:

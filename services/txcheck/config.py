@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.runtime.process import format_address
+from services.runtime.process import format_address, parse_cpu_list
 from services.runtime.settings import settings_of
 
 
@@ -26,6 +26,7 @@ class TxCheckConfig:
     metrics_port: int = 9104                            # Prometheus /metrics port; 0: any free one, -1: off
     log_level: str = "INFO"                             # DEBUG, INFO, WARNING or ERROR
     log_format: str = "text"                            # text: one line per event for people; json: one JSON object per line
+    cpu_affinity: str = ""                              # CPUs the txcheck process runs on, as in taskset -c ("2", "2-3"); empty: any
     transaction_timeout_ms: int = 6_000                 # transactionTimeOut: a half younger than this is not checked
     check_interval_ms: int = 30_000                     # transactionCheckInterval (5.x): one pass per interval
     check_max: int = 15                                 # transactionCheckMax: checks before TRANS_CHECK_MAX_TIME_TOPIC
@@ -54,6 +55,7 @@ class TxCheckConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        parse_cpu_list(self.cpu_affinity)  # ValueError if malformed
         if not self.store_address:
             raise ValueError("store_address must not be empty")
         if not self.broker_addresses or not all(self.broker_addresses):

@@ -22,7 +22,7 @@ from services.runtime.rpc.tls import TlsFiles
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
 from tests.support.official_client import run_client
-from tests.support.processes import UP_READY, Process, pyrmq_up_command, start_store
+from tests.support.processes import UP_READY, Process, child_pids, pyrmq_up_command, start_store
 from tests.support.store_reads import wait_stored
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import METADATA
@@ -129,20 +129,6 @@ def test_up_creates_only_the_topics_that_are_missing(store_address: str, topics)
         store.close()
 
 
-def _child_pids(parent_pid: int) -> dict[str, int]:
-    """{"store": pid, "broker": pid} of ``pyrmq up``'s children, from /proc (Linux)."""
-    children = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid and b"-m" in cmdline:
-            children[cmdline[cmdline.index(b"-m") + 1].decode().rsplit(".", 1)[-1]] = int(pid)
-    return children
-
-
 def _gone(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat")
     try:
@@ -163,7 +149,7 @@ def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F81
 
 def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = _start_up(tmp_path, processes)
-    children = _child_pids(up.popen.pid)
+    children = child_pids(up.popen.pid)
     assert set(children) == {"store", "broker", "scheduler", "txcheck"}
     os.kill(children["store"], signal.SIGKILL)
     assert up.popen.wait(60) != 0
@@ -173,7 +159,7 @@ def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes
 
 def test_children_stop_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     up = _start_up(tmp_path, processes)
-    children = _child_pids(up.popen.pid)
+    children = child_pids(up.popen.pid)
     os.kill(up.popen.pid, signal.SIGKILL)
     up.popen.wait(60)
     deadline = time.monotonic() + 60

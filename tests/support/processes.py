@@ -1,6 +1,7 @@
 """Service processes for tests: start one, read its stdout for the ready line with a timeout,
 stop or kill it (``Process``); ``start_store`` starts ``python -m services.store``,
-``start_cluster`` a store and a broker; the ready lines of the store, the broker and ``pyrmq up``.
+``start_cluster`` a store and a broker; the ready lines of the store, the broker and ``pyrmq up``;
+``child_pids``, the processes ``pyrmq up`` started.
 The `processes` fixture (tests/conftest.py) kills whatever a test started."""
 
 from __future__ import annotations
@@ -84,6 +85,21 @@ class Process:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait()
+
+
+def child_pids(parent_pid: int) -> dict[str, int]:
+    """{"store": pid, "broker": pid, ...} of ``pyrmq up``'s children (the last part of the module
+    each runs), from /proc (Linux)."""
+    children = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid and b"-m" in cmdline:
+            children[cmdline[cmdline.index(b"-m") + 1].decode().rsplit(".", 1)[-1]] = int(pid)
+    return children
 
 
 def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0) -> list[str]:
