@@ -47,6 +47,8 @@ from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 
+from services.placement import affinity_environment, plan_for_up  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+)")
 TOPIC = "BenchTopic"
@@ -55,9 +57,19 @@ METADATA = (("x-mq-client-id", "broker-bench@1"),)
 SEND_SCRIPT = ROOT / "tests" / "broker" / "clients" / "send.py"
 
 
+# ``--placement up``: the CPU of each process as ``pyrmq up`` places it by default
+# (services/placement.py); ``env``: as the environment says (PYRMQ_*_CPU_AFFINITY, else any).
+PLACEMENT_ENV: dict[str, str] = {}
+
+
 def start(args: list[str]) -> tuple[subprocess.Popen, re.Match[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **PLACEMENT_ENV},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -324,7 +336,18 @@ def main() -> None:
         default=[],
         help="extra flag for the broker process, e.g. --broker-flag=--no-put-coalescing",
     )
+    parser.add_argument(
+        "--placement",
+        choices=["env", "up"],
+        default="env",
+        help="env: CPUs as PYRMQ_STORE/BROKER_CPU_AFFINITY say (else any); up: as `pyrmq up` places them by default",
+    )
     args = parser.parse_args()
+    if args.placement == "up":
+        planned = plan_for_up([("store", "store"), ("broker", "broker")], os.environ, "auto")
+        for service, cpus in planned.items():
+            PLACEMENT_ENV.update(affinity_environment(service, cpus))
+        print(f"placement as pyrmq up: {planned}", flush=True)
     body = os.urandom(args.body_bytes)
     print(
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.body_bytes} B bodies, "
