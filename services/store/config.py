@@ -98,6 +98,7 @@ class StoreConfig:
     ha_send_heartbeat_interval_ms: int = 1_000        # SLAVE: report its offsets at least this often; master: send a heartbeat this often when idle (haSendHeartbeatInterval)
     ha_housekeeping_interval_ms: int = 20_000         # either end drops a replication stream silent this long (a stopped or cut peer) (haHousekeepingInterval)
     ha_reconnect_interval_max_ms: int = 5_000         # SLAVE: longest pause between reconnections to the master (the backoff doubles from 100 ms)
+    ha_tls_ca_path: str = ""                          # SLAVE: reach the master over TLS, trusting this CA (the group's stores serve TLS: tls_cert_path), presenting this store's tls_cert_path as client certificate (a master with tls_client_ca_path needs it); empty: plaintext
     ha_transfer_batch_size_bytes: int = 1 << 20       # master: CommitLog bytes per chunk sent to a slave, at most (haTransferBatchSize)
     ha_config_sync_interval_ms: int = 200             # master: how often each slave's stream checks the config/ tables (topics, groups, consumer and delay offsets, users) and sends those changed (RocketMQ's slaves pull them every 10 s: SlaveSynchronize)
     in_sync_replicas: int = 2                         # SYNC_MASTER: replicas, the master included, that must hold a put before it is acknowledged (inSyncReplicas)

@@ -25,6 +25,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.epoch_cache import EpochEntry
 from services.runtime.clock import Clock
+from services.runtime.rpc.tls import TlsFiles, open_channel
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ class ReplicationConnection:
         reconnect_interval_max_ms: int,
         housekeeping_interval_ms: int,
         clock: Clock,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._client = client
+        self._tls = tls  # TLS to the master (its CA; this replica's certificate for mutual TLS)
         self._master_address = master_address
         self._reconnect_interval_max_s = reconnect_interval_max_ms / 1000
         self._housekeeping_interval_s = housekeeping_interval_ms / 1000
@@ -151,7 +154,7 @@ class ReplicationConnection:
             )
         )
         options = [("grpc.max_receive_message_length", MESSAGE_SIZE_MAX_BYTES)]
-        with grpc.insecure_channel(self._master_address, options=options) as channel:
+        with open_channel(self._master_address, self._tls, options) as channel:
             call = pb_grpc.StoreStub(channel).Replicate(request_stream())
             with self._lock:
                 if self._stop.is_set():

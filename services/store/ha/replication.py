@@ -31,6 +31,7 @@ from typing import Protocol
 
 from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
+from services.runtime.rpc.tls import TlsFiles
 from services.store.auth_config import AuthConfigManager
 from services.store.checkpoint import CheckpointFile
 from services.store.client.replication import ReplicationConnection
@@ -180,8 +181,18 @@ class Replication:
 
     def _connection(self, address: str) -> ReplicationConnection:
         config = self.config
+        tls = (
+            TlsFiles(config.ha_tls_ca_path, config.tls_cert_path, config.tls_key_path)
+            if config.ha_tls_ca_path
+            else None
+        )
         return ReplicationConnection(
-            self.client, address, config.ha_reconnect_interval_max_ms, config.ha_housekeeping_interval_ms, self.clock
+            self.client,
+            address,
+            config.ha_reconnect_interval_max_ms,
+            config.ha_housekeeping_interval_ms,
+            self.clock,
+            tls,
         )
 
     @property
