@@ -90,6 +90,27 @@ def test_a_replica_set_serves_clients_through_a_master_kill(tmp_path: Path, proc
         while len(got) < 6 and time.monotonic() < deadline:
             got += receive(v2, "TopicTest", group="ReplicaGroup", batch_size=8)[1]
         assert sorted(m.body for m in got) == sorted([f"before-{i}".encode() for i in range(5)] + [b"after"])
+    status = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "status",
+                "--endpoint",
+                ready["clients"],
+                "--json",
+                "--metrics-port",
+                "-1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    assert status["store_address"] == stores[state["master_id"]]  # the broker reports the current master
+    [group] = status["groups"]
+    assert sorted(r["id"] for r in group["replicas"]) == [0, 1, 2]
     assert "restarting it" in up.log()
     assert up.stop(signal.SIGTERM) == 0, up.log()
     print(f"kill -9 of the master -> the next send OK: {failover_s:.2f} s")

@@ -203,10 +203,14 @@ class AdminStore(Protocol):
 class AdminService:
     """``on_topic_changed(name)`` is called after a topic is created, updated or deleted (the
     broker drops its cached config, so sends see the change at once). ``store_address`` is
-    only reported (cluster status)."""
+    only reported (cluster status): read when asked, so a client that follows a replica set's
+    master reports the current one."""
 
     def __init__(
-        self, store: AdminStore, on_topic_changed: Callable[[str], None] = lambda name: None, store_address: str = ""
+        self,
+        store: AdminStore,
+        on_topic_changed: Callable[[str], None] = lambda name: None,
+        store_address: Callable[[], str] = lambda: "",
     ) -> None:
         self._store = store
         self._on_topic_changed = on_topic_changed
@@ -394,7 +398,7 @@ class AdminService:
                 info = topics[name] if name in topics else self._store.get_topic(name)
                 queues = _progress(name, info, committed.get(name, {}), queue_offsets)
                 groups.append(GroupTopicStatus(group, name, queues, in_flight[group].get(name, 0)))
-        return ClusterStatus(self._store_address, topic_status, groups)
+        return ClusterStatus(self._store_address(), topic_status, groups)
 
     # -- messages ----------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int = 0) -> list[StoredMessage]:

@@ -24,7 +24,7 @@ def store_client(store_address: str) -> Iterator[GrpcStoreClient]:
 
 @pytest.fixture
 def admin(store_client: GrpcStoreClient) -> AdminService:
-    return AdminService(store_client, store_address=store_client.address)
+    return AdminService(store_client, store_address=lambda: store_client.address)
 
 
 def pop(store_stub, group: str, topic: str, queue_id: int, max_count: int) -> list[pb.PoppedMessage]:

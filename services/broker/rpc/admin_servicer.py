@@ -371,7 +371,7 @@ def add_admin_service(
     ``guard``: authentication is on; ``telemetry``: the connected clients). GetClusterStatus
     reports the store client's address."""
     acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
-    admin = AdminService(store, on_topic_changed, store.address)
+    admin = AdminService(store, on_topic_changed, lambda: store.address)
     clients = (
         ClientAdmin(telemetry.registry, telemetry.answers, admin, V2ClientCommands()) if telemetry is not None else None
     )
