@@ -8,6 +8,9 @@ pitfall 6), so, like the RocketMQ 5 proxy's ``SendMessageQueueSelector``:
   the same queue (what per-queue ordered consumption needs), a change of the queue count
   moves as few groups as possible, and the queue is the one a Java proxy would pick.
 * otherwise round-robin over the write queues, one counter per topic.
+
+The hash lives with the routes (services/domain/routes.py), where a send over several broker
+groups picks among all of their queues the same way.
 """
 
 from __future__ import annotations
@@ -15,33 +18,13 @@ from __future__ import annotations
 import itertools
 import threading
 
-from services.domain.format.java_compat import java_string_hash_repeated
+from services.domain.routes import guava_consistent_hash, message_group_bucket
 
-_LCG_MULTIPLIER = 2862933555777941757
-_U64 = (1 << 64) - 1
-
-
-def guava_consistent_hash(key: int, buckets: int) -> int:
-    """Guava ``Hashing.consistentHash(long, int)``: a bucket in [0, buckets)."""
-    assert buckets > 0, "buckets must be positive"
-    state = key & _U64
-    candidate = 0
-    while True:
-        state = (_LCG_MULTIPLIER * state + 1) & _U64
-        # ((int) (state >>> 33) + 1) / 2^31, with Java's int overflow of the "+ 1".
-        numerator = (state >> 33) + 1
-        if numerator == 1 << 31:
-            numerator = -(1 << 31)
-        next_double = numerator / 2147483648.0
-        following = int((candidate + 1) / next_double)
-        if 0 <= following < buckets:
-            candidate = following
-        else:
-            return candidate
+__all__ = ["RoundRobin", "fifo_queue_id", "guava_consistent_hash"]
 
 
 def fifo_queue_id(message_group: str, write_queue_nums: int) -> int:
-    return guava_consistent_hash(java_string_hash_repeated(message_group), write_queue_nums)
+    return message_group_bucket(message_group, write_queue_nums)
 
 
 class RoundRobin:
