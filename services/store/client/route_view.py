@@ -6,22 +6,20 @@ command reads one truth.
 * ``RouteStore``: read a route, and change it by compare-and-swap on the key's mod revision
   (``update``: read, apply a function, write only if nobody wrote in between, else again), so
   two admins adding groups to one topic at once both land.
-* ``RouteView``: every route, read once and then kept current by a watch from the next
-  revision (as ``RoleView`` does for a group's roles); a watch that ends for good is
-  re-established by ``run_once``. Good for routing, not for fencing.
+* ``RouteView``: every route, read once and then kept current by a watch (a ``PrefixView``,
+  as ``RoleView`` is for a group's roles). Good for routing, not for fencing.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from services.domain.routes import TopicRoute
-from services.runtime.etcd import Compare, Delete, EtcdError, Event, Get, KeyValue, Put
+from services.runtime.etcd import Compare, Delete, EtcdError, Event, KeyValue, Put
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.runtime.etcd.rpc.streams import Watcher
 from services.store.client.group_keys import DEFAULT_PREFIX
+from services.store.client.prefix_view import PrefixView
 
 log = logging.getLogger(__name__)
 
@@ -72,66 +70,33 @@ class RouteStore:
         raise RouteConflictError(f"the route of {topic} changed {UPDATE_ATTEMPTS} times while being updated")
 
 
-Listener = Callable[[dict[str, TopicRoute]], None]
-
-
-class RouteView:
-    """Every topic's route, kept current by a watch; ``routes`` is a read-only snapshot."""
+class RouteView(PrefixView[dict[str, TopicRoute]]):
+    """Every topic's route (``routes``: topic -> TopicRoute, a new dict per change), kept
+    current by a watch (prefix_view.py)."""
 
     def __init__(self, etcd: EtcdClient, prefix: str = DEFAULT_PREFIX) -> None:
-        self.etcd = etcd
-        self.prefix = routes_prefix(prefix)
-        self._routes: dict[str, TopicRoute] = {}
-        self._listeners: list[Listener] = []
-        self._watcher: Watcher | None = None
-        self._broken = False
-        self._changed = threading.Condition()
+        super().__init__(etcd, routes_prefix(prefix), {}, "the routes")
 
     @property
     def routes(self) -> dict[str, TopicRoute]:
-        return self._routes
+        return self.state
 
     def route(self, topic: str) -> TopicRoute | None:
-        return self._routes.get(topic)
+        return self.state.get(topic)
 
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    def start(self) -> RouteView:
-        if self._watcher is not None:
-            return self
-        result = self.etcd.txn([], [Get(self.prefix, prefix=True)])
+    def read(self, kvs: tuple[KeyValue, ...], revision: int) -> dict[str, TopicRoute]:
         routes: dict[str, TopicRoute] = {}
-        for kv in result.results[0].kvs:
-            self._apply(routes, kv, deleted=False)
-        self._set(routes)
-        self._watcher = Watcher(
-            self.etcd,
-            self.prefix,
-            self._on_events,
-            prefix=True,
-            start_revision=result.revision + 1,
-            on_error=self._on_error,
-        ).start()
-        return self
+        for kv in kvs:
+            self._fold(routes, kv, deleted=False)
+        return routes
 
-    def stop(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.stop()
+    def apply(self, state: dict[str, TopicRoute], events: list[Event]) -> dict[str, TopicRoute]:
+        routes = dict(state)
+        for event in events:
+            self._fold(routes, event.kv, deleted=event.type == "DELETE")
+        return routes
 
-    def run_once(self) -> None:
-        """Re-establishes a watch that ended for good."""
-        if self._broken:
-            self._broken = False
-            self.stop()
-            self.start()
-
-    def wait_for(self, predicate: Callable[[dict[str, TopicRoute]], bool], timeout_s: float) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: predicate(self._routes), timeout_s)
-
-    def _apply(self, routes: dict[str, TopicRoute], kv: KeyValue, deleted: bool) -> None:
+    def _fold(self, routes: dict[str, TopicRoute], kv: KeyValue, deleted: bool) -> None:
         topic = kv.key[len(self.prefix) :].decode()
         if deleted:
             routes.pop(topic, None)
@@ -140,23 +105,3 @@ class RouteView:
             routes[topic] = TopicRoute.decode(kv.value)
         except ValueError as exc:
             log.error("route of %s in etcd does not decode (%s); ignored", topic, exc)
-
-    def _on_events(self, events: list[Event]) -> None:
-        routes = dict(self._routes)
-        for event in events:
-            self._apply(routes, event.kv, deleted=event.type == "DELETE")
-        self._set(routes)
-
-    def _on_error(self, exc: Exception) -> None:
-        log.warning("the routes watch ended (%s); re-reading", exc)
-        self._broken = True
-
-    def _set(self, routes: dict[str, TopicRoute]) -> None:
-        with self._changed:
-            self._routes = routes
-            self._changed.notify_all()
-        for listener in self._listeners:
-            try:
-                listener(routes)
-            except Exception:
-                log.exception("a route listener failed")
