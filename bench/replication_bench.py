@@ -34,7 +34,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpc  # noqa: E402
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 
+from services.runtime.process import free_ports  # noqa: E402
 from services.store.client.client import GrpcStoreClient  # noqa: E402
 from services.store.client.errors import StoreError  # noqa: E402
 from services.store.client.model import PutStatus, StoreMessage  # noqa: E402
@@ -58,17 +58,6 @@ TOPIC = "BenchTopic"
 READY_TIMEOUT_S = 60.0
 LEASE_TTL_MS = 2000
 WARMUP_CALLS = 20  # PutMessages calls before the clock starts
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def read_ready(proc: subprocess.Popen[str], name: str) -> dict[str, str]:

@@ -41,7 +41,6 @@ import dataclasses
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +60,7 @@ from services.placement import MODES as PLACEMENT_MODES
 from services.placement import affinity_environment, placement_text, plan_for_up, running_on
 from services.replica_cli import add_commands as add_replica_commands
 from services.runtime import settings
+from services.runtime.process import free_ports
 from services.runtime.rpc.tls import TlsFileError, TlsFiles, open_channel
 from services.runtime.settings import CONFIG_ENV
 from services.store.client.client import GrpcStoreClient
@@ -321,24 +321,7 @@ def place_replicas(ns: argparse.Namespace) -> None:
     ns.etcd_port = 2379
     if ns.store_port == 0 and (ns.replicas > 1 or ns.etcd_endpoints):
         ns.replica_ports = free_ports(ns.replicas)
-        ns.etcd_port = free_ports(1, pair=True)[0]
-
-
-def free_ports(count: int, pair: bool = False) -> list[int]:
-    """``count`` ports free now (with ``pair``, each one's successor is free too)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if pair:
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-        ports.append(port)
-    return ports
+        ns.etcd_port = free_ports(1, with_successor=True)[0]
 
 
 def etcd_endpoints(ns: argparse.Namespace) -> str:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -97,6 +98,33 @@ def apply_cpu_affinity(text: str) -> frozenset[int] | None:
         except ProcessLookupError:
             pass  # the thread has ended
     return cpus
+
+
+def free_ports(count: int, with_successor: bool = False, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports the kernel gives out on ``host`` now (all held until the last is
+    found, so none repeats; with ``with_successor``, each one's successor is free too, as etcd's
+    peer port beside its client port). Closed again on return: another process could take one
+    before its user binds it, which then fails its start loudly."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket()
+            held.append(probe)
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+            if with_successor:
+                successor = socket.socket()
+                held.append(successor)
+                try:
+                    successor.bind((host, port + 1))
+                except OSError:
+                    continue
+            ports.append(port)
+        return ports
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def format_address(host: str, port: int) -> str:

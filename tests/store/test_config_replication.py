@@ -14,6 +14,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.runtime.clock import ManualClock
+from services.runtime.process import free_ports
 from services.store.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
 from services.store.config import BrokerRole
 from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
@@ -24,7 +25,7 @@ from services.store.pop_model import AckStatus
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
 from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from tests.support.etcd import EtcdCluster, etcd_server, free_ports  # noqa: F401 - fixture
+from tests.support.etcd import EtcdCluster, etcd_server  # noqa: F401 - fixture
 from tests.support.filestore import message, small_config
 from tests.support.static_nodes import Node, StaticNodes
 from tests.support.store_rpc import wait_until

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,25 +19,13 @@ import pytest
 
 from services.runtime.etcd import EtcdUnavailable
 from services.runtime.etcd.rpc.client import EtcdClient
+from services.runtime.process import free_ports
 from tests.support.components import etcd_binary, require
 
 HEARTBEAT_MS = 50
 ELECTION_MS = 500
 READY_TIMEOUT_S = 20.0
 SHM = Path("/dev/shm")
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just gave out on 127.0.0.1 (closed again; another process could take one
-    before etcd binds it, which then fails its start loudly)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass

@@ -10,11 +10,12 @@ from pathlib import Path
 import grpc
 
 from services.domain.statuses import PutStatus
+from services.runtime.process import free_ports
 from services.store.config import BrokerRole, StoreConfig
 from services.store.ha.controller_mode import ControllerMode
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
-from tests.support.etcd import EtcdCluster, free_ports
+from tests.support.etcd import EtcdCluster
 from tests.support.filestore import message, small_config
 from tests.support.store_rpc import wait_until
 
