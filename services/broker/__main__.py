@@ -25,12 +25,14 @@ from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import build_server
+from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.store.client.client import GrpcStoreClient
+from services.store.client.route_view import RouteView
 
 log = logging.getLogger("services.broker")
 
@@ -72,22 +74,43 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
     return BrokerConfig(**settings_from_args("broker", SETTINGS, parser.parse_args(argv), environ))
 
 
-def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
-    store = GrpcStoreClient(
+def store_client(config: BrokerConfig, group: str) -> GrpcStoreClient:
+    """A client of ``group``'s store: its master as etcd says, or ``store_address`` without etcd."""
+    return GrpcStoreClient(
         config.store_address,
         rpc_timeout_s=config.store_rpc_timeout_ms / 1000,
         tls=TlsFiles(config.store_tls_ca_path, config.store_tls_cert_path, config.store_tls_key_path),
         put_stream=config.put_stream_enable,
         etcd_endpoints=config.etcd_endpoints,
-        group=config.broker_name,
+        group=group,
         failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
+
+
+def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
+    store = store_client(config, config.broker_name)
     stack.callback(store.close)
     log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None
+    routes: RouteView | None = None
+    connect = None
+    if config.etcd_endpoints:
+        # Topics over several broker groups: routes from etcd, a client per group they name.
+        etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()])
+        stack.callback(etcd.close)
+        routes = RouteView(etcd)
+        stack.callback(routes.close)
+        if not routes.open(config.store_connect_timeout_ms / 1000):
+            log.warning("no topic routes from etcd yet: topics stay on %s until they come", config.broker_name)
+
+        def connect(group: str) -> GrpcStoreClient:
+            client = store_client(config, group)
+            stack.callback(client.close)
+            return client
+
     metrics = BrokerMetrics()
-    broker = build_server(config, store, metrics=metrics)
+    broker = build_server(config, store, metrics=metrics, routes=routes, connect=connect)
     metrics_url = "off"
     if config.metrics_port >= 0:
         metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)

@@ -200,6 +200,7 @@ class ReceiveRequest:
     fifo: bool = False  # the client's subscription says FIFO
     client_id: str = ""  # x-mq-client-id: whose in-flight messages these become
     alive: Callable[[], bool] = lambda: True  # False once the caller cancelled the call
+    broker_name: str = ""  # message_queue.broker.name: the broker group to receive from ("": the home group)
 
 
 @dataclass(slots=True)

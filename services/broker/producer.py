@@ -136,11 +136,14 @@ class Producer:
         self._on_half_stored = on_half_stored
         self._round_robin = RoundRobin()
 
-    def send(self, messages: list[IncomingMessage], peer_address: str, timeout_s: float) -> list[SendReceipt]:
+    def send(
+        self, messages: list[IncomingMessage], peer_address: str, timeout_s: float, queue_id: int | None = None
+    ) -> list[SendReceipt]:
         """One receipt per message. Raises BrokerError when the request fails as a whole.
 
         ``peer_address`` is the client's "ip:port" ("" if unknown); ``timeout_s`` bounds the
-        wait for the store (the caller's remaining deadline).
+        wait for the store (the caller's remaining deadline); ``queue_id``: the write queue
+        chosen over every broker group of the topic (group_router.py), else chosen here.
         """
         if not messages:
             raise RequestError("no message to send", Code.MESSAGE_CORRUPTED)
@@ -162,7 +165,8 @@ class Producer:
             raise ForbiddenError(f"topic {topic.name} is not writable", Code.FORBIDDEN)
         for message_type in {message_type for _, message_type, _ in built}:
             validation.validate_topic_accepts(topic.name, topic.message_type, message_type)
-        queue_id = self.select_queue(topic, messages)
+        if queue_id is None:
+            queue_id = self.select_queue(topic, messages)
 
         deadline_s = self._clock.monotonic_s() + timeout_s
         records = []

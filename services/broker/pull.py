@@ -154,6 +154,17 @@ def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool]
     return lambda properties: properties.get(TAGS) in tags
 
 
+class Offsets(Protocol):
+    """What the offset RPCs call: an ``OffsetService``, or one per broker group (group_consumer.py)."""
+
+    def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int | None = None, broker_name: str = ""
+    ) -> int: ...
+    def update_offset(self, group: str, topic: str, queue_id: int, offset: int, broker_name: str = "") -> None: ...
+    def get_offset(self, group: str, topic: str, queue_id: int, broker_name: str = "") -> int: ...
+    def pull(self, request: PullRequest) -> PullResult: ...
+
+
 class OffsetService:
     def __init__(
         self, store: OffsetStore, topics: TopicSource, hub: ArrivalHub, clock: Clock, broker_name: str

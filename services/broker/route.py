@@ -1,10 +1,12 @@
-"""QueryRoute: the queues of a topic and where to send to them.
+"""QueryRoute: the queues of a topic over its broker groups, and where to send to them.
 
-One broker (``broker_name``, id 0: the master, which is all the Py client keeps) whose
-endpoints are this broker's advertised address. Queue ids are the store's: queue ``i`` is
-readable if ``i < read_queue_nums`` and the topic is readable, writable likewise, so queue 0
-exists with both permissions for an ordinary topic (Node uses only queue 0: docs/v2-clients.md,
-pitfall 6; the server picks the real write queue anyway). ``accept_message_types`` follows the
+One ``Broker`` per broker group of the topic (services/broker/groups.py: the route from etcd,
+or the home group's topic config alone), id 0 (the master, which is all the Py client keeps),
+whose endpoints are this broker's advertised address. Queue ids are the store's, from 0 in each
+group: queue ``i`` is readable if ``i < read_queue_nums`` and the group's permission has READ,
+writable likewise, so queue 0 exists with both permissions for an ordinary topic (Node uses only
+queue 0: docs/v2-clients.md, pitfall 6; the server picks the real write queue anyway). A group
+that is down keeps its queues, with permission NONE. ``accept_message_types`` follows the
 topic's ``message.type``, as the proxy's: MIXED accepts NORMAL, FIFO, DELAY and TRANSACTION (a
 client refuses to send a type the route does not accept).
 """
@@ -13,11 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.broker import validation
-from services.broker.config import address_scheme
-from services.broker.topics import TopicRegistry
+from services.broker.errors import Code, RequestError
 from services.domain.delivery import MessageType
-from services.store.client.model import TopicInfo
+from services.domain.routes import QueueData, TopicRoute
 
 ACCEPT_MESSAGE_TYPES: dict[str, tuple[MessageType, ...]] = {
     "NORMAL": (MessageType.NORMAL,),
@@ -33,6 +33,7 @@ MASTER_BROKER_ID = 0
 class RouteQueue:
     queue_id: int
     permission: str  # v2 Permission name: NONE, READ, WRITE, READ_WRITE
+    broker_name: str = ""  # the broker group holding the queue; "": the route's broker_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,33 +48,16 @@ class Route:
     accept_message_types: tuple[MessageType, ...]
 
 
-def queue_permission(queue_id: int, topic: TopicInfo) -> str:
-    readable = topic.readable and queue_id < topic.read_queue_nums
-    writable = topic.writable and queue_id < topic.write_queue_nums
+def queue_permission(queue_id: int, queue_data: QueueData, up: bool = True) -> str:
+    if not up:
+        return "NONE"
+    readable = queue_data.readable and queue_id < queue_data.read_queue_nums
+    writable = queue_data.writable and queue_id < queue_data.write_queue_nums
     return {(True, True): "READ_WRITE", (True, False): "READ", (False, True): "WRITE"}.get((readable, writable), "NONE")
 
 
-class RouteService:
-    def __init__(self, topics: TopicRegistry, broker_name: str, endpoint: tuple[str, int]) -> None:
-        self._topics = topics
-        self._broker_name = broker_name
-        self._endpoint = endpoint
-
-    def query_route(self, topic_name: str) -> Route:
-        """ILLEGAL_TOPIC, TOPIC_NOT_FOUND (auto-create off) or the route."""
-        validation.validate_topic(topic_name)
-        topic = self._topics.get(topic_name)
-        host, port = self._endpoint
-        return Route(
-            topic=topic.name,
-            broker_name=self._broker_name,
-            broker_id=MASTER_BROKER_ID,
-            endpoint_scheme=address_scheme(host),
-            endpoint_host=host,
-            endpoint_port=port,
-            queues=tuple(
-                RouteQueue(i, queue_permission(i, topic))
-                for i in range(max(topic.read_queue_nums, topic.write_queue_nums))
-            ),
-            accept_message_types=ACCEPT_MESSAGE_TYPES[topic.message_type],
-        )
+def accepted_types(route: TopicRoute) -> tuple[MessageType, ...]:
+    types = ACCEPT_MESSAGE_TYPES.get(route.message_type)
+    if types is None:
+        raise RequestError(f"topic {route.topic} has unknown message type {route.message_type}", Code.BAD_REQUEST)
+    return types

@@ -6,12 +6,16 @@ import pytest
 
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
+from services.broker.group_core import build_group_core
+from services.broker.group_router import RouteService
+from services.broker.groups import Groups
 from services.broker.model import ClientType
-from services.broker.route import RouteService, queue_permission
+from services.broker.route import queue_permission
 from services.broker.telemetry import ClientRegistry, ClientSettings, RetryPolicySettings, TelemetryService
 from services.broker.topics import TopicRegistry
 from services.domain.delivery import MessageType
 from services.domain.retry_policy import EXPONENTIAL, CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
+from services.domain.routes import QueueData
 from services.store.client.model import TopicInfo
 
 
@@ -97,8 +101,10 @@ def test_heartbeat_refreshes_liveness(store, clock):
 
 
 def routes(store, **config) -> RouteService:
-    cfg = BrokerConfig(**config)
-    return RouteService(TopicRegistry(cfg, store, store.clock), "broker-a", ("127.0.0.1", 8081))
+    """QueryRoute of a broker with one group (no routes in etcd): the home group's topics."""
+    cfg = BrokerConfig(**{"put_coalescing_enable": False, **config})
+    core = build_group_core(cfg, "broker-a", store, ("127.0.0.1", 8081), ClientRegistry(), store.clock)
+    return RouteService(Groups(core, lambda name: core), ("127.0.0.1", 8081))
 
 
 def test_route_of_an_auto_created_topic(store):
@@ -130,12 +136,13 @@ def test_route_accept_types_follow_the_topic(store, topic_type, accepted):
 
 
 def test_queue_permissions():
-    uneven = TopicInfo("T", read_queue_nums=4, write_queue_nums=2, perm=6, message_type="NORMAL")
+    uneven = QueueData("broker-a", read_queue_nums=4, write_queue_nums=2, perm=6)
     assert [queue_permission(i, uneven) for i in range(4)] == ["READ_WRITE", "READ_WRITE", "READ", "READ"]
-    write_only = TopicInfo("T", 2, 3, perm=2, message_type="NORMAL")
+    write_only = QueueData("broker-a", 2, 3, perm=2)
     assert [queue_permission(i, write_only) for i in range(3)] == ["WRITE"] * 3
-    closed = TopicInfo("T", 2, 2, perm=0, message_type="NORMAL")
+    closed = QueueData("broker-a", 2, 2, perm=0)
     assert queue_permission(0, closed) == "NONE"
+    assert queue_permission(0, uneven, up=False) == "NONE"  # a group that is down keeps its place, unusable
 
 
 def test_route_errors(store):

@@ -65,11 +65,15 @@ def receive(
     batch_size=32,
     filter_type=d.TAG,
     metadata=METADATA,
+    broker="",
     **extra,
 ) -> tuple[d.Status, list[d.Message], list[s.ReceiveMessageResponse]]:
+    queue = d.MessageQueue(topic=d.Resource(name=topic), id=0)
+    if broker:  # the broker group to receive from (message_queue.broker.name)
+        queue.broker.name = broker
     request = s.ReceiveMessageRequest(
         group=d.Resource(name=group),
-        message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=0),
+        message_queue=queue,
         filter_expression=d.FilterExpression(type=filter_type, expression=expression),
         batch_size=batch_size,
         long_polling_timeout=Duration(seconds=polling_s),

@@ -63,6 +63,7 @@ def receive_request(request: s.ReceiveMessageRequest, deadline_remaining_s: floa
             else None
         ),
         deadline_remaining_ms=None if deadline_remaining_s is None else int(deadline_remaining_s * 1000),
+        broker_name=request.message_queue.broker.name if request.message_queue.HasField("broker") else "",
     )
 
 

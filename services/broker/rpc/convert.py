@@ -129,14 +129,19 @@ def resolution(value: int) -> Resolution:
 
 
 def route_response(topic: d.Resource, route: Route) -> s.QueryRouteResponse:
-    broker = d.Broker(
-        name=route.broker_name,
-        id=route.broker_id,
-        endpoints=d.Endpoints(
-            scheme=d.AddressScheme.Value(route.endpoint_scheme),
-            addresses=[d.Address(host=route.endpoint_host, port=route.endpoint_port)],
-        ),
+    """One ``Broker`` per broker group (name = the group, id 0, this broker's endpoint)."""
+    endpoints = d.Endpoints(
+        scheme=d.AddressScheme.Value(route.endpoint_scheme),
+        addresses=[d.Address(host=route.endpoint_host, port=route.endpoint_port)],
     )
+    brokers: dict[str, d.Broker] = {}
+
+    def broker(name: str) -> d.Broker:
+        found = brokers.get(name)
+        if found is None:
+            found = brokers[name] = d.Broker(name=name, id=route.broker_id, endpoints=endpoints)
+        return found
+
     accept = [int(t) for t in route.accept_message_types]
     return s.QueryRouteResponse(
         status=OK_STATUS,
@@ -145,7 +150,7 @@ def route_response(topic: d.Resource, route: Route) -> s.QueryRouteResponse:
                 topic=topic,
                 id=queue.queue_id,
                 permission=d.Permission.Value(queue.permission),
-                broker=broker,
+                broker=broker(queue.broker_name or route.broker_name),
                 accept_message_types=accept,
             )
             for queue in route.queues

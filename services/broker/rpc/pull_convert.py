@@ -14,7 +14,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.consumer import FilterType
 from services.broker.errors import Code, RequestError
-from services.broker.pull import OffsetPolicy, OffsetService, PullRequest, PullResult
+from services.broker.pull import OffsetPolicy, Offsets, PullRequest, PullResult
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import status
 
@@ -26,7 +26,7 @@ def queue_of(queue: d.MessageQueue) -> tuple[str, int, str]:
     return queue.topic.name, queue.id, queue.broker.name if queue.HasField("broker") else ""
 
 
-def query_offset(service: OffsetService, request: s.QueryOffsetRequest) -> s.QueryOffsetResponse:
+def query_offset(service: Offsets, request: s.QueryOffsetRequest) -> s.QueryOffsetResponse:
     topic, queue_id, broker = queue_of(request.message_queue)
     policy = _POLICIES.get(request.query_offset_policy)
     if policy is None:
@@ -38,13 +38,13 @@ def query_offset(service: OffsetService, request: s.QueryOffsetRequest) -> s.Que
     return s.QueryOffsetResponse(status=status(Code.OK, "OK"), offset=offset)
 
 
-def update_offset(service: OffsetService, request: s.UpdateOffsetRequest) -> s.UpdateOffsetResponse:
+def update_offset(service: Offsets, request: s.UpdateOffsetRequest) -> s.UpdateOffsetResponse:
     topic, queue_id, broker = queue_of(request.message_queue)
     service.update_offset(request.group.name, topic, queue_id, request.offset, broker)
     return s.UpdateOffsetResponse(status=status(Code.OK, "OK"))
 
 
-def get_offset(service: OffsetService, request: s.GetOffsetRequest) -> s.GetOffsetResponse:
+def get_offset(service: Offsets, request: s.GetOffsetRequest) -> s.GetOffsetResponse:
     topic, queue_id, broker = queue_of(request.message_queue)
     offset = service.get_offset(request.group.name, topic, queue_id, broker)
     return s.GetOffsetResponse(status=status(Code.OK, "OK"), offset=offset)

@@ -1,8 +1,9 @@
 """Build the broker's gRPC server: MessagingService, Pull (raw-record pulls), Admin, grpc health
 and server reflection.
 
-``build_server`` wires the core (topics, put sink, producer, routes, telemetry) to one
-``StoreClient`` (each part sees it through its own narrow protocol) and returns a ``BrokerServer``: the grpc server *not started*, the port it
+``build_server`` wires the core to the stores: one ``GroupCore`` per broker group (topics, put
+sink, producer, consumer, offsets: services/broker/group_core.py), chosen per request by the
+grouped services (group_router.py, group_consumer.py) and returns a ``BrokerServer``: the grpc server *not started*, the port it
 bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``stop`` reports
 NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
 with a grace period, then drains the send queue.
@@ -11,7 +12,6 @@ with a grace period, then drains the send queue.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,15 +23,17 @@ from grpc_reflection.v1alpha import reflection
 
 from services.broker.access import AccessGuard, auth_snapshot
 from services.broker.config import BrokerConfig
-from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
+from services.broker.consumer import ArrivalHub
+from services.broker.errors import BrokerError
 from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen_socket
+from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
+from services.broker.group_core import GroupCore, build_group_core
+from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
+from services.broker.groups import Groups, RouteSource
 from services.broker.metrics import BrokerMetrics
-from services.broker.producer import Producer
-from services.broker.pull import OffsetService
-from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
+from services.broker.put_coalescer import PutSink
 from services.broker.raw_pull import RawPullService
-from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
-from services.broker.route import RouteService
+from services.broker.renewal import ReceiptRenewer
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
 from services.broker.rpc.pool import TimedThreadPool
 from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
@@ -41,12 +43,11 @@ from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.tls_cert import ServerCertificate, certificate_hosts, load_configured, load_or_create
 from services.broker.topics import TopicRegistry
-from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
+from services.broker.transaction import TransactionCheckRelay
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.process import format_address
 from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
 from services.store.client.client import StoreClient
-from services.store.client.model import PutOutcome
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
@@ -65,34 +66,50 @@ class BrokerServer:
     port: int  # bound port
     endpoint: tuple[str, int]  # advertised in routes
     servicer: MessagingServicer
-    sink: PutSink
-    topics: TopicRegistry
+    groups: Groups  # one GroupCore per broker group (services/broker/groups.py)
     telemetry: TelemetryService
     health: health.HealthServicer
-    hub: ArrivalHub = field(default_factory=ArrivalHub)
-    watch_start: Callable[[], None] = lambda: None
-    watch_stop: Callable[[], None] = lambda: None
     client_port: ClientPort | None = None
+    producer: GroupedProducer | None = None
     _watchdog: FrontWatchdog | None = field(default=None, init=False)
-    renewer: ReceiptRenewer | None = None  # None: auto_renew_enable is off
+
+    # The home group's parts (all there is with one group).
+    @property
+    def sink(self) -> PutSink:
+        return self.groups.home.sink
+
+    @property
+    def topics(self) -> TopicRegistry:
+        return self.groups.home.topics
+
+    @property
+    def hub(self) -> ArrivalHub:
+        return self.groups.home.hub
+
+    @property
+    def renewer(self) -> ReceiptRenewer | None:  # None: auto_renew_enable is off
+        return self.groups.home.renewer
+
+    def watch_stop(self) -> None:
+        for core in self.groups.cores():
+            core.watch_stop()
 
     def start(self) -> None:
         self.server.start()
-        self.watch_start()
+        self.groups.start()
         front = self.client_port.front if self.client_port is not None else None
         if front is not None:
             front.start()
             self._watchdog = FrontWatchdog(front)
             self._watchdog.start()
-        if self.renewer is not None:
-            self.renewer.start()
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
-        self.watch_stop()
-        if self.renewer is not None:
-            self.renewer.stop()
+        for core in self.groups.cores():
+            core.watch_stop()
+            if core.renewer is not None:
+                core.renewer.stop()
         # Bounded: a call that never finishes must not hang a SIGTERM shutdown (seen about once
         # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
         if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
@@ -101,25 +118,7 @@ class BrokerServer:
             self._watchdog.stop()
         if self.client_port is not None and self.client_port.front is not None:
             self.client_port.front.stop()  # after gRPC's grace: in-flight calls finish through it
-        self.sink.close()
-
-
-def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = None) -> PutSink:
-    if not config.put_coalescing_enable:
-        return DirectPutSink(store.put_messages)
-    coalescer = PutCoalescer(
-        store.put_messages,
-        batch_messages_max=config.put_batch_messages_max,
-        batch_bytes_max=config.put_batch_bytes_max,
-        queue_messages_max=config.put_queue_messages_max,
-        queue_bytes_max=config.put_queue_bytes_max,
-        queue_wait_max_ms=config.put_queue_wait_max_ms,
-        monotonic_s=(clock or SystemClock()).monotonic_s,
-        store_failing_over=lambda: store.failing_over,
-        store_failovers=lambda: store.failovers,
-    )
-    coalescer.start()
-    return coalescer
+        self.groups.stop()
 
 
 def server_certificate(config: BrokerConfig, clock: Clock) -> ServerCertificate:
@@ -203,8 +202,16 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
 
 
 def build_server(
-    config: BrokerConfig, store: StoreClient, clock: Clock | None = None, metrics: BrokerMetrics | None = None
+    config: BrokerConfig,
+    store: StoreClient,
+    clock: Clock | None = None,
+    metrics: BrokerMetrics | None = None,
+    routes: RouteSource | None = None,
+    connect: Callable[[str], StoreClient] | None = None,
 ) -> BrokerServer:
+    """``store``: the home group's client (``broker_name``); ``routes``: the topic routes over
+    broker groups (None: every topic is the home group's); ``connect``: a client for another
+    group named in a route (services/broker/groups.py)."""
     clock = clock or SystemClock()
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
@@ -227,65 +234,52 @@ def build_server(
     client_port = bind_client_port(server, config, clock)
     port = client_port.port
     endpoint = config.advertised_endpoint(port)
-    topics = TopicRegistry(config, store, clock)
-    sink = build_sink(config, store, clock)
     registry = ClientRegistry()
-    renewer = (
-        ReceiptRenewer(store, ReceiptHandleTable(config.renew_handles_max), registry, config, clock)
-        if config.auto_renew_enable
-        else None
-    )
+
+    def make_core(name: str, group_store: StoreClient) -> GroupCore:
+        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics)
+
+    def make_other(name: str) -> GroupCore:
+        if connect is None:
+            raise BrokerError(f"broker group {name} is in a route, but this broker has no etcd to find it")
+        return make_core(name, connect(name))
+
+    groups = Groups(make_core(config.broker_name, store), make_other, routes)
+    home = groups.home
+
+    def client_terminated(client_id: str) -> None:
+        for core in groups.cores():
+            if core.renewer is not None:
+                core.renewer.client_terminated(client_id)
+
     telemetry = TelemetryService(
-        config, store, registry, clock, on_terminate=renewer.client_terminated if renewer is not None else None
+        config, store, registry, clock, on_terminate=client_terminated if config.auto_renew_enable else None
     )
-    halves = HalfMessageTable()
-    hub = ArrivalHub()
-    watch_start, watch_stop = arrival_watch(store, hub)
-
-    def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
-        halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
-
     guard = access_guard(config, store, clock)
-    offsets = OffsetService(store, topics, hub, clock, config.broker_name)
+    producer = GroupedProducer(groups, clock)
     servicer = MessagingServicer(
-        RouteService(topics, config.broker_name, endpoint),
-        Producer(config, topics, sink, clock, on_half_stored),
-        TransactionService(store, sink, halves, clock, observer=metrics.transactions if metrics is not None else None),
+        RouteService(groups, endpoint),
+        producer,
+        GroupedTransactions(groups),
         telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max, client_port.peers),
         send_timeout_s=config.send_timeout_ms / 1000,
-        consumer=ConsumerService(
-            store,
-            topics,
-            hub,
-            clock,
-            config.broker_name,
-            endpoint,
-            ConsumerLimits(
-                invisible_ms_min=config.invisible_duration_ms_min,
-                invisible_ms_max=config.invisible_duration_ms_max,
-                polling_ms_min=config.long_polling_timeout_ms_min,
-                polling_ms_max=config.long_polling_timeout_ms_max,
-                batch_max=config.consumer_receive_batch_size,
-                auto_renew_invisible_ms=config.auto_renew_invisible_ms,
-            ),
-            renewer,
-        ),
+        consumer=GroupedConsumer(groups),
         clock=clock,
         traffic=metrics.traffic if metrics is not None else None,
-        offsets=offsets,
+        offsets=GroupedOffsets(groups),
         guard=guard,
         queue_wait_s=pool.waited_s,
         queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
         peers=client_port.peers,
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, RawPullService(offsets, store), guard, client_port.peers)
+    add_pull_service(server, RawPullService(home.offsets, store), guard, client_port.peers)
     add_admin_service(
         server,
         store,
-        topics.invalidate,
-        checks=TransactionCheckRelay(telemetry.registry, halves),
+        home.topics.invalidate,
+        checks=TransactionCheckRelay(telemetry.registry, home.halves),
         guard=guard,
         peers=client_port.peers,
         telemetry=telemetry,
@@ -300,10 +294,10 @@ def build_server(
     )
 
     if metrics is not None:
-        metrics.watch(sink.stats, lambda: len(telemetry.registry), store.consumer_stats_report)
+        metrics.watch(home.sink.stats, lambda: len(telemetry.registry), store.consumer_stats_report)
         metrics.watch_connections(telemetry.registry.sessions)
-        if renewer is not None:
-            metrics.watch_renewals(renewer.stats)
+        if home.renewer is not None:
+            metrics.watch_renewals(home.renewer.stats)
     log.info(
         "broker client port %s (%s), advertising %s",
         format_address(config.host, port),
@@ -319,35 +313,5 @@ def build_server(
             certificate.fingerprint,
         )
     return BrokerServer(
-        server,
-        port,
-        endpoint,
-        servicer,
-        sink,
-        topics,
-        telemetry,
-        health_servicer,
-        hub,
-        watch_start,
-        watch_stop,
-        client_port,
-        renewer=renewer,
+        server, port, endpoint, servicer, groups, telemetry, health_servicer, client_port, producer=producer
     )
-
-
-def arrival_watch(store: StoreClient, hub: ArrivalHub) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(start, stop) of the thread that follows the store's WatchArrivals stream into ``hub``
-    (one stream for the whole broker; parked ReceiveMessage calls wait on the hub)."""
-    stopped = threading.Event()
-    thread = threading.Thread(
-        target=store.watch_arrivals, args=((), hub.notify, hub.notify_all, stopped), name="arrival-watch", daemon=True
-    )
-
-    def stop() -> None:
-        stopped.set()
-        store.stop_watching()
-        hub.notify_all()
-        if thread.is_alive():
-            thread.join(2.0)
-
-    return thread.start, stop

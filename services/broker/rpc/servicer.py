@@ -26,17 +26,15 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.access import AccessGuard
-from services.broker.consumer import ConsumerService, validate_group
+from services.broker.consumer import validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, UnsupportedError, as_broker_error
+from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
+from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
 from services.broker.model import TrafficObserver
-from services.broker.producer import Producer
-from services.broker.pull import OffsetService
-from services.broker.route import RouteService
 from services.broker.rpc import consumer_convert, convert, pull_convert
 from services.broker.rpc.status import DIRECT, OK_STATUS, Peers, check_access, client_id_of, in_band, peer_address
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
-from services.broker.transaction import TransactionService
 from services.runtime.clock import Clock, SystemClock
 
 CONSUMER_TYPES = frozenset({d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER})
@@ -53,15 +51,15 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(
         self,
         routes: RouteService,
-        producer: Producer,
-        transactions: TransactionService,
+        producer: GroupedProducer,
+        transactions: GroupedTransactions,
         telemetry: TelemetryService,
         streams: TelemetryStreams,
         send_timeout_s: float,
-        consumer: ConsumerService | None = None,
+        consumer: GroupedConsumer | None = None,
         clock: Clock | None = None,
         traffic: TrafficObserver | None = None,
-        offsets: OffsetService | None = None,
+        offsets: GroupedOffsets | None = None,
         guard: AccessGuard | None = None,
         queue_wait_s: Callable[[], float] = lambda: 0.0,
         queue_wait_max_s: float = 0.0,
@@ -172,7 +170,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     # -- consumer (services/broker/consumer.py) -------------------------------------------------
-    def _consumer_service(self) -> ConsumerService:
+    def _consumer_service(self) -> GroupedConsumer:
         if self._consumer is None:
             raise _not_implemented("consumption")
         return self._consumer
@@ -246,7 +244,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
     # -- offset-based pulls (services/broker/pull.py); the official clients never call them ---
-    def _offset_service(self) -> OffsetService:
+    def _offset_service(self) -> GroupedOffsets:
         if self._offsets is None:
             raise _not_implemented("offset-based pulls")
         return self._offsets

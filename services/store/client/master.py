@@ -30,7 +30,6 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.statuses import NOT_MASTER
 from services.runtime.clock import Clock, SystemClock
-from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.rpc.tls import TlsFiles
 from services.store.client.errors import StoreError, StoreUnavailableError
@@ -99,19 +98,7 @@ class MasterTransport:
     # -- the view -------------------------------------------------------------------------------
     def _start_view(self) -> None:
         """Reads and watches the group; until etcd answers, keeps trying (calls wait meanwhile)."""
-        while not self._stopping.is_set():
-            try:
-                self.view.start()
-                self._on_view(self.view.state, self.view.state)
-                break
-            except EtcdError as exc:
-                log.warning("group %s: etcd unreachable (%s); retrying", self.group, exc)
-                self._stopping.wait(VIEW_RETRY_INTERVAL_S)
-        while not self._stopping.wait(1.0):  # a watch that ended for good is re-established
-            try:
-                self.view.run_once()
-            except EtcdError as exc:
-                log.info("group %s: re-reading the view failed: %s", self.group, exc)
+        self.view.follow(self._stopping, VIEW_RETRY_INTERVAL_S)
 
     def _on_view(self, old: GroupState, new: GroupState) -> None:
         address = master_address(new)

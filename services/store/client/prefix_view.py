@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from services.runtime.etcd import Event, Get, KeyValue
+from services.runtime.etcd import EtcdError, Event, Get, KeyValue
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.etcd.rpc.streams import Watcher
 
@@ -35,6 +35,7 @@ class PrefixView(Generic[S]):
         self._watcher: Watcher | None = None
         self._broken = False
         self._changed = threading.Condition()
+        self.loaded = threading.Event()  # set once the first read is in ``state``
 
     # -- what a subclass gives -------------------------------------------------------------------
     def read(self, kvs: tuple[KeyValue, ...], revision: int) -> S:
@@ -59,6 +60,7 @@ class PrefixView(Generic[S]):
             return self
         result = self.etcd.txn([], [Get(self.prefix, prefix=True)])
         self._set(self.read(result.results[0].kvs, result.revision))
+        self.loaded.set()
         self._watcher = Watcher(
             self.etcd,
             self.prefix,
@@ -80,6 +82,22 @@ class PrefixView(Generic[S]):
             self._broken = False
             self.stop()
             self.start()
+
+    def follow(self, stopping: threading.Event, retry_interval_s: float = 0.2, recheck_s: float = 1.0) -> None:
+        """A thread's whole life: read and watch (until etcd answers, again every
+        ``retry_interval_s``), then re-establish a watch that ended for good, until ``stopping``."""
+        while not stopping.is_set():
+            try:
+                self.start()
+                break
+            except EtcdError as exc:
+                log.warning("%s: etcd unreachable (%s); retrying", self._what, exc)
+                stopping.wait(retry_interval_s)
+        while not stopping.wait(recheck_s):
+            try:
+                self.run_once()
+            except EtcdError as exc:
+                log.info("%s: re-reading failed: %s", self._what, exc)
 
     def wait_for(self, predicate: Callable[[S], bool], timeout_s: float) -> bool:
         """Blocks until ``predicate(state)`` holds or ``timeout_s`` passes (for callers that

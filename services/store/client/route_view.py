@@ -13,6 +13,7 @@ command reads one truth.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from services.domain.routes import TopicRoute
@@ -72,10 +73,26 @@ class RouteStore:
 
 class RouteView(PrefixView[dict[str, TopicRoute]]):
     """Every topic's route (``routes``: topic -> TopicRoute, a new dict per change), kept
-    current by a watch (prefix_view.py)."""
+    current by a watch (prefix_view.py); ``open`` follows it on a thread of its own."""
 
     def __init__(self, etcd: EtcdClient, prefix: str = DEFAULT_PREFIX) -> None:
         super().__init__(etcd, routes_prefix(prefix), {}, "the routes")
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open(self, wait_s: float) -> bool:
+        """Start following the routes; True once the first read is in, within ``wait_s``
+        (False: etcd has not answered yet; the thread keeps trying)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.follow, args=(self._stopping,), name="route-view", daemon=True)
+            self._thread.start()
+        return self.loaded.wait(wait_s)
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        self.stop()
 
     @property
     def routes(self) -> dict[str, TopicRoute]:

@@ -10,6 +10,7 @@ import pytest
 
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.etcd.rpc.client import EtcdClient
+from services.runtime.process import free_ports
 from services.store.client.route_view import RouteStore, RouteView, route_key
 from tests.support.etcd import EtcdCluster
 
@@ -63,3 +64,31 @@ def test_the_view_reads_then_follows_every_change(etcd: EtcdClient) -> None:
         assert view.wait_for(lambda routes: "After" in routes, 5) and "Broken" not in view.routes
     finally:
         view.stop()
+
+
+def test_an_opened_view_follows_on_its_own_thread_until_closed(etcd: EtcdClient) -> None:
+    store = RouteStore(etcd)
+    store.update("Early", add_group("Early", "g1"))
+    view = RouteView(etcd)
+    try:
+        assert view.open(5.0)
+        assert view.route("Early") == store.get("Early")
+        store.update("Late", add_group("Late", "g2", queues=4))
+        assert view.wait_for(lambda routes: "Late" in routes, 5.0)
+        assert view.route("Late").group("g2").write_queue_nums == 4
+    finally:
+        view.close()
+    store.update("AfterClose", add_group("AfterClose", "g1"))
+    assert not view.wait_for(lambda routes: "AfterClose" in routes, 0.5)
+
+
+def test_a_view_opened_before_etcd_answers_says_so_and_keeps_trying() -> None:
+    [port] = free_ports(1)
+    client = EtcdClient([f"127.0.0.1:{port}"], timeout_s=0.2, attempt_timeout_s=0.1)
+    view = RouteView(client)
+    try:
+        assert not view.open(0.3)
+        assert view.routes == {}
+    finally:
+        view.close()
+        client.close()

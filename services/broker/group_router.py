@@ -1,0 +1,153 @@
+"""Routes, sends, recalls and transaction ends over several broker groups (issue 17).
+
+The RocketMQ 5 proxy in cluster mode, reduced to what a stateless broker needs (groups.py says
+where routes come from). Topics without an etcd route take the single-group path unchanged.
+
+* QueryRoute (``RouteService``): route.py says what a route holds.
+* SendMessage: the broker chooses the queue, as the proxy does (clients' choices are not
+  trusted: services/broker/queue_selection.py): ``select_write_queue`` over all groups' write
+  queues (services/domain/routes.py): a FIFO message group keeps its one queue whether its
+  group is up or not (the send waits for the group's failover, or fails); any other send goes
+  round-robin to a group that is up, and if its group fails it at once (unreachable, no
+  master, too few replicas in sync, topic missing there) it is sent again to the next group
+  that is up, while its deadline lasts. A send whose outcome is unknown (timed out) is not
+  sent again here: the client's retry decides, as with RocketMQ.
+* RecallMessage: the recall handle names its group (RocketMQ's handle carries brokerName).
+* EndTransaction: the half is in the group its send went to. The broker that took the send
+  remembers it (each group's HalfMessageTable); any other broker asks each group of the topic
+  by the transaction id key until one has the half.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+from services.broker.config import address_scheme
+from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
+from services.broker.groups import Groups
+from services.broker.model import IncomingMessage, SendReceipt
+from services.broker.recall import decode_handle
+from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue, accepted_types, queue_permission
+from services.broker.transaction import Resolution
+from services.domain.routes import select_write_queue
+from services.runtime.clock import Clock
+
+log = logging.getLogger(__name__)
+
+# A send that failed with one of these was not written: it may go to another group at once.
+SEND_ELSEWHERE_CODES = frozenset({Code.INTERNAL_SERVER_ERROR, Code.HA_NOT_AVAILABLE, Code.TOPIC_NOT_FOUND})
+
+
+class RouteService:
+    def __init__(self, groups: Groups, endpoint: tuple[str, int]) -> None:
+        self._groups = groups
+        self._endpoint = endpoint
+
+    def query_route(self, topic_name: str) -> Route:
+        """ILLEGAL_TOPIC, TOPIC_NOT_FOUND (auto-create off) or the route over every group."""
+        route = self._groups.route(topic_name)
+        host, port = self._endpoint
+        queues = []
+        for queue_data in route.queue_datas:
+            up = self._groups.up(queue_data.broker_name)
+            for queue_id in range(max(queue_data.read_queue_nums, queue_data.write_queue_nums)):
+                queues.append(RouteQueue(queue_id, queue_permission(queue_id, queue_data, up), queue_data.broker_name))
+        return Route(
+            topic=route.topic,
+            broker_name=self._groups.home.name,
+            broker_id=MASTER_BROKER_ID,
+            endpoint_scheme=address_scheme(host),
+            endpoint_host=host,
+            endpoint_port=port,
+            queues=tuple(queues),
+            accept_message_types=accepted_types(route),
+        )
+
+
+class GroupedProducer:
+    def __init__(self, groups: Groups, clock: Clock) -> None:
+        self._groups = groups
+        self._clock = clock
+        self._counter = itertools.count()  # round-robin over the write queues of all groups
+        self.sent_elsewhere = 0  # sends that went to another group after their first one failed
+
+    def send(self, messages: list[IncomingMessage], peer_address: str, timeout_s: float) -> list[SendReceipt]:
+        home = self._groups.home
+        if not messages or not self._groups.has_route(messages[0].topic):
+            return home.producer.send(messages, peer_address, timeout_s)
+        topic = messages[0].topic
+        route = self._groups.route(topic)
+        if not route.write_queues():
+            raise ForbiddenError(f"topic {topic} is not writable", Code.FORBIDDEN)
+        message_groups = {m.message_group or "" for m in messages}
+        message_group = message_groups.pop() if len(message_groups) == 1 else ""
+        deadline_s = self._clock.monotonic_s() + timeout_s
+        index = next(self._counter)
+        failed: set[str] = set()
+        receipts: list[SendReceipt] = []
+        while True:
+            queue = select_write_queue(
+                route, index, message_group, lambda g: g not in failed and self._groups.up(g)
+            ) or select_write_queue(route, index, message_group, lambda g: g not in failed)
+            if queue is None:  # every group failed this send: the last answer stands
+                assert failed
+                return receipts
+            group, queue_id = queue
+            core = self._groups.core(group)
+            try:
+                receipts = core.producer.send(messages, peer_address, deadline_s - self._clock.monotonic_s(), queue_id)
+                retry = all(r.code in SEND_ELSEWHERE_CODES for r in receipts)
+                error: BrokerError | None = None
+            except FAILURES as caught:
+                error = as_broker_error(caught)
+                retry = error.code in SEND_ELSEWHERE_CODES
+                receipts = [SendReceipt(code=error.code, status_message=error.message)] * len(messages)
+            if not retry or message_group or self._clock.monotonic_s() >= deadline_s:
+                if error is not None:
+                    raise error
+                return receipts
+            failed.add(group)
+            self.sent_elsewhere += 1
+            log.info(
+                "send to %s of group %s failed (%s); trying another group", topic, group, receipts[0].status_message
+            )
+
+    def recall(self, topic_name: str, handle_text: str, peer_address: str, timeout_s: float) -> str:
+        core = self._groups.home
+        if self._groups.has_route(topic_name):
+            self._groups.route(topic_name)
+            core = self._groups.core(decode_handle(handle_text).broker_name)
+        return core.producer.recall(topic_name, handle_text, peer_address, timeout_s)
+
+
+class GroupedTransactions:
+    def __init__(self, groups: Groups) -> None:
+        self._groups = groups
+
+    def end_transaction(self, topic: str, transaction_id: str, resolution: Resolution, timeout_s: float) -> None:
+        home = self._groups.home
+        if not self._groups.has_route(topic):
+            home.transactions.end_transaction(topic, transaction_id, resolution, timeout_s)
+            return
+        route = self._groups.route(topic)
+        cores = [self._groups.core(name) for name in route.groups]
+        remembered = [core for core in cores if core.halves.get(transaction_id) is not None]
+        unreachable: BrokerError | None = None
+        not_found: BrokerError | None = None
+        for core in remembered + [core for core in cores if core not in remembered]:
+            try:
+                core.transactions.end_transaction(topic, transaction_id, resolution, timeout_s)
+                return
+            except FAILURES as caught:
+                error = as_broker_error(caught)
+                if error.code is not Code.INVALID_TRANSACTION_ID:
+                    if isinstance(error, RequestError):
+                        raise error from None
+                    unreachable = unreachable or error
+                else:
+                    not_found = error
+        # A group that could not be asked may hold the half: the client (or the check) tries again.
+        error = unreachable or not_found
+        assert error is not None
+        raise error

@@ -1,0 +1,150 @@
+"""The broker groups a broker serves, and the route of each topic over them (issue 17).
+
+Where routes come from. With etcd (``etcd_endpoints``), ``<prefix>/routes/topics/<topic>``
+(services/store/client/route_view.py, written by ``pyrmq topic create``) names the groups of a
+topic, with their read and write queue counts and permission. A topic with no route there,
+and every topic without etcd, lives on the *home* group alone (``broker_name``, the group the
+broker follows): its route is made from that group's topic config, so a one-group cluster
+works exactly as before issue 17.
+
+Groups are created on first use: a route that names a group the broker has not met yet makes
+its ``GroupCore`` (group_core.py), connected through ``connect`` (with etcd: a store client
+following that group's master). Nothing is moved or renumbered when a group joins.
+
+Receipt handles. The store's handles do not say which group they came from, and the broker
+keeps no table of them (any broker of the cluster may get the ack), so a handle from a group
+other than the home group is handed out as ``<group>/<store handle>`` (group names contain
+no ``/`` and the store's handles are URL-safe Base64, which has none either); a handle without
+``/`` is the home group's. Every broker of a cluster must therefore have the same
+``broker_name``, as ``pyrmq up`` and the compose file give them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from services.broker import validation
+from services.broker.errors import Code, RequestError
+from services.broker.group_core import GroupCore
+from services.domain.routes import QueueData, TopicRoute
+
+log = logging.getLogger(__name__)
+
+HANDLE_SEPARATOR = "/"
+GROUPS_MAX = 1024  # a route naming more groups than this is refused (a limit: conventions rule 7)
+
+
+class RouteSource(Protocol):
+    """The topic routes the broker reads (services/store/client/route_view.py: ``RouteView``)."""
+
+    def route(self, topic: str) -> TopicRoute | None: ...
+
+
+class NoRoutes:
+    """Without etcd: no topic has a route; every topic is the home group's."""
+
+    def route(self, topic: str) -> TopicRoute | None:
+        return None
+
+
+class Groups:
+    """Every ``GroupCore`` of this broker, by group name; the home group always exists."""
+
+    def __init__(self, home: GroupCore, make: Callable[[str], GroupCore], routes: RouteSource | None = None) -> None:
+        self.home = home
+        self._make = make  # group name -> a new core (connects a store client; starts nothing)
+        self._routes = routes or NoRoutes()
+        self._cores: dict[str, GroupCore] = {home.name: home}
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+
+    # -- cores -----------------------------------------------------------------------------------
+    def cores(self) -> list[GroupCore]:
+        return list(self._cores.values())
+
+    def core(self, name: str) -> GroupCore:
+        """The group's core, made on first use; NotFoundError(BAD_REQUEST) for a group that no
+        route names (a client's made-up broker name must not make the broker connect anywhere)."""
+        core = self._cores.get(name or self.home.name)
+        if core is not None:
+            return core
+        raise RequestError(f"broker group {name!r} is not in any route this broker knows", Code.BAD_REQUEST)
+
+    def known(self, name: str) -> GroupCore | None:
+        return self._cores.get(name)
+
+    def _core_for_route(self, name: str) -> GroupCore:
+        core = self._cores.get(name)
+        if core is not None:
+            return core
+        with self._lock:
+            core = self._cores.get(name)
+            if core is None:
+                if len(self._cores) >= GROUPS_MAX:
+                    raise RequestError(f"more than {GROUPS_MAX} broker groups", Code.INTERNAL_SERVER_ERROR)
+                log.info("broker group %s: first seen in a route, connecting", name)
+                core = self._make(name)
+                if self._started and not self._closed:
+                    core.start()
+                self._cores = {**self._cores, name: core}  # readers take the dict without the lock
+        return core
+
+    def up(self, name: str) -> bool:
+        core = self._cores.get(name)
+        return core is not None and core.up
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            cores = self.cores()
+        for core in cores:
+            core.start()
+
+    def close_services(self) -> None:
+        for core in self.cores():
+            core.close_services()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            cores = self.cores()
+        for core in cores:
+            core.stop()
+
+    # -- routes ----------------------------------------------------------------------------------
+    def route(self, topic: str, create: bool | None = None) -> TopicRoute:
+        """The topic's route, its groups' cores made; ILLEGAL_TOPIC, TOPIC_NOT_FOUND."""
+        validation.validate_topic(topic)
+        route = self._routes.route(topic)
+        if route is None or not route.queue_datas:
+            info = self.home.topics.get(topic, create=create)
+            return TopicRoute(
+                info.name,
+                info.message_type,
+                (QueueData(self.home.name, info.read_queue_nums, info.write_queue_nums, info.perm),),
+            )
+        for queue_data in route.queue_datas:
+            self._core_for_route(queue_data.broker_name)
+        return route
+
+    def has_route(self, topic: str) -> bool:
+        route = self._routes.route(topic)
+        return route is not None and bool(route.queue_datas)
+
+    # -- receipt handles -------------------------------------------------------------------------
+    def outer_handle(self, group: str, handle: str) -> str:
+        return handle if group == self.home.name or not handle else f"{group}{HANDLE_SEPARATOR}{handle}"
+
+    def inner_handle(self, handle: str) -> tuple[GroupCore, str]:
+        """(the group's core, the store's handle); INVALID_RECEIPT_HANDLE for an unknown group."""
+        group, separator, inner = handle.partition(HANDLE_SEPARATOR)
+        if not separator:
+            return self.home, handle
+        core = self._cores.get(group)
+        if core is None:
+            raise RequestError(f"receipt handle of unknown broker group {group!r}", Code.INVALID_RECEIPT_HANDLE)
+        return core, inner

@@ -1,0 +1,114 @@
+"""Two broker groups (one store each, real gRPC servers on 127.0.0.1:0) behind one broker in
+this process, with the topic routes given by the test instead of etcd (issue 17):
+
+* ``TwoGroups``: the stores (``store_a`` / ``store_b`` clients), the broker, a v2 stub and
+  ``routes`` (a dict: topic -> TopicRoute, read by the broker at each request);
+* ``create(topic, queue_nums, message_type)``: the topic in both stores and in the route, as
+  ``pyrmq topic create --groups`` does;
+* ``mark_down(group)``: the group's store client says it is failing over (what a client
+  following a group with no master says), so routes and sends treat it as down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+
+from services.broker.config import BrokerConfig
+from services.broker.rpc.server import BrokerServer, build_server
+from services.domain.routes import QueueData, TopicRoute
+from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
+from services.store.client.model import TopicInfo
+from services.store.rpc.server import build_server as build_store_server
+from services.store.rpc.server import stop_server
+from services.store.store import FileStore
+from tests.support.filestore import small_config
+
+GROUP_A = "broker-a"
+GROUP_B = "broker-b"
+
+
+class DownableClient(GrpcStoreClient):
+    """A store client whose ``failing_over`` a test can force."""
+
+    down = False
+
+    @property
+    def failing_over(self) -> bool:
+        return self.down or super().failing_over
+
+
+class StaticRoutes:
+    def __init__(self) -> None:
+        self.routes: dict[str, TopicRoute] = {}
+
+    def route(self, topic: str) -> TopicRoute | None:
+        return self.routes.get(topic)
+
+
+@dataclass
+class TwoGroups:
+    broker: BrokerServer
+    v2: s_grpc.MessagingServiceStub
+    stores: dict[str, DownableClient]
+    routes: StaticRoutes
+    servers: dict[str, grpc.Server] = field(default_factory=dict)
+
+    def create(self, topic: str, queue_nums: int = 4, message_type: str = "MIXED", groups=(GROUP_A, GROUP_B)) -> None:
+        for group in groups:
+            self.stores[group].create_topic(TopicInfo(topic, queue_nums, queue_nums, 6, message_type))
+        self.routes.routes[topic] = TopicRoute(
+            topic, message_type, tuple(QueueData(g, queue_nums, queue_nums) for g in groups)
+        )
+
+    def mark_down(self, group: str, down: bool = True) -> None:
+        self.stores[group].down = down
+
+    def stop_store(self, group: str) -> None:
+        stop_server(self.servers[group], 0.5)
+
+    def depth(self, group: str, topic: str, queue_nums: int = 4) -> list[int]:
+        """Messages in each queue of the topic in the group (max offset per queue)."""
+        return [self.stores[group].queue_offsets(topic, q)[1] for q in range(queue_nums)]
+
+
+@contextmanager
+def two_groups(tmp_path: Path, **config) -> Iterator[TwoGroups]:
+    with ExitStack() as stack:
+        addresses: dict[str, str] = {}
+        servers: dict[str, grpc.Server] = {}
+        for group in (GROUP_A, GROUP_B):
+            store = FileStore(
+                small_config(tmp_path / group, commitlog_file_size_bytes=8 << 20, broker_name=group), SystemClock()
+            )
+            store.start()
+            stack.callback(store.shutdown)
+            server, port = build_store_server(store, "127.0.0.1", 0)
+            server.start()
+            stack.callback(stop_server, server, 0.5)
+            servers[group] = server
+            addresses[group] = f"127.0.0.1:{port}"
+        clients = {group: DownableClient(address) for group, address in addresses.items()}
+        for client in clients.values():
+            stack.callback(client.close)
+        routes = StaticRoutes()
+        broker_config = BrokerConfig(
+            **{
+                "port": 0,
+                "store_address": addresses[GROUP_A],
+                "broker_name": GROUP_A,
+                "tls_mode": "plaintext",
+                **config,
+            }
+        )
+        broker = build_server(broker_config, clients[GROUP_A], routes=routes, connect=lambda name: clients[name])
+        broker.start()
+        stack.callback(broker.stop, 1.0)
+        channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{broker.port}"))
+        yield TwoGroups(broker, s_grpc.MessagingServiceStub(channel), clients, routes, servers)
