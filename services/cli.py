@@ -53,6 +53,7 @@ from services.admin.cli import add_commands as add_admin_commands
 from services.admin.client_cli import add_commands as add_client_commands
 from services.admin.clients_cli import add_commands as add_clients_commands
 from services.admin.status import add_commands as add_status_commands
+from services.admin.topic_cli import add_commands as add_topic_commands
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.compose import render_compose
 from services.config_cli import add_commands as add_config_commands
@@ -532,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_parser.add_argument("--key-file", metavar="PEM", help="its private key")
     health_parser.set_defaults(run=_health)
     add_config_commands(commands)
+    add_topic_commands(commands)
     add_admin_commands(commands)
     add_clients_commands(commands)
     add_acl_commands(commands)

@@ -103,12 +103,13 @@ def test_topic_create_list_delete(endpoint):
             "write_queue_nums": 4,
             "perm": 6,
             "system": False,
+            "broker_groups": ["broker-a"],
         },
     }
     table = ok("topic", "list", "--endpoint", endpoint)
     assert "TOPIC" in table and "TYPE" in table
     [row] = [line.split() for line in table.splitlines() if "CliOrders" in line]
-    assert row == ["CliOrders", "TRANSACTION", "4", "4", "read-write"]
+    assert row == ["CliOrders", "TRANSACTION", "4", "4", "read-write", "broker-a"]
     topics = ok_json("topic", "list", "--endpoint", endpoint)["topics"]
     assert "CliOrders" in [t["name"] for t in topics]
 

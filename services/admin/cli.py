@@ -1,9 +1,6 @@
-"""``pyrmq topic|group|consumer|message ...``: the admin commands, a client of the broker's
+"""``pyrmq group|consumer|message ...``: the admin commands, a client of the broker's
 ``pyrmq.admin.v1.Admin`` gRPC service (protos/pyrmq/admin/v1/admin.proto).
 
-    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|MIXED [--queues N]
-    pyrmq topic list [--all]
-    pyrmq topic delete NAME
     pyrmq group create|update NAME [--fifo | --no-fifo] [--max-delivery-attempts N]
           [--retry-policy default | --backoffs D,D,... |
            --initial-backoff D --max-backoff D --backoff-multiplier N]
@@ -13,7 +10,8 @@
     pyrmq message query --topic T --key K
     pyrmq message query --id ID [--topic T]
 
-(``pyrmq status`` is in status.py, ``pyrmq send|consume|bench`` in client_cli.py.)
+(``pyrmq topic`` is in topic_cli.py, ``pyrmq status`` in status.py, ``pyrmq send|consume|bench``
+in client_cli.py.)
 
 ``group create`` creates a group or changes an existing one; ``group update`` only changes an
 existing one (NOT_FOUND otherwise). An option left out keeps the stored value. The retry policy
@@ -98,48 +96,6 @@ Command = Callable[[pb_grpc.AdminStub, argparse.Namespace], tuple[Document, Rend
 
 
 # -- commands: each calls one RPC and returns (JSON document, how to render it) -------------------
-
-
-def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    response = stub.CreateTopic(
-        pb.CreateTopicRequest(name=ns.name, message_type=pb.MessageType.Value(ns.type), queue_nums=ns.queues or 0),
-        timeout=ns.timeout,
-    )
-    topic = _topic_doc(response.topic)
-
-    def render(console: Console) -> None:
-        console.print(
-            f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
-            f"{topic['message_type']}, {topic['write_queue_nums']} queues."
-        )
-
-    return {"created": response.created, "topic": topic}, render
-
-
-def topic_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    topics = [
-        _topic_doc(t) for t in stub.ListTopics(pb.ListTopicsRequest(include_system=ns.all), timeout=ns.timeout).topics
-    ]
-
-    def render(console: Console) -> None:
-        table = _table("TOPIC", "TYPE", "READ QUEUES", "WRITE QUEUES", "PERM", *(["SYSTEM"] if ns.all else []))
-        for t in topics:
-            table.add_row(
-                t["name"],
-                t["message_type"],
-                str(t["read_queue_nums"]),
-                str(t["write_queue_nums"]),
-                _perm_text(t["perm"]),
-                *(["yes" if t["system"] else ""] if ns.all else []),
-            )
-        _print_table(console, table, topics, "No topics.")
-
-    return {"topics": topics}, render
-
-
-def topic_delete(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
-    stub.DeleteTopic(pb.DeleteTopicRequest(name=ns.name), timeout=ns.timeout)
-    return {"deleted": ns.name}, lambda console: console.print(f"Deleted topic {ns.name}.")
 
 
 def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
@@ -278,17 +234,6 @@ def message_query(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docu
 # -- documents and rendering -----------------------------------------------------------------------
 
 
-def _topic_doc(topic: pb.Topic) -> Document:
-    return {
-        "name": topic.name,
-        "message_type": pb.MessageType.Name(topic.message_type),
-        "read_queue_nums": topic.read_queue_nums,
-        "write_queue_nums": topic.write_queue_nums,
-        "perm": topic.perm,
-        "system": topic.system,
-    }
-
-
 def _group_doc(group: pb.Group) -> Document:
     return {
         "name": group.name,
@@ -412,7 +357,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add ``topic``, ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
+    """Add ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
     leaf sets ``run`` (namespace -> exit code)."""
     common = common_arguments()
 
@@ -422,29 +367,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
         parser.set_defaults(run=_run(command))
         return parser
-
-    topic = commands.add_parser("topic", help="create, list and delete topics").add_subparsers(
-        dest="topic_command", required=True, metavar="{create,list,delete}"
-    )
-    create = leaf(topic, "create", topic_create, "create a topic, or change its type and queue count")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument(
-        "--type",
-        required=True,
-        type=str.upper,
-        choices=MESSAGE_TYPES,
-        help="the message type the topic accepts (MIXED: any)",
-    )
-    create.add_argument(
-        "--queues",
-        type=_positive,
-        metavar="N",
-        help="read and write queues (default: 8 for a new topic, unchanged for an existing one)",
-    )
-    listing = leaf(topic, "list", topic_list, "list topics")
-    listing.add_argument("--all", action="store_true", help="include system topics")
-    delete = leaf(topic, "delete", topic_delete, "delete a topic (its queues and consumer offsets)")
-    delete.add_argument("name", metavar="NAME")
 
     group = commands.add_parser("group", help="create, update and list consumer groups").add_subparsers(
         dest="group_command", required=True, metavar="{create,update,list}"

@@ -23,6 +23,7 @@ from contextlib import ExitStack
 
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
+from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import build_server
 from services.runtime.etcd.rpc.client import EtcdClient
@@ -32,7 +33,7 @@ from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.store.client.client import GrpcStoreClient
-from services.store.client.route_view import RouteView
+from services.store.client.route_view import RouteStore, RouteView, registered_groups
 
 log = logging.getLogger("services.broker")
 
@@ -93,8 +94,7 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None
-    routes: RouteView | None = None
-    connect = None
+    cluster: ClusterView | None = None
     if config.etcd_endpoints:
         # Topics over several broker groups: routes from etcd, a client per group they name.
         etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()])
@@ -109,8 +109,9 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
             stack.callback(client.close)
             return client
 
+        cluster = ClusterView(routes, connect, RouteStore(etcd), lambda: registered_groups(etcd))
     metrics = BrokerMetrics()
-    broker = build_server(config, store, metrics=metrics, routes=routes, connect=connect)
+    broker = build_server(config, store, metrics=metrics, cluster=cluster)
     metrics_url = "off"
     if config.metrics_port >= 0:
         metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)

@@ -24,12 +24,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from services.broker import validation
 from services.broker.errors import Code, RequestError
 from services.broker.group_core import GroupCore
 from services.domain.routes import QueueData, TopicRoute
+from services.store.client.client import StoreClient
+from services.store.client.route_view import RouteStore
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,17 @@ class RouteSource(Protocol):
     """The topic routes the broker reads (services/store/client/route_view.py: ``RouteView``)."""
 
     def route(self, topic: str) -> TopicRoute | None: ...
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a broker of several broker groups reads from etcd: the topic routes, a client for
+    any group, where routes are changed (admin) and the groups registered."""
+
+    routes: RouteSource
+    connect: Callable[[str], StoreClient]
+    route_store: RouteStore | None = None  # None: routes are read-only here
+    registered_groups: Callable[[], list[str]] = list
 
 
 class NoRoutes:
@@ -77,7 +91,9 @@ class Groups:
     def known(self, name: str) -> GroupCore | None:
         return self._cores.get(name)
 
-    def _core_for_route(self, name: str) -> GroupCore:
+    def attach(self, name: str) -> GroupCore:
+        """The group's core, connecting to the group first if this broker has not met it (a
+        route names it, or an operator places a topic on it)."""
         core = self._cores.get(name)
         if core is not None:
             return core
@@ -128,7 +144,7 @@ class Groups:
                 (QueueData(self.home.name, info.read_queue_nums, info.write_queue_nums, info.perm),),
             )
         for queue_data in route.queue_datas:
-            self._core_for_route(queue_data.broker_name)
+            self.attach(queue_data.broker_name)
         return route
 
     def has_route(self, topic: str) -> bool:

@@ -27,6 +27,7 @@ from tests.support.broker_servers import (  # noqa: F401 - fixtures
     topics,
     v2,
 )
+from tests.support.etcd import etcd_server  # noqa: F401 - fixture
 from tests.support.store_double import StoreDouble
 
 # A segment holds the largest message the broker accepts (a 4 MiB body and its properties).

@@ -34,7 +34,7 @@ def test_topic_round_trip(admin_stub):
         pb.CreateTopicRequest(name="Orders", message_type=pb.FIFO, queue_nums=4), timeout=10
     )
     assert response.created and response.topic == pb.Topic(
-        name="Orders", message_type=pb.FIFO, read_queue_nums=4, write_queue_nums=4, perm=6
+        name="Orders", message_type=pb.FIFO, read_queue_nums=4, write_queue_nums=4, perm=6, broker_groups=["broker-a"]
     )
     response = admin_stub.CreateTopic(pb.CreateTopicRequest(name="Orders"), timeout=10)  # unset: unchanged
     assert not response.created and (response.topic.message_type, response.topic.write_queue_nums) == (pb.FIFO, 4)

@@ -7,6 +7,10 @@ this process, with the topic routes given by the test instead of etcd (issue 17)
   ``pyrmq topic create --groups`` does;
 * ``mark_down(group)``: the group's store client says it is failing over (what a client
   following a group with no master says), so routes and sends treat it as down.
+
+``two_groups(tmp_path, etcd=client, registered=(...))`` reads and changes the routes in that
+etcd instead (a ``RouteView`` and ``RouteStore``, as ``python -m services.broker`` with
+``etcd_endpoints``), with ``registered`` as the cluster's groups.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import grpc
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.config import BrokerConfig
+from services.broker.groups import ClusterView
 from services.broker.rpc.server import BrokerServer, build_server
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.clock import SystemClock
+from services.runtime.etcd.rpc.client import EtcdClient
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
+from services.store.client.route_view import RouteStore, RouteView
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
@@ -59,6 +66,13 @@ class TwoGroups:
     stores: dict[str, DownableClient]
     routes: StaticRoutes
     servers: dict[str, grpc.Server] = field(default_factory=dict)
+    etcd: EtcdClient | None = None
+    view: RouteView | None = None
+
+    def routes_seen(self, predicate, timeout_s: float = 5.0) -> bool:
+        """The broker's view of the etcd routes satisfied ``predicate`` within ``timeout_s``."""
+        assert self.view is not None
+        return self.view.wait_for(predicate, timeout_s)
 
     def create(self, topic: str, queue_nums: int = 4, message_type: str = "MIXED", groups=(GROUP_A, GROUP_B)) -> None:
         for group in groups:
@@ -79,7 +93,7 @@ class TwoGroups:
 
 
 @contextmanager
-def two_groups(tmp_path: Path, **config) -> Iterator[TwoGroups]:
+def two_groups(tmp_path: Path, etcd: EtcdClient | None = None, registered=(), **config) -> Iterator[TwoGroups]:
     with ExitStack() as stack:
         addresses: dict[str, str] = {}
         servers: dict[str, grpc.Server] = {}
@@ -98,6 +112,14 @@ def two_groups(tmp_path: Path, **config) -> Iterator[TwoGroups]:
         for client in clients.values():
             stack.callback(client.close)
         routes = StaticRoutes()
+        view = None
+        if etcd is None:
+            cluster = ClusterView(routes, lambda name: clients[name])
+        else:
+            view = RouteView(etcd)
+            stack.callback(view.close)
+            assert view.open(5.0)
+            cluster = ClusterView(view, lambda name: clients[name], RouteStore(etcd), lambda: list(registered))
         broker_config = BrokerConfig(
             **{
                 "port": 0,
@@ -107,8 +129,8 @@ def two_groups(tmp_path: Path, **config) -> Iterator[TwoGroups]:
                 **config,
             }
         )
-        broker = build_server(broker_config, clients[GROUP_A], routes=routes, connect=lambda name: clients[name])
+        broker = build_server(broker_config, clients[GROUP_A], cluster=cluster)
         broker.start()
         stack.callback(broker.stop, 1.0)
         channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{broker.port}"))
-        yield TwoGroups(broker, s_grpc.MessagingServiceStub(channel), clients, routes, servers)
+        yield TwoGroups(broker, s_grpc.MessagingServiceStub(channel), clients, routes, servers, etcd, view)

@@ -41,7 +41,9 @@ from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, R
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import DIRECT, Peers, check_access
 from services.broker.telemetry import TelemetryService
+from services.broker.topic_groups import TopicPlacement
 from services.broker.transaction import HalfRef, TransactionCheckRelay
+from services.broker.validation import validate_topic
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
 from services.domain.retry_policy import CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
@@ -106,7 +108,9 @@ class AdminServicer(pb_grpc.AdminServicer):
         guard: AccessGuard | None = None,
         peers: Peers = DIRECT,
         clients: ClientAdmin | None = None,
+        placement: TopicPlacement | None = None,
     ) -> None:
+        self._placement = placement  # topics and consumer groups over every broker group
         self._peers = peers
         self._clients = clients
         self._admin = admin
@@ -177,23 +181,34 @@ class AdminServicer(pb_grpc.AdminServicer):
         message_type = (
             "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else pb.MessageType.Name(request.message_type)
         )
-        topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)
-        return pb.CreateTopicResponse(topic=_topic(topic), created=created)
+        if self._placement is None:
+            topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)
+            return pb.CreateTopicResponse(topic=_topic(topic), created=created)
+        placed = self._placement.create(request.name, message_type, request.queue_nums, list(request.broker_groups))
+        return pb.CreateTopicResponse(topic=_topic(placed.topic, placed.broker_groups), created=placed.created)
 
     @admin_errors
     def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(topics=[_topic(t) for t in self._admin.list_topics(request.include_system)])
+        if self._placement is None:
+            return pb.ListTopicsResponse(topics=[_topic(t) for t in self._admin.list_topics(request.include_system)])
+        return pb.ListTopicsResponse(topics=[_topic(t, g) for t, g in self._placement.list(request.include_system)])
 
     @admin_errors
     def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:
-        self._admin.delete_topic(request.name)
+        if self._placement is None:
+            self._admin.delete_topic(request.name)
+        else:
+            validate_topic(request.name)
+            if not self._placement.delete(request.name):
+                raise NotFoundError(f"topic {request.name} does not exist", Code.TOPIC_NOT_FOUND)
         return pb.DeleteTopicResponse()
 
     @admin_errors
     def CreateGroup(self, request: pb.CreateGroupRequest, context: grpc.ServicerContext) -> pb.CreateGroupResponse:
         fifo = request.fifo if request.HasField("fifo") else None
         policy = retry_policy_from_pb(request.retry_policy) if request.HasField("retry_policy") else None
-        group, created = self._admin.create_group(
+        create = self._placement.create_group if self._placement is not None else self._admin.create_group
+        group, created = create(
             request.name, fifo, request.max_delivery_attempts, policy, must_exist=request.must_exist
         )
         return pb.CreateGroupResponse(group=_group(group), created=created)
@@ -366,6 +381,7 @@ def add_admin_service(
     guard: AccessGuard | None = None,
     peers: Peers = DIRECT,
     telemetry: TelemetryService | None = None,
+    placement: TopicPlacement | None = None,
 ) -> AdminServicer:
     """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
     ``guard``: authentication is on; ``telemetry``: the connected clients). GetClusterStatus
@@ -375,13 +391,14 @@ def add_admin_service(
     clients = (
         ClientAdmin(telemetry.registry, telemetry.answers, admin, V2ClientCommands()) if telemetry is not None else None
     )
-    servicer = AdminServicer(admin, checks, acl=acl, guard=guard, peers=peers, clients=clients)
+    servicer = AdminServicer(admin, checks, acl=acl, guard=guard, peers=peers, clients=clients, placement=placement)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 
 
-def _topic(topic: TopicInfo) -> pb.Topic:
+def _topic(topic: TopicInfo, broker_groups: tuple[str, ...] = ()) -> pb.Topic:
     return pb.Topic(
+        broker_groups=list(broker_groups),
         name=topic.name,
         message_type=pb.MessageType.Value(topic.message_type),
         read_queue_nums=topic.read_queue_nums,

@@ -12,7 +12,6 @@ with a grace period, then drains the send queue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -29,7 +28,7 @@ from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen
 from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
 from services.broker.group_core import GroupCore, build_group_core
 from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
-from services.broker.groups import Groups, RouteSource
+from services.broker.groups import ClusterView, Groups
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
 from services.broker.raw_pull import RawPullService
@@ -42,6 +41,7 @@ from services.broker.rpc.status import DIRECT, Peers
 from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.tls_cert import ServerCertificate, certificate_hosts, load_configured, load_or_create
+from services.broker.topic_groups import TopicPlacement
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import TransactionCheckRelay
 from services.runtime.clock import Clock, SystemClock
@@ -206,12 +206,11 @@ def build_server(
     store: StoreClient,
     clock: Clock | None = None,
     metrics: BrokerMetrics | None = None,
-    routes: RouteSource | None = None,
-    connect: Callable[[str], StoreClient] | None = None,
+    cluster: ClusterView | None = None,
 ) -> BrokerServer:
-    """``store``: the home group's client (``broker_name``); ``routes``: the topic routes over
-    broker groups (None: every topic is the home group's); ``connect``: a client for another
-    group named in a route (services/broker/groups.py)."""
+    """``store``: the home group's client (``broker_name``); ``cluster``: the topic routes over
+    broker groups and a client for any group (services/broker/groups.py; None: every topic is
+    the home group's)."""
     clock = clock or SystemClock()
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
@@ -240,11 +239,11 @@ def build_server(
         return build_group_core(config, name, group_store, endpoint, registry, clock, metrics)
 
     def make_other(name: str) -> GroupCore:
-        if connect is None:
+        if cluster is None:
             raise BrokerError(f"broker group {name} is in a route, but this broker has no etcd to find it")
-        return make_core(name, connect(name))
+        return make_core(name, cluster.connect(name))
 
-    groups = Groups(make_core(config.broker_name, store), make_other, routes)
+    groups = Groups(make_core(config.broker_name, store), make_other, cluster.routes if cluster else None)
     home = groups.home
 
     def client_terminated(client_id: str) -> None:
@@ -283,6 +282,11 @@ def build_server(
         guard=guard,
         peers=client_port.peers,
         telemetry=telemetry,
+        placement=TopicPlacement(
+            groups,
+            cluster.route_store if cluster is not None else None,
+            cluster.registered_groups if cluster is not None else list,
+        ),
     )
 
     health_servicer = health.HealthServicer()

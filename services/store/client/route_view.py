@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from services.domain.routes import TopicRoute
-from services.runtime.etcd import Compare, Delete, EtcdError, Event, KeyValue, Put
+from services.runtime.etcd import Compare, Delete, EtcdError, Event, Get, KeyValue, Put
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.store.client.group_keys import DEFAULT_PREFIX
 from services.store.client.prefix_view import PrefixView
@@ -37,6 +37,13 @@ def route_key(topic: str, prefix: str = DEFAULT_PREFIX) -> bytes:
     if not topic or "/" in topic:
         raise ValueError(f"topic {topic!r}: must be non-empty and contain no '/'")
     return routes_prefix(prefix) + topic.encode()
+
+
+def registered_groups(etcd: EtcdClient, prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Every broker group that has keys in etcd (group_keys.py: a replica ever registered), sorted."""
+    root = f"{prefix}/groups/".encode()
+    result = etcd.txn([], [Get(root, prefix=True)])
+    return sorted({kv.key[len(root) :].split(b"/", 1)[0].decode() for kv in result.results[0].kvs})
 
 
 class RouteConflictError(EtcdError):

@@ -1,0 +1,148 @@
+"""``pyrmq topic ...``: topics, a client of the broker's ``pyrmq.admin.v1.Admin`` service.
+
+    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|MIXED [--queues N] [--groups G1,G2]
+    pyrmq topic update NAME [--type T] [--queues N] [--groups G1,G2]
+    pyrmq topic list [--all]
+    pyrmq topic delete NAME
+
+A topic lives on one or more broker groups (issue 17), each with ``--queues`` read and write
+queues numbered from 0, as ``mqadmin updateTopic -c Cluster -w N -r N``. ``create`` and
+``update`` are the same create-or-update call: ``--groups`` names the groups to create or
+update the topic on (the topic's other groups keep their queues; default: every broker group of
+the cluster), so ``update T --groups g3`` adds a group and ``update T --queues 16`` adds queues
+everywhere. Nothing is moved or renumbered. ``delete`` removes the topic from every group.
+Options, output and exit codes as the other admin commands (services/admin/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pyrmq.admin.v1 import admin_pb2 as pb
+from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
+from rich.console import Console
+
+from services.admin.cli import (
+    MESSAGE_TYPES,
+    Document,
+    Render,
+    _perm_text,
+    _positive,
+    _print_table,
+    _run,
+    _table,
+    common_arguments,
+)
+
+
+def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
+    """``topic create`` and ``topic update`` (the same create-or-update call; update's type is optional)."""
+    response = stub.CreateTopic(
+        pb.CreateTopicRequest(
+            name=ns.name,
+            message_type=pb.MessageType.Value(ns.type) if ns.type else pb.MESSAGE_TYPE_UNSPECIFIED,
+            queue_nums=ns.queues or 0,
+            broker_groups=ns.groups or [],
+        ),
+        timeout=ns.timeout,
+    )
+    topic = _topic_doc(response.topic)
+
+    def render(console: Console) -> None:
+        groups = topic["broker_groups"]
+        console.print(
+            f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
+            f"{topic['message_type']}, {topic['write_queue_nums']} queues"
+            + (f" on each of broker groups {', '.join(groups)}." if len(groups) > 1 else ".")
+        )
+
+    return {"created": response.created, "topic": topic}, render
+
+
+def topic_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
+    topics = [
+        _topic_doc(t) for t in stub.ListTopics(pb.ListTopicsRequest(include_system=ns.all), timeout=ns.timeout).topics
+    ]
+
+    def render(console: Console) -> None:
+        table = _table(
+            "TOPIC", "TYPE", "READ QUEUES", "WRITE QUEUES", "PERM", "BROKER GROUPS", *(["SYSTEM"] if ns.all else [])
+        )
+        for t in topics:
+            table.add_row(
+                t["name"],
+                t["message_type"],
+                str(t["read_queue_nums"]),
+                str(t["write_queue_nums"]),
+                _perm_text(t["perm"]),
+                ", ".join(t["broker_groups"]),
+                *(["yes" if t["system"] else ""] if ns.all else []),
+            )
+        _print_table(console, table, topics, "No topics.")
+
+    return {"topics": topics}, render
+
+
+def topic_delete(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
+    stub.DeleteTopic(pb.DeleteTopicRequest(name=ns.name), timeout=ns.timeout)
+    return {"deleted": ns.name}, lambda console: console.print(f"Deleted topic {ns.name}.")
+
+
+def _topic_doc(topic: pb.Topic) -> Document:
+    return {
+        "name": topic.name,
+        "message_type": pb.MessageType.Name(topic.message_type),
+        "read_queue_nums": topic.read_queue_nums,
+        "write_queue_nums": topic.write_queue_nums,
+        "perm": topic.perm,
+        "system": topic.system,
+        "broker_groups": list(topic.broker_groups),
+    }
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one broker group")
+    return names
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    common = common_arguments()
+
+    def leaf(parent: argparse._SubParsersAction, name: str, run, help_text: str) -> argparse.ArgumentParser:
+        parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(run=_run(run))
+        return parser
+
+    topic = commands.add_parser("topic", help="create, update, list and delete topics").add_subparsers(
+        dest="topic_command", required=True, metavar="{create,update,list,delete}"
+    )
+    create = leaf(topic, "create", topic_create, "create a topic, or change its type and queue count")
+    update = leaf(topic, "update", topic_create, "add queues or broker groups to a topic, or change its type")
+    for parser, required in ((create, True), (update, False)):
+        parser.add_argument("name", metavar="NAME")
+        parser.add_argument(
+            "--type",
+            required=required,
+            type=str.upper,
+            choices=MESSAGE_TYPES,
+            help="the message type the topic accepts (MIXED: any)" + ("" if required else "; default: unchanged"),
+        )
+        parser.add_argument(
+            "--queues",
+            type=_positive,
+            metavar="N",
+            help="read and write queues in each broker group (default: 8 for a new topic, unchanged for an existing one)",
+        )
+        parser.add_argument(
+            "--groups",
+            type=_names,
+            metavar="G1,G2",
+            help="the broker groups to place the topic on, each with --queues queues; the topic's other groups "
+            "keep theirs (default: every broker group of the cluster)",
+        )
+    listing = leaf(topic, "list", topic_list, "list topics")
+    listing.add_argument("--all", action="store_true", help="include system topics")
+    delete = leaf(topic, "delete", topic_delete, "delete a topic (its queues and consumer offsets)")
+    delete.add_argument("name", metavar="NAME")

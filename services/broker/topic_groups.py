@@ -1,0 +1,149 @@
+"""Topics over broker groups for operators (issue 17): ``pyrmq topic create T --queues 8
+--groups g1,g2``, as ``mqadmin updateTopic -c Cluster -w 8 -r 8`` does.
+
+Creating (or updating) a topic on several groups is two steps:
+
+1. the topic's config in each named group's store (``AdminService.create_topic`` there, so a
+   group's store holds the topic before any route points a send at it); queue ids start at 0
+   in each group;
+2. the route in etcd (services/store/client/route_view.py): each named group's ``QueueData``
+   (its read and write queue counts and permission, as stored) added or replaced by
+   compare-and-swap, so concurrent admins never drop each other's groups; groups the call did
+   not name keep their place.
+
+If a store refuses, the route is not touched: a retry of the same command finishes the job
+(both steps are create-or-update). Without etcd there is one group, the broker's own, and no
+route: a topic is its config in that store, as before issue 17.
+
+The default set of groups ("every group of the cluster") is every group registered in etcd
+(``registered_groups``), else the home group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from services.broker.admin import AdminService
+from services.broker.errors import Code, RequestError
+from services.broker.groups import Groups
+from services.domain.retry_policy import GroupRetryPolicy
+from services.domain.routes import QueueData, TopicRoute
+from services.store.client.model import GroupInfo, TopicInfo
+from services.store.client.route_view import RouteStore
+
+log = logging.getLogger(__name__)
+
+GROUPS_PER_TOPIC_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedTopic:
+    topic: TopicInfo  # as stored in the first group (the type and counts are the same in all)
+    created: bool  # new in at least one group
+    broker_groups: tuple[str, ...]  # every group of the topic's route after the call
+
+
+class TopicPlacement:
+    def __init__(
+        self,
+        groups: Groups,
+        routes: RouteStore | None,
+        registered_groups: Callable[[], list[str]],
+    ) -> None:
+        self._groups = groups
+        self._routes = routes
+        self._registered_groups = registered_groups
+
+    def route_groups(self, name: str) -> tuple[str, ...]:
+        """The groups holding the topic: its route's, else the home group."""
+        route = self._routes.get(name) if self._routes is not None else None
+        return tuple(route.groups) if route is not None and route.queue_datas else (self._groups.home.name,)
+
+    def create(self, name: str, message_type: str, queue_nums: int, broker_groups: Sequence[str]) -> PlacedTopic:
+        targets = self._targets(name, broker_groups)
+        if self._routes is None:
+            topic, created = self._admin(self._groups.home.name).create_topic(name, message_type, queue_nums)
+            return PlacedTopic(topic, created, (self._groups.home.name,))
+        stored: list[tuple[str, TopicInfo]] = []
+        any_created = False
+        for group in targets:
+            topic, created = self._admin(group).create_topic(name, message_type, queue_nums)
+            message_type = message_type or topic.message_type  # the first group's decides the others'
+            stored.append((group, topic))
+            any_created = any_created or created
+
+        def change(route: TopicRoute | None) -> TopicRoute:
+            route = route or TopicRoute(name, stored[0][1].message_type)
+            for group, topic in stored:
+                route = route.with_group(QueueData(group, topic.read_queue_nums, topic.write_queue_nums, topic.perm))
+            return TopicRoute(route.topic, stored[0][1].message_type, route.queue_datas)
+
+        route = self._routes.update(name, change)
+        assert route is not None
+        for group, _ in stored:
+            self._groups.attach(group).topics.invalidate(name)
+        log.info("topic %s on groups %s (route: %s)", name, ", ".join(targets), ", ".join(route.groups))
+        return PlacedTopic(stored[0][1], any_created, tuple(route.groups))
+
+    def delete(self, name: str) -> bool:
+        """Delete the topic from every group of its route, then the route; whether it existed."""
+        existed = False
+        for group in self.route_groups(name):
+            core = self._groups.attach(group)
+            existed = core.store.delete_topic(name) or existed
+            core.topics.invalidate(name)
+        if self._routes is not None:
+            self._routes.update(name, lambda route: None)
+        return existed
+
+    def list(self, include_system: bool = False) -> list[tuple[TopicInfo, tuple[str, ...]]]:
+        """Every topic of every group, sorted by name, with the groups whose store holds it."""
+        found: dict[str, tuple[TopicInfo, list[str]]] = {}
+        for group in self.cluster_groups():
+            for topic in self._admin(group).list_topics(include_system):
+                found.setdefault(topic.name, (topic, []))[1].append(group)
+        return [(topic, tuple(groups)) for topic, groups in sorted(found.values(), key=lambda item: item[0].name)]
+
+    def create_group(
+        self,
+        name: str,
+        fifo: bool | None,
+        max_delivery_attempts: int,
+        policy: GroupRetryPolicy | None,
+        must_exist: bool,
+    ) -> tuple[GroupInfo, bool]:
+        """A consumer group's settings in every broker group's store (a consumer may receive
+        from any of them); the first group's answer."""
+        results = [
+            self._admin(group).create_group(name, fifo, max_delivery_attempts, policy, must_exist=must_exist)
+            for group in self.cluster_groups()
+        ]
+        return results[0]
+
+    def cluster_groups(self) -> list[str]:
+        """Every broker group of the cluster: those registered in etcd, else the home group."""
+        registered = self._registered_groups() if self._routes is not None else []
+        return sorted(registered) or [self._groups.home.name]
+
+    def _admin(self, group: str) -> AdminService:
+        core = self._groups.attach(group)
+        return AdminService(core.store, core.topics.invalidate, lambda: core.store.address)
+
+    def _targets(self, name: str, broker_groups: Sequence[str]) -> list[str]:
+        if not broker_groups:
+            return self.cluster_groups()
+        targets = sorted(set(broker_groups))
+        if len(targets) > GROUPS_PER_TOPIC_MAX:
+            raise RequestError(f"at most {GROUPS_PER_TOPIC_MAX} broker groups per topic, not {len(targets)}")
+        for group in targets:
+            if not group or "/" in group:
+                raise RequestError(f"broker group name {group!r}: must be non-empty and contain no '/'")
+        if self._routes is None and targets != [self._groups.home.name]:
+            raise RequestError(
+                f"this broker serves broker group {self._groups.home.name} only (no etcd_endpoints): "
+                f"cannot place topic {name} on {', '.join(targets)}",
+                Code.BAD_REQUEST,
+            )
+        return targets

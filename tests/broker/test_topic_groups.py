@@ -1,0 +1,135 @@
+"""Topics over broker groups through the admin API (issue 17): ``pyrmq topic create T --queues 8
+--groups g1,g2`` puts the topic in each group's store and its route in etcd; ``topic update``
+adds queues or groups; ``topic delete`` removes it from every group; consumer groups are created
+in every group. A real etcd and two real stores (tests/support/broker_groups.py)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from pyrmq.admin.v1 import admin_pb2 as pb
+from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
+
+from services.cli import main as pyrmq
+from services.store.client.route_view import RouteStore
+from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
+from tests.support.v2_requests import METADATA
+
+pytestmark = pytest.mark.needs("etcd")
+
+
+@pytest.fixture
+def cluster(tmp_path, etcd_server):
+    etcd = etcd_server.client()
+    try:
+        with two_groups(tmp_path, etcd=etcd, registered=(GROUP_A, GROUP_B)) as groups:
+            yield groups
+    finally:
+        etcd.close()
+
+
+@pytest.fixture
+def admin(cluster: TwoGroups):
+    with grpc.insecure_channel(f"127.0.0.1:{cluster.broker.port}") as channel:
+        yield pb_grpc.AdminStub(channel)
+
+
+def create(admin, name, queue_nums=0, groups=(), message_type=pb.MESSAGE_TYPE_UNSPECIFIED) -> pb.CreateTopicResponse:
+    return admin.CreateTopic(
+        pb.CreateTopicRequest(name=name, message_type=message_type, queue_nums=queue_nums, broker_groups=list(groups)),
+        timeout=10,
+    )
+
+
+def route_queues(cluster: TwoGroups, topic: str) -> list[tuple[str, int, str]]:
+    response = cluster.v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=METADATA, timeout=10)
+    assert response.status.code == d.OK, response.status
+    return [(q.broker.name, q.id, d.Permission.Name(q.permission)) for q in response.message_queues]
+
+
+def stored(cluster: TwoGroups, group: str, topic: str):
+    info = cluster.stores[group].get_topic(topic)
+    return None if info is None else (info.read_queue_nums, info.write_queue_nums, info.message_type)
+
+
+def test_create_places_the_topic_on_every_group_and_routes_it(cluster: TwoGroups, admin) -> None:
+    response = create(admin, "Orders", 8, message_type=pb.FIFO)
+    assert response.created and list(response.topic.broker_groups) == [GROUP_A, GROUP_B]
+    assert stored(cluster, GROUP_A, "Orders") == stored(cluster, GROUP_B, "Orders") == (8, 8, "FIFO")
+    route = RouteStore(cluster.etcd).get("Orders")
+    assert route is not None and route.message_type == "FIFO"
+    assert [(q.broker_name, q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [
+        (GROUP_A, 8, 8),
+        (GROUP_B, 8, 8),
+    ]
+    assert cluster.routes_seen(lambda routes: "Orders" in routes)
+    assert route_queues(cluster, "Orders") == [(g, i, "READ_WRITE") for g in (GROUP_A, GROUP_B) for i in range(8)]
+
+
+def test_update_adds_queues_and_groups_and_keeps_the_others(cluster: TwoGroups, admin) -> None:
+    create(admin, "Grow", 4, groups=[GROUP_A])
+    assert stored(cluster, GROUP_B, "Grow") is None
+    assert [q.broker_name for q in RouteStore(cluster.etcd).get("Grow").queue_datas] == [GROUP_A]
+
+    response = create(admin, "Grow", groups=[GROUP_B])  # queue count unset: the new group takes the default
+    assert response.created  # new in broker-b
+    assert list(response.topic.broker_groups) == [GROUP_A, GROUP_B]
+    assert stored(cluster, GROUP_A, "Grow") == (4, 4, "NORMAL")  # untouched
+    assert stored(cluster, GROUP_B, "Grow")[2] == "NORMAL"  # the type the topic has
+
+    create(admin, "Grow", 16)  # no groups named: every group of the cluster
+    assert stored(cluster, GROUP_A, "Grow")[:2] == stored(cluster, GROUP_B, "Grow")[:2] == (16, 16)
+    assert [q.write_queue_nums for q in RouteStore(cluster.etcd).get("Grow").queue_datas] == [16, 16]
+
+
+def test_delete_removes_the_topic_from_every_group_and_its_route(cluster: TwoGroups, admin) -> None:
+    create(admin, "Gone", 2)
+    admin.DeleteTopic(pb.DeleteTopicRequest(name="Gone"), timeout=10)
+    assert stored(cluster, GROUP_A, "Gone") is None and stored(cluster, GROUP_B, "Gone") is None
+    assert RouteStore(cluster.etcd).get("Gone") is None
+    with pytest.raises(grpc.RpcError) as caught:
+        admin.DeleteTopic(pb.DeleteTopicRequest(name="Gone"), timeout=10)
+    assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+def test_list_shows_each_topic_with_its_groups(cluster: TwoGroups, admin) -> None:
+    create(admin, "Both", 2)
+    create(admin, "OnlyB", 2, groups=[GROUP_B])
+    topics = {t.name: list(t.broker_groups) for t in admin.ListTopics(pb.ListTopicsRequest(), timeout=10).topics}
+    assert topics == {"Both": [GROUP_A, GROUP_B], "OnlyB": [GROUP_B]}
+
+
+def test_consumer_groups_are_created_in_every_group(cluster: TwoGroups, admin) -> None:
+    admin.CreateGroup(pb.CreateGroupRequest(name="Ordered", fifo=True, max_delivery_attempts=5), timeout=10)
+    for group in (GROUP_A, GROUP_B):
+        info = cluster.stores[group].get_group("Ordered")
+        assert info is not None and info.consume_message_orderly and info.retry_max_times == 4
+
+
+def test_bad_group_names_are_refused_with_nothing_written(cluster: TwoGroups, admin) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        create(admin, "Bad", 2, groups=["a/b"])
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert stored(cluster, GROUP_A, "Bad") is None and RouteStore(cluster.etcd).get("Bad") is None
+
+
+def test_the_cli_creates_and_updates_a_topic_over_groups(cluster: TwoGroups, capsys) -> None:
+    address = f"127.0.0.1:{cluster.broker.port}"
+    created = ["topic", "create", "Cli", "--type", "NORMAL", "--queues", "2", "--groups", GROUP_A]
+    assert pyrmq([*created, "--endpoint", address]) == 0
+    assert "Created topic Cli" in capsys.readouterr().out
+    assert pyrmq(["topic", "update", "Cli", "--groups", GROUP_B, "--queues", "2", "--endpoint", address]) == 0
+    assert "broker groups broker-a, broker-b" in capsys.readouterr().out
+    assert stored(cluster, GROUP_B, "Cli") == (2, 2, "NORMAL")
+
+
+def test_without_etcd_only_the_home_group_can_hold_topics(tmp_path) -> None:
+    with two_groups(tmp_path) as groups, grpc.insecure_channel(f"127.0.0.1:{groups.broker.port}") as channel:
+        admin = pb_grpc.AdminStub(channel)
+        assert list(create(admin, "Home", 2).topic.broker_groups) == [GROUP_A]
+        with pytest.raises(grpc.RpcError) as caught:
+            create(admin, "Away", 2, groups=[GROUP_B])
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "no etcd_endpoints" in caught.value.details()
