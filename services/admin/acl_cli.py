@@ -22,6 +22,7 @@ bad resource or action, 3 for an unknown user.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import os
 import sys
@@ -30,7 +31,7 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from rich.console import Console
 
-from services.admin.cli import Document, Render, _print_table, _run, _table, common_arguments
+from services.admin.cli import Document, Render, _print_table, _table, add_leaf, common_arguments
 
 ACTIONS = ("Pub", "Sub", "Create", "Update", "Delete", "Get", "List", "All")
 SECRET_ENV = "PYRMQ_NEW_SECRET_KEY"
@@ -165,10 +166,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "acl", help="users and their ACLs (authentication and authorization)", description=__doc__.split("\n\n")[0]
     ).add_subparsers(dest="acl_command", required=True, metavar="{user,policy,list}")
 
-    def leaf(parent: argparse._SubParsersAction, name: str, run, help_text: str) -> argparse.ArgumentParser:
-        parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
-        parser.set_defaults(run=_run(run))
-        return parser
+    leaf = functools.partial(add_leaf, common)
 
     user = acl.add_parser("user", help="create, delete and list users").add_subparsers(
         dest="user_command", required=True, metavar="{create,delete,list}"

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import sys
@@ -356,17 +357,21 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def add_leaf(
+    common: argparse.ArgumentParser, parent: argparse._SubParsersAction, name: str, command: Command, help_text: str
+) -> argparse.ArgumentParser:
+    """A command under ``parent`` taking the ``common`` options, whose ``run`` calls ``command``."""
+    parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
+    parser.set_defaults(run=_run(command))
+    return parser
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
     leaf sets ``run`` (namespace -> exit code)."""
     common = common_arguments()
 
-    def leaf(
-        parent: argparse._SubParsersAction, name: str, command: Command, help_text: str
-    ) -> argparse.ArgumentParser:
-        parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
-        parser.set_defaults(run=_run(command))
-        return parser
+    leaf = functools.partial(add_leaf, common)
 
     group = commands.add_parser("group", help="create, update and list consumer groups").add_subparsers(
         dest="group_command", required=True, metavar="{create,update,list}"

@@ -17,6 +17,7 @@ Options, output and exit codes as the other admin commands (services/admin/cli.p
 from __future__ import annotations
 
 import argparse
+import functools
 
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
@@ -29,8 +30,8 @@ from services.admin.cli import (
     _perm_text,
     _positive,
     _print_table,
-    _run,
     _table,
+    add_leaf,
     common_arguments,
 )
 
@@ -110,10 +111,7 @@ def _names(text: str) -> list[str]:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     common = common_arguments()
 
-    def leaf(parent: argparse._SubParsersAction, name: str, run, help_text: str) -> argparse.ArgumentParser:
-        parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
-        parser.set_defaults(run=_run(run))
-        return parser
+    leaf = functools.partial(add_leaf, common)
 
     topic = commands.add_parser("topic", help="create, update, list and delete topics").add_subparsers(
         dest="topic_command", required=True, metavar="{create,update,list,delete}"
