@@ -70,12 +70,11 @@ class GroupCore:
         self.consumer.close()
         self.offsets.close()
 
-    def stop(self) -> None:
-        """Stop the threads and drain the send queue (after the gRPC server stopped)."""
+    def stop_threads(self) -> None:
+        """Stop the arrival watch and the renewer (the send queue drains later: ``sink.close``)."""
         self.watch_stop()
         if self.renewer is not None:
             self.renewer.stop()
-        self.sink.close()
 
 
 def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = None) -> PutSink:

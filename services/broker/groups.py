@@ -81,8 +81,8 @@ class Groups:
         return list(self._cores.values())
 
     def core(self, name: str) -> GroupCore:
-        """The group's core, made on first use; NotFoundError(BAD_REQUEST) for a group that no
-        route names (a client's made-up broker name must not make the broker connect anywhere)."""
+        """The group's core ("": the home group's); BAD_REQUEST for a group this broker has not
+        met (a client's made-up broker name must not make the broker connect anywhere)."""
         core = self._cores.get(name or self.home.name)
         if core is not None:
             return core
@@ -124,12 +124,18 @@ class Groups:
         for core in self.cores():
             core.close_services()
 
-    def stop(self) -> None:
+    def stop_threads(self) -> None:
+        """Stop every group's arrival watch and renewer (before the gRPC server stops)."""
         with self._lock:
             self._closed = True
             cores = self.cores()
         for core in cores:
-            core.stop()
+            core.stop_threads()
+
+    def close_sinks(self) -> None:
+        """Drain every group's send queue (after the gRPC server stopped)."""
+        for core in self.cores():
+            core.sink.close()
 
     # -- routes ----------------------------------------------------------------------------------
     def route(self, topic: str, create: bool | None = None) -> TopicRoute:

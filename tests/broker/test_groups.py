@@ -13,6 +13,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.routes import select_write_queue
+from services.store.client.model import TopicInfo
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
 from tests.support.v2_requests import METADATA, ack, change, end, message, receive, send
 
@@ -99,8 +100,7 @@ def test_a_send_that_fails_on_a_dead_group_goes_to_the_other_at_once(groups: Two
 
 
 def test_a_group_without_the_topic_in_its_store_hands_the_send_to_the_other(groups: TwoGroups) -> None:
-    groups.create("OnlyA", groups=(GROUP_A,))
-    groups.create("OnlyA")  # the route names both, only broker-a's store was given the topic first
+    groups.create("OnlyA")  # the route names both groups, but broker-b's store loses the topic
     groups.stores[GROUP_B].delete_topic("OnlyA")
     send_many(groups.v2, 6, topic="OnlyA")
     assert sum(groups.depth(GROUP_A, "OnlyA")) == 6
@@ -238,7 +238,7 @@ def test_recall_goes_to_the_group_in_the_handle(groups: TwoGroups) -> None:
 
 
 def test_a_topic_without_a_route_stays_on_the_home_group(groups: TwoGroups) -> None:
-    groups.stores[GROUP_A].create_topic(type(groups.stores[GROUP_A].get_topic(TOPIC))("Home", 2, 2, 6, "MIXED"))
+    groups.stores[GROUP_A].create_topic(TopicInfo("Home", 2, 2, 6, "MIXED"))
     queues = [(q.broker.name, q.id) for q in query_route(groups.v2, "Home").message_queues]
     assert queues == [(GROUP_A, 0), (GROUP_A, 1)]
     send_many(groups.v2, 4, topic="Home")

@@ -106,10 +106,7 @@ class BrokerServer:
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
-        for core in self.groups.cores():
-            core.watch_stop()
-            if core.renewer is not None:
-                core.renewer.stop()
+        self.groups.stop_threads()
         # Bounded: a call that never finishes must not hang a SIGTERM shutdown (seen about once
         # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
         if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
@@ -118,7 +115,7 @@ class BrokerServer:
             self._watchdog.stop()
         if self.client_port is not None and self.client_port.front is not None:
             self.client_port.front.stop()  # after gRPC's grace: in-flight calls finish through it
-        self.groups.stop()
+        self.groups.close_sinks()
 
 
 def server_certificate(config: BrokerConfig, clock: Clock) -> ServerCertificate:
