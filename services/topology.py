@@ -19,6 +19,14 @@ all_ack_in_sync_state_set, no acknowledged message is lost by one failover); the
 scheduler and txcheck follow the group's master through the same etcd. A namespace's
 ``replica_host`` (compose: the service name) is the host the replica registers in etcd. Without
 ``etcd_endpoints``, ``pyrmq up`` first runs a local etcd member (``ETCD``, services/etcd_local.py).
+
+Several broker groups (``groups`` > 1, issue 17) go through etcd too: group k (``broker-a``,
+``broker-b``, ...) has its store replicas, scheduler and txcheck on the first group's ports +
+100 k, its data under ``data_dir/<group>`` (the first group's at ``data_dir``), and every row of
+it names the group (``broker_name``). The brokers serve every group (their home group is the
+first; the others through the topic routes in etcd). Several brokers (``brokers`` > 1) share the
+first one's client port (``reuse_port``), their metrics ports 10 apart; txcheck reaches each one
+at its own loopback port (its ready line's ``local``).
 """
 
 from __future__ import annotations
@@ -54,6 +62,24 @@ def _broker_metrics_port(ns: argparse.Namespace) -> int:
 
 def _advertised(ns: argparse.Namespace) -> dict[str, str]:
     return {"advertised_host": ns.advertised_host} if ns.advertised_host else {}
+
+
+def _group(ns: argparse.Namespace) -> dict[str, object]:
+    """The broker group a store, scheduler or txcheck belongs to (``group_namespace``)."""
+    name = getattr(ns, "broker_name", None)
+    return {"broker_name": name} if name else {}
+
+
+def _brokers(ns: argparse.Namespace) -> str:
+    """Every broker txcheck must reach: each one's own loopback port when several share the
+    client port (their ready lines' ``local``), else the one broker's address."""
+    brokers = [ready for label, ready in ns.ready.items() if label == "broker" or label.startswith("broker-")]
+    return ",".join(ready.get("local", ready["grpc"]) for ready in brokers)
+
+
+def _shared_port(ns: argparse.Namespace) -> dict[str, object]:
+    """Several brokers on the one client port (``--brokers B`` > 1): SO_REUSEPORT."""
+    return {"reuse_port": True} if getattr(ns, "brokers", 1) > 1 else {}
 
 
 def _etcd(ns: argparse.Namespace) -> str:
@@ -106,6 +132,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "port": ns.store_port,
             "metrics_host": ns.metrics_host,
             "metrics_port": ns.metrics_port,
+            **_group(ns),
             **_controller(ns),
             **_replica_host(ns),
         },
@@ -124,6 +151,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             **_follow(ns),
             **_advertised(ns),
             **_broker_data(ns),
+            **_shared_port(ns),
         },
         lambda ns: ns.port,
         _broker_metrics_port,
@@ -138,6 +166,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "port": _beside(ns.store_port, 4),
             "metrics_host": ns.metrics_host,
             "metrics_port": _beside(ns.metrics_port, 2),
+            **_group(ns),
             **_follow(ns),
         },
         lambda ns: _beside(ns.store_port, 4),
@@ -148,11 +177,12 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "services.txcheck",
         lambda ns: {
             "store_address": ns.ready["store"]["grpc"],
-            "broker_addresses": ns.ready["broker"]["grpc"],
+            "broker_addresses": _brokers(ns),
             "host": ns.host,
             "port": _beside(ns.store_port, 3),
             "metrics_host": ns.metrics_host,
             "metrics_port": _beside(ns.metrics_port, 3),
+            **_group(ns),
             **_follow(ns),
         },
         lambda ns: _beside(ns.store_port, 3),
@@ -181,6 +211,59 @@ ETCD = ServiceSpec(
 )
 
 REPLICA_PORT_STEP = 10
+GROUP_PORT_STEP = 100  # broker group k's ports: the first group's + 100 k (its replicas 10 apart within)
+GROUPS_MAX = 26  # broker-a .. broker-z
+BROKER_PORT_STEP = 10  # broker j's metrics port: the first broker's + 10 j (slots no other row uses)
+
+
+def group_names(count: int) -> list[str]:
+    """The broker groups of ``pyrmq up --groups N``: broker-a, broker-b, ... (RocketMQ's names)."""
+    return [f"broker-{chr(ord('a') + k)}" for k in range(count)]
+
+
+def group_suffix(group: int) -> str:
+    """What group ``group``'s row labels end with: "" for the first (store, scheduler, ...),
+    "-b" for broker-b (store-b, store-b-1, scheduler-b, ...)."""
+    return "" if group == 0 else "-" + group_names(group + 1)[group].removeprefix("broker-")
+
+
+def group_namespace(ns: argparse.Namespace, group: int) -> argparse.Namespace:
+    """The namespace group ``group``'s rows see: its name, ports ``GROUP_PORT_STEP`` apart, data
+    under DATA_DIR/<group> (the first group's at DATA_DIR itself), and its own store's ready
+    line as ``ready["store"]``. ``ready`` is read when the namespace is made (``rows``)."""
+    ready = dict(getattr(ns, "ready", {}))
+    own_store = f"store{group_suffix(group)}"
+    if own_store in ready:
+        ready["store"] = ready[own_store]
+    ports = getattr(ns, "replica_ports", None)
+    replicas = getattr(ns, "replicas", 1)
+    step = GROUP_PORT_STEP * group
+    return argparse.Namespace(
+        **{
+            **vars(ns),
+            "broker_name": group_names(group + 1)[group],
+            "store_port": _beside(ns.store_port, step),
+            "metrics_port": _beside(ns.metrics_port, step),
+            "data_dir": ns.data_dir if group == 0 else f"{ns.data_dir}/{group_names(group + 1)[group]}",
+            "replica_ports": ports[group * replicas : (group + 1) * replicas] if ports else None,
+            "ready": ready,
+        }
+    )
+
+
+def broker_namespace(ns: argparse.Namespace, index: int) -> argparse.Namespace:
+    """Broker ``index`` of ``--brokers B``: the first one's client port (bound by then: shared),
+    its metrics port ``BROKER_PORT_STEP`` apart."""
+    if index == 0:
+        return ns
+    first = int(ns.ready["broker"]["grpc"].rsplit(":", 1)[1])
+    return argparse.Namespace(
+        **{
+            **vars(ns),
+            "port": first,
+            "broker_metrics_port": _beside(_broker_metrics_port(ns), BROKER_PORT_STEP * index),
+        }
+    )
 
 
 def replica_namespace(ns: argparse.Namespace, replica_id: int) -> argparse.Namespace:
@@ -198,17 +281,35 @@ def replica_namespace(ns: argparse.Namespace, replica_id: int) -> argparse.Names
     )
 
 
+def needs_etcd(ns: argparse.Namespace) -> bool:
+    """A replica set or several groups coordinate through etcd (a local member without endpoints)."""
+    return getattr(ns, "replicas", 1) > 1 or getattr(ns, "groups", 1) > 1
+
+
 def rows(ns: argparse.Namespace) -> list[tuple[str, ServiceSpec, Callable[[], argparse.Namespace]]]:
     """What ``pyrmq up`` starts, in order: (label, row, the namespace it sees when started).
-    The local etcd when a replica set needs one, each store replica ("store", "store-1", ...),
-    then the broker, the scheduler and txcheck. Namespaces are made when a row starts, so a
-    row sees the ready lines of the rows before it."""
-    replicas = getattr(ns, "replicas", 1)
-    store, *others = SERVICES
+    The local etcd when one is needed, each group's store replicas ("store", "store-1", ...,
+    "store-b", "store-b-1", ...), the brokers ("broker", "broker-1", ...), then each group's
+    scheduler and txcheck ("scheduler", "txcheck", "scheduler-b", ...: each reads and writes its
+    own group's system topics). Namespaces are made when a row starts, so a row sees the ready
+    lines of the rows before it."""
+    replicas, groups, brokers = (getattr(ns, key, 1) for key in ("replicas", "groups", "brokers"))
+    store, broker, scheduler, txcheck = SERVICES
     out: list[tuple[str, ServiceSpec, Callable[[], argparse.Namespace]]] = []
-    if replicas > 1 and not getattr(ns, "etcd_endpoints", None):
+    if needs_etcd(ns) and not getattr(ns, "etcd_endpoints", None):
         out.append(("etcd", ETCD, lambda: ns))
-    for i in range(replicas):
-        out.append(("store" if i == 0 else f"store-{i}", store, functools.partial(replica_namespace, ns, i)))
-    out += [(spec.name, spec, lambda: ns) for spec in others]
+
+    def replica(group: int, replica_id: int) -> argparse.Namespace:
+        return replica_namespace(group_namespace(ns, group), replica_id)
+
+    for group in range(groups):
+        for i in range(replicas):
+            label = f"store{group_suffix(group)}" + (f"-{i}" if i else "")
+            out.append((label, store, functools.partial(replica, group, i)))
+    out += [
+        ("broker" + (f"-{j}" if j else ""), broker, functools.partial(broker_namespace, ns, j)) for j in range(brokers)
+    ]
+    for group in range(groups):
+        helper = functools.partial(group_namespace, ns, group)
+        out += [(f"{spec.name}{group_suffix(group)}", spec, helper) for spec in (scheduler, txcheck)]
     return out

@@ -7,7 +7,9 @@ RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
 
 ``tls`` is the client port's ``tls_mode`` (both: TLS and plaintext on that one port) and ``cert``
 the certificate TLS clients can trust (``memory``: a new self-signed one each start, no
-``data_dir``; ``-``: plaintext only). ``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
+``data_dir``; ``-``: plaintext only). With ``reuse_port`` (several brokers on one client port),
+``local`` is a plaintext loopback port this process alone serves (txcheck reaches each broker
+there). ``endpoint`` is what routes advertise: the address clients connect to (``127.0.0.1:8081``
 as the Python client's ``ClientConfiguration`` endpoints). Logs go to stderr. SIGTERM or
 SIGINT stops the server (in-flight calls get a grace period) and exits 0
 (services/runtime/service_main.py).
@@ -124,6 +126,7 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     endpoint = format_address(*broker.endpoint)
     log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, store.address)
     certificate = broker.client_port.certificate if broker.client_port is not None else None
+    local_port = broker.client_port.local_port if broker.client_port is not None else 0
     return {
         "grpc": grpc_address,
         "metrics": metrics_url,
@@ -131,6 +134,7 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
         "endpoint": endpoint,
         "tls": config.tls_mode,
         "cert": (certificate.cert_path or "memory") if certificate is not None else "-",
+        **({"local": format_address("127.0.0.1", local_port)} if local_port else {}),
     }
 
 

@@ -35,6 +35,7 @@ class BrokerConfig:
     port: int = 8081                          # gRPC port for RocketMQ v2 clients; 0: any free one
     advertised_host: str = ""                 # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
     advertised_port: int = 0                  # port routes tell clients to connect to; 0: the bound port
+    reuse_port: bool = False                  # several broker processes on the one client port (SO_REUSEPORT: the kernel spreads connections over them; pyrmq up --brokers B); each also serves a loopback port of its own (ready line: local=)
     store_address: str = "127.0.0.1:10911"    # the store service, host:port
     broker_name: str = "broker-a"             # Broker.name in routes and recall handles; with etcd_endpoints, the store replica set (broker group) followed
     etcd_endpoints: str = ""                  # etcd, comma-separated host:port; set: store calls go to the master of broker_name's replica set as etcd says (store_address unused)

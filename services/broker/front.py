@@ -90,12 +90,15 @@ backend tls
 """
 
 
-def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
-    """The client port's listening socket (OSError if it cannot bind)."""
+def listen_socket(host: str, port: int, backlog: int = 1024, reuse_port: bool = False) -> socket.socket:
+    """The client port's listening socket (OSError if it cannot bind); ``reuse_port``: shared
+    with other processes that set it too (SO_REUSEPORT)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6 and host == "::":
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind((host.strip("[]") or "0.0.0.0", port))

@@ -301,3 +301,37 @@ def test_front_peers_cache_refresh_and_unknown_peers() -> None:
     table["ipv4:127.0.0.1:45700"] = "ipv4:10.7.7.7:1"
     now[0] += 11
     assert peers.resolve("ipv4:127.0.0.1:45700") == "ipv4:10.7.7.7:1" and len(calls) == 3
+
+
+@pytest.mark.parametrize("mode", ["both", "tls", "plaintext"])
+def test_brokers_with_reuse_port_share_the_client_port_and_each_has_a_local_port(
+    start_broker: Callable[..., BrokerServer], mode: str
+) -> None:
+    first = start_broker(tls_mode=mode, reuse_port=True)
+    second = start_broker(tls_mode=mode, reuse_port=True, port=first.port)
+    assert second.port == first.port
+    locals_ = [broker.client_port.local_port for broker in (first, second)]  # type: ignore[union-attr]
+    assert all(locals_) and len(set(locals_)) == 2 and first.port not in locals_
+    for port in locals_:  # each process alone serves its own loopback port, in plaintext
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert serving(channel) and send_one(channel).status.code == d.OK
+    if mode == "both":  # the kernel spreads client connections over the two listening sockets
+        separate = [("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.insecure_channel(f"127.0.0.1:{first.port}", options=separate) for _ in range(16)]
+        try:
+            assert all(serving(channel) for channel in channels)
+            fronts = [broker.client_port.front for broker in (first, second)]  # type: ignore[union-attr]
+            counts = [len(front.sessions()) for front in fronts]  # type: ignore[union-attr]
+            assert sum(counts) == 16 and min(counts) > 0, counts
+        finally:
+            for channel in channels:
+                channel.close()
+
+
+def test_a_second_broker_without_reuse_port_cannot_bind_the_client_port(
+    start_broker: Callable[..., BrokerServer],
+) -> None:
+    first = start_broker(tls_mode="plaintext")
+    assert first.client_port is not None and first.client_port.local_port == 0
+    with pytest.raises(OSError, match="in use"):
+        start_broker(tls_mode="plaintext", port=first.port)

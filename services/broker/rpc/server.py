@@ -128,12 +128,15 @@ def server_certificate(config: BrokerConfig, clock: Clock) -> ServerCertificate:
 
 @dataclass
 class ClientPort:
-    """The client port as bound: its port number, the certificate of its TLS connections, and
-    the HAProxy front of ``tls_mode = both`` (not started)."""
+    """The client port as bound: its port number, the certificate of its TLS connections, the
+    HAProxy front of ``tls_mode = both`` (not started), and a loopback port this process alone
+    serves in plaintext (``reuse_port``: other brokers share the client port, and txcheck must
+    reach each one; 0: none)."""
 
     port: int
     certificate: ServerCertificate | None
     front: HaproxyFront | None = None
+    local_port: int = 0
 
     @property
     def peers(self) -> Peers:
@@ -146,17 +149,19 @@ def bind_client_port(server: grpc.Server, config: BrokerConfig, clock: Clock) ->
     address = format_address(config.host, config.port)
     try:
         if config.tls_mode == "plaintext":
-            return ClientPort(_bound(server.add_insecure_port(address), address), None)
+            port = _bound(server.add_insecure_port(address), address)
+            return ClientPort(port, None, None, _local_port(server, config))
         certificate = server_certificate(config, clock)
         credentials = grpc.ssl_server_credentials([(certificate.key_pem, certificate.cert_pem)])
         if config.tls_mode == "tls":
-            return ClientPort(_bound(server.add_secure_port(address, credentials), address), certificate)
+            port = _bound(server.add_secure_port(address, credentials), address)
+            return ClientPort(port, certificate, None, _local_port(server, config))
         plain = _bound(server.add_insecure_port("127.0.0.1:0"), "127.0.0.1:0")
         secure = _bound(server.add_secure_port("127.0.0.1:0", credentials), "127.0.0.1:0")
     except RuntimeError as exc:  # grpc's "Failed to bind"
         raise OSError(f"cannot bind the broker's gRPC port at {address} (in use?)") from exc
     try:
-        listen = listen_socket(config.host, config.port)
+        listen = listen_socket(config.host, config.port, reuse_port=config.reuse_port)
     except OSError as exc:
         raise OSError(f"cannot bind the broker's client port at {address}: {exc}") from exc
     front = HaproxyFront(
@@ -167,7 +172,12 @@ def bind_client_port(server: grpc.Server, config: BrokerConfig, clock: Clock) ->
             fd, plain, secure, admin, config.client_hello_timeout_ms, config.front_idle_timeout_ms
         ),
     )
-    return ClientPort(listen.getsockname()[1], certificate, front)
+    return ClientPort(listen.getsockname()[1], certificate, front, plain if config.reuse_port else 0)
+
+
+def _local_port(server: grpc.Server, config: BrokerConfig) -> int:
+    """``reuse_port``: a plaintext loopback port of this process's own, else none (0)."""
+    return _bound(server.add_insecure_port("127.0.0.1:0"), "127.0.0.1:0") if config.reuse_port else 0
 
 
 def _bound(port: int, address: str) -> int:
@@ -216,7 +226,7 @@ def build_server(
         options=[
             ("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
             ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(config.reuse_port)),  # off: a second broker on the port fails to bind
             # Overload: without a cap, calls past what Python can take wait inside gRPC core
             # and are cancelled there after seconds; with it, excess calls are refused at
             # once (HTTP/2 REFUSED_STREAM: never processed, safe to retry).
