@@ -4,16 +4,19 @@
 
 In compose each service runs in its own container of the one image (deploy/Dockerfile), listens
 on 0.0.0.0 at the ports ``pyrmq up`` would use by default and reaches the others by service name.
-The store is a replica set of ``REPLICAS`` (broker group ``broker-a``, controller mode, what
-``pyrmq up --replicas 3 --etcd-endpoints ...`` runs): ``store-0`` .. ``store-2``, each on its own
-named volume, registering its service name in etcd (``advertised_host``) so the replicas, the
-broker and the helpers reach the master by name; the coordination store is a static
-``ETCD_MEMBERS``-member etcd cluster (``etcd-0`` ..., the official image, each on its own volume,
-healthy once ``etcdctl endpoint health`` answers, which needs a quorum). The broker, scheduler
-and txcheck follow the group's master through that etcd; the scheduler keeps its files on
-``scheduler-data``. Every pyrmq service has a HEALTHCHECK through ``pyrmq health``; the stores wait
-for etcd to be healthy, the broker and the helpers for etcd and every replica, txcheck also for
-the broker. Prometheus scrapes every service and every replica (deploy/prometheus/prometheus.yml)
+The cluster has ``GROUPS`` broker groups (issue 17; what ``pyrmq up --groups 2 --replicas 3
+--brokers 2 --etcd-endpoints ...`` runs): each a store replica set of ``REPLICAS`` in controller
+mode (``broker-a``: ``store-0`` .. ``store-2``; ``broker-b``: ``store-b-0`` .. ``store-b-2``), each
+replica on its own named volume, registering its service name in etcd (``advertised_host``) so
+the replicas, the brokers and the helpers reach the master by name; the coordination store is a
+static ``ETCD_MEMBERS``-member etcd cluster (``etcd-0`` ..., the official image, each on its own
+volume, healthy once ``etcdctl endpoint health`` answers, which needs a quorum). Each group has
+its scheduler (``scheduler``, ``scheduler-b``, files on ``<name>-data``) and txcheck following
+its master through that etcd. ``BROKERS`` brokers (``broker``, ``broker-1``) serve every group, each
+in its own container published on its own host port (8081, 8082: clients list both endpoints,
+``127.0.0.1:8081;127.0.0.1:8082``); every txcheck reaches each broker by name. Every pyrmq
+service has a HEALTHCHECK through ``pyrmq health``; the stores wait for etcd to be healthy, the
+brokers and the helpers for etcd and every replica, txcheck also for the brokers. Prometheus scrapes every service and every replica (deploy/prometheus/prometheus.yml)
 and Grafana shows deploy/grafana/dashboards/pyrmq.json (provisioned, anonymous viewers).
 ``pyrmq compose > deploy/docker-compose.yml`` regenerates the file; a test keeps them equal.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.topology import SERVICES, ServiceSpec, service_environment
+from services.topology import SERVICES, ServiceSpec, group_names, group_suffix, service_environment
 
 IMAGE = "pyrmq:latest"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
@@ -36,28 +39,34 @@ ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 ETCD_CLUSTER_TOKEN = "pyrmq-etcd"
 REPLICAS = 3
+GROUPS = 2
+BROKERS = 2
 CLIENT_PORT = 8081
 STORE_PORT = 10911
 METRICS_PORT = 9101
 PROMETHEUS_PORT = 9090
-BROKER_SCALE_MAX = 4  # host ports 8081-8084 for up to four brokers (`--scale broker=N`)
-SCHEDULER_VOLUME = "scheduler-data"
 
 
 def etcd_names() -> list[str]:
     return [f"etcd-{i}" for i in range(ETCD_MEMBERS)]
 
 
-def store_names() -> list[str]:
-    return [f"store-{i}" for i in range(REPLICAS)]
+def store_names(group: int | None = None) -> list[str]:
+    """The store replicas of group ``group`` (store-0 ..., store-b-0 ...), or of every group."""
+    groups = range(GROUPS) if group is None else [group]
+    return [f"store{group_suffix(k)}-{i}" for k in groups for i in range(REPLICAS)]
+
+
+def broker_names() -> list[str]:
+    return ["broker" + (f"-{j}" if j else "") for j in range(BROKERS)]
 
 
 def _depends(name: str) -> list[str]:
     """The services ``name`` waits for (healthy): etcd for the stores; etcd and every replica for
-    the broker and the helpers; txcheck also the broker."""
+    the brokers and the helpers; txcheck also the brokers."""
     if name == "store":
         return etcd_names()
-    return etcd_names() + store_names() + (["broker"] if name == "txcheck" else [])
+    return etcd_names() + store_names() + (broker_names() if name == "txcheck" else [])
 
 
 def compose_namespace() -> argparse.Namespace:
@@ -74,24 +83,55 @@ def compose_namespace() -> argparse.Namespace:
         advertised_host="127.0.0.1",
         etcd_endpoints=",".join(f"{name}:{ETCD_CLIENT_PORT}" for name in etcd_names()),
         replicas=REPLICAS,
-        # store_address: unused by services following the master through etcd (kept valid).
-        ready={"store": {"grpc": f"{store_names()[0]}:{STORE_PORT}"}, "broker": {"grpc": f"broker:{CLIENT_PORT}"}},
+        # store_address: unused by services following the master through etcd (kept valid);
+        # txcheck reaches every broker by name (topology._brokers).
+        ready={
+            "store": {"grpc": f"{store_names()[0]}:{STORE_PORT}"},
+            **{name: {"grpc": f"{name}:{CLIENT_PORT}"} for name in broker_names()},
+        },
     )
 
 
-def replica_namespace(ns: argparse.Namespace, replica_id: int) -> argparse.Namespace:
+def group_namespace(ns: argparse.Namespace, group: int) -> argparse.Namespace:
+    """Group ``group``'s rows in compose: its name, its first replica as the store address; the
+    same ports and /data (each service its own container and volume)."""
+    first = store_names(group)[0]
+    return argparse.Namespace(
+        **{
+            **vars(ns),
+            "broker_name": group_names(GROUPS)[group],
+            "ready": {**ns.ready, "store": {"grpc": f"{first}:{STORE_PORT}"}},
+        }
+    )
+
+
+def broker_namespace(ns: argparse.Namespace, index: int) -> argparse.Namespace:
+    """Broker ``index``: routes name the host port it is published on (8081 + index)."""
+    return argparse.Namespace(**{**vars(ns), "advertised_port": CLIENT_PORT + index}) if index else ns
+
+
+def replica_namespace(ns: argparse.Namespace, name: str, replica_id: int) -> argparse.Namespace:
     """Replica ``replica_id`` in compose: its own container (the same ports) and volume (at the
     same /data), registered in etcd under its service name."""
-    return argparse.Namespace(**{**vars(ns), "replica_id": replica_id, "replica_host": f"store-{replica_id}"})
+    return argparse.Namespace(**{**vars(ns), "replica_id": replica_id, "replica_host": name})
 
 
 def compose_services() -> list[tuple[str, ServiceSpec, argparse.Namespace]]:
     """The pyrmq services of the compose file: (service name, row, the namespace it sees), the
-    store row once per replica."""
+    store row once per replica of each group, the broker row per broker, then each group's
+    scheduler and txcheck (``pyrmq up``'s order, services/topology.rows)."""
     ns = compose_namespace()
-    store, *others = SERVICES
-    out = [(name, store, replica_namespace(ns, i)) for i, name in enumerate(store_names())]
-    return out + [(spec.name, spec, ns) for spec in others]
+    store, broker, scheduler, txcheck = SERVICES
+    groups = [group_namespace(ns, k) for k in range(GROUPS)]
+    out = [
+        (name, store, replica_namespace(groups[k], name, i))
+        for k in range(GROUPS)
+        for i, name in enumerate(store_names(k))
+    ]
+    out += [(name, broker, broker_namespace(ns, j)) for j, name in enumerate(broker_names())]
+    for k in range(GROUPS):
+        out += [(f"{spec.name}{group_suffix(k)}", spec, groups[k]) for spec in (scheduler, txcheck)]
+    return out
 
 
 def _flow(items: list[str]) -> str:
@@ -131,12 +171,13 @@ def _etcd_member(index: int) -> list[str]:
 
 
 def _volume(name: str, spec: ServiceSpec) -> str | None:
-    """The named volume at /data: each replica its own, the scheduler its own, else none."""
-    return f"{name}-data" if spec.name == "store" else SCHEDULER_VOLUME if spec.name == "scheduler" else None
+    """The named volume at /data: each replica its own, each scheduler its own, else none."""
+    return f"{name}-data" if spec.name in ("store", "scheduler") else None
 
 
 def volumes() -> list[str]:
-    return [f"{name}-data" for name in etcd_names() + store_names()] + [SCHEDULER_VOLUME]
+    schedulers = [f"scheduler{group_suffix(k)}" for k in range(GROUPS)]
+    return [f"{name}-data" for name in etcd_names() + store_names() + schedulers]
 
 
 def render_compose() -> str:
@@ -163,8 +204,8 @@ def render_compose() -> str:
         volume = _volume(name, spec)
         if volume:
             lines += ["    volumes:", f"      - {volume}:/data"]
-        if spec.name == "broker":  # a range, so `docker compose up --scale broker=N` can publish each one
-            lines += ["    ports:", f'      - "{CLIENT_PORT}-{CLIENT_PORT + BROKER_SCALE_MAX - 1}:{CLIENT_PORT}"']
+        if spec.name == "broker":  # each broker on a host port of its own: 8081, 8082, ...
+            lines += ["    ports:", f'      - "{CLIENT_PORT + broker_names().index(name)}:{CLIENT_PORT}"']
         lines.append("    depends_on:")
         for dependency in _depends(spec.name):
             lines += [f"      {dependency}:", "        condition: service_healthy"]
@@ -184,8 +225,7 @@ def render_compose() -> str:
         "    ports:",
         f'      - "{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"',
         "    depends_on:",
-        "      broker:",
-        "        condition: service_healthy",
+        *(line for name in broker_names() for line in (f"      {name}:", "        condition: service_healthy")),
         "  grafana:",
         f"    image: {GRAFANA_IMAGE}",
         "    environment:",

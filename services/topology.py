@@ -60,8 +60,13 @@ def _broker_metrics_port(ns: argparse.Namespace) -> int:
     return _beside(ns.metrics_port, 1)
 
 
-def _advertised(ns: argparse.Namespace) -> dict[str, str]:
-    return {"advertised_host": ns.advertised_host} if ns.advertised_host else {}
+def _advertised(ns: argparse.Namespace) -> dict[str, object]:
+    """The host (and port: compose publishes broker j on host port 8081 + j) routes name."""
+    port = getattr(ns, "advertised_port", 0)
+    return {
+        **({"advertised_host": ns.advertised_host} if ns.advertised_host else {}),
+        **({"advertised_port": port} if port else {}),
+    }
 
 
 def _group(ns: argparse.Namespace) -> dict[str, object]:

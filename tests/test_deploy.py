@@ -21,7 +21,14 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.compose import compose_services, etcd_names, render_compose, scrape_targets, store_names
+from services.compose import (
+    broker_names,
+    compose_services,
+    etcd_names,
+    render_compose,
+    scrape_targets,
+    store_names,
+)
 from services.topology import SERVICES
 from tests.support.components import etcd_binary, require
 from tests.support.processes import Process, pyrmq_up_command
@@ -79,11 +86,12 @@ def test_docker_compose_config_accepts_the_file_where_installed(tmp_path: Path) 
 def test_compose_structure() -> None:
     doc = compose()
     services = doc["services"]
-    etcds, stores = etcd_names(), store_names()
-    others = [spec for spec in SERVICES if spec.name != "store"]
-    assert set(services) == {*etcds, *stores, *(spec.name for spec in others), "prometheus", "grafana"}
-    assert len(etcds) == 3 and len(stores) == 3
-    assert set(doc["volumes"]) == {f"{name}-data" for name in etcds + stores} | {"scheduler-data"}
+    etcds, stores, brokers = etcd_names(), store_names(), broker_names()
+    helpers = ["scheduler", "txcheck", "scheduler-b", "txcheck-b"]  # each group's
+    assert set(services) == {*etcds, *stores, *brokers, *helpers, "prometheus", "grafana"}
+    assert len(etcds) == 3 and stores == [f"store-{i}" for i in range(3)] + [f"store-b-{i}" for i in range(3)]
+    assert brokers == ["broker", "broker-1"]
+    assert set(doc["volumes"]) == {f"{name}-data" for name in etcds + stores} | {"scheduler-data", "scheduler-b-data"}
     rows = {name: spec for name, spec, _ in compose_services()}
     for name, spec in rows.items():
         service = services[name]
@@ -95,14 +103,22 @@ def test_compose_structure() -> None:
         if spec.name != "store":  # broker, scheduler, txcheck follow the master: etcd and every replica first
             assert service["environment"][f"PYRMQ_{spec.name.upper()}_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS
             assert set(etcds + stores) <= set(service["depends_on"])
-    assert services["broker"]["ports"] == ["8081-8084:8081"]  # `--scale broker=N` publishes each one
-    assert services["scheduler"]["volumes"] == ["scheduler-data:/data"]
-    assert "broker" in services["txcheck"]["depends_on"]
+    # Two brokers, each published on its own host port, which routes name; every txcheck reaches both.
+    assert services["broker"]["ports"] == ["8081:8081"] and services["broker-1"]["ports"] == ["8082:8081"]
+    assert services["broker-1"]["environment"]["PYRMQ_BROKER_ADVERTISED_PORT"] == "8082"
+    for suffix, group in (("", "broker-a"), ("-b", "broker-b")):
+        assert services[f"scheduler{suffix}"]["volumes"] == [f"scheduler{suffix}-data:/data"]
+        assert services[f"scheduler{suffix}"]["environment"]["PYRMQ_SCHEDULER_BROKER_NAME"] == group
+        txcheck = services[f"txcheck{suffix}"]
+        assert txcheck["environment"]["PYRMQ_TXCHECK_BROKER_NAME"] == group
+        assert txcheck["environment"]["PYRMQ_TXCHECK_BROKER_ADDRESSES"] == "broker:8081,broker-1:8081"
+        assert set(brokers) <= set(txcheck["depends_on"])
     # The replica set: controller mode, SYNC_MASTER, each its own volume, reached by its service name.
-    for replica_id, name in enumerate(stores):
+    for index, name in enumerate(stores):
         service = services[name]
         env = service["environment"]
-        assert env["PYRMQ_STORE_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS
+        replica_id, group = index % 3, "broker-b" if name.startswith("store-b-") else "broker-a"
+        assert env["PYRMQ_STORE_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS and env["PYRMQ_STORE_BROKER_NAME"] == group
         assert env["PYRMQ_STORE_REPLICA_ID"] == str(replica_id) and env["PYRMQ_STORE_BROKER_ROLE"] == "SYNC_MASTER"
         assert env["PYRMQ_STORE_ADVERTISED_HOST"] == name and env["PYRMQ_STORE_PORT"] == "10911"
         assert service["volumes"] == [f"{name}-data:/data"]
@@ -125,14 +141,9 @@ def test_compose_structure() -> None:
 
 def test_prometheus_scrapes_every_service() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    targets = {}
-    for job in config["scrape_configs"]:
-        if "dns_sd_configs" in job:  # every replica of a scaled service (docker's DNS answers them all)
-            sd = job["dns_sd_configs"][0]
-            assert sd["type"] == "A"
-            targets[job["job_name"].removeprefix("pyrmq-")] = [f"{sd['names'][0]}:{sd['port']}"]
-        else:
-            targets[job["job_name"].removeprefix("pyrmq-")] = job["static_configs"][0]["targets"]
+    targets = {
+        job["job_name"].removeprefix("pyrmq-"): job["static_configs"][0]["targets"] for job in config["scrape_configs"]
+    }
     assert targets == scrape_targets()
     assert targets["store"] == [f"{name}:9101" for name in store_names()]  # each replica
 
@@ -148,14 +159,17 @@ def loopback_addresses() -> dict[str, str]:
     replicas and etcd members can each bind the one port compose gives them all."""
     names = {name: f"127.0.1.{i + 1}" for i, name in enumerate(etcd_names())}
     names |= {name: f"127.0.2.{i + 1}" for i, name in enumerate(store_names())}
-    return names | {name: "127.0.0.1" for name in ("broker", "scheduler", "txcheck")}
+    names |= {name: f"127.0.0.{i + 1}" for i, name in enumerate(broker_names())}  # broker at 127.0.0.1:8081
+    return names | {
+        name: f"127.0.3.{i + 1}" for i, name in enumerate(["scheduler", "txcheck", "scheduler-b", "txcheck-b"])
+    }
 
 
 def localize(value: str, own: str, addresses: dict[str, str]) -> str:
     """A compose value with service names (and the service's own 0.0.0.0 / 127.0.0.1) replaced
     by loopback addresses."""
     value = re.sub(r"(?<![\w.-])(0\.0\.0\.0|127\.0\.0\.1)(?=:|$)", own, value)
-    return re.sub(r"(?<![\w.-])([a-z]+(?:-\d)?)(?=:\d|,|$)", lambda m: addresses.get(m[1], m[1]), value)
+    return re.sub(r"(?<![\w.-])([a-z]+(?:-[a-z])?(?:-\d)?)(?=:\d|,|$)", lambda m: addresses.get(m[1], m[1]), value)
 
 
 def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes: list[Process]) -> None:
@@ -216,11 +230,21 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         [sys.executable, "-m", "services.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
     )
     assert create.popen.wait(60) == 0, create.log()
+    # Both brokers take sends, spread over both groups; each group's queues hold some.
+    bodies = [f"through compose's command lines {i}".encode() for i in range(8)]
+    for i, body in enumerate(bodies):
+        with grpc.insecure_channel(f"{addresses[broker_names()[i % 2]]}:8081") as channel:
+            send_ok(s_grpc.MessagingServiceStub(channel), message("ComposeTopic", body=body, message_id=f"C{i}"))
+    got: dict[str, list[bytes]] = {"broker-a": [], "broker-b": []}
     with grpc.insecure_channel("127.0.0.1:8081") as channel:
         v2 = s_grpc.MessagingServiceStub(channel)
-        send_ok(v2, message("ComposeTopic", body=b"through compose's command lines"))
-        status, got, _ = receive(v2, "ComposeTopic", group="ComposeGroup")
-        assert status.code == d.OK and [m.body for m in got] == [b"through compose's command lines"]
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < len(bodies) and time.monotonic() < deadline:
+            for group in got:
+                status, messages, _ = receive(v2, "ComposeTopic", group="ComposeGroup", broker=group, polling_s=1)
+                assert status.code in (d.OK, d.MESSAGE_NOT_FOUND), status
+                got[group] += [m.body for m in messages]
+    assert sorted(got["broker-a"] + got["broker-b"]) == sorted(bodies) and all(got.values()), got
     for name in reversed(list(started)):
         code = started[name].stop(signal.SIGTERM)
         assert code == 0 or name in etcd_names(), started[name].log()  # etcd re-raises SIGTERM

@@ -14,8 +14,11 @@ queue id), sorted by broker name then id. A send picks among the write queues of
   group over the whole list. A group that is down keeps its place (its queues stay in the list,
   as RocketMQ marks a down group's queues unwritable instead of renumbering), so a message
   group's queue never moves while groups come and go; the send waits for its group or fails;
-* otherwise round-robin over the list, skipping the queues of groups that are down, so a send
-  fails over to another group's queue.
+* otherwise round-robin over the list interleaved by group (queue 0 of each group, then queue 1
+  of each, ...: ``spread_write_queues``), skipping the queues of groups that are down, so a send
+  fails over to another group's queue. The proxy goes round-robin over the sorted list itself,
+  which sends a run of as many messages as a group has queues to one group before the next;
+  interleaved, consecutive sends alternate groups, and the counts per queue come out the same.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from services.domain.format.java_compat import java_string_hash_repeated
 
@@ -148,6 +152,13 @@ class TopicRoute:
         keeps its queues here (its place in the route)."""
         return [(q.broker_name, i) for q in self.queue_datas if q.writable for i in range(q.write_queue_nums)]
 
+    @cached_property
+    def spread_write_queues(self) -> tuple[Queue, ...]:
+        """The write queues interleaved by group: (a, 0), (b, 0), (a, 1), (b, 1), ... (routes are
+        immutable: computed once per route)."""
+        order = {name: i for i, name in enumerate(self.groups)}
+        return tuple(sorted(self.write_queues(), key=lambda queue: (queue[1], order[queue[0]])))
+
     def read_queues(self) -> list[Queue]:
         return [(q.broker_name, i) for q in self.queue_datas if q.readable for i in range(q.read_queue_nums)]
 
@@ -180,11 +191,10 @@ def select_write_queue(
     fixed queue, whether its broker group is up or not (the caller waits or fails); otherwise
     the ``index``-th write queue round-robin, skipping groups that are not ``up``. None when the
     route has no write queue, or (no message group) every group with one is down."""
-    queues = route.write_queues()
-    if not queues:
-        return None
     if message_group:
-        return queues[message_group_bucket(message_group, len(queues))]
+        ordered = route.write_queues()
+        return ordered[message_group_bucket(message_group, len(ordered))] if ordered else None
+    queues = route.spread_write_queues
     for step in range(len(queues)):
         queue = queues[(index + step) % len(queues)]
         if up(queue[0]):

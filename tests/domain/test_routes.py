@@ -49,7 +49,14 @@ def test_queues_are_in_the_proxys_order_and_permissions_decide_which():
 def test_round_robin_spreads_over_every_group_and_skips_one_that_is_down():
     route = two_groups(2)
     picked = [select_write_queue(route, i) for i in range(4)]
-    assert picked == [("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+    assert picked == [("broker-a", 0), ("broker-b", 0), ("broker-a", 1), ("broker-b", 1)]  # groups alternate
+    uneven = TopicRoute("T", "NORMAL", (QueueData("broker-a", 1, 1), QueueData("broker-b", 3, 3)))
+    assert [select_write_queue(uneven, i) for i in range(4)] == [
+        ("broker-a", 0),
+        ("broker-b", 0),
+        ("broker-b", 1),
+        ("broker-b", 2),
+    ]  # every queue once per round, whatever each group has
     down = {"broker-a"}
     assert {select_write_queue(route, i, up=lambda g: g not in down) for i in range(4)} == {
         ("broker-b", 0),
