@@ -207,12 +207,16 @@ def test_consumer_progress(endpoint, store_stub):
 
     table = ok("consumer", "progress", "CliConsumers", "--endpoint", endpoint)
     rows = [line.split() for line in table.splitlines() if line.strip().startswith("CliProgress")]
-    assert rows == [["CliProgress", "0", "0", "3", "1", "2"], ["CliProgress", "1", "0", "0", "-", "0"]]
+    assert rows == [
+        ["CliProgress", "broker-a", "0", "0", "3", "1", "2"],
+        ["CliProgress", "broker-a", "1", "0", "0", "-", "0"],
+    ]
     assert "Total lag: 2" in table
     document = ok_json("consumer", "progress", "CliConsumers", "--topic", "CliProgress", "--endpoint", endpoint)
     assert document["group"] == "CliConsumers" and document["total_lag"] == 2
     assert document["queues"][0] == {
         "topic": "CliProgress",
+        "broker_name": "broker-a",
         "queue_id": 0,
         "min_offset": 0,
         "broker_offset": 3,
@@ -249,8 +253,8 @@ def test_consumer_reset_then_a_consumer_receives_from_the_new_position(endpoint,
         "consumer", "reset", "CliResetGroup", "--topic", "CliReset", "--to-offset", "earliest", "--endpoint", endpoint
     )
     assert "Reset consumer group CliResetGroup on topic CliReset" in table
-    rows = [line.split() for line in table.splitlines() if line.strip()[:1].isdigit()]
-    assert rows == [["0", "3", "0"], ["1", "3", "0"]]
+    rows = [line.split() for line in table.splitlines() if line.strip().startswith("broker-a")]
+    assert rows == [["broker-a", "0", "3", "0"], ["broker-a", "1", "3", "0"]]
     assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 6) == everything
 
     when = datetime.fromtimestamp(stamps[4] / 1000).isoformat(timespec="milliseconds")  # local time, like an operator
@@ -261,8 +265,8 @@ def test_consumer_reset_then_a_consumer_receives_from_the_new_position(endpoint,
         "group": "CliResetGroup",
         "topic": "CliReset",
         "queues": [
-            {"queue_id": 0, "old_offset": 3, "new_offset": 2},
-            {"queue_id": 1, "old_offset": 3, "new_offset": 2},
+            {"broker_name": "broker-a", "queue_id": 0, "old_offset": 3, "new_offset": 2},
+            {"broker_name": "broker-a", "queue_id": 1, "old_offset": 3, "new_offset": 2},
         ],
     }
     assert consumed_bodies(endpoint, "CliReset", "CliResetGroup", 2) == ["r4", "r5"]
@@ -303,7 +307,10 @@ def test_message_query_by_key_and_id(endpoint, store_stub):
 
     table = ok("message", "query", "--topic", "CliMessages", "--key", "cli-order-7", "--endpoint", endpoint)
     [row] = [line.split() for line in table.splitlines() if client_id in line]
-    assert row[:6] == [client_id, "CliMessages", "3", "0", "TagA", "cli-order-7"] and row[-2:] == ["hello", "admin"]
+    assert row[:7] == [client_id, "CliMessages", "broker-a", "3", "0", "TagA", "cli-order-7"] and row[-2:] == [
+        "hello",
+        "admin",
+    ]
     [message] = ok_json("message", "query", "--topic", "CliMessages", "--key", "cli-order-7", "--endpoint", endpoint)[
         "messages"
     ]

@@ -6,9 +6,13 @@ at their own loopback ports."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -69,4 +73,35 @@ def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[
                 got[group] += [m.body for m in messages]
     assert sorted(got["broker-a"] + got["broker-b"]) == sorted(bodies)
     assert got["broker-a"] and got["broker-b"], {group: len(bodies) for group, bodies in got.items()}
+
+    # pyrmq status covers both groups: each one's replicas, the topic's queues in both, both stores' health.
+    status = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "status",
+                "--endpoint",
+                ready["clients"],
+                "--json",
+                "--metrics-port",
+                "-1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    assert [group["name"] for group in status["groups"]] == ["broker-a", "broker-b"]
+    assert all(group["replicas"] for group in status["groups"])
+    [spread] = [topic for topic in status["topics"] if topic["name"] == "Spread"]
+    assert spread["broker_groups"] == ["broker-a", "broker-b"] and spread["message_count"] == len(bodies)
+    stores = {
+        service["name"]: service["status"] for service in status["services"] if service["name"].startswith("store")
+    }
+    assert stores == {"store": "SERVING", "store (broker-b)": "SERVING"}
+    # Each store's metrics carry its group (node_id, as RocketMQ's broker metrics do).
+    with urllib.request.urlopen(lines["store-b"]["metrics"], timeout=10) as response:
+        assert 'node_id="broker-b"' in response.read().decode()
     assert up.stop(signal.SIGTERM) == 0, up.log()

@@ -148,6 +148,7 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
     queues = [
         {
             "topic": q.topic,
+            "broker_name": q.broker_name,
             "queue_id": q.queue_id,
             "min_offset": q.min_offset,
             "broker_offset": q.broker_offset,
@@ -156,18 +157,25 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
         }
         for q in response.queues
     ]
-    document = {"group": response.group, "total_lag": response.total_lag, "queues": queues}
+    unreachable = list(response.unreachable_broker_groups)
+    document = {
+        "group": response.group,
+        "total_lag": response.total_lag,
+        "queues": queues,
+        "unreachable_broker_groups": unreachable,
+    }
 
     def render(console: Console) -> None:
         if not queues:
             console.print(f"Group {response.group} has no consumer offsets yet (--topic TOPIC shows a topic's queues).")
             return
         console.print(f"Consumer group {response.group}")
-        table = _table("TOPIC", "QUEUE", "MIN OFFSET", "BROKER OFFSET", "CONSUMER OFFSET", "LAG")
+        table = _table("TOPIC", "BROKER", "QUEUE", "MIN OFFSET", "BROKER OFFSET", "CONSUMER OFFSET", "LAG")
         for q in queues:
             consumer_offset = str(q["consumer_offset"]) if q["consumer_offset"] >= 0 else "-"
             table.add_row(
                 q["topic"],
+                q["broker_name"],
                 str(q["queue_id"]),
                 str(q["min_offset"]),
                 str(q["broker_offset"]),
@@ -176,6 +184,7 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
             )
         console.print(table)
         console.print(f"Total lag: {response.total_lag}")
+        _print_unreachable(console, unreachable)
 
     return document, render
 
@@ -189,16 +198,18 @@ def consumer_reset(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Doc
     else:
         request.offset = int(ns.to_offset)
     response = stub.ResetConsumerOffset(request, timeout=ns.timeout)
-    queues = [{"queue_id": q.queue_id, "old_offset": q.old_offset, "new_offset": q.new_offset} for q in response.queues]
+    queues = [
+        {"broker_name": q.broker_name, "queue_id": q.queue_id, "old_offset": q.old_offset, "new_offset": q.new_offset}
+        for q in response.queues
+    ]
     document = {"group": response.group, "topic": response.topic, "queues": queues}
 
     def render(console: Console) -> None:
         console.print(f"Reset consumer group {response.group} on topic {response.topic}")
-        table = _table("QUEUE", "OLD OFFSET", "NEW OFFSET")
+        table = _table("BROKER", "QUEUE", "OLD OFFSET", "NEW OFFSET")
         for q in queues:
-            table.add_row(
-                str(q["queue_id"]), str(q["old_offset"]) if q["old_offset"] >= 0 else "-", str(q["new_offset"])
-            )
+            old = str(q["old_offset"]) if q["old_offset"] >= 0 else "-"
+            table.add_row(q["broker_name"], str(q["queue_id"]), old, str(q["new_offset"]))
         _print_table(console, table, queues, f"Topic {response.topic} has no read queues.")
 
     return document, render
@@ -208,18 +219,22 @@ def message_query(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docu
     request = pb.QueryMessagesRequest(
         topic=ns.topic or "", key=ns.key or "", message_id=ns.id or "", max_num=ns.max or 0
     )
-    messages = [_message_doc(m) for m in stub.QueryMessages(request, timeout=ns.timeout).messages]
+    response = stub.QueryMessages(request, timeout=ns.timeout)
+    messages = [_message_doc(m) for m in response.messages]
+    unreachable = list(response.unreachable_broker_groups)
 
     def render(console: Console) -> None:
         if ns.id:  # usually one message (or its retry / DLQ copies): every field
             for m in messages:
                 _print_message_details(console, m)
+            _print_unreachable(console, unreachable)
             return
-        table = _table("MESSAGE ID", "TOPIC", "QUEUE", "QUEUE OFFSET", "TAG", "KEYS", "STORE TIME", "BODY")
+        table = _table("MESSAGE ID", "TOPIC", "BROKER", "QUEUE", "QUEUE OFFSET", "TAG", "KEYS", "STORE TIME", "BODY")
         for m in messages:
             table.add_row(
                 m["message_id"],
                 m["topic"],
+                m["broker_name"],
                 str(m["queue_id"]),
                 str(m["queue_offset"]),
                 m["tag"],
@@ -228,8 +243,15 @@ def message_query(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docu
                 _body_preview(m),
             )
         _print_table(console, table, messages, f"No message of topic {ns.topic} has key {ns.key}.")
+        _print_unreachable(console, unreachable)
 
-    return {"messages": messages}, render
+    return {"messages": messages, "unreachable_broker_groups": unreachable}, render
+
+
+def _print_unreachable(console: Console, groups: list[str]) -> None:
+    """A partial answer says so: the broker groups whose store did not answer."""
+    if groups:
+        console.print(f"Not included: broker group(s) {', '.join(groups)} did not answer.")
 
 
 # -- documents and rendering -----------------------------------------------------------------------
@@ -254,6 +276,7 @@ def _message_doc(m: pb.MessageRecord) -> Document:
         "message_id": m.message_id,
         "offset_msg_id": m.offset_msg_id,
         "topic": m.topic,
+        "broker_name": m.broker_name,
         "queue_id": m.queue_id,
         "queue_offset": m.queue_offset,
         "phy_offset": m.phy_offset,
@@ -290,6 +313,7 @@ def _print_message_details(console: Console, m: Document) -> None:
         ("Message ID", m["message_id"]),
         ("Offset message ID", m["offset_msg_id"]),
         ("Topic", m["topic"]),
+        ("Broker", m["broker_name"]),
         ("Queue", str(m["queue_id"])),
         ("Queue offset", str(m["queue_offset"])),
         ("Tag", m["tag"]),

@@ -22,7 +22,10 @@ groups: lag and messages in flight per topic), or with ``--json`` one JSON docum
 "consumer_groups": [...]}`` (topics and consumer_groups are null, and ``error`` says why, if the
 broker could not answer; groups is null when the store could not answer GetReplicaStatus).
 ``groups`` are the broker groups (RocketMQ's brokerName: a store replica set), each with its
-``replicas[]`` (services/admin/replicas.py); ``consumer_groups`` the consumer groups' lag rows
+``replicas[]`` (services/admin/replicas.py), the broker's own first, then every other group of
+the cluster (issue 17; ``{"name", "error"}`` for one that did not answer, and its store is a
+``store (<group>)`` row of the services); topics and consumer groups cover every group, each
+queue naming its ``broker_name``; ``consumer_groups`` the consumer groups' lag rows
 (``groups`` until issue 16). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
 SECONDS until Ctrl-C (not with ``--json``).
 
@@ -121,6 +124,7 @@ def collect(ns: argparse.Namespace) -> Report:
     """Ask the broker for the cluster status, then check every service's health and metrics."""
     topics = groups = None
     reported_store, error, exit_code = "", "", EXIT_OK
+    others: list[pb.BrokerGroupStatus] = []  # the broker groups besides the broker's own
     try:
         with channel_of(ns) as channel:
             response = pb_grpc.AdminStub(channel).GetClusterStatus(
@@ -133,36 +137,43 @@ def collect(ns: argparse.Namespace) -> Report:
         reported_store = response.store_address
         topics = [_topic_doc(t) for t in response.topics]
         groups = [_group_doc(g) for g in response.groups]
+        others = [g for g in response.broker_groups if g.store_address != reported_store or g.error]
     addresses = service_addresses(ns, reported_store)
+    # Each other broker group's store (its helpers' addresses are its deployment's to know).
+    addresses |= {f"store ({g.name})": g.store_address for g in others if g.store_address}
     metrics = metrics_urls(ns, addresses)
     timeout_s = min(ns.timeout, HEALTH_TIMEOUT_S_MAX)
     with ThreadPoolExecutor(max_workers=2 * len(addresses), thread_name_prefix="status") as pool:
         health = {name: pool.submit(check_health, address, timeout_s) for name, address in addresses.items()}
         scraped = {name: pool.submit(probe_metrics, url, timeout_s) for name, url in metrics.items() if url}
-        replicas = pool.submit(_broker_group, addresses["store"], timeout_s)
+        replicas = [pool.submit(_broker_group, addresses["store"], timeout_s)]
+        replicas += [pool.submit(_broker_group, g.store_address, timeout_s, g.name, g.error) for g in others]
         services = [
             ServiceCheck(
                 name,
                 addresses[name],
                 *health[name].result(),
-                metrics[name],
+                metrics.get(name, ""),
                 scraped[name].result() if name in scraped else None,
             )
             for name in addresses
         ]
     if exit_code == EXIT_OK and any(s.status != SERVING for s in services):
         exit_code = EXIT_UNREACHABLE
-    broker_group = replicas.result()
-    return Report(
-        services, addresses["store"], topics, groups, error, exit_code, None if broker_group is None else [broker_group]
-    )
+    home, *rest = (future.result() for future in replicas)
+    broker_groups = None if home is None else [home, *(group for group in rest if group is not None)]
+    return Report(services, addresses["store"], topics, groups, error, exit_code, broker_groups)
 
 
-def _broker_group(address: str, timeout_s: float) -> Document | None:
+def _broker_group(address: str, timeout_s: float, name: str = "", error: str = "") -> Document | None:
+    """The replicas of the broker group whose store is at ``address``; for another group than
+    the broker's own, ``{"name", "error"}`` when the broker or the store could not reach it."""
+    if error or not address:
+        return {"name": name, "error": error or "no store address"}
     try:
         return fetch_group(address, timeout_s)
-    except grpc.RpcError:  # DOWN (the services table says why) or an older store
-        return None
+    except grpc.RpcError as exc:  # the broker's own: DOWN (the services table says why) or an older store
+        return {"name": name, "error": f"{exc.code().name}: {exc.details()}"} if name else None
 
 
 def service_addresses(ns: argparse.Namespace, reported_store: str) -> dict[str, str]:
@@ -239,11 +250,18 @@ def _topic_doc(status: pb.TopicStatus) -> Document:
         "name": status.topic.name,
         "message_type": pb.MessageType.Name(status.topic.message_type),
         "system": status.topic.system,
+        "broker_groups": list(status.topic.broker_groups),
         "queue_nums": len(status.queues),
         "message_count": status.message_count,
         "max_offset": sum(q.max_offset for q in status.queues),
         "queues": [
-            {"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset} for q in status.queues
+            {
+                "broker_name": q.broker_name,
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+            }
+            for q in status.queues
         ],
     }
 
@@ -256,6 +274,7 @@ def _group_doc(status: pb.GroupTopicStatus) -> Document:
         "inflight_messages": status.inflight_messages,
         "queues": [
             {
+                "broker_name": q.broker_name,
                 "queue_id": q.queue_id,
                 "min_offset": q.min_offset,
                 "broker_offset": q.broker_offset,
@@ -274,6 +293,12 @@ def render(report: Report, with_error: bool = False) -> RenderableType:
     """The three tables; ``with_error``: the broker's error as a line too (--watch has no stderr)."""
     parts: list[RenderableType] = [Text("Services", style="bold"), _services_table(report.services)]
     for broker_group in report.broker_groups or []:
+        if "error" in broker_group:
+            parts += [
+                Text(""),
+                Text(f"Broker group {broker_group['name']}: no answer ({broker_group['error']})", style="bold red"),
+            ]
+            continue
         master = (
             f"master {broker_group['master_id']} at epoch {broker_group['master_epoch']}"
             if broker_group["master_id"] >= 0
@@ -324,11 +349,21 @@ def _services_table(services: list[ServiceCheck]) -> Table:
 
 def _topics_table(topics: list[Document]) -> Table:
     system = any(t["system"] for t in topics)
-    table = _table("TOPIC", "TYPE", "QUEUES", "MESSAGES", "MAX OFFSET", *(["SYSTEM"] if system else []))
+    spread = any(len(t["broker_groups"]) > 1 for t in topics)  # several broker groups: say which
+    table = _table(
+        "TOPIC",
+        "TYPE",
+        *(["BROKER GROUPS"] if spread else []),
+        "QUEUES",
+        "MESSAGES",
+        "MAX OFFSET",
+        *(["SYSTEM"] if system else []),
+    )
     for t in topics:
         table.add_row(
             t["name"],
             t["message_type"],
+            *([",".join(t["broker_groups"])] if spread else []),
             str(t["queue_nums"]),
             str(t["message_count"]),
             str(t["max_offset"]),

@@ -46,7 +46,7 @@ import enum
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker.consumer import validate_group
@@ -100,6 +100,7 @@ class QueueReset:
     queue_id: int
     old_offset: int  # -1: the group had none
     new_offset: int
+    broker_name: str = ""  # the broker group of the queue (services/broker/cluster_admin.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +111,14 @@ class QueueProgress:
     broker_offset: int  # the queue's max offset (next to be written)
     consumer_offset: int  # the group's next offset to consume; -1: none committed
     lag: int
+    broker_name: str = ""  # the broker group of the queue (services/broker/cluster_admin.py)
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerProgress:
     group: str
     queues: list[QueueProgress]
+    unreachable: tuple[str, ...] = ()  # broker groups whose store did not answer (partial)
 
     @property
     def total_lag(self) -> int:
@@ -127,12 +130,14 @@ class QueueOffsets:
     queue_id: int
     min_offset: int
     max_offset: int  # next to be written; 0: the queue never held a message
+    broker_name: str = ""  # the broker group of the queue
 
 
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
     topic: TopicInfo
     queues: list[QueueOffsets]
+    broker_groups: tuple[str, ...] = ()  # the groups holding it (services/broker/cluster_admin.py)
 
     @property
     def message_count(self) -> int:
@@ -156,6 +161,16 @@ class ClusterStatus:
     store_address: str  # "": unknown
     topics: list[TopicStatus]
     groups: list[GroupTopicStatus]
+    broker_groups: list[GroupState] = field(default_factory=list)  # every broker group asked
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """A broker group as a cluster-wide call found it."""
+
+    name: str
+    store_address: str  # its store as this broker reaches it ("" when it failed before saying)
+    error: str  # why it did not answer ("": it did)
 
 
 class AdminStore(Protocol):

@@ -127,6 +127,14 @@ class TopicPlacement:
         registered = self._registered_groups() if self._routes is not None else []
         return sorted(registered) or [self._groups.home.name]
 
+    @property
+    def home_group(self) -> str:
+        return self._groups.home.name
+
+    def admin(self, group: str) -> AdminService:
+        """The admin calls on one group's store."""
+        return self._admin(group)
+
     def _admin(self, group: str) -> AdminService:
         core = self._groups.attach(group)
         return AdminService(core.store, core.topics.invalidate, lambda: core.store.address)

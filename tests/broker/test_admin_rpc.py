@@ -78,7 +78,9 @@ def test_groups_and_progress(admin_stub, store_stub):
     wait_indexed(store_stub, "Orders", "ID0")
     progress = admin_stub.GetConsumerProgress(pb.GetConsumerProgressRequest(group="G1", topic="Orders"), timeout=10)
     assert progress.total_lag == 1 and list(progress.queues) == [
-        pb.QueueProgress(topic="Orders", queue_id=0, min_offset=0, broker_offset=1, consumer_offset=-1, lag=1)
+        pb.QueueProgress(
+            topic="Orders", queue_id=0, min_offset=0, broker_offset=1, consumer_offset=-1, lag=1, broker_name="broker-a"
+        )
     ]
     assert (
         code_of(admin_stub.GetConsumerProgress, pb.GetConsumerProgressRequest(group="Nobody"))

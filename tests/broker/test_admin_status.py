@@ -156,9 +156,11 @@ def test_get_cluster_status_rpc(broker, store_stub, store_address):
     [topic] = response.topics
     assert (topic.topic.name, topic.topic.message_type, topic.message_count) == ("Orders", admin_pb2.NORMAL, 1)
     assert list(topic.queues) == [
-        admin_pb2.QueueOffsets(queue_id=0, min_offset=0, max_offset=0),
-        admin_pb2.QueueOffsets(queue_id=1, min_offset=0, max_offset=1),
+        admin_pb2.QueueOffsets(queue_id=0, min_offset=0, max_offset=0, broker_name="broker-a"),
+        admin_pb2.QueueOffsets(queue_id=1, min_offset=0, max_offset=1, broker_name="broker-a"),
     ]
+    assert list(topic.topic.broker_groups) == ["broker-a"]
+    assert list(response.broker_groups) == [admin_pb2.BrokerGroupStatus(name="broker-a", store_address=store_address)]
     [group] = response.groups
     assert (group.group, group.topic, group.lag, group.inflight_messages) == ("G1", "Orders", 1, 0)
     assert [q.consumer_offset for q in group.queues] == [0, -1]

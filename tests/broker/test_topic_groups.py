@@ -1,9 +1,12 @@
 """Topics over broker groups through the admin API (issue 17): ``pyrmq topic create T --queues 8
 --groups g1,g2`` puts the topic in each group's store and its route in etcd; ``topic update``
 adds queues or groups; ``topic delete`` removes it from every group; consumer groups are created
-in every group. A real etcd and two real stores (tests/support/broker_groups.py)."""
+in every group; status, consumer progress and reset, and message queries cover every group, and
+name each queue's group. A real etcd and two real stores (tests/support/broker_groups.py)."""
 
 from __future__ import annotations
+
+import time
 
 import grpc
 import pytest
@@ -15,7 +18,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from services.cli import main as pyrmq
 from services.store.client.route_view import RouteStore
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
-from tests.support.v2_requests import METADATA
+from tests.support.v2_requests import METADATA, message, send_ok
 
 pytestmark = pytest.mark.needs("etcd")
 
@@ -133,3 +136,78 @@ def test_without_etcd_only_the_home_group_can_hold_topics(tmp_path) -> None:
             create(admin, "Away", 2, groups=[GROUP_B])
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert "no etcd_endpoints" in caught.value.details()
+
+
+def spread_with_messages(cluster: TwoGroups, admin, count: int = 4) -> None:
+    """Topic Spread (2 queues in each group), consumer group G, ``count`` messages keyed K<i>
+    sent through the broker (alternating groups), indexed in their stores."""
+    create(admin, "Spread", 2)
+    admin.CreateGroup(pb.CreateGroupRequest(name="G"), timeout=10)
+    assert cluster.routes_seen(lambda routes: "Spread" in routes)
+    for i in range(count):
+        send_ok(cluster.v2, message("Spread", body=f"b{i}".encode(), message_id=f"0{i:031X}", keys=[f"K{i}"]))
+    deadline = time.monotonic() + 10
+    while len(query(admin, key=f"K{count - 1}").messages) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def query(admin, **fields) -> pb.QueryMessagesResponse:
+    return admin.QueryMessages(pb.QueryMessagesRequest(topic="Spread", **fields), timeout=10)
+
+
+def test_status_progress_reset_and_queries_cover_every_group(cluster: TwoGroups, admin) -> None:
+    spread_with_messages(cluster, admin)
+    status = admin.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=10)
+    assert [(g.name, bool(g.store_address), g.error) for g in status.broker_groups] == [
+        (GROUP_A, True, ""),
+        (GROUP_B, True, ""),
+    ]
+    [topic] = [t for t in status.topics if t.topic.name == "Spread"]
+    assert list(topic.topic.broker_groups) == [GROUP_A, GROUP_B] and topic.message_count == 4
+    assert [(q.broker_name, q.queue_id, q.max_offset) for q in topic.queues] == [
+        (GROUP_A, 0, 1),
+        (GROUP_A, 1, 1),
+        (GROUP_B, 0, 1),
+        (GROUP_B, 1, 1),
+    ]  # round-robin a0, b0, a1, b1: one message in each queue
+
+    progress = admin.GetConsumerProgress(pb.GetConsumerProgressRequest(group="G", topic="Spread"), timeout=10)
+    assert progress.total_lag == 4 and not progress.unreachable_broker_groups
+    assert [(q.broker_name, q.queue_id, q.lag) for q in progress.queues] == [
+        (g, i, 1) for g in (GROUP_A, GROUP_B) for i in range(2)
+    ]
+    reset = admin.ResetConsumerOffset(
+        pb.ResetConsumerOffsetRequest(group="G", topic="Spread", position=pb.RESET_POSITION_LATEST), timeout=10
+    )
+    assert sorted((q.broker_name, q.queue_id, q.new_offset) for q in reset.queues) == [
+        (g, i, 1) for g in (GROUP_A, GROUP_B) for i in range(2)
+    ]
+    lag = admin.GetConsumerProgress(pb.GetConsumerProgressRequest(group="G", topic="Spread"), timeout=10).total_lag
+    assert lag == 0
+
+    found = {m.keys[0]: m.broker_name for i in range(4) for m in query(admin, key=f"K{i}").messages}
+    assert found == {"K0": GROUP_A, "K1": GROUP_B, "K2": GROUP_A, "K3": GROUP_B}
+    [by_id] = query(admin, message_id=f"0{1:031X}").messages
+    assert (by_id.broker_name, by_id.body) == (GROUP_B, b"b1")
+    with pytest.raises(grpc.RpcError) as caught:
+        query(admin, message_id=f"0{9:031X}")
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # in no group
+
+
+def test_a_group_that_is_down_is_reported_and_the_others_still_answer(cluster: TwoGroups, admin) -> None:
+    spread_with_messages(cluster, admin)
+    cluster.stop_store(GROUP_B)
+    status = admin.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=30)
+    states = {g.name: g for g in status.broker_groups}
+    assert states[GROUP_A].error == "" and states[GROUP_B].error and not states[GROUP_B].store_address
+    [topic] = [t for t in status.topics if t.topic.name == "Spread"]
+    assert {q.broker_name for q in topic.queues} == {GROUP_A} and topic.message_count == 2
+    progress = admin.GetConsumerProgress(pb.GetConsumerProgressRequest(group="G", topic="Spread"), timeout=30)
+    assert list(progress.unreachable_broker_groups) == [GROUP_B] and progress.total_lag == 2  # partial, and says so
+    assert list(query(admin, key="K0").unreachable_broker_groups) == [GROUP_B]
+    with pytest.raises(grpc.RpcError) as caught:  # a reset must reach every group: a retry finishes it
+        admin.ResetConsumerOffset(
+            pb.ResetConsumerOffsetRequest(group="G", topic="Spread", position=pb.RESET_POSITION_LATEST), timeout=30
+        )
+    assert "broker-b" in caught.value.details() and "run it again" in caught.value.details()

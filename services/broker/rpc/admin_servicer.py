@@ -37,6 +37,7 @@ from services.broker.acl_admin import AclAdmin
 from services.broker.admin import AdminService, ClusterStatus, QueueProgress, ResetPosition
 from services.broker.auth import AccessDenied, AuthError
 from services.broker.client_admin import Answered, ClientAdmin, ClientView
+from services.broker.cluster_admin import ClusterAdmin
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import DIRECT, Peers, check_access
@@ -111,6 +112,12 @@ class AdminServicer(pb_grpc.AdminServicer):
         placement: TopicPlacement | None = None,
     ) -> None:
         self._placement = placement  # topics and consumer groups over every broker group
+        # status, progress, reset and message queries over every broker group (none: the home's)
+        self._cluster = (
+            ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group)
+            if placement is not None
+            else ClusterAdmin(lambda: [""], lambda group: admin, "")
+        )
         self._peers = peers
         self._clients = clients
         self._admin = admin
@@ -221,9 +228,12 @@ class AdminServicer(pb_grpc.AdminServicer):
     def GetConsumerProgress(
         self, request: pb.GetConsumerProgressRequest, context: grpc.ServicerContext
     ) -> pb.GetConsumerProgressResponse:
-        progress = self._admin.consumer_progress(request.group, request.topic)
+        progress = self._cluster.consumer_progress(request.group, request.topic)
         return pb.GetConsumerProgressResponse(
-            group=progress.group, queues=[_queue(q) for q in progress.queues], total_lag=progress.total_lag
+            group=progress.group,
+            queues=[_queue(q) for q in progress.queues],
+            total_lag=progress.total_lag,
+            unreachable_broker_groups=progress.unreachable,
         )
 
     @admin_errors
@@ -233,7 +243,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         target = request.WhichOneof("target")
         if target == "position" and request.position not in _RESET_POSITIONS:
             raise RequestError(f"unknown reset position {request.position}")
-        resets = self._admin.reset_consumer_offset(
+        resets = self._cluster.reset_consumer_offset(
             request.group,
             request.topic,
             timestamp_ms=request.timestamp_ms if target == "timestamp_ms" else None,
@@ -244,7 +254,10 @@ class AdminServicer(pb_grpc.AdminServicer):
             group=request.group,
             topic=request.topic,
             queues=[
-                pb.QueueReset(queue_id=r.queue_id, old_offset=r.old_offset, new_offset=r.new_offset) for r in resets
+                pb.QueueReset(
+                    queue_id=r.queue_id, old_offset=r.old_offset, new_offset=r.new_offset, broker_name=r.broker_name
+                )
+                for r in resets
             ],
         )
 
@@ -252,7 +265,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     def GetClusterStatus(
         self, request: pb.GetClusterStatusRequest, context: grpc.ServicerContext
     ) -> pb.GetClusterStatusResponse:
-        return _cluster_status(self._admin.cluster_status(request.include_system))
+        return _cluster_status(self._cluster.cluster_status(request.include_system))
 
     @admin_errors
     def QueryMessages(
@@ -261,10 +274,12 @@ class AdminServicer(pb_grpc.AdminServicer):
         if request.key and request.message_id:
             raise RequestError("query by key or by message id, not both")
         if request.message_id:
-            found = self._admin.query_by_id(request.message_id, request.topic, request.max_num)
+            found = self._cluster.query_by_id(request.message_id, request.topic, request.max_num)
         else:
-            found = self._admin.query_by_key(request.topic, request.key, request.max_num)
-        return pb.QueryMessagesResponse(messages=[_message(m) for m in found])
+            found = self._cluster.query_by_key(request.topic, request.key, request.max_num)
+        return pb.QueryMessagesResponse(
+            messages=[_message(m, group) for group, m in found.messages], unreachable_broker_groups=found.unreachable
+        )
 
     # -- connected clients ---------------------------------------------------------------------------
     def _client_admin(self) -> ClientAdmin:
@@ -453,18 +468,25 @@ def _queue(queue: QueueProgress) -> pb.QueueProgress:
         broker_offset=queue.broker_offset,
         consumer_offset=queue.consumer_offset,
         lag=queue.lag,
+        broker_name=queue.broker_name,
     )
 
 
 def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
     return pb.GetClusterStatusResponse(
         store_address=status.store_address,
+        broker_groups=[
+            pb.BrokerGroupStatus(name=g.name, store_address=g.store_address, error=g.error)
+            for g in status.broker_groups
+        ],
         topics=[
             pb.TopicStatus(
-                topic=_topic(t.topic),
+                topic=_topic(t.topic, t.broker_groups),
                 message_count=t.message_count,
                 queues=[
-                    pb.QueueOffsets(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset)
+                    pb.QueueOffsets(
+                        queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, broker_name=q.broker_name
+                    )
                     for q in t.queues
                 ],
             )
@@ -483,8 +505,9 @@ def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
     )
 
 
-def _message(message: StoredMessage) -> pb.MessageRecord:
+def _message(message: StoredMessage, broker_name: str = "") -> pb.MessageRecord:
     return pb.MessageRecord(
+        broker_name=broker_name,
         topic=message.topic,
         queue_id=message.queue_id,
         queue_offset=message.queue_offset,

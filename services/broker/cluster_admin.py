@@ -1,0 +1,170 @@
+"""The operator's reads and resets over every broker group (issue 17): ``pyrmq status``,
+``consumer progress``, ``consumer reset`` and ``message query`` see the whole cluster, not only
+the broker's home group.
+
+Each call asks every group of the cluster (``TopicPlacement.cluster_groups``: those registered
+in etcd, else the home group) through that group's ``AdminService`` and merges the answers; every
+queue, reset and message found carries its group (``broker_name``), since queue ids start at 0
+in each group. A group whose store cannot answer:
+
+* status: is reported in ``ClusterStatus.broker_groups`` with the error, and the others' data is
+  shown (so ``pyrmq status`` still shows the rest of a cluster with a group down);
+* progress and message queries: is named in ``unreachable`` (lag and results are then partial,
+  and say so);
+* reset: fails the call once every other group is reset (a reset is idempotent: run it again);
+
+and when no group answers at all, the first group's error is the call's, as with one group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from services.broker.admin import (
+    AdminService,
+    ClusterStatus,
+    ConsumerProgress,
+    GroupState,
+    GroupTopicStatus,
+    QueueReset,
+    ResetPosition,
+    TopicStatus,
+)
+from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, StoreCallError, as_broker_error
+from services.store.client.model import StoredMessage
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class FoundMessages:
+    messages: list[tuple[str, StoredMessage]]  # (broker group, message), oldest first per group
+    unreachable: tuple[str, ...]  # groups whose store did not answer
+
+
+class ClusterAdmin:
+    def __init__(
+        self, cluster_groups: Callable[[], list[str]], admin: Callable[[str], AdminService], home: str
+    ) -> None:
+        self._cluster_groups = cluster_groups
+        self._admin = admin
+        self._home = home
+
+    def _each(self, call: Callable[[AdminService], T]) -> tuple[list[tuple[str, T]], dict[str, BrokerError]]:
+        """``call`` on every group: (group, answer) of those that answered, group -> error of
+        those whose store failed or that said "not found"."""
+        answers: list[tuple[str, T]] = []
+        errors: dict[str, BrokerError] = {}
+        for group in self._cluster_groups():
+            try:
+                answers.append((group, call(self._admin(group))))
+            except FAILURES as caught:
+                exc = as_broker_error(caught)
+                if not isinstance(exc, (StoreCallError, NotFoundError)):
+                    raise  # a bad request: every group would say the same
+                errors[group] = exc
+        return answers, errors
+
+    @staticmethod
+    def _unreachable(errors: dict[str, BrokerError]) -> tuple[str, ...]:
+        return tuple(sorted(group for group, exc in errors.items() if isinstance(exc, StoreCallError)))
+
+    @staticmethod
+    def _first_error(errors: dict[str, BrokerError]) -> BrokerError:
+        """No group answered: a store failure before a "not found" (which may be a down group's)."""
+        failures = [exc for exc in errors.values() if isinstance(exc, StoreCallError)]
+        return failures[0] if failures else next(iter(errors.values()))
+
+    # -- status --------------------------------------------------------------------------------
+    def cluster_status(self, include_system: bool = False) -> ClusterStatus:
+        answers, errors = self._each(lambda admin: admin.cluster_status(include_system))
+        if not answers:
+            raise self._first_error(errors)
+        topics: dict[str, TopicStatus] = {}
+        groups: dict[tuple[str, str], GroupTopicStatus] = {}
+        states: list[GroupState] = []
+        for group, status in answers:
+            states.append(GroupState(group, status.store_address, ""))
+            for topic in status.topics:
+                queues = [replace(q, broker_name=group) for q in topic.queues]
+                merged = topics.get(topic.topic.name)
+                topics[topic.topic.name] = (
+                    TopicStatus(topic.topic, queues, (group,))
+                    if merged is None
+                    else TopicStatus(merged.topic, merged.queues + queues, (*merged.broker_groups, group))
+                )
+            for row in status.groups:
+                progress = [replace(q, broker_name=group) for q in row.queues]
+                had = groups.get((row.group, row.topic))
+                groups[(row.group, row.topic)] = (
+                    GroupTopicStatus(row.group, row.topic, progress, row.inflight_messages)
+                    if had is None
+                    else GroupTopicStatus(
+                        row.group, row.topic, had.queues + progress, had.inflight_messages + row.inflight_messages
+                    )
+                )
+        states += [GroupState(group, "", str(exc)) for group, exc in errors.items()]
+        consumed = {group for group, topic in groups if topic}
+        rows = [row for key, row in sorted(groups.items()) if key[1] or key[0] not in consumed]
+        home = next((s.store_address for s in states if s.name == self._home), states[0].store_address)
+        states.sort(key=lambda state: state.name)
+        return ClusterStatus(home, sorted(topics.values(), key=lambda t: t.topic.name), rows, states)
+
+    # -- consumer progress and reset ------------------------------------------------------------
+    def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:
+        answers, errors = self._each(lambda admin: admin.consumer_progress(group, topic))
+        if not answers:
+            raise self._first_error(errors)
+        queues = [replace(q, broker_name=name) for name, progress in answers for q in progress.queues]
+        queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        return ConsumerProgress(group, queues, self._unreachable(errors))
+
+    def reset_consumer_offset(
+        self,
+        group: str,
+        topic: str,
+        *,
+        timestamp_ms: int | None = None,
+        position: ResetPosition | None = None,
+        offset: int | None = None,
+    ) -> list[QueueReset]:
+        answers, errors = self._each(
+            lambda admin: admin.reset_consumer_offset(
+                group, topic, timestamp_ms=timestamp_ms, position=position, offset=offset
+            )
+        )
+        unreachable = self._unreachable(errors)
+        if unreachable or not answers:
+            if answers:
+                log.warning("reset of %s on %s: broker groups %s did not answer", group, topic, unreachable)
+                raise StoreCallError(
+                    f"reset group {group} on topic {topic} in {', '.join(g for g, _ in answers)}, but broker group(s) "
+                    f"{', '.join(unreachable)} did not answer: run it again once they are back",
+                    Code.INTERNAL_SERVER_ERROR,
+                )
+            raise self._first_error(errors)
+        return [replace(r, broker_name=name) for name, resets in answers for r in resets]
+
+    # -- messages -------------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int = 0) -> FoundMessages:
+        answers, errors = self._each(lambda admin: admin.query_by_key(topic, key, max_num))
+        if not answers:
+            raise self._first_error(errors)
+        return self._found(answers, errors, max_num)
+
+    def query_by_id(self, message_id: str, topic: str = "", max_num: int = 0) -> FoundMessages:
+        answers, errors = self._each(lambda admin: admin.query_by_id(message_id, topic, max_num))
+        if not answers:
+            raise self._first_error(errors)
+        return self._found(answers, errors, max_num)
+
+    def _found(
+        self, answers: list[tuple[str, list[StoredMessage]]], errors: dict[str, BrokerError], max_num: int
+    ) -> FoundMessages:
+        messages = [(group, message) for group, found in answers for message in found]
+        return FoundMessages(messages[: max_num or None], self._unreachable(errors))
