@@ -139,10 +139,16 @@ def message(body: bytes, i: int) -> d.Message:
 
 
 def send_load(
-    stub: s_grpc.MessagingServiceStub, n: int, in_flight: int, per_request: int, body: bytes
+    stub: s_grpc.MessagingServiceStub | list[s_grpc.MessagingServiceStub],
+    n: int,
+    in_flight: int,
+    per_request: int,
+    body: bytes,
 ) -> tuple[float, list[float]]:
     """Send ``n`` messages; (elapsed s, sorted request latencies). The requests are built before
-    the clock starts, so the client's protobuf work does not compete with the servers'."""
+    the clock starts, so the client's protobuf work does not compete with the servers'. A list
+    of stubs: request thread k sends on stub k (e.g. one connection each)."""
+    stubs = stub if isinstance(stub, list) else [stub]
     latencies: list[float] = []
     lock = threading.Lock()
     requests = [
@@ -159,7 +165,7 @@ def send_load(
                 return
             started = time.perf_counter()
             try:
-                response = stub.SendMessage(request, metadata=METADATA, timeout=30)
+                response = stubs[k % len(stubs)].SendMessage(request, metadata=METADATA, timeout=30)
             except grpc.RpcError as e:
                 failures.append(f"send failed: {e}")
                 return
@@ -181,12 +187,15 @@ def send_load(
     return time.perf_counter() - started, sorted(latencies)
 
 
-def consume_load(stub: s_grpc.MessagingServiceStub, n: int, consumers: int = 1) -> tuple[float, list[float]]:
+def consume_load(
+    stub: s_grpc.MessagingServiceStub, n: int, consumers: int = 1, broker: str = ""
+) -> tuple[float, list[float]]:
     """Receive ``n`` messages in batches of 32, acking each batch in one AckMessage, with
-    ``consumers`` receive-and-ack loops at once (a push consumer keeps several receives open)."""
+    ``consumers`` receive-and-ack loops at once (a push consumer keeps several receives open);
+    ``broker``: from that broker group's queues (message_queue.broker; "": the broker's own)."""
     request = s.ReceiveMessageRequest(
         group=d.Resource(name=GROUP),
-        message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1),
+        message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC), id=-1, broker=d.Broker(name=broker)),
         filter_expression=d.FilterExpression(type=d.TAG, expression="*"),
         batch_size=32,
         invisible_duration=Duration(seconds=60),
