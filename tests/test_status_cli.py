@@ -80,7 +80,11 @@ def wait_message_count(endpoint: str, topic: str, count: int) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("status")
-    store_port, metrics_port, broker_port = free_ports(5), free_ports(4), free_ports(1)
+    while True:  # three blocks, probed one after the other: they must not overlap
+        store_port, metrics_port, broker_port = free_ports(5), free_ports(4), free_ports(1)
+        taken = [*range(store_port, store_port + 5), *range(metrics_port, metrics_port + 4), broker_port]
+        if len(set(taken)) == len(taken):
+            break
     up = Process(
         pyrmq_up_command(tmp / "data", port=broker_port, store_port=store_port, metrics_port=metrics_port),
         ROOT,
