@@ -20,6 +20,7 @@ routes come from, and how a receipt handle names its group):
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import replace
 
 from services.broker.consumer import ReceiveRequest, ReceiveResult
@@ -27,6 +28,7 @@ from services.broker.errors import FAILURES, BrokerError, Code, as_broker_error
 from services.broker.group_core import GroupCore
 from services.broker.groups import Groups
 from services.broker.pull import OffsetPolicy, PullRequest, PullResult
+from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
 from services.broker.route import Route, RouteQueue
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,11 @@ class GroupedOffsets:
         if broker_name and broker_name != self._groups.home.name:
             self._groups.route(topic)
         return self._groups.core(broker_name)
+
+    def raw_pull(self, request: RawPullRequest) -> Iterator[RawPullResult]:
+        """PullRecords (services/broker/raw_pull.py) on the group named in the request."""
+        core = self._core(request.topic, request.broker_name)
+        return RawPullService(core.offsets, core.store).pull(request)
 
     def close(self) -> None:
         self._groups.close_services()

@@ -7,10 +7,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf.timestamp_pb2 import Timestamp
+from pyrmq.pull.v1 import pull_pb2 as pull_pb
+from pyrmq.pull.v1 import pull_pb2_grpc as pull_grpc
 
 from services.domain.routes import select_write_queue
 from services.store.client.model import TopicInfo
@@ -243,3 +246,20 @@ def test_a_topic_without_a_route_stays_on_the_home_group(groups: TwoGroups) -> N
     assert queues == [(GROUP_A, 0), (GROUP_A, 1)]
     send_many(groups.v2, 4, topic="Home")
     assert groups.depth(GROUP_A, "Home", 2) == [2, 2]
+
+
+def test_pull_records_go_to_the_named_group(groups: TwoGroups) -> None:
+    send_many(groups.v2, 8)  # one message in each queue of each group (a0, b0, a1, b1, ...)
+    with grpc.insecure_channel(f"127.0.0.1:{groups.broker.port}") as channel:
+        stub = pull_grpc.PullStub(channel)
+
+        def pull(broker_name: str) -> pull_pb.PullRecordsResponse:
+            request = pull_pb.PullRecordsRequest(topic=TOPIC, queue_id=1, broker_name=broker_name, queue_offset=0)
+            [response] = list(stub.PullRecords(request, timeout=10))
+            return response
+
+        for group in (GROUP_A, GROUP_B, ""):  # "": the home group
+            response = pull(group)
+            assert response.status.code == d.OK and response.record_count == 1, response.status
+            assert response.max_offset == groups.depth(group or GROUP_A, TOPIC)[1]
+        assert pull("broker-z").status.code == d.BAD_REQUEST  # not a group of this cluster

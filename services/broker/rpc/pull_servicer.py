@@ -9,7 +9,7 @@ The stream always ends. No client id is required (a pyrmq extension, not a v2 RP
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -19,10 +19,11 @@ from pyrmq.pull.v1 import pull_pb2_grpc as pb_grpc
 from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
 from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
-from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
+from services.broker.raw_pull import RawPullRequest, RawPullResult
 from services.broker.rpc.status import DIRECT, Peers, check_access, status
 
 log = logging.getLogger(__name__)
+Puller = Callable[[RawPullRequest], Iterator[RawPullResult]]  # RawPullService.pull, or one per broker group
 
 PULL_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Pull"].full_name  # pyrmq.pull.v1.Pull
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
@@ -70,8 +71,8 @@ def error_response(code: int, message: str) -> pb.PullRecordsResponse:
 
 
 class PullServicer(pb_grpc.PullServicer):
-    def __init__(self, service: RawPullService, guard: AccessGuard | None = None, peers: Peers = DIRECT) -> None:
-        self._service = service
+    def __init__(self, pull: Puller, guard: AccessGuard | None = None, peers: Peers = DIRECT) -> None:
+        self._pull = pull
         self.guard = guard
         self.peers = peers
 
@@ -80,7 +81,7 @@ class PullServicer(pb_grpc.PullServicer):
     ) -> Iterator[pb.PullRecordsResponse]:
         try:
             check_access(self.guard, "PullRecords", request, context, self.peers)
-            for result in self._service.pull(raw_pull_request(request, context.time_remaining(), context)):
+            for result in self._pull(raw_pull_request(request, context.time_remaining(), context)):
                 yield response(result)
         except FAILURES as caught:
             exc = as_broker_error(caught)
@@ -91,6 +92,6 @@ class PullServicer(pb_grpc.PullServicer):
 
 
 def add_pull_service(
-    server: grpc.Server, service: RawPullService, guard: AccessGuard | None = None, peers: Peers = DIRECT
+    server: grpc.Server, pull: Puller, guard: AccessGuard | None = None, peers: Peers = DIRECT
 ) -> None:
-    pb_grpc.add_PullServicer_to_server(PullServicer(service, guard, peers), server)
+    pb_grpc.add_PullServicer_to_server(PullServicer(pull, guard, peers), server)

@@ -31,7 +31,6 @@ from services.broker.group_router import GroupedProducer, GroupedTransactions, R
 from services.broker.groups import ClusterView, Groups
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
-from services.broker.raw_pull import RawPullService
 from services.broker.renewal import ReceiptRenewer
 from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
 from services.broker.rpc.pool import TimedThreadPool
@@ -263,6 +262,7 @@ def build_server(
     )
     guard = access_guard(config, store, clock)
     producer = GroupedProducer(groups, clock)
+    offsets = GroupedOffsets(groups)
     servicer = MessagingServicer(
         RouteService(groups, endpoint),
         producer,
@@ -273,14 +273,14 @@ def build_server(
         consumer=GroupedConsumer(groups),
         clock=clock,
         traffic=metrics.traffic if metrics is not None else None,
-        offsets=GroupedOffsets(groups),
+        offsets=offsets,
         guard=guard,
         queue_wait_s=pool.waited_s,
         queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
         peers=client_port.peers,
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, RawPullService(home.offsets, store), guard, client_port.peers)
+    add_pull_service(server, offsets.raw_pull, guard, client_port.peers)  # PullRecords: the named group
     add_admin_service(
         server,
         store,
