@@ -34,22 +34,11 @@ from broker_bench import GROUP, TOPIC, consume_load, proc_cpu_s, send_load  # no
 from pyrmq.admin.v1 import admin_pb2 as pb  # noqa: E402
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc  # noqa: E402
 
+from services.up_cli import parse_summary  # noqa: E402
+
 READY = re.compile(r"^pyrmq up: (?P<summary>.*) cpus=(?P<cpus>\S+) \(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 BODY = b"x" * 1024
 SEPARATE = [("grpc.use_local_subchannel_pool", 1)]  # a connection per channel
-
-
-def ready_lines(summary: str) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    label = ""
-    for item in summary.split():
-        if "=" in item:
-            key, _, value = item.partition("=")
-            out[label][key] = value
-        else:
-            label = item
-            out[label] = {}
-    return out
 
 
 def listening_pid(address: str) -> int:
@@ -82,7 +71,7 @@ class Cluster:
         # A process's own port: its metrics server (the client port is HAProxy's, a child it counts).
         self.pids = {
             label: listening_pid(ready["metrics"].split("/")[2] if ready["metrics"] != "off" else ready["grpc"])
-            for label, ready in ready_lines(match["summary"]).items()
+            for label, ready in parse_summary(match.group(0)).items()
         }
         self.families = {label: family(pid) for label, pid in self.pids.items()}
         threading.Thread(target=lambda: [None for _ in self.up.stdout], daemon=True).start()  # type: ignore[union-attr]

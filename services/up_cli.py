@@ -312,6 +312,22 @@ def up(ns: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+def parse_summary(line: str) -> dict[str, dict[str, str]]:
+    """``pyrmq up``'s first line (``pyrmq up: store grpc=... broker grpc=... cpus=...``) ->
+    label -> the key=value pairs of that service's ready line, for scripts."""
+    body = line.removeprefix("pyrmq up: ").split(" cpus=", 1)[0]
+    out: dict[str, dict[str, str]] = {}
+    label = ""
+    for item in body.split():
+        key, sep, value = item.partition("=")
+        if sep:
+            out[label][key] = value
+        else:
+            label = item
+            out[label] = {}
+    return out
+
+
 def restartable(ns: argparse.Namespace, child: Child) -> bool:
     """A store replica of a set of several: ``up`` restarts it (the others serve meanwhile)."""
     return ns.replicas > 1 and child.spec.name == "store"  # every group's replicas

@@ -19,6 +19,7 @@ import grpc
 import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
+from services.up_cli import parse_summary
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 
@@ -28,27 +29,12 @@ READY = re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)
 LABELS = ["etcd", "store", "store-b", "broker", "broker-1", "scheduler", "txcheck", "scheduler-b", "txcheck-b"]
 
 
-def ready_lines(line: str) -> dict[str, dict[str, str]]:
-    """label -> the key=value pairs of its ready line, from ``pyrmq up``'s summary line."""
-    body = line.removeprefix("pyrmq up: ").split(" cpus=", 1)[0]
-    out: dict[str, dict[str, str]] = {}
-    label = ""
-    for item in body.split():
-        if "=" in item:
-            key, _, value = item.partition("=")
-            out[label][key] = value
-        else:
-            label = item
-            out[label] = {}
-    return out
-
-
 def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[Process]) -> None:
     data = tmp_path / "data"
     up = Process(pyrmq_up_command(data, "--groups", "2", "--brokers", "2", "--create-topic", "Spread"), tmp_path)
     processes.append(up)
     ready = up.wait_line(READY)
-    lines = ready_lines(ready.group(0))
+    lines = parse_summary(ready.group(0))
     assert list(lines) == LABELS
     assert lines["broker"]["grpc"] == lines["broker-1"]["grpc"]  # one client port
     locals_ = [lines["broker"]["local"], lines["broker-1"]["local"]]

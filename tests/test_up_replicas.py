@@ -19,7 +19,7 @@ import grpc
 import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from tests.support.processes import Process, pyrmq_up_command
+from tests.support.processes import Process, pyrmq_status, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 
 pytestmark = pytest.mark.needs("etcd")
@@ -90,24 +90,7 @@ def test_a_replica_set_serves_clients_through_a_master_kill(tmp_path: Path, proc
         while len(got) < 6 and time.monotonic() < deadline:
             got += receive(v2, "TopicTest", group="ReplicaGroup", batch_size=8)[1]
         assert sorted(m.body for m in got) == sorted([f"before-{i}".encode() for i in range(5)] + [b"after"])
-    status = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "services.cli",
-                "status",
-                "--endpoint",
-                ready["clients"],
-                "--json",
-                "--metrics-port",
-                "-1",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    )
+    status = pyrmq_status(ready["clients"])
     assert status["store_address"] == stores[state["master_id"]]  # the broker reports the current master
     [group] = status["groups"]
     assert sorted(r["id"] for r in group["replicas"]) == [0, 1, 2]

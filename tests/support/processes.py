@@ -6,6 +6,7 @@ The `processes` fixture (tests/conftest.py) kills whatever a test started."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -123,6 +124,17 @@ def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Pr
     process = Process(store_command(data_dir, "--commitlog-file-size-bytes", str(1 << 20)), cwd)
     processes.append(process)
     return process, process.wait_line(STORE_READY)
+
+
+def pyrmq_status(endpoint: str) -> dict:
+    """``pyrmq status --json`` of the cluster whose broker is at ``endpoint`` (metrics not probed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json", "--metrics-port", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
 
 
 def pyrmq_up_command(
