@@ -57,7 +57,7 @@ class ClusterAdmin:
 
     def _each(self, call: Callable[[AdminService], T]) -> tuple[list[tuple[str, T]], dict[str, BrokerError]]:
         """``call`` on every group: (group, answer) of those that answered, group -> error of
-        those whose store failed or that said "not found"."""
+        those whose store failed or that said "not found". No group answered: its error."""
         answers: list[tuple[str, T]] = []
         errors: dict[str, BrokerError] = {}
         for group in self._cluster_groups():
@@ -68,6 +68,8 @@ class ClusterAdmin:
                 if not isinstance(exc, (StoreCallError, NotFoundError)):
                     raise  # a bad request: every group would say the same
                 errors[group] = exc
+        if not answers:
+            raise self._first_error(errors)
         return answers, errors
 
     @staticmethod
@@ -83,8 +85,6 @@ class ClusterAdmin:
     # -- status --------------------------------------------------------------------------------
     def cluster_status(self, include_system: bool = False) -> ClusterStatus:
         answers, errors = self._each(lambda admin: admin.cluster_status(include_system))
-        if not answers:
-            raise self._first_error(errors)
         topics: dict[str, TopicStatus] = {}
         groups: dict[tuple[str, str], GroupTopicStatus] = {}
         states: list[GroupState] = []
@@ -118,8 +118,6 @@ class ClusterAdmin:
     # -- consumer progress and reset ------------------------------------------------------------
     def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:
         answers, errors = self._each(lambda admin: admin.consumer_progress(group, topic))
-        if not answers:
-            raise self._first_error(errors)
         queues = [replace(q, broker_name=name) for name, progress in answers for q in progress.queues]
         queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return ConsumerProgress(group, queues, self._unreachable(errors))
@@ -139,28 +137,22 @@ class ClusterAdmin:
             )
         )
         unreachable = self._unreachable(errors)
-        if unreachable or not answers:
-            if answers:
-                log.warning("reset of %s on %s: broker groups %s did not answer", group, topic, unreachable)
-                raise StoreCallError(
-                    f"reset group {group} on topic {topic} in {', '.join(g for g, _ in answers)}, but broker group(s) "
-                    f"{', '.join(unreachable)} did not answer: run it again once they are back",
-                    Code.INTERNAL_SERVER_ERROR,
-                )
-            raise self._first_error(errors)
+        if unreachable:
+            log.warning("reset of %s on %s: broker groups %s did not answer", group, topic, unreachable)
+            raise StoreCallError(
+                f"reset group {group} on topic {topic} in {', '.join(g for g, _ in answers)}, but broker group(s) "
+                f"{', '.join(unreachable)} did not answer: run it again once they are back",
+                Code.INTERNAL_SERVER_ERROR,
+            )
         return [replace(r, broker_name=name) for name, resets in answers for r in resets]
 
     # -- messages -------------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int = 0) -> FoundMessages:
         answers, errors = self._each(lambda admin: admin.query_by_key(topic, key, max_num))
-        if not answers:
-            raise self._first_error(errors)
         return self._found(answers, errors, max_num)
 
     def query_by_id(self, message_id: str, topic: str = "", max_num: int = 0) -> FoundMessages:
         answers, errors = self._each(lambda admin: admin.query_by_id(message_id, topic, max_num))
-        if not answers:
-            raise self._first_error(errors)
         return self._found(answers, errors, max_num)
 
     def _found(

@@ -104,20 +104,16 @@ class AdminServicer(pb_grpc.AdminServicer):
     def __init__(
         self,
         admin: AdminService,
+        placement: TopicPlacement,
         checks: TransactionCheckRelay | None = None,
         acl: AclAdmin | None = None,
         guard: AccessGuard | None = None,
         peers: Peers = DIRECT,
         clients: ClientAdmin | None = None,
-        placement: TopicPlacement | None = None,
     ) -> None:
         self._placement = placement  # topics and consumer groups over every broker group
-        # status, progress, reset and message queries over every broker group (none: the home's)
-        self._cluster = (
-            ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group)
-            if placement is not None
-            else ClusterAdmin(lambda: [""], lambda group: admin, "")
-        )
+        # status, progress, reset and message queries over every broker group
+        self._cluster = ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group)
         self._peers = peers
         self._clients = clients
         self._admin = admin
@@ -188,34 +184,25 @@ class AdminServicer(pb_grpc.AdminServicer):
         message_type = (
             "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else pb.MessageType.Name(request.message_type)
         )
-        if self._placement is None:
-            topic, created = self._admin.create_topic(request.name, message_type, request.queue_nums)
-            return pb.CreateTopicResponse(topic=_topic(topic), created=created)
         placed = self._placement.create(request.name, message_type, request.queue_nums, list(request.broker_groups))
         return pb.CreateTopicResponse(topic=_topic(placed.topic, placed.broker_groups), created=placed.created)
 
     @admin_errors
     def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
-        if self._placement is None:
-            return pb.ListTopicsResponse(topics=[_topic(t) for t in self._admin.list_topics(request.include_system)])
         return pb.ListTopicsResponse(topics=[_topic(t, g) for t, g in self._placement.list(request.include_system)])
 
     @admin_errors
     def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:
-        if self._placement is None:
-            self._admin.delete_topic(request.name)
-        else:
-            validate_topic(request.name)
-            if not self._placement.delete(request.name):
-                raise NotFoundError(f"topic {request.name} does not exist", Code.TOPIC_NOT_FOUND)
+        validate_topic(request.name)
+        if not self._placement.delete(request.name):
+            raise NotFoundError(f"topic {request.name} does not exist", Code.TOPIC_NOT_FOUND)
         return pb.DeleteTopicResponse()
 
     @admin_errors
     def CreateGroup(self, request: pb.CreateGroupRequest, context: grpc.ServicerContext) -> pb.CreateGroupResponse:
         fifo = request.fifo if request.HasField("fifo") else None
         policy = retry_policy_from_pb(request.retry_policy) if request.HasField("retry_policy") else None
-        create = self._placement.create_group if self._placement is not None else self._admin.create_group
-        group, created = create(
+        group, created = self._placement.create_group(
             request.name, fifo, request.max_delivery_attempts, policy, must_exist=request.must_exist
         )
         return pb.CreateGroupResponse(group=_group(group), created=created)
@@ -391,22 +378,23 @@ class V2ClientCommands:
 def add_admin_service(
     server: grpc.Server,
     store: StoreClient,
+    placement: TopicPlacement,
     on_topic_changed: Callable[[str], None] = lambda name: None,
     checks: TransactionCheckRelay | None = None,
     guard: AccessGuard | None = None,
     peers: Peers = DIRECT,
     telemetry: TelemetryService | None = None,
-    placement: TopicPlacement | None = None,
 ) -> AdminServicer:
-    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store`` (``checks``: CheckTransaction;
-    ``guard``: authentication is on; ``telemetry``: the connected clients). GetClusterStatus
-    reports the store client's address."""
+    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store``, the home group's (users and
+    ACLs; ``placement``: topics, consumer groups, status and queries over every broker group;
+    ``checks``: CheckTransaction; ``guard``: authentication is on; ``telemetry``: the connected
+    clients)."""
     acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
     admin = AdminService(store, on_topic_changed, lambda: store.address)
     clients = (
         ClientAdmin(telemetry.registry, telemetry.answers, admin, V2ClientCommands()) if telemetry is not None else None
     )
-    servicer = AdminServicer(admin, checks, acl=acl, guard=guard, peers=peers, clients=clients, placement=placement)
+    servicer = AdminServicer(admin, placement, checks, acl=acl, guard=guard, peers=peers, clients=clients)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

@@ -284,16 +284,16 @@ def build_server(
     add_admin_service(
         server,
         store,
+        TopicPlacement(
+            groups,
+            cluster.route_store if cluster is not None else None,
+            cluster.registered_groups if cluster is not None else list,
+        ),
         home.topics.invalidate,
         checks=TransactionCheckRelay(telemetry.registry, home.halves),
         guard=guard,
         peers=client_port.peers,
         telemetry=telemetry,
-        placement=TopicPlacement(
-            groups,
-            cluster.route_store if cluster is not None else None,
-            cluster.registered_groups if cluster is not None else list,
-        ),
     )
 
     health_servicer = health.HealthServicer()
