@@ -349,11 +349,13 @@ def decode_batch(
     verify_crc: bool = False,
     columns: tuple[str, ...] = ALL_COLUMNS,
     delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT,
+    broker_name: str | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch of ``columns`` (of ``COMMITLOG_COLUMNS``, in that order) for the records
     starting at ``starts`` in ``a`` (the segment's bytes as uint8; ``buf`` the same bytes, for
-    CRCs); ``base_offset`` is the phy offset of ``a[0]``. Only the requested columns are
-    decoded (the length arithmetic of every record is always checked)."""
+    CRCs); ``base_offset`` is the phy offset of ``a[0]``; ``broker_name`` fills the
+    ``brokerName`` column (null when None). Only the requested columns are decoded (the length
+    arithmetic of every record is always checked)."""
     count = len(starts)
     f = _fields(a, starts)
     total = f["total_size"].astype(np.int64)
@@ -426,6 +428,7 @@ def decode_batch(
         "reconsumeTimes": lambda: pa.array(f["reconsume"], pa.int32()),
         "preparedTransactionOffset": lambda: pa.array(f["prepared"], pa.int64()),
         "segment": lambda: au.constant_strings(segment, count),
+        "brokerName": lambda: _broker_names(broker_name, count),
     }
     arrays = [out[name] if name in out else simple[name]() for name in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=commitlog_schema(columns))
@@ -490,6 +493,7 @@ def read_segment(
     verify_crc: bool = False,
     columns: tuple[str, ...] = ALL_COLUMNS,
     delay_level_millis: tuple[int, ...] = DELAY_LEVEL_MILLIS_DEFAULT,
+    broker_name: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of the records of one segment that start in [from_offset, to_offset) (phy
     offsets; default the whole segment). A range not starting at the segment start is
@@ -509,7 +513,15 @@ def read_segment(
                     starts, pos, why = walk_array(mm, a, pos, size, stop, batch_rows)
                     if len(starts):
                         yield decode_batch(
-                            mm, a, starts, file_from_offset, path.name, verify_crc, columns, delay_level_millis
+                            mm,
+                            a,
+                            starts,
+                            file_from_offset,
+                            path.name,
+                            verify_crc,
+                            columns,
+                            delay_level_millis,
+                            broker_name,
                         )
                     if why != "more":
                         break
@@ -517,8 +529,17 @@ def read_segment(
                 del a
 
 
+def _broker_names(broker_name: str | None, count: int) -> pa.Array:
+    return pa.nulls(count, pa.string()) if broker_name is None else au.constant_strings(broker_name, count)
+
+
 def read_consume_queue(
-    path: Path, topic: str, queue_id: int, file_from_offset: int, batch_rows: int = 262_144
+    path: Path,
+    topic: str,
+    queue_id: int,
+    file_from_offset: int,
+    batch_rows: int = 262_144,
+    broker_name: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of the valid units of one ConsumeQueue file (it ends at the first unit that is
     not valid, ``phy_offset < 0 or size <= 0``; blank units before a queue's start are
@@ -537,6 +558,7 @@ def read_consume_queue(
         yield pa.RecordBatch.from_arrays(
             [
                 au.constant_strings(topic, n),
+                _broker_names(broker_name, n),
                 pa.array(np.full(n, queue_id, np.int32)),
                 pa.array(offsets),
                 pa.array(units["phy_offset"].astype(np.int64)),

@@ -275,7 +275,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 class StoreFileOptions:
     """Options of "rocketmq-commitlog" / "rocketmq-consumequeue"."""
 
-    path: str
+    roots: tuple[tuple[str | None, str], ...]  # (brokerName or None, store root), in the order given
     from_offset: int | None
     to_offset: int | None
     verify_crc: bool
@@ -286,18 +286,57 @@ class StoreFileOptions:
     delay_level_millis: tuple[int, ...]
 
 
-def parse_store_file_options(options: Mapping[str, str]) -> StoreFileOptions:
-    opts = _lower(options)
-    path = _get(opts, "path")
-    if not path:
+def parse_store_roots(opts: dict[str, str]) -> tuple[tuple[str | None, str], ...]:
+    """``path`` (``.load(root)``) or ``paths`` (``.load([root, ...])``: a JSON array, as Spark
+    passes it), each named by ``brokerNames`` (comma list, one per root, in order). One root may
+    go unnamed (its ``brokerName`` column is null: a store's files do not record their broker's
+    name); several roots must be named, and distinctly, or their offsets could not be told apart."""
+    import json
+
+    path, paths = _get(opts, "path"), _get(opts, "paths")
+    if path and paths:
+        raise OptionError("options 'path' and 'paths' both set: .load() takes one root or a list of roots")
+    if paths:
+        try:
+            roots = json.loads(paths)
+        except ValueError:
+            roots = None
+        if not isinstance(roots, list) or not all(isinstance(r, str) and r for r in roots):
+            raise OptionError(f"option 'paths' must be a JSON array of store roots, got {paths!r}")
+    else:
+        roots = [path] if path else []
+    if not roots:
         raise OptionError(
             "option 'path' is required: a store root (with commitlog/ and consumequeue/) "
-            "or its commitlog/ or consumequeue/ directory; .load(path) sets it"
+            "or its commitlog/ or consumequeue/ directory; .load(path) sets it, .load([path, ...]) reads several"
         )
+    names_text = _get(opts, "brokerNames", "brokerName")
+    names = [n.strip() for n in names_text.split(",")] if names_text is not None else []
+    if names_text is None:
+        if len(roots) > 1:
+            raise OptionError(
+                f"option 'brokerNames' is required with {len(roots)} store roots: "
+                "their broker names, comma-separated, in the order of the roots (broker-a,broker-b)"
+            )
+        return ((None, roots[0]),)
+    if len(names) != len(roots) or not all(names):
+        raise OptionError(
+            f"option 'brokerNames' names {len(names)} brokers for {len(roots)} store roots: {names_text!r}"
+        )
+    if len(set(names)) != len(names):
+        raise OptionError(f"option 'brokerNames' repeats a name: {names_text!r}")
+    return tuple(zip(names, roots))
+
+
+def parse_store_file_options(options: Mapping[str, str]) -> StoreFileOptions:
+    opts = _lower(options)
+    roots = parse_store_roots(opts)
     from_offset = parse_int(opts, "fromOffset", None, minimum=0)
     to_offset = parse_int(opts, "toOffset", None, minimum=0)
     if from_offset is not None and to_offset is not None and to_offset < from_offset:
         raise OptionError(f"option 'toOffset' ({to_offset}) is below 'fromOffset' ({from_offset})")
+    if len(roots) > 1 and (from_offset is not None or to_offset is not None):
+        raise OptionError("options 'fromOffset' / 'toOffset' are phy offsets of one CommitLog: read one store root")
     topics = _get(opts, "topics", "topic")
     from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 
@@ -307,7 +346,7 @@ def parse_store_file_options(options: Mapping[str, str]) -> StoreFileOptions:
     except (KeyError, ValueError):
         raise OptionError(f"option 'delayLevels' must look like '1s 5s 10s 30s 1m ... 2h', got {levels!r}") from None
     return StoreFileOptions(
-        path=path,
+        roots=roots,
         from_offset=from_offset,
         to_offset=to_offset,
         verify_crc=parse_bool(opts, "verifyCrc", False),

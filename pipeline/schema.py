@@ -56,6 +56,7 @@ COMMITLOG_COLUMNS = (
     ("tags", "string"),
     ("keys", "array<string>"),
     ("uniqKey", "string"),
+    ("brokerName", "string"),  # the name given with the store root (option brokerNames), else null
     ("segment", "string"),
     ("crcValid", "boolean"),  # null unless verifyCrc: body CRC and, if present, the record CRC
     ("tagsCode", "bigint"),  # what the ConsumeQueue unit holds: JavaHash(TAGS), deliver time on SCHEDULE_TOPIC_XXXX
@@ -64,6 +65,7 @@ COMMITLOG_COLUMNS = (
 # Source "rocketmq-consumequeue": one row per 20-byte unit (services/domain/format/consume_queue_format.py).
 CONSUMEQUEUE_COLUMNS = (
     ("topic", "string"),
+    ("brokerName", "string"),
     ("queueId", "int"),
     ("queueOffset", "bigint"),
     ("commitLogOffset", "bigint"),

@@ -3,6 +3,10 @@
 They read the files directly (the store may be running, or a copy, or a store written by Apache
 RocketMQ itself: the layout is the same), so the path must be readable by every executor.
 
+Several store roots at once (the broker groups of a cluster): ``.load([root_a, root_b])`` with
+option ``brokerNames`` (``broker-a,broker-b``, one per root, in order), which fills the
+``brokerName`` column; one root may go unnamed (null ``brokerName``).
+
 ``rocketmq-commitlog``: one partition per segment, or, with ``splitSize``, per ``splitSize``
 bytes of a segment (each split finds its first record itself, see ``decode.find_record_start``).
 Options: ``path``, ``fromOffset`` / ``toOffset`` (phy offsets: records starting in the range),
@@ -52,6 +56,7 @@ def selected_columns(schema: StructType, columns, source: str) -> tuple[str, ...
 
 @dataclass(frozen=True)
 class SegmentSplit(InputPartition):
+    broker_name: str | None
     path: str
     file_from_offset: int
     from_offset: int | None
@@ -64,11 +69,18 @@ class CommitLogReader(DataSourceReader):
         self.columns = selected_columns(schema, COMMITLOG_COLUMNS, COMMITLOG_FORMAT)
 
     def partitions(self):
+        opts = self.options
+        splits = []
+        for broker_name, root in opts.roots:
+            splits.extend(self._splits(broker_name, root))
+        return splits or [SegmentSplit(None, "", 0, 0, 0)]
+
+    def _splits(self, broker_name: str | None, root: str) -> list[SegmentSplit]:
         from pipeline.decode import segment_files
 
         opts = self.options
         splits = []
-        for start, path in segment_files(opts.path):
+        for start, path in segment_files(root):
             size = os.path.getsize(path)
             end = start + size
             low = start if opts.from_offset is None else max(start, opts.from_offset)
@@ -80,10 +92,12 @@ class CommitLogReader(DataSourceReader):
             while cut < high:
                 upper = min(high, cut + step)
                 splits.append(
-                    SegmentSplit(str(path), start, None if cut == start else cut, None if upper == end else upper)
+                    SegmentSplit(
+                        broker_name, str(path), start, None if cut == start else cut, None if upper == end else upper
+                    )
                 )
                 cut = upper
-        return splits or [SegmentSplit("", 0, 0, 0)]
+        return splits
 
     def read(self, partition: SegmentSplit):
         if not partition.path:
@@ -105,6 +119,7 @@ class CommitLogReader(DataSourceReader):
             opts.verify_crc,
             decode_columns,
             opts.delay_level_millis,
+            partition.broker_name,
         ):
             if check:
                 _fail_on_crc(batch, partition.path)
@@ -137,13 +152,14 @@ class CommitLogDataSource(DataSource):
 
 @dataclass(frozen=True)
 class QueueFile(InputPartition):
+    broker_name: str | None
     path: str
     topic: str
     queue_id: int
     file_from_offset: int
 
 
-def consume_queue_files(path: str, topics: tuple[str, ...] = ()) -> list[QueueFile]:
+def consume_queue_files(path: str, topics: tuple[str, ...] = (), broker_name: str | None = None) -> list[QueueFile]:
     root = Path(path)
     directory = root / "consumequeue" if (root / "consumequeue").is_dir() else root
     if not directory.is_dir():
@@ -157,7 +173,7 @@ def consume_queue_files(path: str, topics: tuple[str, ...] = ()) -> list[QueueFi
         ):
             for file in sorted(queue_dir.iterdir()):
                 if file.is_file() and file.name.isdigit():
-                    files.append(QueueFile(str(file), topic_dir.name, int(queue_dir.name), int(file.name)))
+                    files.append(QueueFile(broker_name, str(file), topic_dir.name, int(queue_dir.name), int(file.name)))
     return files
 
 
@@ -167,7 +183,9 @@ class ConsumeQueueReader(DataSourceReader):
         self.columns = selected_columns(schema, CONSUMEQUEUE_COLUMNS, CONSUMEQUEUE_FORMAT)
 
     def partitions(self):
-        return consume_queue_files(self.options.path, self.options.topics) or [QueueFile("", "", 0, 0)]
+        opts = self.options
+        files = [f for name, root in opts.roots for f in consume_queue_files(root, opts.topics, name)]
+        return files or [QueueFile(None, "", "", 0, 0)]
 
     def read(self, partition: QueueFile):
         if not partition.path:
@@ -176,7 +194,11 @@ class ConsumeQueueReader(DataSourceReader):
 
         all_columns = tuple(name for name, _ in CONSUMEQUEUE_COLUMNS)
         for batch in read_consume_queue(
-            Path(partition.path), partition.topic, partition.queue_id, partition.file_from_offset
+            Path(partition.path),
+            partition.topic,
+            partition.queue_id,
+            partition.file_from_offset,
+            broker_name=partition.broker_name,
         ):
             yield batch if self.columns == all_columns else batch.select(list(self.columns))
 

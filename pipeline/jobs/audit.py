@@ -1,6 +1,6 @@
 """Audit: do the ConsumeQueues agree with the CommitLog, and do the CRCs hold?
 
-    python -m pipeline.jobs.audit STORE_ROOT [--examples 10]
+    python -m pipeline.jobs.audit STORE_ROOT [STORE_ROOT ...] [--broker-names a,b] [--examples 10]
 
 Checks (exit code 1 when any fails, with examples):
 
@@ -13,7 +13,9 @@ Checks (exit code 1 when any fails, with examples):
    committed) of a topic that has ConsumeQueues has exactly one unit.
 
 Run it on a stopped store (or a copy): a running store appends records before it dispatches
-them. Units below the CommitLog's first segment (retention) are not checked.
+them. Units below the CommitLog's first segment (retention) are not checked. Several roots (one
+per broker group) are audited in one run, each against itself: a unit points into its own
+root's CommitLog; every failure names its ``brokerName``.
 """
 
 from __future__ import annotations
@@ -23,18 +25,38 @@ import sys
 from dataclasses import dataclass, field
 
 from pipeline.jobs import cli
-from pipeline.jobs.export import commitlog_frame, dispatchable
+from pipeline.jobs.stores import (
+    Roots,
+    add_store_arguments,
+    commitlog_frame,
+    consumequeue_frame,
+    dispatchable,
+    roots_from_args,
+    same_broker,
+)
 
-RECORD_COLUMNS = ("commitLogOffset", "totalSize", "queueId", "queueOffset", "sysFlag", "topic", "crcValid", "tagsCode")
+RECORD_COLUMNS = (
+    "commitLogOffset",
+    "totalSize",
+    "queueId",
+    "queueOffset",
+    "sysFlag",
+    "topic",
+    "brokerName",
+    "crcValid",
+    "tagsCode",
+)
 
 
 @dataclass(frozen=True)
 class AuditSummary:
     records: int
     units: int
-    crc_failures: list[int]  # phy offsets
-    unit_mismatches: list[tuple[str, int, int, int, str]]  # (topic, queue, queue offset, phy offset, why)
-    dispatch_mismatches: list[tuple[int, str, int, int, int]]  # (phy offset, topic, queue, queue offset, units)
+    crc_failures: list[tuple[str | None, int]]  # (brokerName, phy offset)
+    # (brokerName, topic, queue, queue offset, phy offset, why)
+    unit_mismatches: list[tuple[str | None, str, int, int, int, str]]
+    # (brokerName, phy offset, topic, queue, queue offset, units)
+    dispatch_mismatches: list[tuple[str | None, int, str, int, int, int]]
     counts: dict[str, int] = field(default_factory=dict)  # check -> failures (all, not just examples)
     elapsed_s: float = 0.0
 
@@ -43,7 +65,7 @@ class AuditSummary:
         return not any(self.counts.values())
 
 
-def run(spark, store: str, examples: int = 10) -> AuditSummary:
+def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
     """Three Spark actions: one over the records, one over the units, one that finds every
     failure (counted per check, the first ``examples`` of each by offset kept)."""
     from pyspark.sql import Window
@@ -52,18 +74,22 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
     watch = cli.Stopwatch()
     records = commitlog_frame(spark, store, RECORD_COLUMNS, verifyCrc="true", failOnCrcError="false").cache()
     units = (
-        spark.read.format("rocketmq-consumequeue")
-        .load(store)
-        .select("topic", "queueId", "queueOffset", "commitLogOffset", "size", "tagsCode")
+        consumequeue_frame(spark, store)
+        .select("topic", "brokerName", "queueId", "queueOffset", "commitLogOffset", "size", "tagsCode")
         .cache()
     )
     try:
-        min_phy, total_records = records.agg(F.min("commitLogOffset"), F.count(F.lit(1))).first()
+        per_root = (
+            records.groupBy("brokerName").agg(F.min("commitLogOffset").alias("minPhy"), F.count(F.lit(1)).alias("n"))
+        ).collect()
+        first_phy = {row["brokerName"]: row["minPhy"] for row in per_root}
+        total_records = sum(row["n"] for row in per_root)
         total_units = units.count()
 
-        def failure(df, check: str, topic, queue, queue_offset, phy, detail):
+        def failure(df, check: str, broker, topic, queue, queue_offset, phy, detail):
             return df.select(
                 F.lit(check).alias("check"),
+                broker.alias("brokerName"),
                 topic.alias("topic"),
                 queue.alias("queueId"),
                 queue_offset.alias("queueOffset"),
@@ -75,6 +101,7 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
         crc = failure(
             crc,
             "crc",
+            F.col("brokerName"),
             F.col("topic"),
             F.col("queueId"),
             F.col("queueOffset"),
@@ -82,7 +109,11 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
             F.lit("crc mismatch"),
         )
         r = records.alias("r")
-        u = units.where(F.col("commitLogOffset") >= F.lit(min_phy if min_phy is not None else 0)).alias("u")
+        # Units below their root's first record were left by retention: not checked.
+        floor = F.lit(None).cast("bigint")
+        for broker, phy in first_phy.items():
+            floor = F.when(F.col("brokerName").eqNullSafe(F.lit(broker).cast("string")), F.lit(phy)).otherwise(floor)
+        u = units.where(F.col("commitLogOffset") >= F.coalesce(floor, F.lit(0))).alias("u")
         why = (
             F.when(F.col("r.commitLogOffset").isNull(), F.lit("no record starts there"))
             .when(
@@ -109,36 +140,46 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
             )
         )
         bad_units = (
-            u.join(r, F.col("u.commitLogOffset") == F.col("r.commitLogOffset"), "left")
+            u.join(r, same_broker("u", "r") & (F.col("u.commitLogOffset") == F.col("r.commitLogOffset")), "left")
             .withColumn("why", why)
             .where(F.col("why").isNotNull())
         )
         bad_units = failure(
             bad_units,
             "units",
+            F.col("u.brokerName"),
             F.col("u.topic"),
             F.col("u.queueId"),
             F.col("u.queueOffset"),
             F.col("u.commitLogOffset"),
             F.col("why"),
         )
-        expected = dispatchable(records).join(units.select("topic").distinct(), "topic", "left_semi").alias("e")
-        per_record = units.groupBy("commitLogOffset").agg(F.count(F.lit(1)).alias("n")).alias("c")
+        has_queues = units.select("brokerName", "topic").distinct().alias("t")
+        expected = (
+            dispatchable(records)
+            .alias("d")
+            .join(has_queues, same_broker("d", "t") & (F.col("d.topic") == F.col("t.topic")), "left_semi")
+            .alias("e")
+        )
+        per_record = units.groupBy("brokerName", "commitLogOffset").agg(F.count(F.lit(1)).alias("n")).alias("c")
         dispatch = (
-            expected.join(per_record, F.col("e.commitLogOffset") == F.col("c.commitLogOffset"), "left")
+            expected.join(
+                per_record, same_broker("e", "c") & (F.col("e.commitLogOffset") == F.col("c.commitLogOffset")), "left"
+            )
             .withColumn("n", F.coalesce(F.col("c.n"), F.lit(0)))
             .where(F.col("n") != 1)
         )
         dispatch = failure(
             dispatch,
             "dispatch",
+            F.col("e.brokerName"),
             F.col("e.topic"),
             F.col("e.queueId"),
             F.col("e.queueOffset"),
             F.col("e.commitLogOffset"),
             F.col("n"),
         )
-        ranked = Window.partitionBy("check").orderBy("commitLogOffset", "topic", "queueId", "queueOffset")
+        ranked = Window.partitionBy("check").orderBy("brokerName", "commitLogOffset", "topic", "queueId", "queueOffset")
         found = (
             crc.unionByName(bad_units)
             .unionByName(dispatch)
@@ -157,13 +198,20 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
     return AuditSummary(
         total_records,
         total_units,
-        [row["commitLogOffset"] for row in of("crc")],
+        [(row["brokerName"], row["commitLogOffset"]) for row in of("crc")],
         [
-            (row["topic"], row["queueId"], row["queueOffset"], row["commitLogOffset"], row["detail"])
+            (row["brokerName"], row["topic"], row["queueId"], row["queueOffset"], row["commitLogOffset"], row["detail"])
             for row in of("units")
         ],
         [
-            (row["commitLogOffset"], row["topic"], row["queueId"], row["queueOffset"], int(row["detail"]))
+            (
+                row["brokerName"],
+                row["commitLogOffset"],
+                row["topic"],
+                row["queueId"],
+                row["queueOffset"],
+                int(row["detail"]),
+            )
             for row in of("dispatch")
         ],
         counts,
@@ -173,13 +221,14 @@ def run(spark, store: str, examples: int = 10) -> AuditSummary:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipeline.jobs.audit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("store", help="store root (with commitlog/ and consumequeue/)")
+    add_store_arguments(parser, "store root (with commitlog/ and consumequeue/)")
     parser.add_argument("--examples", type=int, default=10, help="failures shown per check (default 10)")
     cli.add_spark_arguments(parser)
     args = parser.parse_args(argv)
+    roots = roots_from_args(parser, args)
     spark = cli.session(args, "audit")
     with cli.progress(spark, "audit", not args.no_progress):
-        s = run(spark, args.store, args.examples)
+        s = run(spark, roots, args.examples)
     verdict = lambda n: "[green]ok[/green]" if n == 0 else f"[red]{n:,} failed[/red]"  # noqa: E731
     cli.console.print(
         cli.table(
@@ -193,12 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if s.crc_failures:
-        cli.console.print("CRC failures at phy offsets: " + ", ".join(map(str, s.crc_failures)))
+        cli.console.print(
+            "CRC failures at phy offsets: "
+            + ", ".join(f"{phy}" if broker is None else f"{broker}:{phy}" for broker, phy in s.crc_failures)
+        )
     if s.unit_mismatches:
         cli.console.print(
             cli.table(
                 "Units that do not match their record",
-                ("topic", "queue", "queue offset", "phy offset", "why"),
+                ("broker", "topic", "queue", "queue offset", "phy offset", "why"),
                 s.unit_mismatches,
             )
         )
@@ -206,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.console.print(
             cli.table(
                 "Records without exactly one unit",
-                ("phy offset", "topic", "queue", "queue offset", "units"),
+                ("broker", "phy offset", "topic", "queue", "queue offset", "units"),
                 s.dispatch_mismatches,
             )
         )

@@ -1,12 +1,14 @@
 """Rebuild: ConsumeQueues and IndexFiles from the CommitLog, byte-identical to the store's.
 
-    python -m pipeline.jobs.rebuild STORE_ROOT [--output DIR] [--no-index] [--force]
+    python -m pipeline.jobs.rebuild STORE_ROOT [STORE_ROOT ...] [--broker-names a,b]
+        [--output DIR] [--no-index] [--force]
         [--consume-queue-units-per-file N] [--index-hash-slot-num N] [--index-num-max N]
         [--delay-levels "1s 5s ..."]
 
 Writes ``consumequeue/`` and ``index/`` under ``--output`` (default: the store root itself,
 which must not have them unless ``--force``, which deletes them first). The store must be
-stopped. The sizes must be the store's (StoreConfig: 300,000 units per ConsumeQueue file,
+stopped. Several roots (one per broker group, named with ``--broker-names``) are rebuilt in
+one run, each from its own CommitLog into itself, or into ``--output``/<brokerName>. The sizes must be the store's (StoreConfig: 300,000 units per ConsumeQueue file,
 5,000,000 hash slots and 20,000,000 entries per IndexFile by default; pyrmq's tests use small
 ones).
 
@@ -18,9 +20,9 @@ writers, fed the same ``DispatchRequest``s in the same order as its reput thread
   and written by ``services.store.consume_queue.ConsumeQueue.put_requests`` on an executor
   (queues are independent, so this runs in parallel; the output path must be visible to every
   executor, like the input).
-* IndexFiles: chain order is CommitLog order across all topics, so the records with keys are
-  sorted into one partition and ``services.store.index_service.IndexService.build_index_batch``
-  writes them in one task. File *names* are the local time at which the store created them;
+* IndexFiles: chain order is CommitLog order across all topics, so each root's records with
+  keys are sorted into one partition and ``services.store.index_service.IndexService.build_index_batch``
+  writes them in one task (a task per root). File *names* are the local time at which the store created them;
   a rebuild names each file from the store time of the record that opened it, so names can
   differ from the originals by the store's dispatch delay (milliseconds); contents are
   identical, and names only order the files.
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.jobs import cli
-from pipeline.jobs.export import commitlog_frame, dispatchable
+from pipeline.jobs.stores import Roots, add_store_arguments, as_roots, commitlog_frame, dispatchable, roots_from_args
 from services.domain.format.properties_format import KEYS, UNIQ_KEY
 
 CQ_COLUMNS = (
@@ -46,9 +48,10 @@ CQ_COLUMNS = (
     "sysFlag",
     "storeTimestamp",
     "topic",
+    "brokerName",
     "tagsCode",
 )
-INDEX_COLUMNS = ("commitLogOffset", "sysFlag", "storeTimestamp", "topic", "properties")
+INDEX_COLUMNS = ("commitLogOffset", "sysFlag", "storeTimestamp", "topic", "properties", "brokerName")
 DISPATCH_BATCH_MAX = 4096  # the store's reput batch (reput.DISPATCH_BATCH_MAX)
 
 
@@ -112,15 +115,15 @@ def _requests(table):
     ]
 
 
-def _write_queue_fn(cq_dir: str, units_per_file: int):
+def _write_queue_fn(cq_dirs: dict[str | None, str], units_per_file: int):
     def write_queue(key, table):
         import pyarrow as pa
 
         from services.store.consume_queue import ConsumeQueue
 
-        topic, queue_id = key[0].as_py(), key[1].as_py()
+        broker, topic, queue_id = key[0].as_py(), key[1].as_py(), key[2].as_py()
         table = table.sort_by("commitLogOffset")
-        cq = ConsumeQueue(topic, queue_id, Path(cq_dir), units_per_file)
+        cq = ConsumeQueue(topic, queue_id, Path(cq_dirs[broker]), units_per_file)
         try:
             requests = _requests(table)
             for start in range(0, len(requests), DISPATCH_BATCH_MAX):
@@ -131,6 +134,7 @@ def _write_queue_fn(cq_dir: str, units_per_file: int):
             cq.close()
         return pa.table(
             {
+                "brokerName": pa.array([broker], pa.string()),
                 "topic": pa.array([topic], pa.string()),
                 "queueId": pa.array([queue_id], pa.int32()),
                 "units": pa.array([table.num_rows], pa.int64()),
@@ -141,34 +145,73 @@ def _write_queue_fn(cq_dir: str, units_per_file: int):
     return write_queue
 
 
-def _write_index_fn(index_dir: str, hash_slot_num: int, index_num_max: int):
+def _runs(batch, column: str):
+    """(value, slice) of each run of equal ``column`` values in a batch."""
+    values = batch.column(column).to_pylist()
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            yield values[start], batch.slice(start, i - start)
+            start = i
+
+
+def _write_index_fn(index_dirs: dict[str | None, str], hash_slot_num: int, index_num_max: int):
+    """Writes the IndexFiles of every root whose records reach this task, sorted by
+    (brokerName, commitLogOffset): one IndexService per root, in CommitLog order."""
+
     def write_index(batches):
         import pyarrow as pa
 
         from services.store.index_service import IndexService
 
-        clock = ReplayClock()
-        service = IndexService(Path(index_dir), hash_slot_num, index_num_max, clock)
-        keys = 0
+        done: list[tuple[str | None, int, int]] = []
+        service, clock, current, keys = None, ReplayClock(), None, 0
+
+        def close() -> None:
+            if service is not None:
+                done.append((current, len(service.files), keys))
+                service.close()
+
         try:
             for batch in batches:
-                requests = _requests(pa.Table.from_batches([batch]))
-                for start in range(0, len(requests), DISPATCH_BATCH_MAX):
-                    chunk = requests[start : start + DISPATCH_BATCH_MAX]
-                    clock.now = chunk[0].store_timestamp_ms
-                    service.build_index_batch(chunk)
-                    keys += sum(bool(r.uniq_key) + len([k for k in r.keys.split(" ") if k]) for r in chunk)
-            files = len(service.files)
+                for broker, part in _runs(batch, "brokerName"):
+                    if service is None or broker != current:
+                        close()
+                        clock = ReplayClock()
+                        service = IndexService(Path(index_dirs[broker]), hash_slot_num, index_num_max, clock)
+                        current, keys = broker, 0
+                    requests = _requests(pa.Table.from_batches([part]))
+                    for start in range(0, len(requests), DISPATCH_BATCH_MAX):
+                        chunk = requests[start : start + DISPATCH_BATCH_MAX]
+                        clock.now = chunk[0].store_timestamp_ms
+                        service.build_index_batch(chunk)
+                        keys += sum(bool(r.uniq_key) + len([k for k in r.keys.split(" ") if k]) for r in chunk)
         finally:
-            service.close()
-        yield pa.RecordBatch.from_pydict({"files": pa.array([files], pa.int32()), "keys": pa.array([keys], pa.int64())})
+            close()
+        yield pa.RecordBatch.from_pydict(
+            {
+                "brokerName": pa.array([b for b, _, _ in done], pa.string()),
+                "files": pa.array([f for _, f, _ in done], pa.int32()),
+                "keys": pa.array([k for _, _, k in done], pa.int64()),
+            }
+        )
 
     return write_index
 
 
+def targets(roots: Roots, output: str | None) -> dict[str | None, Path]:
+    """Where each root's consumequeue/ and index/ go: the root itself, or ``output`` (one root)
+    or ``output/<brokerName>`` (several)."""
+    if output is None:
+        return {name: Path(root) for name, root in roots}
+    if len(roots) == 1:
+        return {roots[0][0]: Path(output)}
+    return {name: Path(output) / str(name) for name, _ in roots}
+
+
 def run(
     spark,
-    store: str,
+    store: str | Roots,
     output: str | None = None,
     index: bool = True,
     force: bool = False,
@@ -181,25 +224,29 @@ def run(
 
     from services.store.config import StoreConfig
 
-    defaults = StoreConfig(store_root=Path(store))
+    roots = as_roots(store)
+    defaults = StoreConfig(store_root=Path(roots[0][1]))
     units_per_file = units_per_file or defaults.consume_queue_units_per_file
     hash_slot_num = hash_slot_num or defaults.index_hash_slot_num
     index_num_max = index_num_max or defaults.index_num_max
     watch = cli.Stopwatch()
-    target = Path(output or store)
-    cq_dir, index_dir = target / "consumequeue", target / "index"
-    for directory in (cq_dir, index_dir) if index else (cq_dir,):
-        if directory.exists() and any(directory.iterdir()):
-            if not force:
-                raise FileExistsError(f"{directory} is not empty; move it away or pass --force to delete it")
-            shutil.rmtree(directory)
+    places = targets(roots, output)
+    cq_dirs = {name: str(place / "consumequeue") for name, place in places.items()}
+    index_dirs = {name: str(place / "index") for name, place in places.items()}
+    directories = [Path(d) for d in cq_dirs.values()] + ([Path(d) for d in index_dirs.values()] if index else [])
+    busy = [d for d in directories if d.exists() and any(d.iterdir())]
+    if busy and not force:
+        raise FileExistsError(f"{', '.join(map(str, busy))} not empty; move it away or pass --force to delete it")
+    for directory in busy:
+        shutil.rmtree(directory)
     options = {"delayLevels": delay_levels} if delay_levels else {}
 
-    records = dispatchable(commitlog_frame(spark, store, CQ_COLUMNS, **options))
+    records = dispatchable(commitlog_frame(spark, roots, CQ_COLUMNS, **options))
     written = (
-        records.groupBy("topic", "queueId")
+        records.groupBy("brokerName", "topic", "queueId")
         .applyInArrow(
-            _write_queue_fn(str(cq_dir), units_per_file), "topic string, queueId int, units bigint, files int"
+            _write_queue_fn(cq_dirs, units_per_file),
+            "brokerName string, topic string, queueId int, units bigint, files int",
         )
         .collect()
     )
@@ -209,18 +256,21 @@ def run(
 
         rollback = 0xC
         keyed = (
-            commitlog_frame(spark, store, INDEX_COLUMNS, **options)
+            commitlog_frame(spark, roots, INDEX_COLUMNS, **options)
             .where(col("sysFlag").bitwiseAND(0xC) != rollback)
             .where(F.col("properties").getItem(UNIQ_KEY).isNotNull() | F.col("properties").getItem(KEYS).isNotNull())
             .withColumn("properties", F.map_filter("properties", lambda k, v: k.isin(KEYS, UNIQ_KEY)))
         )
         built = (
-            keyed.repartition(1)
-            .sortWithinPartitions("commitLogOffset")
-            .mapInArrow(_write_index_fn(str(index_dir), hash_slot_num, index_num_max), "files int, keys bigint")
+            keyed.repartition(len(roots), "brokerName")
+            .sortWithinPartitions("brokerName", "commitLogOffset")
+            .mapInArrow(
+                _write_index_fn(index_dirs, hash_slot_num, index_num_max),
+                "brokerName string, files int, keys bigint",
+            )
             .collect()
         )
-        index_files, index_keys = built[0]["files"], built[0]["keys"]
+        index_files, index_keys = sum(r["files"] for r in built), sum(r["keys"] for r in built)
     return RebuildSummary(
         queues=len(written),
         units=sum(r["units"] for r in written),
@@ -233,8 +283,10 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipeline.jobs.rebuild", description=__doc__.split("\n\n")[0])
-    parser.add_argument("store", help="store root (with commitlog/); the store must be stopped")
-    parser.add_argument("--output", help="write consumequeue/ and index/ here (default: the store root)")
+    add_store_arguments(parser, "store root (with commitlog/); the store must be stopped")
+    parser.add_argument(
+        "--output", help="write consumequeue/ and index/ here (several roots: under <brokerName>/; default: each root)"
+    )
     parser.add_argument("--no-index", action="store_true", help="rebuild the ConsumeQueues only")
     parser.add_argument("--force", action="store_true", help="delete existing consumequeue/ (and index/) first")
     parser.add_argument("--consume-queue-units-per-file", type=int, help="default 300000 (StoreConfig)")
@@ -243,17 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-levels", help="the store's messageDelayLevel (SCHEDULE_TOPIC_XXXX tags codes)")
     cli.add_spark_arguments(parser)
     args = parser.parse_args(argv)
-    if (Path(args.store) / "abort").exists() and not args.force:
-        cli.err_console.print(
-            f"{args.store}/abort exists: the store is running or did not stop cleanly; stop it (or pass --force)"
-        )
-        return 2
+    roots = roots_from_args(parser, args)
+    for _, root in roots:
+        if (Path(root) / "abort").exists() and not args.force:
+            cli.err_console.print(
+                f"{root}/abort exists: the store is running or did not stop cleanly; stop it (or pass --force)"
+            )
+            return 2
     spark = cli.session(args, "rebuild")
     try:
         with cli.progress(spark, "rebuild", not args.no_progress):
             s = run(
                 spark,
-                args.store,
+                roots,
                 args.output,
                 not args.no_index,
                 args.force,

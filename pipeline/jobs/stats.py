@@ -1,12 +1,15 @@
 """Stats: per-topic message counts, bytes and rates over time, from the CommitLog.
 
-    python -m pipeline.jobs.stats STORE_ROOT [--window "1 minute"] [--topic T ...] [--out DIR]
+    python -m pipeline.jobs.stats STORE_ROOT [STORE_ROOT ...] [--broker-names a,b]
+                                  [--window "1 minute"] [--topic T ...] [--out DIR]
 
 Per topic: records, record bytes, first and last store time, the average rate over that span
 and the peak rate of one window. Over time: records and bytes per window (all topics), the
 newest ``--rows`` windows shown; ``--out`` writes the whole (topic, window) series as Parquet.
 Counts every record in the log (half and rolled-back transaction records included, system
-topics too), so the numbers add up to the CommitLog's size.
+topics too), so the numbers add up to the CommitLog's size. Over several roots (one per broker
+group) a topic's figures add its groups up; a table per broker shows each group's share, and
+the ``--out`` series has a ``brokerName`` column.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from dataclasses import dataclass
 
 from pipeline.jobs import cli
-from pipeline.jobs.export import commitlog_frame
+from pipeline.jobs.stores import Roots, add_store_arguments, commitlog_frame, roots_from_args
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class TopicStats:
 class StatsSummary:
     topics: list[TopicStats]
     windows: list[tuple[str, int, int]]  # (window start, records, bytes), oldest first
+    per_broker: list[tuple[str | None, int, int]]  # (brokerName, records, bytes)
     window_s: float
     elapsed_s: float
 
@@ -50,28 +54,35 @@ def _window_seconds(spark, window: str) -> float:
     return float(row["s"])
 
 
-def run(spark, store: str, window: str = "1 minute", topics=(), out: str | None = None) -> StatsSummary:
+def run(spark, store: str | Roots, window: str = "1 minute", topics=(), out: str | None = None) -> StatsSummary:
     from pyspark.sql import functions as F
 
     watch = cli.Stopwatch()
     window_s = _window_seconds(spark, window)
-    df = commitlog_frame(spark, store, ("topic", "storeTimestamp", "totalSize"), topics)
+    df = commitlog_frame(spark, store, ("topic", "storeTimestamp", "totalSize", "brokerName"), topics)
     series = (
-        df.groupBy("topic", F.window("storeTimestamp", window).alias("w"))
+        df.groupBy("topic", "brokerName", F.window("storeTimestamp", window).alias("w"))
         .agg(
             F.count(F.lit(1)).alias("records"),
             F.sum("totalSize").alias("bytes"),
             F.min("storeTimestamp").alias("first"),
             F.max("storeTimestamp").alias("last"),
         )
-        .select("topic", F.col("w.start").alias("window_start"), "records", "bytes", "first", "last")
+        .select("topic", "brokerName", F.col("w.start").alias("window_start"), "records", "bytes", "first", "last")
         .cache()
+    )
+    # A topic's windows over all roots (the peak is the busiest window of the whole topic).
+    per_window = series.groupBy("topic", "window_start").agg(
+        F.sum("records").alias("records"),
+        F.sum("bytes").alias("bytes"),
+        F.min("first").alias("first"),
+        F.max("last").alias("last"),
     )
     try:
         if out:
             series.write.mode("overwrite").parquet(out)
         per_topic = (
-            series.groupBy("topic")
+            per_window.groupBy("topic")
             .agg(
                 F.sum("records").alias("records"),
                 F.sum("bytes").alias("bytes"),
@@ -86,6 +97,12 @@ def run(spark, store: str, window: str = "1 minute", topics=(), out: str | None 
             series.groupBy("window_start")
             .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
             .orderBy("window_start")
+            .collect()
+        )
+        per_broker = (
+            series.groupBy("brokerName")
+            .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"))
+            .orderBy("brokerName")
             .collect()
         )
     finally:
@@ -106,6 +123,7 @@ def run(spark, store: str, window: str = "1 minute", topics=(), out: str | None 
         windows=[
             (r["window_start"].strftime("%Y-%m-%d %H:%M:%S"), int(r["records"]), int(r["bytes"])) for r in over_time
         ],
+        per_broker=[(r["brokerName"], int(r["records"]), int(r["bytes"])) for r in per_broker],
         window_s=window_s,
         elapsed_s=watch.elapsed_s,
     )
@@ -113,17 +131,18 @@ def run(spark, store: str, window: str = "1 minute", topics=(), out: str | None 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipeline.jobs.stats", description=__doc__.split("\n\n")[0])
-    parser.add_argument("store", help="store root (with commitlog/) or its commitlog/ directory")
+    add_store_arguments(parser, "store root (with commitlog/) or its commitlog/ directory")
     parser.add_argument("--window", default="1 minute", help='time bucket, a Spark interval ("10 seconds", "1 hour")')
     parser.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
     parser.add_argument("--out", help="write the (topic, window) series here as Parquet")
     parser.add_argument("--rows", type=int, default=20, help="newest windows to show (default 20)")
     cli.add_spark_arguments(parser)
     args = parser.parse_args(argv)
+    roots = roots_from_args(parser, args)
     spark = cli.session(args, "stats")
     with cli.progress(spark, "stats", not args.no_progress):
-        summary = run(spark, args.store, args.window, tuple(args.topic), args.out)
-    stamp = lambda ms: cli.datetime.fromtimestamp(ms / 1000, cli.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+        summary = run(spark, roots, args.window, tuple(args.topic), args.out)
+    stamp = lambda ms: cli.datetime.fromtimestamp(ms / 1000, cli.UTC).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
     cli.console.print(
         cli.table(
             "Per topic",
@@ -134,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
         )
     )
+    if len(roots) > 1:
+        cli.console.print(cli.table("Per broker", ("broker", "records", "bytes"), summary.per_broker))
     shown = summary.windows[-args.rows :]
     cli.console.print(
         cli.table(

@@ -114,6 +114,24 @@ def test_sink_and_store_file_options():
         parse_store_file_options({"path": "/s", "delayLevels": "1x"})
 
 
+def test_several_store_roots_and_their_broker_names():
+    """.load([a, b]) arrives as option 'paths', a JSON array; each root needs its broker name."""
+    assert parse_store_file_options({"path": "/s"}).roots == ((None, "/s"),)
+    assert parse_store_file_options({"path": "/s", "brokerName": "broker-b"}).roots == (("broker-b", "/s"),)
+    two = parse_store_file_options({"paths": '["/a", "/b/store"]', "BROKERNAMES": "broker-a, broker-b"})
+    assert two.roots == (("broker-a", "/a"), ("broker-b", "/b/store"))
+    with pytest.raises(OptionError, match="'brokerNames' is required with 2 store roots"):
+        parse_store_file_options({"paths": '["/a", "/b"]'})
+    with pytest.raises(OptionError, match="names 1 brokers for 2 store roots"):
+        parse_store_file_options({"paths": '["/a", "/b"]', "brokerNames": "broker-a"})
+    with pytest.raises(OptionError, match="repeats a name"):
+        parse_store_file_options({"paths": '["/a", "/b"]', "brokerNames": "broker-a,broker-a"})
+    with pytest.raises(OptionError, match="'paths' must be a JSON array"):
+        parse_store_file_options({"paths": "/a,/b"})
+    with pytest.raises(OptionError, match="phy offsets of one CommitLog"):
+        parse_store_file_options({"paths": '["/a", "/b"]', "brokerNames": "a,b", "fromOffset": "0"})
+
+
 # -- offsets JSON ----------------------------------------------------------------------------------
 
 

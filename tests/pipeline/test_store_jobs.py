@@ -120,12 +120,12 @@ def test_consumequeue_source(spark, store_root):
 
 
 def test_export_round_trip_and_stats(spark, store_root, tmp_path):
-    from pipeline.jobs import export, stats
+    from pipeline.jobs import export, stats, stores
 
     summary = export.run(spark, str(store_root), str(tmp_path / "out"), topics=("Orders", "Logs"))
     exported = spark.read.parquet(str(tmp_path / "out"))
-    source = export.dispatchable(
-        export.commitlog_frame(spark, str(store_root), export.EXPORT_COLUMNS, topics=("Orders", "Logs"))
+    source = stores.dispatchable(
+        stores.commitlog_frame(spark, str(store_root), export.EXPORT_COLUMNS, topics=("Orders", "Logs"))
     )
     assert summary.records == source.count() == exported.count() > 0
     assert {t for t, _, _ in summary.per_topic} == {"Orders", "Logs"}
