@@ -5,6 +5,7 @@ consumed through MessagingService, then ``services.cli.main(["status", ...])``."
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import signal
@@ -242,3 +243,21 @@ def test_watch_and_json_is_a_usage_error(capsys):
         cli.main(["status", "--watch", "1", "--json"])
     assert caught.value.code == 2
     assert "--watch" in capsys.readouterr().err
+
+
+def test_another_groups_store_metrics_sit_as_far_from_the_home_stores_as_its_port():
+    """pyrmq up --groups puts group k's ports (metrics too) 100 k above the first group's;
+    the compose file runs each group's stores on the same ports on hosts of their own."""
+    ns = argparse.Namespace(endpoint="127.0.0.1:8081", metrics_port=9101)
+    addresses = status.service_addresses(
+        argparse.Namespace(endpoint="127.0.0.1:8081", store=None, scheduler=None, txcheck=None, metrics_port=9101),
+        "127.0.0.1:10911",
+    )
+    addresses |= {"store (broker-b)": "127.0.0.1:11011", "store (broker-c)": "store-c-0:10911"}
+    urls = status.metrics_urls(ns, addresses)
+    assert urls["store"] == "http://127.0.0.1:9101/metrics"
+    assert urls["store (broker-b)"] == "http://127.0.0.1:9201/metrics"
+    assert urls["store (broker-c)"] == "http://store-c-0:9101/metrics"
+    assert status.metrics_urls(argparse.Namespace(endpoint="127.0.0.1:8081", metrics_port=-1), addresses) == {
+        name: "" for name in addresses
+    }

@@ -187,13 +187,22 @@ def service_addresses(ns: argparse.Namespace, reported_store: str) -> dict[str, 
 
 
 def metrics_urls(ns: argparse.Namespace, addresses: dict[str, str]) -> dict[str, str]:
-    """Service name -> its Prometheus URL as topology.py places it beside --metrics-port; "" if off."""
-    placed = _placement(ns, split_address(addresses["store"])[1])
+    """Service name -> its Prometheus URL as topology.py places it beside --metrics-port; "" if off.
+    Another group's store (``store (<group>)``) is placed as ``pyrmq up --groups`` and the
+    compose file place it: its metrics port is as far from the home store's as its gRPC port."""
+    home_port = split_address(addresses["store"])[1]
+    placed = _placement(ns, home_port)
     urls = {}
     for spec in SERVICES:
         port = spec.metrics_port(placed)
         host = split_address(addresses[spec.name])[0]
         urls[spec.name] = f"http://{format_address(host, port)}/metrics" if port > 0 else ""
+    store_metrics = next(spec for spec in SERVICES if spec.name == "store").metrics_port(placed)
+    for name, address in addresses.items():
+        if name.startswith("store ("):
+            host, port = split_address(address)
+            moved = store_metrics + port - home_port
+            urls[name] = f"http://{format_address(host, moved)}/metrics" if store_metrics > 0 and moved > 0 else ""
     return urls
 
 
