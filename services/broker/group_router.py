@@ -74,7 +74,7 @@ class GroupedProducer:
 
     def send(self, messages: list[IncomingMessage], peer_address: str, timeout_s: float) -> list[SendReceipt]:
         home = self._groups.home
-        if not messages or not self._groups.has_route(messages[0].topic):
+        if not messages or not self._groups.routed(messages[0].topic):
             return home.producer.send(messages, peer_address, timeout_s)
         topic = messages[0].topic
         route = self._groups.route(topic)

@@ -7,6 +7,13 @@ and every topic without etcd, lives on the *home* group alone (``broker_name``, 
 broker follows): its route is made from that group's topic config, so a one-group cluster
 works exactly as before issue 17.
 
+Auto-created topics (``auto_create_topic_enable``). With etcd, a topic no group holds is
+placed on every group of the cluster, with its route (``place_new_topics_with``: the
+placement ``pyrmq topic create`` uses), as RocketMQ's brokers each create an unknown topic a
+producer sends them through TBW102's route, which names every broker; if that fails (a group
+down), it is created on the home group alone, as without etcd. A topic already held by the
+home group without a route stays there.
+
 Groups are created on first use: a route that names a group the broker has not met yet makes
 its ``GroupCore`` (group_core.py), connected through ``connect`` (with etcd: a store client
 following that group's master). Nothing is moved or renumbered when a group joins.
@@ -72,6 +79,7 @@ class Groups:
         self._make = make  # group name -> a new core (connects a store client; starts nothing)
         self._routes = routes or NoRoutes()
         self._cores: dict[str, GroupCore] = {home.name: home}
+        self._place: Callable[[str], TopicRoute] | None = None
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -138,11 +146,18 @@ class Groups:
             core.sink.close()
 
     # -- routes ----------------------------------------------------------------------------------
+    def place_new_topics_with(self, place: Callable[[str], TopicRoute]) -> None:
+        """Auto-create a topic on every group of the cluster through ``place`` (the topic's
+        name -> its route, written to etcd) rather than on the home group alone."""
+        self._place = place
+
     def route(self, topic: str, create: bool | None = None) -> TopicRoute:
         """The topic's route, its groups' cores made; ILLEGAL_TOPIC, TOPIC_NOT_FOUND."""
         validation.validate_topic(topic)
         route = self._routes.route(topic)
         if route is None or not route.queue_datas:
+            route = self._placed(topic, create)
+        if route is None:
             info = self.home.topics.get(topic, create=create)
             return TopicRoute(
                 info.name,
@@ -156,6 +171,26 @@ class Groups:
     def has_route(self, topic: str) -> bool:
         route = self._routes.route(topic)
         return route is not None and bool(route.queue_datas)
+
+    def routed(self, topic: str) -> bool:
+        """Whether sends to the topic go by a route over groups: it has one, or auto-create
+        would place it on every group now."""
+        return self.has_route(topic) or self._would_place(topic, None)
+
+    def _would_place(self, topic: str, create: bool | None) -> bool:
+        enabled = create if create is not None else self.home.topics.auto_create_enabled
+        return self._place is not None and enabled and self.home.topics.find(topic) is None
+
+    def _placed(self, topic: str, create: bool | None) -> TopicRoute | None:
+        """An unknown topic placed on every group (auto-create with etcd); None otherwise, or
+        if placing failed (then it is created on the home group alone)."""
+        if self._place is None or not self._would_place(topic, create):
+            return None
+        try:
+            return self._place(topic)
+        except Exception as exc:  # noqa: BLE001 - a group down: the home group alone, as without etcd
+            log.warning("auto-creating topic %s on every broker group failed (%s); creating it here only", topic, exc)
+            return None
 
     # -- receipt handles -------------------------------------------------------------------------
     def outer_handle(self, group: str, handle: str) -> str:

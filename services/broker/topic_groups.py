@@ -87,6 +87,14 @@ class TopicPlacement:
         log.info("topic %s on groups %s (route: %s)", name, ", ".join(targets), ", ".join(route.groups))
         return PlacedTopic(stored[0][1], any_created, tuple(route.groups))
 
+    def place_route(self, name: str, message_type: str, queue_nums: int) -> TopicRoute:
+        """Create the topic on every group of the cluster (auto-create) and return its route."""
+        self.create(name, message_type, queue_nums, ())
+        route = self._routes.get(name) if self._routes is not None else None
+        if route is None or not route.queue_datas:
+            raise RequestError(f"topic {name}: no route after placing it", Code.INTERNAL_SERVER_ERROR)
+        return route
+
     def delete(self, name: str) -> bool:
         """Delete the topic from every group of its route, then the route; whether it existed."""
         existed = False

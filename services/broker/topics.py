@@ -46,22 +46,30 @@ class TopicRegistry:
         # name -> (config or None for "absent", expiry in clock ms)
         self._cache: dict[str, tuple[TopicInfo | None, int]] = {}
 
+    @property
+    def auto_create_enabled(self) -> bool:
+        return self._config.auto_create_topic_enable
+
+    def find(self, name: str) -> TopicInfo | None:
+        """The topic's config, None if the store has no such topic (cached either way)."""
+        now_ms = self._clock.now_ms()
+        entry = self._cache.get(name)
+        if entry is not None and entry[1] > now_ms:
+            return entry[0]
+        topic = self._store.get_topic(name)
+        self._remember(name, topic, now_ms)
+        return topic
+
     def get(self, name: str, create: bool | None = None) -> TopicInfo:
         """The topic's config; creates it if absent and auto-create is on, else TOPIC_NOT_FOUND.
 
         ``name`` must already be validated. May call the store (on a cache miss).
         """
-        now_ms = self._clock.now_ms()
-        entry = self._cache.get(name)
-        if entry is not None and entry[1] > now_ms:
-            topic = entry[0]
-        else:
-            topic = self._store.get_topic(name)
-            self._remember(name, topic, now_ms)
+        topic = self.find(name)
         if topic is not None:
             return topic
         if create if create is not None else self._config.auto_create_topic_enable:
-            return self._create(name, now_ms)
+            return self._create(name, self._clock.now_ms())
         raise NotFoundError(
             f"topic {name} does not exist: create it first (pyrmq topic create {name} --type NORMAL)",
             Code.TOPIC_NOT_FOUND,

@@ -16,6 +16,7 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.cli import main as pyrmq
+from services.store.client.model import TopicInfo
 from services.store.client.route_view import RouteStore
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
 from tests.support.v2_requests import METADATA, message, send_ok
@@ -211,3 +212,34 @@ def test_a_group_that_is_down_is_reported_and_the_others_still_answer(cluster: T
             pb.ResetConsumerOffsetRequest(group="G", topic="Spread", position=pb.RESET_POSITION_LATEST), timeout=30
         )
     assert "broker-b" in caught.value.details() and "run it again" in caught.value.details()
+
+
+def test_auto_created_topics_are_placed_on_every_group(tmp_path, etcd_server) -> None:
+    """auto_create_topic_enable with etcd: an unknown topic goes on every group with its route
+    (RocketMQ's brokers each create it from TBW102's route); one already on the home group alone
+    stays there; with a group down, it is created on the home group alone."""
+    etcd = etcd_server.client()
+    try:
+        with two_groups(tmp_path, etcd=etcd, registered=(GROUP_A, GROUP_B), auto_create_topic_enable=True) as cluster:
+            queues = route_queues(cluster, "Auto1")  # QueryRoute creates it
+            assert sorted({(group, permission) for group, _, permission in queues}) == [
+                (GROUP_A, "READ_WRITE"),
+                (GROUP_B, "READ_WRITE"),
+            ]
+            assert stored(cluster, GROUP_A, "Auto1") == stored(cluster, GROUP_B, "Auto1") == (8, 8, "MIXED")
+            assert list(RouteStore(etcd).get("Auto1").groups) == [GROUP_A, GROUP_B]
+            send_ok(cluster.v2, message("Auto2", body=b"first"))  # a send with no QueryRoute creates it too
+            assert stored(cluster, GROUP_B, "Auto2") == (8, 8, "MIXED")
+            assert cluster.routes_seen(lambda routes: "Auto2" in routes)
+            for i in range(4):  # and sends spread over both groups
+                send_ok(cluster.v2, message("Auto2", body=b"m%d" % i, message_id=f"A2{i}"))
+            depths = [sum(cluster.depth(group, "Auto2", 8)) for group in (GROUP_A, GROUP_B)]
+            assert sum(depths) == 5 and min(depths) >= 2, depths
+            cluster.stores[GROUP_A].create_topic(TopicInfo("HomeOnly", 2, 2, 6, "MIXED"))
+            assert {group for group, _, _ in route_queues(cluster, "HomeOnly")} == {GROUP_A}
+            assert stored(cluster, GROUP_B, "HomeOnly") is None
+            cluster.stop_store(GROUP_B)
+            assert {group for group, _, _ in route_queues(cluster, "Auto3")} == {GROUP_A}
+            assert stored(cluster, GROUP_A, "Auto3") == (8, 8, "MIXED") and RouteStore(etcd).get("Auto3") is None
+    finally:
+        etcd.close()

@@ -281,14 +281,21 @@ def build_server(
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
     add_pull_service(server, offsets.raw_pull, guard, client_port.peers)  # PullRecords: the named group
+    placement = TopicPlacement(
+        groups,
+        cluster.route_store if cluster is not None else None,
+        cluster.registered_groups if cluster is not None else list,
+    )
+    if cluster is not None and cluster.route_store is not None:
+        groups.place_new_topics_with(
+            lambda name: placement.place_route(
+                name, config.auto_create_topic_message_type, config.auto_create_topic_queue_nums
+            )
+        )
     add_admin_service(
         server,
         store,
-        TopicPlacement(
-            groups,
-            cluster.route_store if cluster is not None else None,
-            cluster.registered_groups if cluster is not None else list,
-        ),
+        placement,
         home.topics.invalidate,
         checks=TransactionCheckRelay(telemetry.registry, home.halves),
         guard=guard,
