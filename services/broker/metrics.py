@@ -136,7 +136,7 @@ assert all(field in RenewalStats.__dataclass_fields__ for *_, field in RENEWAL_M
 
 
 class RenewalStatsCollector(Collector):
-    def __init__(self, stats: Callable[[], RenewalStats]) -> None:
+    def __init__(self, stats: Callable[[], RenewalStats | None]) -> None:
         self._stats = stats
 
     def _families(self, stats: RenewalStats | None) -> Iterable[Metric]:
@@ -408,7 +408,7 @@ class BrokerMetrics:
     def watch_connections(self, sessions: Callable[[], Sequence[Any]]) -> None:
         self.registry.register(ConnectionsCollector(sessions))
 
-    def watch_renewals(self, stats: Callable[[], RenewalStats]) -> None:
+    def watch_renewals(self, stats: Callable[[], RenewalStats | None]) -> None:
         self.registry.register(RenewalStatsCollector(stats))
 
 

@@ -263,3 +263,26 @@ def test_pull_records_go_to_the_named_group(groups: TwoGroups) -> None:
             assert response.status.code == d.OK and response.record_count == 1, response.status
             assert response.max_offset == groups.depth(group or GROUP_A, TOPIC)[1]
         assert pull("broker-z").status.code == d.BAD_REQUEST  # not a group of this cluster
+
+
+def test_broker_metrics_add_up_every_group(tmp_path) -> None:
+    """The send queue's counters, and each consumer group's lag on a topic, over both groups
+    (group_stats.py), not the home group's alone; a group away leaves the others' figures."""
+    from services.broker.metrics import BrokerMetrics
+
+    metrics = BrokerMetrics()
+    with two_groups(tmp_path, metrics=metrics) as cluster:
+        cluster.create(TOPIC)
+        send_many(cluster.v2, 8)
+        assert [sum(cluster.depth(g, TOPIC)) for g in (GROUP_A, GROUP_B)] == [4, 4]
+        sample = lambda name, **labels: metrics.registry.get_sample_value(name, labels)  # noqa: E731
+        assert sample("pyrmq_broker_store_put_messages_total") == 8
+        _, messages, _ = receive(cluster.v2, TOPIC, group="G", broker=GROUP_B, polling_s=1)
+        assert messages  # makes G's offsets in broker-b: 4 lagging there, and 4 in broker-a once it starts there
+        _, messages_a, _ = receive(cluster.v2, TOPIC, group="G", broker=GROUP_A, polling_s=1)
+        assert messages_a
+        lag = sample("rocketmq_consumer_lag_messages", consumer_group="G", topic=TOPIC)
+        inflight = sample("rocketmq_consumer_inflight_messages", consumer_group="G", topic=TOPIC)
+        assert lag == 8 and inflight == len(messages) + len(messages_a)
+        cluster.stop_store(GROUP_B)
+        assert sample("rocketmq_consumer_inflight_messages", consumer_group="G", topic=TOPIC) == len(messages_a)

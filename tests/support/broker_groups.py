@@ -8,6 +8,7 @@ this process, with the topic routes given by the test instead of etcd (issue 17)
 * ``mark_down(group)``: the group's store client says it is failing over (what a client
   following a group with no master says), so routes and sends treat it as down.
 
+``two_groups(tmp_path, metrics=BrokerMetrics())`` gives the broker metrics;
 ``two_groups(tmp_path, etcd=client, registered=(...))`` reads and changes the routes in that
 etcd instead (a ``RouteView`` and ``RouteStore``, as ``python -m services.broker`` with
 ``etcd_endpoints``), with ``registered`` as the cluster's groups.
@@ -25,6 +26,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.config import BrokerConfig
 from services.broker.groups import ClusterView
+from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import BrokerServer, build_server
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.clock import SystemClock
@@ -93,7 +95,9 @@ class TwoGroups:
 
 
 @contextmanager
-def two_groups(tmp_path: Path, etcd: EtcdClient | None = None, registered=(), **config) -> Iterator[TwoGroups]:
+def two_groups(
+    tmp_path: Path, etcd: EtcdClient | None = None, registered=(), metrics: BrokerMetrics | None = None, **config
+) -> Iterator[TwoGroups]:
     with ExitStack() as stack:
         addresses: dict[str, str] = {}
         servers: dict[str, grpc.Server] = {}
@@ -129,7 +133,7 @@ def two_groups(tmp_path: Path, etcd: EtcdClient | None = None, registered=(), **
                 **config,
             }
         )
-        broker = build_server(broker_config, clients[GROUP_A], cluster=cluster)
+        broker = build_server(broker_config, clients[GROUP_A], metrics=metrics, cluster=cluster)
         broker.start()
         stack.callback(broker.stop, 1.0)
         channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{broker.port}"))

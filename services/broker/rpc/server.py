@@ -28,6 +28,7 @@ from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen
 from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
 from services.broker.group_core import GroupCore, build_group_core
 from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
+from services.broker.group_stats import consumer_stats, renewal_stats, send_queue_stats
 from services.broker.groups import ClusterView, Groups
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
@@ -312,10 +313,11 @@ def build_server(
     )
 
     if metrics is not None:
-        metrics.watch(home.sink.stats, lambda: len(telemetry.registry), store.consumer_stats_report)
+        # Every group's send queue, renewer and consumer figures, summed (group_stats.py).
+        metrics.watch(send_queue_stats(groups), lambda: len(telemetry.registry), consumer_stats(groups))
         metrics.watch_connections(telemetry.registry.sessions)
         if home.renewer is not None:
-            metrics.watch_renewals(home.renewer.stats)
+            metrics.watch_renewals(renewal_stats(groups))
     log.info(
         "broker client port %s (%s), advertising %s",
         format_address(config.host, port),
