@@ -72,8 +72,11 @@ DISPATCH_IDLE_WAIT_S = 1.0
 class BrokerStore(Protocol):
     """The store calls the broker makes. Failures to reach the store raise StoreCallError."""
 
-    def put_messages(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
-        """One PutMessages: one outcome per message, in order."""
+    def put_messages(
+        self, messages: list[StoreMessage], allow_system_topics: bool, timeout_s: float | None = None
+    ) -> list[PutOutcome]:
+        """One PutMessages: one outcome per message, in order; ``timeout_s`` bounds waiting for
+        a (new) master of the group (None: the store client's own failover timeout)."""
 
     def look_message(self, phy_offset: int) -> StoredMessage | None:
         """The record starting at a CommitLog offset, or None."""
@@ -97,7 +100,9 @@ class BrokerStore(Protocol):
     def failovers(self) -> int: ...
 
 
-StorePut = Callable[[list[StoreMessage], bool], list[PutOutcome]]
+# (messages, allow_system_topics, timeout_s): timeout_s is what is left of the sender's
+# deadline when its own thread puts the batch (None: the dispatcher thread, no sender's).
+StorePut = Callable[[list[StoreMessage], bool, float | None], list[PutOutcome]]
 
 
 class PendingPut:
@@ -110,12 +115,15 @@ class PendingPut:
     __slots__ = ("message", "size_bytes", "enqueued_s", "lead", "_done", "_outcome", "_error")
 
     def __init__(
-        self, message: StoreMessage, enqueued_s: float = 0.0, lead: Callable[[PendingPut], None] | None = None
+        self,
+        message: StoreMessage,
+        enqueued_s: float = 0.0,
+        lead: Callable[[PendingPut, float], None] | None = None,
     ) -> None:
         self.message = message
         self.size_bytes = len(message.body)
         self.enqueued_s = enqueued_s
-        self.lead = lead  # called by ``wait`` first: the coalescer may let this thread send the batch
+        self.lead = lead  # called by ``wait(timeout_s)`` first: the coalescer may let this thread send the batch
         self._done = threading.Lock()
         self._done.acquire()
         self._outcome: PutOutcome | None = None
@@ -140,7 +148,7 @@ class PendingPut:
         with the same message id (as the official clients do), so a duplicate is possible.
         """
         if self.lead is not None:
-            self.lead(self)
+            self.lead(self, timeout_s)
         if not self._done.acquire(timeout=max(0.0, timeout_s)):
             raise StoreCallError("timed out waiting for the store to append the message", Code.PROXY_TIMEOUT)
         if self._error is not None:
@@ -180,7 +188,7 @@ class DirectPutSink:
         pending = PendingPut(message)
         self.put_calls += 1  # racy increment; a statistic only
         try:
-            [outcome] = self._store_put([message], message.allow_system_topic)
+            [outcome] = self._store_put([message], message.allow_system_topic, None)
         except FAILURES as exc:
             pending.fail(as_broker_error(exc))
         else:
@@ -284,9 +292,12 @@ class PutCoalescer:
                 out.append(pending)
         return out
 
-    def lead(self, pending: PendingPut) -> None:
+    def lead(self, pending: PendingPut, timeout_s: float) -> None:
         """Called by a waiter: while nobody else is sending, send what is queued on this thread,
-        batch after batch, until ``pending`` is done (or nothing is left for it to send)."""
+        batch after batch, until ``pending`` is done (or nothing is left for it to send). The
+        store calls made here end by the waiter's deadline (``timeout_s`` from now): a group
+        whose master just died must not hold the sender past it."""
+        deadline_s = self._monotonic_s() + timeout_s
         while not pending.done:
             with self._cond:
                 if self._dispatching or self._closed:
@@ -298,7 +309,7 @@ class PutCoalescer:
             if not batch:
                 return
             try:
-                self._put_batch(batch)
+                self._put_batch(batch, deadline_s)
             finally:
                 self._release()
 
@@ -355,7 +366,7 @@ class PutCoalescer:
         self._fail_stale(stale)
         if batch:
             try:
-                self._put_batch(batch)
+                self._put_batch(batch)  # no sender's deadline here: the store client's own
             finally:
                 self._release()
         return len(batch)
@@ -406,10 +417,10 @@ class PutCoalescer:
         self._queued_bytes -= size
         return batch
 
-    def _put_batch(self, batch: list[PendingPut]) -> None:
+    def _put_batch(self, batch: list[PendingPut], deadline_s: float | None = None) -> None:
         self._batches += 1
         self._batch_messages_peak = max(self._batch_messages_peak, len(batch))
-        outcomes = self._call_store(batch)
+        outcomes = self._call_store(batch, deadline_s)
         if outcomes is None:
             return
         if len(batch) > 1 and refused_as_a_whole(outcomes):
@@ -422,7 +433,7 @@ class PutCoalescer:
                 outcomes[0].error,
             )
             for pending in batch:
-                single = self._call_store([pending])
+                single = self._call_store([pending], deadline_s)
                 if single is not None:
                     pending.complete(single[0])
                     self._messages += 1
@@ -431,11 +442,12 @@ class PutCoalescer:
             pending.complete(outcome)
         self._messages += len(batch)
 
-    def _call_store(self, batch: list[PendingPut]) -> list[PutOutcome] | None:
+    def _call_store(self, batch: list[PendingPut], deadline_s: float | None = None) -> list[PutOutcome] | None:
         """The outcomes, or None after failing every waiter of the batch."""
         self._put_calls += 1
+        timeout_s = None if deadline_s is None else max(0.0, deadline_s - self._monotonic_s())
         try:
-            outcomes = self._store_put([p.message for p in batch], batch[0].message.allow_system_topic)
+            outcomes = self._store_put([p.message for p in batch], batch[0].message.allow_system_topic, timeout_s)
             if len(outcomes) != len(batch):
                 raise StoreCallError(f"the store answered {len(outcomes)} results for {len(batch)} messages")
         except FAILURES as exc:

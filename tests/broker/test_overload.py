@@ -32,7 +32,7 @@ class SlowStore(GrpcStoreClient):
 
     slow = threading.Event()
 
-    def put_messages(self, messages, allow_system_topics):  # noqa: ANN001, ANN201
+    def put_messages(self, messages, allow_system_topics, timeout_s=None):  # noqa: ANN001, ANN201
         if self.slow.is_set():
             time.sleep(SLOW_PUT_S)
         return super().put_messages(messages, allow_system_topics)

@@ -25,7 +25,7 @@ class GatedStore:
         self.entered = threading.Event()
         self.refuse_if = refuse_if
 
-    def put(self, messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+    def put(self, messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         self.calls.append(([m.properties["UNIQ_KEY"] for m in messages], allow_system_topics))
         self.entered.set()
         self.gate.wait(5)
@@ -56,7 +56,7 @@ def test_dispatcher_thread_coalesces_concurrent_senders():
     store = GatedStore()
     store.gate.set()
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         time.sleep(0.002)  # a store RPC takes time (without the GIL): others queue meanwhile
         return store.put(messages, allow_system_topics)
 
@@ -90,7 +90,7 @@ def test_a_lone_send_is_put_on_its_own_thread():
     threads: list[str] = []
     original = store.put
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         threads.append(threading.current_thread().name)
         return original(messages, allow_system_topics)
 
@@ -106,7 +106,7 @@ def test_a_send_queued_behind_a_leader_is_sent_by_the_dispatcher():
     store = GatedStore()
     senders: list[str] = []
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool) -> list[PutOutcome]:
+    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         senders.append(threading.current_thread().name)
         return store.put(messages, allow_system_topics)
 
@@ -169,7 +169,7 @@ def test_a_batch_refused_as_a_whole_is_re_put_one_by_one():
 
 
 def test_store_failure_fails_every_waiter_of_the_batch():
-    def broken(messages, allow):
+    def broken(messages, allow, timeout_s=None):
         raise StoreCallError("store unreachable")
 
     coalescer = PutCoalescer(broken)
@@ -183,7 +183,7 @@ def test_store_failure_fails_every_waiter_of_the_batch():
 def test_a_bug_in_the_store_client_fails_the_batch_and_keeps_the_dispatcher():
     calls = []
 
-    def buggy(messages, allow):
+    def buggy(messages, allow, timeout_s=None):
         calls.append(len(messages))
         if len(calls) == 1:
             raise KeyError("oops")

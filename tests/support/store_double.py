@@ -150,7 +150,7 @@ class ControlledTransport(LocalTransport):
         self._check_up("wait_ready")
         return super().wait_ready(timeout_s, give_up, clock)
 
-    def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
+    def put(self, request: pb.PutMessagesRequest, timeout_s: float | None = None) -> pb.PutMessagesResponse:
         self._reach("PutMessages")
         self.requests.append(("PutMessages", request))
         flag = request.allow_system_topics

@@ -91,8 +91,12 @@ class StoreClient:
         return self._transport.wait_ready(timeout_s, give_up, clock or SystemClock())
 
     # -- messages -------------------------------------------------------------------------------
-    def put_messages(self, messages: Sequence[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
-        """One PutMessages: one outcome per message, in order (a batch is all or nothing)."""
+    def put_messages(
+        self, messages: Sequence[StoreMessage], allow_system_topics: bool = False, timeout_s: float | None = None
+    ) -> list[PutOutcome]:
+        """One PutMessages: one outcome per message, in order (a batch is all or nothing).
+        ``timeout_s`` bounds the wait for a (new) master of the group (MasterTransport); None:
+        the client's own failover timeout."""
         request = pb.PutMessagesRequest(allow_system_topics=allow_system_topics, batch_results=True)
         add = request.messages.add
         for message in messages:
@@ -114,7 +118,7 @@ class StoreClient:
                 out.reconsume_times = message.reconsume_times
             if message.prepared_transaction_offset:
                 out.prepared_transaction_offset = message.prepared_transaction_offset
-        response = self._put(request)
+        response = self._put(request) if timeout_s is None else self._put(request, timeout_s)
         if not response.HasField("batch"):  # a store that predates batch_results
             if len(response.results) != len(messages):
                 raise StoreError(f"store answered {len(response.results)} results for {len(messages)} messages")

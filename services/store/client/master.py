@@ -13,7 +13,12 @@ group is electing, a master whose lease is in doubt; nothing was written). A sto
 answered for its own reasons (disk full, a bad request, a put refused for too few replicas in
 sync) is not asked again: the caller gets its answer. So a put retried here was either refused
 whole or may have landed on a master that then died: at least once, never an OK for a write
-that was not stored (the OK always comes from the master that stored it).
+that was not stored (the OK always comes from the master that stored it). Only while an election
+can replace the master, though: in a group of one replica (no other registered), a failed call
+is answered at once, since only the store's restart would bring a master back (the broker sends
+elsewhere; clients retry), as a RocketMQ proxy answers for a broker that is down. A put may also
+say how long its sender can wait (``timeout_s``: the broker's send deadline), so a send meant for
+a group that is failing over can still go to another group in time.
 
 Streams (WatchArrivals) are opened on the current master; when it changes they end and their
 owners reopen them, which reaches the new one.
@@ -142,6 +147,10 @@ class MasterTransport:
         return self._retrying > 0 or (self._transport is None and master_address(self.view.state) is None)
 
     def _retry(self, what: Callable[[GrpcTransport], T], deadline_s: float | None = None) -> T:
+        """Retry on the (new) master until ``deadline_s``, but only while another replica could
+        be elected: in a group of one, a master that failed is answered at once (nothing but
+        its restart would replace it; the broker sends elsewhere, clients retry), as a RocketMQ
+        proxy answers for a broker that is down."""
         deadline = self._clock.monotonic_s() + self.failover_timeout_s if deadline_s is None else deadline_s
         retrying = False
         try:
@@ -151,6 +160,8 @@ class MasterTransport:
                     return what(transport)
                 except StoreError as exc:
                     if not failover_worthy(exc) or self._clock.monotonic_s() >= deadline:
+                        raise
+                    if not self._could_fail_over():
                         raise
                     log.info("group %s: %s failed (%s); retrying on the master", self.group, transport.address, exc)
                     if not retrying:
@@ -163,6 +174,12 @@ class MasterTransport:
             if retrying:
                 with self._lock:
                     self._retrying -= 1
+
+    def _could_fail_over(self) -> bool:
+        """A live replica other than the master is registered: an election can replace it."""
+        state = self.view.state
+        master_id = state.master.masterBrokerId if state.master is not None else None
+        return any(replica_id != master_id for replica_id in state.replicas)
 
     def _wait_change(self, failed: GrpcTransport, deadline_s: float) -> None:
         """After a failed call: a short pause, cut short when the view names another master."""
@@ -182,8 +199,11 @@ class MasterTransport:
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         return self._retry(lambda transport: transport.call(method, request, timeout_s))
 
-    def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
-        return self._retry(lambda transport: transport.put(request))
+    def put(self, request: pb.PutMessagesRequest, timeout_s: float | None = None) -> pb.PutMessagesResponse:
+        """``timeout_s`` (a sender's deadline: the broker's sends, which can go to another
+        group): wait for a new master no longer than that; None: ``failover_timeout_s``."""
+        timeout_s = self.failover_timeout_s if timeout_s is None else min(self.failover_timeout_s, timeout_s)
+        return self._retry(lambda transport: transport.put(request), self._clock.monotonic_s() + timeout_s)
 
     def stream(self, method: str, request: Any) -> Stream:
         return self._master(self._clock.monotonic_s() + self.failover_timeout_s).stream(method, request)

@@ -51,8 +51,9 @@ class Transport(Protocol):
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; the ``StoreError`` of its status if it fails."""
 
-    def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
-        """One PutMessages (over the put stream when there is one)."""
+    def put(self, request: pb.PutMessagesRequest, timeout_s: float | None = None) -> pb.PutMessagesResponse:
+        """One PutMessages (over the put stream when there is one); ``timeout_s`` bounds
+        waiting for a master to put it on (a transport that follows one: MasterTransport)."""
 
     def stream(self, method: str, request: Any) -> Stream:
         """Open a server-streaming call; iterating it raises ``StoreError`` if it fails."""
@@ -124,8 +125,8 @@ class GrpcTransport:
         except ValueError as exc:  # grpc: the channel is closed (the caller is stopping)
             raise _closed(exc) from None
 
-    def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
-        try:
+    def put(self, request: pb.PutMessagesRequest, timeout_s: float | None = None) -> pb.PutMessagesResponse:
+        try:  # one store, no master to wait for: the call's own rpc timeout bounds it
             return self._put(request)
         except grpc.RpcError as exc:
             raise _failed(exc, "PutMessages") from None
@@ -227,7 +228,7 @@ class LocalTransport:
         except _Aborted as exc:
             raise error_for_status(exc.code, exc.details, method) from None
 
-    def put(self, request: pb.PutMessagesRequest) -> pb.PutMessagesResponse:
+    def put(self, request: pb.PutMessagesRequest, timeout_s: float | None = None) -> pb.PutMessagesResponse:
         return self.call("PutMessages", request)
 
     def stream(self, method: str, request: Any) -> Stream:
