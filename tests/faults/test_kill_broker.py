@@ -89,6 +89,9 @@ def kill_broker_cycles(
     cluster.stop()
 
 
+# make soak (slow): the fast suite kills the broker with -9 in tests/broker/test_restart.py; this
+# one moved out in session 14 to keep make test under 15 minutes.
+@pytest.mark.slow
 def test_kill_9_broker_under_load(tmp_path: Path, processes: list[Process]) -> None:
     kill_broker_cycles(
         tmp_path,

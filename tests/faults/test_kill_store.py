@@ -73,6 +73,10 @@ def kill_store_cycles(
     return workload, cluster
 
 
+# make soak (slow): the fast suite has kill -9 of the store under sync load in
+# tests/store/test_crash_kill.py and through a broker in tests/broker/test_restart.py; this one
+# moved out in session 14 to keep make test under 15 minutes.
+@pytest.mark.slow
 def test_kill_9_store_through_broker_sync(tmp_path: Path, processes: list[Process]) -> None:
     """3 store kills under NORMAL + FIFO load; includes the FIFO order check (e)."""
     _, cluster = kill_store_cycles(

@@ -161,7 +161,7 @@ class MasterTransport:
                 except StoreError as exc:
                     if not failover_worthy(exc) or self._clock.monotonic_s() >= deadline:
                         raise
-                    if not self._could_fail_over():
+                    if not self._could_fail_over(transport, exc):
                         raise
                     log.info("group %s: %s failed (%s); retrying on the master", self.group, transport.address, exc)
                     if not retrying:
@@ -175,11 +175,16 @@ class MasterTransport:
                 with self._lock:
                     self._retrying -= 1
 
-    def _could_fail_over(self) -> bool:
-        """A live replica other than the master is registered: an election can replace it."""
+    def _could_fail_over(self, failed: GrpcTransport, exc: StoreError) -> bool:
+        """Can waiting bring a master other than the one that failed? Yes if a live store
+        answered NOT_MASTER (its group is electing), the view names another master, or a
+        replica other than the failed one is registered (an election can pick it)."""
+        if NOT_MASTER in exc.message:
+            return True
         state = self.view.state
-        master_id = state.master.masterBrokerId if state.master is not None else None
-        return any(replica_id != master_id for replica_id in state.replicas)
+        if master_address(state) not in (None, failed.address):
+            return True
+        return any(member.info.brokerAddr != failed.address for member in state.replicas.values())
 
     def _wait_change(self, failed: GrpcTransport, deadline_s: float) -> None:
         """After a failed call: a short pause, cut short when the view names another master."""
