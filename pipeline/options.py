@@ -310,8 +310,11 @@ def parse_store_roots(opts: dict[str, str]) -> tuple[tuple[str | None, str], ...
             "option 'path' is required: a store root (with commitlog/ and consumequeue/) "
             "or its commitlog/ or consumequeue/ directory; .load(path) sets it, .load([path, ...]) reads several"
         )
-    names_text = _get(opts, "brokerNames", "brokerName")
-    names = [n.strip() for n in names_text.split(",")] if names_text is not None else []
+    return pair_roots(roots, _get(opts, "brokerNames", "brokerName"))
+
+
+def pair_roots(roots: list[str], names_text: str | None) -> tuple[tuple[str | None, str], ...]:
+    """Each root with its name from ``names_text`` (the ``brokerNames`` comma list)."""
     if names_text is None:
         if len(roots) > 1:
             raise OptionError(
@@ -319,6 +322,7 @@ def parse_store_roots(opts: dict[str, str]) -> tuple[tuple[str | None, str], ...
                 "their broker names, comma-separated, in the order of the roots (broker-a,broker-b)"
             )
         return ((None, roots[0]),)
+    names = [n.strip() for n in names_text.split(",")]
     if len(names) != len(roots) or not all(names):
         raise OptionError(
             f"option 'brokerNames' names {len(names)} brokers for {len(roots)} store roots: {names_text!r}"

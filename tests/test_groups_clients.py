@@ -21,7 +21,6 @@ One cluster serves every test (module-scoped); the kill tests run last and resta
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from services.domain.routes import QueueData, TopicRoute, select_write_queue
 from services.runtime.process import free_ports
 from tests.support import node_client, official_client
 from tests.support.etcd import start_cluster as start_etcd
-from tests.support.processes import BROKER_READY, ROOT, STORE_READY, Process
+from tests.support.processes import BROKER_READY, ROOT, STORE_READY, Process, broker_command, store_command
 from tests.support.v2_requests import METADATA, message
 
 pytestmark = [pytest.mark.needs("etcd", "rocketmq-python-client", "rocketmq-client-nodejs"), pytest.mark.timeout(180)]
@@ -74,16 +73,8 @@ class Cluster:
     def start_store(self, group: str) -> Process:
         """The group's store on its fixed port and data directory (a restart finds both again)."""
         store = Process(
-            [
-                sys.executable,
-                "-m",
-                "services.store",
-                "--data-dir",
-                str(self.root / group),
-                "--port",
-                str(self.store_ports[group]),
-                "--metrics-port",
-                "-1",
+            store_command(
+                self.root / group,
                 "--commitlog-file-size-bytes",
                 str(4 << 20),
                 "--set",
@@ -96,7 +87,9 @@ class Cluster:
                 "index_hash_slot_num=1024",
                 "--set",
                 "index_num_max=4096",
-            ],
+                metrics_port=-1,
+                port=self.store_ports[group],
+            ),
             ROOT,
         )
         self.started.append(store)
@@ -106,20 +99,12 @@ class Cluster:
 
     def start_broker(self) -> None:
         broker = Process(
-            [
-                sys.executable,
-                "-m",
-                "services.broker",
-                "--port",
-                "0",
-                "--metrics-port",
-                "-1",
+            broker_command(
+                f"127.0.0.1:{self.store_ports[GROUP_A]}",
                 "--tls-mode",
                 "plaintext",
                 "--broker-name",
                 GROUP_A,
-                "--store-address",
-                f"127.0.0.1:{self.store_ports[GROUP_A]}",
                 "--etcd-endpoints",
                 self.etcd_endpoints,
                 "--set",
@@ -128,7 +113,7 @@ class Cluster:
                 f"long_polling_timeout_ms_min={POLLING_MS_MIN}",
                 "--set",
                 f"send_timeout_ms={int(SEND_TIMEOUT_S * 1000)}",
-            ],
+            ),
             ROOT,
         )
         self.started.append(broker)

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 
 from pipeline.errors import OptionError
-from pipeline.options import parse_store_roots
+from pipeline.options import pair_roots
 
 Roots = tuple[tuple[str | None, str], ...]  # (brokerName or None, store root)
 
@@ -25,16 +25,8 @@ def as_roots(stores: str | Sequence[str] | Roots, broker_names: Sequence[str] | 
         stores = [stores]
     if stores and all(isinstance(s, tuple) for s in stores):
         return tuple(stores)  # type: ignore[arg-type]
-    options = {"paths": _json(list(stores))} if len(stores) != 1 else {"path": str(stores[0])}
-    if broker_names:
-        options["brokerNames"] = broker_names if isinstance(broker_names, str) else ",".join(broker_names)
-    return parse_store_roots({k.lower(): v for k, v in options.items()})
-
-
-def _json(items: list) -> str:
-    import json
-
-    return json.dumps([str(i) for i in items])
+    names = broker_names if broker_names is None or isinstance(broker_names, str) else ",".join(broker_names)
+    return pair_roots([str(s) for s in stores], names)
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -53,7 +45,6 @@ def roots_from_args(
         return as_roots(args.stores if stores is None else stores, args.broker_names)
     except OptionError as exc:
         parser.error(str(exc).replace("option 'brokerNames'", "--broker-names"))
-        raise  # parser.error exits
 
 
 def reader_over(reader, roots: Roots):

@@ -184,10 +184,11 @@ class Groups:
     def _placed(self, topic: str, create: bool | None) -> TopicRoute | None:
         """An unknown topic placed on every group (auto-create with etcd); None otherwise, or
         if placing failed (then it is created on the home group alone)."""
-        if self._place is None or not self._would_place(topic, create):
+        place = self._place
+        if place is None or not self._would_place(topic, create):
             return None
         try:
-            return self._place(topic)
+            return place(topic)
         except Exception as exc:  # noqa: BLE001 - a group down: the home group alone, as without etcd
             log.warning("auto-creating topic %s on every broker group failed (%s); creating it here only", topic, exc)
             return None

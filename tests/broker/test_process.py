@@ -22,7 +22,7 @@ from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
 from services.up_cli import create_missing_topics
 from tests.support.official_client import run_client
-from tests.support.processes import UP_READY, Process, child_pids, pyrmq_up_command, start_store
+from tests.support.processes import UP_READY, Process, broker_command, child_pids, pyrmq_up_command, start_store
 from tests.support.store_reads import wait_stored
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import METADATA
@@ -34,20 +34,7 @@ BROKER_READY = re.compile(
 
 def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
     _, store_ready = start_store(processes, tmp_path / "data", tmp_path)
-    broker = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.broker",
-            "--port",
-            "0",
-            "--store-address",
-            store_ready["grpc"],
-            "--metrics-port",
-            "0",
-        ],
-        tmp_path,
-    )
+    broker = Process(broker_command(store_ready["grpc"], metrics_port=0), tmp_path)
     processes.append(broker)
     ready = broker.wait_line(BROKER_READY)
     assert ready["store"] == store_ready["grpc"] and ready["endpoint"] == ready["grpc"]

@@ -103,9 +103,9 @@ def child_pids(parent_pid: int) -> dict[str, int]:
     return children
 
 
-def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0) -> list[str]:
-    """``python -m services.store`` on an ephemeral gRPC port with its data in ``data_dir``
-    (``metrics_port`` 0: an ephemeral one, -1: none)."""
+def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0, port: int = 0) -> list[str]:
+    """``python -m services.store`` on gRPC ``port`` (0: an ephemeral one) with its data in
+    ``data_dir`` (``metrics_port`` 0: an ephemeral one, -1: none)."""
     return [
         sys.executable,
         "-m",
@@ -113,9 +113,26 @@ def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0) -> l
         "--data-dir",
         str(data_dir),
         "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics_port),
+        *extra,
+    ]
+
+
+def broker_command(store_address: str, *extra: str, metrics_port: int = -1) -> list[str]:
+    """``python -m services.broker`` on an ephemeral client port over the store at
+    ``store_address`` (``metrics_port`` 0: an ephemeral one, -1: none)."""
+    return [
+        sys.executable,
+        "-m",
+        "services.broker",
+        "--port",
         "0",
         "--metrics-port",
         str(metrics_port),
+        "--store-address",
+        store_address,
         *extra,
     ]
 
@@ -162,19 +179,6 @@ def start_cluster(data_dir: Path, started: list) -> str:
     """A store and a broker as subprocesses on 127.0.0.1 (Spark's workers reach them like any
     client: tests/pipeline); returns the broker's endpoint."""
     _, ready = start_store(started, data_dir, ROOT)
-    broker = Process(
-        [
-            sys.executable,
-            "-m",
-            "services.broker",
-            "--port",
-            "0",
-            "--metrics-port",
-            "-1",
-            "--store-address",
-            ready["grpc"],
-        ],
-        ROOT,
-    )
+    broker = Process(broker_command(ready["grpc"]), ROOT)
     started.append(broker)
     return broker.wait_line(BROKER_READY)["endpoint"]

@@ -118,7 +118,7 @@ class StoreClient:
                 out.reconsume_times = message.reconsume_times
             if message.prepared_transaction_offset:
                 out.prepared_transaction_offset = message.prepared_transaction_offset
-        response = self._put(request) if timeout_s is None else self._put(request, timeout_s)
+        response = self._put(request, timeout_s)
         if not response.HasField("batch"):  # a store that predates batch_results
             if len(response.results) != len(messages):
                 raise StoreError(f"store answered {len(response.results)} results for {len(messages)} messages")
