@@ -121,6 +121,43 @@ def test_topic_create_list_delete(endpoint):
     )
 
 
+def test_priority_topics_have_a_queue_per_level(endpoint):
+    assert (
+        ok("topic", "create", "CliUrgent", "--type", "priority", "--endpoint", endpoint)
+        == "Created topic CliUrgent: PRIORITY, 10 queues (priorities 0-9).\n"
+    )
+    assert (
+        ok("topic", "create", "CliUrgent4", "--type", "PRIORITY", "--max-priority", "3", "--endpoint", endpoint)
+        == "Created topic CliUrgent4: PRIORITY, 4 queues (priorities 0-3).\n"
+    )
+    updated = ok_json("topic", "update", "CliUrgent4", "--max-priority", "5", "--endpoint", endpoint)["topic"]
+    assert (updated["message_type"], updated["write_queue_nums"], updated["max_priority"]) == ("PRIORITY", 6, 5)
+    [row] = [
+        line.split() for line in ok("topic", "list", "--endpoint", endpoint).splitlines() if "CliUrgent " in line + " "
+    ]
+    assert row[:4] == ["CliUrgent", "PRIORITY", "10", "10"]
+    error = fails(2, "topic", "create", "CliBad", "--type", "NORMAL", "--max-priority", "3", "--endpoint", endpoint)
+    assert "--max-priority is for --type PRIORITY topics, not NORMAL" in error
+    error = fails(
+        2,
+        "topic",
+        "create",
+        "CliBad",
+        "--type",
+        "PRIORITY",
+        "--max-priority",
+        "3",
+        "--queues",
+        "8",
+        "--endpoint",
+        endpoint,
+    )
+    assert "--max-priority 3 means 4 queues, not --queues 8" in error
+    assert "must be at least 0" in fails(
+        2, "topic", "create", "CliBad", "--type", "PRIORITY", "--max-priority", "-1", "--endpoint", endpoint
+    )
+
+
 def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):
     error = fails(2, "topic", "create", "bad/name", "--type", "NORMAL", "--endpoint", endpoint)
     assert error.startswith("pyrmq: error: The specified topic: bad/name, contains illegal characters")

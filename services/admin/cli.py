@@ -58,11 +58,12 @@ from services.admin.retry_policy_cli import (
     retry_policy_request,
     retry_policy_text,
 )
+from services.domain.topic_types import TOPIC_MESSAGE_TYPES
 from services.v2client.client import Credentials, open_channel
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 DEFAULT_TIMEOUT_S = 10.0
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES = TOPIC_MESSAGE_TYPES
 BODY_PREVIEW_CHARS = 40
 _NUMERIC_COLUMNS = frozenset(
     {

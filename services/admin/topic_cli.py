@@ -1,6 +1,6 @@
 """``pyrmq topic ...``: topics, a client of the broker's ``pyrmq.admin.v1.Admin`` service.
 
-    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|MIXED [--queues N] [--groups G1,G2]
+    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|PRIORITY|MIXED [--queues N | --max-priority N] [--groups G1,G2]
     pyrmq topic update NAME [--type T] [--queues N] [--groups G1,G2]
     pyrmq topic list [--all]
     pyrmq topic delete NAME
@@ -36,13 +36,40 @@ from services.admin.cli import (
 )
 
 
+def _queue_nums(ns: argparse.Namespace) -> int:
+    """--queues, or --max-priority N: N + 1 queues, one per priority level (0: unchanged / the default)."""
+    return ns.queues or 0 if ns.max_priority is None else ns.max_priority + 1
+
+
+def _check_priority_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    if ns.max_priority is None:
+        return
+    if ns.type not in (None, "PRIORITY"):
+        parser.error(f"--max-priority is for --type PRIORITY topics, not {ns.type}")
+    if ns.queues is not None and ns.queues != ns.max_priority + 1:
+        parser.error(
+            f"a PRIORITY topic has a queue per priority level: --max-priority {ns.max_priority} "
+            f"means {ns.max_priority + 1} queues, not --queues {ns.queues}"
+        )
+
+
+def _max_priority(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if value < 0:  # the broker bounds the queue count it makes
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
+    return value
+
+
 def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
     """``topic create`` and ``topic update`` (the same create-or-update call; update's type is optional)."""
     response = stub.CreateTopic(
         pb.CreateTopicRequest(
             name=ns.name,
             message_type=pb.MessageType.Value(ns.type) if ns.type else pb.MESSAGE_TYPE_UNSPECIFIED,
-            queue_nums=ns.queues or 0,
+            queue_nums=_queue_nums(ns),
             broker_groups=ns.groups or [],
         ),
         timeout=ns.timeout,
@@ -51,9 +78,10 @@ def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
 
     def render(console: Console) -> None:
         groups = topic["broker_groups"]
+        levels = f" (priorities 0-{topic['max_priority']})" if "max_priority" in topic else ""
         console.print(
             f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
-            f"{topic['message_type']}, {topic['write_queue_nums']} queues"
+            f"{topic['message_type']}, {topic['write_queue_nums']} queues{levels}"
             + (f" on each of broker groups {', '.join(groups)}." if len(groups) > 1 else ".")
         )
 
@@ -98,7 +126,7 @@ def _topic_doc(topic: pb.Topic) -> Document:
         "perm": topic.perm,
         "system": topic.system,
         "broker_groups": list(topic.broker_groups),
-    }
+    } | ({"max_priority": topic.write_queue_nums - 1} if topic.message_type == pb.PRIORITY else {})
 
 
 def _names(text: str) -> list[str]:
@@ -131,7 +159,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             "--queues",
             type=_positive,
             metavar="N",
-            help="read and write queues in each broker group (default: 8 for a new topic, unchanged for an existing one)",
+            help="read and write queues in each broker group (default: 8 for a new topic, 10 for a new PRIORITY "
+            "topic, unchanged for an existing one)",
+        )
+        parser.add_argument(
+            "--max-priority",
+            type=_max_priority,
+            metavar="N",
+            help="PRIORITY topics: the highest priority, one queue per level 0..N (default 9); a message of a "
+            "higher priority is stored at level N",
         )
         parser.add_argument(
             "--groups",
@@ -140,6 +176,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             help="the broker groups to place the topic on, each with --queues queues; the topic's other groups "
             "keep theirs (default: every broker group of the cluster)",
         )
+        parser.set_defaults(check=functools.partial(_check_priority_options, parser))
     listing = leaf(topic, "list", topic_list, "list topics")
     listing.add_argument("--all", action="store_true", help="include system topics")
     delete = leaf(topic, "delete", topic_delete, "delete a topic (its queues and consumer offsets)")

@@ -60,11 +60,11 @@ from services.domain.names import (
     validate_topic_name,
 )
 from services.domain.retry_policy import GroupRetryPolicy
+from services.domain.topic_types import DEFAULT_MAX_PRIORITY, TOPIC_MESSAGE_TYPES
 from services.store.client.model import ConsumerStats, GroupInfo, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
-TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 TOPIC_QUEUE_NUMS_DEFAULT = 8  # mqadmin updateTopic's -r / -w default
 TOPIC_QUEUE_NUMS_MAX = 1024
 MAX_DELIVERY_ATTEMPTS_DEFAULT = 17  # RocketMQ's 16 retries (retryMaxTimes) + the first delivery
@@ -242,7 +242,8 @@ class AdminService:
         existing = self._store.get_topic(name)
         if existing is None:
             message_type = message_type or "NORMAL"
-            queue_nums = queue_nums or TOPIC_QUEUE_NUMS_DEFAULT
+            if not queue_nums:  # a PRIORITY topic's queues are its levels: 0-9 by default
+                queue_nums = DEFAULT_MAX_PRIORITY + 1 if message_type == "PRIORITY" else TOPIC_QUEUE_NUMS_DEFAULT
         else:  # 0 queues: the stored read and write counts stay (they may differ, e.g. mid-shrink)
             message_type = message_type or existing.message_type
         topic = self._store.update_topic(name, queue_nums, message_type)

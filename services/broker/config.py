@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from services.domain.retry_policy import CUSTOMIZED_NEXT_MS_DEFAULT
+from services.domain.topic_types import TOPIC_MESSAGE_TYPES
 from services.runtime.process import parse_cpu_list
 from services.runtime.settings import settings_of
 
@@ -22,7 +23,7 @@ MIB = 1 << 20
 CONSUMER_RETRY_DELAYS_MS_DEFAULT = CUSTOMIZED_NEXT_MS_DEFAULT
 # RocketMQ's RenewStrategyPolicy: the invisible time each renewal of a push consumer's message sets.
 RENEW_SLICES_MS_DEFAULT = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES = TOPIC_MESSAGE_TYPES
 TLS_MODES = ("both", "tls", "plaintext")
 
 

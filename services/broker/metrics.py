@@ -11,6 +11,8 @@
   ``rocketmq_throughput_out_total{topic, consumer_group}``: messages handed out by
   ReceiveMessage (redeliveries count again). Names are RocketMQ 5's (``BrokerMetricsConstant``;
   its throughput counters are in bytes); the RPC histogram adds Prometheus' unit suffix;
+* ``pyrmq_priority_messages_in_total{topic, priority}``: PRIORITY messages accepted, by the
+  level they were stored at (``min(priority, queues - 1)``: at most one series per queue);
 * ``rocketmq_message_size{topic, message_type}``: a histogram of the body size of each message
   SendMessage accepted, on RocketMQ's buckets (1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB);
   body bytes like ``rocketmq_throughput_in_total`` (RocketMQ records the CommitLog record size);
@@ -181,7 +183,9 @@ def effective_type(message: IncomingMessage) -> str:
         return message.message_type.name
     if message.message_group is not None:
         return MessageType.FIFO.name
-    return MessageType.DELAY.name if message.delivery_timestamp_ms is not None else MessageType.NORMAL.name
+    if message.delivery_timestamp_ms is not None:
+        return MessageType.DELAY.name
+    return MessageType.PRIORITY.name if message.priority is not None else MessageType.NORMAL.name
 
 
 # RocketMQ's message size buckets (BrokerMetricsManager): 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB.
@@ -210,6 +214,12 @@ class TrafficMetrics:
             ["topic", "consumer_group"],
             registry=registry,
         )
+        self._priority_in = Counter(
+            "pyrmq_priority_messages_in",
+            "PRIORITY messages accepted by SendMessage, by the priority level (queue) they were stored at.",
+            ["topic", "priority"],
+            registry=registry,
+        )
         self._message_size = Histogram(
             "rocketmq_message_size",
             "Body bytes of each message accepted by SendMessage.",
@@ -222,7 +232,10 @@ class TrafficMetrics:
         sizes: dict[tuple[str, str], list[int]] = {}  # one label lookup per (topic, type) per call
         for message, receipt in zip(messages, receipts):
             if receipt.code == Code.OK:
-                sizes.setdefault((message.topic, effective_type(message)), []).append(len(message.body))
+                message_type = effective_type(message)
+                sizes.setdefault((message.topic, message_type), []).append(len(message.body))
+                if message_type == "PRIORITY" and receipt.queue_id >= 0:
+                    self._priority_in.labels(message.topic, str(receipt.queue_id)).inc()
         for (topic, message_type), each in sizes.items():
             self._messages_in.labels(topic, message_type).inc(len(each))
             self._bytes_in.labels(topic).inc(sum(each))

@@ -69,6 +69,7 @@ class SendReceipt:
     transaction_id: str = ""
     offset: int = 0
     recall_handle: str = ""
+    queue_id: int = -1  # the queue it was stored in (a PRIORITY message: its level); -1 unless stored
 
 
 __all__ = ["BodyEncoding", "ClientType", "IncomingMessage", "MessageType", "SendReceipt"]

@@ -14,6 +14,7 @@ hooks):
 | delivery_attempt | ``RECONSUME_TIME`` (``0`` for a fresh send) |
 | (topic) | ``PGROUP`` = topic: the proxy's producer group, used for transaction checks |
 | message_group | ``__SHARDINGKEY`` |
+| priority (PRIORITY) | ``_SYS_MSG_PRIORITY_``; the queue is the priority's level: ``min(priority, write_queue_nums - 1)`` |
 | trace_context | ``TRACE_CONTEXT`` |
 | born_host | ``__BORNHOST`` (the peer address when blank); the record's born host is the peer |
 | born_timestamp | ``BORN_TIMESTAMP`` (ms) and the record's born timestamp (now when absent) |
@@ -61,6 +62,7 @@ from services.domain.format.properties_format import (
     CLUSTER,
     KEY_SEPARATOR,
     KEYS,
+    PRIORITY,
     PRODUCER_GROUP,
     RECONSUME_TIME,
     RESERVED_PROPERTY_KEYS,
@@ -71,6 +73,7 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
+from services.domain.topic_types import priority_queue_id
 from services.runtime.clock import Clock
 from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
 
@@ -172,14 +175,17 @@ class Producer:
         records = []
         handles = []
         for message, message_type, properties in built:
-            record, handle = self.to_store_message(message, message_type, properties, queue_id, peer_address, now_ms)
+            queue = queue_id
+            if message_type is MessageType.PRIORITY:  # the level is the queue (SendMessageProcessor)
+                queue = priority_queue_id(message.priority or 0, topic.write_queue_nums)
+            record, handle = self.to_store_message(message, message_type, properties, queue, peer_address, now_ms)
             records.append(record)
             handles.append(handle)
         pendings = self._sink.submit_many(records)  # queue full or shutting down: a BrokerError in place
         receipt = self._receipt
         return [
-            receipt(topic, message, message_type, handle, pending, deadline_s)
-            for (message, message_type, _), handle, pending in zip(built, handles, pendings)
+            receipt(topic, message, message_type, handle, pending, deadline_s, record.queue_id)
+            for (message, message_type, _), handle, pending, record in zip(built, handles, pendings, records)
         ]
 
     # -- mapping -------------------------------------------------------------------------------
@@ -328,13 +334,13 @@ class Producer:
         if message.born_timestamp_ms is not None:
             properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
         properties[CLUSTER] = config.cluster_name
-        if (
-            message.lite_topic
-            or message.priority is not None
-            or message.message_type in (MessageType.LITE, MessageType.PRIORITY)
-        ):
-            raise RequestError("lite and priority messages are not supported by this broker", Code.UNSUPPORTED)
+        if message.lite_topic or message.message_type is MessageType.LITE:
+            raise RequestError("lite messages are not supported by this broker", Code.UNSUPPORTED)
+        if message.priority is not None:
+            validation.validate_priority(message.priority)
         message_type = validation.effective_message_type(message)
+        if message_type is MessageType.PRIORITY:
+            properties[PRIORITY] = str(message.priority)
         self._check_properties_size(properties)
         return message_type, properties
 
@@ -424,6 +430,7 @@ class Producer:
         handle: str,
         pending: PendingPut | BrokerError,
         deadline_s: float,
+        queue_id: int = -1,
     ) -> SendReceipt:
         try:
             if isinstance(pending, BrokerError):
@@ -431,10 +438,16 @@ class Producer:
             outcome = pending.wait(deadline_s - self._clock.monotonic_s())
         except BrokerError as exc:
             return SendReceipt(code=exc.code, status_message=exc.message)
-        return self._receipt_for(topic, message, message_type, handle, outcome)
+        return self._receipt_for(topic, message, message_type, handle, outcome, queue_id)
 
     def _receipt_for(
-        self, topic: TopicInfo, message: IncomingMessage, message_type: MessageType, handle: str, outcome: PutOutcome
+        self,
+        topic: TopicInfo,
+        message: IncomingMessage,
+        message_type: MessageType,
+        handle: str,
+        outcome: PutOutcome,
+        queue_id: int = -1,
     ) -> SendReceipt:
         if outcome.ok:
             if message_type is MessageType.TRANSACTION and self._on_half_stored is not None:
@@ -446,6 +459,7 @@ class Producer:
                 transaction_id=message.message_id if message_type is MessageType.TRANSACTION else "",
                 offset=outcome.queue_offset,
                 recall_handle=handle,
+                queue_id=queue_id,
             )
         if outcome.status in _STALE_TOPIC_STATUSES:
             self._topics.invalidate(topic.name)

@@ -18,14 +18,8 @@ from dataclasses import dataclass
 from services.broker.errors import Code, RequestError
 from services.domain.delivery import MessageType
 from services.domain.routes import QueueData, TopicRoute
+from services.domain.topic_types import ACCEPT_MESSAGE_TYPES
 
-ACCEPT_MESSAGE_TYPES: dict[str, tuple[MessageType, ...]] = {
-    "NORMAL": (MessageType.NORMAL,),
-    "FIFO": (MessageType.FIFO,),
-    "DELAY": (MessageType.DELAY,),
-    "TRANSACTION": (MessageType.TRANSACTION,),
-    "MIXED": (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION),
-}
 MASTER_BROKER_ID = 0
 
 

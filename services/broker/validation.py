@@ -16,6 +16,7 @@ message, so nothing it would refuse may reach a coalesced batch.
 | transaction recovery duration over 1 h | BAD_REQUEST |
 | delivery timestamp more than `delivery_delay_max_ms` (1 day, maxDelayTimeMills) ahead | ILLEGAL_DELIVERY_TIME |
 | message group blank, >= 64 UTF-8 bytes, or with a control character | ILLEGAL_MESSAGE_GROUP |
+| priority below 0 (the proxy's ``setPriority`` throws; pyrmq answers BAD_REQUEST, not INTERNAL_SERVER_ERROR) | BAD_REQUEST |
 | message type contradicting the message's fields; topic type mismatch | MESSAGE_PROPERTY_CONFLICT_WITH_TYPE |
 
 "Control character" is Java's ``Character.isISOControl`` (U+0000-U+001F, U+007F-U+009F);
@@ -147,8 +148,11 @@ def validate_transaction_recovery(seconds: int, max_s: int) -> None:
 def effective_message_type(message: IncomingMessage) -> MessageType:
     """The type the message's fields make it; a stated type that contradicts them is refused.
 
-    Order as the broker derives it from properties: TRANSACTION (stated), DELAY (delivery
-    timestamp), FIFO (message group), else NORMAL. UNSPECIFIED takes the derived type.
+    Order as the broker derives it from properties (``TopicMessageType.parseFromMessageProperty``):
+    TRANSACTION (stated), DELAY (delivery timestamp), FIFO (message group), PRIORITY (a
+    priority), else NORMAL. A priority beside a type that comes first is dropped, as RocketMQ's
+    broker strips it (so the topic's type decides: a PRIORITY topic refuses such a message).
+    UNSPECIFIED takes the derived type.
     """
     has_group = bool(message.message_group)
     has_delivery = message.delivery_timestamp_ms is not None
@@ -164,13 +168,27 @@ def effective_message_type(message: IncomingMessage) -> MessageType:
         raise RequestError(
             "message group and delivery timestamp are exclusive", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
         )
-    derived = MessageType.DELAY if has_delivery else MessageType.FIFO if has_group else MessageType.NORMAL
+    if has_delivery:
+        derived = MessageType.DELAY
+    elif has_group:
+        derived = MessageType.FIFO
+    elif message.priority is not None:
+        derived = MessageType.PRIORITY
+    else:
+        derived = MessageType.NORMAL
     if stated is not MessageType.MESSAGE_TYPE_UNSPECIFIED and stated is not derived:
         raise RequestError(
             f"message type {stated.name} conflicts with the message's fields ({derived.name})",
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
     return derived
+
+
+def validate_priority(priority: int) -> None:
+    """``Message.setPriority``: a priority is 0 or more (larger is more urgent; above the topic's
+    top level it is stored there)."""
+    if priority < 0:
+        raise RequestError(f"The priority must be greater than or equal to 0, not {priority}", Code.BAD_REQUEST)
 
 
 def validate_topic_accepts(topic: str, topic_type: str, message_type: MessageType) -> None:

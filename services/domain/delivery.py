@@ -17,6 +17,7 @@ from services.domain.format.properties_format import (
     MESSAGE_TYPE,
     ORIGIN_MESSAGE_ID,
     POP_CK,
+    PRIORITY,
     RESERVED_PROPERTY_KEYS,
     RETRY_TOPIC,
     SHARDING_KEY,
@@ -78,13 +79,16 @@ def user_properties(properties: dict[str, str]) -> dict[str, str]:
 
 
 def delivered_message_type(properties: dict[str, str]) -> MessageType:
-    """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO."""
+    """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO,
+    priority -> PRIORITY (``TopicMessageType.parseFromMessageProperty``'s order)."""
     if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
         return MessageType.TRANSACTION
     if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):
         return MessageType.DELAY
     if SHARDING_KEY in properties:
         return MessageType.FIFO
+    if PRIORITY in properties:
+        return MessageType.PRIORITY
     return MessageType.NORMAL
 
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from services.domain.format.java_compat import java_hashmap_order
 from services.domain.names import validate_group_name, validate_topic_name
 from services.domain.retry_policy import GroupRetryPolicy
+from services.domain.topic_types import MESSAGE_TYPE_ATTRIBUTE, TOPIC_MESSAGE_TYPES
 from services.store.errors import FastjsonDecodeError, MetadataFileError
 from services.store.fastjson import Bean
 
@@ -87,10 +88,10 @@ PERM_WRITE = 2
 PERM_INHERIT = 1
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
-# TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE. The admin API sends "+message.type"; the "+"
-# (add) sign is stripped by AttributeUtil.alterCurrentAttributes before the map is stored.
-MESSAGE_TYPE_ATTRIBUTE = "message.type"
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+# TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE (services/domain/topic_types.py). The admin API
+# sends "+message.type"; the "+" (add) sign is stripped by AttributeUtil.alterCurrentAttributes
+# before the map is stored.
+MESSAGE_TYPES = TOPIC_MESSAGE_TYPES
 JAVA_DEFAULT_QUEUE_NUMS = 16  # TopicConfig.defaultReadQueueNums: used for absent JSON fields
 
 

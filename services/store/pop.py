@@ -25,7 +25,9 @@ Per (group, source topic, queue) the service keeps a ``QueueState``::
 Queue id -1 reads every read queue of the topic, then the group's retry topic for it,
 ``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's pop retry topic, KeyBuilder V1), round robin
 from a start that rotates per (group, topic). Each retry record also names its original topic in
-``RETRY_TOPIC``. A store written before issue 15 may hold a ``%RETRY%{group}`` topic shared by
+``RETRY_TOPIC``. A PRIORITY topic's non-FIFO pops go instead from its highest queue (level)
+down, then the retry queues (``services/domain/topic_types.py``), for the share of the group's
+pops its ``priority.factor`` sets (all by default). A store written before issue 15 may hold a ``%RETRY%{group}`` topic shared by
 all the group's topics: while that topic exists a pop also reads it, and takes only the records
 whose ``RETRY_TOPIC`` is the popped topic (one cursor per topic); nothing new is put there.
 
@@ -70,13 +72,14 @@ from services.domain.names import (
 )
 from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
+from services.domain.topic_types import priority_factor
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
 from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
-from services.store.pop_state import PopRequest, QueueState
+from services.store.pop_state import PopRequest, QueueState, scan_order
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
@@ -192,7 +195,7 @@ class PopService:
         out: list[PoppedMessage] = []
         examined: list[tuple[str, int]] = []
         with self._lock:
-            for source, qid in self._queues_to_scan_locked(group, topic, queue_id):
+            for source, qid in self._queues_to_scan_locked(group, topic, queue_id, request.fifo, config):
                 if len(out) >= request.max_count:
                     if (group, source, qid) not in self._queues:
                         self._state_locked((group, source, qid))  # a new group's start, set now
@@ -291,23 +294,28 @@ class PopService:
             return sum(len(s.in_flight) for s in self._queues.values())
 
     # -- pop ------------------------------------------------------------------------------------
-    def _queues_to_scan_locked(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
+    def _queues_to_scan_locked(
+        self, group: str, topic: str, queue_id: int, fifo: bool, group_config: SubscriptionGroupConfig
+    ) -> list[tuple[str, int]]:
         if queue_id >= 0:
             return [(topic, queue_id)]
         config = self._topics.get(topic)
-        queues = [(topic, q) for q in range(config.read_queue_nums if config else 0)]
+        retries = []
         if not topic.startswith(RETRY_TOPIC_PREFIX):
-            queues.append((pop_retry_topic(group, topic), 0))
+            retries.append((pop_retry_topic(group, topic), 0))
             legacy = retry_topic(group)
             if self._topics.get(legacy) is not None:
-                queues.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
-        if not queues:
-            return []
+                retries.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
         rotation_key = (group, topic)
-        start = self._rotation.get(rotation_key, 0)
-        self._rotation[rotation_key] = start + 1
-        start %= len(queues)
-        return queues[start:] + queues[:start]
+        count = self._rotation.get(rotation_key, 0)
+        self._rotation[rotation_key] = count + 1
+        by_priority = (
+            config is not None
+            and config.message_type == "PRIORITY"
+            and not fifo
+            and count % 100 < priority_factor(group_config.attributes)
+        )
+        return scan_order(topic, config.read_queue_nums if config else 0, retries, count, by_priority)
 
     def _pop_queue_locked(self, req: PopRequest, source: str, queue_id: int, out: list[PoppedMessage]) -> None:
         key = (req.group, source, queue_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.domain.sql_filter import SqlFilter
+from services.domain.topic_types import priority_scan_order
 from services.store.revive import InFlight
 
 
@@ -32,3 +33,19 @@ class PopRequest:
     fifo: bool
     max_deliveries: int
     now_ms: int
+
+
+def scan_order(
+    topic: str, read_queue_nums: int, retries: list[tuple[str, int]], pop_count: int, by_priority: bool
+) -> list[tuple[str, int]]:
+    """The queues a pop of every queue takes from, in order: the topic's queues and then its retry
+    queues, from a start one further at each pop of the (group, topic); ``by_priority`` (a
+    PRIORITY topic): the topic's queues from the highest level down, then the retry queues, so
+    redeliveries are the lowest priority (``services/domain/topic_types.py``)."""
+    if by_priority:
+        return [(topic, q) for q in priority_scan_order(read_queue_nums)] + retries
+    queues = [(topic, q) for q in range(read_queue_nums)] + retries
+    if not queues:
+        return []
+    start = pop_count % len(queues)
+    return queues[start:] + queues[:start]

@@ -158,7 +158,21 @@ send_case("message type -1", d.BAD_REQUEST, message_type=-1)
 send_case("body encoding 99", d.BAD_REQUEST, body_encoding=99)
 send_case("LITE message", d.UNSUPPORTED, message_type=d.LITE, lite_topic="lt")
 send_case("lite topic on NORMAL", d.UNSUPPORTED, lite_topic="lt")
-send_case("PRIORITY message", d.UNSUPPORTED, message_type=d.PRIORITY, priority=1)
+send_case("PRIORITY to a NORMAL topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, message_type=d.PRIORITY, priority=1)
+send_case("priority, type unspecified, to a NORMAL topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, priority=1,
+          message_type=d.MESSAGE_TYPE_UNSPECIFIED)
+send_case("NORMAL to a PRIORITY topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="PriorityTopic")
+send_case("negative priority", d.BAD_REQUEST, topic="PriorityTopic", message_type=d.PRIORITY, priority=-1)
+send_case("PRIORITY without a priority", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="PriorityTopic",
+          message_type=d.PRIORITY)
+send_case("PRIORITY with a group", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="PriorityTopic",
+          message_type=d.PRIORITY, priority=1, message_group="g")
+send_case("FIFO with a priority to a PRIORITY topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="PriorityTopic",
+          message_type=d.FIFO, priority=0, message_group="g")
+send_case("DELAY with a priority to a PRIORITY topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="PriorityTopic",
+          message_type=d.DELAY, priority=1, delivery_timestamp=Timestamp(seconds=1))
+send_case("TRANSACTION with a priority to a PRIORITY topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+          topic="PriorityTopic", message_type=d.TRANSACTION, priority=1)
 send_case("trace context with NUL", d.BAD_REQUEST, trace_context="00-ab\x00")
 
 # batches

@@ -45,6 +45,7 @@ TOPICS = {
     "DelayTopic": pb.DELAY,
     "DelayTopic2": pb.DELAY,
     "TxTopic": pb.TRANSACTION,
+    "PriorityTopic": pb.PRIORITY,
     "OtherTopic": pb.NORMAL,
 }
 GROUPS = ("G1", "G2")

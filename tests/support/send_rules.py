@@ -100,6 +100,19 @@ CASES = [
         Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
     ),
     ("lite topic", {"lite_topic": "lt"}, Code.UNSUPPORTED),
-    ("priority", {"message_type": MessageType.PRIORITY, "priority": 1}, Code.UNSUPPORTED),
+    # priority on the MIXED topic: accepted, as RocketMQ's validator takes any type on MIXED
+    ("priority", {"message_type": MessageType.PRIORITY, "priority": 1}, Code.OK),
+    ("priority 0", {"message_type": MessageType.PRIORITY, "priority": 0}, Code.OK),
+    ("priority type unspecified", {"message_type": MessageType.MESSAGE_TYPE_UNSPECIFIED, "priority": 7}, Code.OK),
+    ("priority above the top level", {"message_type": MessageType.PRIORITY, "priority": 2**31 - 1}, Code.OK),
+    ("priority negative", {"message_type": MessageType.PRIORITY, "priority": -1}, Code.BAD_REQUEST),
+    ("PRIORITY without a priority", {"message_type": MessageType.PRIORITY}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (
+        "PRIORITY with a group",
+        {"message_type": MessageType.PRIORITY, "priority": 1, "message_group": "g"},
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    # a priority beside a group is dropped: FIFO (RocketMQ's broker strips it; the Py client sends it for priority 0)
+    ("FIFO with a priority", {"message_type": MessageType.FIFO, "priority": 0, "message_group": "g"}, Code.OK),
     ("trace context control", {"trace_context": "00-ab\x01"}, Code.BAD_REQUEST),
 ]

@@ -19,7 +19,7 @@ from services.broker.errors import Code, RequestError
 from services.broker.route import Route
 from services.broker.rpc.convert import route_response
 from services.broker.rpc.status import OK_STATUS, status
-from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, user_properties
+from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.properties_format import (
     BORN_HOST,
     DLQ_ORIGIN_MESSAGE_ID,
@@ -28,6 +28,7 @@ from services.domain.format.properties_format import (
     TAGS,
     TRACE_CONTEXT,
 )
+from services.domain.topic_types import message_priority
 from services.store.client.model import Delivery
 
 COMPRESSED_FLAG = 0x1
@@ -83,7 +84,10 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.body_digest.type = d.MD5
     sp.body_digest.checksum = hashlib.md5(delivery.body).hexdigest().upper()
     sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
-    sp.message_type = int(delivered_message_type(props))
+    message_type = delivered_message_type(props)
+    sp.message_type = int(message_type)
+    if message_type is MessageType.PRIORITY and (priority := message_priority(props)) is not None:
+        sp.priority = priority
     sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
     sp.born_host = props.get(BORN_HOST) or delivery.born_host
     sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))

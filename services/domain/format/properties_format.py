@@ -81,6 +81,7 @@ TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PRIORITY = "_SYS_MSG_PRIORITY_"  # a PRIORITY message's priority, decimal (RIP-80, RocketMQ 5.4)
 CRC32 = "__CRC32#"  # the whole-record CRC trailer; never a caller's property
 KEY_SEPARATOR = " "
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
@@ -138,10 +139,11 @@ RESERVED_PROPERTY_KEYS = frozenset(
         BORN_TIMESTAMP,
         DLQ_ORIGIN_TOPIC,
         DLQ_ORIGIN_MESSAGE_ID,
+        PRIORITY,
         CRC32,
     }
 )
-assert len(RESERVED_PROPERTY_KEYS) == 51
+assert len(RESERVED_PROPERTY_KEYS) == 52
 
 
 class PropertiesError(ValueError):

@@ -6,13 +6,15 @@ Run in a subprocess (its apache.rocketmq.v2 stubs clash with ours in one process
 
 Job fields: ak, sk (credentials, default none), mode ("simple" or "push"), group, topic, expression (default "*"), filter_type
 ("TAG", the default, or "SQL": expression is a SQL92 property filter), count (stop after this many deliveries), deadline_s (give up after this long), await_s
-(simple: long polling seconds), invisible_s (simple), action (simple, per delivery):
+(simple: long polling seconds), invisible_s (simple), max_messages (simple: per receive, default 32),
+action (simple, per delivery):
 "ack", "change_then_ack" (change_invisible_duration 15 s, then ack with the new handle),
-"none" (never ack: redelivered later), "none_then_ack" (ack only deliveries with attempt > 1);
+"none" (never ack: redelivered later), "none_then_ack" (ack only deliveries with attempt > 1),
+"nack" (change_invisible_duration to nack_s, default 1 s, and never ack);
 listener_s (push: the listener works this long on each message before SUCCESS), linger_s (push:
 keep consuming this long after count deliveries, so that a duplicate would show; default 1).
 Output per delivery: {"body", "tag", "keys", "message_id", "attempt", "properties",
-"message_group", "acked": true/false/null, "error": str|null}; receive errors:
+"message_group", "priority", "message_type", "acked": true/false/null, "error": str|null}; receive errors:
 {"receive_error": str, "code": int|null}.
 """
 
@@ -42,6 +44,8 @@ def describe(message, acked=None, error=None):
         "attempt": message.delivery_attempt,
         "properties": dict(message.properties or {}),
         "message_group": message.message_group,
+        "priority": message.priority,
+        "message_type": message.message_type,
         "acked": acked,
         "error": error,
     }
@@ -67,7 +71,7 @@ def run_simple(job, config):
     try:
         while delivered < job.get("count", 1) and time.monotonic() < end:
             try:
-                messages = consumer.receive(32, job.get("invisible_s", 15))
+                messages = consumer.receive(job.get("max_messages", 32), job.get("invisible_s", 15))
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 emit({"receive_error": f"{type(exc).__name__}: {exc}", "code": getattr(exc, "code", None)})
                 continue
@@ -79,6 +83,8 @@ def run_simple(job, config):
                         consumer.change_invisible_duration(message, 15)
                         consumer.ack(message)
                         acked = True
+                    elif action == "nack":  # a failed delivery: visible again after nack_s, never acked
+                        consumer.change_invisible_duration(message, job.get("nack_s", 1))
                     elif action == "ack" or (action == "none_then_ack" and message.delivery_attempt > 1):
                         consumer.ack(message)
                         acked = True
