@@ -410,6 +410,33 @@ def test_push_consumer_acks_and_redelivers_failures(make_broker, store_stub, top
     assert committed_total(store_stub, "NodePushGroup", "NodePushTopic", 3) == 3
 
 
+def test_priority_messages_are_received_highest_first(broker, store_stub, topics, tmp_path):
+    """The client's ProducerPriorityMessageExample (priorities 1, 5, 10) and a backlog received one at
+    a time: highest first, each with its priority. (Node types priority 0 as NORMAL, so it refuses
+    to send it to a PRIORITY topic itself: 1 and up here.)"""
+    topics("NodePriority", message_type="PRIORITY", queue_nums=10)
+    endpoint = f"127.0.0.1:{broker.port}"
+    priorities = [1, 5, 10, 3, 9, 2, 7, 5, 1, 8]
+    produce(tmp_path, endpoint, "NodePriority", [{"body": f"m{i}", "priority": p} for i, p in enumerate(priorities)])
+    assert [m.properties["_SYS_MSG_PRIORITY_"] for m in stored(store_stub, "NodePriority", 9, at_least=2)] == [
+        "10",
+        "9",
+    ]
+    got, _ = consume(
+        tmp_path,
+        endpoint,
+        group="NodePriorityReader",
+        topic="NodePriority",
+        count=len(priorities),
+        batch=1,
+        deadline_s=30,
+        await_s=2,
+    )
+    received = [m["priority"] for m in got]
+    assert [min(p, 9) for p in received] == sorted((min(p, 9) for p in priorities), reverse=True), received
+    assert sorted(received) == sorted(priorities)
+
+
 def test_client_version_is_the_pinned_one():
     pinned = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]["rocketmq-client-nodejs"]
     assert client_version() == pinned

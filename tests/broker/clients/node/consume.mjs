@@ -19,7 +19,7 @@
 // 1); fail_bodies (list: these always fail); settle_s (wait after the last delivery so acks and
 // nacks go out, default 1); shutdown_s (give up waiting for shutdown, default 15).
 // Output per delivery: {"body" (its first 4 KiB), "body_size", "tag", "keys", "message_id",
-// "attempt", "properties", "message_group", "topic", "corrupted", "acked": true/false/null,
+// "attempt", "properties", "message_group", "priority", "topic", "corrupted", "acked": true/false/null,
 // "error": str|null}, plus "handle_changed"/"stale_ack" (change_then_ack) or "result" (push);
 // receive errors: {"receive_error": str, "code": int|null}; push: {"settings": {...}} (what the
 // consumer learned from the server's settings reply); last line {"done": true}.
@@ -39,6 +39,7 @@ function describe(message, extra) {
     attempt: message.deliveryAttempt ?? null,
     properties: Object.fromEntries(message.properties),
     message_group: message.messageGroup || null,
+    priority: message.priority ?? null,
     topic: message.topic,
     corrupted: Boolean(message.corrupted),
     acked: null,

@@ -6,7 +6,8 @@
 // Message fields: topic, body (text) or body_size (bytes of "x"), tag, keys (list),
 // properties (object), message_group, delay_ms (deliver that long after the send) or
 // delivery_timestamp_ms (deliver then, ms since the epoch; ../send.py takes seconds),
-// transaction ("commit" or "rollback": send as a half message, then end the transaction).
+// transaction ("commit" or "rollback": send as a half message, then end the transaction),
+// priority.
 // Output per message: {"ok": true, "message_id", "transaction_id", "offset", "recall_handle"}
 // or {"ok": false, "error": class name, "message": str, "code": code or null}. A last line
 // {"settings": {...}} reports what the producer learned from the server's settings reply.
@@ -27,6 +28,7 @@ function build(spec) {
   if (spec.message_group) message.messageGroup = spec.message_group;
   if (spec.delay_ms) message.delay = spec.delay_ms;
   if (spec.delivery_timestamp_ms) message.deliveryTimestamp = new Date(spec.delivery_timestamp_ms);
+  if (spec.priority !== undefined) message.priority = spec.priority;
   return message;
 }
 
