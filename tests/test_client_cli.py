@@ -118,6 +118,27 @@ def test_send_then_consume_returns_bodies_tags_keys_and_properties(cluster: Clus
         assert received["acked"] is True
 
 
+def test_priority_sends_are_consumed_highest_first(cluster: Cluster, capsys) -> None:
+    create_topics_at(cluster.endpoint, "CliPriority", message_type="PRIORITY", queue_nums=10)
+    for priority in (2, 9, 0, 5):
+        sent = ok_json(
+            capsys, "send", "CliPriority", f"p{priority}", "--priority", str(priority), "--endpoint", cluster.endpoint
+        )
+        assert sent["messages"][0]["queue_id"] == priority  # a PRIORITY topic's queue is the level
+    got = ok_json(
+        capsys, "consume", "CliPriority", "--group", "CliPriorityGroup", "--max", "4", "--endpoint", cluster.endpoint
+    )
+    assert [(m["priority"], m["message_type"]) for m in got["messages"]] == [
+        (9, "PRIORITY"),
+        (5, "PRIORITY"),
+        (2, "PRIORITY"),
+        (0, "PRIORITY"),
+    ]
+    assert "--priority (PRIORITY) is exclusive" in fails(
+        capsys, 2, "send", "CliPriority", "x", "--priority", "1", "--group", "g", "--endpoint", cluster.endpoint
+    )
+
+
 def test_people_get_one_line_per_message(cluster: Cluster, capsys, monkeypatch) -> None:
     cluster.topic("CliText")
     table = ok(capsys, "send", "CliText", "first", "--tag", "TagT", "--endpoint", cluster.endpoint)

@@ -66,6 +66,7 @@ from services.admin.cli import (
     EXIT_OK,
     EXIT_UNREACHABLE,
     _error_line,
+    _non_negative,
     _positive,
     _table,
     _time_text,
@@ -141,6 +142,7 @@ def send(client: V2Client, ns: argparse.Namespace, console: Console | None, docu
                 properties=dict(ns.property),
                 message_group=ns.group,
                 delivery_timestamp_ms=ns.deliver_at_ms,
+                priority=ns.priority,
             )
             [entry] = client.send([message])
             parked = bool(entry.recall_handle)  # a future delivery time: in the timer topic until then
@@ -271,6 +273,7 @@ def _message_doc(m: d.Message) -> Document:
         "tag": sp.tag if sp.HasField("tag") else None,
         "keys": list(sp.keys),
         "message_group": sp.message_group if sp.HasField("message_group") else None,
+        "priority": sp.priority if sp.HasField("priority") else None,
         "properties": dict(sorted(m.user_properties.items())),
         "message_type": d.MessageType.Name(sp.message_type),
         "delivery_attempt": sp.delivery_attempt,
@@ -296,6 +299,8 @@ def _message_line(m: Document) -> str:
     ]
     if m["message_group"]:
         parts.append(f"group={m['message_group']}")
+    if m["priority"] is not None:
+        parts.append(f"priority={m['priority']}")
     if m["properties"]:
         parts.append("props=" + ",".join(f"{k}={v}" for k, v in m["properties"].items()))
     if m["delivery_timestamp_ms"] is not None:
@@ -408,6 +413,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="MESSAGE_GROUP",
         help="send FIFO messages of this message group (kept in order, on one queue)",
     )
+    sender.add_argument(
+        "--priority",
+        type=_non_negative,
+        metavar="P",
+        help="send PRIORITY messages of priority P (a PRIORITY topic: larger is more urgent, stored at level "
+        "min(P, max priority))",
+    )
     when = sender.add_mutually_exclusive_group()
     when.add_argument("--delay-ms", type=_positive, metavar="N", help="deliver N ms from now (a DELAY message)")
     when.add_argument(
@@ -429,6 +441,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             sender.error("give the body as BODY ('-' for standard input) or --file PATH (one of them)")
         if ns.group is not None and (ns.delay_ms or ns.deliver_at):
             sender.error("--group (FIFO) and --delay-ms/--deliver-at (DELAY) are exclusive")
+        if ns.priority is not None and (ns.group is not None or ns.delay_ms or ns.deliver_at):
+            sender.error("--priority (PRIORITY) is exclusive with --group (FIFO) and --delay-ms/--deliver-at (DELAY)")
         try:
             ns.body_bytes = (
                 ns.file.read_bytes()

@@ -27,6 +27,7 @@ from services.admin.cli import (
     MESSAGE_TYPES,
     Document,
     Render,
+    _non_negative,
     _perm_text,
     _positive,
     _print_table,
@@ -51,16 +52,6 @@ def _check_priority_options(parser: argparse.ArgumentParser, ns: argparse.Namesp
             f"a PRIORITY topic has a queue per priority level: --max-priority {ns.max_priority} "
             f"means {ns.max_priority + 1} queues, not --queues {ns.queues}"
         )
-
-
-def _max_priority(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if value < 0:  # the broker bounds the queue count it makes
-        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
-    return value
 
 
 def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Document, Render]:
@@ -164,7 +155,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         )
         parser.add_argument(
             "--max-priority",
-            type=_max_priority,
+            type=_non_negative,
             metavar="N",
             help="PRIORITY topics: the highest priority, one queue per level 0..N (default 9); a message of a "
             "higher priority is stored at level N",

@@ -224,9 +224,11 @@ def build_message(
     delivery_timestamp_ms: int | None = None,
     message_id: str | None = None,
     born_timestamp_ms: int | None = None,
+    priority: int | None = None,
 ) -> d.Message:
-    """One message as the official clients send it: NORMAL, FIFO (``message_group``) or DELAY
-    (``delivery_timestamp_ms``); the broker refuses both at once."""
+    """One message as the official clients send it: NORMAL, FIFO (``message_group``), DELAY
+    (``delivery_timestamp_ms``) or PRIORITY (``priority``); the broker refuses a group with a
+    delivery time, and drops a priority beside either."""
     sp = d.SystemProperties(message_id=message_id or new_message_id(), body_encoding=d.IDENTITY, keys=list(keys))
     if tag:
         sp.tag = tag
@@ -237,6 +239,9 @@ def build_message(
     elif delivery_timestamp_ms is not None:
         sp.delivery_timestamp.CopyFrom(timestamp(delivery_timestamp_ms))
         sp.message_type = d.DELAY
+    elif priority is not None:
+        sp.priority = priority
+        sp.message_type = d.PRIORITY
     else:
         sp.message_type = d.NORMAL
     message = d.Message(topic=d.Resource(name=topic), system_properties=sp, body=body)
