@@ -44,12 +44,17 @@ def query_route(v2, topic=TOPIC) -> s.QueryRouteResponse:
     return v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=METADATA, timeout=10)
 
 
-def send_many(v2, count, topic=TOPIC, **system) -> list[s.SendResultEntry]:
+def send_many(groups: TwoGroups, count, topic=TOPIC, **system) -> list[s.SendResultEntry]:
+    """Send ``count`` messages, each acknowledged OK; return once both stores have dispatched
+    them (a send is acknowledged after the CommitLog append, the ConsumeQueues follow it: a
+    receive, pull or offset query at once could miss the last ones)."""
     entries = []
     for i in range(count):
-        response = send(v2, message(topic, body=b"m%d" % i, message_id=f"{i:032X}", **system))
+        response = send(groups.v2, message(topic, body=b"m%d" % i, message_id=f"{i:032X}", **system))
         assert response.status.code == d.OK, response.status
         entries.extend(response.entries)
+    for group in (GROUP_A, GROUP_B):
+        groups.dispatched(group)
     return entries
 
 
@@ -69,7 +74,7 @@ def test_a_group_that_is_down_keeps_its_queues_without_permission(groups: TwoGro
 
 
 def test_sends_spread_round_robin_over_both_groups(groups: TwoGroups) -> None:
-    send_many(groups.v2, 16)
+    send_many(groups, 16)
     assert groups.depth(GROUP_A, TOPIC) == [2, 2, 2, 2]
     assert groups.depth(GROUP_B, TOPIC) == [2, 2, 2, 2]
 
@@ -78,7 +83,7 @@ def test_a_fifo_message_group_keeps_its_queue_over_all_groups(groups: TwoGroups)
     route = groups.routes.routes[TOPIC]
     for message_group in ("order-1", "order-2", "order-3", "order-17"):
         before = {g: groups.depth(g, TOPIC) for g in (GROUP_A, GROUP_B)}
-        send_many(groups.v2, 3, message_group=message_group, message_type=d.FIFO)
+        send_many(groups, 3, message_group=message_group, message_type=d.FIFO)
         group, queue_id = select_write_queue(route, 0, message_group)
         after = {g: groups.depth(g, TOPIC) for g in (GROUP_A, GROUP_B)}
         grown = [(g, q) for g in after for q in range(4) if after[g][q] != before[g][q]]
@@ -88,7 +93,7 @@ def test_a_fifo_message_group_keeps_its_queue_over_all_groups(groups: TwoGroups)
 
 def test_sends_skip_a_group_that_is_down(groups: TwoGroups) -> None:
     groups.mark_down(GROUP_B)
-    send_many(groups.v2, 8)
+    send_many(groups, 8)
     assert sum(groups.depth(GROUP_A, TOPIC)) == 8
     assert sum(groups.depth(GROUP_B, TOPIC)) == 0
 
@@ -96,7 +101,7 @@ def test_sends_skip_a_group_that_is_down(groups: TwoGroups) -> None:
 def test_a_send_that_fails_on_a_dead_group_goes_to_the_other_at_once(groups: TwoGroups) -> None:
     groups.stop_store(GROUP_B)  # not known to be down: the first sends to it fail and move over
     started = time.monotonic()
-    send_many(groups.v2, 8)
+    send_many(groups, 8)
     assert sum(groups.depth(GROUP_A, TOPIC)) == 8
     assert time.monotonic() - started < 8  # each failure is immediate, not a timeout
     assert groups.broker.producer is not None and groups.broker.producer.sent_elsewhere >= 1
@@ -105,12 +110,12 @@ def test_a_send_that_fails_on_a_dead_group_goes_to_the_other_at_once(groups: Two
 def test_a_group_without_the_topic_in_its_store_hands_the_send_to_the_other(groups: TwoGroups) -> None:
     groups.create("OnlyA")  # the route names both groups, but broker-b's store loses the topic
     groups.stores[GROUP_B].delete_topic("OnlyA")
-    send_many(groups.v2, 6, topic="OnlyA")
+    send_many(groups, 6, topic="OnlyA")
     assert sum(groups.depth(GROUP_A, "OnlyA")) == 6
 
 
 def test_assignment_has_one_entry_per_group_and_receives_follow_it(groups: TwoGroups) -> None:
-    send_many(groups.v2, 8)
+    send_many(groups, 8)
     response = groups.v2.QueryAssignment(
         s.QueryAssignmentRequest(topic=d.Resource(name=TOPIC), group=d.Resource(name="G1")),
         metadata=METADATA,
@@ -149,7 +154,7 @@ def test_assignment_has_one_entry_per_group_and_receives_follow_it(groups: TwoGr
 
 
 def test_change_invisible_and_dead_letter_follow_the_handle_group(groups: TwoGroups) -> None:
-    send_many(groups.v2, 8)
+    send_many(groups, 8)
     _, messages, _ = receive(groups.v2, TOPIC, broker=GROUP_B, polling_s=1)
     first, second = messages[0], messages[1]
     changed = change(groups.v2, TOPIC, first.system_properties.receipt_handle, 0)
@@ -181,7 +186,7 @@ def test_a_handle_of_an_unknown_group_is_invalid(groups: TwoGroups) -> None:
 
 
 def test_offsets_and_pulls_go_to_the_named_group(groups: TwoGroups) -> None:
-    send_many(groups.v2, 8)
+    send_many(groups, 8)
     queue = d.MessageQueue(topic=d.Resource(name=TOPIC), id=1, broker=d.Broker(name=GROUP_B))
     latest = groups.v2.QueryOffset(
         s.QueryOffsetRequest(message_queue=queue, query_offset_policy=d.END), metadata=METADATA, timeout=10
@@ -210,9 +215,7 @@ def test_offsets_and_pulls_go_to_the_named_group(groups: TwoGroups) -> None:
 
 
 def test_end_transaction_finds_the_half_in_its_group_from_any_broker(groups: TwoGroups) -> None:
-    entries = send_many(
-        groups.v2, 5, message_type=d.TRANSACTION, orphaned_transaction_recovery_duration={"seconds": 30}
-    )
+    entries = send_many(groups, 5, message_type=d.TRANSACTION, orphaned_transaction_recovery_duration={"seconds": 30})
     for core in groups.broker.groups.cores():
         core.halves = type(core.halves)()  # as another broker of the cluster: nothing remembered
         core.transactions._halves = core.halves
@@ -228,7 +231,7 @@ def test_end_transaction_finds_the_half_in_its_group_from_any_broker(groups: Two
 def test_recall_goes_to_the_group_in_the_handle(groups: TwoGroups) -> None:
     later = Timestamp()
     later.FromMilliseconds(int(time.time() * 1000) + 60_000)
-    entries = send_many(groups.v2, 5, message_type=d.DELAY, delivery_timestamp=later)  # 3 to broker-a, 2 to broker-b
+    entries = send_many(groups, 5, message_type=d.DELAY, delivery_timestamp=later)  # 3 to broker-a, 2 to broker-b
     for entry in entries:
         recalled = groups.v2.RecallMessage(
             s.RecallMessageRequest(topic=d.Resource(name=TOPIC), recall_handle=entry.recall_handle),
@@ -244,12 +247,12 @@ def test_a_topic_without_a_route_stays_on_the_home_group(groups: TwoGroups) -> N
     groups.stores[GROUP_A].create_topic(TopicInfo("Home", 2, 2, 6, "MIXED"))
     queues = [(q.broker.name, q.id) for q in query_route(groups.v2, "Home").message_queues]
     assert queues == [(GROUP_A, 0), (GROUP_A, 1)]
-    send_many(groups.v2, 4, topic="Home")
+    send_many(groups, 4, topic="Home")
     assert groups.depth(GROUP_A, "Home", 2) == [2, 2]
 
 
 def test_pull_records_go_to_the_named_group(groups: TwoGroups) -> None:
-    send_many(groups.v2, 8)  # one message in each queue of each group (a0, b0, a1, b1, ...)
+    send_many(groups, 8)  # one message in each queue of each group (a0, b0, a1, b1, ...)
     with grpc.insecure_channel(f"127.0.0.1:{groups.broker.port}") as channel:
         stub = pull_grpc.PullStub(channel)
 
@@ -273,7 +276,7 @@ def test_broker_metrics_add_up_every_group(tmp_path) -> None:
     metrics = BrokerMetrics()
     with two_groups(tmp_path, metrics=metrics) as cluster:
         cluster.create(TOPIC)
-        send_many(cluster.v2, 8)
+        send_many(cluster, 8)
         assert [sum(cluster.depth(g, TOPIC)) for g in (GROUP_A, GROUP_B)] == [4, 4]
         sample = lambda name, **labels: metrics.registry.get_sample_value(name, labels)  # noqa: E731
         assert sample("pyrmq_broker_store_put_messages_total") == 8

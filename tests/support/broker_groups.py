@@ -6,7 +6,11 @@ this process, with the topic routes given by the test instead of etcd (issue 17)
 * ``create(topic, queue_nums, message_type)``: the topic in both stores and in the route, as
   ``pyrmq topic create --groups`` does;
 * ``mark_down(group)``: the group's store client says it is failing over (what a client
-  following a group with no master says), so routes and sends treat it as down.
+  following a group with no master says), so routes and sends treat it as down;
+* ``depth(group, topic)``: each queue's max offset once the group's store has dispatched all
+  it appended (a send is acknowledged after the CommitLog append; the ConsumeQueue, which the
+  max offset comes from, is written behind it by reput, so reading it at once can miss the last
+  sends: 7 instead of 8 under load).
 
 ``two_groups(tmp_path, metrics=BrokerMetrics())`` gives the broker metrics;
 ``two_groups(tmp_path, etcd=client, registered=(...))`` reads and changes the routes in that
@@ -16,6 +20,7 @@ etcd instead (a ``RouteView`` and ``RouteStore``, as ``python -m services.broker
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +75,7 @@ class TwoGroups:
     servers: dict[str, grpc.Server] = field(default_factory=dict)
     etcd: EtcdClient | None = None
     view: RouteView | None = None
+    filestores: dict[str, FileStore] = field(default_factory=dict)
 
     def routes_seen(self, predicate, timeout_s: float = 5.0) -> bool:
         """The broker's view of the etcd routes satisfied ``predicate`` within ``timeout_s``."""
@@ -89,8 +95,19 @@ class TwoGroups:
     def stop_store(self, group: str) -> None:
         stop_server(self.servers[group], 0.5)
 
+    def dispatched(self, group: str, timeout_s: float = 5.0) -> None:
+        """Wait until the group's store has dispatched (reput) everything in its CommitLog."""
+        reput = self.filestores[group].reput
+        assert reput is not None
+        deadline = time.monotonic() + timeout_s
+        while reput.dispatch_behind_bytes > 0:
+            assert time.monotonic() < deadline, f"{group}: dispatch {reput.dispatch_behind_bytes} bytes behind"
+            time.sleep(0.005)
+
     def depth(self, group: str, topic: str, queue_nums: int = 4) -> list[int]:
-        """Messages in each queue of the topic in the group (max offset per queue)."""
+        """Messages in each queue of the topic in the group (max offset per queue), once every
+        message acknowledged so far is dispatched to the ConsumeQueues."""
+        self.dispatched(group)
         return [self.stores[group].queue_offsets(topic, q)[1] for q in range(queue_nums)]
 
 
@@ -101,12 +118,14 @@ def two_groups(
     with ExitStack() as stack:
         addresses: dict[str, str] = {}
         servers: dict[str, grpc.Server] = {}
+        filestores: dict[str, FileStore] = {}
         for group in (GROUP_A, GROUP_B):
             store = FileStore(
                 small_config(tmp_path / group, commitlog_file_size_bytes=8 << 20, broker_name=group), SystemClock()
             )
             store.start()
             stack.callback(store.shutdown)
+            filestores[group] = store
             server, port = build_store_server(store, "127.0.0.1", 0)
             server.start()
             stack.callback(stop_server, server, 0.5)
@@ -137,4 +156,4 @@ def two_groups(
         broker.start()
         stack.callback(broker.stop, 1.0)
         channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{broker.port}"))
-        yield TwoGroups(broker, s_grpc.MessagingServiceStub(channel), clients, routes, servers, etcd, view)
+        yield TwoGroups(broker, s_grpc.MessagingServiceStub(channel), clients, routes, servers, etcd, view, filestores)
