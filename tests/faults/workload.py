@@ -11,7 +11,8 @@
 
 Every random choice comes from ``random.Random(f"{seed}/<thread>")``: a run is repeated by its
 seed (timing aside). ``Workload.drain()`` keeps consuming until every acked and every delivered
-message is consumer-acked.
+message is consumer-acked. ``Workload.stop()`` closes the consumers' channels, so a consumer
+parked in a long poll (5 s) stops at once rather than at the end of it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Workload:
     _consumers: list[threading.Thread] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # unexpected exceptions in threads
     skipped_acks: set[str] = field(default_factory=set)  # message ids deliberately left unacked
+    _consumer_clients: dict[str, V2Client] = field(default_factory=dict)  # closed by stop()
+    _consumer_clients_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def seed(self) -> int:
@@ -130,12 +133,18 @@ class Workload:
         try:
             while not self._stop_consuming.is_set():
                 if client is None:
-                    client = V2Client(self.endpoint, timeout_s=5.0, client_id=f"faults@{name}")
+                    client = self._consumer_client(name)
+                    if client is None:
+                        break  # stopped
                 try:
                     messages = client.receive(
                         group, topic, invisible_s=c.invisible_s, wait_s=c.receive_wait_s, batch_size=16
                     )
-                except (BrokerCallError, grpc.RpcError):
+                except ValueError:  # "Cannot invoke RPC on closed channel": stop() closed it
+                    if not self._stop_consuming.is_set():
+                        raise
+                    break
+                except (BrokerCallError, grpc.RpcError):  # CANCELLED too, when stop() closed it
                     client.close()
                     client = None
                     time.sleep(0.1)
@@ -166,9 +175,22 @@ class Workload:
                         pass  # definitely not acked: redelivered after its invisible time
                     except grpc.RpcError:  # maybe acked
                         self.history.consumer_ack_unknown([m.system_properties.message_id])
+                    except ValueError:  # closed by stop(): not acked
+                        if not self._stop_consuming.is_set():
+                            raise
+                        break
         finally:
             if client is not None:
                 client.close()
+
+    def _consumer_client(self, name: str) -> V2Client | None:
+        """A new client for consumer ``name``, known to ``stop()``; None once stopping."""
+        with self._consumer_clients_lock:
+            if self._stop_consuming.is_set():
+                return None
+            client = V2Client(self.endpoint, timeout_s=5.0, client_id=f"faults@{name}")
+            self._consumer_clients[name] = client
+            return client
 
     # -- control
     def stop_sending(self, timeout_s: float | None = None) -> None:
@@ -189,7 +211,11 @@ class Workload:
 
     def stop(self) -> None:
         self._stop_sending.set()
-        self._stop_consuming.set()
+        with self._consumer_clients_lock:
+            self._stop_consuming.set()
+            clients = list(self._consumer_clients.values())
+        for client in clients:  # cancels a parked long poll (the consumer then ends)
+            client.close()
         for t in self._producers + self._consumers:
             t.join(self.config.receive_wait_s + 15)
 
