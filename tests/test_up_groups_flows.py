@@ -26,6 +26,16 @@ READY = re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)
 TOPIC, TX_TOPIC, DLQ_TOPIC = "Flows", "FlowsTx", "FlowsDlq"
 GROUPS = {"broker-a", "broker-b"}
 FAST_CHECKS = {"PYRMQ_TXCHECK_TRANSACTION_TIMEOUT_MS": "1000", "PYRMQ_TXCHECK_CHECK_INTERVAL_MS": "1000"}
+# Shorter waits than the broker's minimums (10 s invisible, 5 s long polling), which only make
+# the flows slower: the DLQ flow waits out each delivery's invisible time, and the official
+# SimpleConsumer polls the route's queues in turn, broker-a's 8 then broker-b's 8, so it can
+# long-poll an empty group 8 times in a row while the other holds the messages.
+INVISIBLE_S = 2
+AWAIT_S = 1
+SHORT_WAITS = {
+    "PYRMQ_BROKER_INVISIBLE_DURATION_MS_MIN": str(INVISIBLE_S * 1000),
+    "PYRMQ_BROKER_LONG_POLLING_TIMEOUT_MS_MIN": str(AWAIT_S * 1000),
+}
 
 
 def groups_holding(admin: pb_grpc.AdminStub, topic: str, keys: list[str]) -> dict[str, str]:
@@ -58,7 +68,7 @@ def test_delay_transaction_and_dlq_over_two_groups(tmp_path: Path, processes: li
             *(f"--create-topic={t}" for t in (TOPIC, TX_TOPIC, DLQ_TOPIC)),
         ),
         tmp_path,
-        FAST_CHECKS,
+        FAST_CHECKS | SHORT_WAITS,
     )
     processes.append(up)
     endpoint = up.wait_line(READY)["clients"]
@@ -69,7 +79,16 @@ def test_delay_transaction_and_dlq_over_two_groups(tmp_path: Path, processes: li
         keys = [f"delay-{i}" for i in range(6)]
         due_s = int(time.time()) + 4
         produce(tmp_path / "p1", endpoint, TOPIC, [{"body": k, "keys": [k], "delivery_timestamp": due_s} for k in keys])
-        got = consume(tmp_path / "c1", endpoint, group="DelayGroup", topic=TOPIC, count=6, deadline_s=60, action="ack")
+        got = consume(
+            tmp_path / "c1",
+            endpoint,
+            group="DelayGroup",
+            topic=TOPIC,
+            count=6,
+            deadline_s=60,
+            await_s=AWAIT_S,
+            action="ack",
+        )
         assert sorted(m["body"] for m in got) == keys and time.time() >= due_s
         assert set(groups_holding(admin, TOPIC, keys).values()) == GROUPS
 
@@ -93,7 +112,16 @@ def test_delay_transaction_and_dlq_over_two_groups(tmp_path: Path, processes: li
             producer.next_line("settings")  # its last line: every answer's EndTransaction has gone out
         finally:
             producer.stop()
-        got = consume(tmp_path / "c2", endpoint, group="TxGroup", topic=TX_TOPIC, count=4, deadline_s=60, action="ack")
+        got = consume(
+            tmp_path / "c2",
+            endpoint,
+            group="TxGroup",
+            topic=TX_TOPIC,
+            count=4,
+            deadline_s=60,
+            await_s=AWAIT_S,
+            action="ack",
+        )
         assert sorted(m["body"] for m in got) == keys
         assert set(groups_holding(admin, TX_TOPIC, keys).values()) == GROUPS
 
@@ -108,7 +136,8 @@ def test_delay_transaction_and_dlq_over_two_groups(tmp_path: Path, processes: li
             topic=DLQ_TOPIC,
             count=8,
             deadline_s=90,
-            invisible_s=10,
+            invisible_s=INVISIBLE_S,
+            await_s=AWAIT_S,
             action="none",
         )
         assert sorted((m["body"], m["attempt"]) for m in got) == sorted((k, n) for k in keys for n in (1, 2))
