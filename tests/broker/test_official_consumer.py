@@ -57,7 +57,10 @@ def test_simple_consumer_change_invisible_duration_then_ack(broker, topics, tmp_
     assert got["acked"] is True and got["error"] is None, got
 
 
-def test_unacked_message_is_redelivered_with_attempt_2(broker, topics, tmp_path):
+def test_unacked_message_is_redelivered_with_attempt_2(make_broker, topics, tmp_path):
+    # 2 s invisible time and 1 s long polls rather than the broker's 10 s and 5 s minimums: the
+    # same redelivery, without waiting out 10 s.
+    broker = make_broker(invisible_duration_ms_min=2_000, long_polling_timeout_ms_min=1_000)
     topics("RedeliverTopic")
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, "RedeliverTopic", [{"body": "again"}])
@@ -68,8 +71,8 @@ def test_unacked_message_is_redelivered_with_attempt_2(broker, topics, tmp_path)
         topic="RedeliverTopic",
         count=2,
         deadline_s=40,
-        invisible_s=10,
-        await_s=5,
+        invisible_s=2,
+        await_s=1,
         action="none_then_ack",
     )
     assert [(m["body"], m["attempt"], m["acked"]) for m in got] == [("again", 1, None), ("again", 2, True)]
