@@ -172,11 +172,25 @@ def localize(value: str, own: str, addresses: dict[str, str]) -> str:
     return re.sub(r"(?<![\w.-])([a-z]+(?:-[a-z])?(?:-\d)?)(?=:\d|,|$)", lambda m: addresses.get(m[1], m[1]), value)
 
 
+def compose_waves(doc: dict, names: list[str], healthy: list[str]) -> list[list[str]]:
+    """``names`` in the order compose starts them: each wave is every service whose
+    ``depends_on`` (all ``service_healthy``) are healthy by then, ``healthy`` at first."""
+    done, pending, waves = set(healthy), list(names), []
+    while pending:
+        wave = [name for name in pending if set(doc["services"][name].get("depends_on", {})) <= done]
+        assert wave, f"a dependency cycle or an unknown dependency among {pending}"
+        waves.append(wave)
+        done |= set(wave)
+        pending = [name for name in pending if name not in wave]
+    return waves
+
+
 def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes: list[Process]) -> None:
     """Each compose service's own command line and environment (etcd's with Debian's binaries),
     with its service names pointed at loopback addresses and the volumes at temporary directories:
-    the three etcd members, the three store replicas electing a master, then the broker, the
-    scheduler and txcheck following it; a message sent and received through the broker."""
+    the three etcd members, the six store replicas electing a master in each group, then the
+    brokers, schedulers and txchecks following them, each wave started together once the one it
+    depends on is healthy, as compose does; a message sent and received through the broker."""
     require("etcd")
     doc = compose()
     addresses = loopback_addresses()
@@ -202,29 +216,36 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
         while subprocess.run(health, capture_output=True, timeout=10).returncode != 0:
             assert time.monotonic() < deadline and started[name].popen.poll() is None, started[name].log()
             time.sleep(0.2)
-    for name, spec, _ in compose_services():  # compose starts them in dependency order, as listed
-        own = addresses[name]
-        command = [sys.executable if part == "python" else part for part in doc["services"][name]["command"]]
-        env = {
-            key: str(tmp_path / name) if value == "/data" else localize(value, own, addresses)
-            for key, value in doc["services"][name]["environment"].items()
-        }
-        process = Process(command, tmp_path, env)
-        processes.append(process)
-        ready = process.wait_line(READY)
-        assert ready["name"] == spec.name
-        started[name] = process
-        health = [localize(part, own, addresses) for part in doc["services"][name]["healthcheck"]["test"]]
-        checked = Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
-        assert checked.popen.wait(60) == 0, checked.log()
-        with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
-            reply = next(
-                reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+    specs = {name: spec for name, spec, _ in compose_services()}
+    waves = compose_waves(doc, list(specs), etcd_names())
+    for wave in waves:
+        for name in wave:
+            own = addresses[name]
+            command = [sys.executable if part == "python" else part for part in doc["services"][name]["command"]]
+            env = {
+                key: str(tmp_path / name) if value == "/data" else localize(value, own, addresses)
+                for key, value in doc["services"][name]["environment"].items()
+            }
+            started[name] = Process(command, tmp_path, env)
+            processes.append(started[name])
+        checks: dict[str, tuple[list[str], Process]] = {}
+        for name in wave:
+            ready = started[name].wait_line(READY)
+            assert ready["name"] == specs[name].name
+            health = [
+                localize(part, addresses[name], addresses) for part in doc["services"][name]["healthcheck"]["test"]
+            ]
+            checks[name] = health, Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
+        for health, checked in checks.values():
+            assert checked.popen.wait(60) == 0, checked.log()
+            with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
+                reply = next(
+                    reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+                    )
                 )
-            )
-        listed = {service.name for service in reply.list_services_response.service}
-        assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
+            listed = {service.name for service in reply.list_services_response.service}
+            assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
     # The operator creates the topic, as `docker compose exec broker pyrmq topic create ...` would.
     create = Process(
         [sys.executable, "-m", "services.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
