@@ -29,13 +29,14 @@ from services.domain.format.properties_format import PRIORITY
 
 # TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE ("+message.type" in an admin request).
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
-TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED")
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED")
 ACCEPT_MESSAGE_TYPES: dict[str, tuple[MessageType, ...]] = {
     "NORMAL": (MessageType.NORMAL,),
     "FIFO": (MessageType.FIFO,),
     "DELAY": (MessageType.DELAY,),
     "TRANSACTION": (MessageType.TRANSACTION,),
     "PRIORITY": (MessageType.PRIORITY,),
+    "LITE": (MessageType.LITE,),  # a parent of lite topics (services/domain/lite.py)
     "MIXED": (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION),
 }
 assert set(ACCEPT_MESSAGE_TYPES) == set(TOPIC_MESSAGE_TYPES)

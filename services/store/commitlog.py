@@ -45,10 +45,25 @@ from services.domain.format.commitlog_format import (
 )
 from services.domain.format.crc32 import crc32 as fast_crc32
 from services.domain.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
-from services.domain.format.properties_format import KEYS, TAGS, UNIQ_KEY, PropertiesError, encode_properties_checked
-from services.domain.names import SCHEDULE_TOPIC
+from services.domain.format.properties_format import (
+    INNER_MULTI_QUEUE_OFFSET,
+    KEYS,
+    TAGS,
+    UNIQ_KEY,
+    PropertiesError,
+    encode_properties_checked,
+)
+from services.domain.lite import (
+    INNER_MULTI_DISPATCH,
+    LITE_TOPIC,
+    LMQ_OFFSET_DIGITS,
+    lite_properties,
+    validate_lite_topic,
+)
+from services.domain.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SCHEDULE_TOPIC, is_system_topic
 from services.runtime.clock import Clock
 from services.store.config import StoreConfig
+from services.store.lite_offsets import LiteOffsetTable
 from services.store.mapped_file import MappedFile, MappedFileQueue
 from services.store.model import DispatchRequest
 
@@ -58,6 +73,45 @@ DISPATCH_BACKLOG_MAX = 262_144  # above this the put path stops recording; reput
 _INT16_PACK = struct.Struct(">h").pack
 _HEADER_SIZES = tuple(header.size for header in HEADERS)
 _TOPIC_PART_V1_MAX = TOPIC_V1_LENGTH_MAX_BYTES + 1  # one length byte + the topic
+_LMQ_OFFSET_NAME = INNER_MULTI_QUEUE_OFFSET.encode() + b"\x01"
+_LMQ_OFFSET_FORMAT = b"%0" + str(LMQ_OFFSET_DIGITS).encode() + b"d"
+
+
+def _with_lmq_offset(properties_bytes: bytes, offset: int) -> bytes:
+    """The encoded properties with ``offset`` over the placeholder of INNER_MULTI_QUEUE_OFFSET
+    (same length: the record's size does not change). Properties are in Java's HashMap order,
+    so the entry is found, not assumed last: at the start, or after a 0x02."""
+    at = 0 if properties_bytes.startswith(_LMQ_OFFSET_NAME) else properties_bytes.find(b"\x02" + _LMQ_OFFSET_NAME) + 1
+    digits = at + len(_LMQ_OFFSET_NAME)
+    return b"%b%b%b" % (
+        properties_bytes[:digits],
+        _LMQ_OFFSET_FORMAT % offset,
+        properties_bytes[digits + LMQ_OFFSET_DIGITS :],
+    )
+
+
+def _lmq_offset(props: dict[str, str]) -> int:
+    try:
+        return int(props.get(INNER_MULTI_QUEUE_OFFSET, "-1")) if INNER_MULTI_DISPATCH in props else -1
+    except ValueError:
+        return -1
+
+
+def _prepare_lite(rec: MessageRecord) -> None:
+    """A lite message (``__LITE_TOPIC``) gets its LMQ and an offset placeholder, encoded last;
+    a copy of one in a retry, dead-letter or system topic is no lite message (the properties it
+    carries over must not index it into the LMQ again). Raises ValueError for a bad name."""
+    props = rec.properties
+    lite = props.get(LITE_TOPIC)
+    topic = rec.topic
+    if lite is not None and not topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)) and not is_system_topic(topic):
+        reason = validate_lite_topic(lite)
+        if reason is not None:
+            raise ValueError(reason)
+        lite_properties(props, topic, lite)
+    else:
+        props.pop(INNER_MULTI_DISPATCH, None)
+        props.pop(INNER_MULTI_QUEUE_OFFSET, None)
 
 
 class CommitLog:
@@ -71,6 +125,8 @@ class CommitLog:
         # Held by every flush; a truncation (replica_log.py) holds it so no flush runs meanwhile.
         self.flush_lock = threading.RLock()
         self.queue_offset_table: dict[str, int] = {}
+        # The lite topics' next offsets (set by the store once its lite index is open).
+        self.lite_offsets: LiteOffsetTable | None = None
         self.store_host = host_from_string(config.store_host)
         self.store_host_prefix = self.store_host[0] + struct.pack(">i", self.store_host[1])
         self._store_host_flag = SYSFLAG_STOREHOST_V6 if len(self.store_host[0]) == 16 else 0
@@ -125,6 +181,11 @@ class CommitLog:
             if topic_part is None:
                 topic_part = self._topic_part(rec.topic)
             try:
+                if LITE_TOPIC in rec.properties or INNER_MULTI_DISPATCH in rec.properties:
+                    try:
+                        _prepare_lite(rec)
+                    except ValueError as exc:
+                        raise PropertiesError(str(exc)) from None
                 properties_bytes = encode(rec.properties)
             except PropertiesError as exc:
                 exc.index = len(prepared)
@@ -166,6 +227,7 @@ class CommitLog:
         pack_len = _INT16_PACK
         new_request = tuple.__new__
         known_hash = REPEATED_HASHES.get
+        lite_offsets = self.lite_offsets
         with self.put_lock:
             now = self.clock.now_ms()
             if now < self.last_store_timestamp_ms:
@@ -197,6 +259,12 @@ class CommitLog:
                         mf.populate_ahead(end)
                     phy_offset = base + pos
                     body = rec.body
+                    lmq = rec.properties.get(INNER_MULTI_DISPATCH, "") if lite_offsets is not None else ""
+                    if lmq:
+                        lmq_offset = lite_offsets.next_offset(lmq)  # type: ignore[union-attr]
+                        properties_bytes = _with_lmq_offset(properties_bytes, lmq_offset)
+                    else:
+                        lmq_offset = -1
                     born_ip, born_port = rec.born_host
                     data = join(
                         (
@@ -241,6 +309,9 @@ class CommitLog:
                     rec.store_timestamp_ms = now
                     if counted:
                         table[key] = queue_offset + 1
+                    if lmq:
+                        lite_offsets.appended(lmq, lmq_offset, end + base)  # type: ignore[union-attr]
+                        rec.properties[INNER_MULTI_QUEUE_OFFSET] = str(lmq_offset)
                     if record_backlog:
                         props = rec.properties
                         if topic == SCHEDULE_TOPIC:
@@ -265,6 +336,8 @@ class CommitLog:
                                     props.get(UNIQ_KEY, ""),
                                     sys_flag,
                                     rec.prepared_transaction_offset,
+                                    lmq,
+                                    lmq_offset,
                                 ),
                             )
                         )
@@ -350,6 +423,8 @@ class CommitLog:
             props.get(UNIQ_KEY, ""),
             rec.sys_flag,
             rec.prepared_transaction_offset,
+            props.get(INNER_MULTI_DISPATCH, ""),
+            _lmq_offset(props),
         ), rec.total_size
 
     def store_timestamp_at(self, phy_offset: int) -> int:

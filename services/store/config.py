@@ -68,6 +68,7 @@ class StoreConfig:
     message_index_enable: bool = True                 # build the IndexFile (lookups by key and id) (messageIndexEnable)
     index_hash_slot_num: int = 5_000_000              # hash slots per IndexFile (maxHashSlotNum)
     index_num_max: int = 20_000_000                   # entries per IndexFile (maxIndexNum)
+    lite_index_map_size_bytes: int = 1 << 40          # the lite index's LMDB map: address space reserved, not disk (lite/data.mdb grows as used)
     file_reserved_time_hours: float = 72.0            # CommitLog segments older than this are deleted (fileReservedTime)
     disk_max_used_space_ratio: float = 0.75           # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)
     disk_space_clean_forcibly_ratio: float = 0.85     # above this disk use, even unexpired files are deleted (oldest first)
@@ -188,6 +189,10 @@ class StoreConfig:
     @property
     def index_dir(self) -> Path:
         return self.store_root / "index"
+
+    @property
+    def lite_index_dir(self) -> Path:
+        return self.store_root / "lite"
 
     @property
     def config_dir(self) -> Path:

@@ -67,6 +67,8 @@ class DispatchRequest(NamedTuple):
     uniq_key: str  # UNIQ_KEY ("" if none)
     sys_flag: int
     prepared_transaction_offset: int
+    lmq: str = ""  # INNER_MULTI_DISPATCH: the lite topic's LMQ it is also indexed in ("" if none)
+    lmq_offset: int = -1  # INNER_MULTI_QUEUE_OFFSET: its offset there
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from services.store.config import StoreConfig
 from services.store.consume_queue import ConsumeQueueStore
 from services.store.errors import ReplicaDataError, ReplicaOffsetError
 from services.store.index_service import IndexService
+from services.store.lite_index import LiteIndex
 from services.store.reput import ReputService
 from services.store.transaction_metrics import TransactionMetrics
 
@@ -53,6 +54,7 @@ class ReplicaLog:
         reput: ReputService,
         checkpoint: CheckpointFile,
         transactions: TransactionMetrics | None = None,
+        lite: LiteIndex | None = None,
     ) -> None:
         self._config = config
         self._commitlog = commitlog
@@ -61,6 +63,7 @@ class ReplicaLog:
         self._reput = reput
         self._checkpoint = checkpoint
         self._transactions = transactions
+        self._lite = lite
 
     @property
     def max_phy_offset(self) -> int:
@@ -208,6 +211,10 @@ class ReplicaLog:
             commitlog.dispatch_backlog.clear()  # requests for records that are gone
             commitlog.confirm_offset = min(commitlog.confirm_offset, phy_offset)
             self._cq_store.truncate_dirty(phy_offset)
+            if self._lite is not None:
+                self._lite.truncate(phy_offset)
+            if commitlog.lite_offsets is not None:
+                commitlog.lite_offsets.clear()
             reput_from = min(reput.reput_from_offset, phy_offset)
             if self._index_service is not None:
                 files_before = len(self._index_service.files)
@@ -237,3 +244,5 @@ class ReplicaLog:
             self._reput.run_once()
             with self._commitlog.put_lock:
                 self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
+                if self._commitlog.lite_offsets is not None:
+                    self._commitlog.lite_offsets.clear()  # the lite index is fully dispatched: the truth

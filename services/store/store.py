@@ -49,6 +49,8 @@ from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetMa
 from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
 from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
+from services.store.lite_index import LiteIndex
+from services.store.lite_offsets import LiteOffsetTable
 from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
@@ -100,6 +102,7 @@ class FileStore(StoreReader):
         self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
         self._auth = AuthConfigManager(config.config_dir, clock)
         self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
+        self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
         self._arrivals = ArrivalBus()
         self._services: list = []
         self._lock: StoreLock | None = None
@@ -170,6 +173,11 @@ class FileStore(StoreReader):
         return self._pop
 
     @property
+    def lite(self) -> LiteIndex:
+        """The lite topics' units (services/store/lite_index.py)."""
+        return self._lite
+
+    @property
     def transactions(self) -> TransactionMetrics:
         """Open transactions (half messages) per real topic, counted by dispatch."""
         return self._transactions
@@ -212,7 +220,8 @@ class FileStore(StoreReader):
             self._lock.release()
             raise
 
-    def _close_files(self) -> None:
+    def _close_files(self, flush: bool = True) -> None:
+        self._lite.close(flush)
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._index_service is not None:
@@ -239,7 +248,7 @@ class FileStore(StoreReader):
             trusted = not abnormal or cp.dispatched_phy_offset >= 0
             self._index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
         self._recovery = recovered = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
-        dispatchers = [self._cq_store, self._transactions]
+        dispatchers = [self._cq_store, self._transactions, self._lite]
         dispatchers += [_IndexDispatcher(self._index_service)] if self._index_service else []
         self._reput = ReputService(
             self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue, recovered.reput_from_offset
@@ -248,6 +257,11 @@ class FileStore(StoreReader):
         # alone, up to where reput restarts (reput then skips what they already counted).
         counted_to = self._transactions.load(self._commitlog.min_offset, recovered.process_offset)
         self._reput.redispatch(counted_to, [self._transactions], until=recovered.reput_from_offset)
+        # Likewise the lite index, from where its last transaction left it.
+        self._lite.open(abnormal)
+        lite_to = self._lite.load(self._commitlog.min_offset, recovered.process_offset)
+        self._reput.redispatch(lite_to, [self._lite], until=recovered.reput_from_offset)
+        self._commitlog.lite_offsets = LiteOffsetTable(self._lite.max_offset, lambda: self._lite.dispatched)
         lost = consume_queue_units_lost(cp, self._commitlog, self._cq_store)
         self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
         holes = self._cq_store.queues_with_holes() if abnormal else []
@@ -362,7 +376,7 @@ class FileStore(StoreReader):
             self._running = False
             for service in self._services:
                 service.halt()
-            self._close_files()  # the IndexFile's close flushes: its pages are in the page cache anyway
+            self._close_files(flush=False)  # the IndexFile's close flushes: its pages are in the page cache anyway
             self._lock.release()
 
     # -- internals --------------------------------------------------------------------------
@@ -374,6 +388,7 @@ class FileStore(StoreReader):
     def _flush_derived(self) -> None:
         with self._reput.dispatch_lock:
             self._cq_store.flush(0)
+        self._lite.flush()
         if self._index_service is not None:
             self._index_service.flush()
 

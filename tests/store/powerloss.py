@@ -13,6 +13,8 @@ made durable by the directory fsync, its data was not).
 ``config/*.json`` is left alone: it is written to a temporary file, fsync'd, renamed over the old
 one and the directory fsync'd (metadata.write_atomically), so it is durable when the write returns
 and an interrupted write leaves the old file. The ``lock`` and ``abort`` files carry no data.
+``apply`` also gives the machine a new boot id, as the reboot after a power cut does: the lite
+index (LMDB, whose syncs this layer does not see) is then rebuilt from the CommitLog.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import random
 import threading
 from pathlib import Path
+
+from services.store import lite_index
 
 PAGE = 4096
 SKIPPED_NAMES = {"lock", "abort"}
@@ -52,6 +56,7 @@ class PowerLoss:
         self._baseline = {p: p.read_bytes() for p in self._files()}
         self._images = {}
         self.crashed = False
+        self._monkeypatch = monkeypatch
         monkeypatch.setattr(os, "fdatasync", self._sync(self._real_fdatasync))
         monkeypatch.setattr(os, "fsync", self._sync(self._real_fsync))
 
@@ -103,4 +108,7 @@ class PowerLoss:
         with self._lock:  # the power is back: syncs work again (``begin`` starts the next cycle)
             self.crashed = False
             self._images = {}
+        # The machine boots again: a new boot id (what tells the store its page cache is gone).
+        new_boot = f"power-loss-{self.random.getrandbits(64):016x}"
+        self._monkeypatch.setattr(lite_index, "boot_id", lambda: new_boot)
         return counts

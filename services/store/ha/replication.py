@@ -162,6 +162,7 @@ class Replication:
             store.reput,
             store.checkpoint,
             store.transactions,
+            store.lite,
         )
         tables = [store.topics, store.groups, store.consumer_offsets, store.delay_offsets, store.auth]
         config_tables = ConfigTables(tables, store.config.ha_config_sync_interval_ms, clock)

@@ -1,0 +1,54 @@
+"""The next offset of each lite topic for the put path (under the CommitLog's put lock).
+
+A lite message's LMQ offset is given when it is appended and written into the record
+(``INNER_MULTI_QUEUE_OFFSET``), as RocketMQ's ``MultiDispatch`` does, so the lite index can be
+rebuilt from the CommitLog with the same offsets. The offsets come from the lite index
+(``max_offset``) for a lite topic seen the first time, and from ``_hot`` while it has appended
+messages dispatch has not indexed yet. An entry whose last append is indexed is only a copy of
+the index's, so entries are dropped once the table is full and dispatch has passed them: the
+table holds the lite topics being written to right now, never all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+HOT_ENTRIES_MAX = 65_536
+
+
+class LiteOffsetTable:
+    def __init__(
+        self, max_offset: Callable[[str], int], dispatched: Callable[[], int], hot_max: int = HOT_ENTRIES_MAX
+    ) -> None:
+        self._max_offset = max_offset
+        self._dispatched = dispatched
+        self._hot_max = hot_max
+        self._hot: dict[str, list[int]] = {}  # lmq -> [next offset, CommitLog end of its last append]
+
+    def next_offset(self, lmq: str) -> int:
+        """The offset the next message of ``lmq`` takes (``appended`` records it)."""
+        entry = self._hot.get(lmq)
+        return entry[0] if entry is not None else self._max_offset(lmq)
+
+    def appended(self, lmq: str, offset: int, end: int) -> None:
+        """A message of ``lmq`` took ``offset``; its record ends at CommitLog offset ``end``."""
+        entry = self._hot.get(lmq)
+        if entry is None:
+            if len(self._hot) >= self._hot_max:
+                self._drop_indexed()
+            self._hot[lmq] = [offset + 1, end]
+        else:
+            entry[0] = offset + 1
+            entry[1] = end
+
+    def _drop_indexed(self) -> None:
+        dispatched = self._dispatched()
+        self._hot = {lmq: entry for lmq, entry in self._hot.items() if entry[1] > dispatched}
+
+    def clear(self) -> None:
+        """Forget every entry (after a truncation, or before writing as a new master: the index,
+        fully dispatched, is then the truth)."""
+        self._hot.clear()
+
+    def __len__(self) -> int:
+        return len(self._hot)

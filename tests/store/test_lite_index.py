@@ -1,0 +1,156 @@
+"""The lite index (issue 18, lite topics): a lite message is appended once under its parent topic
+with its LMQ and LMQ offset, dispatch indexes it, and the index is a cache of the CommitLog: it
+survives a clean stop, catches up after a kill, is rebuilt with the same offsets when lost, and is
+cut back with a truncated CommitLog."""
+
+from __future__ import annotations
+
+import shutil
+
+from services.domain.format.commitlog_format import decode_record
+from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET
+from services.domain.lite import INNER_MULTI_DISPATCH, LITE_TOPIC, lmq_name
+from services.domain.statuses import PutStatus
+from services.store.lite_offsets import LiteOffsetTable
+from services.store.metadata import TopicConfig
+from tests.support.filestore import message
+
+PARENT = "LiteParent"
+
+
+def create_parent(store, queues: int = 4) -> None:
+    config = TopicConfig(topic_name=PARENT, read_queue_nums=queues, write_queue_nums=queues)
+    config.message_type = "LITE"
+    store.topics.create_or_update(config)
+
+
+def lite(lite_topic: str, body: bytes = b"x", queue_id: int = 0, topic: str = PARENT):
+    return message(topic, queue_id, body, **{LITE_TOPIC: lite_topic})
+
+
+def put_ok(store, *records) -> list:
+    results = store.put_messages(list(records))
+    assert all(r.status is PutStatus.PUT_OK for r in results), results
+    store.reput.run_once()
+    return results
+
+
+def units(store, lite_topic: str) -> list[tuple[int, bytes]]:
+    """(offset, body) of each unit of the lite topic, read back through the CommitLog."""
+    out = []
+    for unit in store.lite.units(lmq_name(PARENT, lite_topic), 0, 1000):
+        record = store.commitlog.read_record(unit.phy_offset)
+        assert record is not None and record.total_size == unit.size
+        assert record.properties[INNER_MULTI_QUEUE_OFFSET] == f"{unit.queue_offset:019d}"
+        out.append((unit.queue_offset, record.body))
+    return out
+
+
+def test_a_lite_message_is_stored_once_and_indexed_in_its_lmq(make_store):
+    store = make_store()
+    create_parent(store)
+    results = put_ok(store, lite("chat-1", b"a"), lite("chat-2", b"b", queue_id=1), lite("chat-1", b"c"))
+    assert units(store, "chat-1") == [(0, b"a"), (1, b"c")]
+    assert units(store, "chat-2") == [(0, b"b")]
+    record = decode_record(
+        store.commitlog.read_bytes(results[2].phy_offset, results[2].wrote_bytes), 0, results[2].wrote_bytes
+    )
+    assert record.topic == PARENT and record.properties[LITE_TOPIC] == "chat-1"
+    assert record.properties[INNER_MULTI_DISPATCH] == "%LMQ%$LiteParent$chat-1"
+    # the parent's own queues hold them too (what a Spark read of the parent sees)
+    assert store.max_offset_in_queue(PARENT, 0) == 2 and store.max_offset_in_queue(PARENT, 1) == 1
+    queue = store.lite.queue(lmq_name(PARENT, "chat-1"))
+    assert (queue.min_offset, queue.max_offset) == (0, 2) and queue.last_store_timestamp_ms > 0
+    assert store.lite.queue_count() == 2
+
+
+def test_offsets_stay_dense_when_the_put_table_forgets_indexed_topics(make_store):
+    store = make_store()
+    create_parent(store)
+    store.commitlog.lite_offsets = LiteOffsetTable(store.lite.max_offset, lambda: store.lite.dispatched, hot_max=2)
+    for round_ in range(3):
+        put_ok(store, *(lite(f"t{i}", b"%d-%d" % (i, round_)) for i in range(5)))
+    for i in range(5):
+        assert units(store, f"t{i}") == [(r, b"%d-%d" % (i, r)) for r in range(3)]
+
+
+def test_a_bad_lite_topic_name_writes_nothing(make_store):
+    store = make_store()
+    create_parent(store)
+    before = store.commitlog.max_offset
+    [result] = store.put_messages([lite("bad name")])
+    assert result.status is PutStatus.MESSAGE_ILLEGAL and "lite topic" in result.error
+    assert store.commitlog.max_offset == before
+
+
+def test_copies_in_retry_and_dlq_topics_are_not_indexed_again(make_store):
+    store = make_store()
+    create_parent(store)
+    for topic in ("%DLQ%G", "%RETRY%G_LiteParent"):
+        store.topics.create_or_update(TopicConfig(topic_name=topic, read_queue_nums=1, write_queue_nums=1))
+    put_ok(store, lite("chat-1", b"first"))
+    copy = lite("chat-1", b"copy", topic="%DLQ%G")
+    copy.properties[INNER_MULTI_DISPATCH] = lmq_name(PARENT, "chat-1")
+    copy.properties[INNER_MULTI_QUEUE_OFFSET] = "0"
+    put_ok(store, copy, lite("chat-1", b"retry", topic="%RETRY%G_LiteParent"))
+    assert units(store, "chat-1") == [(0, b"first")]
+
+
+def test_a_clean_restart_keeps_the_index_and_the_offsets_go_on(make_store, tmp_path, clock):
+    store = make_store()
+    create_parent(store)
+    put_ok(store, lite("a", b"0"), lite("b", b"0"), lite("a", b"1"))
+    store.shutdown()
+    store = make_store()
+    assert units(store, "a") == [(0, b"0"), (1, b"1")]
+    put_ok(store, lite("a", b"2"), lite("b", b"1"))
+    assert units(store, "a") == [(0, b"0"), (1, b"1"), (2, b"2")]
+    assert units(store, "b") == [(0, b"0"), (1, b"1")]
+
+
+def test_after_a_kill_the_index_catches_up_from_the_commitlog(make_store):
+    store = make_store()
+    create_parent(store)
+    put_ok(store, lite("a", b"0"))
+    store.lite.flush()
+    put_ok(store, lite("a", b"1"), lite("c", b"0"))  # indexed, but its 'dispatched' never synced
+    store.commitlog.flush(0)
+    store.halt()
+    store = make_store()
+    assert units(store, "a") == [(0, b"0"), (1, b"1")] and units(store, "c") == [(0, b"0")]
+    put_ok(store, lite("a", b"2"))
+    assert units(store, "a")[-1] == (2, b"2")
+
+
+def test_a_lost_index_is_rebuilt_with_the_same_offsets(make_store):
+    store = make_store()
+    create_parent(store)
+    for i in range(20):
+        put_ok(store, lite(f"t{i % 3}", b"%d" % i))
+    before = {t: units(store, t) for t in ("t0", "t1", "t2")}
+    store.shutdown()
+    shutil.rmtree(store.config.lite_index_dir)
+    store = make_store()
+    assert {t: units(store, t) for t in ("t0", "t1", "t2")} == before
+    put_ok(store, lite("t0", b"next"))
+    assert units(store, "t0")[-1] == (len(before["t0"]), b"next")
+
+
+def test_units_past_a_truncated_commitlog_are_dropped(make_store):
+    store = make_store()
+    create_parent(store)
+    [first] = put_ok(store, lite("a", b"0"))
+    put_ok(store, lite("a", b"1"), lite("b", b"0"))
+    end = first.phy_offset + first.wrote_bytes
+    assert store.lite.truncate(end) == 2
+    assert units(store, "a") == [(0, b"0")]
+    assert store.lite.queue(lmq_name(PARENT, "b")) is None
+
+
+def test_remove_drops_a_lite_topic(make_store):
+    store = make_store()
+    create_parent(store)
+    put_ok(store, lite("a", b"0"), lite("a", b"1"), lite("ab", b"0"))
+    assert store.lite.remove(lmq_name(PARENT, "a")) == 2
+    assert units(store, "a") == [] and units(store, "ab") == [(0, b"0")]
+    assert [q.lmq for q in store.lite.iter_queues("%LMQ%$LiteParent$")] == [lmq_name(PARENT, "ab")]
