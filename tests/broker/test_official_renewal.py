@@ -4,7 +4,7 @@ no duplicate, and FIFO order holds while messages are renewed.
 
 The push consumer never sends an invisible duration (it receives with ``auto_renew``), so the
 broker's ``auto_renew_invisible_ms`` is what the listener must outlast: the normal suite shrinks
-it to 3 s (renewal 1.5 s ahead, scanned every 0.3 s, 3 s slices) and runs listeners of 10 s; the
+it to 3 s (renewal 1.5 s ahead, scanned every 0.3 s, 3 s slices) and runs listeners of 7 s; the
 issue's literal case (the default 60 s, a 90 s listener) is marked slow.
 """
 
@@ -64,7 +64,7 @@ def slow_listener_gets_no_duplicate(broker, store_stub, tmp_path, topic: str, li
 
 def test_slow_push_listener_gets_no_duplicate(make_broker, store_stub, tmp_path):
     broker = make_broker(**FAST_RENEWAL)
-    slow_listener_gets_no_duplicate(broker, store_stub, tmp_path, "SlowListenerTopic", listener_s=10, linger_s=4)
+    slow_listener_gets_no_duplicate(broker, store_stub, tmp_path, "SlowListenerTopic", listener_s=7, linger_s=4)
 
 
 @pytest.mark.slow
