@@ -210,7 +210,7 @@ def test_idle_stream_runs_no_empty_batches(spark, cluster, tmp_path):
     try:
         query.processAllAvailable()
         logged = len(list((checkpoint / "offsets").iterdir()))
-        time.sleep(3)  # ~30 triggers with nothing new
+        time.sleep(1.5)  # ~15 triggers with nothing new
         assert len(list((checkpoint / "offsets").iterdir())) == logged
         send(cluster, "SparkIdle", 8, start=16)
         query.processAllAvailable()
