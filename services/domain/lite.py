@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET
+from services.domain.names import validate_topic_name
 
 LITE_TOPIC = "__LITE_TOPIC"  # MessageConst.PROPERTY_LITE_TOPIC
 INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"  # MessageConst.PROPERTY_INNER_MULTI_DISPATCH
@@ -65,6 +66,14 @@ def validate_lite_topic(name: str, size_max_bytes: int = LITE_TOPIC_SIZE_MAX_BYT
     if not _LITE_TOPIC_CHARS.fullmatch(name):
         return "lite topic can only contain alphanumeric characters, hyphens(-), and underscores(_)"
     return None
+
+
+def validate_lmq_name(lmq: str) -> str | None:
+    """None if ``lmq`` is a lite topic's LMQ name (a legal parent and lite topic), else the reason."""
+    parts = split_lmq_name(lmq)
+    if parts is None:
+        return f"{lmq} is not a lite topic's queue name ({LITE_TOPIC_PREFIX}parent{LITE_SEPARATOR}lite)"
+    return validate_topic_name(parts[0]) or validate_lite_topic(parts[1])
 
 
 def lite_expiration_minutes(attributes: dict[str, str]) -> int:

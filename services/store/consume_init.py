@@ -29,11 +29,12 @@ group's progress, lag and GetOffset see it from its first receive on.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from services.domain.names import RETRY_TOPIC_PREFIX
 from services.store.commitlog import CommitLog
 from services.store.config import ConsumeInitMode, StoreConfig
-from services.store.consume_queue import ConsumeQueueStore
 
 
 def physical_memory_bytes() -> int:
@@ -44,12 +45,12 @@ def physical_memory_bytes() -> int:
 class ConsumeInitOffsets:
     """``init_offset(topic, queue_id)`` for the pop engine, over the CommitLog and ConsumeQueues."""
 
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, cq_store: ConsumeQueueStore) -> None:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, find_queue: Callable[[str, int], Any]) -> None:
         self._mode = config.consume_init_mode
         self._check_msg_in_mem = config.init_pop_offset_by_check_msg_in_mem
         self._in_memory_max_bytes = int(physical_memory_bytes() * config.access_message_in_memory_max_ratio)
         self._commitlog = commitlog
-        self._cq_store = cq_store
+        self._find = find_queue  # (topic, queue_id) -> a ConsumeQueue or a lite topic's view, None if empty
 
     @property
     def in_memory_max_bytes(self) -> int:
@@ -58,7 +59,7 @@ class ConsumeInitOffsets:
 
     def init_offset(self, topic: str, queue_id: int) -> int:
         """The offset a group new to the queue starts at (and commits)."""
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self._find(topic, queue_id)
         min_offset, max_offset = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
         if self._mode is ConsumeInitMode.MIN or topic.startswith(RETRY_TOPIC_PREFIX):
             return min_offset
@@ -68,7 +69,7 @@ class ConsumeInitOffsets:
 
     def in_memory(self, topic: str, queue_id: int, queue_offset: int) -> bool:
         """Whether the message at ``queue_offset`` counts as in memory (False if there is none)."""
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self._find(topic, queue_id)
         unit = cq.get_unit(queue_offset) if cq is not None else None
         if unit is None:
             return False

@@ -131,6 +131,10 @@ class LiteIndex:
             self._env = None
 
     @property
+    def is_open(self) -> bool:
+        return self._env is not None
+
+    @property
     def env(self) -> lmdb.Environment:
         assert self._env is not None, "LiteIndex.open() first"
         return self._env

@@ -63,6 +63,7 @@ from collections.abc import Callable
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
+from services.domain.lite import LITE_TOPIC_PREFIX, validate_lmq_name
 from services.domain.names import (
     RETRY_TOPIC_PREFIX,
     pop_retry_topic,
@@ -103,7 +104,8 @@ assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
 
 
 def _check_names(group: str, topic: str) -> None:
-    reason = validate_group_name(group) or validate_topic_name(topic)
+    lmq = topic.startswith(LITE_TOPIC_PREFIX)  # a lite topic's queue: its parent's and its own name rules
+    reason = validate_group_name(group) or (validate_lmq_name(topic) if lmq else validate_topic_name(topic))
     if reason:
         raise ValueError(reason)
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
 from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
+from services.domain.lite import LITE_TOPIC_PREFIX, LMQ_QUEUE_ID
 from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
@@ -51,6 +52,7 @@ from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
 from services.store.lite_index import LiteIndex
 from services.store.lite_offsets import LiteOffsetTable
+from services.store.lite_queue import LiteQueueView
 from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
@@ -119,7 +121,7 @@ class FileStore(StoreReader):
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
         self._pop = PopService(
             get_messages=self.get_messages,
-            init_offset=ConsumeInitOffsets(config, self._commitlog, self._cq_store).init_offset,
+            init_offset=ConsumeInitOffsets(config, self._commitlog, self.find_queue).init_offset,
             max_offset_in_queue=self.max_offset_in_queue,
             put_messages=self.put_messages,
             topics=self._topics,
@@ -171,6 +173,15 @@ class FileStore(StoreReader):
     @property
     def pop(self) -> PopService:
         return self._pop
+
+    def find_queue(self, topic: str, queue_id: int):  # noqa: ANN201 - a ConsumeQueue or a LiteQueueView
+        """A ConsumeQueue, or for ``%LMQ%$parent$lite`` queue 0 a view of the lite index."""
+        if topic.startswith(LITE_TOPIC_PREFIX):
+            if queue_id != LMQ_QUEUE_ID or not self._lite.is_open:
+                return None
+            queue = self._lite.queue(topic)
+            return LiteQueueView(self._lite, queue) if queue is not None else None
+        return self._cq_store.find(topic, queue_id)
 
     @property
     def lite(self) -> LiteIndex:

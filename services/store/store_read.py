@@ -22,6 +22,10 @@ class StoreReader:
         self._cq_store = cq_store
         self._index_service = index_service  # None: message_index_enable is off
 
+    def find_queue(self, topic: str, queue_id: int):  # noqa: ANN201 - a ConsumeQueue or a queue-like view
+        """The queue to read (None: it holds nothing yet); FileStore adds the lite topics."""
+        return self._cq_store.find(topic, queue_id)
+
     def get_messages(
         self,
         topic: str,
@@ -32,7 +36,7 @@ class StoreReader:
         tags_codes: frozenset[int] | None = None,
     ) -> GetResult:
         """Up to ``max_count`` records of a queue from ``queue_offset`` (RocketMQ's getMessage)."""
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self.find_queue(topic, queue_id)
         # RocketMQ creates a missing ConsumeQueue on lookup, so an unknown queue reads as empty.
         min_offset, max_offset = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
         if max_offset == 0:
@@ -116,17 +120,17 @@ class StoreReader:
         return found
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self.find_queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self.find_queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose message was stored at or after ``timestamp_ms``
         (min offset if all are later, max offset if none is)."""
-        cq = self._cq_store.find(topic, queue_id)
+        cq = self.find_queue(topic, queue_id)
         if cq is None:
             return 0
         lo, hi = cq.min_offset, cq.max_offset

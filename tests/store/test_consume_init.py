@@ -157,7 +157,7 @@ def test_commit_offset_moves_the_group_and_kills_in_flight_handles(store):
 def test_in_memory_means_within_the_ratio_of_physical_memory_of_the_commitlog_end(make_store):
     window_bytes = 4096
     store = make_store(access_message_in_memory_max_ratio=window_bytes / physical_memory_bytes())
-    init = ConsumeInitOffsets(store.config, store.commitlog, store.cq_store)
+    init = ConsumeInitOffsets(store.config, store.commitlog, store.find_queue)
     assert abs(init.in_memory_max_bytes - window_bytes) <= 1
     create_topic(store)
     put_bodies(store, b"x" * 100)

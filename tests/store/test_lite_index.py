@@ -154,3 +154,27 @@ def test_remove_drops_a_lite_topic(make_store):
     assert store.lite.remove(lmq_name(PARENT, "a")) == 2
     assert units(store, "a") == [] and units(store, "ab") == [(0, b"0")]
     assert [q.lmq for q in store.lite.iter_queues("%LMQ%$LiteParent$")] == [lmq_name(PARENT, "ab")]
+
+
+def test_a_lite_topic_reads_and_pops_as_an_ordered_queue(make_store, clock):
+    """get_messages of %LMQ%$parent$lite queue 0 reads the lite index; the pop engine pops it as a
+    FIFO queue (one batch in flight, redelivered from the same offset), as RocketMQ pops an LMQ."""
+    store = make_store()
+    store.pop.revive.halt()
+    create_parent(store)
+    put_ok(store, *(lite("chat", b"m%d" % i) for i in range(5)), lite("other", b"o"))
+    lmq = lmq_name(PARENT, "chat")
+    got = store.get_messages(lmq, 0, 1, max_count=3)
+    assert [decode_record(raw, 0, len(raw)).body for raw in got.raw_messages] == [b"m1", b"m2", b"m3"]
+    assert (got.min_offset, got.max_offset, got.next_begin_offset) == (0, 5, 4)
+    assert store.max_offset_in_queue(lmq, 0) == 5 and store.get_messages(lmq, 1, 0).raw_messages == []
+    first = store.pop.pop("G", lmq, 0, 2, 30_000, fifo=True)
+    assert [m.record.body for m in first.messages] == [b"m0", b"m1"]  # a new group starts at 0 (in memory)
+    assert store.pop.pop("G", lmq, 0, 2, 30_000, fifo=True).messages == []  # locked while in flight
+    clock.advance_ms(30_001)
+    store.pop.revive.run_once()
+    again = store.pop.pop("G", lmq, 0, 2, 30_000, fifo=True)
+    assert [(m.record.body, m.delivery_attempt) for m in again.messages] == [(b"m0", 2), (b"m1", 2)]
+    for m in again.messages:
+        store.pop.ack("G", lmq, m.receipt_handle)
+    assert [m.record.body for m in store.pop.pop("G", lmq, 0, 32, 30_000, fifo=True).messages] == [b"m2", b"m3", b"m4"]
