@@ -185,7 +185,9 @@ def effective_type(message: IncomingMessage) -> str:
         return MessageType.FIFO.name
     if message.delivery_timestamp_ms is not None:
         return MessageType.DELAY.name
-    return MessageType.PRIORITY.name if message.priority is not None else MessageType.NORMAL.name
+    if message.priority is not None:
+        return MessageType.PRIORITY.name
+    return MessageType.LITE.name if message.lite_topic is not None else MessageType.NORMAL.name
 
 
 # RocketMQ's message size buckets (BrokerMetricsManager): 1 KiB, 4 KiB, 512 KiB, 1 MiB, 2 MiB, 4 MiB.

@@ -15,6 +15,7 @@ hooks):
 | (topic) | ``PGROUP`` = topic: the proxy's producer group, used for transaction checks |
 | message_group | ``__SHARDINGKEY`` |
 | priority (PRIORITY) | ``_SYS_MSG_PRIORITY_``; the queue is the priority's level: ``min(priority, write_queue_nums - 1)`` |
+| lite_topic (LITE) | ``__LITE_TOPIC``; the store adds the lite topic's LMQ and offset (services/domain/lite.py) |
 | trace_context | ``TRACE_CONTEXT`` |
 | born_host | ``__BORNHOST`` (the peer address when blank); the record's born host is the peer |
 | born_timestamp | ``BORN_TIMESTAMP`` (ms) and the record's born timestamp (now when absent) |
@@ -73,6 +74,7 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
+from services.domain.lite import LITE_TOPIC
 from services.domain.topic_types import priority_queue_id
 from services.runtime.clock import Clock
 from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
@@ -334,13 +336,15 @@ class Producer:
         if message.born_timestamp_ms is not None:
             properties[BORN_TIMESTAMP] = str(message.born_timestamp_ms)
         properties[CLUSTER] = config.cluster_name
-        if message.lite_topic or message.message_type is MessageType.LITE:
-            raise RequestError("lite messages are not supported by this broker", Code.UNSUPPORTED)
+        if message.lite_topic is not None:
+            validation.validate_lite_topic(message.lite_topic)
         if message.priority is not None:
             validation.validate_priority(message.priority)
         message_type = validation.effective_message_type(message)
         if message_type is MessageType.PRIORITY:
             properties[PRIORITY] = str(message.priority)
+        elif message_type is MessageType.LITE:
+            properties[LITE_TOPIC] = message.lite_topic or ""  # the store adds its LMQ and offset
         self._check_properties_size(properties)
         return message_type, properties
 

@@ -16,6 +16,7 @@ message, so nothing it would refuse may reach a coalesced batch.
 | transaction recovery duration over 1 h | BAD_REQUEST |
 | delivery timestamp more than `delivery_delay_max_ms` (1 day, maxDelayTimeMills) ahead | ILLEGAL_DELIVERY_TIME |
 | message group blank, >= 64 UTF-8 bytes, or with a control character | ILLEGAL_MESSAGE_GROUP |
+| lite topic blank, over 64 UTF-8 bytes, or not of ``[A-Za-z0-9_-]`` | ILLEGAL_LITE_TOPIC |
 | priority below 0 (the proxy's ``setPriority`` throws; pyrmq answers BAD_REQUEST, not INTERNAL_SERVER_ERROR) | BAD_REQUEST |
 | message type contradicting the message's fields; topic type mismatch | MESSAGE_PROPERTY_CONFLICT_WITH_TYPE |
 
@@ -29,6 +30,7 @@ import re
 
 from services.broker.errors import Code, RequestError
 from services.broker.model import IncomingMessage
+from services.domain import lite as lite_rules
 from services.domain.delivery import BROKER_PROPERTY_KEYS, MessageType
 from services.domain.format.properties_format import (
     RESERVED_PROPERTY_KEYS,
@@ -157,10 +159,15 @@ def effective_message_type(message: IncomingMessage) -> MessageType:
     has_group = bool(message.message_group)
     has_delivery = message.delivery_timestamp_ms is not None
     stated = message.message_type
+    if message.lite_topic is not None and (has_group or has_delivery or message.priority is not None):
+        raise RequestError(
+            "a lite message cannot have a message group, a delivery timestamp or a priority",
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        )
     if stated is MessageType.TRANSACTION:
-        if has_group or has_delivery:
+        if has_group or has_delivery or message.lite_topic is not None:
             raise RequestError(
-                "a transaction message cannot have a message group or a delivery timestamp",
+                "a transaction message cannot have a message group, a delivery timestamp or a lite topic",
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             )
         return MessageType.TRANSACTION
@@ -174,6 +181,8 @@ def effective_message_type(message: IncomingMessage) -> MessageType:
         derived = MessageType.FIFO
     elif message.priority is not None:
         derived = MessageType.PRIORITY
+    elif message.lite_topic is not None:
+        derived = MessageType.LITE
     else:
         derived = MessageType.NORMAL
     if stated is not MessageType.MESSAGE_TYPE_UNSPECIFIED and stated is not derived:
@@ -182,6 +191,12 @@ def effective_message_type(message: IncomingMessage) -> MessageType:
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
     return derived
+
+
+def validate_lite_topic(name: str) -> None:
+    reason = lite_rules.validate_lite_topic(name)
+    if reason:
+        raise RequestError(reason, Code.ILLEGAL_LITE_TOPIC)
 
 
 def validate_priority(priority: int) -> None:

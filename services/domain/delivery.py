@@ -14,6 +14,8 @@ from services.domain.format.properties_format import (
     CRC32,
     DELAY_TIME_LEVEL,
     FIRST_POP_TIME,
+    INNER_MULTI_DISPATCH,
+    LITE_TOPIC,
     MESSAGE_TYPE,
     ORIGIN_MESSAGE_ID,
     POP_CK,
@@ -48,7 +50,15 @@ class MessageType(enum.IntEnum):
 # a user-set ``__SHARDINGKEY`` would make a NORMAL message read back as FIFO, a user-set
 # ``__transactionId__`` would confuse the transaction checker. The proxy lets them through.
 BROKER_PROPERTY_KEYS = frozenset(
-    {SHARDING_KEY, TRACE_CONTEXT, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_ID, TRANSACTION_CHECK_TIMES}
+    {
+        SHARDING_KEY,
+        TRACE_CONTEXT,
+        CHECK_IMMUNITY_TIME_IN_SECONDS,
+        TRANSACTION_ID,
+        TRANSACTION_CHECK_TIMES,
+        LITE_TOPIC,
+        INNER_MULTI_DISPATCH,
+    }
 )
 _INTERNAL_KEYS = (
     RESERVED_PROPERTY_KEYS
@@ -89,6 +99,8 @@ def delivered_message_type(properties: dict[str, str]) -> MessageType:
         return MessageType.FIFO
     if PRIORITY in properties:
         return MessageType.PRIORITY
+    if LITE_TOPIC in properties:
+        return MessageType.LITE
     return MessageType.NORMAL
 
 

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import re
 
-from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET
+from services.domain.format.properties_format import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LITE_TOPIC
 from services.domain.names import validate_topic_name
 
-LITE_TOPIC = "__LITE_TOPIC"  # MessageConst.PROPERTY_LITE_TOPIC
-INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"  # MessageConst.PROPERTY_INNER_MULTI_DISPATCH
 LMQ_PREFIX = "%LMQ%"
 LITE_SEPARATOR = "$"
 LITE_TOPIC_PREFIX = LMQ_PREFIX + LITE_SEPARATOR

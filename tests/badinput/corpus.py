@@ -15,7 +15,7 @@ Each case names
   documented contract): the test is then a strict xfail with this reason.
 
 Topics and groups the cases use exist before the run (conftest.TOPICS, GROUPS): TopicTest
-(NORMAL), FifoTopic, DelayTopic, DelayTopic2, TxTopic, PriorityTopic, OtherTopic; groups G1, G2. An unknown but
+(NORMAL), FifoTopic, DelayTopic, DelayTopic2, TxTopic, PriorityTopic, LiteTopic, OtherTopic; groups G1, G2. An unknown but
 legal topic is TOPIC_NOT_FOUND (auto-create is off by default, as in RocketMQ 5's proxy); under
 ``BROKER_OVERRIDES`` that turn ``auto_create_topic_enable`` on, no case may name one on an
 auto-creating path (send, route, receive, assignment): that would create it.

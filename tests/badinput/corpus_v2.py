@@ -156,8 +156,15 @@ send_case("group and delivery time", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topi
 send_case("message type 99", d.BAD_REQUEST, message_type=99)
 send_case("message type -1", d.BAD_REQUEST, message_type=-1)
 send_case("body encoding 99", d.BAD_REQUEST, body_encoding=99)
-send_case("LITE message", d.UNSUPPORTED, message_type=d.LITE, lite_topic="lt")
-send_case("lite topic on NORMAL", d.UNSUPPORTED, lite_topic="lt")
+send_case("LITE to a NORMAL topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, message_type=d.LITE, lite_topic="lt")
+send_case("lite topic stated NORMAL", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, lite_topic="lt")
+send_case("NORMAL to a LITE topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="LiteTopic")
+send_case("LITE without a lite topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="LiteTopic", message_type=d.LITE)
+for label, name in {"blank": " ", "empty": "", "65 bytes": "x" * 65, "dollar": "a$b", "slash": "a/b", "dot": "a.b",
+                    "percent": "%LMQ%", "space": "a b", "non-ASCII": "日本", "NUL": "a\x00"}.items():
+    send_case(f"lite topic {label}", d.ILLEGAL_LITE_TOPIC, topic="LiteTopic", message_type=d.LITE, lite_topic=name)
+send_case("LITE with a group", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, topic="LiteTopic", message_type=d.LITE,
+          lite_topic="lt", message_group="g")
 send_case("PRIORITY to a NORMAL topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, message_type=d.PRIORITY, priority=1)
 send_case("priority, type unspecified, to a NORMAL topic", d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, priority=1,
           message_type=d.MESSAGE_TYPE_UNSPECIFIED)

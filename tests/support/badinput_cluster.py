@@ -46,6 +46,7 @@ TOPICS = {
     "DelayTopic2": pb.DELAY,
     "TxTopic": pb.TRANSACTION,
     "PriorityTopic": pb.PRIORITY,
+    "LiteTopic": pb.LITE,
     "OtherTopic": pb.NORMAL,
 }
 GROUPS = ("G1", "G2")

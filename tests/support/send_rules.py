@@ -99,7 +99,31 @@ CASES = [
         {"message_type": MessageType.TRANSACTION, "message_group": "g"},
         Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
     ),
-    ("lite topic", {"lite_topic": "lt"}, Code.UNSUPPORTED),
+    # lite messages (on the MIXED topic: RocketMQ's validator takes any type there)
+    ("lite topic", {"message_type": MessageType.LITE, "lite_topic": "chat-1_A"}, Code.OK),
+    ("lite topic 64 bytes", {"message_type": MessageType.LITE, "lite_topic": "x" * 64}, Code.OK),
+    ("lite topic 65 bytes", {"message_type": MessageType.LITE, "lite_topic": "x" * 65}, Code.ILLEGAL_LITE_TOPIC),
+    ("lite topic blank", {"message_type": MessageType.LITE, "lite_topic": " "}, Code.ILLEGAL_LITE_TOPIC),
+    ("lite topic empty", {"message_type": MessageType.LITE, "lite_topic": ""}, Code.ILLEGAL_LITE_TOPIC),
+    ("lite topic with a dollar", {"message_type": MessageType.LITE, "lite_topic": "a$b"}, Code.ILLEGAL_LITE_TOPIC),
+    ("lite topic non-ASCII", {"message_type": MessageType.LITE, "lite_topic": "é"}, Code.ILLEGAL_LITE_TOPIC),
+    ("lite topic stated NORMAL", {"lite_topic": "lt"}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    ("LITE without a lite topic", {"message_type": MessageType.LITE}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (
+        "lite topic with a group",
+        {"message_type": MessageType.LITE, "lite_topic": "lt", "message_group": "g"},
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    (
+        "lite topic with a priority",
+        {"message_type": MessageType.LITE, "lite_topic": "lt", "priority": 1},
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    (
+        "transaction with a lite topic",
+        {"message_type": MessageType.TRANSACTION, "lite_topic": "lt"},
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
     # priority on the MIXED topic: accepted, as RocketMQ's validator takes any type on MIXED
     ("priority", {"message_type": MessageType.PRIORITY, "priority": 1}, Code.OK),
     ("priority 0", {"message_type": MessageType.PRIORITY, "priority": 0}, Code.OK),

@@ -28,6 +28,7 @@ from services.domain.format.properties_format import (
     TAGS,
     TRACE_CONTEXT,
 )
+from services.domain.lite import LITE_TOPIC
 from services.domain.topic_types import message_priority
 from services.store.client.model import Delivery
 
@@ -88,6 +89,8 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.message_type = int(message_type)
     if message_type is MessageType.PRIORITY and (priority := message_priority(props)) is not None:
         sp.priority = priority
+    elif message_type is MessageType.LITE:
+        sp.lite_topic = props[LITE_TOPIC]
     sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
     sp.born_host = props.get(BORN_HOST) or delivery.born_host
     sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))

@@ -5,7 +5,7 @@ Run in a subprocess (its apache.rocketmq.v2 stubs clash with ours in one process
     python send.py '{"endpoint": "127.0.0.1:8081", "topics": ["T"], "messages": [{...}, ...]}'
 
 Message fields: topic, body (text) or body_size (bytes of "x"), tag, keys (list),
-properties (dict), message_group, delivery_timestamp (seconds, as the client takes it), priority,
+properties (dict), message_group, delivery_timestamp (seconds, as the client takes it), priority, lite_topic,
 transaction ("commit" or "rollback": send as a half message, then end the transaction;
 "open": send the half message and leave the transaction open, for the server's check).
 Job options: ak, sk (credentials, default none); tls (connect with TLS, trusting grpc's default
@@ -79,6 +79,8 @@ def build(spec):
         message.delivery_timestamp = spec["delivery_timestamp"]
     if spec.get("priority") is not None:
         message.priority = spec["priority"]
+    if spec.get("lite_topic"):
+        message.lite_topic = spec["lite_topic"]
     return message
 
 
