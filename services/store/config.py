@@ -68,6 +68,7 @@ class StoreConfig:
     message_index_enable: bool = True                 # build the IndexFile (lookups by key and id) (messageIndexEnable)
     index_hash_slot_num: int = 5_000_000              # hash slots per IndexFile (maxHashSlotNum)
     index_num_max: int = 20_000_000                   # entries per IndexFile (maxIndexNum)
+    lite_expiry_interval_ms: int = 120_000            # how often idle lite topics past their parent's lite.topic.expiration are removed
     lite_index_map_size_bytes: int = 1 << 40          # the lite index's LMDB map: address space reserved, not disk (lite/data.mdb grows as used)
     file_reserved_time_hours: float = 72.0            # CommitLog segments older than this are deleted (fileReservedTime)
     disk_max_used_space_ratio: float = 0.75           # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)

@@ -64,7 +64,7 @@ class _Loop:
 class PeriodicTask(_Loop):
     """Runs ``task`` every ``interval_ms`` (e.g. persisting consumer offsets)."""
 
-    def __init__(self, name: str, interval_ms: int, task: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval_ms: int, task: Callable[[], object]) -> None:
         super().__init__(interval_ms / 1000)
         self.name = name
         self.task = task

@@ -45,6 +45,15 @@ class LiteOffsetTable:
         dispatched = self._dispatched()
         self._hot = {lmq: entry for lmq, entry in self._hot.items() if entry[1] > dispatched}
 
+    def forget(self, lmq: str) -> None:
+        """Drop ``lmq``'s entry (its lite topic was removed: a next message starts it at 0)."""
+        self._hot.pop(lmq, None)
+
+    def pending(self, lmq: str) -> bool:
+        """Whether a message of ``lmq`` was appended that dispatch has not indexed yet."""
+        entry = self._hot.get(lmq)
+        return entry is not None and entry[1] > self._dispatched()
+
     def clear(self) -> None:
         """Forget every entry (after a truncation, or before writing as a new master: the index,
         fully dispatched, is then the truth)."""

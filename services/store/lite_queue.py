@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.domain.format.consume_queue_format import CQ_DTYPE
+from services.domain.lite import LMQ_QUEUE_ID
 from services.store.lite_index import LiteIndex, LiteQueue
 
 
@@ -34,3 +35,11 @@ class LiteQueueView:
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         units = self.get_units(queue_offset, 1)
         return tuple(units[0].tolist()) if len(units) else None  # type: ignore[return-value]
+
+
+def find_lite_queue(index: LiteIndex, lmq: str, queue_id: int) -> LiteQueueView | None:
+    """The view of lite topic ``lmq`` (queue 0: a lite topic has one), None if it holds nothing."""
+    if queue_id != LMQ_QUEUE_ID or not index.is_open:
+        return None
+    queue = index.queue(lmq)
+    return LiteQueueView(index, queue) if queue is not None else None

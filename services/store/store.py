@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
 from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
-from services.domain.lite import LITE_TOPIC_PREFIX, LMQ_QUEUE_ID
+from services.domain.lite import LITE_TOPIC_PREFIX
 from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
@@ -51,8 +51,9 @@ from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCo
 from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
 from services.store.lite_index import LiteIndex
+from services.store.lite_lifecycle import LiteLifecycle
 from services.store.lite_offsets import LiteOffsetTable
-from services.store.lite_queue import LiteQueueView
+from services.store.lite_queue import find_lite_queue
 from services.store.mapped_file import WarmAheadService
 from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
@@ -105,6 +106,9 @@ class FileStore(StoreReader):
         self._auth = AuthConfigManager(config.config_dir, clock)
         self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
         self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
+        self._lite_lifecycle = LiteLifecycle(
+            self._lite, self._topics, self._consumer_offsets.remove_topic, clock, self._commitlog
+        )
         self._arrivals = ArrivalBus()
         self._services: list = []
         self._lock: StoreLock | None = None
@@ -177,11 +181,13 @@ class FileStore(StoreReader):
     def find_queue(self, topic: str, queue_id: int):  # noqa: ANN201 - a ConsumeQueue or a LiteQueueView
         """A ConsumeQueue, or for ``%LMQ%$parent$lite`` queue 0 a view of the lite index."""
         if topic.startswith(LITE_TOPIC_PREFIX):
-            if queue_id != LMQ_QUEUE_ID or not self._lite.is_open:
-                return None
-            queue = self._lite.queue(topic)
-            return LiteQueueView(self._lite, queue) if queue is not None else None
+            return find_lite_queue(self._lite, topic, queue_id)
         return self._cq_store.find(topic, queue_id)
+
+    @property
+    def lite_lifecycle(self) -> LiteLifecycle:
+        """Expiry of idle lite topics (services/store/lite_lifecycle.py)."""
+        return self._lite_lifecycle
 
     @property
     def lite(self) -> LiteIndex:
@@ -336,8 +342,18 @@ class FileStore(StoreReader):
         transactions = PeriodicTask(
             "persist-transaction-metrics", config.transaction_metric_flush_interval_ms, self._transactions.persist
         )
+        lite_expiry = PeriodicTask("lite-expiry", config.lite_expiry_interval_ms, self._lite_lifecycle.run_once)
         # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
-        self._services = [self._reput, flusher, cq_flush, self._clean, offsets, transactions, self._pop.revive]
+        self._services = [
+            self._reput,
+            flusher,
+            cq_flush,
+            self._clean,
+            lite_expiry,
+            offsets,
+            transactions,
+            self._pop.revive,
+        ]
         self._services += self._replication.services  # stopped first
         if config.warm_ahead_bytes > 0:
             warm = WarmAheadService(self._commitlog.mfq, config.warm_ahead_bytes)

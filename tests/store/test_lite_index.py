@@ -178,3 +178,42 @@ def test_a_lite_topic_reads_and_pops_as_an_ordered_queue(make_store, clock):
     for m in again.messages:
         store.pop.ack("G", lmq, m.receipt_handle)
     assert [m.record.body for m in store.pop.pop("G", lmq, 0, 32, 30_000, fifo=True).messages] == [b"m2", b"m3", b"m4"]
+
+
+def test_idle_lite_topics_expire_with_their_offsets_on_the_parents_clock(make_store, clock):
+    store = make_store()
+    config = TopicConfig(topic_name=PARENT, read_queue_nums=4, write_queue_nums=4)
+    config.message_type = "LITE"
+    config.attributes["lite.topic.expiration"] = "20"  # minutes
+    store.topics.create_or_update(config)
+    forever = TopicConfig(topic_name="LiteForever", read_queue_nums=1, write_queue_nums=1)
+    forever.message_type = "LITE"  # no expiration: never
+    store.topics.create_or_update(forever)
+    put_ok(store, lite("idle", b"0"), lite("busy", b"0"), lite("kept", b"0", topic="LiteForever"))
+    store.consumer_offsets.commit_offset("G", lmq_name(PARENT, "idle"), 0, 1)
+    lifecycle = store.lite_lifecycle
+    clock.advance_ms(14 * 60_000)
+    assert lifecycle.run_once() == 0  # nothing expires in the first 15 minutes after a start
+    clock.advance_ms(5 * 60_000)
+    put_ok(store, lite("busy", b"1"))
+    clock.advance_ms(2 * 60_000)  # idle: 21 min without a message; busy: 2 min
+    assert lifecycle.run_once() == 1
+    assert store.lite.queue(lmq_name(PARENT, "idle")) is None and units(store, "idle") == []
+    assert store.consumer_offsets.query_offset("G", lmq_name(PARENT, "idle"), 0) == -1
+    assert units(store, "busy") == [(0, b"0"), (1, b"1")]
+    assert store.lite.queue(lmq_name("LiteForever", "kept")) is not None
+    put_ok(store, lite("idle", b"again"))  # a new message makes it anew, from offset 0
+    assert units(store, "idle") == [(0, b"again")]
+
+
+def test_an_expiration_below_15_minutes_counts_as_15(make_store, clock):
+    store = make_store()
+    config = TopicConfig(topic_name=PARENT, read_queue_nums=1, write_queue_nums=1)
+    config.message_type = "LITE"
+    config.attributes["lite.topic.expiration"] = "1"
+    store.topics.create_or_update(config)
+    put_ok(store, lite("a", b"0"))
+    clock.advance_ms(15 * 60_000)
+    assert store.lite_lifecycle.run_once() == 0
+    clock.advance_ms(1)
+    assert store.lite_lifecycle.run_once() == 1
