@@ -228,11 +228,16 @@ class ReputService:
         if not self._arrivals.has_listeners:
             return
         last: dict[tuple[str, int], int] = {}
+        lite: dict[str, tuple[int, int]] = {}  # a lite topic's queue (LMQ queue 0): its end and store time
         for req in batch:
             if req.sys_flag & 0xC in (0x0, 0x8):
                 last[(req.topic, req.queue_id)] = req.store_timestamp_ms
+                if req.lmq:
+                    lite[req.lmq] = (req.lmq_offset + 1, req.store_timestamp_ms)
         queue_max_offset = self._queue_max_offset
-        self._arrivals.publish([Arrival(t, q, queue_max_offset(t, q), ts) for (t, q), ts in last.items()])
+        arrivals = [Arrival(t, q, queue_max_offset(t, q), ts) for (t, q), ts in last.items()]
+        arrivals += [Arrival(lmq, 0, end, ts) for lmq, (end, ts) in lite.items()]
+        self._arrivals.publish(arrivals)
 
     # -- thread ---------------------------------------------------------------------------
     def start(self) -> None:

@@ -217,3 +217,16 @@ def test_an_expiration_below_15_minutes_counts_as_15(make_store, clock):
     assert store.lite_lifecycle.run_once() == 0
     clock.advance_ms(1)
     assert store.lite_lifecycle.run_once() == 1
+
+
+def test_a_lite_message_is_announced_as_an_arrival_in_its_lite_topic(make_store):
+    store = make_store()
+    create_parent(store)
+    seen = []
+    store.add_arrival_listener(seen.extend)
+    put_ok(store, lite("chat", b"0"), lite("chat", b"1", queue_id=1))
+    assert {(a.topic, a.queue_id, a.max_offset) for a in seen} >= {
+        (PARENT, 0, 1),
+        (PARENT, 1, 1),
+        (lmq_name(PARENT, "chat"), 0, 2),
+    }
