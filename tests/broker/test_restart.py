@@ -86,15 +86,9 @@ def start_up(tmp_path: Path, processes: list[Process]) -> tuple[Process, str]:
     up = Process(
         pyrmq_up_command(tmp_path / "data"),
         tmp_path,
-        {
-            # Long polls as short as 1 s (the broker's minimum is 5 s): an empty receive, such as
-            # nothing_left's, answers after the 1 s it asks for.
-            "PYRMQ_BROKER_LONG_POLLING_TIMEOUT_MS_MIN": "1000",
-            # 64 MiB CommitLog segments: a store's start-up searches the unused rest of its last
-            # segment (services/store/recovery.py), 3-6 s for the default 1 GiB here, on every
-            # restart. tests/store/test_cli.py restarts a store on the default size.
-            "PYRMQ_STORE_COMMITLOG_FILE_SIZE_BYTES": str(64 << 20),
-        },
+        # Long polls as short as 1 s (the broker's minimum is 5 s): an empty receive, such as
+        # nothing_left's, answers after the 1 s it asks for.
+        {"PYRMQ_BROKER_LONG_POLLING_TIMEOUT_MS_MIN": "1000"},
     )
     processes.append(up)
     return up, up.wait_line(UP_READY)["clients"]

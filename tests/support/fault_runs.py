@@ -17,11 +17,6 @@ from tests.faults.workload import Workload
 from tests.support.processes import Process
 
 DRAIN_TIMEOUT_S = 40.0
-# The replicas' CommitLog segment size. A store's start-up searches the unused rest of its last
-# segment for records (services/store/recovery.py, find_valid_record_after): ~4 s for the default
-# 1 GiB on this machine, paid by every replica a test restarts, none of it what the test is about.
-# A run writes a few MB; the soak runs (100 kills) roll a segment or so.
-REPLICA_SEGMENT_BYTES = 64 << 20
 
 
 def start_cluster(
@@ -50,17 +45,12 @@ def start_replica_cluster(
     replicas: int = 3,
     **env: str,
 ) -> ReplicaCluster:
-    """``start_cluster`` with the store a replica set (tests/faults/replica_cluster.py), on
-    64 MiB CommitLog segments (``REPLICA_SEGMENT_BYTES``)."""
+    """``start_cluster`` with the store a replica set (tests/faults/replica_cluster.py)."""
     cluster = ReplicaCluster(
         tmp_path / "data",
         processes,
         services=services,
-        env={
-            "PYRMQ_STORE_FLUSH_MODE": "SYNC",
-            "PYRMQ_STORE_COMMITLOG_FILE_SIZE_BYTES": str(REPLICA_SEGMENT_BYTES),
-            **env,
-        },
+        env={"PYRMQ_STORE_FLUSH_MODE": "SYNC", **env},
         etcd_endpoints=etcd_endpoints,
         replicas=replicas,
         broker_role=broker_role,
