@@ -111,13 +111,15 @@ class ReplicaController:
         again after the lease was lost (a new incarnation of the replica)."""
         old = self.keeper
         if old is not None:
-            # A new incarnation: the old lease ends and the membership key is created anew, so
-            # its create_revision (which elections compare on) tells the two apart.
             try:
                 old.stop(revoke=True)
             except EtcdError as exc:
                 log.info("replica %s/%d: revoking the old lease failed: %s", self.keys.group, self.replica_id, exc)
-            self.etcd.delete(self.keys.replica(self.replica_id))
+        # A new incarnation: the membership key is created anew, so its create_revision (which
+        # elections compare on) tells it from the last one. That one may be another process's: a
+        # replica killed and restarted within its old lease finds its old key still there, and
+        # must not carry on as the master it was without an election.
+        self.etcd.delete(self.keys.replica(self.replica_id))
         sent = self.clock.monotonic_s()
         lease_id, ttl_s = self.etcd.lease_grant(self.lease_ttl_s)
         keeper = LeaseKeeper(self.etcd, lease_id, ttl_s, clock=self.clock, on_lost=self._lease_lost, granted_at_s=sent)
