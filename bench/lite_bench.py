@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,7 +111,18 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=64)
     parser.add_argument("--read", type=int, default=1000)
     parser.add_argument("--dir", type=Path, default=None, help="store root (default: a temporary directory)")
+    parser.add_argument("--open-only", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.open_only is not None:  # the child of the fresh-process measurement
+        store, _ = open_store(args.open_only)
+        count = store.lite.queue_count()
+        read_latencies(store, 1000, count)
+        rss = rss_kib()
+        store.shutdown()
+        print(
+            f"RSS {rss['VmRSS'] / 1024:,.0f} MiB (anon {rss['RssAnon'] / 1024:,.0f} MiB, file {rss['RssFile'] / 1024:,.0f} MiB)"
+        )
+        return
     tune_gc(StoreConfig.gc_gen0_threshold)
     base = args.dir or Path(tempfile.mkdtemp(prefix="lite-bench-"))
     root = base / "store"
@@ -148,6 +160,10 @@ def main() -> None:
         assert store.lite.queue_count() == count
         print(f"restart  after a kill (same boot, index trusted): start in {killed_s:.2f} s")
         store.shutdown()
+        fresh = subprocess.run(
+            [sys.executable, __file__, "--open-only", str(root)], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        print(f"memory   a fresh process that opens the store and reads 1,000 lite topics: {fresh}")
         shutil.rmtree(root / "lite")
         store, rebuilt_s = open_store(root)
         assert store.lite.queue_count() == count

@@ -23,6 +23,7 @@ class LiteOffsetTable:
         self._max_offset = max_offset
         self._dispatched = dispatched
         self._hot_max = hot_max
+        self._drop_at = hot_max  # the size that triggers the next pass (amortized: see _drop_indexed)
         self._hot: dict[str, list[int]] = {}  # lmq -> [next offset, CommitLog end of its last append]
 
     def next_offset(self, lmq: str) -> int:
@@ -34,7 +35,7 @@ class LiteOffsetTable:
         """A message of ``lmq`` took ``offset``; its record ends at CommitLog offset ``end``."""
         entry = self._hot.get(lmq)
         if entry is None:
-            if len(self._hot) >= self._hot_max:
+            if len(self._hot) >= self._drop_at:
                 self._drop_indexed()
             self._hot[lmq] = [offset + 1, end]
         else:
@@ -42,8 +43,12 @@ class LiteOffsetTable:
             entry[1] = end
 
     def _drop_indexed(self) -> None:
+        """Keep the entries dispatch has not passed. The next pass waits until the table has
+        grown by half its size again (at least ``hot_max``), so while dispatch lags behind a burst
+        of new lite topics the passes stay rare: each costs O(entries), amortized O(1) a put."""
         dispatched = self._dispatched()
         self._hot = {lmq: entry for lmq, entry in self._hot.items() if entry[1] > dispatched}
+        self._drop_at = max(self._hot_max, len(self._hot) + len(self._hot) // 2)
 
     def forget(self, lmq: str) -> None:
         """Drop ``lmq``'s entry (its lite topic was removed: a next message starts it at 0)."""
