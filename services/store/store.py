@@ -27,15 +27,13 @@ recovery truncates and reput rebuilds from it.
 from __future__ import annotations
 
 import logging
-import operator
 import shutil
 import threading
 from collections.abc import Callable
 
-from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
-from services.domain.format.properties_format import WAIT_STORE_MSG_OK, PropertiesError
+from services.domain.format.commitlog_format import MessageRecord
+from services.domain.format.properties_format import WAIT_STORE_MSG_OK
 from services.domain.lite import LITE_TOPIC_PREFIX
-from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
 from services.store.arrivals import ArrivalBus, ArrivalListener
@@ -55,9 +53,9 @@ from services.store.lite_lifecycle import LiteLifecycle
 from services.store.lite_offsets import LiteOffsetTable
 from services.store.lite_queue import find_lite_queue
 from services.store.mapped_file import WarmAheadService
-from services.store.metadata import TopicConfig
 from services.store.model import DispatchRequest, PutResult, StoreStats
 from services.store.pop import PopService
+from services.store.put_checks import PutChecks
 from services.store.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
 from services.store.reput import ReputService
 from services.store.store_read import StoreReader
@@ -73,12 +71,6 @@ class _IndexDispatcher:
 
     def dispatch(self, requests: list[DispatchRequest]) -> None:
         self._index_service.build_index_batch(requests)
-
-
-# The batch-wide size checks run in C over the prepared tuples (record, topic part, properties).
-_RECORD = operator.itemgetter(0)
-_PROPERTIES_BYTES = operator.itemgetter(2)
-_TOTAL_SIZE = operator.attrgetter("total_size")
 
 
 class FileStore(StoreReader):
@@ -105,6 +97,7 @@ class FileStore(StoreReader):
         self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
         self._auth = AuthConfigManager(config.config_dir, clock)
         self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
+        self._put_checks = PutChecks(config, self._commitlog, self._topics)
         self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
         self._lite_lifecycle = LiteLifecycle(
             self._lite, self._topics, self._consumer_offsets.remove_topic, clock, self._commitlog
@@ -120,8 +113,6 @@ class FileStore(StoreReader):
         self._running = False
         self._recovery: RecoveryResult | None = None
         self._shutdown_lock = threading.Lock()
-        self._topic_cache: dict[str, int] = {}
-        self._topic_cache_version = -1
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
         self._pop = PopService(
             get_messages=self.get_messages,
@@ -467,7 +458,7 @@ class FileStore(StoreReader):
             return refused
         if self._clean is not None and self._clean.disk_full:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
-        prepared, bad = self._prepare(messages, allow_system_topics)
+        prepared, bad = self._put_checks.prepare(messages, allow_system_topics)
         if bad is not None:
             i, status, error = bad
             return status, error if len(messages) == 1 else f"message {i} of the batch: {error}; nothing written"
@@ -486,113 +477,6 @@ class FileStore(StoreReader):
         if not self._replication.after_append(end, wait):
             return PutStatus.FLUSH_SLAVE_TIMEOUT, ""
         return PutStatus.PUT_OK, ""
-
-    def _prepare(
-        self, messages: list[MessageRecord], allow_system_topics: bool
-    ) -> tuple[list[tuple[MessageRecord, bytes, bytes]], tuple[int, PutStatus, str] | None]:
-        """The batch prepared for the CommitLog, and (index, status, error) of the first message
-        that cannot be stored (None: all can). Cheap checks run first for the whole batch; the
-        rare failing message is explained by :meth:`_validate` / :meth:`_check_sizes`."""
-        topic_checks: dict[str, tuple[PutStatus | None, str, int]] = {}
-        body_max = self._config.body_size_max_bytes
-        first_bad: tuple[int, PutStatus, str] | None = None
-        last_topic = None
-        write_queue_nums = 0
-        for i, rec in enumerate(messages):
-            if rec.topic != last_topic:
-                last_topic = rec.topic
-                check = topic_checks.get(last_topic)
-                if check is None:
-                    check = topic_checks[last_topic] = self._check_topic(last_topic, allow_system_topics)
-                write_queue_nums = check[2]
-            body = rec.body
-            if check[0] is not None or body is None or len(body) > body_max or not 0 <= rec.queue_id < write_queue_nums:
-                status, error = self._validate(rec, allow_system_topics, topic_checks)
-                if status is not None:
-                    first_bad = (i, status, error)
-                    messages = messages[:i]
-                    break
-        try:
-            prepared = self._commitlog.prepare_batch(messages)
-        except PropertiesError as exc:
-            first_bad = (exc.index, PutStatus.MESSAGE_ILLEGAL, str(exc))
-            prepared = self._commitlog.prepare_batch(messages[: exc.index])
-        properties_max = PROPERTIES_SIZE_MAX_BYTES - (20 if self._config.append_prop_crc else 0)
-        record_max = min(self._config.record_size_max_bytes, self._config.commitlog_file_size_bytes - 8)
-        if prepared and (
-            max(map(len, map(_PROPERTIES_BYTES, prepared))) > properties_max
-            or max(map(_TOTAL_SIZE, map(_RECORD, prepared))) > record_max
-        ):
-            for i, (rec, _, properties_bytes) in enumerate(prepared):  # which one (rare)
-                status, error = self._check_sizes(rec, len(properties_bytes))
-                if status is not None:
-                    return prepared, (i, status, error)
-        return prepared, first_bad
-
-    def _validate(
-        self, rec: MessageRecord, allow_system_topics: bool, topic_checks: dict[str, tuple[PutStatus | None, str, int]]
-    ) -> tuple[PutStatus | None, str]:
-        """Check one message; ``topic_checks`` memoises the per-topic part within a batch."""
-        check = topic_checks.get(rec.topic)
-        if check is None:
-            check = topic_checks[rec.topic] = self._check_topic(rec.topic, allow_system_topics)
-        status, error, write_queue_nums = check
-        if status is not None:
-            return status, error
-        if rec.body is None:
-            return PutStatus.MESSAGE_ILLEGAL, "message body is missing"
-        if len(rec.body) > self._config.body_size_max_bytes:
-            return PutStatus.MESSAGE_ILLEGAL, (
-                f"body of {len(rec.body)} bytes exceeds the limit of {self._config.body_size_max_bytes}"
-            )
-        if rec.queue_id < 0 or rec.queue_id >= write_queue_nums:
-            return PutStatus.QUEUE_ID_ILLEGAL, (
-                f"queue id {rec.queue_id} is out of range: topic {rec.topic} has {write_queue_nums} write queues"
-            )
-        return None, ""  # properties are checked while they are encoded (CommitLog.prepare)
-
-    def _check_topic(self, topic: str, allow_system_topics: bool) -> tuple[PutStatus | None, str, int]:
-        """(status, error, write queue count) for puts to ``topic``; creates it when allowed."""
-        error = validate_topic_name(topic)
-        if error:
-            return PutStatus.TOPIC_ILLEGAL, error, 0
-        if is_system_topic(topic):
-            if not allow_system_topics:
-                return PutStatus.TOPIC_ILLEGAL, f"topic {topic} is a system topic", 0
-            return None, "", 1 << 30  # internal callers choose system queues themselves
-        write_queue_nums = self._write_queue_nums(topic)
-        if write_queue_nums is None:
-            if not self._config.auto_create_topic_enable:
-                return PutStatus.TOPIC_NOT_FOUND, f"topic {topic} does not exist", 0
-            nums = self._config.default_topic_queue_nums
-            write_queue_nums = self._topics.create_or_update(
-                TopicConfig(topic_name=topic, read_queue_nums=nums, write_queue_nums=nums)
-            ).write_queue_nums
-        return None, "", write_queue_nums
-
-    def _write_queue_nums(self, topic: str) -> int | None:
-        """Write queue count of ``topic`` from a cache refreshed whenever the topic table changes."""
-        version = self._topics.change_count
-        if version != self._topic_cache_version:
-            self._topic_cache = {t.topic_name: t.write_queue_nums for t in self._topics.list()}
-            self._topic_cache_version = version
-        return self._topic_cache.get(topic)
-
-    def _check_sizes(self, rec: MessageRecord, properties_len: int) -> tuple[PutStatus | None, str]:
-        if self._config.append_prop_crc:
-            properties_len += 20  # the CRC trailer counts too
-        if properties_len > PROPERTIES_SIZE_MAX_BYTES:
-            return PutStatus.PROPERTIES_SIZE_EXCEEDED, (
-                f"properties of {properties_len} bytes exceed {PROPERTIES_SIZE_MAX_BYTES}"
-            )
-        if rec.total_size > self._config.record_size_max_bytes:
-            return PutStatus.MESSAGE_ILLEGAL, f"record of {rec.total_size} bytes is too large"
-        segment_size = self._config.commitlog_file_size_bytes
-        if rec.total_size + 8 > segment_size:
-            return PutStatus.MESSAGE_ILLEGAL, (
-                f"record of {rec.total_size} bytes does not fit a {segment_size}-byte segment"
-            )
-        return None, ""
 
     # -- arrivals and stats -------------------------------------------------------------------
     def add_arrival_listener(self, listener: ArrivalListener) -> Callable[[], None]:

@@ -86,7 +86,7 @@ def test_create_topic_refuses_illegal_and_system_names(admin, name, fragment):
     assert caught.value.code is Code.ILLEGAL_TOPIC and fragment in caught.value.message
 
 
-@pytest.mark.parametrize("message_type, queue_nums", [("LITE", 0), ("normal", 0), ("NORMAL", -1), ("NORMAL", 1025)])
+@pytest.mark.parametrize("message_type, queue_nums", [("ROCKET", 0), ("normal", 0), ("NORMAL", -1), ("NORMAL", 1025)])
 def test_create_topic_refuses_bad_types_and_counts(admin, message_type, queue_nums):
     with pytest.raises(RequestError):
         admin.create_topic("T", message_type, queue_nums)

@@ -171,7 +171,7 @@ def test_fifo_sends_land_in_the_hashed_queue_in_order(v2, store_stub, topics):
         ),
         (lambda: [message(message_type=d.FIFO)], d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
         (lambda: [message(), message(topic="Other")], d.MESSAGE_CORRUPTED),
-        (lambda: [message(lite_topic="lite")], d.UNSUPPORTED),
+        (lambda: [message(lite_topic="lite")], d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),  # stated NORMAL, fields LITE
     ],
 )
 def test_server_side_rules(v2, build, code):

@@ -190,6 +190,6 @@ def test_config_checks():
     with pytest.raises(ValueError):
         BrokerConfig(store_address="nohost")
     with pytest.raises(ValueError):
-        BrokerConfig(auto_create_topic_message_type="LITE")
+        BrokerConfig(auto_create_topic_message_type="ROCKET")
     with pytest.raises(ValueError):
         BrokerConfig(grpc_workers_max=10, telemetry_streams_max=8)

@@ -2,26 +2,27 @@
 ConsumeQueue file or in RocksDB; see services/store/README.md, "Lite topics"). Big-endian, so
 keys sort by LMQ name, then offset. Byte layouts only: the store's ``lite_index`` owns the files.
 
-Unit (``units`` table), one per lite message, as a ConsumeQueue unit plus its store time:
+Unit (``units`` table), one per lite message, as a ConsumeQueue unit plus its store time
+(``n``: the LMQ name's UTF-8 length):
 
-| piece | bytes | meaning |
+| offset | bytes | field |
 |---|---|---|
-| key: lmq | UTF-8 | ``%LMQ%$parent$lite`` |
-| key: 0x00 | 1 | separator (never in a topic name) |
-| key: queue offset | 8 | the message's offset in the LMQ |
-| value: phy_offset | 8 | CommitLog offset of the record |
-| value: size | 4 | record size |
-| value: tags code | 8 | hash of TAGS (as in a ConsumeQueue unit) |
-| value: store timestamp | 8 | ms |
+| key 0 | n | lmq: ``%LMQ%$parent$lite``, UTF-8 |
+| key n | 1 | 0x00, a separator (never in a topic name) |
+| key n + 1 | 8 | queue offset: the message's offset in the LMQ |
+| value 0 | 8 | phy_offset: CommitLog offset of the record |
+| value 8 | 4 | size: record size |
+| value 12 | 8 | tags code: hash of TAGS (as in a ConsumeQueue unit) |
+| value 20 | 8 | store timestamp, ms |
 
 Queue (``queues`` table), one per lite topic:
 
-| piece | bytes | meaning |
+| offset | bytes | field |
 |---|---|---|
-| key: lmq | UTF-8 | ``%LMQ%$parent$lite`` |
-| value: min offset | 8 | its first unit still held |
-| value: max offset | 8 | one past its last unit |
-| value: last store timestamp | 8 | ms, of its newest message (what expiry goes by) |
+| key 0 | n | lmq, UTF-8 |
+| value 0 | 8 | min offset: its first unit still held |
+| value 8 | 8 | max offset: one past its last unit |
+| value 16 | 8 | last store timestamp, ms, of its newest message (what expiry goes by) |
 
 Meta (``meta`` table): ``dispatched`` -> 8 bytes, the CommitLog offset everything before which
 is indexed (written in the same transaction as the units it covers).
