@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from services.domain.attributes import long_range_attribute
 from services.domain.format.properties_format import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LITE_TOPIC
 from services.domain.names import validate_topic_name
 
@@ -76,12 +77,9 @@ def validate_lmq_name(lmq: str) -> str | None:
 
 def lite_expiration_minutes(attributes: dict[str, str]) -> int:
     """A LITE parent's ``lite.topic.expiration`` (-1: never; a bad or out-of-range value: never)."""
-    value = attributes.get(LITE_EXPIRATION_ATTRIBUTE, attributes.get("+" + LITE_EXPIRATION_ATTRIBUTE))
-    try:
-        minutes = int(value) if value is not None else LITE_EXPIRATION_NEVER
-    except ValueError:
-        return LITE_EXPIRATION_NEVER
-    return minutes if LITE_EXPIRATION_NEVER <= minutes <= LITE_EXPIRATION_MAX_MINUTES else LITE_EXPIRATION_NEVER
+    return long_range_attribute(
+        attributes, LITE_EXPIRATION_ATTRIBUTE, LITE_EXPIRATION_NEVER, LITE_EXPIRATION_MAX_MINUTES, LITE_EXPIRATION_NEVER
+    )
 
 
 def lite_properties(properties: dict[str, str], parent_topic: str, lite_topic: str) -> None:

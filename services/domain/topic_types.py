@@ -24,6 +24,7 @@ Priority messages (``_SYS_MSG_PRIORITY_``, a non-negative decimal):
 
 from __future__ import annotations
 
+from services.domain.attributes import long_range_attribute
 from services.domain.delivery import MessageType
 from services.domain.format.properties_format import PRIORITY
 
@@ -71,12 +72,7 @@ def message_priority(properties: dict[str, str]) -> int | None:
 
 def priority_factor(attributes: dict[str, str]) -> int:
     """A consumer group's ``priority.factor`` (a value out of range or not a number: the default)."""
-    value = attributes.get(PRIORITY_FACTOR_ATTRIBUTE, attributes.get("+" + PRIORITY_FACTOR_ATTRIBUTE))
-    try:
-        factor = int(value) if value is not None else PRIORITY_FACTOR_DEFAULT
-    except ValueError:
-        return PRIORITY_FACTOR_DEFAULT
-    return factor if 0 <= factor <= 100 else PRIORITY_FACTOR_DEFAULT
+    return long_range_attribute(attributes, PRIORITY_FACTOR_ATTRIBUTE, 0, 100, PRIORITY_FACTOR_DEFAULT)
 
 
 def priority_scan_order(read_queue_nums: int) -> list[int]:
