@@ -98,8 +98,8 @@ def _lmq_offset(props: dict[str, str]) -> int:
 
 
 def _prepare_lite(rec: MessageRecord) -> None:
-    """A lite message (``__LITE_TOPIC``) gets its LMQ and an offset placeholder, encoded last;
-    a copy of one in a retry, dead-letter or system topic is no lite message (the properties it
+    """A lite message (``__LITE_TOPIC``) gets its LMQ and an offset placeholder (written over
+    under the put lock: ``_with_lmq_offset``); a copy of one in a retry, dead-letter or system topic is no lite message (the properties it
     carries over must not index it into the LMQ again). Raises ValueError for a bad name."""
     props = rec.properties
     lite = props.get(LITE_TOPIC)

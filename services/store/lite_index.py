@@ -76,7 +76,7 @@ class LiteIndex:
         self._map_size_bytes = map_size_bytes
         self._env: lmdb.Environment | None = None
         self._write_lock = threading.Lock()  # one writer: dispatch, truncation, removal
-        self._dispatched = -1  # covered in memory (maybe not yet written: see persist)
+        self._dispatched = -1  # covered in memory (maybe not yet written: see flush)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self, abnormal: bool = False) -> None:

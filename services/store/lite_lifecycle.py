@@ -37,7 +37,7 @@ class LiteLifecycle:
         self,
         index: LiteIndex,
         topics: TopicConfigManager,
-        remove_offsets: Callable[[str], int],
+        remove_offsets: Callable[[list[str]], int],
         clock: Clock,
         commitlog: CommitLog,
     ) -> None:
@@ -65,6 +65,7 @@ class LiteLifecycle:
             prefix = lmq_name(parent.topic_name, "")
             idle = [q.lmq for q in self._index.iter_queues(prefix) if now - q.last_store_timestamp_ms > idle_max_ms]
             expired = [lmq for lmq in idle if self._remove_if_idle(lmq, now - idle_max_ms)]
+            self._remove_offsets(expired)  # one pass over the offsets table for the whole sweep
             if expired:
                 log.info("removed %d lite topics of %s idle for over %d min", len(expired), parent.topic_name, minutes)
             removed += len(expired)
@@ -86,5 +87,4 @@ class LiteLifecycle:
             self._index.remove(lmq)
             if offsets is not None:
                 offsets.forget(lmq)
-        self._remove_offsets(lmq)
         return True
