@@ -82,6 +82,15 @@ def lite_expiration_minutes(attributes: dict[str, str]) -> int:
     )
 
 
+def offset_in_queue(queue_offset: int, properties: dict[str, str], source_topic: str) -> int:
+    """A record's offset in the queue it was read from: a lite topic's queue (``source_topic`` an
+    LMQ name) numbers its messages itself (``INNER_MULTI_QUEUE_OFFSET``), any other queue is the
+    record's ``queue_offset``."""
+    if source_topic.startswith(LITE_TOPIC_PREFIX) and properties.get(INNER_MULTI_DISPATCH) == source_topic:
+        return int(properties[INNER_MULTI_QUEUE_OFFSET])
+    return queue_offset
+
+
 def lite_properties(properties: dict[str, str], parent_topic: str, lite_topic: str) -> None:
     """Add the lite properties to a message's; the store writes the LMQ offset over the
     placeholder under the put lock."""

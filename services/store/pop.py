@@ -23,14 +23,14 @@ Per (group, source topic, queue) the service keeps a ``QueueState``::
   reset; a deleted topic) resets the queue's pop state: its in-flight handles die.
 
 Queue id -1 reads every read queue of the topic, then the group's retry topic for it,
-``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's pop retry topic, KeyBuilder V1), round robin
-from a start that rotates per (group, topic). Each retry record also names its original topic in
-``RETRY_TOPIC``. A PRIORITY topic's non-FIFO pops go instead from its highest queue (level)
-down, then the retry queues (``services/domain/topic_types.py``), for the share of the group's
-pops its ``priority.factor`` sets (all by default). A store written before issue 15 may hold a ``%RETRY%{group}`` topic shared by
-all the group's topics: while that topic exists a pop also reads it, and takes only the records
-whose ``RETRY_TOPIC`` is the popped topic (one cursor per topic); nothing new is put there.
+``%RETRY%{group}_{topic}`` queue 0 (RocketMQ 5's pop retry topic), round robin from a start
+that rotates per (group, topic); each retry record names its original topic in ``RETRY_TOPIC``.
+A PRIORITY topic's non-FIFO pops go from its highest queue down, then the retries, for the share
+of pops its group's ``priority.factor`` sets (``services/domain/topic_types.py``). A store from
+before issue 15 may hold a ``%RETRY%{group}`` topic shared by the group's topics: a pop also
+reads it while it exists (one cursor per topic); nothing new is put there.
 
+``pop_lite``: a lite consumer's pop over the LMQs of its lite topics, each FIFO (queue 0).
 Filters: ``tags_codes`` (tags hash codes, checked on the ConsumeQueue for the topic's own
 queues and on the record for retry copies) and ``sql_expression`` (a SQL92 property filter,
 ``sql_filter``, evaluated on every record's properties, retry copies included). A message
@@ -48,10 +48,8 @@ SYNC flush wait must not stall pops): the entry is ``claimed`` first so no handl
 meanwhile. Order: ``_lock -> topic/group/offset table locks``; the arrival bus is published to
 without ``_lock``.
 
-Collaborators are passed in by name, never the store: its ``get_messages`` (queue reads),
-``init_offset``, the topic and subscription group tables, the consumer offsets, the clock and
-whether the store runs; for ``ReviveService``, which PopService starts and owns, also the
-store's ``put_messages`` and ``max_offset_in_queue`` and the arrival bus.
+Collaborators are passed in by name, never the store (``ReviveService``, which PopService
+starts and owns, also takes the store's ``put_messages``, ``max_offset_in_queue``, arrival bus).
 """
 
 from __future__ import annotations
@@ -59,17 +57,16 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
-from services.domain.lite import LITE_TOPIC_PREFIX, validate_lmq_name
+from services.domain.lite import LITE_TOPIC_PREFIX, offset_in_queue, split_lmq_name
 from services.domain.names import (
     RETRY_TOPIC_PREFIX,
     pop_retry_topic,
     retry_topic,
-    validate_group_name,
-    validate_topic_name,
 )
 from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
@@ -80,7 +77,7 @@ from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
-from services.store.pop_state import PopRequest, QueueState, scan_order
+from services.store.pop_state import GroupConfigCache, PopRequest, QueueState, check_names, scan_order
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
@@ -103,13 +100,6 @@ POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
 
 
-def _check_names(group: str, topic: str) -> None:
-    lmq = topic.startswith(LITE_TOPIC_PREFIX)  # a lite topic's queue: its parent's and its own name rules
-    reason = validate_group_name(group) or (validate_lmq_name(topic) if lmq else validate_topic_name(topic))
-    if reason:
-        raise ValueError(reason)
-
-
 class PopService:
     def __init__(
         self,
@@ -129,7 +119,6 @@ class PopService:
         self._get_messages = get_messages
         self._init_offset = init_offset
         self._topics = topics
-        self._groups = groups
         self._consumer_offsets = consumer_offsets
         self._clock = clock
         self._is_running = is_running
@@ -140,8 +129,7 @@ class PopService:
         self._sequence = 0
         self._incarnation = secrets.token_hex(4)
         self._rotation: dict[tuple[str, str], int] = {}
-        self._group_cache: dict[str, SubscriptionGroupConfig] = {}
-        self._group_cache_version = -1
+        self._group_configs = GroupConfigCache(groups)
         self._revive = ReviveService(
             self,
             put_messages=put_messages,
@@ -173,27 +161,13 @@ class PopService:
         """Up to ``max_count`` (at most 32) messages, invisible to the group for ``invisible_ms``.
 
         ``sql_expression``: "" for none; a bad one raises ``SqlFilterError`` (a ValueError)."""
-        self._check_running()
-        _check_names(group, topic)
         if queue_id < -1:
             raise ValueError(f"queue_id must be -1 (any) or a queue id, not {queue_id}")
-        if max_count < 1:
-            raise ValueError(f"max_count must be positive, not {max_count}")
-        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
-            raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
-        sql = compile_sql(sql_expression) if sql_expression else None
-        config = self.group_config(group)
-        request = PopRequest(
-            group,
-            topic,
-            min(max_count, POP_BATCH_MAX),
-            invisible_ms,
-            tags_codes,
-            sql,
-            fifo or config.consume_message_orderly,
-            max_deliveries(config),
-            self._clock.now_ms(),
-        )
+        request, config = self._request(group, topic, max_count, invisible_ms, fifo)
+        if tags_codes is not None or sql_expression:
+            request = replace(
+                request, tags_codes=tags_codes, sql=compile_sql(sql_expression) if sql_expression else None
+            )
         out: list[PoppedMessage] = []
         examined: list[tuple[str, int]] = []
         with self._lock:
@@ -205,6 +179,46 @@ class PopService:
                 examined.append((source, qid))
                 self._pop_queue_locked(request, source, qid, out)
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
+
+    def pop_lite(
+        self, group: str, lmqs: list[str], max_count: int, invisible_ms: int, per_queue_max: int = POP_BATCH_MAX
+    ) -> PopResult:
+        """Lite topics' queues (LMQ names, queue 0) in order, each FIFO (one batch in flight), at
+        most ``per_queue_max`` messages from one. ``examined``: the LMQs looked at; each is now
+        locked, empty or was locked: forgotten until announced (an arrival, an ack, an expiry)."""
+        if per_queue_max < 1 or not all(lmq.startswith(LITE_TOPIC_PREFIX) for lmq in lmqs):
+            raise ValueError(f"per_queue_max must be positive ({per_queue_max}) and every topic an LMQ")
+        request, _ = self._request(group, lmqs[0] if lmqs else "", max_count, invisible_ms, True, lmqs[1:])
+        out: list[PoppedMessage] = []
+        examined: list[tuple[str, int]] = []
+        with self._lock:
+            for lmq in lmqs:
+                if len(out) >= request.max_count:
+                    break
+                examined.append((lmq, 0))
+                taken: list[PoppedMessage] = []
+                quota = min(per_queue_max, request.max_count - len(out))
+                self._pop_queue_locked(replace(request, topic=lmq, max_count=quota), lmq, 0, taken)
+                out.extend(taken)
+        return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
+
+    def _request(
+        self, group: str, topic: str, max_count: int, invisible_ms: int, fifo: bool, more_topics: Sequence[str] = ()
+    ) -> tuple[PopRequest, SubscriptionGroupConfig]:
+        self._check_running()
+        for name in (topic, *more_topics):
+            check_names(group, name)
+        if max_count < 1:
+            raise ValueError(f"max_count must be positive, not {max_count}")
+        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
+            raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
+        config = self.group_config(group)
+        fifo = fifo or config.consume_message_orderly
+        now = self._clock.now_ms()
+        request = PopRequest(
+            group, topic, min(max_count, POP_BATCH_MAX), invisible_ms, None, None, fifo, max_deliveries(config), now
+        )
+        return request, config
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> AckStatus:
         return self.ack_many(group, topic, [receipt_handle])[0]
@@ -276,20 +290,7 @@ class PopService:
     def group_config(self, group: str, create: bool = True) -> SubscriptionGroupConfig:
         """The group's config; an unknown group is created with defaults (RocketMQ's
         autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
-        groups = self._groups
-        version = groups.change_count
-        if version != self._group_cache_version:
-            self._group_cache = {g.group_name: g for g in groups.list()}
-            self._group_cache_version = version
-        config = self._group_cache.get(group)
-        if config is None:
-            config = groups.get(group)  # created since the cache was filled?
-        if config is None:
-            config = SubscriptionGroupConfig(group_name=group)
-            if create:
-                config = groups.create_or_update(config)
-                log.info("subscription group %s created with defaults on its first pop", group)
-        return config
+        return self._group_configs.get(group, create)
 
     def in_flight_count(self) -> int:
         with self._lock:
@@ -365,7 +366,7 @@ class PopService:
             returned: set[int] = set()
             for raw in result.raw_messages:
                 rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
-                offset = rec.queue_offset
+                offset = offset_in_queue(rec.queue_offset, rec.properties, source)
                 returned.add(offset)
                 topic = rec.properties.get(RETRY_TOPIC, source) if from_retry else source
                 if topic != req.topic:
@@ -407,7 +408,7 @@ class PopService:
             return None
         raw = result.raw_messages[0]
         rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
-        return raw if rec.queue_offset == offset else None
+        return raw if offset_in_queue(rec.queue_offset, rec.properties, source) == offset else None
 
     def read_record(self, entry: InFlight) -> MessageRecord | None:
         """The record an in-flight entry names; None if retention removed it."""
@@ -518,7 +519,8 @@ class PopService:
         entry = state.in_flight.get(handle.queue_offset) if state is not None else None
         if entry is None or entry.claimed or entry.handle != receipt_handle:
             return None
-        if topic not in (entry.topic, handle.source_topic):
+        lite = split_lmq_name(handle.source_topic)  # a lite topic's message: its parent names it too
+        if topic not in (entry.topic, handle.source_topic) and (lite is None or lite[0] != topic):
             return None
         return entry
 
@@ -538,21 +540,15 @@ class PopService:
         if not state.in_flight:
             return
         for offset, entry in list(state.in_flight.items()):
-            if (
-                entry.fifo
-                and not entry.claimed
-                and entry.revive_at_ms <= now_ms
-                and entry.delivery_attempt < deliveries_max
-            ):
+            due = entry.revive_at_ms <= now_ms and entry.delivery_attempt < deliveries_max
+            if due and entry.fifo and not entry.claimed:
                 del state.in_flight[offset]
                 state.redeliver[offset] = entry
 
     # -- revive hooks (revive.ReviveService) --------------------------------------------------
     def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]:
         """Claim the entries whose revive time passed: (entries to re-put, FIFO queues unlocked).
-
-        An expired FIFO entry with deliveries left is only moved to ``redeliver`` (no put).
-        """
+        An expired FIFO entry with deliveries left is only moved to ``redeliver`` (no put)."""
         work: list[InFlight] = []
         unlocked: list[QueueKey] = []
         with self._lock:

@@ -1,13 +1,53 @@
 """The pop engine's state (``pop.PopService``): per (group, source topic, queue) a ``QueueState``,
-and one pop's parameters as a ``PopRequest``. No locking here: PopService's lock guards both."""
+one pop's parameters as a ``PopRequest``, and its cache of the subscription groups. No locking
+here: PopService's lock guards them."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
+from services.domain.lite import LITE_TOPIC_PREFIX, validate_lmq_name
+from services.domain.names import validate_group_name, validate_topic_name
 from services.domain.sql_filter import SqlFilter
 from services.domain.topic_types import priority_scan_order
+from services.store.metadata import SubscriptionGroupConfig
 from services.store.revive import InFlight
+from services.store.topic_config import SubscriptionGroupManager
+
+log = logging.getLogger(__name__)
+
+
+def check_names(group: str, topic: str) -> None:
+    """ValueError unless legal names; a lite topic's queue follows its parent's and its own rules."""
+    lmq = topic.startswith(LITE_TOPIC_PREFIX)
+    reason = validate_group_name(group) or (validate_lmq_name(topic) if lmq else validate_topic_name(topic))
+    if reason:
+        raise ValueError(reason)
+
+
+class GroupConfigCache:
+    """The subscription groups' configs, read again when the table changes."""
+
+    def __init__(self, groups: SubscriptionGroupManager) -> None:
+        self._groups = groups
+        self._cache: dict[str, SubscriptionGroupConfig] = {}
+        self._version = -1
+
+    def get(self, group: str, create: bool) -> SubscriptionGroupConfig:
+        """The group's config; an unknown group is created with defaults (RocketMQ's
+        autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
+        groups = self._groups
+        if groups.change_count != self._version:
+            self._version = groups.change_count
+            self._cache = {g.group_name: g for g in groups.list()}
+        config = self._cache.get(group) or groups.get(group)  # or created since the cache was filled
+        if config is None:
+            config = SubscriptionGroupConfig(group_name=group)
+            if create:
+                config = groups.create_or_update(config)
+                log.info("subscription group %s created with defaults on its first pop", group)
+        return config
 
 
 @dataclass(slots=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.store.client.client import GrpcStoreClient, _outcomes
+from services.store.client.client import GrpcStoreClient
+from services.store.client.convert import put_outcomes_from_pb
 from services.store.client.errors import StoreError
 from services.store.client.model import PutStatus, StoreMessage
 
@@ -62,6 +63,6 @@ def test_a_store_answering_per_message_results_is_still_understood() -> None:
 def test_columns_that_do_not_match_the_batch_are_a_store_error() -> None:
     batch = pb.PutBatchResult(status=pb.PUT_OK, phy_offset=[1], queue_offset=[1], wrote_bytes=[1])
     with pytest.raises(StoreError, match="1 offsets for 2 messages"):
-        _outcomes(batch, 2)
-    refused = _outcomes(pb.PutBatchResult(status=pb.SERVICE_NOT_AVAILABLE, error="down"), 2)
+        put_outcomes_from_pb(batch, 2)
+    refused = put_outcomes_from_pb(pb.PutBatchResult(status=pb.SERVICE_NOT_AVAILABLE, error="down"), 2)
     assert [(o.status, o.error, o.phy_offset) for o in refused] == [(PutStatus.SERVICE_NOT_AVAILABLE, "down", -1)] * 2

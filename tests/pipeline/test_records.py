@@ -28,7 +28,7 @@ from services.domain.format.commitlog_format import (  # noqa: E402
     fill_prop_crc,
     host_from_string,
 )
-from services.store.client.client import stored_from_pb  # noqa: E402
+from services.store.client.convert import stored_from_pb  # noqa: E402
 from services.store.rpc.convert import message_to_pb  # noqa: E402
 
 BROKER = "broker-a"

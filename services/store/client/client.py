@@ -17,42 +17,42 @@ from typing import Any
 
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.domain.format.commitlog_format import offset_msg_id_with_prefix
 from services.domain.retry_policy import GroupRetryPolicy
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.rpc.tls import TlsFiles
+from services.store.client.convert import (
+    PUT_STATUS,
+    ack_result_from_pb,
+    delivery_from_pb,
+    group_info_from_pb,
+    put_outcomes_from_pb,
+    stored_from_pb,
+    topic_info_from_pb,
+)
 from services.store.client.errors import StoreError, StoreNotFoundError, StoreRejectedError
 from services.store.client.model import (
     AckResult,
     ConsumerStats,
     ConsumerStatsReport,
-    Delivery,
     GetOutcome,
     GetStatus,
     GroupInfo,
     PolicyView,
     PopOutcome,
     PutOutcome,
-    PutStatus,
     StoredMessage,
     StoreMessage,
     TopicInfo,
     stored_from_raw,
 )
-from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
+from services.store.client.retry_policy_convert import retry_policy_to_pb
 from services.store.client.transport import GrpcTransport, Stream, Transport
 
 log = logging.getLogger(__name__)
 
 LOOK_RAW_RECORDS_MAX = 1024  # the store's limit per LookRawMessages
 WATCH_RETRY_INTERVAL_S = 0.5
-_PUT_STATUS = {pb.PutStatus.Value(s.name): s for s in PutStatus}
 _GET_STATUS = {pb.GetStatus.Value(s.name): s for s in GetStatus}
-_ACK_RESULT: dict[int, AckResult] = {
-    pb.ACK_OK: AckResult.OK,
-    pb.INVALID_RECEIPT_HANDLE: AckResult.INVALID_RECEIPT_HANDLE,
-    pb.DLQ_PUT_FAILED: AckResult.DLQ_PUT_FAILED,
-}
 
 UserRow = tuple[str, str, str, str]  # (name, secret, user type, user status)
 AclRow = tuple[str, list[PolicyView]]  # (user name, policies)
@@ -124,11 +124,11 @@ class StoreClient:
                 raise StoreError(f"store answered {len(response.results)} results for {len(messages)} messages")
             return [
                 PutOutcome(
-                    _PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error, r.store_timestamp_ms
+                    PUT_STATUS[r.status], r.queue_offset, r.phy_offset, r.offset_msg_id, r.error, r.store_timestamp_ms
                 )
                 for r in response.results
             ]
-        return _outcomes(response.batch, len(messages))
+        return put_outcomes_from_pb(response.batch, len(messages))
 
     def get_messages(
         self,
@@ -293,14 +293,30 @@ class StoreClient:
         )
         response = self._call("PopMessages", request)
         return PopOutcome(
-            [_delivery(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
+            [delivery_from_pb(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
+        )
+
+    def pop_lite_messages(
+        self, group: str, lmqs: Sequence[str], max_count: int, per_queue_max: int, invisible_ms: int
+    ) -> PopOutcome:
+        """PopLiteMessages: the deliveries (topic = the parent) and the LMQs examined."""
+        request = pb.PopLiteMessagesRequest(
+            group=group,
+            lmq_topics=lmqs,
+            max_count=max_count,
+            per_queue_max_count=per_queue_max,
+            invisible_duration_ms=invisible_ms,
+        )
+        response = self._call("PopLiteMessages", request)
+        return PopOutcome(
+            [delivery_from_pb(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
         )
 
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         response = self._call("AckMessages", pb.AckMessagesRequest(group=group, topic=topic, receipt_handles=handles))
         if len(response.statuses) != len(handles):
             raise StoreError(f"store answered {len(response.statuses)} ack statuses for {len(handles)} handles")
-        return [_ack_result(status) for status in response.statuses]
+        return [ack_result_from_pb(status) for status in response.statuses]
 
     def change_invisible_duration(
         self, group: str, topic: str, handle: str, invisible_ms: int
@@ -311,14 +327,14 @@ class StoreClient:
                 group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms
             ),
         )
-        return _ack_result(response.status), response.receipt_handle
+        return ack_result_from_pb(response.status), response.receipt_handle
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult:
         response = self._call(
             "ForwardToDeadLetterQueue",
             pb.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle),
         )
-        return _ack_result(response.status)
+        return ack_result_from_pb(response.status)
 
     # -- arrivals -------------------------------------------------------------------------------
     def watch_arrivals(
@@ -370,7 +386,7 @@ class StoreClient:
 
     def get_topic(self, name: str) -> TopicInfo | None:
         config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name))
-        return None if config is None else _topic_info(config)
+        return None if config is None else topic_info_from_pb(config)
 
     def create_topic(self, topic: TopicInfo) -> TopicInfo:
         config = pb.TopicConfig(
@@ -380,7 +396,7 @@ class StoreClient:
             perm=topic.perm,
             message_type=pb.MessageType.Value(topic.message_type),
         )
-        return _topic_info(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
+        return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
     def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
         """Read-modify-write of the full config, so fields the caller does not model (perm,
@@ -389,17 +405,17 @@ class StoreClient:
         if queue_nums:
             config.read_queue_nums = config.write_queue_nums = queue_nums
         config.message_type = pb.MessageType.Value(message_type)
-        return _topic_info(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
+        return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
     def delete_topic(self, name: str) -> bool:
         return self._call("DeleteTopic", pb.DeleteTopicRequest(topic_name=name)).existed
 
     def list_topics(self) -> list[TopicInfo]:
-        return [_topic_info(config) for config in self._call("ListTopics", pb.ListTopicsRequest()).topics]
+        return [topic_info_from_pb(config) for config in self._call("ListTopics", pb.ListTopicsRequest()).topics]
 
     def get_group(self, name: str) -> GroupInfo | None:
         config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
-        return None if config is None else _group_info(config)
+        return None if config is None else group_info_from_pb(config)
 
     def update_group(
         self, name: str, fifo: bool, retry_max_times: int, retry_policy: GroupRetryPolicy | None = None
@@ -412,10 +428,10 @@ class StoreClient:
         config.retry_max_times = retry_max_times
         if retry_policy is not None:
             config.group_retry_policy.CopyFrom(retry_policy_to_pb(retry_policy))
-        return _group_info(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
+        return group_info_from_pb(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
 
     def list_groups(self) -> list[GroupInfo]:
-        return [_group_info(config) for config in self._call("ListGroups", pb.ListGroupsRequest()).groups]
+        return [group_info_from_pb(config) for config in self._call("ListGroups", pb.ListGroupsRequest()).groups]
 
     # -- users and ACLs -------------------------------------------------------------------------
     def auth_config(self) -> tuple[list[UserRow], list[AclRow], int]:
@@ -506,88 +522,4 @@ def _get_request(
         max_count=max_count,
         max_bytes=max_bytes,
         tags_codes=tags_codes,
-    )
-
-
-def stored_from_pb(record: pb.Message) -> StoredMessage:
-    return StoredMessage(
-        topic=record.topic,
-        queue_id=record.queue_id,
-        body=record.body,
-        properties=dict(record.properties),
-        queue_offset=record.queue_offset,
-        phy_offset=record.phy_offset,
-        sys_flag=record.sys_flag,
-        flag=record.flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=record.born_host,
-        store_timestamp_ms=record.store_timestamp_ms,
-        store_host=record.store_host,
-        reconsume_times=record.reconsume_times,
-        prepared_transaction_offset=record.prepared_transaction_offset,
-        offset_msg_id=record.offset_msg_id,
-        store_size_bytes=record.store_size_bytes,
-        body_crc=record.body_crc,
-    )
-
-
-def _delivery(popped: pb.PoppedMessage) -> Delivery:
-    record = popped.message
-    return Delivery(
-        topic=record.topic,
-        body=record.body,
-        properties=dict(record.properties),
-        queue_id=popped.queue_id,
-        queue_offset=popped.queue_offset,
-        delivery_attempt=max(1, popped.delivery_attempt),
-        receipt_handle=popped.receipt_handle,
-        sys_flag=record.sys_flag,
-        born_timestamp_ms=record.born_timestamp_ms,
-        born_host=record.born_host,
-        store_timestamp_ms=record.store_timestamp_ms,
-        store_host=record.store_host,
-        offset_msg_id=record.offset_msg_id,
-    )
-
-
-def _ack_result(status: int) -> AckResult:
-    result = _ACK_RESULT.get(status)
-    if result is None:
-        raise StoreError(f"store answered an unknown ack status {status}")
-    return result
-
-
-def _outcomes(batch: pb.PutBatchResult, count: int) -> list[PutOutcome]:
-    """One PutOutcome per message from a PutBatchResult (one status, packed offset columns)."""
-    status = _PUT_STATUS[batch.status]
-    phy_offsets = list(batch.phy_offset)
-    if len(phy_offsets) != count:  # not appended (the columns are empty): the same refusal for all
-        if status is PutStatus.PUT_OK and count:
-            raise StoreError(f"store answered {len(phy_offsets)} offsets for {count} messages")
-        return [PutOutcome(status, error=batch.error) for _ in range(count)]
-    prefix = batch.store_host_prefix
-    error = batch.error
-    stored_ms = batch.store_timestamp_ms
-    return [
-        PutOutcome(status, queue_offset, phy_offset, offset_msg_id_with_prefix(prefix, phy_offset), error, stored_ms)
-        for queue_offset, phy_offset in zip(batch.queue_offset, phy_offsets)
-    ]
-
-
-def _topic_info(config: pb.TopicConfig) -> TopicInfo:
-    return TopicInfo(
-        name=config.topic_name,
-        read_queue_nums=config.read_queue_nums,
-        write_queue_nums=config.write_queue_nums,
-        perm=config.perm,
-        message_type=pb.MessageType.Name(config.message_type),
-    )
-
-
-def _group_info(config: pb.SubscriptionGroupConfig) -> GroupInfo:
-    return GroupInfo(
-        name=config.group_name,
-        consume_message_orderly=config.consume_message_orderly,
-        retry_max_times=config.retry_max_times,
-        retry_policy=retry_policy_from_pb(config.group_retry_policy),
     )

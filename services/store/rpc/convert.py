@@ -15,6 +15,7 @@ from typing import Any
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
+from services.domain.lite import LITE_TOPIC_PREFIX
 from services.domain.statuses import APPENDED_PUT_STATUSES, GetStatus, PutStatus
 from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
@@ -403,6 +404,27 @@ def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
     )
 
 
+LITE_POP_QUEUES_MAX = 10_000
+
+
+def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> dict:
+    """Keyword arguments for ``PopService.pop_lite``."""
+    if not request.group:
+        raise ValueError("group is required")
+    if len(request.lmq_topics) > LITE_POP_QUEUES_MAX:
+        raise ValueError(f"at most {LITE_POP_QUEUES_MAX} lite topics per pop, not {len(request.lmq_topics)}")
+    if request.max_count < 0 or request.per_queue_max_count < 0 or request.invisible_duration_ms < 0:
+        raise ValueError("max_count, per_queue_max_count and invisible_duration_ms must not be negative")
+    max_count = request.max_count or POP_MAX_COUNT_DEFAULT
+    return dict(
+        group=request.group,
+        lmqs=list(request.lmq_topics),
+        max_count=max_count,
+        invisible_ms=request.invisible_duration_ms,
+        per_queue_max=request.per_queue_max_count or max_count,
+    )
+
+
 def pop_result_to_pb(result: PopResult) -> pb.PopMessagesResponse:
     response = pb.PopMessagesResponse(
         status=_POP_STATUS_TO_PB[result.status],
@@ -410,7 +432,8 @@ def pop_result_to_pb(result: PopResult) -> pb.PopMessagesResponse:
     )
     for popped in result.messages:
         message = message_to_pb(popped.record)
-        message.topic = popped.topic  # the original topic, also for a retry copy
+        if not popped.topic.startswith(LITE_TOPIC_PREFIX):
+            message.topic = popped.topic  # the original topic, also for a retry copy (an LMQ's: its parent)
         response.messages.add(
             message=message,
             queue_id=popped.queue_id,

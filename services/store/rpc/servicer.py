@@ -419,6 +419,12 @@ class StoreServicer(pb_grpc.StoreServicer):
         return convert.pop_result_to_pb(self._store.pop.pop(**convert.pop_request_from_pb(request)))
 
     @rpc_errors
+    def PopLiteMessages(
+        self, request: pb.PopLiteMessagesRequest, context: grpc.ServicerContext
+    ) -> pb.PopMessagesResponse:
+        return convert.pop_result_to_pb(self._store.pop.pop_lite(**convert.pop_lite_request_from_pb(request)))
+
+    @rpc_errors
     def AckMessage(self, request: pb.AckMessageRequest, context: grpc.ServicerContext) -> pb.AckMessageResponse:
         status = self._store.pop.ack(*convert.receipt_request_from_pb(request))
         return pb.AckMessageResponse(status=convert.ack_status_to_pb(status))
