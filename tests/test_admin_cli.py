@@ -178,6 +178,7 @@ def test_group_create_and_list(endpoint):
             "max_delivery_attempts": 5,
             "system": False,
             "retry_policy": default,
+            "attributes": {},
         },
     }
     [row] = [line.split() for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "CliGroup" in line]
@@ -189,8 +190,49 @@ def test_group_create_and_list(endpoint):
         "max_delivery_attempts": 5,
         "system": False,
         "retry_policy": default,
+        "attributes": {},
     } in groups
     assert "illegal characters" in fails(2, "group", "create", "bad group", "--endpoint", endpoint)
+
+
+def test_group_attributes(endpoint):
+    """RocketMQ's group attributes (mqadmin updateSubGroup -a): set, kept when not named, removed;
+    an unknown name or a bad value is refused with the reason (exit 2)."""
+    created = ok_json(
+        "group",
+        "create",
+        "LiteCliGroup",
+        "--attribute",
+        "lite.bind.topic=LiteParent",
+        "--attribute",
+        "lite.sub.model=Exclusive",
+        "--endpoint",
+        endpoint,
+    )
+    assert created["group"]["attributes"] == {"lite.bind.topic": "LiteParent", "lite.sub.model": "Exclusive"}
+    updated = ok_json(
+        "group",
+        "update",
+        "LiteCliGroup",
+        "--attribute",
+        "lite.sub.client.quota=10",
+        "--remove-attribute",
+        "lite.sub.model",
+        "--endpoint",
+        endpoint,
+    )
+    assert updated["group"]["attributes"] == {"lite.bind.topic": "LiteParent", "lite.sub.client.quota": "10"}
+    [row] = [line for line in ok("group", "list", "--endpoint", endpoint).splitlines() if "LiteCliGroup" in line]
+    assert "lite.bind.topic=LiteParent, lite.sub.client.quota=10" in row
+    assert "unknown group attribute 'lite.nope'" in fails(
+        2, "group", "create", "LiteCliGroup", "--attribute", "lite.nope=1", "--endpoint", endpoint
+    )
+    assert "must be one of Shared, Exclusive" in fails(
+        2, "group", "create", "LiteCliGroup", "--attribute", "lite.sub.model=exclusive", "--endpoint", endpoint
+    )
+    assert "expected KEY=VALUE" in fails(
+        2, "group", "create", "LiteCliGroup", "--attribute", "x", "--endpoint", endpoint
+    )
 
 
 def test_group_retry_policy_options(endpoint):
@@ -218,6 +260,7 @@ def test_group_retry_policy_options(endpoint):
         "max_delivery_attempts": 3,
         "system": False,
         "retry_policy": {"kind": "default"},
+        "attributes": {},
     }
 
     assert "exclusive" in fails(2, "group", "create", "G", "--backoffs", "1s", "--max-backoff", "1m")

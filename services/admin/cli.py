@@ -2,6 +2,7 @@
 ``pyrmq.admin.v1.Admin`` gRPC service (protos/pyrmq/admin/v1/admin.proto).
 
     pyrmq group create|update NAME [--fifo | --no-fifo] [--max-delivery-attempts N]
+          [--attribute KEY=VALUE ...] [--remove-attribute KEY ...]
           [--retry-policy default | --backoffs D,D,... |
            --initial-backoff D --max-backoff D --backoff-multiplier N]
     pyrmq group list [--all]
@@ -108,6 +109,8 @@ def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
         request.fifo = ns.fifo
     if (policy := retry_policy_request(ns)) is not None:
         request.retry_policy.CopyFrom(policy)
+    request.attributes.update(dict(ns.attribute or ()))
+    request.removed_attributes.extend(ns.remove_attribute or ())
     response = stub.CreateGroup(request, timeout=ns.timeout)
     group = _group_doc(response.group)
 
@@ -116,7 +119,8 @@ def group_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
             f"{'Created' if response.created else 'Updated'} group {group['name']}: "
             f"{'FIFO' if group['fifo'] else 'not FIFO'}, "
             f"{group['max_delivery_attempts']} delivery attempts before the DLQ, "
-            f"retry policy {retry_policy_text(group['retry_policy'])}."
+            f"retry policy {retry_policy_text(group['retry_policy'])}"
+            + (f", attributes {_attributes_text(group['attributes'])}." if group["attributes"] else ".")
         )
 
     return {"created": response.created, "group": group}, render
@@ -128,13 +132,16 @@ def group_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Documen
     ]
 
     def render(console: Console) -> None:
-        table = _table("GROUP", "FIFO", "MAX DELIVERY ATTEMPTS", "RETRY POLICY", *(["SYSTEM"] if ns.all else []))
+        table = _table(
+            "GROUP", "FIFO", "MAX DELIVERY ATTEMPTS", "RETRY POLICY", "ATTRIBUTES", *(["SYSTEM"] if ns.all else [])
+        )
         for g in groups:
             table.add_row(
                 g["name"],
                 "yes" if g["fifo"] else "no",
                 str(g["max_delivery_attempts"]),
                 retry_policy_text(g["retry_policy"]),
+                _attributes_text(g["attributes"]),
                 *(["yes" if g["system"] else ""] if ns.all else []),
             )
         _print_table(console, table, groups, "No consumer groups.")
@@ -265,7 +272,12 @@ def _group_doc(group: pb.Group) -> Document:
         "max_delivery_attempts": group.max_delivery_attempts,
         "system": group.system,
         "retry_policy": retry_policy_doc(group.retry_policy),
+        "attributes": dict(sorted(group.attributes.items())),
     }
+
+
+def _attributes_text(attributes: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attributes.items())
 
 
 def _message_doc(m: pb.MessageRecord) -> Document:
@@ -539,6 +551,24 @@ def _add_group_options(parser: argparse.ArgumentParser, must_exist: bool) -> Non
         help="deliveries before a message goes to the DLQ (default: 17 for a new group, unchanged for an existing one)",
     )
     add_retry_policy_options(parser)
+    parser.add_argument(
+        "--attribute",
+        action="append",
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="set a group attribute (priority.factor, lite.bind.topic, lite.sub.model, lite.sub.client.quota,"
+        " lite.sub.wildcard); repeatable",
+    )
+    parser.add_argument(
+        "--remove-attribute", action="append", metavar="KEY", help="remove a group attribute; repeatable"
+    )
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key.strip(), value
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:

@@ -7,6 +7,7 @@ What a request needs, as RocketMQ 5's proxy asks (GrpcAuthorizationContextBuilde
     QueryRoute                                          Pub or Sub on the topic
     QueryAssignment, ReceiveMessage, AckMessage,        Sub on the topic and on the group
     ChangeInvisibleDuration, ForwardMessageToDLQ,
+    SyncLiteSubscription,
     PullMessage, UpdateOffset, GetOffset
     QueryOffset                                         Sub on the topic
     pyrmq.pull.v1.Pull/PullRecords                      Sub on the topic (and the group, if named)
@@ -69,6 +70,7 @@ NEEDS: dict[str, Callable[[Any], Needs]] = {
     "AckMessage": lambda r: (_topic_and_group(r.topic, r.group), Action.SUB),
     "ChangeInvisibleDuration": lambda r: (_topic_and_group(r.topic, r.group), Action.SUB),
     "ForwardMessageToDeadLetterQueue": lambda r: (_topic_and_group(r.topic, r.group), Action.SUB),
+    "SyncLiteSubscription": lambda r: (_topic_and_group(r.topic, r.group), Action.SUB),
     "PullMessage": lambda r: (_topic_and_group(r.message_queue.topic, r.group), Action.SUB),
     "UpdateOffset": lambda r: (_topic_and_group(r.message_queue.topic, r.group), Action.SUB),
     "GetOffset": lambda r: (_topic_and_group(r.message_queue.topic, r.group), Action.SUB),

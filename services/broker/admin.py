@@ -45,13 +45,14 @@ from __future__ import annotations
 import enum
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.validation import validate_key, validate_message_id, validate_topic
+from services.domain.group_attributes import validate_group_attribute
 from services.domain.names import (
     is_system_group,
     is_system_topic,
@@ -190,10 +191,15 @@ class AdminStore(Protocol):
     def list_groups(self) -> list[GroupInfo]: ...
 
     def update_group(
-        self, name: str, fifo: bool, retry_max_times: int, retry_policy: GroupRetryPolicy | None = None
+        self,
+        name: str,
+        fifo: bool,
+        retry_max_times: int,
+        retry_policy: GroupRetryPolicy | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> GroupInfo:
         """Create or update: set consume_message_orderly, retry_max_times and (unless None) the
-        retry policy; keep other fields."""
+        retry policy and the attributes (replacing them); keep other fields."""
 
     def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
         """Every committed (topic, queue_id, offset) of the group."""
@@ -277,6 +283,8 @@ class AdminService:
         max_delivery_attempts: int = 0,
         retry_policy: GroupRetryPolicy | None = None,
         must_exist: bool = False,
+        attributes: dict[str, str] | None = None,
+        removed_attributes: Sequence[str] = (),
     ) -> tuple[GroupInfo, bool]:
         """(the stored group, whether it is new). Unset (None / 0) values keep the stored ones
         (a new group: not FIFO, 17 deliveries, RocketMQ's default retry policy). ``must_exist``:
@@ -291,6 +299,9 @@ class AdminService:
                 retry_policy.check()
             except ValueError as exc:
                 raise RequestError(f"illegal retry policy: {exc}") from None
+        for key, value in (attributes or {}).items():
+            if reason := validate_group_attribute(key, value):
+                raise RequestError(reason)
         existing = self._store.get_group(name)
         if existing is None and must_exist:
             raise NotFoundError(f"consumer group {name} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
@@ -300,7 +311,11 @@ class AdminService:
             retry_max_times = max_delivery_attempts - 1
         else:
             retry_max_times = existing.retry_max_times if existing is not None else MAX_DELIVERY_ATTEMPTS_DEFAULT - 1
-        group = self._store.update_group(name, fifo, retry_max_times, retry_policy)
+        merged = None
+        if attributes or removed_attributes:
+            merged = {k: v for k, v in (existing.attributes if existing else {}).items() if k not in removed_attributes}
+            merged.update(attributes or {})
+        group = self._store.update_group(name, fifo, retry_max_times, retry_policy, merged)
         log.info(
             "%s group %s (fifo=%s, %d deliveries, retry policy %s)",
             "created" if existing is None else "updated",

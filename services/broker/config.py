@@ -109,6 +109,8 @@ class BrokerConfig:
     consumer_receive_batch_size: int = 32     # consumers: messages per receive at most (grpcClientConsumerMaxBatchSize)
     consumer_long_polling_timeout_ms: int = 20_000  # consumers: long-polling timeout told to clients
     consumer_retry_delays_ms: tuple[int, ...] = CONSUMER_RETRY_DELAYS_MS_DEFAULT  # consumers: redelivery backoff per attempt (1s,5s,10s,30s,1m ... 2h)
+    lite_subscription_quota: int = 2_000      # lite consumers: lite topics one client may subscribe (told to clients; more: 42902)
+    lite_subscription_expire_ms: int = 180_000  # lite consumers: a client's lite subscriptions end this long after its last sync
     # -- consumer limits (used by the consumer step) ----------------------------------------
     long_polling_timeout_ms_min: int = 5_000   # a receive's long-polling timeout is raised to at least this
     long_polling_timeout_ms_max: int = 20_000  # and cut to at most this
@@ -137,7 +139,8 @@ class BrokerConfig:
         positive = ("grpc_workers_max", "telemetry_streams_max", "auto_create_topic_queue_nums",
                     "body_size_max_bytes", "send_timeout_ms", "store_rpc_timeout_ms",
                     "put_batch_messages_max", "put_batch_bytes_max", "put_queue_messages_max",
-                    "put_queue_bytes_max", "timer_precision_ms", "producer_max_attempts")
+                    "put_queue_bytes_max", "timer_precision_ms", "producer_max_attempts",
+                    "lite_subscription_quota", "lite_subscription_expire_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

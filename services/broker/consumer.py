@@ -367,7 +367,7 @@ class ConsumerService:
                 )
                 found = self._drop_mismatched(request, tags, outcome.messages)
                 if found:
-                    return self._delivered(request, found, invisible, popped_at_ms)
+                    return self.delivered(request, found, invisible, popped_at_ms)
                 remaining_s = deadline - self._clock.monotonic_s()
                 if remaining_s <= 0:
                     return ReceiveResult()
@@ -382,10 +382,10 @@ class ConsumerService:
                     request.group, request.topic, -1, count, invisible, codes, request.fifo, sql_expression=sql
                 )
                 found = self._drop_mismatched(request, tags, outcome.messages)
-                return self._delivered(request, found, invisible, popped_at_ms)
+                return self.delivered(request, found, invisible, popped_at_ms)
         return ReceiveResult()
 
-    def _delivered(
+    def delivered(
         self, request: ReceiveRequest, found: list[Delivery], invisible_ms: int, popped_at_ms: int
     ) -> ReceiveResult:
         """The result; a push consumer's messages are tracked for renewal first."""
@@ -513,7 +513,8 @@ class ConsumerService:
             raise ForbiddenError("no readable queue", Code.FORBIDDEN)
         info = self._store.get_group(group)
         permission = "READ_WRITE" if topic.writable else "READ"
-        if info is not None and info.consume_message_orderly:
+        if info is not None and info.consume_message_orderly and topic.message_type != "LITE":
+            # (a lite consumer pops its lite topics, each in order, whatever queue it names)
             queues = tuple(RouteQueue(i, permission) for i in range(topic.read_queue_nums))
         else:
             queues = (RouteQueue(-1, permission),)

@@ -23,10 +23,11 @@ import logging
 from collections.abc import Iterator
 from dataclasses import replace
 
-from services.broker.consumer import ReceiveRequest, ReceiveResult
+from services.broker.consumer import ReceiveRequest, ReceiveResult, validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, as_broker_error
 from services.broker.group_core import GroupCore
 from services.broker.groups import Groups
+from services.broker.lite_consumer import LiteConsumer
 from services.broker.pull import OffsetPolicy, PullRequest, PullResult
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
 from services.broker.route import Route, RouteQueue
@@ -35,8 +36,9 @@ log = logging.getLogger(__name__)
 
 
 class GroupedConsumer:
-    def __init__(self, groups: Groups) -> None:
+    def __init__(self, groups: Groups, lite: LiteConsumer | None = None) -> None:
         self._groups = groups
+        self.lite = lite
 
     def _receiving_core(self, topic: str, broker_name: str) -> GroupCore:
         """The named group's core; a name no route gives (a client's own, or none) is the home
@@ -54,9 +56,15 @@ class GroupedConsumer:
         return self._groups.inner_handle(handle)
 
     def close(self) -> None:
+        if self.lite is not None:
+            self.lite.close()
         self._groups.close_services()
 
     def receive(self, request: ReceiveRequest) -> ReceiveResult:
+        if self.lite is not None:
+            validate_group(request.group)
+            if self.lite.is_lite_topic(request.topic):  # (checks the topic too)
+                return self.lite.receive(request)
         core = self._receiving_core(request.topic, request.broker_name)
         result = core.consumer.receive(request)
         if core is not self._groups.home:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
+from services.broker.lite_subscriptions import LiteSubscriptions
 from services.broker.metrics import BrokerMetrics
 from services.broker.producer import Producer
 from services.broker.pull import OffsetService
@@ -114,6 +115,7 @@ def build_group_core(
     registry: ClientRegistry,
     clock: Clock,
     metrics: BrokerMetrics | None = None,
+    lite: LiteSubscriptions | None = None,
 ) -> GroupCore:
     config = replace(config, broker_name=name) if config.broker_name != name else config
     topics = TopicRegistry(config, store, clock)
@@ -125,7 +127,7 @@ def build_group_core(
     )
     halves = HalfMessageTable()
     hub = ArrivalHub()
-    watch_start, watch_stop = arrival_watch(store, hub, name)
+    watch_start, watch_stop = arrival_watch(store, hub, name, lite)
 
     def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
@@ -150,13 +152,27 @@ def build_group_core(
     )
 
 
-def arrival_watch(store: StoreClient, hub: ArrivalHub, name: str = "") -> tuple[Callable[[], None], Callable[[], None]]:
+def arrival_watch(
+    store: StoreClient, hub: ArrivalHub, name: str = "", lite: LiteSubscriptions | None = None
+) -> tuple[Callable[[], None], Callable[[], None]]:
     """(start, stop) of the thread that follows the store's WatchArrivals stream into ``hub``
-    (one stream per group; parked ReceiveMessage calls wait on their group's hub)."""
+    (one stream per group; parked ReceiveMessage calls wait on their group's hub) and into the
+    lite subscriptions (lite topics' arrivals wake their lite consumers)."""
     stopped = threading.Event()
+    on_arrivals, on_restart = hub.notify, hub.notify_all
+    if lite is not None:
+
+        def on_arrivals(topics: list[str]) -> None:
+            hub.notify(topics)
+            lite.on_arrivals(name, topics)
+
+        def on_restart() -> None:
+            hub.notify_all()
+            lite.on_restart(name)
+
     thread = threading.Thread(
         target=store.watch_arrivals,
-        args=((), hub.notify, hub.notify_all, stopped),
+        args=((), on_arrivals, on_restart, stopped),
         name=f"arrival-watch-{name}" if name else "arrival-watch",
         daemon=True,
     )

@@ -8,7 +8,7 @@ where routes come from). Topics without an etcd route take the single-group path
   trusted: services/broker/queue_selection.py): ``select_write_queue`` over all groups' write
   queues (services/domain/routes.py): a FIFO message group keeps its one queue whether its
   group is up or not (the send waits for the group's failover, or fails); any other send goes
-  round-robin to a group that is up, and if its group fails it at once (unreachable, no
+  round-robin to a group that is up (a lite message's lite topic keeps its queue the same way), and if its group fails it at once (unreachable, no
   master, too few replicas in sync, topic missing there) it is sent again to the next group
   that is up, while its deadline lasts. A send whose outcome is unknown (timed out) is not
   sent again here: the client's retry decides, as with RocketMQ.
@@ -36,6 +36,7 @@ from services.runtime.clock import Clock
 log = logging.getLogger(__name__)
 
 # A send that failed with one of these was not written: it may go to another group at once.
+LITE_KEY_PREFIX = "\x00lite:"  # never a message group's name (validation refuses control characters)
 SEND_ELSEWHERE_CODES = frozenset({Code.INTERNAL_SERVER_ERROR, Code.HA_NOT_AVAILABLE, Code.TOPIC_NOT_FOUND})
 
 
@@ -80,7 +81,9 @@ class GroupedProducer:
         route = self._groups.route(topic)
         if not route.write_queues():
             raise ForbiddenError(f"topic {topic} is not writable", Code.FORBIDDEN)
-        message_groups = {m.message_group or "" for m in messages}
+        # A lite topic keeps its one queue like a message group: its messages stay in order in one
+        # broker group's LMQ (the lite consumer pops every group).
+        message_groups = {m.message_group or (LITE_KEY_PREFIX + m.lite_topic if m.lite_topic else "") for m in messages}
         message_group = message_groups.pop() if len(message_groups) == 1 else ""
         deadline_s = self._clock.monotonic_s() + timeout_s
         index = next(self._counter)

@@ -155,6 +155,21 @@ class RenewalStatsCollector(Collector):
         return list(self._families(None))
 
 
+class LiteCollector(Collector):
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        clients, subscriptions = self._counts()
+        consumers = GaugeMetricFamily("pyrmq_lite_consumers", "Lite consumers with lite subscriptions here.")
+        consumers.add_metric([], clients)
+        subscribed = GaugeMetricFamily(
+            "pyrmq_lite_subscriptions", "Lite topics subscribed, summed over lite consumers."
+        )
+        subscribed.add_metric([], subscriptions)
+        return [consumers, subscribed]
+
+
 _CODE_NAMES = {value.number: value.name for value in d.Code.DESCRIPTOR.values}
 _HAS_V2_STATUS: dict[Any, bool] = {}  # response descriptor -> has a v2 ``Status status`` field
 
@@ -425,6 +440,10 @@ class BrokerMetrics:
 
     def watch_renewals(self, stats: Callable[[], RenewalStats | None]) -> None:
         self.registry.register(RenewalStatsCollector(stats))
+
+    def watch_lite(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """(lite consumers, their lite subscriptions): two gauges, no series per lite topic."""
+        self.registry.register(LiteCollector(counts))
 
 
 __all__ = ["BrokerMetrics", "MetricsHttpServer"]

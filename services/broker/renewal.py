@@ -239,7 +239,7 @@ class ReceiptRenewer:
     # -- what the consumer and telemetry cores call ----------------------------------------
     def is_push_consumer(self, client_id: str) -> bool:
         session = self._clients.get(client_id) if client_id else None
-        return session is not None and session.client_type is ClientType.PUSH_CONSUMER
+        return session is not None and session.client_type in (ClientType.PUSH_CONSUMER, ClientType.LITE_PUSH_CONSUMER)
 
     def track(
         self,

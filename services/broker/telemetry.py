@@ -45,9 +45,13 @@ from typing import Any, Protocol
 from services.broker.config import BrokerConfig
 from services.broker.errors import Code, RequestError
 from services.broker.model import ClientType
+from services.domain.group_attributes import lite_client_quota
+from services.domain.lite import LITE_TOPIC_SIZE_MAX_BYTES
 from services.domain.retry_policy import ExponentialRetryPolicy
 from services.runtime.clock import Clock
 from services.store.client.model import GroupInfo
+
+LITE_CLIENT_TYPES = frozenset({ClientType.LITE_PUSH_CONSUMER, ClientType.LITE_SIMPLE_CONSUMER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,8 @@ class ServerSettings:
     fifo: bool | None = None  # subscription only
     receive_batch_size: int | None = None
     long_polling_timeout_ms: int | None = None
+    lite_subscription_quota: int | None = None  # lite consumers only
+    max_lite_topic_size: int | None = None
 
 
 class GroupSource(Protocol):
@@ -277,6 +283,14 @@ class TelemetryService:
                 fifo=group.consume_message_orderly,
                 receive_batch_size=config.consumer_receive_batch_size,
                 long_polling_timeout_ms=config.consumer_long_polling_timeout_ms,
+                **(
+                    dict(
+                        lite_subscription_quota=lite_client_quota(group.attributes, config.lite_subscription_quota),
+                        max_lite_topic_size=LITE_TOPIC_SIZE_MAX_BYTES,
+                    )
+                    if settings.client_type in LITE_CLIENT_TYPES
+                    else {}
+                ),
             )
         raise RequestError("settings must carry publishing or subscription", Code.BAD_REQUEST)
 

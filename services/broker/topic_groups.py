@@ -121,11 +121,15 @@ class TopicPlacement:
         max_delivery_attempts: int,
         policy: GroupRetryPolicy | None,
         must_exist: bool,
+        attributes: dict[str, str] | None = None,
+        removed_attributes: Sequence[str] = (),
     ) -> tuple[GroupInfo, bool]:
         """A consumer group's settings in every broker group's store (a consumer may receive
         from any of them); the first group's answer."""
         results = [
-            self._admin(group).create_group(name, fifo, max_delivery_attempts, policy, must_exist=must_exist)
+            self._admin(group).create_group(
+                name, fifo, max_delivery_attempts, policy, must_exist, attributes, removed_attributes
+            )
             for group in self.cluster_groups()
         ]
         return results[0]

@@ -81,6 +81,12 @@ STATS_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("rocketmq_topic_number", "gauge", "Topics configured.", "topic_count"),
     ("rocketmq_consumer_group_number", "gauge", "Subscription groups configured.", "group_count"),
     (
+        "pyrmq_lite_topics",
+        "gauge",
+        "Lite topics holding messages (LMQs of LITE topics), every parent together.",
+        "lite_topic_count",
+    ),
+    (
         "pyrmq_store_commitlog_max_offset_bytes",
         "gauge",
         "The CommitLog offset the next record will get.",

@@ -96,3 +96,4 @@ class StoreStats:
     topic_count: int
     group_count: int
     flush_mode: str
+    lite_topic_count: int = 0

@@ -508,4 +508,5 @@ class FileStore(StoreReader):
             topic_count=len(self._topics.list()),
             group_count=len(self._groups.list()),
             flush_mode=self._config.flush_mode.value,
+            lite_topic_count=self._lite.queue_count(),
         )

@@ -243,8 +243,24 @@ case("no x-mq-client-id is OK", "v2", "NotifyClientTermination", const(s.NotifyC
      d.OK, metadata=())  # always OK: Node aborts its shutdown otherwise (docs/v2-clients.md, pitfall 20)
 case("illegal group is OK", "v2", "NotifyClientTermination",
      const(s.NotifyClientTerminationRequest(group=R(name="bad group!"))), d.OK)
-case("lite subscription", "v2", "SyncLiteSubscription", const(s.SyncLiteSubscriptionRequest(
-    topic=R(name="TopicTest"), group=R(name="G1"), lite_topic_set=["a"])), d.UNSUPPORTED)
+
+
+def lite_sub(topic: str = "LiteTopic", group: str = "G1", names: tuple[str, ...] = ("a",), action: int = 0
+             ) -> Callable[[], s.SyncLiteSubscriptionRequest]:
+    return const(s.SyncLiteSubscriptionRequest(
+        action=action, topic=R(name=topic), group=R(name=group), lite_topic_set=list(names)))
+
+
+case("lite subscription", "v2", "SyncLiteSubscription", lite_sub(), d.OK)
+case("lite subscription of a non-LITE topic", "v2", "SyncLiteSubscription", lite_sub("TopicTest"), d.ILLEGAL_TOPIC)
+case("lite subscription of an unknown topic", "v2", "SyncLiteSubscription", lite_sub("NoSuchTopic"), d.TOPIC_NOT_FOUND)
+case("lite subscription, bad group", "v2", "SyncLiteSubscription", lite_sub(group="bad group!"), d.ILLEGAL_CONSUMER_GROUP)
+case("lite subscription, unknown action", "v2", "SyncLiteSubscription", lite_sub(action=9), d.BAD_REQUEST)
+for _name in ("a.b", "", " ", "x" * 65, "chat/1", "%LMQ%"):
+    case(f"lite subscription of {_name[:12]!r}", "v2", "SyncLiteSubscription", lite_sub(names=(_name,)),
+         d.ILLEGAL_LITE_TOPIC)
+case("lite subscription over its quota", "v2", "SyncLiteSubscription",
+     lite_sub(names=tuple(f"t{i}" for i in range(2001))), d.LITE_SUBSCRIPTION_QUOTA_EXCEEDED)
 case("no x-mq-client-id", "v2", "SyncLiteSubscription", const(s.SyncLiteSubscriptionRequest()),
      d.CLIENT_ID_REQUIRED, metadata=())
 

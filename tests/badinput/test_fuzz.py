@@ -229,7 +229,8 @@ ALLOWED: dict[str, set[int]] = {
     "PullMessage": QUEUE | {C.ILLEGAL_OFFSET, C.ILLEGAL_FILTER_EXPRESSION, C.ILLEGAL_POLLING_TIME, C.MESSAGE_NOT_FOUND},
     "UpdateOffset": QUEUE | {C.ILLEGAL_OFFSET},
     "GetOffset": QUEUE | {C.OFFSET_NOT_FOUND},
-    "SyncLiteSubscription": {C.UNSUPPORTED, C.CLIENT_ID_REQUIRED},
+    "SyncLiteSubscription": COMMON
+    | {C.ILLEGAL_CONSUMER_GROUP, C.ILLEGAL_LITE_TOPIC, C.LITE_SUBSCRIPTION_QUOTA_EXCEEDED, C.CLIENT_ID_REQUIRED},
 }
 # gRPC-level refusals a random request may meet: a request beyond the receive limit.
 GRPC_ALLOWED = {grpc.StatusCode.RESOURCE_EXHAUSTED}

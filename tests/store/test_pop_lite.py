@@ -88,3 +88,11 @@ def test_pop_lite_messages_rpc(served: Served) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             served.stub.PopLiteMessages(bad, timeout=RPC_TIMEOUT_S)
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_store_counts_its_lite_topics(make_store):
+    store = make_store()
+    create_parent(store)
+    assert store.stats().lite_topic_count == 0
+    put_ok(store, lite("a"), lite("b"), lite("a"))
+    assert store.stats().lite_topic_count == 2

@@ -22,6 +22,7 @@ from pathlib import Path
 
 CLIENTS = Path(__file__).resolve().parents[1] / "broker" / "clients"
 SEND_SCRIPT = CLIENTS / "send.py"
+LITE_SCRIPT = CLIENTS / "lite_consume.py"
 CONSUME_SCRIPT = CLIENTS / "consume.py"
 CLIENT_TIMEOUT_S = 120
 WAIT_S = 40  # a background Client's default wait for a line
@@ -67,12 +68,13 @@ def produce(home: Path, endpoint: str, topic: str, messages: list[dict]) -> list
 
 
 class Client:
-    """send.py in the background: its JSON lines arrive on a queue."""
+    """send.py (or another client script) in the background: its JSON lines arrive on a queue."""
 
-    def __init__(self, home: Path, job: dict) -> None:
+    def __init__(self, home: Path, job: dict, script: Path = SEND_SCRIPT) -> None:
         env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
-            [sys.executable, str(SEND_SCRIPT), json.dumps(job)],
+            [sys.executable, str(script), json.dumps(job)],
+            stdin=subprocess.PIPE if script == LITE_SCRIPT else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -112,6 +114,11 @@ class Client:
         return "".join(self._stderr[-50:])
 
     def stop(self) -> None:
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
         if self.popen.poll() is None:
             self.popen.kill()
         self.popen.wait()
@@ -119,3 +126,31 @@ class Client:
             pump.join(10)
         self.popen.stdout.close()
         self.popen.stderr.close()
+
+
+class LiteConsumer(Client):
+    """clients/lite_consume.py: a LiteSimpleConsumer or LitePushConsumer run by commands."""
+
+    def __init__(self, home: Path, endpoint: str, group: str, topic: str, mode: str = "simple", **job: object) -> None:
+        super().__init__(home, {"endpoint": endpoint, "group": group, "topic": topic, "mode": mode, **job}, LITE_SCRIPT)
+        self.next_line("started")
+
+    def ask(self, timeout_s: float = WAIT_S, **command: object) -> dict:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(json.dumps(command) + "\n")
+        self.popen.stdin.flush()
+        return self.next_line("answer", timeout_s)["answer"]
+
+    def subscribe(self, lite_topic: str) -> dict:
+        return self.ask(op="subscribe", lite_topic=lite_topic)
+
+    def receive(self, **command: object) -> list[dict]:
+        answer = self.ask(op="receive", **command)
+        assert "messages" in answer, answer
+        return answer["messages"]
+
+    def __enter__(self) -> LiteConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

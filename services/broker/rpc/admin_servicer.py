@@ -203,7 +203,13 @@ class AdminServicer(pb_grpc.AdminServicer):
         fifo = request.fifo if request.HasField("fifo") else None
         policy = retry_policy_from_pb(request.retry_policy) if request.HasField("retry_policy") else None
         group, created = self._placement.create_group(
-            request.name, fifo, request.max_delivery_attempts, policy, must_exist=request.must_exist
+            request.name,
+            fifo,
+            request.max_delivery_attempts,
+            policy,
+            request.must_exist,
+            dict(request.attributes),
+            list(request.removed_attributes),
         )
         return pb.CreateGroupResponse(group=_group(group), created=created)
 
@@ -418,6 +424,7 @@ def _group(group: GroupInfo) -> pb.Group:
         max_delivery_attempts=group.retry_max_times + 1,
         system=is_system_group(group.name),
         retry_policy=retry_policy_to_pb(group.retry_policy),
+        attributes=group.attributes,
     )
 
 

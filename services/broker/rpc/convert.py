@@ -207,6 +207,9 @@ def settings_reply(client: d.Settings, server: ServerSettings) -> s.TelemetryCom
         subscription.fifo = bool(server.fifo)
         subscription.receive_batch_size = server.receive_batch_size
         subscription.long_polling_timeout.CopyFrom(duration_from_ms(server.long_polling_timeout_ms or 0))
+        if server.lite_subscription_quota is not None:  # the Python client copies both verbatim
+            subscription.lite_subscription_quota = server.lite_subscription_quota
+            subscription.max_lite_topic_size = server.max_lite_topic_size or 0
     merged.metric.Clear()
     merged.metric.on = False  # on=true with endpoints would start an OTLP exporter in Py
     return s.TelemetryCommand(status=OK_STATUS, settings=merged)

@@ -12,6 +12,7 @@ with a grace period, then drains the send queue.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -26,10 +27,12 @@ from services.broker.consumer import ArrivalHub
 from services.broker.errors import BrokerError
 from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen_socket
 from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
-from services.broker.group_core import GroupCore, build_group_core
+from services.broker.group_core import GroupCore, build_group_core, consumer_limits
 from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
 from services.broker.group_stats import consumer_stats, renewal_stats, send_queue_stats
 from services.broker.groups import ClusterView, Groups
+from services.broker.lite_consumer import LiteConsumer
+from services.broker.lite_subscriptions import LiteSubscriptions
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
 from services.broker.renewal import ReceiptRenewer
@@ -208,6 +211,20 @@ def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> Acce
     )
 
 
+def notify_unsubscribe(registry: ClientRegistry) -> Callable[[str, str], bool]:
+    """Write NotifyUnsubscribeLiteCommand on a client's Telemetry stream (an exclusive lite group's
+    lite topic was taken over by another client)."""
+
+    def notify(client_id: str, lite_topic: str) -> bool:
+        session = registry.get(client_id)
+        command = s.TelemetryCommand(
+            notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic)
+        )
+        return session is not None and session.push(command)
+
+    return notify
+
+
 def build_server(
     config: BrokerConfig,
     store: StoreClient,
@@ -241,9 +258,15 @@ def build_server(
     port = client_port.port
     endpoint = config.advertised_endpoint(port)
     registry = ClientRegistry()
+    lite = LiteSubscriptions(
+        clock,
+        lambda topic: [queue_data.broker_name for queue_data in groups.route(topic).queue_datas],
+        config.lite_subscription_quota,
+        config.lite_subscription_expire_ms,
+    )
 
     def make_core(name: str, group_store: StoreClient) -> GroupCore:
-        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics)
+        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics, lite)
 
     def make_other(name: str) -> GroupCore:
         if cluster is None:
@@ -254,13 +277,12 @@ def build_server(
     home = groups.home
 
     def client_terminated(client_id: str) -> None:
+        lite.drop_client(client_id)
         for core in groups.cores():
             if core.renewer is not None:
                 core.renewer.client_terminated(client_id)
 
-    telemetry = TelemetryService(
-        config, store, registry, clock, on_terminate=client_terminated if config.auto_renew_enable else None
-    )
+    telemetry = TelemetryService(config, store, registry, clock, on_terminate=client_terminated)
     guard = access_guard(config, store, clock)
     producer = GroupedProducer(groups, clock)
     offsets = GroupedOffsets(groups)
@@ -271,7 +293,9 @@ def build_server(
         telemetry,
         TelemetryStreams(telemetry, config.telemetry_streams_max, client_port.peers),
         send_timeout_s=config.send_timeout_ms / 1000,
-        consumer=GroupedConsumer(groups),
+        consumer=GroupedConsumer(
+            groups, LiteConsumer(groups, lite, clock, consumer_limits(config), notify_unsubscribe(telemetry.registry))
+        ),
         clock=clock,
         traffic=metrics.traffic if metrics is not None else None,
         offsets=offsets,
@@ -316,6 +340,7 @@ def build_server(
         # Every group's send queue, renewer and consumer figures, summed (group_stats.py).
         metrics.watch(send_queue_stats(groups), lambda: len(telemetry.registry), consumer_stats(groups))
         metrics.watch_connections(telemetry.registry.sessions)
+        metrics.watch_lite(lite.counts)
         if home.renewer is not None:
             metrics.watch_renewals(renewal_stats(groups))
     log.info(

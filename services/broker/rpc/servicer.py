@@ -12,7 +12,7 @@ RecallMessage puts a recall marker for the scheduler (``Producer.recall``). The
 offset RPCs (PullMessage, QueryOffset, UpdateOffset, GetOffset; pull clients such as the Spark
 connector use them) are "convert (``pull_convert``), call ``OffsetService``
 (``services/broker/pull.py``), convert";
-SyncLiteSubscription answers UNSUPPORTED (lite topics are not supported).
+SyncLiteSubscription is "call ``LiteConsumer.sync``" (``services/broker/lite_consumer.py``).
 """
 
 from __future__ import annotations
@@ -283,4 +283,16 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def SyncLiteSubscription(
         self, request: s.SyncLiteSubscriptionRequest, context: grpc.ServicerContext
     ) -> s.SyncLiteSubscriptionResponse:
-        raise UnsupportedError("lite topics are not supported by this broker", Code.UNSUPPORTED)
+        lite = self._consumer_service().lite
+        if lite is None:
+            raise UnsupportedError("lite topics are not supported by this broker", Code.UNSUPPORTED)
+        language = dict(context.invocation_metadata()).get("x-mq-language", "")
+        lite.sync(
+            client_id_of(context),
+            request.group.name,
+            request.topic.name,
+            request.action,
+            request.lite_topic_set,
+            str(language),
+        )
+        return s.SyncLiteSubscriptionResponse(status=OK_STATUS)

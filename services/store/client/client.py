@@ -418,9 +418,15 @@ class StoreClient:
         return None if config is None else group_info_from_pb(config)
 
     def update_group(
-        self, name: str, fifo: bool, retry_max_times: int, retry_policy: GroupRetryPolicy | None = None
+        self,
+        name: str,
+        fifo: bool,
+        retry_max_times: int,
+        retry_policy: GroupRetryPolicy | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> GroupInfo:
-        """Read-modify-write of the full config, as update_topic (``retry_policy`` None: keep it)."""
+        """Read-modify-write of the full config, as update_topic (``retry_policy`` / ``attributes``
+        None: keep them; ``attributes`` replace the stored ones)."""
         config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name)) or pb.SubscriptionGroupConfig(
             group_name=name
         )
@@ -428,6 +434,9 @@ class StoreClient:
         config.retry_max_times = retry_max_times
         if retry_policy is not None:
             config.group_retry_policy.CopyFrom(retry_policy_to_pb(retry_policy))
+        if attributes is not None:
+            config.attributes.clear()
+            config.attributes.update(attributes)
         return group_info_from_pb(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
 
     def list_groups(self) -> list[GroupInfo]:

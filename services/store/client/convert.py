@@ -106,4 +106,5 @@ def group_info_from_pb(config: pb.SubscriptionGroupConfig) -> GroupInfo:
         consume_message_orderly=config.consume_message_orderly,
         retry_max_times=config.retry_max_times,
         retry_policy=retry_policy_from_pb(config.group_retry_policy),
+        attributes=dict(config.attributes),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.domain.format.commitlog_format import CorruptRecord, MessageRecord, decode_record, host_to_string
@@ -217,6 +217,7 @@ class GroupInfo:
     consume_message_orderly: bool = False
     retry_max_times: int = 16
     retry_policy: GroupRetryPolicy = GroupRetryPolicy()  # RocketMQ's default: CUSTOMIZED, 1s .. 2h
+    attributes: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # group_attributes.py
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ def stats_to_pb(stats: StoreStats) -> pb.StoreStats:
         topic_count=stats.topic_count,
         group_count=stats.group_count,
         flush_mode=stats.flush_mode,
+        lite_topic_count=stats.lite_topic_count,
     )
 
 

@@ -1,0 +1,179 @@
+"""Lite consumers' receives and subscriptions over the broker groups (issue 18). No gRPC here.
+
+A ReceiveMessage on a LITE parent topic is a lite consumer's (LitePushConsumer or
+LiteSimpleConsumer of the official clients; they name the parent, their bind topic): it pops
+the client's ready lite topics (``lite_subscriptions.py``) with the store's PopLiteMessages, in
+every broker group, whatever queue the request names (the clients send the route's first
+queue). Each lite topic is consumed in order with one batch in flight, as RocketMQ consumes an
+LMQ; a batch takes at most ``batch_size`` messages, from as many lite topics as it needs, and
+the lite topics take turns (a lite topic that gave messages goes to the back once announced
+again). Nothing ready: the receive waits for its client's wake-up (an arrival in one of its
+lite topics, a new subscription) until the polling time is used up.
+
+Acks, changes of invisible time and DLQ forwards need nothing of their own: the store accepts a
+lite message's handle with its parent topic (the lite topic the request carries is implied by the
+handle). Push consumers' messages are renewed like any push consumer's.
+
+SyncLiteSubscription: the topic must exist and be of type LITE (else TOPIC_NOT_FOUND / ILLEGAL_TOPIC, as
+RocketMQ answers a topic that is not the group's lite.bind.topic);
+each lite topic is checked as on send (ILLEGAL_LITE_TOPIC); then ``LiteSubscriptions.sync``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from services.broker import validation
+from services.broker.consumer import (
+    ALIVE_CHECK_S,
+    DEFAULT_LIMITS,
+    ConsumerLimits,
+    ReceiveRequest,
+    ReceiveResult,
+    batch_size,
+    polling_ms,
+    receive_invisible_ms,
+    validate_group,
+)
+from services.broker.errors import Code, RequestError
+from services.broker.groups import Groups
+from services.broker.lite_subscriptions import LiteAction, LiteClient, LiteSubscriptions, ReadyKey
+from services.domain.group_attributes import lite_bind_topic, lite_client_quota, lite_exclusive
+from services.runtime.clock import Clock
+from services.store.client.model import Delivery
+
+LITE_TYPE = "LITE"
+LITE_POP_TOPICS_MAX = 512  # ready lite topics offered to one PopLiteMessages
+
+
+class LiteConsumer:
+    def __init__(
+        self,
+        groups: Groups,
+        subscriptions: LiteSubscriptions,
+        clock: Clock,
+        limits: ConsumerLimits = DEFAULT_LIMITS,
+        notify_unsubscribe: Callable[[str, str], bool] = lambda client_id, lite_topic: False,
+    ) -> None:
+        """``notify_unsubscribe(client id, lite topic)``: write NotifyUnsubscribeLiteCommand on the
+        client's Telemetry stream (False: it has none here)."""
+        self._groups = groups
+        self._notify_unsubscribe = notify_unsubscribe
+        self.subscriptions = subscriptions
+        self._clock = clock
+        self._limits = limits
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        for client in self.subscriptions.clients():
+            client.wake.set()
+
+    def is_lite_topic(self, topic: str) -> bool:
+        return self._groups.route(topic).message_type == LITE_TYPE
+
+    def groups_of(self, topic: str) -> list[str]:
+        return [queue_data.broker_name for queue_data in self._groups.route(topic).queue_datas]
+
+    # -- SyncLiteSubscription ----------------------------------------------------------------
+    def sync(
+        self, client_id: str, group: str, topic: str, action: int, lite_topics: Iterable[str], language: str = ""
+    ) -> None:
+        if not client_id:
+            raise RequestError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
+        validate_group(group)
+        try:
+            lite_action = LiteAction(action)
+        except ValueError:
+            raise RequestError(f"unknown lite subscription action {action}", Code.BAD_REQUEST) from None
+        if not self.is_lite_topic(topic):
+            raise RequestError(
+                f"topic {topic} is not a LITE topic: lite consumers bind LITE topics", Code.ILLEGAL_TOPIC
+            )
+        names = list(lite_topics)
+        if lite_action is LiteAction.PARTIAL_ADD and language.upper() == "PYTHON" and len(names) > 1:
+            names = python_partial_add(names)
+        for name in names:
+            validation.validate_lite_topic(name)
+        info = self._groups.home.store.get_group(group)
+        attributes = info.attributes if info is not None else {}
+        bound = lite_bind_topic(attributes)
+        if bound and bound != topic:
+            raise RequestError(
+                f"lite group {group} is expected to bind topic {bound}, but actual is {topic}", Code.ILLEGAL_TOPIC
+            )
+        quota = lite_client_quota(attributes, self.subscriptions.quota)
+        evicted = self.subscriptions.sync(
+            client_id, group, topic, lite_action, names, quota=quota, exclusive=lite_exclusive(attributes)
+        )
+        for holder, lite_topic in evicted:
+            self._notify_unsubscribe(holder, lite_topic)
+
+    # -- ReceiveMessage ----------------------------------------------------------------------
+    def receive(self, request: ReceiveRequest) -> ReceiveResult:
+        invisible = receive_invisible_ms(request.invisible_ms, request.auto_renew, self._limits)
+        poll_ms = polling_ms(request.long_polling_ms, request.deadline_remaining_ms, self._limits)
+        count = batch_size(request.batch_size, self._limits)
+        deadline = self._clock.monotonic_s() + poll_ms / 1000
+        while not self._closed.is_set():
+            client = self.subscriptions.client(request.client_id)
+            if client is None or (client.group, client.topic) != (request.group, request.topic):
+                # not subscribed (yet): nothing to pop; look again now and then
+                if not self._wait(None, deadline, request):
+                    return ReceiveResult()
+                continue
+            client.wake.clear()  # before popping: a wake-up after this is not lost
+            found = self._pop(client, count, invisible, request)
+            if found:
+                return ReceiveResult(found)
+            if not self._wait(client.wake, deadline, request):
+                return ReceiveResult()
+        return ReceiveResult()
+
+    def _pop(self, client: LiteClient, count: int, invisible_ms: int, request: ReceiveRequest) -> list[Delivery]:
+        taken = self.subscriptions.take(client, LITE_POP_TOPICS_MAX)
+        by_group: dict[str, list[tuple[ReadyKey, int]]] = {}
+        for key, mark in taken:
+            by_group.setdefault(key[0], []).append((key, mark))
+        found: list[Delivery] = []
+        for broker_group, keys in by_group.items():
+            if len(found) >= count:
+                break
+            core = self._groups.known(broker_group)
+            if core is None:
+                self.subscriptions.examined(client, keys)  # a group this broker no longer serves
+                continue
+            popped_at_ms = self._clock.now_ms()
+            outcome = core.store.pop_lite_messages(
+                client.group, [key[1] for key, _ in keys], count - len(found), count, invisible_ms
+            )
+            self.subscriptions.examined(
+                client, [(key, mark) for key, mark in keys if key[1] in outcome.examined_topics]
+            )
+            delivered = core.consumer.delivered(request, outcome.messages, invisible_ms, popped_at_ms).messages
+            for delivery in delivered:
+                delivery.receipt_handle = self._groups.outer_handle(core.name, delivery.receipt_handle)
+            found.extend(delivered)
+        return found
+
+    def _wait(self, wake: threading.Event | None, deadline: float, request: ReceiveRequest) -> bool:
+        """Wait for ``wake`` (None: just a while) or the deadline; False once the deadline passed,
+        the caller left or the service closed."""
+        while wake is None or not wake.is_set():
+            remaining_s = deadline - self._clock.monotonic_s()
+            if remaining_s <= 0 or self._closed.is_set() or not request.alive():
+                return False
+            step = min(remaining_s, ALIVE_CHECK_S)
+            if wake is None:
+                self._closed.wait(step)
+                return self._clock.monotonic_s() < deadline and request.alive()
+            wake.wait(step)
+        return not self._closed.is_set()
+
+
+def python_partial_add(names: list[str]) -> list[str]:
+    """The official Python client (5.1.2) subscribes one lite topic with ``lite_topic_set.extend(name)``,
+    which sends the name's characters one by one (docs/v2-clients.md, pitfall 21); it never adds
+    several at once. All one-character entries: the one name they spell, in order."""
+    return ["".join(names)] if all(len(name) == 1 for name in names) else names
