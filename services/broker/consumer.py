@@ -115,7 +115,7 @@ class PopStore(Protocol):
 
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]: ...
     def change_invisible_duration(
-        self, group: str, topic: str, handle: str, invisible_ms: int
+        self, group: str, topic: str, handle: str, invisible_ms: int, suspend: bool = False
     ) -> tuple[AckResult, str]: ...
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult: ...
     def get_group(self, name: str) -> GroupInfo | None: ...
@@ -463,8 +463,10 @@ class ConsumerService:
                 results[i] = outcome
         return [r for r in results if r is not None]
 
-    def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
-        """The new receipt handle."""
+    def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int, suspend: bool = False
+    ) -> str:
+        """The new receipt handle. ``suspend`` (lite consumers): the redelivery is not another attempt."""
         self._check(group, topic)
         if not 0 <= invisible_ms <= self._limits.invisible_ms_max:
             raise RequestError(
@@ -478,7 +480,7 @@ class ConsumerService:
         done = [False]
         try:
             result, new_handle = self._store.change_invisible_duration(
-                group, topic, current_handles(held, [handle])[0], invisible_ms
+                group, topic, current_handles(held, [handle])[0], invisible_ms, suspend
             )
             done = [settled(result)]
         finally:

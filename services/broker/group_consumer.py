@@ -112,9 +112,11 @@ class GroupedConsumer:
                 results[i] = outcome
         return [r for r in results if r is not None]
 
-    def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int, suspend: bool = False
+    ) -> str:
         core, inner = self._handle_core(topic, handle)
-        new_handle = core.consumer.change_invisible_duration(group, topic, inner, invisible_ms)
+        new_handle = core.consumer.change_invisible_duration(group, topic, inner, invisible_ms, suspend)
         return self._groups.outer_handle(core.name, new_handle)
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> None:

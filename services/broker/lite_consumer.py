@@ -21,8 +21,10 @@ each lite topic is checked as on send (ILLEGAL_LITE_TOPIC); then ``LiteSubscript
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from services.broker import validation
 from services.broker.consumer import (
@@ -40,11 +42,33 @@ from services.broker.errors import Code, RequestError
 from services.broker.groups import Groups
 from services.broker.lite_subscriptions import LiteAction, LiteClient, LiteSubscriptions, ReadyKey
 from services.domain.group_attributes import lite_bind_topic, lite_client_quota, lite_exclusive
+from services.domain.lite import lmq_name
 from services.runtime.clock import Clock
 from services.store.client.model import Delivery
 
 LITE_TYPE = "LITE"
 LITE_POP_TOPICS_MAX = 512  # ready lite topics offered to one PopLiteMessages
+
+
+class OffsetKind(enum.Enum):
+    LAST = "LAST"  # keep the group's offset (a new lite topic starts as any new queue)
+    MIN = "MIN"
+    MAX = "MAX"
+    OFFSET = "OFFSET"
+    TAIL_N = "TAIL_N"  # the group's offset moved back this many messages (when it has one)
+    TIMESTAMP = "TIMESTAMP"  # ignored, as RocketMQ ignores it ("disabled for now")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetOption:
+    """Where a PARTIAL_ADD starts the group in each of its lite topics (``OffsetOption``)."""
+
+    kind: OffsetKind
+    value: int = 0
+
+    def __post_init__(self) -> None:
+        if self.value < 0:
+            raise RequestError(f"offset option {self.kind.value} must not be negative: {self.value}", Code.BAD_REQUEST)
 
 
 class LiteConsumer:
@@ -78,7 +102,14 @@ class LiteConsumer:
 
     # -- SyncLiteSubscription ----------------------------------------------------------------
     def sync(
-        self, client_id: str, group: str, topic: str, action: int, lite_topics: Iterable[str], language: str = ""
+        self,
+        client_id: str,
+        group: str,
+        topic: str,
+        action: int,
+        lite_topics: Iterable[str],
+        language: str = "",
+        offset_option: OffsetOption | None = None,
     ) -> None:
         if not client_id:
             raise RequestError("x-mq-client-id header is required", Code.CLIENT_ID_REQUIRED)
@@ -109,6 +140,30 @@ class LiteConsumer:
         )
         for holder, lite_topic in evicted:
             self._notify_unsubscribe(holder, lite_topic)
+        if lite_action is LiteAction.PARTIAL_ADD and offset_option is not None:
+            for name in names:
+                self._reset_offset(group, topic, name, offset_option)
+
+    def _reset_offset(self, group: str, topic: str, lite_topic: str, option: OffsetOption) -> None:
+        """Move the group's offset in the lite topic, in every broker group of the parent (the
+        offset is the group's, not the client's), as RocketMQ's resetOffset on a PARTIAL_ADD."""
+        lmq = lmq_name(topic, lite_topic)
+        for broker_group in self.groups_of(topic):
+            store = self._groups.core(broker_group).store
+            current = store.query_consumer_offset(group, lmq, 0)
+            if option.kind is OffsetKind.MIN:
+                target = 0
+            elif option.kind is OffsetKind.MAX:
+                target = store.queue_offsets(lmq, 0)[1]
+            elif option.kind is OffsetKind.OFFSET:
+                target = option.value
+            elif option.kind is OffsetKind.TAIL_N and current >= 0:
+                target = max(0, current - option.value)
+            else:  # LAST, a TAIL_N without an offset yet, TIMESTAMP (ignored by RocketMQ too)
+                continue
+            if target != current:
+                store.commit_consumer_offset(group, lmq, 0, target)  # (drops the group's batch in flight)
+                self.subscriptions.on_arrivals(broker_group, [lmq])  # its subscribers pop from there
 
     # -- ReceiveMessage ----------------------------------------------------------------------
     def receive(self, request: ReceiveRequest) -> ReceiveResult:

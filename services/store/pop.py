@@ -260,9 +260,10 @@ class PopService:
             }
 
     def change_invisible_duration(
-        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, suspend: bool = False
     ) -> tuple[AckStatus, str]:
-        """Make the message visible again ``invisible_ms`` from now; the old handle dies."""
+        """Make the message visible again ``invisible_ms`` from now; the old handle dies.
+        ``suspend``: its next delivery from the same offset (FIFO) is not another attempt."""
         self._check_running()
         if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
             raise ValueError(f"invisible_ms must be in [0, {INVISIBLE_MS_MAX}], not {invisible_ms}")
@@ -271,6 +272,7 @@ class PopService:
             entry = self._find_locked(group, topic, receipt_handle, now)
             if entry is None:
                 return AckStatus.INVALID_RECEIPT_HANDLE, ""
+            entry.suspended = suspend
             self._issue_locked(entry, now, invisible_ms)
             return AckStatus.OK, entry.handle
 
@@ -337,7 +339,8 @@ class PopService:
             if raw is None:
                 self._mark_done_locked(state, offset)  # removed by retention meanwhile
                 continue
-            self._deliver_locked(req, state, key, offset, raw, previous.topic, previous.delivery_attempt + 1, out)
+            attempt = previous.delivery_attempt + (0 if previous.suspended else 1)
+            self._deliver_locked(req, state, key, offset, raw, previous.topic, attempt, out)
         self._read_new_locked(req, state, key, out)
         self._advance_locked(key, state)
 

@@ -84,6 +84,7 @@ class InFlight:
     revive_at_ms: int  # when the revive service looks at it (expiry, or a retry)
     claimed: bool = False  # a retry / DLQ put is under way: no handle is valid
     to_dlq: bool = False  # set when claimed: DLQ rather than retry topic
+    suspended: bool = False  # a consumer suspended it (ChangeInvisibleDuration suspend): no attempt counted
 
     @property
     def group(self) -> str:

@@ -96,3 +96,21 @@ def test_the_store_counts_its_lite_topics(make_store):
     assert store.stats().lite_topic_count == 0
     put_ok(store, lite("a"), lite("b"), lite("a"))
     assert store.stats().lite_topic_count == 2
+
+
+def test_a_suspended_message_comes_back_without_counting_an_attempt(make_store, clock):
+    """ChangeInvisibleDuration with suspend (a lite consumer's ConsumeResult.suspend): the batch is
+    redelivered from the same offset after the time given, as the same attempt; without suspend the
+    attempt counts."""
+    store = make_store()
+    store.pop.revive.halt()
+    create_parent(store)
+    put_ok(store, lite("a", b"a0"), lite("a", b"a1"))
+    [first, second] = store.pop.pop_lite("G", [A], 32, 30_000).messages
+    status, _ = store.pop.change_invisible_duration("G", PARENT, first.receipt_handle, 1_000, suspend=True)
+    assert status.name == "OK"
+    store.pop.change_invisible_duration("G", PARENT, second.receipt_handle, 1_000)
+    clock.advance_ms(1_001)
+    store.pop.revive.run_once()
+    again = store.pop.pop_lite("G", [A], 32, 30_000).messages
+    assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"a0", 1), (b"a1", 2)]

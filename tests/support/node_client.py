@@ -1,12 +1,16 @@
 """The official Node.js client (tests/broker/clients/node: send.mjs and consume.mjs, a JSON job in,
-JSON lines out) run in node subprocesses: ``run_node``, ``send``, ``produce``, ``consume``."""
+JSON lines out) run in node subprocesses: ``run_node``, ``send``, ``produce``, ``consume``; and
+``LitePushConsumer``: lite_consume.mjs in the background, run by JSON commands on its stdin."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +68,116 @@ def consume(home: Path, endpoint: str, allow_errors: bool = False, **job) -> tup
     assert allow_errors or not errors, errors
     settings = next((line["settings"] for line in lines if "settings" in line), None)
     return deliveries, {"receive_error": errors, "settings": settings}
+
+
+class LitePushConsumer:
+    """lite_consume.mjs in the background: a LitePushConsumer bound to ``topic`` (a LITE parent).
+    Its deliveries ({"pushed": ..., "result": ...}) and the commands the client did not
+    recognise go to their own queues, so that waiting for an answer loses none of them."""
+
+    def __init__(self, home: Path, endpoint: str, group: str, topic: str, **job: object) -> None:
+        """``job``: more job fields (fail_first, suspend_first, suspend_ms, shutdown_s ...)."""
+        self._shutdown_s = float(job.get("shutdown_s", 10))  # type: ignore[arg-type]
+        self.popen = subprocess.Popen(
+            [NODE, str(NODE_DIR / "lite_consume.mjs"), json.dumps({"endpoint": endpoint, "group": group, "topic": topic, **job})],
+            cwd=NODE_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, HOME=str(home)),
+        )
+        self.lines: queue.Queue[dict | None] = queue.Queue()  # started, answer, done; None: stdout closed
+        self.pushes: queue.Queue[dict] = queue.Queue()
+        self.unrecognized: queue.Queue[dict] = queue.Queue()
+        self._stderr: list[str] = []
+        self._pumps = [
+            threading.Thread(target=self._pump, daemon=True),
+            threading.Thread(target=lambda: self._stderr.extend(self.popen.stderr), daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
+        self.started = self._next_line("started", CLIENT_TIMEOUT_S)
+
+    def _pump(self) -> None:
+        for text in self.popen.stdout:
+            if not text.startswith("{"):
+                continue
+            line = json.loads(text)
+            if "pushed" in line:
+                self.pushes.put(line)
+            elif "unrecognized_command" in line:
+                self.unrecognized.put(line["unrecognized_command"])
+            else:
+                self.lines.put(line)
+        self.lines.put(None)
+
+    def _next_line(self, key: str, timeout_s: float) -> dict:
+        try:
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            line = None
+        if line is None or key not in line:
+            pytest.fail(f"lite_consume.mjs: no {key!r} line (got {line}); stderr:\n{self.stderr()}")
+        return line
+
+    def stderr(self) -> str:
+        return "".join(self._stderr[-50:])
+
+    def ask(self, timeout_s: float = 20, **command: object) -> dict:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(json.dumps(command) + "\n")
+        self.popen.stdin.flush()
+        return self._next_line("answer", timeout_s)["answer"]
+
+    def subscribe(self, lite_topic: str, offset: dict | None = None) -> dict:
+        """``offset``: {"policy": "MIN" | "MAX" | "LAST"}, {"offset": n}, {"tail_n": n} or {"timestamp": ms}."""
+        return self.ask(op="subscribe", lite_topic=lite_topic, **({"offset": offset} if offset else {}))
+
+    def topics(self) -> list[str]:
+        return self.ask(op="topics")["topics"]
+
+    def pushed(self, count: int, timeout_s: float = 20) -> list[dict]:
+        """The next ``count`` deliveries, each {"pushed": {body, lite_topic, topic, attempt,
+        message_id}, "result"}; fails the test if they do not all come within ``timeout_s``."""
+        got: list[dict] = []
+        end = time.monotonic() + timeout_s
+        while len(got) < count:
+            try:
+                got.append(self.pushes.get(timeout=max(0.0, end - time.monotonic())))
+            except queue.Empty:
+                pytest.fail(f"{len(got)} of {count} deliveries in {timeout_s} s: {got}; stderr:\n{self.stderr()}")
+        return got
+
+    def pushed_within(self, seconds: float) -> list[dict]:
+        """Every delivery that comes within ``seconds`` (to show that none does)."""
+        got: list[dict] = []
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            try:
+                got.append(self.pushes.get(timeout=left))
+            except queue.Empty:
+                break
+        return got
+
+    def stop(self) -> None:
+        """Quit (the client shuts down: NotifyClientTermination after its in-flight long poll);
+        killed if it takes longer than its shutdown_s and a margin."""
+        try:
+            if self.popen.poll() is None and self.popen.stdin is not None:
+                self.popen.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.popen.stdin.close()
+            self.popen.wait(self._shutdown_s + 5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.popen.kill()
+            self.popen.wait()
+        for pump in self._pumps:
+            pump.join(10)
+        self.popen.stdout.close()
+        self.popen.stderr.close()
+
+    def __enter__(self) -> LitePushConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

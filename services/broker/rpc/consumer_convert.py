@@ -16,6 +16,7 @@ from google.protobuf import timestamp_pb2
 from services.broker import consumer
 from services.broker.consumer import FilterType, ReceiveRequest
 from services.broker.errors import Code, RequestError
+from services.broker.lite_consumer import OffsetKind, OffsetOption
 from services.broker.route import Route
 from services.broker.rpc.convert import route_response
 from services.broker.rpc.status import OK_STATUS, status
@@ -155,3 +156,26 @@ def change_invisible_ms(request: s.ChangeInvisibleDurationRequest) -> int:
 def assignment_response(topic: d.Resource, route: Route) -> s.QueryAssignmentResponse:
     queues = route_response(topic, route).message_queues
     return s.QueryAssignmentResponse(status=OK_STATUS, assignments=[d.Assignment(message_queue=q) for q in queues])
+
+
+_OFFSET_POLICIES = {
+    d.OffsetOption.LAST: OffsetKind.LAST,
+    d.OffsetOption.MIN: OffsetKind.MIN,
+    d.OffsetOption.MAX: OffsetKind.MAX,
+}
+
+
+def offset_option(request: s.SyncLiteSubscriptionRequest) -> OffsetOption | None:
+    """A SyncLiteSubscription's offset option (None: absent)."""
+    if not request.HasField("offset_option"):
+        return None
+    option = request.offset_option
+    which = option.WhichOneof("offset_type")
+    if which == "policy":
+        kind = _OFFSET_POLICIES.get(option.policy)
+        if kind is None:
+            raise RequestError(f"unknown offset policy {option.policy}", Code.BAD_REQUEST)
+        return OffsetOption(kind)
+    if which is None:
+        return None
+    return OffsetOption(OffsetKind[which.upper()], getattr(option, which))

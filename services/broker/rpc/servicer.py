@@ -231,6 +231,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             request.topic.name,
             request.receipt_handle,
             consumer_convert.change_invisible_ms(request),
+            request.suspend,
         )
         return s.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=handle)
 
@@ -294,5 +295,6 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             request.action,
             request.lite_topic_set,
             str(language),
+            consumer_convert.offset_option(request),
         )
         return s.SyncLiteSubscriptionResponse(status=OK_STATUS)

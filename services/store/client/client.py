@@ -319,12 +319,12 @@ class StoreClient:
         return [ack_result_from_pb(status) for status in response.statuses]
 
     def change_invisible_duration(
-        self, group: str, topic: str, handle: str, invisible_ms: int
+        self, group: str, topic: str, handle: str, invisible_ms: int, suspend: bool = False
     ) -> tuple[AckResult, str]:
         response = self._call(
             "ChangeInvisibleDuration",
             pb.ChangeInvisibleDurationRequest(
-                group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms
+                group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms, suspend=suspend
             ),
         )
         return ack_result_from_pb(response.status), response.receipt_handle

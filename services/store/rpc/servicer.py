@@ -442,7 +442,7 @@ class StoreServicer(pb_grpc.StoreServicer):
         if request.invisible_duration_ms < 0:
             raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
         status, handle = self._store.pop.change_invisible_duration(
-            *convert.receipt_request_from_pb(request), request.invisible_duration_ms
+            *convert.receipt_request_from_pb(request), request.invisible_duration_ms, request.suspend
         )
         return pb.ChangeInvisibleDurationResponse(status=convert.ack_status_to_pb(status), receipt_handle=handle)
 

@@ -7,7 +7,7 @@
 // properties (object), message_group, delay_ms (deliver that long after the send) or
 // delivery_timestamp_ms (deliver then, ms since the epoch; ../send.py takes seconds),
 // transaction ("commit" or "rollback": send as a half message, then end the transaction),
-// priority.
+// priority, lite_topic (a LITE topic's message for that lite topic).
 // Output per message: {"ok": true, "message_id", "transaction_id", "offset", "recall_handle"}
 // or {"ok": false, "error": class name, "message": str, "code": code or null}. A last line
 // {"settings": {...}} reports what the producer learned from the server's settings reply.
@@ -29,6 +29,7 @@ function build(spec) {
   if (spec.delay_ms) message.delay = spec.delay_ms;
   if (spec.delivery_timestamp_ms) message.deliveryTimestamp = new Date(spec.delivery_timestamp_ms);
   if (spec.priority !== undefined) message.priority = spec.priority;
+  if (spec.lite_topic !== undefined) message.liteTopic = spec.lite_topic;
   return message;
 }
 
