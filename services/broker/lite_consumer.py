@@ -22,6 +22,7 @@ each lite topic is checked as on send (ILLEGAL_LITE_TOPIC); then ``LiteSubscript
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,13 +39,15 @@ from services.broker.consumer import (
     receive_invisible_ms,
     validate_group,
 )
-from services.broker.errors import Code, RequestError
+from services.broker.errors import FAILURES, Code, RequestError
 from services.broker.groups import Groups
 from services.broker.lite_subscriptions import LiteAction, LiteClient, LiteSubscriptions, ReadyKey
-from services.domain.group_attributes import lite_bind_topic, lite_client_quota, lite_exclusive
+from services.domain.group_attributes import lite_bind_topic, lite_client_quota, lite_exclusive, lite_wildcard
 from services.domain.lite import lmq_name
 from services.runtime.clock import Clock
 from services.store.client.model import Delivery
+
+log = logging.getLogger(__name__)
 
 LITE_TYPE = "LITE"
 LITE_POP_TOPICS_MAX = 512  # ready lite topics offered to one PopLiteMessages
@@ -85,6 +88,7 @@ class LiteConsumer:
         self._groups = groups
         self._notify_unsubscribe = notify_unsubscribe
         self.subscriptions = subscriptions
+        subscriptions.on_wildcard_restart = self._wildcard_restart
         self._clock = clock
         self._limits = limits
         self._closed = threading.Event()
@@ -135,14 +139,51 @@ class LiteConsumer:
                 f"lite group {group} is expected to bind topic {bound}, but actual is {topic}", Code.ILLEGAL_TOPIC
             )
         quota = lite_client_quota(attributes, self.subscriptions.quota)
+        wildcard = lite_wildcard(attributes)
+        before = self.subscriptions.client(client_id)
+        was_wildcard = before is not None and before.wildcard and (before.group, before.topic) == (group, topic)
         evicted = self.subscriptions.sync(
-            client_id, group, topic, lite_action, names, quota=quota, exclusive=lite_exclusive(attributes)
+            client_id,
+            group,
+            topic,
+            lite_action,
+            names,
+            quota=quota,
+            exclusive=lite_exclusive(attributes),
+            wildcard=wildcard,
         )
+        client = self.subscriptions.client(client_id)
+        if wildcard and not was_wildcard and client is not None and client.wildcard:
+            self._mark_backlog(client, self.groups_of(topic))  # a full dispatch, as RocketMQ's onRegister
         for holder, lite_topic in evicted:
             self._notify_unsubscribe(holder, lite_topic)
         if lite_action is LiteAction.PARTIAL_ADD and offset_option is not None:
             for name in names:
                 self._reset_offset(group, topic, name, offset_option)
+
+    def _mark_backlog(self, client: LiteClient, broker_groups: Iterable[str]) -> None:
+        """Mark every lite topic of the client's parent where its group has messages to read."""
+        for broker_group in broker_groups:
+            core = self._groups.known(broker_group)
+            after = ""
+            while core is not None:
+                rows, after = core.store.list_lite_topics(client.topic, client.group, backlog_only=True, after=after)
+                self.subscriptions.mark(client, broker_group, [lmq_name(client.topic, r.lite_topic) for r in rows])
+                if not after:
+                    break
+
+    def _wildcard_restart(self, broker_group: str, clients: list[LiteClient]) -> None:
+        """A broker group's arrivals may have been missed: its backlog for the wildcard clients
+        (on a thread of its own: the arrival watch goes on meanwhile)."""
+
+        def run() -> None:
+            for client in clients:
+                try:
+                    self._mark_backlog(client, [broker_group])
+                except FAILURES as exc:
+                    log.warning("listing the lite backlog of %s in %s failed: %s", client.group, broker_group, exc)
+
+        threading.Thread(target=run, name="lite-wildcard-backlog", daemon=True).start()
 
     def _reset_offset(self, group: str, topic: str, lite_topic: str, option: OffsetOption) -> None:
         """Move the group's offset in the lite topic, in every broker group of the parent (the

@@ -63,6 +63,7 @@ class LiteClient:
     lite_topics: set[str] = field(default_factory=set)
     ready: dict[ReadyKey, int] = field(default_factory=dict)  # key -> mark sequence, in mark order
     evicted: set[str] = field(default_factory=set)  # lite topics another client took (exclusive groups)
+    wildcard: bool = False  # every lite topic of the parent (a lite.sub.wildcard group)
     wake: threading.Event = field(default_factory=threading.Event)
 
 
@@ -82,7 +83,11 @@ class LiteSubscriptions:
         self._lock = threading.Lock()
         self._clients: dict[str, LiteClient] = {}
         self._by_lmq: dict[str, set[LiteClient]] = {}
+        self._wildcard: dict[str, set[LiteClient]] = {}  # parent topic -> its wildcard clients
         self._sequence = 0
+        # Set by the consumer: marks a broker group's backlog for its wildcard clients after that
+        # group's arrival stream restarted (the backlog is the store's to list).
+        self.on_wildcard_restart: Callable[[str, list[LiteClient]], None] = lambda broker_group, clients: None
 
     # -- SyncLiteSubscription ----------------------------------------------------------------
     def sync(
@@ -94,13 +99,22 @@ class LiteSubscriptions:
         lite_topics: Iterable[str],
         quota: int | None = None,
         exclusive: bool = False,
+        wildcard: bool = False,
     ) -> list[tuple[str, str]]:
         """Apply one SyncLiteSubscription (names already validated; ``quota``: the group's, else
         the broker's). A client binds one group and topic: a sync for another pair replaces its
         subscription. ``exclusive`` (the group's ``lite.sub.model``): a PARTIAL_ADD takes each
         lite topic from the group's other clients, which must be told; they are returned as
         (client id, lite topic), and a COMPLETE_ADD of theirs that still names it is answered by
-        telling them again rather than adding it back."""
+        telling them again rather than adding it back. ``wildcard`` (``lite.sub.wildcard``): a
+        COMPLETE_ADD subscribes the client to every lite topic of the parent (the names it sends
+        do not matter); a PARTIAL_ADD is refused (BAD_REQUEST), a PARTIAL_REMOVE does nothing."""
+        if wildcard and action is LiteAction.PARTIAL_ADD:
+            raise RequestError(
+                f"lite group {group} is a wildcard group: it takes every lite topic of {topic}; "
+                "subscribe all (COMPLETE_ADD), not one",
+                Code.BAD_REQUEST,
+            )
         names = set(lite_topics)
         limit = self.quota if quota is None else quota
         now = self._clock.now_ms()
@@ -121,6 +135,12 @@ class LiteSubscriptions:
                     return evicted
                 client = self._clients[client_id] = LiteClient(client_id, group, topic, now)
             client.synced_ms = now
+            if wildcard:
+                if action is LiteAction.COMPLETE_ADD and not client.wildcard:
+                    self._unsubscribe_locked(client, set(client.lite_topics))
+                    client.wildcard = True
+                    self._wildcard.setdefault(topic, set()).add(client)
+                return evicted
             if action is LiteAction.PARTIAL_REMOVE:
                 self._unsubscribe_locked(client, names)
                 return evicted
@@ -188,6 +208,10 @@ class LiteSubscriptions:
                 for client in self._by_lmq.get(topic, ()):
                     self._mark_locked(client, (broker_group, topic))
                     woken.add(client)
+                if self._wildcard and (parent := parent_of(topic)) in self._wildcard:
+                    for client in self._wildcard[parent]:
+                        self._mark_locked(client, (broker_group, topic))
+                        woken.add(client)
         for client in woken:
             client.wake.set()
 
@@ -201,6 +225,18 @@ class LiteSubscriptions:
                         self._mark_locked(client, (broker_group, lmq_name(client.topic, name)))
         for client in clients:
             client.wake.set()
+        wildcards = [c for c in clients if c.wildcard]
+        if wildcards:
+            self.on_wildcard_restart(broker_group, wildcards)
+
+    def mark(self, client: LiteClient, broker_group: str, lmqs: Iterable[str]) -> None:
+        """These lite topics of ``broker_group`` may have something for the client (a backlog)."""
+        with self._lock:
+            if self._clients.get(client.client_id) is not client:
+                return
+            for lmq in lmqs:
+                self._mark_locked(client, (broker_group, lmq))
+        client.wake.set()
 
     def take(self, client: LiteClient, limit: int) -> list[tuple[ReadyKey, int]]:
         """Up to ``limit`` ready keys of the client, oldest mark first, with their marks."""
@@ -245,6 +281,12 @@ class LiteSubscriptions:
 
     def _drop_locked(self, client: LiteClient) -> None:
         self._unsubscribe_locked(client, set(client.lite_topics))
+        if client.wildcard:
+            wildcards = self._wildcard.get(client.topic)
+            if wildcards is not None:
+                wildcards.discard(client)
+                if not wildcards:
+                    del self._wildcard[client.topic]
         client.ready.clear()
         if self._clients.get(client.client_id) is client:
             del self._clients[client.client_id]

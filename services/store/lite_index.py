@@ -275,8 +275,9 @@ class LiteIndex:
                     break
         return out
 
-    def iter_queues(self, prefix: str = "") -> Iterator[LiteQueue]:
-        after = prefix
+    def iter_queues(self, prefix: str = "", start_after: str = "") -> Iterator[LiteQueue]:
+        """The lite queues whose names start with ``prefix``, in name order (after ``start_after``)."""
+        after = start_after or prefix
         while True:
             page = self.queues(after)
             for queue in page:

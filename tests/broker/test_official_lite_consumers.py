@@ -134,3 +134,23 @@ def test_group_attributes_bind_topic_quota_and_exclusive(broker, topics, store_a
         produce(tmp_path, endpoint, PARENT, lite_sends(("a", 1), ("b", 1)))
         assert by_lite(receive_until(second, 1)) == {"a": ["a-0"]}
         assert by_lite(receive_until(first, 1)) == {"b": ["b-0"]}
+
+
+def test_a_wildcard_group_takes_every_lite_topic_of_its_parent(broker, topics, store_address, tmp_path):
+    """``lite.sub.wildcard``: subscribe_lite_all() (a COMPLETE_ADD) gets the backlog of every lite
+    topic of the parent and each new one; a single subscribe is refused."""
+    topics(PARENT, message_type="LITE", queue_nums=4)
+    store = GrpcStoreClient(store_address)
+    try:
+        store.update_group("wild-group", False, 16, None, {"lite.bind.topic": PARENT, "lite.sub.wildcard": "true"})
+    finally:
+        store.close()
+    endpoint = f"127.0.0.1:{broker.port}"
+    produce(tmp_path, endpoint, PARENT, lite_sends(("old-1", 2), ("old-2", 1)))
+    with LiteConsumer(tmp_path, endpoint, "wild-group", PARENT) as consumer:
+        refused = consumer.subscribe("one")
+        assert refused["ok"] is False and refused["code"] == 40000 and "wildcard" in refused["error"], refused
+        assert consumer.ask(op="subscribe_all") == {"ok": True}
+        assert by_lite(receive_until(consumer, 3)) == {"old-1": ["old-1-0", "old-1-1"], "old-2": ["old-2-0"]}
+        produce(tmp_path, endpoint, PARENT, lite_sends(("brand-new", 2)))
+        assert by_lite(receive_until(consumer, 2)) == {"brand-new": ["brand-new-0", "brand-new-1"]}

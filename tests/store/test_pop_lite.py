@@ -114,3 +114,23 @@ def test_a_suspended_message_comes_back_without_counting_an_attempt(make_store, 
     store.pop.revive.run_once()
     again = store.pop.pop_lite("G", [A], 32, 30_000).messages
     assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"a0", 1), (b"a1", 2)]
+
+
+def test_list_lite_topics_pages_a_parents_lite_topics_with_a_groups_backlog(make_store):
+    from services.store.lite_queue import list_lite_topics
+
+    store = make_store()
+    create_parent(store)
+    put_ok(store, lite("a"), lite("a"), lite("b"), lite("c"), lite("other", topic="OtherParent"))
+    offsets = store.consumer_offsets
+
+    def listing(**kwargs):
+        rows, after = list_lite_topics(store.lite, offsets.query_offset, PARENT, **kwargs)
+        return [(r.lite_topic, r.max_offset, r.consumer_offset) for r in rows], after
+
+    assert listing() == ([("a", 2, -1), ("b", 1, -1), ("c", 1, -1)], "")
+    assert listing(limit=2) == ([("a", 2, -1), ("b", 1, -1)], "b")
+    assert listing(after="b") == ([("c", 1, -1)], "")
+    store.pop.commit_offset("G", A, 0, 2)  # the group read all of "a"
+    store.pop.commit_offset("G", B, 0, 0)
+    assert listing(group="G", backlog_only=True) == ([("b", 1, 0), ("c", 1, -1)], "")

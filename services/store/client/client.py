@@ -37,6 +37,7 @@ from services.store.client.model import (
     GetOutcome,
     GetStatus,
     GroupInfo,
+    LiteTopicView,
     PolicyView,
     PopOutcome,
     PutOutcome,
@@ -295,6 +296,22 @@ class StoreClient:
         return PopOutcome(
             [delivery_from_pb(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
         )
+
+    def list_lite_topics(
+        self, parent: str, group: str = "", backlog_only: bool = False, after: str = "", limit: int = 0
+    ) -> tuple[list[LiteTopicView], str]:
+        """ListLiteTopics: a page of the parent's lite topics and where the next page starts ("": none)."""
+        response = self._call(
+            "ListLiteTopics",
+            pb.ListLiteTopicsRequest(
+                parent_topic=parent, group=group, backlog_only=backlog_only, after=after, limit=limit
+            ),
+        )
+        rows = [
+            LiteTopicView(t.lite_topic, t.min_offset, t.max_offset, t.last_store_timestamp_ms, t.consumer_offset)
+            for t in response.lite_topics
+        ]
+        return rows, response.next_after
 
     def pop_lite_messages(
         self, group: str, lmqs: Sequence[str], max_count: int, per_queue_max: int, invisible_ms: int

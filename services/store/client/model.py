@@ -210,6 +210,17 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LiteTopicView:
+    """One lite topic of a LITE parent (ListLiteTopics)."""
+
+    lite_topic: str
+    min_offset: int
+    max_offset: int  # one past the last message
+    last_store_timestamp_ms: int
+    consumer_offset: int  # the group's; -1: none, or no group asked
+
+
+@dataclass(frozen=True, slots=True)
 class GroupInfo:
     """The part of a store ``SubscriptionGroupConfig`` its callers use."""
 

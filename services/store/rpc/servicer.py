@@ -24,6 +24,7 @@ from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
 from services.store.ha.replica_status import group_status
 from services.store.ha.switch import switch_master
+from services.store.lite_queue import LIST_LITE_TOPICS_MAX, list_lite_topics
 from services.store.model import Arrival
 from services.store.rpc import convert
 from services.store.rpc.replica import group_status_to_pb, switch_result_to_pb
@@ -417,6 +418,36 @@ class StoreServicer(pb_grpc.StoreServicer):
     @rpc_errors
     def PopMessages(self, request: pb.PopMessagesRequest, context: grpc.ServicerContext) -> pb.PopMessagesResponse:
         return convert.pop_result_to_pb(self._store.pop.pop(**convert.pop_request_from_pb(request)))
+
+    @rpc_errors
+    def ListLiteTopics(
+        self, request: pb.ListLiteTopicsRequest, context: grpc.ServicerContext
+    ) -> pb.ListLiteTopicsResponse:
+        if not request.parent_topic or (request.backlog_only and not request.group):
+            raise ValueError("parent_topic is required, and group with backlog_only")
+        limit = request.limit if 0 < request.limit <= LIST_LITE_TOPICS_MAX else LIST_LITE_TOPICS_MAX
+        rows, next_after = list_lite_topics(
+            self._store.lite,
+            self._store.consumer_offsets.query_offset,
+            request.parent_topic,
+            request.group,
+            request.backlog_only,
+            request.after,
+            limit,
+        )
+        return pb.ListLiteTopicsResponse(
+            lite_topics=[
+                pb.LiteTopicInfo(
+                    lite_topic=r.lite_topic,
+                    min_offset=r.min_offset,
+                    max_offset=r.max_offset,
+                    last_store_timestamp_ms=r.last_store_timestamp_ms,
+                    consumer_offset=r.consumer_offset,
+                )
+                for r in rows
+            ],
+            next_after=next_after,
+        )
 
     @rpc_errors
     def PopLiteMessages(

@@ -9,6 +9,7 @@ mode "simple" (LiteSimpleConsumer) or "push" (LitePushConsumer: every delivery i
 Then one JSON command per stdin line, one JSON answer per command on stdout:
 
 * {"op": "subscribe" | "unsubscribe", "lite_topic": name} -> {"ok": true} or {"ok": false, "error", "code"}
+* {"op": "subscribe_all"} (subscribe_lite_all: a COMPLETE_ADD, for a wildcard group) -> {"ok": true}
 * {"op": "receive", "max": n, "invisible_s": s, "ack": bool} (simple) -> {"messages": [...]}; messages not
   acked are kept by message id for "ack" / "change"
 * {"op": "ack", "ids": [...]} / {"op": "change", "id": ..., "invisible_s": s} (simple) -> {"ok": ...}
@@ -82,6 +83,9 @@ def main():
                     break
                 if op == "subscribe":
                     consumer.subscribe_lite(command["lite_topic"])
+                    answer = {"ok": True}
+                elif op == "subscribe_all":
+                    consumer.subscribe_lite_all()
                     answer = {"ok": True}
                 elif op == "unsubscribe":
                     consumer.unsubscribe_lite(command["lite_topic"])
