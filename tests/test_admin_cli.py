@@ -104,6 +104,7 @@ def test_topic_create_list_delete(endpoint):
             "perm": 6,
             "system": False,
             "broker_groups": ["broker-a"],
+            "attributes": {},
         },
     }
     table = ok("topic", "list", "--endpoint", endpoint)
@@ -118,6 +119,35 @@ def test_topic_create_list_delete(endpoint):
     assert (
         fails(3, "topic", "delete", "CliOrders", "--endpoint", endpoint)
         == "pyrmq: error: topic CliOrders does not exist\n"
+    )
+
+
+def test_lite_topics_take_an_expiration(endpoint):
+    assert (
+        ok(
+            "topic",
+            "create",
+            "CliLite",
+            "--type",
+            "LITE",
+            "--queues",
+            "4",
+            "--lite-expiration",
+            "60",
+            "--endpoint",
+            endpoint,
+        )
+        == "Created topic CliLite: LITE, 4 queues (idle lite topics expire after 60 min).\n"
+    )
+    created = ok_json("topic", "update", "CliLite", "--lite-expiration", "-1", "--endpoint", endpoint)["topic"]
+    assert (created["message_type"], created["lite_expiration_minutes"]) == ("LITE", -1)
+    assert created["attributes"] == {"lite.topic.expiration": "-1"}
+    plain = ok_json("topic", "create", "CliLite2", "--type", "LITE", "--endpoint", endpoint)["topic"]
+    assert plain["lite_expiration_minutes"] == -1 and plain["attributes"] == {}  # never, RocketMQ's default
+    error = fails(2, "topic", "create", "CliBad", "--type", "NORMAL", "--lite-expiration", "60", "--endpoint", endpoint)
+    assert "--lite-expiration is for --type LITE topics, not NORMAL" in error
+    assert "-1 (never) or 1-43200 minutes" in fails(
+        2, "topic", "create", "CliBad", "--type", "LITE", "--lite-expiration", "50000", "--endpoint", endpoint
     )
 
 

@@ -1,6 +1,7 @@
 """``pyrmq topic ...``: topics, a client of the broker's ``pyrmq.admin.v1.Admin`` service.
 
-    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|PRIORITY|MIXED [--queues N | --max-priority N] [--groups G1,G2]
+    pyrmq topic create NAME --type NORMAL|FIFO|DELAY|TRANSACTION|PRIORITY|LITE|MIXED [--queues N | --max-priority N]
+          [--lite-expiration MINUTES] [--groups G1,G2]
     pyrmq topic update NAME [--type T] [--queues N] [--groups G1,G2]
     pyrmq topic list [--all]
     pyrmq topic delete NAME
@@ -35,6 +36,7 @@ from services.admin.cli import (
     add_leaf,
     common_arguments,
 )
+from services.domain.lite import LITE_EXPIRATION_ATTRIBUTE, lite_expiration_minutes, validate_topic_attribute
 
 
 def _queue_nums(ns: argparse.Namespace) -> int:
@@ -42,7 +44,16 @@ def _queue_nums(ns: argparse.Namespace) -> int:
     return ns.queues or 0 if ns.max_priority is None else ns.max_priority + 1
 
 
+def _lite_expiration(text: str) -> int:
+    reason = validate_topic_attribute(LITE_EXPIRATION_ATTRIBUTE, text)
+    if reason:
+        raise argparse.ArgumentTypeError(reason)
+    return int(text)
+
+
 def _check_priority_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    if ns.lite_expiration is not None and ns.type not in (None, "LITE"):
+        parser.error(f"--lite-expiration is for --type LITE topics, not {ns.type}")
     if ns.max_priority is None:
         return
     if ns.type not in (None, "PRIORITY"):
@@ -62,6 +73,7 @@ def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
             message_type=pb.MessageType.Value(ns.type) if ns.type else pb.MESSAGE_TYPE_UNSPECIFIED,
             queue_nums=_queue_nums(ns),
             broker_groups=ns.groups or [],
+            attributes=({LITE_EXPIRATION_ATTRIBUTE: str(ns.lite_expiration)} if ns.lite_expiration is not None else {}),
         ),
         timeout=ns.timeout,
     )
@@ -70,6 +82,11 @@ def topic_create(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
     def render(console: Console) -> None:
         groups = topic["broker_groups"]
         levels = f" (priorities 0-{topic['max_priority']})" if "max_priority" in topic else ""
+        if "lite_expiration_minutes" in topic:
+            minutes = topic["lite_expiration_minutes"]
+            levels = (
+                " (idle lite topics never expire)" if minutes < 0 else f" (idle lite topics expire after {minutes} min)"
+            )
         console.print(
             f"{'Created' if response.created else 'Updated'} topic {topic['name']}: "
             f"{topic['message_type']}, {topic['write_queue_nums']} queues{levels}"
@@ -109,15 +126,24 @@ def topic_delete(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docum
 
 
 def _topic_doc(topic: pb.Topic) -> Document:
-    return {
-        "name": topic.name,
-        "message_type": pb.MessageType.Name(topic.message_type),
-        "read_queue_nums": topic.read_queue_nums,
-        "write_queue_nums": topic.write_queue_nums,
-        "perm": topic.perm,
-        "system": topic.system,
-        "broker_groups": list(topic.broker_groups),
-    } | ({"max_priority": topic.write_queue_nums - 1} if topic.message_type == pb.PRIORITY else {})
+    return (
+        {
+            "name": topic.name,
+            "message_type": pb.MessageType.Name(topic.message_type),
+            "read_queue_nums": topic.read_queue_nums,
+            "write_queue_nums": topic.write_queue_nums,
+            "perm": topic.perm,
+            "system": topic.system,
+            "broker_groups": list(topic.broker_groups),
+            "attributes": dict(sorted(topic.attributes.items())),
+        }
+        | ({"max_priority": topic.write_queue_nums - 1} if topic.message_type == pb.PRIORITY else {})
+        | (
+            {"lite_expiration_minutes": lite_expiration_minutes(dict(topic.attributes))}
+            if topic.message_type == pb.LITE
+            else {}
+        )
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -159,6 +185,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             metavar="N",
             help="PRIORITY topics: the highest priority, one queue per level 0..N (default 9); a message of a "
             "higher priority is stored at level N",
+        )
+        parser.add_argument(
+            "--lite-expiration",
+            type=_lite_expiration,
+            metavar="MINUTES",
+            help="LITE topics: a lite topic with no new message for this long is removed with its consumer "
+            "offsets (lite.topic.expiration: -1 never, the default; at least 15 counts; at most 30 days)",
         )
         parser.add_argument(
             "--groups",

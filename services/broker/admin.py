@@ -53,6 +53,7 @@ from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.broker.validation import validate_key, validate_message_id, validate_topic
 from services.domain.group_attributes import validate_group_attribute
+from services.domain.lite import LITE_EXPIRATION_ATTRIBUTE, validate_topic_attribute
 from services.domain.names import (
     is_system_group,
     is_system_topic,
@@ -238,9 +239,15 @@ class AdminService:
         self._store_address = store_address
 
     # -- topics ----------------------------------------------------------------------------
-    def create_topic(self, name: str, message_type: str = "", queue_nums: int = 0) -> tuple[TopicInfo, bool]:
-        """(the stored topic, whether it is new). Unset ("" / 0) values keep the stored ones."""
+    def create_topic(
+        self, name: str, message_type: str = "", queue_nums: int = 0, attributes: dict[str, str] | None = None
+    ) -> tuple[TopicInfo, bool]:
+        """(the stored topic, whether it is new). Unset ("" / 0 / None) values keep the stored ones.
+        ``attributes``: topic attributes set (``lite.topic.expiration``, minutes, for a LITE topic)."""
         validate_topic(name)
+        for key, value in (attributes or {}).items():
+            if reason := validate_topic_attribute(key, value):
+                raise RequestError(reason)
         if message_type and message_type not in TOPIC_MESSAGE_TYPES:
             raise RequestError(f"message type must be one of {', '.join(TOPIC_MESSAGE_TYPES)}, not {message_type}")
         if queue_nums and not 1 <= queue_nums <= TOPIC_QUEUE_NUMS_MAX:
@@ -252,7 +259,9 @@ class AdminService:
                 queue_nums = DEFAULT_MAX_PRIORITY + 1 if message_type == "PRIORITY" else TOPIC_QUEUE_NUMS_DEFAULT
         else:  # 0 queues: the stored read and write counts stay (they may differ, e.g. mid-shrink)
             message_type = message_type or existing.message_type
-        topic = self._store.update_topic(name, queue_nums, message_type)
+        if attributes and LITE_EXPIRATION_ATTRIBUTE in attributes and message_type != "LITE":
+            raise RequestError(f"{LITE_EXPIRATION_ATTRIBUTE} is for LITE topics, not {message_type}")
+        topic = self._store.update_topic(name, queue_nums, message_type, attributes)
         self._on_topic_changed(name)
         log.info(
             "%s topic %s (%s, %d queues)",

@@ -61,15 +61,24 @@ class TopicPlacement:
         route = self._routes.get(name) if self._routes is not None else None
         return tuple(route.groups) if route is not None and route.queue_datas else (self._groups.home.name,)
 
-    def create(self, name: str, message_type: str, queue_nums: int, broker_groups: Sequence[str]) -> PlacedTopic:
+    def create(
+        self,
+        name: str,
+        message_type: str,
+        queue_nums: int,
+        broker_groups: Sequence[str],
+        attributes: dict[str, str] | None = None,
+    ) -> PlacedTopic:
         targets = self._targets(name, broker_groups)
         if self._routes is None:
-            topic, created = self._admin(self._groups.home.name).create_topic(name, message_type, queue_nums)
+            topic, created = self._admin(self._groups.home.name).create_topic(
+                name, message_type, queue_nums, attributes
+            )
             return PlacedTopic(topic, created, (self._groups.home.name,))
         stored: list[tuple[str, TopicInfo]] = []
         any_created = False
         for group in targets:
-            topic, created = self._admin(group).create_topic(name, message_type, queue_nums)
+            topic, created = self._admin(group).create_topic(name, message_type, queue_nums, attributes)
             message_type = message_type or topic.message_type  # the first group's decides the others'
             stored.append((group, topic))
             any_created = any_created or created

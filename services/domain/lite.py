@@ -82,6 +82,20 @@ def lite_expiration_minutes(attributes: dict[str, str]) -> int:
     )
 
 
+def validate_topic_attribute(name: str, value: str) -> str | None:
+    """None if ``name=value`` is a topic attribute an admin request may set, else the reason
+    (``lite.topic.expiration``: minutes, -1 never, at most 30 days)."""
+    if name != LITE_EXPIRATION_ATTRIBUTE:
+        return f"unknown topic attribute {name!r} (known: {LITE_EXPIRATION_ATTRIBUTE})"
+    try:
+        minutes = int(value)
+    except ValueError:
+        return f"{name} must be a whole number of minutes, not {value!r}"
+    if not (minutes == LITE_EXPIRATION_NEVER or 1 <= minutes <= LITE_EXPIRATION_MAX_MINUTES):
+        return f"{name} must be -1 (never) or 1-{LITE_EXPIRATION_MAX_MINUTES} minutes, not {minutes}"
+    return None
+
+
 def offset_in_queue(queue_offset: int, properties: dict[str, str], source_topic: str) -> int:
     """A record's offset in the queue it was read from: a lite topic's queue (``source_topic`` an
     LMQ name) numbers its messages itself (``INNER_MULTI_QUEUE_OFFSET``), any other queue is the

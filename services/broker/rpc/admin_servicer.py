@@ -184,7 +184,9 @@ class AdminServicer(pb_grpc.AdminServicer):
         message_type = (
             "" if request.message_type == pb.MESSAGE_TYPE_UNSPECIFIED else pb.MessageType.Name(request.message_type)
         )
-        placed = self._placement.create(request.name, message_type, request.queue_nums, list(request.broker_groups))
+        placed = self._placement.create(
+            request.name, message_type, request.queue_nums, list(request.broker_groups), dict(request.attributes)
+        )
         return pb.CreateTopicResponse(topic=_topic(placed.topic, placed.broker_groups), created=placed.created)
 
     @admin_errors
@@ -414,6 +416,7 @@ def _topic(topic: TopicInfo, broker_groups: tuple[str, ...] = ()) -> pb.Topic:
         write_queue_nums=topic.write_queue_nums,
         perm=topic.perm,
         system=is_system_topic(topic.name),
+        attributes=topic.attributes,
     )
 
 

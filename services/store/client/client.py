@@ -415,13 +415,16 @@ class StoreClient:
         )
         return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
-    def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
+    def update_topic(
+        self, name: str, queue_nums: int, message_type: str, attributes: dict[str, str] | None = None
+    ) -> TopicInfo:
         """Read-modify-write of the full config, so fields the caller does not model (perm,
-        other attributes, filter type) keep their stored values."""
+        other attributes, filter type) keep their stored values; ``attributes`` are set over them."""
         config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name)) or pb.TopicConfig(topic_name=name)
         if queue_nums:
             config.read_queue_nums = config.write_queue_nums = queue_nums
         config.message_type = pb.MessageType.Value(message_type)
+        config.attributes.update(attributes or {})
         return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
 
     def delete_topic(self, name: str) -> bool:

@@ -97,6 +97,7 @@ def topic_info_from_pb(config: pb.TopicConfig) -> TopicInfo:
         write_queue_nums=config.write_queue_nums,
         perm=config.perm,
         message_type=pb.MessageType.Name(config.message_type),
+        attributes={k: v for k, v in config.attributes.items() if k != "message.type"},
     )
 
 

@@ -198,7 +198,8 @@ class TopicInfo:
     read_queue_nums: int
     write_queue_nums: int
     perm: int  # 4 read | 2 write | 1 inherit
-    message_type: str  # NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+    message_type: str  # NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY, LITE or MIXED
+    attributes: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # lite.topic.expiration ...
 
     @property
     def readable(self) -> bool:
