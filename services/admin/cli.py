@@ -163,6 +163,7 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
             "consumer_offset": q.consumer_offset,
             "lag": q.lag,
         }
+        | ({"lite_topic": q.lite_topic} if q.lite_topic else {})
         for q in response.queues
     ]
     unreachable = list(response.unreachable_broker_groups)
@@ -178,11 +179,13 @@ def consumer_progress(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[
             console.print(f"Group {response.group} has no consumer offsets yet (--topic TOPIC shows a topic's queues).")
             return
         console.print(f"Consumer group {response.group}")
-        table = _table("TOPIC", "BROKER", "QUEUE", "MIN OFFSET", "BROKER OFFSET", "CONSUMER OFFSET", "LAG")
+        lite = ["LITE TOPIC"] if any("lite_topic" in q for q in queues) else []
+        table = _table("TOPIC", *lite, "BROKER", "QUEUE", "MIN OFFSET", "BROKER OFFSET", "CONSUMER OFFSET", "LAG")
         for q in queues:
             consumer_offset = str(q["consumer_offset"]) if q["consumer_offset"] >= 0 else "-"
             table.add_row(
                 q["topic"],
+                *[q.get("lite_topic", "-") for _ in lite],
                 q["broker_name"],
                 str(q["queue_id"]),
                 str(q["min_offset"]),

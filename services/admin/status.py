@@ -262,6 +262,7 @@ def _topic_doc(status: pb.TopicStatus) -> Document:
         "broker_groups": list(status.topic.broker_groups),
         "queue_nums": len(status.queues),
         "message_count": status.message_count,
+        "lite_topic_count": status.lite_topic_count,
         "max_offset": sum(q.max_offset for q in status.queues),
         "queues": [
             {
@@ -281,6 +282,7 @@ def _group_doc(status: pb.GroupTopicStatus) -> Document:
         "topic": status.topic,
         "lag": status.lag,
         "inflight_messages": status.inflight_messages,
+        "lite_topic_count": status.lite_topic_count,
         "queues": [
             {
                 "broker_name": q.broker_name,
@@ -359,6 +361,7 @@ def _services_table(services: list[ServiceCheck]) -> Table:
 def _topics_table(topics: list[Document]) -> Table:
     system = any(t["system"] for t in topics)
     spread = any(len(t["broker_groups"]) > 1 for t in topics)  # several broker groups: say which
+    lite = any(t["message_type"] == "LITE" for t in topics)
     table = _table(
         "TOPIC",
         "TYPE",
@@ -366,6 +369,7 @@ def _topics_table(topics: list[Document]) -> Table:
         "QUEUES",
         "MESSAGES",
         "MAX OFFSET",
+        *(["LITE TOPICS"] if lite else []),
         *(["SYSTEM"] if system else []),
     )
     for t in topics:
@@ -376,16 +380,19 @@ def _topics_table(topics: list[Document]) -> Table:
             str(t["queue_nums"]),
             str(t["message_count"]),
             str(t["max_offset"]),
+            *([str(t["lite_topic_count"]) if t["message_type"] == "LITE" else ""] if lite else []),
             *(["yes" if t["system"] else ""] if system else []),
         )
     return table
 
 
 def _groups_table(groups: list[Document]) -> Table:
-    table = _table("GROUP", "TOPIC", "LAG", "IN FLIGHT")
+    lite = any(g["lite_topic_count"] for g in groups)
+    table = _table("GROUP", "TOPIC", "LAG", "IN FLIGHT", *(["LITE TOPICS"] if lite else []))
     for g in groups:
         lag = Text(str(g["lag"]), style="yellow" if g["lag"] else "")
-        table.add_row(g["group"], g["topic"] or "-", lag, str(g["inflight_messages"]))
+        count = [str(g["lite_topic_count"]) if g["lite_topic_count"] else ""] if lite else []
+        table.add_row(g["group"], g["topic"] or "-", lag, str(g["inflight_messages"]), *count)
     return table
 
 

@@ -51,9 +51,10 @@ from typing import Protocol
 
 from services.broker.consumer import validate_group
 from services.broker.errors import Code, NotFoundError, RequestError
+from services.broker.lite_admin import consumed_lite_topics, lite_lag, split_committed
 from services.broker.validation import validate_key, validate_message_id, validate_topic
 from services.domain.group_attributes import validate_group_attribute
-from services.domain.lite import LITE_EXPIRATION_ATTRIBUTE, validate_topic_attribute
+from services.domain.lite import LITE_EXPIRATION_ATTRIBUTE, split_lmq_name, validate_topic_attribute
 from services.domain.names import (
     is_system_group,
     is_system_topic,
@@ -63,7 +64,7 @@ from services.domain.names import (
 )
 from services.domain.retry_policy import GroupRetryPolicy
 from services.domain.topic_types import DEFAULT_MAX_PRIORITY, TOPIC_MESSAGE_TYPES
-from services.store.client.model import ConsumerStats, GroupInfo, StoredMessage, TopicInfo
+from services.store.client.model import ConsumerStats, GroupInfo, LiteTopicView, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class QueueProgress:
     consumer_offset: int  # the group's next offset to consume; -1: none committed
     lag: int
     broker_name: str = ""  # the broker group of the queue (services/broker/cluster_admin.py)
+    lite_topic: str = ""  # a lite topic of the LITE parent ``topic`` (queue 0 of its LMQ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,7 @@ class TopicStatus:
     topic: TopicInfo
     queues: list[QueueOffsets]
     broker_groups: tuple[str, ...] = ()  # the groups holding it (services/broker/cluster_admin.py)
+    lite_topic_count: int = 0  # a LITE parent: its lite topics holding messages
 
     @property
     def message_count(self) -> int:
@@ -152,10 +155,12 @@ class GroupTopicStatus:
     topic: str  # "": the group has consumed nothing yet
     queues: list[QueueProgress]
     inflight_messages: int
+    lite_topic_count: int = 0  # a LITE parent: the lite topics the group has consumed
+    lite_lag: int = 0  # and their summed lag (no row per lite topic)
 
     @property
     def lag(self) -> int:
-        return sum(q.lag for q in self.queues)
+        return sum(q.lag for q in self.queues) + self.lite_lag
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,11 @@ class AdminStore(Protocol):
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of one queue; (0, 0) for a queue that never held a message."""
+
+    def lite_topic_count(self, parent: str) -> int: ...
+    def list_lite_topics(
+        self, parent: str, group: str = "", backlog_only: bool = False, after: str = "", limit: int = 0
+    ) -> tuple[list[LiteTopicView], str]: ...
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (the max offset if none is)."""
@@ -344,18 +354,27 @@ class AdminService:
         _check_group_name(group)
         if self._store.get_group(group) is None:
             raise NotFoundError(f"consumer group {group} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
-        committed = self._committed_offsets(group)
+        committed, parents = split_committed(self._committed_offsets(group))
         if topic:
-            self._require_topic(topic)
+            info = self._require_topic(topic)
             # and the group's retry topic for it (RocketMQ 5 pop's %RETRY%{group}_{topic}), if used
             retry = pop_retry_topic(group, topic)
             topics = sorted({topic, retry} if retry in committed else {topic})
+            parents = {topic} if info.message_type == "LITE" else set()
+            topics = [] if parents else topics  # a LITE topic is consumed through its lite topics
         else:
             topics = sorted(committed)
         queues = []
         for name in topics:
             # None: deleted since; report the committed queues
             queues += _progress(name, self._store.get_topic(name), committed.get(name, {}), self._store.queue_offsets)
+        for parent in sorted(parents):  # a row per lite topic the group consumed
+            queues += [
+                QueueProgress(
+                    parent, 0, row.min_offset, row.max_offset, row.consumer_offset, lag, lite_topic=row.lite_topic
+                )
+                for row, lag in consumed_lite_topics(self._store, group, parent)
+            ]
         return ConsumerProgress(group, queues)
 
     def reset_consumer_offset(
@@ -421,6 +440,7 @@ class AdminService:
                     QueueOffsets(q, *queue_offsets(name, q))
                     for q in range(max(info.read_queue_nums, info.write_queue_nums))
                 ],
+                lite_topic_count=self._store.lite_topic_count(name) if info.message_type == "LITE" else 0,
             )
             for name, info in topics.items()
         ]
@@ -430,12 +450,22 @@ class AdminService:
                 in_flight.setdefault(stats.group, {})[stats.topic] = stats.inflight_messages
         groups = []
         for group in sorted(in_flight):
-            committed = self._committed_offsets(group)
-            names = sorted(committed.keys() | in_flight[group].keys())
+            committed, parents = split_committed(self._committed_offsets(group))
+            lite_in_flight: dict[str, int] = {}
+            for name, count in in_flight[group].items():
+                if (lite := split_lmq_name(name)) is not None:
+                    lite_in_flight[lite[0]] = lite_in_flight.get(lite[0], 0) + count
+                    parents.add(lite[0])
+            plain = {n for n in in_flight[group] if split_lmq_name(n) is None}
+            names = sorted(committed.keys() | plain | parents)
             if not names:
                 groups.append(GroupTopicStatus(group, "", [], 0))
             for name in names:
                 info = topics[name] if name in topics else self._store.get_topic(name)
+                if name in parents:  # one row for all its lite topics the group consumed
+                    count, lag = lite_lag(self._store, group, name)
+                    groups.append(GroupTopicStatus(group, name, [], lite_in_flight.get(name, 0), count, lag))
+                    continue
                 queues = _progress(name, info, committed.get(name, {}), queue_offsets)
                 groups.append(GroupTopicStatus(group, name, queues, in_flight[group].get(name, 0)))
         return ClusterStatus(self._store_address(), topic_status, groups)
@@ -480,10 +510,12 @@ class AdminService:
         # The index also holds KEYS words: a producer key equal to some id must not match.
         return [m for m in self._store.query_messages_by_key(topic, message_id, max_num) if m.message_id == message_id]
 
-    def _require_topic(self, name: str) -> None:
+    def _require_topic(self, name: str) -> TopicInfo:
         _check_topic_name(name)
-        if self._store.get_topic(name) is None:
+        info = self._store.get_topic(name)
+        if info is None:
             raise NotFoundError(f"topic {name} does not exist", Code.TOPIC_NOT_FOUND)
+        return info
 
 
 def _progress(

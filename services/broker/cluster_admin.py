@@ -94,18 +94,28 @@ class ClusterAdmin:
                 queues = [replace(q, broker_name=group) for q in topic.queues]
                 merged = topics.get(topic.topic.name)
                 topics[topic.topic.name] = (
-                    TopicStatus(topic.topic, queues, (group,))
+                    TopicStatus(topic.topic, queues, (group,), topic.lite_topic_count)
                     if merged is None
-                    else TopicStatus(merged.topic, merged.queues + queues, (*merged.broker_groups, group))
+                    else TopicStatus(
+                        merged.topic,
+                        merged.queues + queues,
+                        (*merged.broker_groups, group),
+                        merged.lite_topic_count + topic.lite_topic_count,
+                    )
                 )
             for row in status.groups:
                 progress = [replace(q, broker_name=group) for q in row.queues]
                 had = groups.get((row.group, row.topic))
                 groups[(row.group, row.topic)] = (
-                    GroupTopicStatus(row.group, row.topic, progress, row.inflight_messages)
+                    replace(row, queues=progress)
                     if had is None
                     else GroupTopicStatus(
-                        row.group, row.topic, had.queues + progress, had.inflight_messages + row.inflight_messages
+                        row.group,
+                        row.topic,
+                        had.queues + progress,
+                        had.inflight_messages + row.inflight_messages,
+                        had.lite_topic_count + row.lite_topic_count,
+                        had.lite_lag + row.lite_lag,
                     )
                 )
         states += [GroupState(group, "", str(exc)) for group, exc in errors.items()]
@@ -119,7 +129,7 @@ class ClusterAdmin:
     def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:
         answers, errors = self._each(lambda admin: admin.consumer_progress(group, topic))
         queues = [replace(q, broker_name=name) for name, progress in answers for q in progress.queues]
-        queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        queues.sort(key=lambda q: (q.topic, q.lite_topic, q.broker_name, q.queue_id))
         return ConsumerProgress(group, queues, self._unreachable(errors))
 
     def reset_consumer_offset(

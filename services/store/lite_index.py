@@ -122,6 +122,31 @@ class LiteIndex:
         self._units = env.open_db(b"units")
         self._queues = env.open_db(b"queues")
         self._meta = env.open_db(b"meta")
+        with env.begin(write=True) as txn:
+            if txn.get(fmt.COUNTS_KEY, db=self._meta) is None:  # an index from before the counts
+                counts: dict[bytes, int] = {}
+                for lmq in txn.cursor(db=self._queues).iternext(values=False):
+                    parent = fmt.lmq_parent(bytes(lmq))
+                    counts[parent] = counts.get(parent, 0) + 1
+                for parent, count in counts.items():
+                    txn.put(fmt.count_key(parent), fmt.pack_offset(count), db=self._meta)
+                txn.put(fmt.COUNTS_KEY, b"1", db=self._meta)
+
+    def _count_locked(self, txn: lmdb.Transaction, lmq: bytes, delta: int) -> None:
+        """Add ``delta`` to the lite topic count of ``lmq``'s parent (in the caller's write transaction)."""
+        key = fmt.count_key(fmt.lmq_parent(lmq))
+        raw = txn.get(key, db=self._meta)
+        count = (fmt.unpack_offset(raw) if raw is not None else 0) + delta
+        if count > 0:
+            txn.put(key, fmt.pack_offset(count), db=self._meta)
+        else:
+            txn.delete(key, db=self._meta)
+
+    def parent_count(self, parent: str) -> int:
+        """Lite topics of the LITE parent holding messages."""
+        with self.env.begin(db=self._meta) as txn:
+            raw = txn.get(fmt.count_key(parent.encode("utf-8")))
+        return fmt.unpack_offset(raw) if raw is not None else 0
 
     def close(self, flush: bool = True) -> None:
         if self._env is not None:
@@ -181,6 +206,7 @@ class LiteIndex:
                     dropped += 1
                 if new_high == low:
                     txn.delete(lmq, db=self._queues)  # nothing left: as if never sent
+                    self._count_locked(txn, bytes(lmq), -1)
                 elif new_high != high:
                     txn.put(lmq, fmt.pack_queue(low, new_high, last_ms), db=self._queues)
             txn.put(fmt.DISPATCHED_KEY, fmt.pack_offset(phy_offset), db=self._meta)
@@ -212,6 +238,8 @@ class LiteIndex:
                 if state is None:
                     raw = txn.get(lmq, db=self._queues)
                     state = touched[lmq] = list(fmt.unpack_queue(raw)) if raw is not None else [r.lmq_offset, 0, 0]
+                    if raw is None:
+                        self._count_locked(txn, lmq, 1)
                 state[1] = max(state[1], r.lmq_offset + 1)
                 state[2] = max(state[2], r.store_timestamp_ms)
             for lmq, (low, high, last_ms) in touched.items():
@@ -306,5 +334,6 @@ class LiteIndex:
                     dropped += 1
                     if not cursor.key():
                         break
-            txn.delete(key, db=self._queues)
+            if txn.delete(key, db=self._queues):
+                self._count_locked(txn, key, -1)
         return dropped

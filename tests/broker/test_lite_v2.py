@@ -1,16 +1,19 @@
 """Lite consumers over raw apache.rocketmq.v2 requests, for what the official Python client does
 not send: SyncLiteSubscription's offset options (MIN, MAX, OFFSET, TAIL_N, LAST), ChangeInvisibleDuration
 with ``suspend`` (the Java client's every lite nack), and the NotifyUnsubscribeLiteCommand an
-exclusive group's previous holder gets on its Telemetry stream."""
+exclusive group's previous holder gets on its Telemetry stream; lite topics in the admin status
+and consumer progress."""
 
 from __future__ import annotations
 
 import queue
 
+import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf.duration_pb2 import Duration
+from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
 
 from services.store.client.client import GrpcStoreClient
 from tests.support.v2_requests import METADATA, Stream, ack, message, receive, send_ok
@@ -123,3 +126,27 @@ def test_an_exclusive_groups_previous_holder_is_told(lite_v2, store_address):
     with pytest.raises(queue.Empty):
         stream.replies.get(timeout=0.2)
     stream.outbound.put(None)
+
+
+def test_status_and_consumer_progress_count_lite_topics_per_parent(lite_v2, broker):
+    """GetClusterStatus: the parent's lite topic count, and one row per (group, parent) with the
+    lag of all its lite topics; GetConsumerProgress: a row per lite topic the group consumed."""
+    v2 = lite_v2
+    send_ok(v2, lite_message("other", "o0"))
+    assert sync(v2, d.PARTIAL_ADD, "backlog").code == d.OK
+    got = receive_lite(v2)
+    for m in got[:2]:
+        ack(v2, PARENT, m.system_properties.receipt_handle, GROUP)
+    with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)
+        status = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest(), timeout=10)
+        progress = admin.GetConsumerProgress(admin_pb2.GetConsumerProgressRequest(group=GROUP), timeout=10)
+        only = admin.GetConsumerProgress(admin_pb2.GetConsumerProgressRequest(group=GROUP, topic=PARENT), timeout=10)
+    [parent] = [t for t in status.topics if t.topic.name == PARENT]
+    assert (parent.lite_topic_count, parent.message_count) == (2, 5)
+    [row] = [g for g in status.groups if g.group == GROUP]
+    assert (row.topic, row.lite_topic_count, row.lag, row.inflight_messages) == (PARENT, 1, 2, 2)
+    assert [(q.topic, q.lite_topic, q.broker_offset, q.consumer_offset, q.lag) for q in progress.queues] == [
+        (PARENT, "backlog", 4, 2, 2)
+    ]
+    assert progress.total_lag == 2 and list(only.queues) == list(progress.queues)

@@ -230,3 +230,28 @@ def test_a_lite_message_is_announced_as_an_arrival_in_its_lite_topic(make_store)
         (PARENT, 1, 1),
         (lmq_name(PARENT, "chat"), 0, 2),
     }
+
+
+def test_each_parent_counts_its_lite_topics(make_store):
+    """Kept with the queues in the same transactions (dispatch, truncation, removal), so status
+    needs no walk; an index from before the counts is counted once when opened."""
+    from services.domain.format import lite_index_format as fmt
+
+    store = make_store()
+    create_parent(store)
+    [first] = put_ok(store, lite("a", b"0"))
+    put_ok(store, lite("a", b"1"), lite("b", b"0"), lite("c", b"0"), lite("x", topic="OtherParent"))
+    assert (store.lite.parent_count(PARENT), store.lite.parent_count("OtherParent")) == (3, 1)
+    store.lite.remove(lmq_name(PARENT, "c"))
+    store.lite.remove(lmq_name(PARENT, "c"))  # gone already: no second decrement
+    assert store.lite.parent_count(PARENT) == 2
+    store.lite.truncate(first.phy_offset + first.wrote_bytes)  # takes b (and a's second message)
+    assert store.lite.parent_count(PARENT) == 1 and store.lite.parent_count("OtherParent") == 0
+    with store.lite.env.begin(write=True) as txn:  # as an index written before the counts
+        txn.delete(fmt.COUNTS_KEY, db=store.lite._meta)
+        txn.delete(fmt.count_key(PARENT.encode()), db=store.lite._meta)
+    store.shutdown()
+    store = make_store()  # replays the CommitLog past the truncation: b and c come back
+    held = [q.lmq for q in store.lite.iter_queues(f"%LMQ%${PARENT}$")]
+    assert store.lite.parent_count(PARENT) == len(held) == 3 and store.lite.parent_count("OtherParent") == 1
+    assert store.stats().lite_topic_count == 4

@@ -467,6 +467,7 @@ def _queue(queue: QueueProgress) -> pb.QueueProgress:
         consumer_offset=queue.consumer_offset,
         lag=queue.lag,
         broker_name=queue.broker_name,
+        lite_topic=queue.lite_topic,
     )
 
 
@@ -481,6 +482,7 @@ def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
             pb.TopicStatus(
                 topic=_topic(t.topic, t.broker_groups),
                 message_count=t.message_count,
+                lite_topic_count=t.lite_topic_count,
                 queues=[
                     pb.QueueOffsets(
                         queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, broker_name=q.broker_name
@@ -497,6 +499,7 @@ def _cluster_status(status: ClusterStatus) -> pb.GetClusterStatusResponse:
                 queues=[_queue(q) for q in g.queues],
                 lag=g.lag,
                 inflight_messages=g.inflight_messages,
+                lite_topic_count=g.lite_topic_count,
             )
             for g in status.groups
         ],

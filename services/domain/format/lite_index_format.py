@@ -25,7 +25,15 @@ Queue (``queues`` table), one per lite topic:
 | value 16 | 8 | last store timestamp, ms, of its newest message (what expiry goes by) |
 
 Meta (``meta`` table): ``dispatched`` -> 8 bytes, the CommitLog offset everything before which
-is indexed (written in the same transaction as the units it covers).
+is indexed (written in the same transaction as the units it covers); per LITE parent, its
+number of lite topics (kept with the queues table in the same transactions), and a marker that
+the counts exist (an index from before them is counted once when opened):
+
+| offset | bytes | field |
+|---|---|---|
+| key 0 | 6 | ``count`` + 0x00 |
+| key 6 | p | parent topic, UTF-8 |
+| value 0 | 8 | lite topics of the parent |
 """
 
 from __future__ import annotations
@@ -39,6 +47,18 @@ _QUEUE = struct.Struct(">qqq")
 UNIT_VALUE_SIZE = _UNIT.size  # 28
 QUEUE_VALUE_SIZE = _QUEUE.size  # 24
 DISPATCHED_KEY = b"dispatched"
+COUNTS_KEY = b"parent_counts"  # present once the per-parent counts are kept
+_COUNT_PREFIX = b"count" + SEPARATOR
+_LMQ_PREFIX = b"%LMQ%$"
+
+
+def count_key(parent: bytes) -> bytes:
+    return _COUNT_PREFIX + parent
+
+
+def lmq_parent(lmq: bytes) -> bytes:
+    """The parent topic of a lite LMQ name (``%LMQ%$parent$lite``; a lite topic has no ``$``)."""
+    return lmq[len(_LMQ_PREFIX) : lmq.rindex(b"$")]
 
 
 def unit_key(lmq: bytes, queue_offset: int) -> bytes:

@@ -313,6 +313,11 @@ class StoreClient:
         ]
         return rows, response.next_after
 
+    def lite_topic_count(self, parent: str) -> int:
+        """Lite topics of the LITE parent holding messages."""
+        request = pb.ListLiteTopicsRequest(parent_topic=parent, count_only=True)
+        return self._call("ListLiteTopics", request).lite_topic_count
+
     def pop_lite_messages(
         self, group: str, lmqs: Sequence[str], max_count: int, per_queue_max: int, invisible_ms: int
     ) -> PopOutcome:

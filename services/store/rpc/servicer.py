@@ -425,6 +425,9 @@ class StoreServicer(pb_grpc.StoreServicer):
     ) -> pb.ListLiteTopicsResponse:
         if not request.parent_topic or (request.backlog_only and not request.group):
             raise ValueError("parent_topic is required, and group with backlog_only")
+        count = self._store.lite.parent_count(request.parent_topic)
+        if request.count_only:
+            return pb.ListLiteTopicsResponse(lite_topic_count=count)
         limit = request.limit if 0 < request.limit <= LIST_LITE_TOPICS_MAX else LIST_LITE_TOPICS_MAX
         rows, next_after = list_lite_topics(
             self._store.lite,
@@ -447,6 +450,7 @@ class StoreServicer(pb_grpc.StoreServicer):
                 for r in rows
             ],
             next_after=next_after,
+            lite_topic_count=count,
         )
 
     @rpc_errors
