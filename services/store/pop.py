@@ -121,6 +121,7 @@ class PopService:
         self._topics = topics
         self._consumer_offsets = consumer_offsets
         self._clock = clock
+        self._max_offset = max_offset_in_queue
         self._is_running = is_running
         self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
         self._lock = threading.Lock()
@@ -293,10 +294,6 @@ class PopService:
         """The group's config; an unknown group is created with defaults (RocketMQ's
         autoCreateSubscriptionGroup), or with ``create=False`` only assumed to have them."""
         return self._group_configs.get(group, create)
-
-    def in_flight_count(self) -> int:
-        with self._lock:
-            return sum(len(s.in_flight) for s in self._queues.values())
 
     # -- pop ------------------------------------------------------------------------------------
     def _queues_to_scan_locked(
@@ -535,7 +532,11 @@ class PopService:
         del state.in_flight[entry.queue_offset]
         self._mark_done_locked(state, entry.queue_offset)
         self._advance_locked(entry.key, state)
-        return entry.key if entry.fifo and not state.in_flight else None
+        if not entry.fifo or state.in_flight:
+            return None
+        # Unlocked: worth announcing only with something to deliver (a later arrival announces itself).
+        ahead = state.redeliver or min(state.cursors.values(), default=0) < self._max_offset(*entry.key[1:])
+        return entry.key if ahead else None
 
     def _expire_fifo_locked(self, state: QueueState, now_ms: int, deliveries_max: int) -> None:
         """Move expired FIFO entries with deliveries left to ``redeliver`` (the revive service
