@@ -214,6 +214,7 @@ class AdminStore(Protocol):
         """(min offset, max offset) of one queue; (0, 0) for a queue that never held a message."""
 
     def lite_topic_count(self, parent: str) -> int: ...
+    def group_lite_parents(self, group: str) -> list[str]: ...
     def list_lite_topics(
         self, parent: str, group: str = "", backlog_only: bool = False, after: str = "", limit: int = 0
     ) -> tuple[list[LiteTopicView], str]: ...
@@ -354,7 +355,7 @@ class AdminService:
         _check_group_name(group)
         if self._store.get_group(group) is None:
             raise NotFoundError(f"consumer group {group} does not exist", Code.CONSUMER_GROUP_NOT_FOUND)
-        committed, parents = split_committed(self._committed_offsets(group))
+        committed, parents = self._committed_and_lite(group)
         if topic:
             info = self._require_topic(topic)
             # and the group's retry topic for it (RocketMQ 5 pop's %RETRY%{group}_{topic}), if used
@@ -450,7 +451,7 @@ class AdminService:
                 in_flight.setdefault(stats.group, {})[stats.topic] = stats.inflight_messages
         groups = []
         for group in sorted(in_flight):
-            committed, parents = split_committed(self._committed_offsets(group))
+            committed, parents = self._committed_and_lite(group)
             lite_in_flight: dict[str, int] = {}
             for name, count in in_flight[group].items():
                 if (lite := split_lmq_name(name)) is not None:
@@ -509,6 +510,11 @@ class AdminService:
     def _by_uniq_key(self, topic: str, message_id: str, max_num: int) -> list[StoredMessage]:
         # The index also holds KEYS words: a producer key equal to some id must not match.
         return [m for m in self._store.query_messages_by_key(topic, message_id, max_num) if m.message_id == message_id]
+
+    def _committed_and_lite(self, group: str) -> tuple[dict[str, dict[int, int]], set[str]]:
+        """(the group's offsets in ordinary topics, the LITE parents it has lite topic offsets under)."""
+        committed, parents = split_committed(self._committed_offsets(group))  # a store from before
+        return committed, parents | set(self._store.group_lite_parents(group))
 
     def _require_topic(self, name: str) -> TopicInfo:
         _check_topic_name(name)

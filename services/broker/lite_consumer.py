@@ -142,6 +142,11 @@ class LiteConsumer:
         wildcard = lite_wildcard(attributes)
         before = self.subscriptions.client(client_id)
         was_wildcard = before is not None and before.wildcard and (before.group, before.topic) == (group, topic)
+        if lite_action is LiteAction.PARTIAL_ADD and offset_option is not None and not wildcard:
+            # before the subscription makes the lite topics ready: a receive already waiting
+            # (a push consumer's always is) must pop from the new offset
+            for name in names:
+                self._reset_offset(group, topic, name, offset_option)
         evicted = self.subscriptions.sync(
             client_id,
             group,
@@ -157,9 +162,6 @@ class LiteConsumer:
             self._mark_backlog(client, self.groups_of(topic))  # a full dispatch, as RocketMQ's onRegister
         for holder, lite_topic in evicted:
             self._notify_unsubscribe(holder, lite_topic)
-        if lite_action is LiteAction.PARTIAL_ADD and offset_option is not None:
-            for name in names:
-                self._reset_offset(group, topic, name, offset_option)
 
     def _mark_backlog(self, client: LiteClient, broker_groups: Iterable[str]) -> None:
         """Mark every lite topic of the client's parent where its group has messages to read."""

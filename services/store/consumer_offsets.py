@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from services.domain.format.java_compat import java_hashmap_order
+from services.domain.lite import LITE_TOPIC_PREFIX
 from services.runtime.clock import Clock
 from services.store.fastjson import Bean, dumps, loads
+from services.store.lite_consumer_offsets import LiteConsumerOffsets
 from services.store.metadata import (
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
@@ -169,8 +171,27 @@ class ConsumerOffsetManager(_ProgressFile):
     file_name = CONSUMER_OFFSET_FILE
 
     _table: dict[str, dict[int, int]]
+    # Lite topics' offsets (``%LMQ%$parent$lite``) go here instead when set (the store does):
+    # services/store/lite_consumer_offsets.py says why.
+    lite: LiteConsumerOffsets | None = None
+
+    def attach_lite(self, lite: LiteConsumerOffsets) -> None:
+        """Keep lite topics' offsets in ``lite``; those of an older consumerOffset.json move there."""
+        self.lite = lite
+        with self._lock:
+            moved = [key for key in self._table if key.startswith(LITE_TOPIC_PREFIX)]
+            for key in moved:
+                topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+                for offset in self._table.pop(key).values():
+                    lite.commit(group, topic, offset)
+            if moved:
+                self._dirty = True
+                self._changes += 1
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.lite is not None and topic.startswith(LITE_TOPIC_PREFIX):
+            self.lite.commit(group, topic, offset)
+            return
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             queues = self._table.get(key)
@@ -183,6 +204,8 @@ class ConsumerOffsetManager(_ProgressFile):
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset, or -1 if the group never committed on this queue."""
+        if self.lite is not None and topic.startswith(LITE_TOPIC_PREFIX):
+            return self.lite.query(group, topic)
         with self._lock:
             queues = self._table.get(topic + TOPIC_GROUP_SEPARATOR + group)
             if queues is None:
@@ -207,16 +230,20 @@ class ConsumerOffsetManager(_ProgressFile):
 
     def remove_group(self, group: str) -> int:
         """Drop every ``*@group`` entry; returns how many topics it had."""
-        return self._remove(lambda parts: parts[1] == group)
+        lite = self.lite.remove_group(group) if self.lite is not None else 0
+        return self._remove(lambda parts: parts[1] == group) + lite
 
     def remove_topic(self, topic: str) -> int:
         """Drop every ``topic@*`` entry; returns how many groups had one."""
-        return self._remove(lambda parts: parts[0] == topic)
+        return self.remove_topics([topic])
 
     def remove_topics(self, topics: Collection[str]) -> int:
         """:meth:`remove_topic` of each, in one pass over the table (expired lite topics)."""
         doomed = set(topics)
-        return self._remove(lambda parts: parts[0] in doomed) if doomed else 0
+        lite = {t for t in doomed if t.startswith(LITE_TOPIC_PREFIX)} if self.lite is not None else set()
+        removed = self.lite.remove_lmqs(lite) if self.lite is not None and lite else 0
+        doomed -= lite
+        return removed + (self._remove(lambda parts: parts[0] in doomed) if doomed else 0)
 
     def _remove(self, matches: Any) -> int:
         with self._lock:

@@ -63,21 +63,15 @@ from dataclasses import replace
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
 from services.domain.format.properties_format import RETRY_TOPIC
 from services.domain.lite import LITE_TOPIC_PREFIX, offset_in_queue, split_lmq_name
-from services.domain.names import (
-    RETRY_TOPIC_PREFIX,
-    pop_retry_topic,
-    retry_topic,
-)
 from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
-from services.domain.topic_types import priority_factor
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
 from services.store.consumer_offsets import ConsumerOffsetManager
 from services.store.errors import StoreNotRunningError
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.pop_model import AckStatus, PoppedMessage, PopResult, PopStatus
-from services.store.pop_state import GroupConfigCache, PopRequest, QueueState, check_names, scan_order
+from services.store.pop_state import GroupConfigCache, PopRequest, QueueState, check_names, queues_to_scan
 from services.store.receipt_handle import ReceiptHandle
 from services.store.revive import (
     REVIVE_INTERVAL_MS,
@@ -172,7 +166,9 @@ class PopService:
         out: list[PoppedMessage] = []
         examined: list[tuple[str, int]] = []
         with self._lock:
-            for source, qid in self._queues_to_scan_locked(group, topic, queue_id, request.fifo, config):
+            for source, qid in queues_to_scan(
+                self._topics, self._rotation, group, topic, queue_id, request.fifo, config
+            ):
                 if len(out) >= request.max_count:
                     if (group, source, qid) not in self._queues:
                         self._state_locked((group, source, qid))  # a new group's start, set now
@@ -201,6 +197,8 @@ class PopService:
                 quota = min(per_queue_max, request.max_count - len(out))
                 self._pop_queue_locked(replace(request, topic=lmq, max_count=quota), lmq, 0, taken)
                 out.extend(taken)
+                if not taken:
+                    self._forget_idle_locked((group, lmq, 0))
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
 
     def _request(
@@ -296,29 +294,6 @@ class PopService:
         return self._group_configs.get(group, create)
 
     # -- pop ------------------------------------------------------------------------------------
-    def _queues_to_scan_locked(
-        self, group: str, topic: str, queue_id: int, fifo: bool, group_config: SubscriptionGroupConfig
-    ) -> list[tuple[str, int]]:
-        if queue_id >= 0:
-            return [(topic, queue_id)]
-        config = self._topics.get(topic)
-        retries = []
-        if not topic.startswith(RETRY_TOPIC_PREFIX):
-            retries.append((pop_retry_topic(group, topic), 0))
-            legacy = retry_topic(group)
-            if self._topics.get(legacy) is not None:
-                retries.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
-        rotation_key = (group, topic)
-        count = self._rotation.get(rotation_key, 0)
-        self._rotation[rotation_key] = count + 1
-        by_priority = (
-            config is not None
-            and config.message_type == "PRIORITY"
-            and not fifo
-            and count % 100 < priority_factor(group_config.attributes)
-        )
-        return scan_order(topic, config.read_queue_nums if config else 0, retries, count, by_priority)
-
     def _pop_queue_locked(self, req: PopRequest, source: str, queue_id: int, out: list[PoppedMessage]) -> None:
         key = (req.group, source, queue_id)
         state = self._state_locked(key)
@@ -536,7 +511,18 @@ class PopService:
             return None
         # Unlocked: worth announcing only with something to deliver (a later arrival announces itself).
         ahead = state.redeliver or min(state.cursors.values(), default=0) < self._max_offset(*entry.key[1:])
+        if entry.key[1].startswith(LITE_TOPIC_PREFIX):
+            self._forget_idle_locked(entry.key)
         return entry.key if ahead else None
+
+    def _forget_idle_locked(self, key: QueueKey) -> None:
+        """Drop a lite topic's state once nothing is pending and its offset is stored (it comes
+        back from the offset): a group on a million lite topics keeps state only where in flight."""
+        state = self._queues.get(key)
+        if state is None or state.in_flight or state.redeliver or state.done or state.seen != state.committed:
+            return
+        if all(cursor <= state.committed for cursor in state.cursors.values()):
+            del self._queues[key]
 
     def _expire_fifo_locked(self, state: QueueState, now_ms: int, deliveries_max: int) -> None:
         """Move expired FIFO entries with deliveries left to ``redeliver`` (the revive service

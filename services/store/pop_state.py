@@ -8,12 +8,18 @@ import logging
 from dataclasses import dataclass, field
 
 from services.domain.lite import LITE_TOPIC_PREFIX, validate_lmq_name
-from services.domain.names import validate_group_name, validate_topic_name
+from services.domain.names import (
+    RETRY_TOPIC_PREFIX,
+    pop_retry_topic,
+    retry_topic,
+    validate_group_name,
+    validate_topic_name,
+)
 from services.domain.sql_filter import SqlFilter
-from services.domain.topic_types import priority_scan_order
+from services.domain.topic_types import priority_factor, priority_scan_order
 from services.store.metadata import SubscriptionGroupConfig
 from services.store.revive import InFlight
-from services.store.topic_config import SubscriptionGroupManager
+from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,37 @@ class PopRequest:
     fifo: bool
     max_deliveries: int
     now_ms: int
+
+
+def queues_to_scan(
+    topics: TopicConfigManager,
+    rotation: dict[tuple[str, str], int],
+    group: str,
+    topic: str,
+    queue_id: int,
+    fifo: bool,
+    group_config: SubscriptionGroupConfig,
+) -> list[tuple[str, int]]:
+    """The (source topic, queue) a pop takes from (``pop.PopService``'s docstring); moves the
+    (group, topic)'s ``rotation``."""
+    if queue_id >= 0:
+        return [(topic, queue_id)]
+    config = topics.get(topic)
+    retries = []
+    if not topic.startswith(RETRY_TOPIC_PREFIX):
+        retries.append((pop_retry_topic(group, topic), 0))
+        legacy = retry_topic(group)
+        if topics.get(legacy) is not None:
+            retries.append((legacy, 0))  # redeliveries stored before issue 15: drained, never refilled
+    count = rotation.get((group, topic), 0)
+    rotation[(group, topic)] = count + 1
+    by_priority = (
+        config is not None
+        and config.message_type == "PRIORITY"
+        and not fifo
+        and count % 100 < priority_factor(group_config.attributes)
+    )
+    return scan_order(topic, config.read_queue_nums if config else 0, retries, count, by_priority)
 
 
 def scan_order(

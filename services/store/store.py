@@ -48,6 +48,7 @@ from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetMa
 from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
 from services.store.ha.replication import Replication
 from services.store.index_service import IndexService
+from services.store.lite_consumer_offsets import LiteConsumerOffsets
 from services.store.lite_index import LiteIndex
 from services.store.lite_lifecycle import LiteLifecycle
 from services.store.lite_offsets import LiteOffsetTable
@@ -94,6 +95,8 @@ class FileStore(StoreReader):
         self._topics = TopicConfigManager(config.config_dir, clock)
         self._groups = SubscriptionGroupManager(config.config_dir, clock)
         self._consumer_offsets = ConsumerOffsetManager(config.config_dir, clock)
+        # (the same address-space reservation as the lite index: LMDB files grow as used)
+        self._lite_offsets = LiteConsumerOffsets(config.config_dir, config.lite_index_map_size_bytes)
         self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
         self._auth = AuthConfigManager(config.config_dir, clock)
         self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
@@ -181,6 +184,11 @@ class FileStore(StoreReader):
         return self._lite_lifecycle
 
     @property
+    def lite_offsets(self) -> LiteConsumerOffsets:
+        """The consumer groups' offsets in lite topics (services/store/lite_consumer_offsets.py)."""
+        return self._lite_offsets
+
+    @property
     def lite(self) -> LiteIndex:
         """The lite topics' units (services/store/lite_index.py)."""
         return self._lite
@@ -230,6 +238,7 @@ class FileStore(StoreReader):
 
     def _close_files(self, flush: bool = True) -> None:
         self._lite.close(flush)
+        self._lite_offsets.close()
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._index_service is not None:
@@ -244,6 +253,8 @@ class FileStore(StoreReader):
             log.warning("abort file found: the last stop was not clean; recovering")
         for manager in (self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth):
             manager.load()
+        self._lite_offsets.open()
+        self._consumer_offsets.attach_lite(self._lite_offsets)
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         cp = self._checkpoint.loaded
         self._commitlog.mfq.load()
@@ -419,6 +430,7 @@ class FileStore(StoreReader):
 
     def _persist_offsets(self) -> None:
         self._consumer_offsets.persist_if_dirty()
+        self._lite_offsets.flush()
         self._delay_offsets.persist()
 
     def _disk_usage_ratio(self) -> float:

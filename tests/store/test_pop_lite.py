@@ -134,3 +134,53 @@ def test_list_lite_topics_pages_a_parents_lite_topics_with_a_groups_backlog(make
     store.pop.commit_offset("G", A, 0, 2)  # the group read all of "a"
     store.pop.commit_offset("G", B, 0, 0)
     assert listing(group="G", backlog_only=True) == ([("b", 1, 0), ("c", 1, -1)], "")
+
+
+def test_a_lite_topics_pop_state_is_dropped_once_nothing_is_pending(make_store):
+    """A group on many lite topics keeps pop state only where a batch is in flight: after the ack
+    (the offset stored) the state goes, and the next pop starts again from the stored offset."""
+    store = make_store()
+    create_parent(store)
+    put_ok(store, lite("a", b"a0"), lite("a", b"a1"))
+    [m0, m1] = store.pop.pop_lite("G", [A], 32, 30_000).messages
+    assert ("G", A, 0) in store.pop._queues
+    store.pop.ack_many("G", PARENT, [m0.receipt_handle])
+    assert ("G", A, 0) in store.pop._queues  # a1 still in flight
+    store.pop.ack_many("G", PARENT, [m1.receipt_handle])
+    assert ("G", A, 0) not in store.pop._queues
+    assert store.consumer_offsets.query_offset("G", A, 0) == 2
+    put_ok(store, lite("a", b"a2"))
+    assert bodies(store.pop.pop_lite("G", [A], 32, 30_000)) == [b"a2"]
+
+
+def test_lite_offsets_live_in_their_own_lmdb_not_in_consumer_offset_json(make_store, tmp_path):
+    """A group's offsets in lite topics go to config/liteOffsets (a million of them would make
+    consumerOffset.json re-encode for seconds every 5 s); they survive a restart, an older JSON
+    file's lite entries move there, the group's parents are found by seeking, and removing a
+    lite topic or the group removes them."""
+    store = make_store()
+    create_parent(store)
+    offsets = store.consumer_offsets
+    offsets.commit_offset("G", A, 0, 5)
+    offsets.commit_offset("G", lmq_name("OtherParent", "x"), 0, 1)
+    offsets.commit_offset("G2", B, 0, 2)
+    offsets.commit_offset("G", "PlainTopic", 3, 9)
+    assert offsets.offset_table() == {"PlainTopic@G": {3: 9}}  # the JSON table: no lite entries
+    assert (offsets.query_offset("G", A, 0), offsets.query_offset("G", B, 0)) == (5, -1)
+    assert store.lite_offsets.parents_of_group("G") == ["LiteParent", "OtherParent"]
+    assert store.lite_offsets.parents_of_group("G2") == ["LiteParent"]
+    store.shutdown()
+    store = make_store()
+    offsets = store.consumer_offsets
+    assert offsets.query_offset("G", A, 0) == 5 and offsets.query_offset("G", "PlainTopic", 3) == 9
+    offsets.remove_topics([A])
+    assert offsets.query_offset("G", A, 0) == -1 and offsets.query_offset("G2", B, 0) == 2
+    assert offsets.remove_group("G2") == 1 and store.lite_offsets.parents_of_group("G2") == []
+    store.shutdown()
+    # a consumerOffset.json written before (lite entries in it) moves them on start
+    path = store.config.config_dir / "consumerOffset.json"
+    text = path.read_text().replace('"offsetTable":{', '"offsetTable":{"%LMQ%$LiteParent$c@G3":{0:7},', 1)
+    path.write_text(text)
+    store = make_store()
+    assert store.consumer_offsets.query_offset("G3", C, 0) == 7
+    assert "%LMQ%$LiteParent$c@G3" not in store.consumer_offsets.offset_table()

@@ -72,14 +72,19 @@ def consume(home: Path, endpoint: str, allow_errors: bool = False, **job) -> tup
 
 class LitePushConsumer:
     """lite_consume.mjs in the background: a LitePushConsumer bound to ``topic`` (a LITE parent).
-    Its deliveries ({"pushed": ..., "result": ...}) and the commands the client did not
-    recognise go to their own queues, so that waiting for an answer loses none of them."""
+    Its deliveries ({"pushed": ..., "result": ...}), the telemetry commands the client did not
+    recognise and the SyncLiteSubscription requests it sent go to queues of their own
+    (``pushes``, ``unrecognized``, ``syncs``), so that waiting for an answer loses none of them."""
 
     def __init__(self, home: Path, endpoint: str, group: str, topic: str, **job: object) -> None:
         """``job``: more job fields (fail_first, suspend_first, suspend_ms, shutdown_s ...)."""
         self._shutdown_s = float(job.get("shutdown_s", 10))  # type: ignore[arg-type]
         self.popen = subprocess.Popen(
-            [NODE, str(NODE_DIR / "lite_consume.mjs"), json.dumps({"endpoint": endpoint, "group": group, "topic": topic, **job})],
+            [
+                NODE,
+                str(NODE_DIR / "lite_consume.mjs"),
+                json.dumps({"endpoint": endpoint, "group": group, "topic": topic, **job}),
+            ],
             cwd=NODE_DIR,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -90,6 +95,7 @@ class LitePushConsumer:
         self.lines: queue.Queue[dict | None] = queue.Queue()  # started, answer, done; None: stdout closed
         self.pushes: queue.Queue[dict] = queue.Queue()
         self.unrecognized: queue.Queue[dict] = queue.Queue()
+        self.syncs: queue.Queue[dict] = queue.Queue()
         self._stderr: list[str] = []
         self._pumps = [
             threading.Thread(target=self._pump, daemon=True),
@@ -97,7 +103,11 @@ class LitePushConsumer:
         ]
         for pump in self._pumps:
             pump.start()
-        self.started = self._next_line("started", CLIENT_TIMEOUT_S)
+        try:
+            self.started = self._next_line("started", CLIENT_TIMEOUT_S)
+        except BaseException:
+            self.stop()
+            raise
 
     def _pump(self) -> None:
         for text in self.popen.stdout:
@@ -108,6 +118,8 @@ class LitePushConsumer:
                 self.pushes.put(line)
             elif "unrecognized_command" in line:
                 self.unrecognized.put(line["unrecognized_command"])
+            elif "sync" in line:
+                self.syncs.put(line["sync"])
             else:
                 self.lines.put(line)
         self.lines.put(None)
@@ -136,6 +148,14 @@ class LitePushConsumer:
 
     def topics(self) -> list[str]:
         return self.ask(op="topics")["topics"]
+
+    def synced(self) -> list[dict]:
+        """The SyncLiteSubscription requests sent since the last call, each {"action", "lite_topics",
+        "offset_option"} (the answer to a command comes after its request is printed)."""
+        out: list[dict] = []
+        while not self.syncs.empty():
+            out.append(self.syncs.get())
+        return out
 
     def pushed(self, count: int, timeout_s: float = 20) -> list[dict]:
         """The next ``count`` deliveries, each {"pushed": {body, lite_topic, topic, attempt,

@@ -248,6 +248,11 @@ class StoreClient:
         response = self._call("GetGroupOffsets", pb.GetGroupOffsetsRequest(group=group))
         return [(o.topic, o.queue_id, o.offset) for o in response.offsets]
 
+    def group_lite_parents(self, group: str) -> list[str]:
+        """The LITE parents under which ``group`` has offsets in lite topics."""
+        request = pb.GetGroupOffsetsRequest(group=group, lite_parents_only=True)
+        return list(self._call("GetGroupOffsets", request).lite_parents)
+
     def get_delay_offset(self, level: int) -> int:
         """The next SCHEDULE_TOPIC_XXXX queue offset to deliver for a level (0 if none)."""
         return self._call("GetDelayOffset", pb.GetDelayOffsetRequest(level=level)).offset
