@@ -143,62 +143,43 @@ def test_exclusive_group_moves_a_lite_topic_to_its_newest_subscriber(endpoint, s
         assert first.pushed_within(QUIET_S) == [] and second.pushed_within(0) == []
 
 
-def test_offset_option_min_replays_a_consumed_lite_topic(endpoint, store_stub, tmp_path):
+def test_offset_options_move_the_groups_offset(endpoint, store_stub, tmp_path):
     """SyncLiteSubscription's offset_option on a PARTIAL_ADD moves the group's offset in the lite
-    topic: MIN replays a lite topic the group had consumed (acked: its offset at the end), from
-    its first message, each a first attempt again."""
-    group = "NodeLiteMin"
-    produce(tmp_path, endpoint, PARENT, lite_sends(("replay", 3)))
+    topic, before it is made ready (the consumer's long poll is always parked): MAX skips a
+    backlog, MIN replays a lite topic the group had consumed (each a first attempt again), OFFSET n
+    starts at the n-th message, TAIL_N n goes n back from the group's offset (here the end)."""
+    group = "NodeLiteOffsets"
+    produce(tmp_path, endpoint, PARENT, lite_sends(("replay", 3), ("by-offset", 5), ("by-tail", 5), ("latest", 3)))
     with LitePushConsumer(tmp_path, endpoint, group, PARENT) as consumer:
-        assert consumer.subscribe("replay") == {"ok": True}
-        assert by_lite(consumer.pushed(3)) == {"replay": ["replay-0", "replay-1", "replay-2"]}
-        assert wait_committed(store_stub, group, "replay", 3) == 3
-        assert consumer.ask(op="unsubscribe", lite_topic="replay") == {"ok": True}
-
-        assert consumer.subscribe("replay", {"policy": "MIN"}) == {"ok": True}
-        assert consumer.synced()[-1] == {
-            "action": "PARTIAL_ADD",
-            "lite_topics": ["replay"],
-            "offset_option": {"policy": "MIN"},
+        for lite_topic in ("replay", "by-offset", "by-tail"):
+            assert consumer.subscribe(lite_topic) == {"ok": True}
+        assert {k: len(v) for k, v in by_lite(consumer.pushed(13)).items()} == {
+            "replay": 3,
+            "by-offset": 5,
+            "by-tail": 5,
         }
-        replayed = consumer.pushed(3)
-        assert by_lite(replayed) == {"replay": ["replay-0", "replay-1", "replay-2"]}
-        assert {p["pushed"]["attempt"] for p in replayed} == {1}
-        assert consumer.pushed_within(QUIET_S) == []
-
-
-def test_offset_option_max_skips_the_backlog(endpoint, tmp_path):
-    """MAX on a lite topic with a backlog, subscribed by a consumer already running (its long poll
-    parked): the backlog is skipped, only messages sent after the subscription are pushed."""
-    produce(tmp_path, endpoint, PARENT, lite_sends(("warm-up", 1), ("latest", 3)))
-    with LitePushConsumer(tmp_path, endpoint, "NodeLiteMax", PARENT) as consumer:
-        assert consumer.subscribe("warm-up") == {"ok": True}
-        assert by_lite(consumer.pushed(1)) == {"warm-up": ["warm-up-0"]}  # the consumer is polling
+        for lite_topic, count in (("replay", 3), ("by-offset", 5), ("by-tail", 5)):
+            assert wait_committed(store_stub, group, lite_topic, count) == count
+            assert consumer.ask(op="unsubscribe", lite_topic=lite_topic) == {"ok": True}
+        consumer.synced()
 
         assert consumer.subscribe("latest", {"policy": "MAX"}) == {"ok": True}
         produce(tmp_path, endpoint, PARENT, lite_sends(("latest", 1), start=3))
         assert by_lite(consumer.pushed(1)) == {"latest": ["latest-3"]}
-        assert consumer.pushed_within(QUIET_S) == []
 
+        assert consumer.subscribe("replay", {"policy": "MIN"}) == {"ok": True}
+        replayed = consumer.pushed(3)
+        assert by_lite(replayed) == {"replay": ["replay-0", "replay-1", "replay-2"]}
+        assert {p["pushed"]["attempt"] for p in replayed} == {1}
 
-def test_offset_options_offset_and_tail_n(endpoint, store_stub, tmp_path):
-    """OFFSET n starts the group at the lite topic's n-th message; TAIL_N n, n messages back from
-    the group's offset (here the end: the group has consumed all of it)."""
-    group = "NodeLiteOffsetsN"
-    produce(tmp_path, endpoint, PARENT, lite_sends(("by-offset", 5), ("by-tail", 5)))
-    with LitePushConsumer(tmp_path, endpoint, group, PARENT) as consumer:
-        assert consumer.subscribe("by-offset") == {"ok": True} and consumer.subscribe("by-tail") == {"ok": True}
-        assert sorted(p["pushed"]["body"] for p in consumer.pushed(10)) == sorted(
-            s["body"] for s in lite_sends(("by-offset", 5), ("by-tail", 5))
-        )
-        for lite_topic in ("by-offset", "by-tail"):
-            assert wait_committed(store_stub, group, lite_topic, 5) == 5
-            assert consumer.ask(op="unsubscribe", lite_topic=lite_topic) == {"ok": True}
-
-        consumer.synced()
         assert consumer.subscribe("by-offset", {"offset": 3}) == {"ok": True}
         assert consumer.subscribe("by-tail", {"tail_n": 2}) == {"ok": True}
-        assert [sync["offset_option"] for sync in consumer.synced()] == [{"offset": 3}, {"tail_n": 2}]
+        assert [sync.get("offset_option") for sync in consumer.synced()] == [
+            {"policy": "MAX"},
+            {"policy": "MIN"},
+            {"offset": 3},
+            {"tail_n": 2},
+        ]
         again = consumer.pushed(4)
         assert by_lite(again) == {"by-offset": ["by-offset-3", "by-offset-4"], "by-tail": ["by-tail-3", "by-tail-4"]}
         assert consumer.pushed_within(QUIET_S) == []

@@ -17,6 +17,12 @@ pytestmark = pytest.mark.needs("rocketmq-python-client")
 PARENT = "lite-parent"
 
 
+@pytest.fixture
+def broker(make_broker):
+    """Long polls from 1 s (the consumers ask 1 s): an empty receive costs 1 s, not 5."""
+    return make_broker(long_polling_timeout_ms_min=1_000)
+
+
 def lite_sends(*specs: tuple[str, int], start: int = 0) -> list[dict]:
     return [{"body": f"{lite}-{i}", "lite_topic": lite} for lite, n in specs for i in range(start, start + n)]
 
@@ -40,7 +46,7 @@ def test_lite_simple_consumer_gets_its_lite_topics_in_order(broker, topics, tmp_
     topics(PARENT, message_type="LITE", queue_nums=4)
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, PARENT, lite_sends(("chat-a", 6), ("chat-b", 3), ("chat-c", 2)))  # a backlog
-    with LiteConsumer(tmp_path, endpoint, "lite-group", PARENT) as consumer:
+    with LiteConsumer(tmp_path, endpoint, "lite-group", PARENT, await_s=1) as consumer:
         assert consumer.seen[-1]["quota"] == 2000
         assert consumer.ask(op="settings") == {"quota": 2000, "max_lite_topic_size": 64}
         assert consumer.subscribe("chat-a") == {"ok": True} and consumer.subscribe("chat-b") == {"ok": True}
@@ -67,7 +73,7 @@ def test_a_lite_topic_waits_for_its_batch_and_redelivers_it_in_order(broker, top
     topics(PARENT, message_type="LITE", queue_nums=4)
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, PARENT, lite_sends(("task-1", 2), ("task-2", 1)))
-    with LiteConsumer(tmp_path, endpoint, "lite-group", PARENT) as consumer:
+    with LiteConsumer(tmp_path, endpoint, "lite-group", PARENT, await_s=1) as consumer:
         consumer.subscribe("task-1")
         consumer.subscribe("task-2")
         first = receive_until(consumer, 3, ack=False)
@@ -120,9 +126,9 @@ def test_group_attributes_bind_topic_quota_and_exclusive(broker, topics, store_a
         store.close()
     endpoint = f"127.0.0.1:{broker.port}"
     with (
-        LiteConsumer(tmp_path, endpoint, "bound-group", PARENT) as first,
-        LiteConsumer(tmp_path, endpoint, "bound-group", PARENT) as second,
-        LiteConsumer(tmp_path, endpoint, "bound-group", "other-parent") as wrong,
+        LiteConsumer(tmp_path, endpoint, "bound-group", PARENT, await_s=1) as first,
+        LiteConsumer(tmp_path, endpoint, "bound-group", PARENT, await_s=1) as second,
+        LiteConsumer(tmp_path, endpoint, "bound-group", "other-parent", await_s=1) as wrong,
     ):
         assert first.seen[-1]["quota"] == 2
         assert first.subscribe("a") == {"ok": True} and first.subscribe("b") == {"ok": True}
@@ -147,7 +153,7 @@ def test_a_wildcard_group_takes_every_lite_topic_of_its_parent(broker, topics, s
         store.close()
     endpoint = f"127.0.0.1:{broker.port}"
     produce(tmp_path, endpoint, PARENT, lite_sends(("old-1", 2), ("old-2", 1)))
-    with LiteConsumer(tmp_path, endpoint, "wild-group", PARENT) as consumer:
+    with LiteConsumer(tmp_path, endpoint, "wild-group", PARENT, await_s=1) as consumer:
         refused = consumer.subscribe("one")
         assert refused["ok"] is False and refused["code"] == 40000 and "wildcard" in refused["error"], refused
         assert consumer.ask(op="subscribe_all") == {"ok": True}
