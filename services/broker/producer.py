@@ -100,6 +100,7 @@ PUT_STATUS_CODES: dict[PutStatus, Code] = {
     PutStatus.UNKNOWN_ERROR: Code.INTERNAL_SERVER_ERROR,
     PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,  # appended, slaves did not confirm in time
     PutStatus.HA_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,  # too few replicas in sync: nothing written
+    PutStatus.LMQ_QUOTA_EXCEEDED: Code.LITE_TOPIC_QUOTA_EXCEEDED,  # a new lite topic past the store's quota
 }
 assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
 _STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_NOT_FOUND})

@@ -23,6 +23,7 @@ class PutStatus(enum.Enum):
     HA_NOT_AVAILABLE = (
         "HA_NOT_AVAILABLE"  # controller mode: too few replicas in sync (min_in_sync_replicas); nothing written
     )
+    LMQ_QUOTA_EXCEEDED = "LMQ_QUOTA_EXCEEDED"  # a new lite topic past lite_topics_max; nothing written
 
 
 # How a replica that is not its group's writable master words every refusal (a put's

@@ -19,5 +19,6 @@ PERMANENT_FAILURES = frozenset(
         PutStatus.TOPIC_ILLEGAL,
         PutStatus.TOPIC_NOT_FOUND,
         PutStatus.QUEUE_ID_ILLEGAL,
+        PutStatus.LMQ_QUOTA_EXCEEDED,
     }
 )

@@ -70,6 +70,7 @@ class StoreConfig:
     index_num_max: int = 20_000_000                   # entries per IndexFile (maxIndexNum)
     lite_expiry_interval_ms: int = 120_000            # how often idle lite topics past their parent's lite.topic.expiration are removed
     lite_index_map_size_bytes: int = 1 << 40          # the lite index's LMDB map: address space reserved, not disk (lite/data.mdb grows as used)
+    lite_topics_max: int = 0                          # lite topics the store holds at most: a message starting another is refused (LITE_TOPIC_QUOTA_EXCEEDED); 0: no limit (RocketMQ's maxLmqConsumeQueueNum with enableLmqQuota)
     file_reserved_time_hours: float = 72.0            # CommitLog segments older than this are deleted (fileReservedTime)
     disk_max_used_space_ratio: float = 0.75           # above this disk use, expired files are deleted early (diskMaxUsedSpaceRatio)
     disk_space_clean_forcibly_ratio: float = 0.85     # above this disk use, even unexpired files are deleted (oldest first)
@@ -123,6 +124,8 @@ class StoreConfig:
             raise ValueError("commitlog_file_size_bytes must be at least 4096")
         if self.consume_queue_units_per_file <= 0:
             raise ValueError("consume_queue_units_per_file must be positive")
+        if self.lite_topics_max < 0:
+            raise ValueError("lite_topics_max must not be negative (0: no limit)")
         if not 0 < self.disk_max_used_space_ratio <= 1:
             raise ValueError("disk_max_used_space_ratio must be in (0, 1]")
         if min(

@@ -11,6 +11,7 @@ table holds the lite topics being written to right now, never all of them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 HOT_ENTRIES_MAX = 65_536
@@ -25,6 +26,9 @@ class LiteOffsetTable:
         self._hot_max = hot_max
         self._drop_at = hot_max  # the size that triggers the next pass (amortized: see _drop_indexed)
         self._hot: dict[str, list[int]] = {}  # lmq -> [next offset, CommitLog end of its last append]
+        # lite topics started (offset 0) by an append dispatch has not indexed: lmq -> its end
+        self._new: dict[str, int] = {}
+        self._new_lock = threading.Lock()  # new_pending runs outside the put lock
 
     def next_offset(self, lmq: str) -> int:
         """The offset the next message of ``lmq`` takes (``appended`` records it)."""
@@ -34,6 +38,9 @@ class LiteOffsetTable:
     def appended(self, lmq: str, offset: int, end: int) -> None:
         """A message of ``lmq`` took ``offset``; its record ends at CommitLog offset ``end``."""
         entry = self._hot.get(lmq)
+        if offset == 0:
+            with self._new_lock:
+                self._new[lmq] = end
         if entry is None:
             if len(self._hot) >= self._drop_at:
                 self._drop_indexed()
@@ -50,6 +57,14 @@ class LiteOffsetTable:
         self._hot = {lmq: entry for lmq, entry in self._hot.items() if entry[1] > dispatched}
         self._drop_at = max(self._hot_max, len(self._hot) + len(self._hot) // 2)
 
+    def new_pending(self) -> int:
+        """Lite topics started by appends dispatch has not indexed yet (the index does not count them)."""
+        dispatched = self._dispatched()
+        with self._new_lock:
+            if self._new:
+                self._new = {lmq: end for lmq, end in self._new.items() if end > dispatched}
+            return len(self._new)
+
     def forget(self, lmq: str) -> None:
         """Drop ``lmq``'s entry (its lite topic was removed: a next message starts it at 0)."""
         self._hot.pop(lmq, None)
@@ -63,6 +78,8 @@ class LiteOffsetTable:
         """Forget every entry (after a truncation, or before writing as a new master: the index,
         fully dispatched, is then the truth)."""
         self._hot.clear()
+        with self._new_lock:
+            self._new.clear()
 
     def __len__(self) -> int:
         return len(self._hot)

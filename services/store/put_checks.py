@@ -6,9 +6,11 @@ is named with its status."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
 from services.domain.format.properties_format import PropertiesError
+from services.domain.lite import LITE_TOPIC, lmq_name
 from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import PutStatus
 from services.store.commitlog import CommitLog
@@ -23,10 +25,17 @@ _TOTAL_SIZE = operator.attrgetter("total_size")
 
 
 class PutChecks:
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, topics: TopicConfigManager) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        topics: TopicConfigManager,
+        lite_topic_count: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._config = config
         self._commitlog = commitlog
         self._topics = topics
+        self._lite_topic_count = lite_topic_count
         self._topic_cache: dict[str, int] = {}
         self._topic_cache_version = -1
 
@@ -55,6 +64,8 @@ class PutChecks:
                     first_bad = (i, status, error)
                     messages = messages[:i]
                     break
+        if self._config.lite_topics_max and (refused := self._lite_quota(messages)) is not None:
+            first_bad, messages = refused, messages[: refused[0]]
         try:
             prepared = self._commitlog.prepare_batch(messages)
         except PropertiesError as exc:
@@ -71,6 +82,32 @@ class PutChecks:
                 if status is not None:
                     return prepared, (i, status, error)
         return prepared, first_bad
+
+    def _lite_quota(self, messages: list[MessageRecord]) -> tuple[int, PutStatus, str] | None:
+        """The first message that would start a new lite topic while the store holds
+        ``lite_topics_max`` (RocketMQ's LMQ quota): the index's count plus the lite topics started
+        by appends not dispatched yet (concurrent puts racing for the last place may pass it by
+        the few of them that are checked before either is appended)."""
+        held = -1
+        lite_offsets = self._commitlog.lite_offsets
+        for i, rec in enumerate(messages):
+            lite = rec.properties.get(LITE_TOPIC) if rec.properties else None
+            if lite is None or (lite_offsets is not None and lite_offsets.next_offset(lmq_name(rec.topic, lite))):
+                continue  # not a lite message, or a lite topic the store has
+            if held < 0:
+                held = self._lite_topic_count() + (lite_offsets.new_pending() if lite_offsets is not None else 0)
+            else:
+                held += 1
+            if held >= self._config.lite_topics_max:
+                return (
+                    i,
+                    PutStatus.LMQ_QUOTA_EXCEEDED,
+                    (
+                        f"the store holds {held} lite topics, its quota (lite_topics_max {self._config.lite_topics_max}):"
+                        f" no new lite topic {lite} of {rec.topic}"
+                    ),
+                )
+        return None
 
     def _validate(
         self, rec: MessageRecord, allow_system_topics: bool, topic_checks: dict[str, tuple[PutStatus | None, str, int]]

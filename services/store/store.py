@@ -100,7 +100,7 @@ class FileStore(StoreReader):
         self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
         self._auth = AuthConfigManager(config.config_dir, clock)
         self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
-        self._put_checks = PutChecks(config, self._commitlog, self._topics)
+        self._put_checks = PutChecks(config, self._commitlog, self._topics, lambda: self._lite.queue_count())
         self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
         self._lite_lifecycle = LiteLifecycle(
             self._lite, self._topics, self._consumer_offsets.remove_topics, clock, self._commitlog

@@ -9,8 +9,17 @@ from collections import defaultdict
 
 import pytest
 
+from services.broker.config import BrokerConfig
+from services.broker.rpc.server import build_server
+from services.runtime.clock import SystemClock
+from services.store.client.client import GrpcStoreClient
+from services.store.rpc.server import build_server as build_store_server
+from services.store.rpc.server import stop_server
+from services.store.store import FileStore
+from tests.support.filestore import small_config
 from tests.support.official_client import produce, run_client
 from tests.support.store_reads import stored
+from tests.support.topics import create_topics
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
@@ -52,3 +61,31 @@ def test_refusals(broker, store_stub, topics, tmp_path):
     assert "message type" in results[0]["message"].lower() and "message type" in results[1]["message"].lower()
     assert results[2]["code"] == 40020, results[2]  # ILLEGAL_LITE_TOPIC, from the broker
     assert all(stored(store_stub, t, q) == [] for t in ("lite-only", "normal-only") for q in range(QUEUES))
+
+
+def test_a_new_lite_topic_past_the_stores_quota_is_42901(tmp_path):
+    """A store with lite_topics_max: the official producer's send that would start one more lite
+    topic gets LITE_TOPIC_QUOTA_EXCEEDED (42901); the lite topics held keep taking messages."""
+    store = FileStore(small_config(tmp_path / "store", lite_topics_max=2), SystemClock())
+    store.start()
+    server, port = build_store_server(store, "127.0.0.1", 0)
+    server.start()
+    client = GrpcStoreClient(f"127.0.0.1:{port}")
+    broker = build_server(BrokerConfig(port=0, store_address=f"127.0.0.1:{port}"), client)
+    broker.start()
+    try:
+        create_topics(client, "quota-parent", message_type="LITE", queue_nums=QUEUES)
+        endpoint = f"127.0.0.1:{broker.port}"
+        results, _ = run_client(
+            tmp_path,
+            endpoint,
+            [{"topic": "quota-parent", "body": f"{lite}", "lite_topic": lite} for lite in ("a", "b", "c", "a")],
+            topics=("quota-parent",),
+        )
+        assert [r["ok"] for r in results] == [True, True, False, True], results
+        assert results[2]["code"] == 42901, results[2]
+    finally:
+        broker.stop(1.0)
+        client.close()
+        stop_server(server, 1.0)
+        store.shutdown()

@@ -255,3 +255,18 @@ def test_each_parent_counts_its_lite_topics(make_store):
     held = [q.lmq for q in store.lite.iter_queues(f"%LMQ%${PARENT}$")]
     assert store.lite.parent_count(PARENT) == len(held) == 3 and store.lite.parent_count("OtherParent") == 1
     assert store.stats().lite_topic_count == 4
+
+
+def test_a_new_lite_topic_past_the_quota_is_refused(make_store):
+    """lite_topics_max (RocketMQ's LMQ quota, off by default): a message starting another lite
+    topic is refused LMQ_QUOTA_EXCEEDED, nothing of its batch written; lite topics the store holds
+    keep taking messages."""
+    store = make_store(lite_topics_max=2)
+    create_parent(store)
+    put_ok(store, lite("a"), lite("b"))
+    before = store.commitlog.max_offset
+    results = store.put_messages([lite("a", b"more"), lite("c")])
+    assert {r.status for r in results} == {PutStatus.LMQ_QUOTA_EXCEEDED}
+    assert "lite_topics_max 2" in results[1].error and store.commitlog.max_offset == before
+    put_ok(store, lite("a", b"more"), lite("b", b"more"))
+    assert store.lite.queue_count() == 2

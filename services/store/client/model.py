@@ -112,6 +112,7 @@ BATCH_REFUSAL_STATUSES = frozenset(
         PutStatus.TOPIC_ILLEGAL,
         PutStatus.TOPIC_NOT_FOUND,
         PutStatus.QUEUE_ID_ILLEGAL,
+        PutStatus.LMQ_QUOTA_EXCEEDED,
     }
 )
 

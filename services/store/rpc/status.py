@@ -70,6 +70,7 @@ PUT_STATUS_CODES: dict[PutStatus, grpc.StatusCode] = {
     PutStatus.UNKNOWN_ERROR: Code.INTERNAL,
     PutStatus.FLUSH_SLAVE_TIMEOUT: Code.DEADLINE_EXCEEDED,
     PutStatus.HA_NOT_AVAILABLE: Code.FAILED_PRECONDITION,  # an answer, not UNAVAILABLE: the broker maps it to 50002
+    PutStatus.LMQ_QUOTA_EXCEEDED: Code.RESOURCE_EXHAUSTED,
 }
 assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
 
