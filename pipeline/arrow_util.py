@@ -5,16 +5,18 @@ Everything here works on a whole batch at once: no Python loop over rows on the 
 * ``gather(a, starts, lengths)``: the byte ranges ``a[s:s+n]`` concatenated, with Arrow-style
   offsets, by one fancy index (``repeat`` of the range starts plus a running ``arange``).
 * ``parse_properties(values, offsets)``: RocketMQ property strings (``name 0x01 value 0x02``
-  ..., properties_format.py) into an Arrow ``map<string,string>`` plus the TAGS, KEYS (split
-  on spaces) and UNIQ_KEY columns. A batch in which any string is not well formed (an entry
-  without exactly one 0x01, an empty name or value, a missing final 0x02) is decoded row by
-  row with the store's own ``decode_properties`` instead, which has Java's exact semantics.
+  ..., properties_format.py) into an Arrow ``map<string,string>`` plus a string column per
+  property asked for (TAGS, UNIQ_KEY, __LITE_TOPIC, ...) and KEYS (split on spaces). A batch
+  in which any string is not well formed (an entry without exactly one 0x01, an empty name or
+  value, a missing final 0x02) is decoded row by row with the store's own
+  ``decode_properties`` instead, which has Java's exact semantics.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from services.domain.format.properties_format import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY, decode_properties
 
@@ -138,22 +140,49 @@ def constant_strings(text: str, count: int) -> pa.Array:
     return string_array(values, np.arange(count + 1, dtype=np.int64) * len(data))
 
 
+_INT64_MAX_TEXT = str(2**63 - 1)
+
+
+def decimal_int64(texts: pa.Array) -> pa.Array:
+    """Strings of 1-19 decimal digits as int64 (leading zeros allowed: INNER_MULTI_QUEUE_OFFSET
+    is 19 zero-padded digits); null where a string is null, anything else, or past int64 (a
+    RocketMQ LMQ record dispatched to several queues has ``"3,7"``)."""
+    ok = pc.fill_null(
+        pc.and_(
+            pc.match_substring_regex(texts, r"^[0-9]{1,19}$"),
+            pc.or_(pc.less(pc.utf8_length(texts), 19), pc.less_equal(texts, _INT64_MAX_TEXT)),
+        ),
+        False,
+    )
+    numbers = pc.cast(pc.if_else(ok, texts, "0"), pa.int64())
+    return pc.if_else(ok, numbers, pa.scalar(None, pa.int64()))
+
+
 class _KeyProbe:
     """Cheap key equality for the few property names the decoders look up: the length and the
-    first and last 4 bytes of every key, read once per batch."""
+    first and last 4 bytes of every key, read once per batch (a name longer than 8 bytes is
+    then compared whole, on the few keys that pass)."""
 
     def __init__(self, values: np.ndarray, key_starts: np.ndarray, key_lengths: np.ndarray) -> None:
         # A key is followed by 0x01, a value of >= 1 byte and 0x02: 4 bytes from its start exist.
+        self.values = values
+        self.starts = key_starts
         self.lengths = key_lengths
         self.head = _word(values, key_starts)
         self.tail = _word(values, np.maximum(key_starts, key_starts + key_lengths - 4))
 
     def matches(self, name: str) -> np.ndarray:
         raw = name.encode("ascii")
-        assert 4 <= len(raw) <= 8, "names of 4 to 8 bytes: head and tail cover them"
+        assert len(raw) >= 4, "names of 4 bytes or more: head and tail lie within them"
         head = int.from_bytes(raw[:4], "big")
         tail = int.from_bytes(raw[-4:], "big")
-        return (self.lengths == len(raw)) & (self.head == head) & (self.tail == tail)
+        hits = (self.lengths == len(raw)) & (self.head == head) & (self.tail == tail)
+        if len(raw) > 8:
+            rows = np.flatnonzero(hits)
+            if len(rows):
+                whole = windows(self.values, len(raw), self.starts[rows]) == np.frombuffer(raw, np.uint8)
+                hits[rows[~whole.all(axis=1)]] = False
+        return hits
 
 
 def _word(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -161,8 +190,16 @@ def _word(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return windows(values, 4, starts).view(">u4").ravel()
 
 
-def parse_properties(values: np.ndarray, offsets: np.ndarray, want_map: bool = True):
-    """(map array or None, tags, keys list array, uniq key) for ``count`` property strings."""
+def parse_properties(
+    values: np.ndarray,
+    offsets: np.ndarray,
+    want_map: bool = True,
+    strings: tuple[str, ...] = (TAGS, UNIQ_KEY),
+    want_keys: bool = True,
+) -> tuple[pa.MapArray | None, dict[str, pa.Array], pa.Array | None]:
+    """(map array or None, {name: the value of property ``name`` in each row, null where it
+    has none, for each of ``strings``}, KEYS as a list array or None) for ``count`` property
+    strings."""
     count = len(offsets) - 1
     ones = np.flatnonzero(values == 1)
     twos = np.flatnonzero(values == 2)
@@ -190,7 +227,7 @@ def parse_properties(values: np.ndarray, offsets: np.ndarray, want_map: bool = T
         entry_starts = _EMPTY_I64
         well_formed = not np.any(row_ends > row_starts)  # non-empty without any 0x02
     if not well_formed:
-        return _parse_rows(values, offsets)
+        return _parse_rows(values, offsets, want_map, strings, want_keys)
     key_lengths = ones - entry_starts
     value_starts = ones + 1
     value_lengths = twos - value_starts
@@ -205,10 +242,12 @@ def parse_properties(values: np.ndarray, offsets: np.ndarray, want_map: bool = T
     entry_row = np.repeat(arange(count), entries_per_row)
     probe = _KeyProbe(values, entry_starts, key_lengths)
     ranges = (probe, value_starts, value_lengths, entry_row, count)
-    tags = _column_of(TAGS, values, *ranges)
-    uniq = _column_of(UNIQ_KEY, values, *ranges)
-    key_starts, key_lens, _ = _value_ranges(KEYS, *ranges)
-    return props, tags, _split_keys(values, key_starts, key_lens), uniq
+    columns = {name: _column_of(name, values, *ranges) for name in strings}
+    keys = None
+    if want_keys:
+        key_starts, key_lens, _ = _value_ranges(KEYS, *ranges)
+        keys = _split_keys(values, key_starts, key_lens)
+    return props, columns, keys
 
 
 def _value_ranges(name, probe, value_starts, value_lengths, entry_row, count):
@@ -252,19 +291,19 @@ def _split_keys(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     )
 
 
-def _parse_rows(values: np.ndarray, offsets: np.ndarray):
+def _parse_rows(values: np.ndarray, offsets: np.ndarray, want_map: bool, strings: tuple[str, ...], want_keys: bool):
     """The slow, exact path: ``decode_properties`` row by row."""
-    maps, tags, keys, uniq = [], [], [], []
+    maps, keys = [], []
+    columns: dict[str, list] = {name: [] for name in strings}
     raw = values.tobytes()
     for i in range(len(offsets) - 1):
         props = decode_properties(raw[offsets[i] : offsets[i + 1]])
         maps.append(list(props.items()))
-        tags.append(props.get(TAGS))
+        for name, column in columns.items():
+            column.append(props.get(name))
         keys.append([k for k in props.get(KEYS, "").split(KEY_SEPARATOR) if k])
-        uniq.append(props.get(UNIQ_KEY))
     return (
-        pa.array(maps, pa.map_(pa.string(), pa.string())),
-        pa.array(tags, pa.string()),
-        pa.array(keys, pa.list_(pa.string())),
-        pa.array(uniq, pa.string()),
+        pa.array(maps, pa.map_(pa.string(), pa.string())) if want_map else None,
+        {name: pa.array(column, pa.string()) for name, column in columns.items()},
+        pa.array(keys, pa.list_(pa.string())) if want_keys else None,
     )

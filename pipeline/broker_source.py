@@ -315,7 +315,7 @@ def write_batches(options, columns, id_prefix: str, batches) -> SinkCommit:
     client = Client(opts.endpoints)
     sent, first, last, row = 0, None, None, 0
     for batch in batches:
-        groups: dict[tuple[str, str | None], list] = {}
+        groups: dict[tuple[str, str | None, str | None], list] = {}
         for key, message in to_messages(batch, columns, opts.topic, id_prefix, row):
             groups.setdefault(key, []).append(message)
         row += batch.num_rows

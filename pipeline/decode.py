@@ -16,8 +16,9 @@ Decoding one batch of a segment:
    in the batch is decoded with its own dtype.
 3. **Variable parts**: body, topic and properties are gathered with ``arrow_util.gather_array``
    (Arrow copies long ranges through a ``binary_view``; short ones one numpy index); properties are
-   parsed into a map plus TAGS / KEYS / UNIQ_KEY without a Python loop
-   (``arrow_util.parse_properties``); hosts are formatted once per distinct address.
+   parsed into a map plus TAGS / KEYS / UNIQ_KEY / __LITE_TOPIC / INNER_MULTI_QUEUE_OFFSET
+   without a Python loop (``arrow_util.parse_properties``; a name absent from the batch's bytes
+   is not parsed for at all); hosts are formatted once per distinct address.
 
 Splitting a segment (``find_record_start``): every record stores its own phy offset
 (PHYSICALOFFSET at +28), so a reader given an arbitrary byte range finds the first record
@@ -58,6 +59,7 @@ from services.domain.format.commitlog_format import (
 )
 from services.domain.format.consume_queue_format import CQ_DTYPE, CQ_UNIT_SIZE_BYTES
 from services.domain.format.java_compat import java_string_hash
+from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET, LITE_TOPIC, TAGS, UNIQ_KEY
 from services.domain.names import SCHEDULE_TOPIC
 
 BATCH_ROWS_DEFAULT = 32_768
@@ -318,7 +320,14 @@ def _host_column(parts, ports: np.ndarray) -> pa.Array:
 
 
 ALL_COLUMNS = tuple(name for name, _ in COMMITLOG_COLUMNS)
-_PROPERTY_COLUMNS = {"properties", "tags", "keys", "uniqKey", "tagsCode"}
+# Columns that are one property's value (liteQueueOffset: as a number).
+_PROPERTY_STRINGS = {
+    "tags": TAGS,
+    "uniqKey": UNIQ_KEY,
+    "liteTopic": LITE_TOPIC,
+    "liteQueueOffset": INNER_MULTI_QUEUE_OFFSET,
+}
+_PROPERTY_COLUMNS = {"properties", "keys", "tagsCode", *_PROPERTY_STRINGS}
 DELAY_LEVEL_MILLIS_DEFAULT = parse_delay_levels(DELAY_LEVELS_DEFAULT)
 
 
@@ -394,10 +403,23 @@ def decode_batch(
     wanted = set(columns)
     out: dict[str, pa.Array] = {}
     if wanted & _PROPERTY_COLUMNS:
-        prop_values, prop_offsets = au.buffers_of(au.gather_array(a, props_starts, user_props_len))
-        out["properties"], out["tags"], out["keys"], out["uniqKey"] = au.parse_properties(
-            prop_values, prop_offsets, want_map="properties" in wanted
-        )
+        strings = {
+            c: _PROPERTY_STRINGS[c] for c in _PROPERTY_STRINGS if c in wanted or (c == "tags" and "tagsCode" in wanted)
+        }
+        # A name found nowhere in the batch's bytes is null throughout, with no parse (so the
+        # lite columns of a store without lite messages cost one search per batch).
+        lo, hi = (int(starts.min()), int(ends.max())) if count else (0, 0)
+        present = tuple(n for n in strings.values() if buf.find(n.encode() + b"\x01", lo, hi) >= 0)
+        values: dict[str, pa.Array] = {}
+        if present or wanted & {"properties", "keys"}:
+            prop_values, prop_offsets = au.buffers_of(au.gather_array(a, props_starts, user_props_len))
+            props, values, keys = au.parse_properties(
+                prop_values, prop_offsets, "properties" in wanted, present, "keys" in wanted
+            )
+            out.update({k: v for k, v in (("properties", props), ("keys", keys)) if v is not None})
+        out.update({c: values[n] if n in values else pa.nulls(count, pa.string()) for c, n in strings.items()})
+        if "liteQueueOffset" in out:
+            out["liteQueueOffset"] = au.decimal_int64(out["liteQueueOffset"])
     if "topic" in wanted or "tagsCode" in wanted:
         topic_values, topic_offsets = au.gather(a, topic_starts, topic_len)
         out["topic"] = au.safe_strings(au.string_array(topic_values, topic_offsets))

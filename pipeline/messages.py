@@ -8,7 +8,11 @@ Writing (``SinkColumns`` / ``to_messages``; the sink in pipeline/README.md): ``b
 string; ``value`` is accepted for Kafka users) is required; ``topic`` unless the ``topic``
 option is set (which then wins); optional ``tags`` (string), ``keys`` (array<string> or a
 space-separated string), ``properties`` (map<string,string>), ``messageGroup`` (string: a FIFO
-message) and ``deliveryTimestamp`` (timestamp: a DELAY message). Other columns are ignored.
+message), ``deliveryTimestamp`` (timestamp: a DELAY message), ``priority`` (an integer >= 0: a
+PRIORITY message) and ``liteTopic`` (string: a LITE message to that lite topic of the row's
+topic, a LITE parent). A row is one type: a row with two of messageGroup, deliveryTimestamp,
+priority and liteTopic is refused (ValueError), as is a negative priority or an illegal lite
+topic name (the broker would refuse the whole SendMessage). Other columns are ignored.
 Each message gets a deterministic id, so a retried task re-sends the same ids (at-least-once,
 duplicates detectable: "Spark's rules" 9).
 """
@@ -23,6 +27,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 
 from pipeline.errors import OptionError
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
+from services.domain.lite import validate_lite_topic
 
 _TYPE_NAMES = {value: name for name, value in d.MessageType.items()}
 
@@ -34,6 +39,7 @@ def _micros(ts) -> int:
 def to_batch(broker: str, messages: list[d.Message]) -> pa.RecordBatch:
     topics, queue_ids, offsets, ids, tags, keys, bodies, props = [], [], [], [], [], [], [], []
     born, stored, born_hosts, store_hosts, types, groups, delivery, attempts = [], [], [], [], [], [], [], []
+    lite_topics, priorities = [], []
     for message in messages:
         sp = message.system_properties
         topics.append(message.topic.name)
@@ -52,6 +58,8 @@ def to_batch(broker: str, messages: list[d.Message]) -> pa.RecordBatch:
         groups.append(sp.message_group if sp.HasField("message_group") else None)
         delivery.append(_micros(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None)
         attempts.append(sp.delivery_attempt if sp.HasField("delivery_attempt") else 1)
+        lite_topics.append(sp.lite_topic if sp.HasField("lite_topic") else None)
+        priorities.append(sp.priority if sp.HasField("priority") else None)
     schema = arrow_schema(BROKER_COLUMNS)
     count = len(messages)
     columns = [
@@ -72,6 +80,8 @@ def to_batch(broker: str, messages: list[d.Message]) -> pa.RecordBatch:
         groups,
         delivery,
         attempts,
+        lite_topics,
+        priorities,
     ]
     return pa.RecordBatch.from_arrays(
         [pa.array(values, field.type) for values, field in zip(columns, schema)], schema=schema
@@ -89,8 +99,12 @@ class SinkColumns:
     properties: str | None
     message_group: str | None
     delivery_timestamp: str | None
+    priority: str | None = None
+    lite_topic: str | None = None
 
 
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_INT32_MAX = 2**31 - 1  # SystemProperties.priority is an int32
 _ALLOWED = {
     "body": ("binary", "string"),
     "value": ("binary", "string"),
@@ -100,6 +114,8 @@ _ALLOWED = {
     "properties": ("map<string,string>",),
     "messageGroup": ("string",),
     "deliveryTimestamp": ("timestamp",),
+    "priority": _INTEGERS,
+    "liteTopic": ("string",),
 }
 
 
@@ -127,6 +143,8 @@ def sink_columns(schema, topic_option: str | None) -> SinkColumns:
         have("properties"),
         have("messageGroup"),
         have("deliveryTimestamp"),
+        have("priority"),
+        have("liteTopic"),
     )
 
 
@@ -135,37 +153,54 @@ def message_id(*parts: object) -> str:
     return hashlib.md5("/".join(map(str, parts)).encode()).hexdigest().upper()
 
 
+SendKey = tuple[str, str | None, str | None]  # (topic, message group, lite topic)
+
+
 def to_messages(
     batch: pa.RecordBatch, columns: SinkColumns, topic_option: str | None, id_prefix: str, first_row: int
-) -> list[tuple[tuple[str, str | None], d.Message]]:
-    """((topic, message group), message) per row: a SendMessage carries one topic, and one
-    message group so the broker keeps a group on its queue."""
+) -> list[tuple[SendKey, d.Message]]:
+    """((topic, message group, lite topic), message) per row: a SendMessage carries one topic,
+    and one message group or lite topic, so the broker keeps each on its one queue (and, over
+    several broker groups, in one group)."""
     count = batch.num_rows
     get = lambda name: batch.column(name).to_pylist() if name else [None] * count  # noqa: E731
     bodies, topics, tags, keys = get(columns.body), get(columns.topic), get(columns.tags), get(columns.keys)
     props, groups, delivery = get(columns.properties), get(columns.message_group), get(columns.delivery_timestamp)
+    priorities, lite_topics = get(columns.priority), get(columns.lite_topic)
     out = []
     for i in range(count):
+        row = first_row + i
         body = bodies[i]
         if body is None:
-            raise ValueError(f"rocketmq sink: row {first_row + i} has a null {columns.body}")
+            raise ValueError(f"rocketmq sink: row {row} has a null {columns.body}")
         topic = topic_option or topics[i]
         if not topic:
-            raise ValueError(f"rocketmq sink: row {first_row + i} has no topic")
-        sp = d.SystemProperties(message_id=message_id(id_prefix, first_row + i), body_encoding=d.IDENTITY)
+            raise ValueError(f"rocketmq sink: row {row} has no topic")
+        sp = d.SystemProperties(message_id=message_id(id_prefix, row), body_encoding=d.IDENTITY)
         if tags[i]:
             sp.tag = tags[i]
         row_keys = keys[i]
         if row_keys:
             sp.keys.extend(row_keys.split() if isinstance(row_keys, str) else [k for k in row_keys if k])
-        if groups[i] is not None and delivery[i] is not None:
-            raise ValueError(f"rocketmq sink: row {first_row + i} has both messageGroup and deliveryTimestamp")
-        if groups[i] is not None:
-            sp.message_group = groups[i]
+        group, at, priority, lite = groups[i], delivery[i], priorities[i], lite_topics[i]
+        _check_one_type(row, group, at, priority, lite)
+        if group is not None:
+            sp.message_group = group
             sp.message_type = d.FIFO
-        elif delivery[i] is not None:
-            sp.delivery_timestamp.FromDatetime(delivery[i])
+        elif at is not None:
+            sp.delivery_timestamp.FromDatetime(at)
             sp.message_type = d.DELAY
+        elif priority is not None:
+            if not 0 <= priority <= _INT32_MAX:
+                raise ValueError(f"rocketmq sink: row {row} has priority {priority}; a priority is 0 to {_INT32_MAX}")
+            sp.priority = priority
+            sp.message_type = d.PRIORITY
+        elif lite is not None:
+            reason = validate_lite_topic(lite)
+            if reason:
+                raise ValueError(f"rocketmq sink: row {row} has liteTopic {lite!r}: {reason}")
+            sp.lite_topic = lite
+            sp.message_type = d.LITE
         else:
             sp.message_type = d.NORMAL
         message = d.Message(
@@ -173,5 +208,24 @@ def to_messages(
         )
         if props[i]:
             message.user_properties.update(dict(props[i]))
-        out.append(((topic, groups[i]), message))
+        out.append(((topic, group, lite), message))
     return out
+
+
+def _check_one_type(row: int, group, at, priority, lite) -> None:
+    """A row is a FIFO, DELAY, PRIORITY or LITE message, or none of them: never two."""
+    given = [
+        name
+        for name, value in (
+            ("messageGroup", group),
+            ("deliveryTimestamp", at),
+            ("priority", priority),
+            ("liteTopic", lite),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(
+            f"rocketmq sink: row {row} has both {' and '.join(given)}; a message has one type "
+            "(messageGroup: FIFO, deliveryTimestamp: DELAY, priority: PRIORITY, liteTopic: LITE)"
+        )

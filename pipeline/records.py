@@ -15,7 +15,12 @@ equals what the v2 PullMessage path gives (``messages.to_batch`` over the broker
 * ``messageType`` / ``deliveryTimestamp`` of rows with TRAN_MSG, DELAY, TIMER_DELIVER_MS or
   TIMER_DELAY_SEC (transaction and delay messages) are worked out one by one with the
   broker's own functions (``delivered_message_type``, ``delivery_timestamp_ms``); every other
-  row is NORMAL / FIFO with no delivery time;
+  row is FIFO (__SHARDINGKEY), else PRIORITY (_SYS_MSG_PRIORITY_), else LITE (__LITE_TOPIC),
+  else NORMAL, with no delivery time (``delivered_message_type``'s order), set column-wide;
+* ``priority``: a PRIORITY row's ``_SYS_MSG_PRIORITY_`` as ``topic_types.message_priority``
+  reads it (judged once per distinct value; null if it is no number, or past int32, which the
+  v2 field cannot hold); ``liteTopic``: a LITE row's __LITE_TOPIC; both null on other rows, as
+  the broker sets ``SystemProperties.priority`` / ``lite_topic`` only for those types;
 * ``deliveryAttempt``: RECONSUMETIMES + 1 (at least 1).
 """
 
@@ -29,16 +34,19 @@ from pipeline import arrow_util as au
 from pipeline.decode import decode_batch, walk
 from pipeline.errors import TruncatedRecords
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
-from services.domain.delivery import delivered_message_type, delivery_timestamp_ms, is_internal_property
+from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, is_internal_property
 from services.domain.format.commitlog_format import PHY_OFFSET_POS, host_from_string, offset_msg_id
 from services.domain.format.properties_format import (
     BORN_HOST,
     DELAY_TIME_LEVEL,
+    LITE_TOPIC,
+    PRIORITY,
     SHARDING_KEY,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
     TRANSACTION_PREPARED,
 )
+from services.domain.topic_types import message_priority
 
 DECODED = (
     "queueId",
@@ -57,6 +65,13 @@ DECODED = (
 )
 # Properties that make a row a TRANSACTION or DELAY message (or give it a delivery time).
 _SPECIAL = (TRANSACTION_PREPARED, DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)
+_INT32_MAX = 2**31 - 1  # SystemProperties.priority is an int32
+
+
+def priority_of(value: str | None) -> int | None:
+    """The ``priority`` column of a PRIORITY message whose _SYS_MSG_PRIORITY_ is ``value``."""
+    priority = None if value is None else message_priority({PRIORITY: value})
+    return priority if priority is not None and priority <= _INT32_MAX else None
 
 
 def split_records(data: bytes, expected: int | None = None) -> np.ndarray:
@@ -94,12 +109,12 @@ def records_to_batch(broker: str, data: bytes, where: str, expected: int | None 
     born_hosts = _replaced(col("bornHost"), *_values_of(BORN_HOST, keys, all_props.items, entry_row))
     group_rows, group_values = _values_of(SHARDING_KEY, keys, all_props.items, entry_row)
     groups = _replaced(pa.nulls(count, pa.string()), group_rows, group_values)
-    types = _replaced(au.constant_strings("NORMAL", count), group_rows, au.constant_strings("FIFO", len(group_rows)))
+    types, lite_topics, priorities = _typed(count, group_rows, keys, all_props.items, entry_row)
     delivery = pa.nulls(count, pa.timestamp("us", tz="UTC"))
     special = np.unique(entry_row[pc.is_in(keys, pa.array(_SPECIAL)).to_numpy(zero_copy_only=False)])
     if len(special):  # transaction and delay messages: the broker's own rules, row by row
-        born_hosts, types, groups, delivery = _special_rows(
-            special, all_props, born_hosts, types, groups, delivery, col("storeTimestamp")
+        born_hosts, types, groups, delivery, lite_topics, priorities = _special_rows(
+            special, all_props, born_hosts, types, groups, delivery, lite_topics, priorities, col("storeTimestamp")
         )
     attempts = np.maximum(1, col("reconsumeTimes").to_numpy() + 1).astype(np.int32)
     schema = arrow_schema(BROKER_COLUMNS)
@@ -121,8 +136,39 @@ def records_to_batch(broker: str, data: bytes, where: str, expected: int | None 
         groups,
         delivery,
         pa.array(attempts, pa.int32()),
+        lite_topics,
+        priorities,
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _typed(
+    count: int, group_rows: np.ndarray, keys: pa.Array, items: pa.Array, entry_row: np.ndarray
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """messageType, liteTopic and priority of rows that are no TRANSACTION or DELAY message:
+    FIFO (a message group), else PRIORITY, else LITE, else NORMAL (``delivered_message_type``)."""
+    kinds = np.zeros(count, np.int8)  # index into _KIND_NAMES
+    lite_rows, lite_values = _values_of(LITE_TOPIC, keys, items, entry_row)
+    priority_rows, priority_values = _values_of(PRIORITY, keys, items, entry_row)
+    kinds[lite_rows] = _LITE
+    kinds[priority_rows] = _PRIORITY
+    kinds[group_rows] = _FIFO
+    types = pa.DictionaryArray.from_arrays(pa.array(kinds), _KIND_NAMES).cast(pa.string())
+    lite_topics = pa.nulls(count, pa.string())
+    if len(lite_rows):
+        keep = kinds[lite_rows] == _LITE
+        lite_topics = _replaced(lite_topics, lite_rows[keep], lite_values.filter(pa.array(keep)))
+    priorities = pa.nulls(count, pa.int32())
+    if len(priority_rows):
+        keep = kinds[priority_rows] == _PRIORITY
+        values = priority_values.filter(pa.array(keep)).dictionary_encode()
+        levels = pa.array([priority_of(v) for v in values.dictionary.to_pylist()], pa.int32())
+        priorities = _replaced(priorities, priority_rows[keep], levels.take(values.indices))
+    return types, lite_topics, priorities
+
+
+_KIND_NAMES = pa.array(["NORMAL", "FIFO", "PRIORITY", "LITE"], pa.string())
+_FIFO, _PRIORITY, _LITE = 1, 2, 3
 
 
 def _user_properties(all_props: pa.MapArray, keys: pa.Array, entry_row: np.ndarray) -> pa.MapArray:
@@ -182,22 +228,30 @@ def _special_rows(
     types: pa.Array,
     groups: pa.Array,
     delivery: pa.Array,
+    lite_topics: pa.Array,
+    priorities: pa.Array,
     store_ts: pa.Array,
 ):
-    """bornHost, messageType, messageGroup, deliveryTimestamp with ``rows`` worked out one by
-    one (consumer_convert.delivered_message's rules)."""
+    """bornHost, messageType, messageGroup, deliveryTimestamp, liteTopic, priority with
+    ``rows`` worked out one by one (consumer_convert.delivered_message's rules)."""
     born, kinds, group_of, at = born_hosts.to_pylist(), types.to_pylist(), groups.to_pylist(), delivery.to_pylist()
+    lite_of, priority = lite_topics.to_pylist(), priorities.to_pylist()
     stored_us = store_ts.cast(pa.int64()).to_numpy(zero_copy_only=False)
     for row in rows.tolist():
         props = dict(all_props[row].as_py())
         born[row] = props.get(BORN_HOST) or born[row]
-        kinds[row] = delivered_message_type(props).name
+        kind = delivered_message_type(props)
+        kinds[row] = kind.name
         group_of[row] = props.get(SHARDING_KEY)
         at_ms = delivery_timestamp_ms(props, int(stored_us[row]) // 1000)
         at[row] = None if at_ms is None else at_ms * 1000
+        lite_of[row] = props[LITE_TOPIC] if kind is MessageType.LITE else None
+        priority[row] = priority_of(props.get(PRIORITY)) if kind is MessageType.PRIORITY else None
     return (
         pa.array(born, pa.string()),
         pa.array(kinds, pa.string()),
         pa.array(group_of, pa.string()),
         pa.array(at, pa.timestamp("us", tz="UTC")),
+        pa.array(lite_of, pa.string()),
+        pa.array(priority, pa.int32()),
     )

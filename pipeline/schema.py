@@ -30,6 +30,8 @@ BROKER_COLUMNS = (
     ("messageGroup", "string"),
     ("deliveryTimestamp", "timestamp"),
     ("deliveryAttempt", "int"),
+    ("liteTopic", "string"),  # a LITE message's lite topic (RocketMQ 5.5), else null
+    ("priority", "int"),  # a PRIORITY message's priority (RocketMQ 5.4), else null
 )
 
 # Source "rocketmq-commitlog": every field of the record (services/domain/format/commitlog_format.py),
@@ -60,6 +62,8 @@ COMMITLOG_COLUMNS = (
     ("segment", "string"),
     ("crcValid", "boolean"),  # null unless verifyCrc: body CRC and, if present, the record CRC
     ("tagsCode", "bigint"),  # what the ConsumeQueue unit holds: JavaHash(TAGS), deliver time on SCHEDULE_TOPIC_XXXX
+    ("liteTopic", "string"),  # the __LITE_TOPIC property (a lite message, or a retry / DLQ copy of one)
+    ("liteQueueOffset", "bigint"),  # INNER_MULTI_QUEUE_OFFSET: its offset in its lite topic, else null
 )
 
 # Source "rocketmq-consumequeue": one row per 20-byte unit (services/domain/format/consume_queue_format.py).

@@ -11,11 +11,22 @@ Checks (exit code 1 when any fails, with examples):
    tags code the store would write.
 3. **Dispatched exactly once**: every record the store dispatches (not transactional, or
    committed) of a topic that has ConsumeQueues has exactly one unit.
+4. **Lite offsets** (lite topics, RocketMQ 5.5): the store numbers each lite topic's messages
+   itself under its put lock (INNER_MULTI_QUEUE_OFFSET, ``liteQueueOffset``), and its lite
+   index is rebuilt from those numbers, so in CommitLog order each lite topic's offsets must
+   run 0, 1, 2, ... with no duplicate and no gap. A failure names the lite topic as the queue
+   the store reads it as, ``%LMQ%$<parent>$<lite topic>`` queue 0. Two exceptions the store
+   makes itself: a lite topic may start again at 0 after it expired (idle at least
+   ``LITE_EXPIRATION_FLOOR_MS``, 15 minutes, since its previous message: a restart sooner is a
+   failure), and its first offset is not checked once retention has removed the CommitLog's
+   first segment. The lite index itself (``<root>/lite``, LMDB) is not read: it is a cache of
+   these numbers, rebuilt by the store when it is missing (``rebuild`` removes it).
 
 Run it on a stopped store (or a copy): a running store appends records before it dispatches
 them. Units below the CommitLog's first segment (retention) are not checked. Several roots (one
 per broker group) are audited in one run, each against itself: a unit points into its own
-root's CommitLog; every failure names its ``brokerName``.
+root's CommitLog (and each group numbers its own lite topics); every failure names its
+``brokerName``.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from pipeline.jobs.stores import (
     roots_from_args,
     same_broker,
 )
+from services.domain.lite import LITE_SEPARATOR, LITE_TOPIC_PREFIX, LMQ_QUEUE_ID, split_lmq_name
 
 RECORD_COLUMNS = (
     "commitLogOffset",
@@ -45,7 +57,13 @@ RECORD_COLUMNS = (
     "brokerName",
     "crcValid",
     "tagsCode",
+    "storeTimestamp",
+    "liteTopic",
+    "liteQueueOffset",
 )
+# A lite topic starts again at 0 only after it expired: idle at least this long
+# (services/store/lite_lifecycle.py, LITE_EXPIRATION_FLOOR_MS; the test pairs them).
+LITE_RESTART_IDLE_MS_MIN = 15 * 60_000
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,10 @@ class AuditSummary:
     dispatch_mismatches: list[tuple[str | None, int, str, int, int, int]]
     counts: dict[str, int] = field(default_factory=dict)  # check -> failures (all, not just examples)
     elapsed_s: float = 0.0
+    lite_records: int = 0  # records with a lite offset (liteQueueOffset)
+    lite_topics: int = 0  # distinct (brokerName, parent, lite topic)
+    # (brokerName, %LMQ%$parent$lite, lite offset, phy offset, why)
+    lite_mismatches: list[tuple[str | None, str, int, int, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -80,7 +102,14 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
     )
     try:
         per_root = (
-            records.groupBy("brokerName").agg(F.min("commitLogOffset").alias("minPhy"), F.count(F.lit(1)).alias("n"))
+            records.groupBy("brokerName").agg(
+                F.min("commitLogOffset").alias("minPhy"),
+                F.count(F.lit(1)).alias("n"),
+                F.count("liteQueueOffset").alias("lite"),
+                F.countDistinct(F.when(F.col("liteQueueOffset").isNotNull(), F.col("topic")), "liteTopic").alias(
+                    "liteTopics"
+                ),
+            )
         ).collect()
         first_phy = {row["brokerName"]: row["minPhy"] for row in per_root}
         total_records = sum(row["n"] for row in per_root)
@@ -179,10 +208,22 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
             F.col("e.commitLogOffset"),
             F.col("n"),
         )
+        lite = _lite_failures(records, first_phy)
+        lite = failure(
+            lite,
+            "lite",
+            F.col("brokerName"),
+            F.col("lmq"),
+            F.lit(LMQ_QUEUE_ID),
+            F.col("liteQueueOffset"),
+            F.col("commitLogOffset"),
+            F.col("why"),
+        )
         ranked = Window.partitionBy("check").orderBy("brokerName", "commitLogOffset", "topic", "queueId", "queueOffset")
         found = (
             crc.unionByName(bad_units)
             .unionByName(dispatch)
+            .unionByName(lite)
             .withColumn("failures", F.count(F.lit(1)).over(Window.partitionBy("check")))
             .withColumn("rank", F.row_number().over(ranked))
             .where(F.col("rank") <= examples)
@@ -191,7 +232,7 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
     finally:
         records.unpersist()
         units.unpersist()
-    counts = {"crc": 0, "units": 0, "dispatch": 0}
+    counts = {"crc": 0, "units": 0, "dispatch": 0, "lite": 0}
     for row in found:
         counts[row["check"]] = row["failures"]
     of = lambda check: [row for row in found if row["check"] == check]  # noqa: E731
@@ -216,6 +257,61 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
         ],
         counts,
         watch.elapsed_s,
+        lite_records=sum(row["lite"] for row in per_root),
+        lite_topics=sum(row["liteTopics"] for row in per_root),
+        lite_mismatches=[
+            (row["brokerName"], row["topic"], row["queueOffset"], row["commitLogOffset"], row["detail"])
+            for row in of("lite")
+        ],
+    )
+
+
+def _lite_failures(records, first_phy: dict):
+    """Records whose lite offset does not follow their lite topic's previous one (in CommitLog
+    order, per root): columns brokerName, lmq, liteQueueOffset, commitLogOffset, why."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    trimmed = F.lit(False)  # roots whose CommitLog no longer starts at 0 (retention)
+    for broker, phy in first_phy.items():
+        if phy:
+            trimmed = trimmed | F.col("brokerName").eqNullSafe(F.lit(broker).cast("string"))
+    order = Window.partitionBy("brokerName", "topic", "liteTopic").orderBy("commitLogOffset")
+    offset, previous = F.col("liteQueueOffset"), F.lag("liteQueueOffset").over(order)
+    idle_ms = F.unix_millis("storeTimestamp") - F.unix_millis(F.lag("storeTimestamp").over(order))
+    text = lambda column: column.cast("string")  # noqa: E731
+    why = (
+        F.when(
+            previous.isNull(),
+            F.when(
+                (offset != 0) & ~trimmed,
+                F.concat(F.lit("first offset "), text(offset), F.lit(", not 0")),
+            ),
+        )
+        .when(offset == previous + 1, F.lit(None))
+        .when(
+            offset == 0,
+            F.when(
+                idle_ms < LITE_RESTART_IDLE_MS_MIN,
+                F.concat(
+                    F.lit("restart at 0 after "),
+                    text(previous),
+                    F.lit(" only "),
+                    text(idle_ms),
+                    F.lit(" ms later (< 15 min idle)"),
+                ),
+            ),
+        )
+        .when(offset <= previous, F.concat(F.lit("duplicate: "), text(offset), F.lit(" after "), text(previous)))
+        .otherwise(F.concat(F.lit("gap: "), text(offset), F.lit(" after "), text(previous)))
+    )
+    lmq = F.concat(F.lit(LITE_TOPIC_PREFIX), F.col("topic"), F.lit(LITE_SEPARATOR), F.col("liteTopic"))
+    return (
+        records.where(F.col("liteQueueOffset").isNotNull() & F.col("liteTopic").isNotNull())
+        .select("brokerName", "topic", "liteTopic", "liteQueueOffset", "commitLogOffset", "storeTimestamp")
+        .withColumn("why", why)
+        .where(F.col("why").isNotNull())
+        .withColumn("lmq", lmq)
     )
 
 
@@ -238,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                 ("record CRCs", s.records, verdict(s.counts["crc"])),
                 ("units point at matching records", s.units, verdict(s.counts["units"])),
                 ("dispatchable records have exactly one unit", s.records, verdict(s.counts["dispatch"])),
+                (
+                    f"lite offsets dense 0..n-1 ({s.lite_topics:,} lite topics)",
+                    s.lite_records,
+                    verdict(s.counts["lite"]),
+                ),
             ],
         )
     )
@@ -260,6 +361,14 @@ def main(argv: list[str] | None = None) -> int:
                 "Records without exactly one unit",
                 ("broker", "phy offset", "topic", "queue", "queue offset", "units"),
                 s.dispatch_mismatches,
+            )
+        )
+    if s.lite_mismatches:
+        cli.console.print(
+            cli.table(
+                "Lite offsets out of sequence",
+                ("broker", "parent", "lite topic", "lite offset", "phy offset", "why"),
+                [(broker, *(split_lmq_name(lmq) or (lmq, "")), *rest) for broker, lmq, *rest in s.lite_mismatches],
             )
         )
     cli.console.print(

@@ -9,7 +9,10 @@ the records of the given topics stored in ``[since, until)`` (epoch ms or ISO-86
 ``OUT_DIR/topic=<name>/part-*.parquet``. By default only records a consumer can see are
 exported (not transactional, or committed: what the store dispatches to ConsumeQueues);
 ``--all-records`` keeps half (prepared) and rolled-back ones too. Several roots (one per broker
-group, ``--broker-names``) go into one output, each row naming its ``brokerName``.
+group, ``--broker-names``) go into one output, each row naming its ``brokerName``. A lite
+message (RocketMQ 5.5) is exported once, under its parent topic, with its ``liteTopic`` and
+``liteQueueOffset`` (its offset in the lite topic), so a lite topic is
+``WHERE topic = parent AND liteTopic = name ORDER BY liteQueueOffset``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ EXPORT_COLUMNS = (
     "keys",
     "uniqKey",
     "brokerName",
+    "liteTopic",
+    "liteQueueOffset",
 )
 
 

@@ -26,6 +26,17 @@ writers, fed the same ``DispatchRequest``s in the same order as its reput thread
   a rebuild names each file from the store time of the record that opened it, so names can
   differ from the originals by the store's dispatch delay (milliseconds); contents are
   identical, and names only order the files.
+
+The lite index (lite topics' queues, RocketMQ 5.5: ``<root>/lite``, StoreConfig.lite_index_dir,
+one LMDB file; services/store/lite_index.py) is not written here: the store rebuilds it from
+the CommitLog by itself (every lite record's INNER_MULTI_QUEUE_OFFSET) when it starts without
+one. So a rebuild into the store root removes that directory, rather than leave an index that
+may not match the CommitLog any more, and the store's next start rebuilds it (9.91 s for a
+million lite topics, bench/RESULTS.md). With ``--output`` the roots are left alone: install
+the rebuilt files in a root whose ``lite/`` is removed likewise. What the store's rebuild
+cannot restore: lite topics that had expired come back (until the next expiry sweep), and one
+that expired and was sent to again (numbered from 0 a second time) gets both runs mixed, the
+old run's later messages after the new ones (the audit reports a gap at its next message).
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ class RebuildSummary:
     index_files: int
     index_keys: int
     elapsed_s: float
+    lite_index_removed: tuple[str, ...] = ()  # the roots' lite index directories removed
 
 
 class ReplayClock:
@@ -239,6 +251,11 @@ def run(
         raise FileExistsError(f"{', '.join(map(str, busy))} not empty; move it away or pass --force to delete it")
     for directory in busy:
         shutil.rmtree(directory)
+    # In place: the store's lite index goes too (rebuilt by the store from the CommitLog at start).
+    lite_dirs = [StoreConfig(store_root=Path(root)).lite_index_dir for _, root in roots] if output is None else []
+    lite_removed = tuple(str(d) for d in lite_dirs if d.exists())
+    for directory in lite_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
     options = {"delayLevels": delay_levels} if delay_levels else {}
 
     records = dispatchable(commitlog_frame(spark, roots, CQ_COLUMNS, **options))
@@ -278,6 +295,7 @@ def run(
         index_files=index_files,
         index_keys=index_keys,
         elapsed_s=watch.elapsed_s,
+        lite_index_removed=lite_removed,
     )
 
 
@@ -332,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
             ],
         )
     )
+    for directory in s.lite_index_removed:
+        cli.console.print(
+            f"removed the lite index {directory}: the store rebuilds it from the CommitLog when it starts"
+        )
+    if args.output:
+        cli.console.print("the store roots' lite indexes (lite/) were left alone: remove them where these files go")
     cli.console.print(f"done in {s.elapsed_s:.1f} s")
     return 0
 

@@ -123,3 +123,62 @@ def test_a_broker_without_the_pull_service_is_read_with_pull_message(broker, sto
     finally:
         server.stop(None)
         client_module.close_all()
+
+
+def test_lite_and_priority_messages_through_the_sink_and_back(endpoint, store_stub, topics):
+    """The sink's rows with liteTopic / priority arrive as LITE / PRIORITY messages (a priority's
+    level is its queue), and both pull methods read the same liteTopic, priority and
+    messageType back."""
+    import pyarrow as pa
+
+    from pipeline.broker_source import write_batches
+    from pipeline.messages import SinkColumns
+
+    topics("SinkLite", message_type="LITE", queue_nums=2)
+    topics("SinkPriority", message_type="PRIORITY", queue_nums=4)
+    columns = SinkColumns("body", "topic", None, None, None, None, None, "priority", "liteTopic")
+    rows = [("SinkLite", f"lite-{i}", f"chat-{i % 3}", None) for i in range(9)]
+    rows += [("SinkPriority", f"prio-{i}", None, i % 6) for i in range(12)]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [r[0] for r in rows],
+            "body": [r[1] for r in rows],
+            "liteTopic": [r[2] for r in rows],
+            "priority": pa.array([r[3] for r in rows], pa.int64()),
+        }
+    )
+    commit = write_batches({"endpoints": endpoint, "sendBatchSize": "4"}, columns, "sink-test", [batch])
+    assert commit.messages == len(rows)
+    got: dict[str, dict] = {}
+    for topic, queues in (("SinkLite", 2), ("SinkPriority", 4)):
+        ends = wait_ends(store_stub, topic, queues, sum(r[0] == topic for r in rows))
+        for queue_id, end in enumerate(ends):
+            records = read(endpoint, topic, 0, end, queue_id=queue_id)
+            assert comparable(records) == comparable(read(endpoint, topic, 0, end, queue_id, pullMethod="messages"))
+            got.update({row["body"].decode(): row for row in records})
+    assert len(got) == len(rows)
+    for topic, body, lite, priority in rows:
+        row = got[body]
+        assert (row["topic"], row["liteTopic"], row["priority"]) == (topic, lite, priority)
+        assert row["messageType"] == ("LITE" if lite else "PRIORITY")
+        assert row["properties"] == []  # __LITE_TOPIC, its LMQ and offset, the priority: the broker's keys
+        if priority is not None:
+            assert row["queueId"] == min(priority, 3)  # the level is the queue
+    # A lite topic's messages were sent in one SendMessage: one queue, in order.
+    for lite in ("chat-0", "chat-1", "chat-2"):
+        mine = sorted((r for r in got.values() if r["liteTopic"] == lite), key=lambda r: r["queueOffset"])
+        assert len({r["queueId"] for r in mine}) == 1
+        assert [r["body"] for r in mine] == [b"lite-%d" % i for i in range(9) if f"chat-{i % 3}" == lite]
+
+
+def wait_ends(store_stub, topic: str, queues: int, count: int) -> list[int]:
+    """Each queue's end, once dispatch has indexed ``count`` messages in all of them."""
+    deadline = time.monotonic() + 10
+    while True:
+        ends = [
+            store_stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=q), timeout=10).max_offset
+            for q in range(queues)
+        ]
+        if sum(ends) >= count or time.monotonic() > deadline:
+            return ends
+        time.sleep(0.02)

@@ -258,6 +258,36 @@ def test_sink_batch_and_stream_round_trip(spark, cluster, tmp_path):
     assert sorted(r[0] for r in copied.select("body").collect()) == sorted(b"body-%d" % i for i in range(40))
 
 
+def test_lite_and_priority_rows_round_trip(spark, cluster):
+    """Sink rows with liteTopic / priority are sent as LITE / PRIORITY messages; the source reads
+    them back with those columns and message types (issue 18)."""
+    create_topics_at(cluster, "SparkLite", message_type="LITE", queue_nums=2)
+    create_topics_at(cluster, "SparkPriority", message_type="PRIORITY", queue_nums=4)
+    rows = [(f"lite-{i}", "SparkLite", f"chat-{i % 3}", None) for i in range(12)]
+    rows += [(f"prio-{i}", "SparkPriority", None, i % 5) for i in range(10)]
+    df = spark.createDataFrame(rows, "body string, topic string, liteTopic string, priority int")
+    df.write.format("rocketmq").option("endpoints", cluster).mode("append").save()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum(
+        sum(end_offsets(cluster, t).values()) for t in ("SparkLite", "SparkPriority")
+    ) < len(rows):
+        time.sleep(0.05)
+    back = source(spark, cluster, subscribe="SparkLite,SparkPriority").collect()
+    got = {r["body"].decode(): r for r in back}
+    assert len(back) == len(got) == len(rows)
+    for body, topic, lite, priority in rows:
+        row = got[body]
+        assert (row["topic"], row["liteTopic"], row["priority"]) == (topic, lite, priority)
+        assert row["messageType"] == ("LITE" if lite else "PRIORITY") and row["properties"] == {}
+    per_lite = source(spark, cluster, subscribe="SparkLite").groupBy("liteTopic").count().collect()
+    assert {r["liteTopic"]: r["count"] for r in per_lite} == {"chat-0": 4, "chat-1": 4, "chat-2": 4}
+    both = spark.createDataFrame(
+        [("x", "SparkLite", "chat-0", 1)], "body string, topic string, liteTopic string, priority int"
+    )
+    with pytest.raises(Exception, match="has both priority and liteTopic"):
+        both.write.format("rocketmq").option("endpoints", cluster).mode("append").save()
+
+
 @pytest.fixture(scope="module")
 def lossy_cluster(spark, tmp_path_factory):
     """A store whose first CommitLog segment is gone, as after retention: queue 0 of LossTopic

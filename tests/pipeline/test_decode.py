@@ -17,6 +17,7 @@ from tests.support.components import require
 require("pyarrow", module_level=True)
 import pyarrow as pa  # noqa: E402
 
+from pipeline.arrow_util import decimal_int64, parse_properties  # noqa: E402
 from pipeline.decode import (  # noqa: E402
     ALL_COLUMNS,
     decode_batch,
@@ -39,6 +40,11 @@ from services.domain.format.commitlog_format import (  # noqa: E402
     tags_code,
 )
 from services.domain.format.consume_queue_format import BLANK_UNIT_BYTES, encode_unit  # noqa: E402
+from services.domain.format.properties_format import (  # noqa: E402
+    INNER_MULTI_DISPATCH,
+    INNER_MULTI_QUEUE_OFFSET,
+    LITE_TOPIC,
+)
 from tests.support.commitlog_golden import GOLDEN, golden_record  # noqa: E402
 
 HOSTS = ["127.0.0.1:54321", "[::1]:7", "10.0.0.2:65000", "[fe80::1]:10911"]
@@ -82,6 +88,15 @@ def assert_matches_reference(row: dict, log: bytes, start: int) -> None:
     assert dict(row["properties"]) == ref.properties and [k for k, _ in row["properties"]] == list(ref.properties)
     assert row["tags"] == ref.tags and row["keys"] == ref.keys and row["uniqKey"] == ref.uniq_key
     assert row["tagsCode"] == tags_code(ref, (1000, 5000, 10000))
+    assert row["liteTopic"] == ref.properties.get(LITE_TOPIC)
+    assert row["liteQueueOffset"] == lite_offset(ref.properties.get(INNER_MULTI_QUEUE_OFFSET))
+
+
+def lite_offset(text: str | None) -> int | None:
+    """The liteQueueOffset column's rule: 1-19 ASCII digits within int64, else null."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) >= 2**63:
+        return None
+    return int(text)
 
 
 def test_golden_record():
@@ -112,6 +127,14 @@ def random_record(rng: random.Random, i: int) -> MessageRecord:
         props["UNIQ_KEY"] = f"{rng.getrandbits(128):032X}"
     for n in range(rng.randrange(4)):
         props[f"p{n}"] = rng.choice(["red", "x" * 30, "ü"])
+    if rng.random() < 0.3:  # a lite message as the store writes it, or odd values
+        props[LITE_TOPIC] = rng.choice(["chat-1", "c", "ü-lite"])
+        props[INNER_MULTI_DISPATCH] = "%LMQ%$T1$" + props[LITE_TOPIC]
+        props[INNER_MULTI_QUEUE_OFFSET] = rng.choice(
+            [f"{rng.randrange(10**6):019d}", "7", "3,9", "-1", "x", "9223372036854775807", "9223372036854775808"]
+        )
+    if rng.random() < 0.05:  # a long name that shares the lite keys' length, head and tail
+        props["__LIXX_TOPIC"] = "decoy"
     return MessageRecord(
         topic=rng.choice(["T1", "TopicB", "%RETRY%" + "g" * 125, "Tö", "SCHEDULE_TOPIC_XXXX"]),
         queue_id=rng.randrange(16),
@@ -172,6 +195,51 @@ def test_column_subset_decodes_only_those():
     assert [(r["queueId"], r["keys"], r["tagsCode"]) for r in subset] == [
         (r["queueId"], r["keys"], r["tagsCode"]) for r in full
     ]
+    lite, _, _ = decode_all(log, columns=("liteTopic", "liteQueueOffset"))
+    assert lite == [{"liteTopic": r["liteTopic"], "liteQueueOffset": r["liteQueueOffset"]} for r in full]
+    assert any(r["liteQueueOffset"] is not None for r in lite)
+
+
+def test_lite_columns_of_a_batch_without_lite_messages():
+    """Names found nowhere in a batch are null without a parse; one found only in a body (or in
+    a value with a stray 0x01, parsed row by row) is parsed and still null."""
+    rng = random.Random(4)
+    records = [random_record(rng, i) for i in range(30)]
+    for record in records:
+        for name in (LITE_TOPIC, INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET):
+            record.properties.pop(name, None)
+    log, _ = build_log(records, [True] * 30)
+    columns = ("liteTopic", "liteQueueOffset", "tagsCode")
+    rows, _, _ = decode_all(log, columns=columns)
+    assert [(r["liteTopic"], r["liteQueueOffset"]) for r in rows] == [(None, None)] * 30
+    records[7].body = b"__LITE_TOPIC\x01INNER_MULTI_QUEUE_OFFSET\x01"
+    records[8].properties["note"] = "INNER_MULTI_QUEUE_OFFSET\x01"
+    decoy, _ = build_log(records, [True] * 30)
+    assert decode_all(decoy, columns=columns)[0] == rows
+
+
+def test_property_columns_agree_on_the_row_by_row_path():
+    """A batch with one malformed property string is parsed row by row (decode_properties): the
+    same columns as the vectorised path for the well-formed rows."""
+    rows = [
+        b"TAGS\x01a\x02__LITE_TOPIC\x01chat\x02INNER_MULTI_QUEUE_OFFSET\x010000000000000000004\x02",
+        b"KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02",
+        b"",
+    ]
+    names = ("TAGS", "UNIQ_KEY", LITE_TOPIC, INNER_MULTI_QUEUE_OFFSET)
+
+    def parse(strings: list[bytes]):
+        values = np.frombuffer(b"".join(strings), np.uint8)
+        offsets = np.cumsum([0] + [len(x) for x in strings]).astype(np.int64)
+        props, columns, keys = parse_properties(values, offsets, True, names, True)
+        return props.to_pylist(), {n: c.to_pylist() for n, c in columns.items()}, keys.to_pylist()
+
+    fast = parse(rows)
+    slow = parse(rows + [b"no-separator\x02"])
+    assert fast[0] == slow[0][:3] and fast[2] == slow[2][:3]
+    assert {n: c[:3] for n, c in slow[1].items()} == fast[1]
+    assert fast[1][LITE_TOPIC] == ["chat", None, None] and fast[1]["UNIQ_KEY"] == [None, "U", None]
+    assert decimal_int64(pa.array(fast[1][INNER_MULTI_QUEUE_OFFSET], pa.string())).to_pylist() == [4, None, None]
 
 
 def test_walk_stops_at_unwritten_zeros_and_at_stop():

@@ -28,6 +28,8 @@ from services.domain.format.commitlog_format import (  # noqa: E402
     fill_prop_crc,
     host_from_string,
 )
+from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET, PRIORITY  # noqa: E402
+from services.domain.lite import LMQ_OFFSET_DIGITS, lite_properties  # noqa: E402
 from services.store.client.convert import stored_from_pb  # noqa: E402
 from services.store.rpc.convert import message_to_pb  # noqa: E402
 
@@ -42,7 +44,24 @@ def record(i: int, rng: random.Random) -> MessageRecord:
         props["TAGS"] = rng.choice(["TagA", "TagB"])
     if rng.random() < 0.5:
         props["KEYS"] = rng.choice(["k1", "k1 k2", " k3  k4 "])
-    kind = rng.choice(["normal", "normal", "fifo", "delay", "timer-sec", "transaction", "bornhost", "bad-timer"])
+    kind = rng.choice(
+        ["normal", "normal", "fifo", "delay", "timer-sec", "transaction", "bornhost", "bad-timer"]
+        + ["lite", "lite", "priority", "priority", "bad-priority", "lite-fifo", "priority-delay", "lite-priority"]
+        + ["lite-not-transaction"]
+    )
+    if kind.startswith("lite"):  # as the store writes a lite message (services/domain/lite.py)
+        lite_properties(props, "RecTopic", f"chat-{i % 4}")
+        props[INNER_MULTI_QUEUE_OFFSET] = f"{i:0{LMQ_OFFSET_DIGITS}d}"
+    if kind.startswith("priority") or kind == "lite-priority":
+        props[PRIORITY] = str(rng.choice([0, 3, 9, 12]))
+    if kind == "bad-priority":
+        props[PRIORITY] = rng.choice(["-1", "high", ""])
+    elif kind == "lite-fifo":
+        props["__SHARDINGKEY"] = "group-x"
+    elif kind == "priority-delay":
+        props["TIMER_DELIVER_MS"] = str(1_800_000_000_000 + i)
+    elif kind == "lite-not-transaction":  # TRAN_MSG=false: worked out row by row, still LITE
+        props["TRAN_MSG"] = "false"
     if kind == "fifo":
         props["__SHARDINGKEY"] = f"group-{i % 3}"
     elif kind == "delay":
@@ -109,6 +128,34 @@ def test_records_give_the_columns_the_v2_path_gives(seed):
         want_row["properties"] = sorted(want_row["properties"])
         assert got_row == want_row
     assert len(got_rows) == len(want_rows) == len(records)
+    assert got.column("liteTopic").null_count == sum(r["messageType"] != "LITE" for r in got_rows)
+
+
+def test_lite_and_priority_rows():
+    """The cases by name: what the broker's delivered message says, column by column."""
+    rng = random.Random(3)
+    lite_props: dict[str, str] = {"UNIQ_KEY": "L0", "k": "v"}
+    lite_properties(lite_props, "T", "chat-1")
+    lite_props[INNER_MULTI_QUEUE_OFFSET] = f"{5:0{LMQ_OFFSET_DIGITS}d}"
+    cases = [
+        (lite_props, "LITE", "chat-1", None),
+        ({PRIORITY: "7"}, "PRIORITY", None, 7),
+        ({PRIORITY: "7", "__LITE_TOPIC": "chat-2"}, "PRIORITY", None, 7),  # priority comes first
+        ({PRIORITY: "7", "__SHARDINGKEY": "g"}, "FIFO", None, None),
+        ({PRIORITY: "-3"}, "PRIORITY", None, None),  # no priority the broker would state
+        ({PRIORITY: str(2**31)}, "PRIORITY", None, None),  # past the v2 field's int32
+        ({"__LITE_TOPIC": "chat-3", "TIMER_DELAY_SEC": "5"}, "DELAY", None, None),
+        ({"k": "v"}, "NORMAL", None, None),
+    ]
+    records = [
+        MessageRecord(topic="T", queue_id=0, body=b"", properties=props, queue_offset=i)
+        for i, (props, *_) in enumerate(cases)
+    ]
+    batch = records_to_batch(BROKER, encode(records, rng), "T/0", expected=len(cases))
+    got = list(zip(*(batch.column(c).to_pylist() for c in ("messageType", "liteTopic", "priority"))))
+    assert got == [tuple(case[1:]) for case in cases]
+    assert batch.column("properties").to_pylist()[0] == [("k", "v")]  # the lite keys are the broker's
+    assert batch.schema.field("priority").type == pa.int32()
 
 
 def test_plain_records_and_bad_input():

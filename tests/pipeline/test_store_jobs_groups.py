@@ -146,6 +146,8 @@ def test_audit_and_rebuild_keep_each_root_to_itself(spark, roots, tmp_path, caps
         index_num_max=SIZES["index_num_max"],
     )
     assert built.units == 498 and built.index_files >= 2
+    # Each root's lite index (empty here) is removed: its store rebuilds it from its own CommitLog.
+    assert built.lite_index_removed == tuple(str(copy / "lite") for copy in copies)
     for root, copy in zip(roots, copies):
         cq = [
             sorted(p.relative_to(base) for p in (base / "consumequeue").rglob("*") if p.is_file())
@@ -166,5 +168,5 @@ def test_audit_and_rebuild_keep_each_root_to_itself(spark, roots, tmp_path, caps
     damaged = audit.run(spark, tuple(zip(names, map(str, copies))))
     assert audit.main([*map(str, copies), "--broker-names", NAMES, "--no-progress"]) == 1
     assert "broker-b" in capsys.readouterr().out
-    assert not damaged.ok and damaged.counts == {"crc": 0, "units": 1, "dispatch": 0}
+    assert not damaged.ok and damaged.counts == {"crc": 0, "units": 1, "dispatch": 0, "lite": 0}
     assert [(m[0], m[1], m[2], m[3]) for m in damaged.unit_mismatches] == [("broker-b", "Payments", 1, 2)]
