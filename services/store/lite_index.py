@@ -229,6 +229,10 @@ class LiteIndex:
             units = self._units
             for r in lite:
                 lmq = r.lmq.encode("utf-8")
+                if r.lmq_offset == 0 and (first := txn.get(fmt.unit_key(lmq, 0), db=units)) is not None:
+                    if fmt.unpack_unit(first)[0] != r.phy_offset:  # expired and sent to again: a new run
+                        self._drop_units_locked(txn, lmq)
+                        touched[lmq] = [0, 0, 0]
                 put(
                     fmt.unit_key(lmq, r.lmq_offset),
                     fmt.pack_unit(r.phy_offset, r.size, r.tags_code, r.store_timestamp_ms),
@@ -324,16 +328,21 @@ class LiteIndex:
     def remove(self, lmq: str) -> int:
         """Drop a lite topic's units and queue (expiry); returns the units dropped."""
         key = lmq.encode("utf-8")
-        prefix = fmt.unit_prefix(key)
-        dropped = 0
         with self._write_lock, self.env.begin(write=True) as txn:
-            cursor = txn.cursor(db=self._units)
-            if cursor.set_range(prefix):
-                while cursor.key().startswith(prefix) and len(cursor.key()) == len(prefix) + 8:
-                    cursor.delete()
-                    dropped += 1
-                    if not cursor.key():
-                        break
+            dropped = self._drop_units_locked(txn, key)
             if txn.delete(key, db=self._queues):
                 self._count_locked(txn, key, -1)
+        return dropped
+
+    def _drop_units_locked(self, txn: lmdb.Transaction, lmq: bytes) -> int:
+        """Delete every unit of ``lmq`` (in the caller's write transaction); how many."""
+        prefix = fmt.unit_prefix(lmq)
+        dropped = 0
+        cursor = txn.cursor(db=self._units)
+        if cursor.set_range(prefix):
+            while cursor.key().startswith(prefix) and len(cursor.key()) == len(prefix) + 8:
+                cursor.delete()
+                dropped += 1
+                if not cursor.key():
+                    break
         return dropped

@@ -270,3 +270,25 @@ def test_a_new_lite_topic_past_the_quota_is_refused(make_store):
     assert "lite_topics_max 2" in results[1].error and store.commitlog.max_offset == before
     put_ok(store, lite("a", b"more"), lite("b", b"more"))
     assert store.lite.queue_count() == 2
+
+
+def test_a_rebuild_keeps_only_the_run_after_an_expiry(make_store, clock):
+    """A lite topic that expired and was sent to again starts at offset 0 a second time; a rebuild
+    from the CommitLog sees both runs and keeps the last, as the live index had it (found by the
+    offline audit job)."""
+    store = make_store()
+    config = TopicConfig(topic_name=PARENT, read_queue_nums=4, write_queue_nums=4)
+    config.message_type = "LITE"
+    config.attributes["lite.topic.expiration"] = "20"
+    store.topics.create_or_update(config)
+    put_ok(store, *(lite("t", b"old%d" % i) for i in range(5)))
+    clock.advance_ms(40 * 60_000)
+    assert store.lite_lifecycle.run_once() == 1
+    put_ok(store, lite("t", b"new0"), lite("t", b"new1"))
+    assert units(store, "t") == [(0, b"new0"), (1, b"new1")]
+    store.shutdown()
+    shutil.rmtree(store.config.lite_index_dir)
+    store = make_store()
+    assert units(store, "t") == [(0, b"new0"), (1, b"new1")]
+    put_ok(store, lite("t", b"new2"))
+    assert units(store, "t")[-1] == (2, b"new2") and store.lite.parent_count(PARENT) == 1
