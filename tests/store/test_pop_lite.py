@@ -10,7 +10,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.lite import LITE_TOPIC, lmq_name
 from services.store.metadata import TopicConfig
-from tests.store.test_lite_index import PARENT, create_parent, lite, put_ok
+from tests.support.lite_store import PARENT, create_parent, lite, put_ok
 from tests.support.store_pop_rpc import RPC_TIMEOUT_S, Served, pop_served  # noqa: F401 - the "served" fixture
 
 A, B, C = (lmq_name(PARENT, name) for name in ("a", "b", "c"))
