@@ -90,6 +90,15 @@ class LiteConsumerOffsets:
                     removed += bool(txn.delete(fmt.offset_key(group, lmq)))
         return removed
 
+    def lags(self, lmq: str, max_offset: int) -> bool:
+        """Whether a group with an offset in the lite topic has not read it to ``max_offset``."""
+        with self.env.begin(db=self._offsets) as txn:
+            for group in self._groups:
+                raw = txn.get(fmt.offset_key(group, lmq))
+                if raw is not None and fmt.unpack_offset(raw) < max_offset:
+                    return True
+        return False
+
     def parents_of_group(self, group: str) -> list[str]:
         """The LITE parents the group has lite topic offsets under (a seek per parent, not a walk)."""
         prefix = fmt.group_prefix(group) + LITE_TOPIC_PREFIX.encode("utf-8")

@@ -4,10 +4,12 @@ A LITE parent's ``lite.topic.expiration`` (minutes; -1, the default: never) is h
 its lite topics may go without a new message: past it, the lite topic is removed with its units
 and its consumer groups' offsets, as if it had never been sent to, and a later message creates it
 anew from offset 0. As in RocketMQ, the expiration is never shorter than 15 minutes
-(``minLiteTTl``), nothing expires in the first 15 minutes after the store starts (a lite topic's
-last store time may be older than a long stop), and the sweep does not wait for groups that still
-lag on it (RocketMQ's check is a stub that always says no). The messages stay in the CommitLog
-until retention removes them; the parent's queues still hold them.
+(``minLiteTTl``) and nothing expires in the first 15 minutes after the store starts (a lite topic's
+last store time may be older than a long stop). Unlike RocketMQ (whose check is a stub that always
+says no), a lite topic a consumer group still lags on is kept until the group has read it (a
+group with an offset below its end: ``lags``); a group that never consumed it does not hold it.
+The messages stay in the CommitLog until retention removes them; the parent's queues still hold
+them.
 
 ``run_once()`` walks each LITE parent's lite topics in name order (a range of the index, nothing
 kept in memory per lite topic) and is run every ``lite_expiry_interval_ms`` (120 s).
@@ -40,8 +42,10 @@ class LiteLifecycle:
         remove_offsets: Callable[[list[str]], int],
         clock: Clock,
         commitlog: CommitLog,
+        lags: Callable[[str, int], bool] = lambda lmq, max_offset: False,
     ) -> None:
         self._commitlog = commitlog
+        self._lags = lags
         self._index = index
         self._topics = topics
         self._remove_offsets = remove_offsets
@@ -82,7 +86,7 @@ class LiteLifecycle:
             if offsets is not None and offsets.pending(lmq):
                 return False
             queue = self._index.queue(lmq)
-            if queue is None or queue.last_store_timestamp_ms >= idle_since_ms:
+            if queue is None or queue.last_store_timestamp_ms >= idle_since_ms or self._lags(lmq, queue.max_offset):
                 return False
             self._index.remove(lmq)
             if offsets is not None:

@@ -103,7 +103,12 @@ class FileStore(StoreReader):
         self._put_checks = PutChecks(config, self._commitlog, self._topics, lambda: self._lite.queue_count())
         self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
         self._lite_lifecycle = LiteLifecycle(
-            self._lite, self._topics, self._consumer_offsets.remove_topics, clock, self._commitlog
+            self._lite,
+            self._topics,
+            self._consumer_offsets.remove_topics,
+            clock,
+            self._commitlog,
+            self._lite_offsets.lags,
         )
         self._arrivals = ArrivalBus()
         self._services: list = []

@@ -273,3 +273,21 @@ def test_a_rebuild_keeps_only_the_run_after_an_expiry(make_store, clock):
     assert units(store, "t") == [(0, b"new0"), (1, b"new1")]
     put_ok(store, lite("t", b"new2"))
     assert units(store, "t")[-1] == (2, b"new2") and store.lite.parent_count(PARENT) == 1
+
+
+def test_a_lite_topic_a_group_lags_on_does_not_expire(make_store, clock):
+    """The issue's rule (RocketMQ's check is a stub): an idle lite topic is kept while a group with
+    an offset in it has not read it to the end, and expires once it has; a group that never
+    consumed it does not hold it."""
+    store = make_store()
+    config = TopicConfig(topic_name=PARENT, read_queue_nums=4, write_queue_nums=4)
+    config.message_type = "LITE"
+    config.attributes["lite.topic.expiration"] = "20"
+    store.topics.create_or_update(config)
+    put_ok(store, lite("behind", b"0"), lite("behind", b"1"), lite("nobody", b"0"))
+    store.consumer_offsets.commit_offset("G", lmq_name(PARENT, "behind"), 0, 1)  # one of two read
+    clock.advance_ms(40 * 60_000)
+    assert store.lite_lifecycle.run_once() == 1  # "nobody": no group holds it
+    assert store.lite.queue(lmq_name(PARENT, "behind")) is not None
+    store.consumer_offsets.commit_offset("G", lmq_name(PARENT, "behind"), 0, 2)
+    assert store.lite_lifecycle.run_once() == 1 and store.lite.queue(lmq_name(PARENT, "behind")) is None
