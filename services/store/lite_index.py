@@ -134,7 +134,10 @@ class LiteIndex:
 
     def _count_locked(self, txn: lmdb.Transaction, lmq: bytes, delta: int) -> None:
         """Add ``delta`` to the lite topic count of ``lmq``'s parent (in the caller's write transaction)."""
-        key = fmt.count_key(fmt.lmq_parent(lmq))
+        self._count_parent_locked(txn, fmt.lmq_parent(lmq), delta)
+
+    def _count_parent_locked(self, txn: lmdb.Transaction, parent: bytes, delta: int) -> None:
+        key = fmt.count_key(parent)
         raw = txn.get(key, db=self._meta)
         count = (fmt.unpack_offset(raw) if raw is not None else 0) + delta
         if count > 0:
@@ -225,29 +228,36 @@ class LiteIndex:
             return
         with self._write_lock, self.env.begin(write=True) as txn:
             touched: dict[bytes, list[int]] = {}
+            new_per_parent: dict[bytes, int] = {}
             put = txn.put
             units = self._units
             for r in lite:
                 lmq = r.lmq.encode("utf-8")
-                if r.lmq_offset == 0 and (first := txn.get(fmt.unit_key(lmq, 0), db=units)) is not None:
-                    if fmt.unpack_unit(first)[0] != r.phy_offset:  # expired and sent to again: a new run
+                state = touched.get(lmq)
+                fresh = False
+                if state is None:
+                    raw = txn.get(lmq, db=self._queues)
+                    fresh = raw is None  # a new lite topic: nothing of it to compare with
+                    state = touched[lmq] = [r.lmq_offset, 0, 0] if fresh else list(fmt.unpack_queue(raw))
+                    if fresh:
+                        parent = fmt.lmq_parent(lmq)
+                        new_per_parent[parent] = new_per_parent.get(parent, 0) + 1
+                if r.lmq_offset == 0 and not fresh and state[1] > 0:
+                    first = txn.get(fmt.unit_key(lmq, 0), db=units)
+                    if first is not None and fmt.unpack_unit(first)[0] != r.phy_offset:  # expired, sent again
                         self._drop_units_locked(txn, lmq)
-                        touched[lmq] = [0, 0, 0]
+                        state[:] = [0, 0, 0]
                 put(
                     fmt.unit_key(lmq, r.lmq_offset),
                     fmt.pack_unit(r.phy_offset, r.size, r.tags_code, r.store_timestamp_ms),
                     db=units,
                 )
-                state = touched.get(lmq)
-                if state is None:
-                    raw = txn.get(lmq, db=self._queues)
-                    state = touched[lmq] = list(fmt.unpack_queue(raw)) if raw is not None else [r.lmq_offset, 0, 0]
-                    if raw is None:
-                        self._count_locked(txn, lmq, 1)
                 state[1] = max(state[1], r.lmq_offset + 1)
                 state[2] = max(state[2], r.store_timestamp_ms)
             for lmq, (low, high, last_ms) in touched.items():
                 put(lmq, fmt.pack_queue(low, high, last_ms), db=self._queues)
+            for parent, added in new_per_parent.items():
+                self._count_parent_locked(txn, parent, added)
             put(fmt.DISPATCHED_KEY, fmt.pack_offset(end), db=self._meta)
         self._dispatched = max(self._dispatched, end)
 
