@@ -14,6 +14,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf.duration_pb2 import Duration
 from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
+from pyrmq.store.v1 import store_pb2 as pb
 
 from services.store.client.client import GrpcStoreClient
 from tests.support.v2_requests import METADATA, Stream, ack, message, receive, send_ok
@@ -150,3 +151,26 @@ def test_status_and_consumer_progress_count_lite_topics_per_parent(lite_v2, brok
         (PARENT, "backlog", 4, 2, 2)
     ]
     assert progress.total_lag == 2 and list(only.queues) == list(progress.queues)
+
+
+def test_a_lite_message_goes_to_the_dead_letter_queue_by_its_parent_and_lite_topic(lite_v2, store_stub):
+    """ForwardMessageToDeadLetterQueue with the parent topic and lite_topic (what the clients send
+    after the last attempt): the message is in %DLQ%<group>, still naming its lite topic."""
+    v2 = lite_v2
+    assert sync(v2, d.PARTIAL_ADD, "backlog").code == d.OK
+    first = receive_lite(v2)[0]
+    request = s.ForwardMessageToDeadLetterQueueRequest(
+        group=d.Resource(name=GROUP),
+        topic=d.Resource(name=PARENT),
+        receipt_handle=first.system_properties.receipt_handle,
+        message_id=first.system_properties.message_id,
+        delivery_attempt=1,
+        max_delivery_attempts=1,
+        lite_topic="backlog",
+    )
+    assert v2.ForwardMessageToDeadLetterQueue(request, metadata=METADATA, timeout=10).status.code == d.OK
+    dlq = f"%DLQ%{GROUP}"
+    stored = store_stub.GetMessages(
+        pb.GetMessagesRequest(topic=dlq, queue_id=0, queue_offset=0, max_count=32), timeout=10
+    ).messages
+    assert [(m.body, m.properties["__LITE_TOPIC"]) for m in stored] == [(b"b0", "backlog")]
