@@ -97,9 +97,13 @@ class Cluster:
 
 
 @contextmanager
-def cluster(broker_flags: list[str]):
-    with tempfile.TemporaryDirectory(prefix="broker-bench-") as tmp:
-        store, store_ready = start(["services.store", "--data-dir", tmp, "--port", "0", "--metrics-port", "-1"])
+def cluster(broker_flags: list[str], data_dir: Path | None = None, store_flags: tuple[str, ...] = ()):
+    """A store and a broker process on ``data_dir`` (default: a fresh temporary directory)."""
+    with tempfile.TemporaryDirectory(prefix="broker-bench-") as fresh:
+        tmp = str(data_dir or fresh)
+        store, store_ready = start(
+            ["services.store", "--data-dir", tmp, "--port", "0", "--metrics-port", "-1", *store_flags]
+        )
         broker, broker_ready = start(
             [
                 "services.broker",

@@ -37,7 +37,7 @@ import grpc  # noqa: E402
 from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
 from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from broker_bench import proc_cpu_s, start  # noqa: E402
+from broker_bench import cluster  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 from lite_bench import PARENT, QUEUES, open_store, send  # noqa: E402
 
@@ -167,26 +167,9 @@ def main() -> None:
         data = Path(tmp)
         filled_s = fill(data, args.lite_topics)
         print(f"fill     {args.lite_topics:,} lite topics with one message each: {filled_s:.1f} s (in process)")
-        segment = str(256 << 20)  # lite_bench's open_store
-        store, store_ready = start(
-            ["services.store", "--data-dir", str(data), "--commitlog-file-size-bytes", segment, "--port", "0"]
-            + ["--metrics-port", "-1"]
-        )
-        broker, broker_ready = start(
-            [
-                "services.broker",
-                "--port",
-                "0",
-                "--store-address",
-                store_ready["grpc"],
-                "--metrics-port",
-                "-1",
-                "--tls-mode",
-                "plaintext",
-            ]
-        )
-        try:
-            with grpc.insecure_channel(broker_ready["grpc"]) as channel:
+        segment = ("--commitlog-file-size-bytes", str(256 << 20))  # lite_bench's open_store
+        with cluster(["--tls-mode", "plaintext"], data, segment) as running:
+            with grpc.insecure_channel(running.endpoint) as channel:
                 stub = s_grpc.MessagingServiceStub(channel)
                 names = [f"session-{i}" for i in random.Random(5).sample(range(args.lite_topics), args.subscribed)]
                 started = time.perf_counter()
@@ -209,23 +192,13 @@ def main() -> None:
                     f"{drained:,} messages: {drain_s:.2f} s ({drained / drain_s:,.0f} msgs/s), {len(durations)} receives, "
                     f"each p50 {statistics.median(durations) * 1000:.1f} ms, p99 {percentile(durations, 0.99) * 1000:.1f} ms"
                 )
-                cpu_before = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                latencies = live(stub, names, args.messages, args.rate)
-                cpu_after = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                broker_us = (cpu_after[0] - cpu_before[0]) / max(1, len(latencies)) * 1e6
-                store_us = (cpu_after[1] - cpu_before[1]) / max(1, len(latencies)) * 1e6
-                report("lite topics", latencies, args, broker_us, store_us)
-                # the same load on a NORMAL topic of 8 queues in the same store, for comparison
-                cpu_before = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                latencies = live(stub, [], args.messages, args.rate, NORMAL_TOPIC)
-                cpu_after = proc_cpu_s(broker.pid), proc_cpu_s(store.pid)
-                broker_us = (cpu_after[0] - cpu_before[0]) / max(1, len(latencies)) * 1e6
-                store_us = (cpu_after[1] - cpu_before[1]) / max(1, len(latencies)) * 1e6
-                report("a NORMAL topic", latencies, args, broker_us, store_us)
-        finally:
-            for proc in (broker, store):
-                proc.terminate()
-                proc.wait(30)
+                for what, lite_topics, topic in (("lite topics", names, PARENT), ("a NORMAL topic", [], NORMAL_TOPIC)):
+                    # (a NORMAL topic of 8 queues in the same store: the comparison)
+                    before = running.cpu_s()
+                    latencies = live(stub, lite_topics, args.messages, args.rate, topic)
+                    broker_s, store_s = (after - was for after, was in zip(running.cpu_s(), before))
+                    per = 1e6 / max(1, len(latencies))
+                    report(what, latencies, args, broker_s * per, store_s * per)
 
 
 if __name__ == "__main__":

@@ -255,10 +255,6 @@ class LiteSubscriptions:
                 if client.ready.get(key) == mark:
                     del client.ready[key]
 
-    def ready_count(self, client: LiteClient) -> int:
-        with self._lock:
-            return len(client.ready)
-
     # -- internals (under _lock) -------------------------------------------------------------
     def _mark_locked(self, client: LiteClient, key: ReadyKey) -> None:
         self._sequence += 1

@@ -115,10 +115,6 @@ class LiteConsumerOffsets:
                 position = prefix + lite[0].encode("utf-8") + chr(ord(LITE_SEPARATOR) + 1).encode("ascii")
         return parents
 
-    def count(self) -> int:
-        with self.env.begin() as txn:
-            return int(txn.stat(self._offsets)["entries"])
-
     def _scan_groups(self) -> Iterator[str]:
         """Each group with an offset (a seek per group)."""
         with self.env.begin(db=self._offsets) as txn:
