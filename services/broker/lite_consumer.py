@@ -102,7 +102,7 @@ class LiteConsumer:
         return self._groups.route(topic).message_type == LITE_TYPE
 
     def groups_of(self, topic: str) -> list[str]:
-        return [queue_data.broker_name for queue_data in self._groups.route(topic).queue_datas]
+        return self._groups.route(topic).groups
 
     # -- SyncLiteSubscription ----------------------------------------------------------------
     def sync(

@@ -260,7 +260,7 @@ def build_server(
     registry = ClientRegistry()
     lite = LiteSubscriptions(
         clock,
-        lambda topic: [queue_data.broker_name for queue_data in groups.route(topic).queue_datas],
+        lambda topic: groups.route(topic).groups,
         config.lite_subscription_quota,
         config.lite_subscription_expire_ms,
     )
