@@ -47,7 +47,7 @@ from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 
-from services.placement import affinity_environment, plan_for_up  # noqa: E402
+from services.launcher.placement import affinity_environment, plan_for_up  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+)")
@@ -58,7 +58,7 @@ SEND_SCRIPT = ROOT / "tests" / "broker" / "clients" / "send.py"
 
 
 # ``--placement up``: the CPU of each process as ``pyrmq up`` places it by default
-# (services/placement.py); ``env``: as the environment says (PYRMQ_*_CPU_AFFINITY, else any).
+# (services/launcher/placement.py); ``env``: as the environment says (PYRMQ_*_CPU_AFFINITY, else any).
 PLACEMENT_ENV: dict[str, str] = {}
 
 

@@ -34,7 +34,7 @@ from broker_bench import GROUP, TOPIC, consume_load, proc_cpu_s, send_load  # no
 from pyrmq.admin.v1 import admin_pb2 as pb  # noqa: E402
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc  # noqa: E402
 
-from services.up_cli import parse_summary  # noqa: E402
+from services.launcher.up import parse_summary  # noqa: E402
 
 READY = re.compile(r"^pyrmq up: (?P<summary>.*) cpus=(?P<cpus>\S+) \(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 BODY = b"x" * 1024
@@ -52,7 +52,7 @@ class Cluster:
 
     def __init__(self, groups: int, brokers: int, data_dir: Path) -> None:
         self.up = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir), "--port", "0"]
+            [sys.executable, "-m", "services.launcher.cli", "up", "--data-dir", str(data_dir), "--port", "0"]
             + ["--store-port", "0", "--metrics-port", "0", "--groups", str(groups), "--brokers", str(brokers)]
             + ["--create-topic", TOPIC],
             stdout=subprocess.PIPE,

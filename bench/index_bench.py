@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.domain.format.index_format import HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT  # noqa: E402
 from services.runtime.clock import ManualClock  # noqa: E402
-from services.store.index_service import IndexService  # noqa: E402
+from services.store.index.service import IndexService  # noqa: E402
 from services.store.model import DispatchRequest  # noqa: E402
 
 TOPIC = "BenchTopic"

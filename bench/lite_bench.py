@@ -38,7 +38,7 @@ from services.domain.lite import LITE_TOPIC, lmq_name  # noqa: E402
 from services.domain.statuses import PutStatus  # noqa: E402
 from services.runtime.process import tune_gc  # noqa: E402
 from services.store.config import StoreConfig  # noqa: E402
-from services.store.metadata import TopicConfig  # noqa: E402
+from services.store.metadata.config_files import TopicConfig  # noqa: E402
 from services.store.store import FileStore  # noqa: E402
 
 PARENT = "LiteBench"

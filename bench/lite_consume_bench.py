@@ -41,7 +41,7 @@ from broker_bench import cluster  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 from lite_bench import PARENT, QUEUES, open_store, send  # noqa: E402
 
-from services.store.metadata import TopicConfig  # noqa: E402
+from services.store.metadata.config_files import TopicConfig  # noqa: E402
 
 GROUP = "LiteBenchGroup"
 NORMAL_TOPIC = "LiteBenchNormal"

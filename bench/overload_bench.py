@@ -101,7 +101,17 @@ def _grpc_name(value: int) -> str:
 def stored(endpoint: str, topic: str) -> int:
     """Messages the store holds in ``topic`` (``pyrmq status --json``)."""
     out = subprocess.run(
-        [sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json", "--metrics-port", "-1"],
+        [
+            sys.executable,
+            "-m",
+            "services.launcher.cli",
+            "status",
+            "--endpoint",
+            endpoint,
+            "--json",
+            "--metrics-port",
+            "-1",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -174,7 +184,7 @@ def main() -> None:
         args=[
             sys.executable,
             "-m",
-            "services.cli",
+            "services.launcher.cli",
             "up",
             "--data-dir",
             str(data),

@@ -3,7 +3,7 @@
     python bench/replication_bench.py [--messages N] [--runs R] [--kills K] [--only NAME ...]
 
 Stores run as child processes (``python -m services.store``, PYRMQ_STORE_* variables) on
-127.0.0.1, with a local etcd member (``python -m services.etcd_local``, Debian's etcd) for the
+127.0.0.1, with a local etcd member (``python -m services.launcher.etcd_local``, Debian's etcd) for the
 replica sets; 1 KiB bodies, a tag and a KEYS entry per message.
 
 Scenarios:
@@ -106,7 +106,7 @@ class Etcd:
         port = free_ports(1)[0]
         peer = free_ports(1)[0]
         self.proc, ready = start_child(
-            "services.etcd_local",
+            "services.launcher.etcd_local",
             "etcd",
             {"PYRMQ_ETCD_DATA_DIR": str(self.root), "PYRMQ_ETCD_PORT": str(port), "PYRMQ_ETCD_PEER_PORT": str(peer)},
             self.root.parent / "etcd.log",

@@ -37,7 +37,7 @@ from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
 from services.domain.statuses import PutStatus  # noqa: E402
 from services.runtime.process import tune_gc  # noqa: E402
 from services.store.config import FlushMode, StoreConfig  # noqa: E402
-from services.store.recovery import scan_commitlog  # noqa: E402
+from services.store.log.recovery import scan_commitlog  # noqa: E402
 from services.store.store import FileStore  # noqa: E402
 
 QUEUES = 8

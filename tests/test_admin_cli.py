@@ -1,4 +1,4 @@
-"""The admin commands end to end: ``python -m services.cli topic|group|consumer|message ...`` run as
+"""The admin commands end to end: ``python -m services.launcher.cli topic|group|consumer|message ...`` run as
 subprocesses against a real broker and store (in this process, on 127.0.0.1:0; one pair for the
 module, so each test uses its own names)."""
 
@@ -65,7 +65,11 @@ def store_stub(servers) -> pb_grpc.StoreStub:
 
 def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+        [sys.executable, "-m", "services.launcher.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
     )
 
 
@@ -460,10 +464,16 @@ def test_pyrmq_pipeline_runs_the_pipeline_jobs_cli() -> None:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "pipeline", "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "services.launcher.cli", "pipeline", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "pipeline.jobs {export|rebuild|audit|stats}" in done.stdout + done.stderr  # the jobs' own usage
     bad = subprocess.run(
-        [sys.executable, "-m", "services.cli", "pipeline", "no-such-job"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "services.launcher.cli", "pipeline", "no-such-job"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode == 2

@@ -1,5 +1,5 @@
-"""``pyrmq send``, ``consume`` and ``bench`` end to end, through ``services.cli.main`` in this
-process (and once as ``python -m services.cli`` beside it), against a real cluster: ``pyrmq up``
+"""``pyrmq send``, ``consume`` and ``bench`` end to end, through ``services.launcher.cli.main`` in this
+process (and once as ``python -m services.launcher.cli`` beside it), against a real cluster: ``pyrmq up``
 (store, broker, scheduler, txcheck) on free loopback ports. One cluster for the module, so each
 test creates its own topic (the broker does not create topics on demand) and uses its own group
 names."""
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import main
+from services.launcher.cli import main
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
 
@@ -298,9 +298,9 @@ def test_no_ack_redelivers_after_the_invisible_time(cluster: Cluster, capsys) ->
 def test_consume_stops_when_nothing_arrives(cluster: Cluster, capsys) -> None:
     cluster.topic("CliEmpty")
     # Both consumes wait the broker's shortest poll (5 s): the --json one runs meanwhile, as
-    # `python -m services.cli` in a child process.
+    # `python -m services.launcher.cli` in a child process.
     as_json = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "consume", "CliEmpty", "--group", "CliEmptyGroup"]
+        [sys.executable, "-m", "services.launcher.cli", "consume", "CliEmpty", "--group", "CliEmptyGroup"]
         + ["--wait-seconds", "0", "--endpoint", cluster.endpoint, "--json"],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""``pyrmq up``'s CPU placement (services/placement.py): the plan for 1, 2, 4 and 16 CPUs and 1 or
+"""``pyrmq up``'s CPU placement (services/launcher/placement.py): the plan for 1, 2, 4 and 16 CPUs and 1 or
 3 store replicas, explicit settings winning, and the children of a real ``pyrmq up`` running on
 the CPUs planned."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from services.etcd_local import EtcdLocalConfig
-from services.placement import (
+from services.launcher.etcd_local import EtcdLocalConfig
+from services.launcher.placement import (
     affinity_environment,
     describe,
     explicit_affinities,

@@ -21,7 +21,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.compose import (
+from services.launcher.compose import (
     broker_names,
     compose_services,
     etcd_names,
@@ -29,7 +29,7 @@ from services.compose import (
     scrape_targets,
     store_names,
 )
-from services.topology import SERVICES
+from services.launcher.topology import SERVICES
 from tests.support.components import etcd_binary, require
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
@@ -235,7 +235,7 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             health = [
                 localize(part, addresses[name], addresses) for part in doc["services"][name]["healthcheck"]["test"]
             ]
-            checks[name] = health, Process([sys.executable, "-m", "services.cli", *health[2:]], tmp_path)
+            checks[name] = health, Process([sys.executable, "-m", "services.launcher.cli", *health[2:]], tmp_path)
         for health, checked in checks.values():
             assert checked.popen.wait(60) == 0, checked.log()
             with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
@@ -248,7 +248,7 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
     # The operator creates the topic, as `docker compose exec broker pyrmq topic create ...` would.
     create = Process(
-        [sys.executable, "-m", "services.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
+        [sys.executable, "-m", "services.launcher.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
     )
     assert create.popen.wait(60) == 0, create.log()
     # Both brokers take sends, spread over both groups; each group's queues hold some.

@@ -93,7 +93,7 @@ def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, proce
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "services.launcher.cli",
             "health",
             store_address,
             "--ca-file",

@@ -17,7 +17,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.__main__ import load_config as broker_config
-from services.config_cli import CATALOG, markdown_table
+from services.launcher.config_cli import CATALOG, markdown_table
 from services.runtime import settings
 from services.runtime.settings import SettingsError, coerce, format_value
 from services.scheduler.__main__ import load_config as scheduler_config
@@ -179,7 +179,7 @@ def test_the_readme_table_is_the_rendered_catalogue() -> None:
 
 
 def test_the_toml_example_parses_and_uncommented_is_valid(tmp_path: Path) -> None:
-    from services.config_cli import toml_example
+    from services.launcher.config_cli import toml_example
 
     text = []
     for line in toml_example().splitlines():
@@ -227,7 +227,16 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
         "metrics_port = 0\n[broker]\nport = 0\nauto_create_topic_enable = true\nauto_create_topic_queue_nums = 3\n",
     )
     up = Process(
-        [sys.executable, "-m", "services.cli", "up", "--config", str(config), "--log-dir", str(tmp_path / "logs")],
+        [
+            sys.executable,
+            "-m",
+            "services.launcher.cli",
+            "up",
+            "--config",
+            str(config),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
         tmp_path,
     )
     processes.append(up)

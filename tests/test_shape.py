@@ -1,17 +1,22 @@
 """The shape of the house, enforced: which package may import which, and no import cycles.
 
-    domain      pure code (formats, names, contracts): imports nothing else of the project
-    runtime     what every process shares (clock, settings, gRPC plumbing): domain only
-    store       the store service: domain, runtime and its client
-    store.client  the store's client: domain and runtime only, so a process that talks to the
-                store over gRPC loads none of the engine; ``store.client.local`` (the client of
-                a store core in this process) alone also imports the store
+    domain        pure code (formats, names, contracts): imports nothing else of the project
+    runtime       what every process shares (clock, settings, gRPC and etcd plumbing): domain only
+    coordination  etcd's keys and watched views of replica sets and routes (election rules,
+                  RoleView, RouteView): domain and runtime; every layer above may read them
+    store.client  the store's client: domain, runtime and coordination only, so a process that
+                  talks to the store over gRPC loads none of the engine
+    store         the store service (log/, index/, pop/, lite/, metadata/, ha/, rpc/): domain,
+                  runtime, coordination and its client; ``store.local_client`` (the client of a
+                  store core in this process) is the engine's, not the client's
     broker, scheduler, txcheck
-                domain, runtime, and other services only through the store client
-    v2client    pyrmq's own v2 API client (the operator commands and the pipeline use it)
-    admin       the operator commands: domain, runtime, v2client, the topology of ``pyrmq up``
-    pipeline    the Spark jobs: domain, runtime and the two clients (one exception, below)
-    services/*.py  the command line (``pyrmq``, ``pyrmq up``): starts and configures everything
+                  domain, runtime, coordination, and other services only through the store client
+    v2client      pyrmq's own v2 API client (the operator commands and the pipeline use it)
+    admin         the operator commands: domain, runtime, coordination, v2client, the store
+                  client, and the topology of ``pyrmq up`` (launcher.topology)
+    pipeline      the Spark jobs: domain, runtime and the two clients (one exception, below)
+    launcher      the command line (``pyrmq``, ``pyrmq up``): starts and configures everything;
+                  imported by no package
 
 Every import counts, at module level or inside a function.
 """
@@ -25,18 +30,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("store", "broker", "scheduler", "txcheck")
-COMMAND_LINE = "services-cli"
+COMMAND_LINE = "launcher"
+TOPOLOGY = "launcher.topology"
 ALLOWED: dict[str, set[str]] = {
     "domain": {"domain"},
     "runtime": {"domain", "runtime"},
-    "store": {"domain", "runtime", "store", "store.client"},
-    "store.client": {"domain", "runtime", "store.client"},
-    "store.client.local": {"domain", "runtime", "store", "store.client"},
-    "broker": {"domain", "runtime", "store.client", "broker"},
-    "scheduler": {"domain", "runtime", "store.client", "scheduler"},
-    "txcheck": {"domain", "runtime", "store.client", "txcheck"},
+    "coordination": {"domain", "runtime", "coordination"},
+    "store.client": {"domain", "runtime", "coordination", "store.client"},
+    "store": {"domain", "runtime", "coordination", "store", "store.client"},
+    "broker": {"domain", "runtime", "coordination", "store.client", "broker"},
+    "scheduler": {"domain", "runtime", "coordination", "store.client", "scheduler"},
+    "txcheck": {"domain", "runtime", "coordination", "store.client", "txcheck"},
     "v2client": {"domain", "runtime", "v2client"},
-    "admin": {"domain", "runtime", "v2client", "admin", "services.topology"},
+    "admin": {"domain", "runtime", "coordination", "store.client", "v2client", "admin", TOPOLOGY},
     "pipeline": {"domain", "runtime", "store.client", "v2client", "pipeline"},
 }
 # The rebuild job writes the store's own cache files (ConsumeQueue, IndexFile) from a CommitLog,
@@ -86,13 +92,13 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "pipeline":
         return "pipeline"
-    if parts[:4] == ["services", "store", "client", "local"]:
-        return "store.client.local"
     if parts[:3] == ["services", "store", "client"]:
         return "store.client"
+    if parts[:3] == ["services", "launcher", "topology"]:
+        return TOPOLOGY
     if len(parts) >= 2 and (ROOT / "services" / parts[1]).is_dir():
         return parts[1]
-    return COMMAND_LINE if module != "services.topology" else "services.topology"
+    return COMMAND_LINE
 
 
 def test_packages_import_only_what_their_layer_allows() -> None:
@@ -100,7 +106,7 @@ def test_packages_import_only_what_their_layer_allows() -> None:
     offenders = []
     for source, targets in sorted(edges.items()):
         mine = layer(source)
-        if mine in (COMMAND_LINE, "services.topology"):
+        if mine in (COMMAND_LINE, TOPOLOGY):
             continue
         for target in sorted(targets):
             theirs = layer(target)
@@ -156,6 +162,6 @@ def test_no_import_cycles() -> None:
 
 
 def test_the_rules_know_every_package() -> None:
-    packages = {layer(m) for m in _modules()} - {COMMAND_LINE, "services.topology"}
+    packages = {layer(m) for m in _modules()} - {COMMAND_LINE, TOPOLOGY}
     assert packages <= set(ALLOWED), packages - set(ALLOWED)
     assert set(SERVICES) <= packages

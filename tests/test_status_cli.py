@@ -1,7 +1,7 @@
 """``pyrmq status`` end to end: a whole cluster started by ``pyrmq up`` on loopback (one for the
 module, on free ports placed as topology.py places them, so status finds the scheduler, the
 transaction checker and every metrics endpoint by its defaults), messages sent and partly
-consumed through MessagingService, then ``services.cli.main(["status", ...])``."""
+consumed through MessagingService, then ``services.launcher.cli.main(["status", ...])``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
-from services import cli
 from services.admin import status
+from services.launcher import cli
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import ack, message, receive, send_ok

@@ -8,14 +8,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_LINES_MAX = 600
-# Entry points may print; everything else logs. The command line: cli.py, *_cli.py and the
-# services/admin package (the operator commands); a service's ready line: runtime/service_main.py.
+# Entry points may print; everything else logs. The command line: the services/launcher package
+# (``pyrmq``, ``pyrmq up``), the services/admin package (the operator commands), and *_cli.py; a
+# service's ready line: runtime/service_main.py.
 PRINT_ALLOWED = {"__main__.py", "cli.py", "service_main.py"}
-CLI_DIR = ROOT / "services" / "admin"
+CLI_DIRS = (ROOT / "services" / "admin", ROOT / "services" / "launcher")
 
 
 def is_command_line(f: Path) -> bool:
-    return f.name in PRINT_ALLOWED or f.name.endswith("_cli.py") or f.parent == CLI_DIR
+    return f.name in PRINT_ALLOWED or f.name.endswith("_cli.py") or f.parent in CLI_DIRS
 
 
 # pyrmq's own v2 client (services/v2client/), a client library of the operator commands: a gRPC

@@ -19,7 +19,7 @@ import grpc
 import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
-from services.up_cli import parse_summary
+from services.launcher.up import parse_summary
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 
@@ -66,7 +66,7 @@ def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[
             [
                 sys.executable,
                 "-m",
-                "services.cli",
+                "services.launcher.cli",
                 "status",
                 "--endpoint",
                 ready["clients"],

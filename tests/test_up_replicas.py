@@ -34,7 +34,7 @@ def replicas(etcd: str) -> dict:
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "services.launcher.cli",
             "replica",
             "list",
             "--group",

@@ -62,7 +62,7 @@ RECORD_COLUMNS = (
     "liteQueueOffset",
 )
 # A lite topic starts again at 0 only after it expired: idle at least this long
-# (services/store/lite_lifecycle.py, LITE_EXPIRATION_FLOOR_MS; the test pairs them).
+# (services/store/lite/lifecycle.py, LITE_EXPIRATION_FLOOR_MS; the test pairs them).
 LITE_RESTART_IDLE_MS_MIN = 15 * 60_000
 
 

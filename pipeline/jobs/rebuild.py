@@ -17,18 +17,18 @@ How the bytes are guaranteed: the records are decoded by the ``rocketmq-commitlo
 writers, fed the same ``DispatchRequest``s in the same order as its reput thread does:
 
 * ConsumeQueues: grouped by (topic, queueId) in Spark, each group sorted by commitLogOffset
-  and written by ``services.store.consume_queue.ConsumeQueue.put_requests`` on an executor
+  and written by ``services.store.log.consume_queue.ConsumeQueue.put_requests`` on an executor
   (queues are independent, so this runs in parallel; the output path must be visible to every
   executor, like the input).
 * IndexFiles: chain order is CommitLog order across all topics, so each root's records with
-  keys are sorted into one partition and ``services.store.index_service.IndexService.build_index_batch``
+  keys are sorted into one partition and ``services.store.index.service.IndexService.build_index_batch``
   writes them in one task (a task per root). File *names* are the local time at which the store created them;
   a rebuild names each file from the store time of the record that opened it, so names can
   differ from the originals by the store's dispatch delay (milliseconds); contents are
   identical, and names only order the files.
 
 The lite index (lite topics' queues, RocketMQ 5.5: ``<root>/lite``, StoreConfig.lite_index_dir,
-one LMDB file; services/store/lite_index.py) is not written here: the store rebuilds it from
+one LMDB file; services/store/lite/index.py) is not written here: the store rebuilds it from
 the CommitLog by itself (every lite record's INNER_MULTI_QUEUE_OFFSET) when it starts without
 one. So a rebuild into the store root removes that directory, rather than leave an index that
 may not match the CommitLog any more, and the store's next start rebuilds it (9.91 s for a
@@ -131,7 +131,7 @@ def _write_queue_fn(cq_dirs: dict[str | None, str], units_per_file: int):
     def write_queue(key, table):
         import pyarrow as pa
 
-        from services.store.consume_queue import ConsumeQueue
+        from services.store.log.consume_queue import ConsumeQueue
 
         broker, topic, queue_id = key[0].as_py(), key[1].as_py(), key[2].as_py()
         table = table.sort_by("commitLogOffset")
@@ -174,7 +174,7 @@ def _write_index_fn(index_dirs: dict[str | None, str], hash_slot_num: int, index
     def write_index(batches):
         import pyarrow as pa
 
-        from services.store.index_service import IndexService
+        from services.store.index.service import IndexService
 
         done: list[tuple[str | None, int, int]] = []
         service, clock, current, keys = None, ReplayClock(), None, 0

@@ -1,5 +1,5 @@
 """A broker group's store replicas for ``pyrmq status`` (and the table ``pyrmq replica list``
-prints, services/replica_cli.py): the store's ``GetReplicaStatus`` (protos/pyrmq/store/v1/
+prints, services/admin/replica_cli.py): the store's ``GetReplicaStatus`` (protos/pyrmq/store/v1/
 store.proto) asked of the store the status reaches, turned into the JSON document
 ``{"name", "master_id", "master_address", "master_epoch", "sync_state_set", "replicas": [{"id",
 "role", "address", "epoch", "max_offset", "confirmed_offset", "in_sync", "lag_bytes",

@@ -9,7 +9,7 @@ Prometheus endpoints.
 Where the services are: the broker at ``--endpoint`` (default 127.0.0.1:8081); the store where
 the broker says it reaches it (GetClusterStatus), else the broker's host on port 10911; the
 scheduler and the transaction checker beside the store, as ``pyrmq up`` and the compose file
-place them (services/topology.py: store port + 4 and + 3). Each flag overrides its default.
+place them (services/launcher/topology.py: store port + 4 and + 3). Each flag overrides its default.
 Metrics: ``--metrics-port`` is the store's Prometheus port (default 9101, -1: do not probe); the
 others' are beside it as topology.py places them (broker + 1, scheduler + 2, txcheck + 3), on
 each service's gRPC host. A cluster started with ``pyrmq up --store-port 0`` or
@@ -68,8 +68,8 @@ from services.admin.cli import (
     positive_float,
 )
 from services.admin.replicas import fetch_group, replicas_table
+from services.launcher.topology import SERVICES
 from services.runtime.process import format_address
-from services.topology import SERVICES
 
 DEFAULT_STORE_PORT = 10911  # the store's default gRPC port ([store] port)
 DEFAULT_METRICS_PORT = 9101  # the store's default Prometheus port ([store] metrics_port)

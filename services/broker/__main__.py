@@ -28,6 +28,7 @@ from services.broker.errors import StoreCallError
 from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import build_server
+from services.coordination.route_view import RouteStore, RouteView, registered_groups
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
@@ -35,7 +36,6 @@ from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
 from services.store.client.client import GrpcStoreClient
-from services.store.client.route_view import RouteStore, RouteView, registered_groups
 
 log = logging.getLogger("services.broker")
 

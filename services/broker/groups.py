@@ -1,7 +1,7 @@
 """The broker groups a broker serves, and the route of each topic over them (issue 17).
 
 Where routes come from. With etcd (``etcd_endpoints``), ``<prefix>/routes/topics/<topic>``
-(services/store/client/route_view.py, written by ``pyrmq topic create``) names the groups of a
+(services/coordination/route_view.py, written by ``pyrmq topic create``) names the groups of a
 topic, with their read and write queue counts and permission. A topic with no route there,
 and every topic without etcd, lives on the *home* group alone (``broker_name``, the group the
 broker follows): its route is made from that group's topic config, so a one-group cluster
@@ -37,9 +37,9 @@ from typing import Protocol
 from services.broker import validation
 from services.broker.errors import Code, RequestError
 from services.broker.group_core import GroupCore
+from services.coordination.route_view import RouteStore
 from services.domain.routes import QueueData, TopicRoute
 from services.store.client.client import StoreClient
-from services.store.client.route_view import RouteStore
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ GROUPS_MAX = 1024  # a route naming more groups than this is refused (a limit: c
 
 
 class RouteSource(Protocol):
-    """The topic routes the broker reads (services/store/client/route_view.py: ``RouteView``)."""
+    """The topic routes the broker reads (services/coordination/route_view.py: ``RouteView``)."""
 
     def route(self, topic: str) -> TopicRoute | None: ...
 

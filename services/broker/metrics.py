@@ -30,7 +30,7 @@
   ``rocketmq_half_messages{topic}``: transactions whose half message is neither committed nor
   rolled back (nor discarded by the checker) yet, by real topic, counted once per transaction
   however many copies the checker appended (RocketMQ 5's ``TransactionMetrics``, which the store
-  keeps: ``services/store/transaction_metrics.py``; a topic stays at 0 once all are resolved).
+  keeps: ``services/store/metadata/transaction_metrics.py``; a topic stays at 0 once all are resolved).
   These are the store's figures: every broker reports the same ones, so dashboards take ``max``,
   never ``sum``, over brokers;
 * ``rocketmq_producer_connections{language, version, protocol_type}`` and

@@ -6,7 +6,7 @@ Creating (or updating) a topic on several groups is two steps:
 1. the topic's config in each named group's store (``AdminService.create_topic`` there, so a
    group's store holds the topic before any route points a send at it); queue ids start at 0
    in each group;
-2. the route in etcd (services/store/client/route_view.py): each named group's ``QueueData``
+2. the route in etcd (services/coordination/route_view.py): each named group's ``QueueData``
    (its read and write queue counts and permission, as stored) added or replaced by
    compare-and-swap, so concurrent admins never drop each other's groups; groups the call did
    not name keep their place.
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from services.broker.admin import AdminService
 from services.broker.errors import Code, RequestError
 from services.broker.groups import Groups
+from services.coordination.route_view import RouteStore
 from services.domain.retry_policy import GroupRetryPolicy
 from services.domain.routes import QueueData, TopicRoute
 from services.store.client.model import GroupInfo, TopicInfo
-from services.store.client.route_view import RouteStore
 
 log = logging.getLogger(__name__)
 

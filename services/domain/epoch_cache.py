@@ -1,5 +1,5 @@
 """EpochCache: a replica's epoch history, as RocketMQ 5's ``EpochFileCache`` keeps it (no I/O:
-``services/store/epoch_file.py`` persists it as ``epochFileCheckpoint``).
+``services/store/ha/epoch_file.py`` persists it as ``epochFileCheckpoint``).
 
 Each master term (epoch) appends one EpochEntry: the phy_offset its first record went to.
 Entry ``i`` covers [startOffset_i, startOffset_{i+1}); the last one ends at the CommitLog's

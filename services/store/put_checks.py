@@ -13,10 +13,10 @@ from services.domain.format.properties_format import PropertiesError
 from services.domain.lite import LITE_TOPIC, lmq_name
 from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import PutStatus
-from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.metadata import TopicConfig
-from services.store.topic_config import TopicConfigManager
+from services.store.log.commitlog import CommitLog
+from services.store.metadata.config_files import TopicConfig
+from services.store.metadata.topic_config import TopicConfigManager
 
 # The batch-wide size checks run in C over the prepared tuples (record, topic part, properties).
 _RECORD = operator.itemgetter(0)

@@ -37,31 +37,37 @@ from services.domain.lite import LITE_TOPIC_PREFIX
 from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
 from services.store.arrivals import ArrivalBus, ArrivalListener
-from services.store.auth_config import AuthConfigManager
-from services.store.checkpoint import CheckpointFile, StoreLock, abort_file_exists, create_abort_file, delete_abort_file
-from services.store.clean import CleanService
-from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
-from services.store.consume_init import ConsumeInitOffsets
-from services.store.consume_queue import ConsumeQueueStore
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
 from services.store.ha.replication import Replication
-from services.store.index_service import IndexService
-from services.store.lite_consumer_offsets import LiteConsumerOffsets
-from services.store.lite_index import LiteIndex
-from services.store.lite_lifecycle import LiteLifecycle
-from services.store.lite_offsets import LiteOffsetTable
-from services.store.lite_queue import find_lite_queue
-from services.store.mapped_file import WarmAheadService
+from services.store.index.service import IndexService
+from services.store.lite.consumer_offsets import LiteConsumerOffsets
+from services.store.lite.index import LiteIndex
+from services.store.lite.lifecycle import LiteLifecycle
+from services.store.lite.put_offsets import LiteOffsetTable
+from services.store.lite.queue import find_lite_queue
+from services.store.log.checkpoint import (
+    CheckpointFile,
+    StoreLock,
+    abort_file_exists,
+    create_abort_file,
+    delete_abort_file,
+)
+from services.store.log.commitlog import CommitLog
+from services.store.log.consume_queue import ConsumeQueueStore
+from services.store.log.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
+from services.store.log.mapped_file import WarmAheadService
+from services.store.log.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
+from services.store.log.reput import ReputService
+from services.store.log.retention import CleanService
+from services.store.metadata.auth_config import AuthConfigManager
+from services.store.metadata.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.metadata.transaction_metrics import TransactionMetrics
 from services.store.model import DispatchRequest, PutResult, StoreStats
-from services.store.pop import PopService
+from services.store.pop.consume_init import ConsumeInitOffsets
+from services.store.pop.service import PopService
 from services.store.put_checks import PutChecks
-from services.store.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
-from services.store.reput import ReputService
 from services.store.store_read import StoreReader
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from services.store.transaction_metrics import TransactionMetrics
 
 log = logging.getLogger(__name__)
 
@@ -185,17 +191,17 @@ class FileStore(StoreReader):
 
     @property
     def lite_lifecycle(self) -> LiteLifecycle:
-        """Expiry of idle lite topics (services/store/lite_lifecycle.py)."""
+        """Expiry of idle lite topics (services/store/lite/lifecycle.py)."""
         return self._lite_lifecycle
 
     @property
     def lite_offsets(self) -> LiteConsumerOffsets:
-        """The consumer groups' offsets in lite topics (services/store/lite_consumer_offsets.py)."""
+        """The consumer groups' offsets in lite topics (services/store/lite/consumer_offsets.py)."""
         return self._lite_offsets
 
     @property
     def lite(self) -> LiteIndex:
-        """The lite topics' units (services/store/lite_index.py)."""
+        """The lite topics' units (services/store/lite/index.py)."""
         return self._lite
 
     @property

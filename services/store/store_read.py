@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from services.domain.format.commitlog_format import MessageRecord, decode_offset_msg_id
 from services.domain.statuses import GetStatus
-from services.store.commitlog import CommitLog
-from services.store.consume_queue import ConsumeQueueStore
-from services.store.index_service import IndexService
+from services.store.index.service import IndexService
+from services.store.log.commitlog import CommitLog
+from services.store.log.consume_queue import ConsumeQueueStore
 from services.store.model import GetResult
 
 FILTER_SCAN_UNITS_MAX = 16_000  # units examined per call when a tag filter skips most of them

@@ -12,7 +12,7 @@ import pytest
 
 from services.broker.rpc.server import BrokerServer
 from services.broker.tls_cert import self_signed
-from services.cli import main
+from services.launcher.cli import main
 from services.runtime.clock import SystemClock
 
 

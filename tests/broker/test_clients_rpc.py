@@ -69,7 +69,7 @@ def java_like(command: s.TelemetryCommand) -> s.TelemetryCommand | None:
 
 def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "services.launcher.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
 
 

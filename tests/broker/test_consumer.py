@@ -20,7 +20,7 @@ from services.domain.delivery import MessageType, delivered_message_type, delive
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import SystemClock
 from services.store.client.model import AckResult, Delivery, StoredMessage, StoreMessage, TopicInfo
-from services.store.receipt_handle import ReceiptHandle
+from services.store.pop.receipt_handle import ReceiptHandle
 from tests.support.store_double import StoreDouble
 
 

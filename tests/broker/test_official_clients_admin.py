@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "services.launcher.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
 
 

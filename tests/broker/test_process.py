@@ -17,10 +17,10 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.launcher.up import create_missing_topics
 from services.runtime.rpc.tls import TlsFiles
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
-from services.up_cli import create_missing_topics
 from tests.support.official_client import run_client
 from tests.support.processes import UP_READY, Process, broker_command, child_pids, pyrmq_up_command, start_store
 from tests.support.store_reads import wait_stored

@@ -15,9 +15,9 @@ from apache.rocketmq.v2 import service_pb2 as s
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
-from services.cli import main as pyrmq
+from services.coordination.route_view import RouteStore
+from services.launcher.cli import main as pyrmq
 from services.store.client.model import TopicInfo
-from services.store.client.route_view import RouteStore
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
 from tests.support.v2_requests import METADATA, message, send_ok
 

@@ -1,7 +1,7 @@
 """A ``Cluster`` (cluster.py) whose store is a replica set in controller mode: ``replicas`` store
 processes (``store-0``, ``store-1``, ...), each ``python -m services.store`` with its own port
 and data directory (``data_dir/replica-<i>``) and ``PYRMQ_STORE_ETCD_ENDPOINTS``,
-``PYRMQ_STORE_REPLICA_ID``, ``PYRMQ_STORE_BROKER_ROLE`` (as services/topology.py builds them for
+``PYRMQ_STORE_REPLICA_ID``, ``PYRMQ_STORE_BROKER_ROLE`` (as services/launcher/topology.py builds them for
 ``pyrmq up --replicas N``); the broker, the scheduler and txcheck follow the group's master through
 the same etcd (``PYRMQ_<SVC>_ETCD_ENDPOINTS``; their ``--store-address`` is then unused).
 
@@ -19,10 +19,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from services.coordination.group_keys import GroupKeys
+from services.coordination.group_state import GroupState
 from services.runtime.etcd import Get
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.store.client.group_keys import GroupKeys
-from services.store.client.group_state import GroupState
 from tests.faults.cluster import Cluster, free_port
 
 GROUP = "broker-a"  # the broker group (brokerName); the broker's, scheduler's and txcheck's default

@@ -11,7 +11,7 @@ import pytest
 from services.domain.format.commitlog_format import BLANK, decode_record, host_to_string, tags_code
 from services.domain.format.consume_queue_format import CQ_UNIT
 from services.runtime.clock import SystemClock
-from services.store.index_service import IndexService
+from services.store.index.service import IndexService
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

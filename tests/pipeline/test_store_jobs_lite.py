@@ -15,8 +15,8 @@ from services.domain.format.commitlog_format import BLANK, PROP_CRC_PREFIX, deco
 from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET
 from services.domain.lite import LITE_TOPIC, LMQ_OFFSET_DIGITS, lmq_name
 from services.runtime.clock import ManualClock
-from services.store.lite_lifecycle import LITE_EXPIRATION_FLOOR_MS
-from services.store.metadata import TopicConfig
+from services.store.lite.lifecycle import LITE_EXPIRATION_FLOOR_MS
+from services.store.metadata.config_files import TopicConfig
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

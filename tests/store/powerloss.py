@@ -25,7 +25,7 @@ import random
 import threading
 from pathlib import Path
 
-from services.store import lite_index
+from services.store.lite import index as lite_index
 
 PAGE = 4096
 SKIPPED_NAMES = {"lock", "abort"}

@@ -1,4 +1,4 @@
-"""config/auth.json (services/store/auth_config.py): users and ACLs survive a restart, bad ones
+"""config/auth.json (services/store/metadata/auth_config.py): users and ACLs survive a restart, bad ones
 are refused, and the file holds secrets so it is private."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.runtime.clock import ManualClock
-from services.store.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
 from services.store.errors import AuthConfigError
+from services.store.metadata.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
 from tests.support.store_rpc import Served
 
 

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from services.domain.statuses import GetStatus, PutStatus
-from services.store import commitlog as commitlog_module
+from services.store.log import commitlog as commitlog_module
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

@@ -15,16 +15,16 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.runtime.clock import ManualClock
 from services.runtime.process import free_ports
-from services.store.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
 from services.store.config import BrokerRole
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.errors import NotMasterWriteError
 from services.store.ha.config_sync import ConfigTables
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig
-from services.store.pop_model import AckStatus
+from services.store.metadata.auth_config import AuthConfigManager, StoredAcl, StoredPolicy, StoredUser
+from services.store.metadata.config_files import SubscriptionGroupConfig, TopicConfig
+from services.store.metadata.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.pop.model import AckStatus
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.etcd import EtcdCluster, etcd_server  # noqa: F401 - fixture
 from tests.support.filestore import message, small_config
 from tests.support.static_nodes import Node, StaticNodes

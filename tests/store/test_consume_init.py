@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from services.store.config import ConsumeInitMode
-from services.store.consume_init import ConsumeInitOffsets, physical_memory_bytes
-from services.store.pop_model import AckStatus, PopStatus
+from services.store.pop.consume_init import ConsumeInitOffsets, physical_memory_bytes
+from services.store.pop.model import AckStatus, PopStatus
 from tests.support.filestore import message, small_config
 from tests.support.store_pop import (
     GROUP,

@@ -3,9 +3,9 @@ messages per (group, topic), after real pops, acks, revives and DLQ moves on a M
 
 from __future__ import annotations
 
-from services.store.consumer_stats import ConsumerStats, consumer_stats
-from services.store.metadata import SubscriptionGroupConfig
-from services.store.pop_model import AckStatus
+from services.store.metadata.config_files import SubscriptionGroupConfig
+from services.store.metadata.consumer_stats import ConsumerStats, consumer_stats
+from services.store.pop.model import AckStatus
 from tests.support.filestore import message
 from tests.support.store_pop import GROUP, INVISIBLE_MS, RETRY, TOPIC, create_topic, pop, put, put_bodies, revive
 

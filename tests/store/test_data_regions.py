@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from services.store.recovery import data_regions
+from services.store.log.recovery import data_regions
 
 MIB = 1 << 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.store.errors import FastjsonDecodeError
-from services.store.fastjson import Bean, dumps, loads
+from services.store.metadata.fastjson import Bean, dumps, loads
 from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48_COMPACT
 
 

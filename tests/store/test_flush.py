@@ -24,8 +24,8 @@ import pytest
 from services.domain.format.checkpoint_format import CHECKPOINT_FILE_SIZE_BYTES, decode_checkpoint
 from services.domain.statuses import PutStatus
 from services.store.config import FlushMode
-from services.store.flush import FlushService
-from services.store.mapped_file import PAGE_SIZE_BYTES
+from services.store.log.flush import FlushService
+from services.store.log.mapped_file import PAGE_SIZE_BYTES
 from services.store.store import FileStore
 from tests.support.filestore import message
 

@@ -19,8 +19,8 @@ from services.domain.format.index_format import (
 )
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
-from services.store import index_file as index_file_module
-from services.store.index_service import IndexService
+from services.store.index import index_file as index_file_module
+from services.store.index.service import IndexService
 from services.store.model import DispatchRequest
 from tests.support.index_files import (
     FAR_FUTURE,

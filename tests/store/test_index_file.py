@@ -31,8 +31,8 @@ from services.domain.format.index_format import (
 )
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
-from services.store.index_file import IndexFile, index_file_name
-from services.store.index_service import IndexService
+from services.store.index.index_file import IndexFile, index_file_name
+from services.store.index.service import IndexService
 from tests.support.index_files import (
     ENTRIES,
     FAR_FUTURE,

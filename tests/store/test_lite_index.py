@@ -11,8 +11,8 @@ from services.domain.format.commitlog_format import decode_record
 from services.domain.format.properties_format import INNER_MULTI_QUEUE_OFFSET
 from services.domain.lite import INNER_MULTI_DISPATCH, LITE_TOPIC, lmq_name
 from services.domain.statuses import PutStatus
-from services.store.lite_offsets import LiteOffsetTable
-from services.store.metadata import TopicConfig
+from services.store.lite.put_offsets import LiteOffsetTable
+from services.store.metadata.config_files import TopicConfig
 from tests.support.lite_store import PARENT, create_parent, lite, put_ok
 
 

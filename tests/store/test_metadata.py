@@ -15,11 +15,11 @@ from services.domain.names import (
 )
 from services.domain.retry_policy import EXPONENTIAL, CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
 from services.runtime.clock import ManualClock
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.errors import MetadataFileError
-from services.store.fastjson import loads
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig, write_atomically
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.metadata.config_files import SubscriptionGroupConfig, TopicConfig, write_atomically
+from services.store.metadata.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.metadata.fastjson import loads
+from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
 from tests.support.metadata_samples import CONSUMER_OFFSET_48, DELAY_OFFSET_48, DELAY_OFFSET_48_COMPACT
 
 T0 = 1_700_000_000_000

@@ -37,7 +37,7 @@ from services.domain.format.java_compat import java_string_hash
 from services.domain.statuses import GetStatus, PutStatus
 from services.runtime.clock import ManualClock
 from services.store.config import StoreConfig
-from services.store.flush import ConsumeQueueFlushService, FlushService
+from services.store.log.flush import ConsumeQueueFlushService, FlushService
 from services.store.memory_store import MemoryStore
 from services.store.model import GetResult
 from services.store.store import FileStore

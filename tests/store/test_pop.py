@@ -14,9 +14,9 @@ import pytest
 from services.domain.format.java_compat import java_string_hash
 from services.domain.format.properties_format import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID
 from services.store.errors import StoreNotRunningError
-from services.store.metadata import SubscriptionGroupConfig
-from services.store.pop_model import AckStatus, PopResult, PopStatus
-from services.store.receipt_handle import ReceiptHandle
+from services.store.metadata.config_files import SubscriptionGroupConfig
+from services.store.pop.model import AckStatus, PopResult, PopStatus
+from services.store.pop.receipt_handle import ReceiptHandle
 from tests.support.filestore import message
 from tests.support.store_pop import (
     DLQ,

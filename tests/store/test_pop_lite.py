@@ -9,7 +9,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.lite import LITE_TOPIC, lmq_name
-from services.store.metadata import TopicConfig
+from services.store.metadata.config_files import TopicConfig
 from tests.support.lite_store import PARENT, create_parent, lite, put_ok
 from tests.support.store_pop_rpc import RPC_TIMEOUT_S, Served, pop_served  # noqa: F401 - the "served" fixture
 
@@ -117,7 +117,7 @@ def test_a_suspended_message_comes_back_without_counting_an_attempt(make_store, 
 
 
 def test_list_lite_topics_pages_a_parents_lite_topics_with_a_groups_backlog(make_store):
-    from services.store.lite_queue import list_lite_topics
+    from services.store.lite.queue import list_lite_topics
 
     store = make_store()
     create_parent(store)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from services.domain.format.properties_format import PRIORITY
 from services.domain.topic_types import PRIORITY_FACTOR_ATTRIBUTE
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig
+from services.store.metadata.config_files import SubscriptionGroupConfig, TopicConfig
 from tests.support.filestore import message
 from tests.support.store_pop import GROUP, INVISIBLE_MS, RETRY, TOPIC, ack_all, pop, put, revive
 

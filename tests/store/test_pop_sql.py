@@ -11,7 +11,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.format.java_compat import java_string_hash
 from services.domain.sql_filter import SqlFilterError
-from services.store.pop_model import PopStatus
+from services.store.pop.model import PopStatus
 from tests.support.filestore import message
 from tests.support.store_pop import INVISIBLE_MS, RETRY, TOPIC, ack_all, committed, create_topic, pop, put, revive
 from tests.support.store_pop_rpc import GROUP as RPC_GROUP

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from services.domain.statuses import GetStatus
-from services.store.checkpoint import CheckpointFile
 from services.store.errors import CommitLogCorruptError
+from services.store.log.checkpoint import CheckpointFile
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from services.domain.format.epoch_file_format import EpochEntry, EpochFileError
-from services.store.epoch_file import EPOCH_FILE_NAME, EpochFile
 from services.store.errors import MetadataFileError, ReplicaDataError, ReplicaOffsetError
-from services.store.replica_log import ReplicaLog
+from services.store.ha.epoch_file import EPOCH_FILE_NAME, EpochFile
+from services.store.ha.replica_log import ReplicaLog
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 

@@ -15,7 +15,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.domain.statuses import PutStatus
 from services.store.config import BrokerRole, config_from_settings
-from services.store.epoch_file import EpochFile
+from services.store.ha.epoch_file import EpochFile
 from services.store.rpc.server import stop_server
 from tests.support.filestore import message
 from tests.support.static_nodes import Node, StaticNodes

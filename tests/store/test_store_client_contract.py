@@ -26,9 +26,9 @@ from services.store.client.errors import (
     StoreUnavailableError,
     error_for_status,
 )
-from services.store.client.local import LocalStoreClient
 from services.store.client.model import AckResult, PolicyView, StoreMessage, TopicInfo, stored_from_raw
-from services.store.metadata import TopicConfig
+from services.store.local_client import LocalStoreClient
+from services.store.metadata.config_files import TopicConfig
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
 from tests.support.filestore import small_config

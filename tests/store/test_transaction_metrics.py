@@ -17,9 +17,9 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED_QUEUE_OFFSET,
 )
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.store.fastjson import loads
+from services.store.metadata.fastjson import loads
+from services.store.metadata.transaction_metrics import TRANSACTION_METRICS_FILE
 from services.store.store import FileStore
-from services.store.transaction_metrics import TRANSACTION_METRICS_FILE
 from tests.support.filestore import small_config
 from tests.support.store_rpc import wait_until
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import collections
 import threading
 
-from services.store.mapped_file import PAGE_SIZE_BYTES, MappedFile, MappedFileQueue, WarmAheadService
+from services.store.log.mapped_file import PAGE_SIZE_BYTES, MappedFile, MappedFileQueue, WarmAheadService
+from services.store.log.reput import ReputService
 from services.store.model import DispatchRequest
-from services.store.reput import ReputService
 from tests.support.filestore import message
 
 FILE_SIZE = 1 << 20

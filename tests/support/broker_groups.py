@@ -33,12 +33,12 @@ from services.broker.config import BrokerConfig
 from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import BrokerServer, build_server
+from services.coordination.route_view import RouteStore, RouteView
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.clock import SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
-from services.store.client.route_view import RouteStore, RouteView
 from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.runtime.clock import ManualClock
-from services.store.index_file import IndexFile
-from services.store.index_service import IndexService
+from services.store.index.index_file import IndexFile
+from services.store.index.service import IndexService
 
 SLOTS = 100
 ENTRIES = 400

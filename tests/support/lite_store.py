@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from services.domain.lite import LITE_TOPIC
 from services.domain.statuses import PutStatus
-from services.store.metadata import TopicConfig
+from services.store.metadata.config_files import TopicConfig
 from tests.support.filestore import message
 
 PARENT = "LiteParent"

@@ -146,7 +146,17 @@ def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Pr
 def pyrmq_status(endpoint: str) -> dict:
     """``pyrmq status --json`` of the cluster whose broker is at ``endpoint`` (metrics not probed)."""
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "status", "--endpoint", endpoint, "--json", "--metrics-port", "-1"],
+        [
+            sys.executable,
+            "-m",
+            "services.launcher.cli",
+            "status",
+            "--endpoint",
+            endpoint,
+            "--json",
+            "--metrics-port",
+            "-1",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -161,7 +171,7 @@ def pyrmq_up_command(
     return [
         sys.executable,
         "-m",
-        "services.cli",
+        "services.launcher.cli",
         "up",
         "--data-dir",
         str(data_dir),

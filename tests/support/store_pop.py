@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.store.metadata import TopicConfig
-from services.store.pop_model import AckStatus, PopResult
+from services.store.metadata.config_files import TopicConfig
+from services.store.pop.model import AckStatus, PopResult
 from services.store.store import FileStore
 from tests.support.filestore import message
 

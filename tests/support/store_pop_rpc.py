@@ -19,7 +19,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.runtime.clock import ManualClock
-from services.store.metadata import TopicConfig
+from services.store.metadata.config_files import TopicConfig
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
 from tests.support.store_rpc import store_config

@@ -1,7 +1,7 @@
 """``MasterTransport``: a ``Transport`` to whichever replica of a broker group is master now, as
 the group's keys in etcd say (RocketMQ 5's proxy and clients follow the route the same way).
 
-It watches the group through a ``RoleView`` (services/store/client/role_view.py: one read, then a watch)
+It watches the group through a ``RoleView`` (services/coordination/role_view.py: one read, then a watch)
 and keeps one ``GrpcTransport`` to the current master's address. When the view names another
 master the old transport is closed at once: calls in flight to a dead or deposed master fail
 now (gRPC CANCELLED) instead of sitting out their deadline, and are retried on the new one.
@@ -33,14 +33,14 @@ from typing import Any, TypeVar
 
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.coordination.group_keys import DEFAULT_PREFIX, GroupKeys
+from services.coordination.group_state import GroupState
+from services.coordination.role_view import RoleView
 from services.domain.statuses import NOT_MASTER
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.rpc.tls import TlsFiles
 from services.store.client.errors import StoreError, StoreUnavailableError
-from services.store.client.group_keys import DEFAULT_PREFIX, GroupKeys
-from services.store.client.group_state import GroupState
-from services.store.client.role_view import RoleView
 from services.store.client.transport import GrpcTransport, Stream
 
 log = logging.getLogger(__name__)

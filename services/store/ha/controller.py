@@ -30,19 +30,19 @@ import math
 import threading
 from dataclasses import dataclass
 
-from services.runtime.clock import Clock
-from services.runtime.etcd import EtcdError, Get
-from services.runtime.etcd.rpc.client import EtcdClient
-from services.runtime.etcd.rpc.streams import LeaseKeeper
-from services.store.client.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
-from services.store.client.group_state import (
+from services.coordination.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
+from services.coordination.group_state import (
     ControllerCode,
     GroupState,
     Plan,
     plan_alter_sync_state_set,
     plan_elect_master,
 )
-from services.store.client.role_view import RoleView
+from services.coordination.role_view import RoleView
+from services.runtime.clock import Clock
+from services.runtime.etcd import EtcdError, Get
+from services.runtime.etcd.rpc.client import EtcdClient
+from services.runtime.etcd.rpc.streams import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

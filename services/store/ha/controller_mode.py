@@ -43,21 +43,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.coordination.group_keys import SyncStateSet
+from services.coordination.group_state import GroupState
 from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
 from services.runtime.etcd import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.store.client.group_keys import SyncStateSet
-from services.store.client.group_state import GroupState
-from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicationError
 from services.store.ha.controller import ElectionLoop, ReplicaController
+from services.store.ha.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
 from services.store.ha.switch import MasterSwitch, SwitchResult
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
+from services.store.log.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ import logging
 from dataclasses import dataclass
 
 from services.domain.epoch_cache import EpochEntry
-from services.store.commitlog import CommitLog
 from services.store.config import FlushMode, StoreConfig
-from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicationError
 from services.store.ha.config_sync import ConfigTables
-from services.store.replica_log import ReplicaLog
+from services.store.ha.epoch_file import EpochFile
+from services.store.ha.replica_log import ReplicaLog
+from services.store.log.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 

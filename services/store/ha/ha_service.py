@@ -31,11 +31,11 @@ from typing import Protocol
 
 from services.domain.epoch_cache import EpochEntry
 from services.runtime.clock import Clock
-from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.epoch_file import EpochFile
 from services.store.errors import ReplicaOffsetError
 from services.store.ha.config_sync import ConfigTables
+from services.store.ha.epoch_file import EpochFile
+from services.store.log.commitlog import CommitLog
 
 _TOTAL_SIZE_BYTES = 4  # a record (and a blank record) starts with its TOTALSIZE, big-endian int32
 

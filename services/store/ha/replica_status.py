@@ -29,13 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from services.coordination.group_state import GroupState
 from services.runtime.clock import Clock
-from services.store.client.group_state import GroupState
-from services.store.commitlog import CommitLog
 from services.store.config import StoreConfig
-from services.store.epoch_file import EpochFile
+from services.store.ha.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService
+from services.store.log.commitlog import CommitLog
 
 MASTER, SLAVE, CANDIDATE = "MASTER", "SLAVE", "CANDIDATE"
 

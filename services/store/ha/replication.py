@@ -32,24 +32,24 @@ from typing import Protocol
 from services.domain.statuses import NOT_MASTER, PutStatus
 from services.runtime.clock import Clock
 from services.runtime.rpc.tls import TlsFiles
-from services.store.auth_config import AuthConfigManager
-from services.store.checkpoint import CheckpointFile
-from services.store.client.replication import ReplicationConnection
-from services.store.commitlog import CommitLog
 from services.store.config import BrokerRole, StoreConfig
-from services.store.consume_queue import ConsumeQueueStore
-from services.store.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
-from services.store.epoch_file import EpochFile
 from services.store.errors import NotMasterWriteError, ReplicationError
 from services.store.ha.config_sync import ConfigTables
+from services.store.ha.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
-from services.store.index_service import IndexService
-from services.store.pop import PopService
-from services.store.replica_log import ReplicaLog
-from services.store.reput import ReputService
-from services.store.topic_config import SubscriptionGroupManager, TopicConfigManager
-from services.store.transaction_metrics import TransactionMetrics
+from services.store.ha.replica_log import ReplicaLog
+from services.store.index.service import IndexService
+from services.store.log.checkpoint import CheckpointFile
+from services.store.log.commitlog import CommitLog
+from services.store.log.consume_queue import ConsumeQueueStore
+from services.store.log.reput import ReputService
+from services.store.metadata.auth_config import AuthConfigManager
+from services.store.metadata.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.metadata.transaction_metrics import TransactionMetrics
+from services.store.pop.service import PopService
+from services.store.rpc.replicate_client import ReplicationConnection
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from services.coordination.group_keys import SyncStateSet
 from services.runtime.clock import Clock
-from services.store.client.group_keys import SyncStateSet
 from services.store.ha.controller import ControllerResult, ReplicaController
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,12 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.domain.format.commitlog_format import MessageRecord, host_from_string, host_to_string
 from services.domain.lite import LITE_TOPIC_PREFIX
 from services.domain.statuses import APPENDED_PUT_STATUSES, GetStatus, PutStatus
-from services.store.auth_config import StoredAcl, StoredPolicy, StoredUser
 from services.store.client.retry_policy_convert import retry_policy_from_pb, retry_policy_to_pb
-from services.store.metadata import SubscriptionGroupConfig, TopicConfig
+from services.store.metadata.auth_config import StoredAcl, StoredPolicy, StoredUser
+from services.store.metadata.config_files import SubscriptionGroupConfig, TopicConfig
 from services.store.model import Arrival, GetResult, PutResult, StoreStats
-from services.store.pop import POP_BATCH_MAX
-from services.store.pop_model import AckStatus, PopResult, PopStatus
+from services.store.pop.model import AckStatus, PopResult, PopStatus
+from services.store.pop.service import POP_BATCH_MAX
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).
 assert {s.name for s in PutStatus} == set(pb.PutStatus.keys()) - {"PUT_STATUS_UNSPECIFIED"}

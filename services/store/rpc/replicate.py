@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.store.client.replication import epochs_to_pb
 from services.store.errors import NotMasterError
 from services.store.ha.ha_service import HAService, SlaveProgress
+from services.store.rpc.replicate_client import epochs_to_pb
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from prometheus_client import Histogram
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services.store.consumer_stats import consumer_stats
 from services.store.errors import TooManyWatchersError
 from services.store.ha.replica_status import group_status
 from services.store.ha.switch import switch_master
-from services.store.lite_queue import LIST_LITE_TOPICS_MAX, list_lite_topics
+from services.store.lite.queue import LIST_LITE_TOPICS_MAX, list_lite_topics
+from services.store.metadata.consumer_stats import consumer_stats
 from services.store.model import Arrival
 from services.store.rpc import convert
 from services.store.rpc.replica import group_status_to_pb, switch_result_to_pb

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.coordination.group_keys import GroupKeys
+from services.coordination.group_state import ControllerCode as Code
 from services.runtime.clock import ManualClock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.store.client.group_keys import GroupKeys
-from services.store.client.group_state import ControllerCode as Code
 from services.store.ha.controller import ControllerResult, ElectionLoop, ReplicaController
 from tests.support.etcd import EtcdCluster
 

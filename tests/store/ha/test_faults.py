@@ -18,8 +18,8 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from services.domain.statuses import PutStatus
 from services.runtime.process import free_ports
 from services.store.config import BrokerRole
-from services.store.epoch_file import EpochFile
 from services.store.ha.controller_mode import ControllerMode
+from services.store.ha.epoch_file import EpochFile
 from services.store.store import FileStore
 from tests.support.etcd import EtcdCluster
 from tests.support.filestore import message, small_config

@@ -1,17 +1,17 @@
-"""The controller's decisions without etcd (services/store/client/group_state.py): DefaultElectPolicy's
+"""The controller's decisions without etcd (services/coordination/group_state.py): DefaultElectPolicy's
 order, what an election's and an alter's transactions compare on, and the JSON encodings."""
 
 from __future__ import annotations
 
-from services.runtime.etcd import Compare, Event, KeyValue
-from services.store.client.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
-from services.store.client.group_state import (
+from services.coordination.group_keys import GroupKeys, MasterInfo, ReplicaInfo, SyncStateSet
+from services.coordination.group_state import (
     ControllerCode,
     GroupState,
     elect_policy,
     plan_alter_sync_state_set,
     plan_elect_master,
 )
+from services.runtime.etcd import Compare, Event, KeyValue
 
 KEYS = GroupKeys("g", "/test")
 

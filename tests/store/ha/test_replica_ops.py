@@ -15,8 +15,8 @@ from prometheus_client import generate_latest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from services import cli
 from services.domain.statuses import PutStatus
+from services.launcher import cli
 from services.store.config import BrokerRole
 from services.store.ha.replica_status import group_status
 from services.store.metrics import StoreMetrics

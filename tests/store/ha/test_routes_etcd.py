@@ -1,4 +1,4 @@
-"""Topic routes in a real etcd (services/store/client/route_view.py): compare-and-swap updates
+"""Topic routes in a real etcd (services/coordination/route_view.py): compare-and-swap updates
 that never lose a concurrent writer's group, and a watched view that sees every change."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.coordination.route_view import RouteStore, RouteView, route_key
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.process import free_ports
-from services.store.client.route_view import RouteStore, RouteView, route_key
 from tests.support.etcd import EtcdCluster
 
 pytestmark = pytest.mark.needs("etcd")

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.coordination.group_state import ControllerCode
 from services.runtime.clock import ManualClock
 from services.runtime.etcd.rpc.client import EtcdClient
-from services.store.client.group_state import ControllerCode
 from services.store.ha.controller import ReplicaController
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
 from tests.support.etcd import EtcdCluster
