@@ -1,6 +1,6 @@
 """The golden CommitLog record (docs/store-files.md, section 10): its bytes (``GOLDEN``) and the
 ``MessageRecord`` that encodes to them (``golden_record``), computed from RocketMQ's layout with
-the JavaHash and CRC values checked on a JDK. Used by tests/store/test_commitlog_format.py and
+the JavaHash and CRC values checked on a JDK. Used by tests/domain/test_commitlog_format.py and
 tests/pipeline/test_decode.py."""
 
 from __future__ import annotations
