@@ -51,7 +51,7 @@ from pyrmq.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from services.runtime.process import free_ports  # noqa: E402
 from services.store.client.client import GrpcStoreClient  # noqa: E402
 from services.store.client.errors import StoreError  # noqa: E402
-from services.store.client.model import PutStatus, StoreMessage  # noqa: E402
+from services.store.client.model import MessageToPut, PutStatus  # noqa: E402
 
 QUEUES = 8
 TOPIC = "BenchTopic"
@@ -340,7 +340,7 @@ class Trickle:
     def run(self) -> None:
         i = 0
         while not self.stopped.is_set():
-            message = StoreMessage(TOPIC, i % QUEUES, self.body, {"KEYS": f"trickle-{i}"}, born_host="127.0.0.1:1")
+            message = MessageToPut(TOPIC, i % QUEUES, self.body, {"KEYS": f"trickle-{i}"}, born_host="127.0.0.1:1")
             try:
                 [outcome] = self.client.put_messages([message])
                 if outcome.status is PutStatus.PUT_OK:

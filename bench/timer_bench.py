@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.domain.names import TIMER_TOPIC  # noqa: E402
 from services.store.client.client import GrpcStoreClient  # noqa: E402
-from services.store.client.model import StoreMessage  # noqa: E402
+from services.store.client.model import MessageToPut  # noqa: E402
 
 REAL_TOPIC = "TimerBench"
 QUEUES = 8
@@ -94,11 +94,11 @@ def park(store: GrpcStoreClient, count: int, first_deliver_ms: int, spread_ms: i
     started = time.perf_counter()
 
     def worker(part: int) -> None:
-        batch: list[StoreMessage] = []
+        batch: list[MessageToPut] = []
         for i in range(part, count, PUT_THREADS):
             d = deliver[i]
             batch.append(
-                StoreMessage(
+                MessageToPut(
                     TIMER_TOPIC,
                     0,
                     body,

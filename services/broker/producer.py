@@ -77,7 +77,7 @@ from services.domain.format.properties_format import (
 from services.domain.lite import LITE_TOPIC
 from services.domain.topic_types import priority_queue_id
 from services.runtime.clock import Clock
-from services.store.client.model import PutOutcome, PutStatus, StoreMessage, TopicInfo
+from services.store.client.model import MessageToPut, PutOutcome, PutStatus, TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -379,9 +379,9 @@ class Producer:
         queue_id: int,
         peer_address: str,
         now_ms: int,
-    ) -> tuple[StoreMessage, str]:
+    ) -> tuple[MessageToPut, str]:
         """The record to put (after the put hooks) and its recall handle ("" if none)."""
-        record = StoreMessage(
+        record = MessageToPut(
             topic=message.topic,
             queue_id=queue_id,
             body=message.body,

@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING, Protocol
 from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, StoreCallError, as_broker_error
 from services.store.client.model import (
     GroupInfo,
+    MessageToPut,
     PutOutcome,
     StoredMessage,
-    StoreMessage,
     TopicInfo,
     refused_as_a_whole,
 )
@@ -73,7 +73,7 @@ class BrokerStore(Protocol):
     """The store calls the broker makes. Failures to reach the store raise StoreCallError."""
 
     def put_messages(
-        self, messages: list[StoreMessage], allow_system_topics: bool, timeout_s: float | None = None
+        self, messages: list[MessageToPut], allow_system_topics: bool, timeout_s: float | None = None
     ) -> list[PutOutcome]:
         """One PutMessages: one outcome per message, in order; ``timeout_s`` bounds waiting for
         a (new) master of the group (None: the store client's own failover timeout)."""
@@ -102,7 +102,7 @@ class BrokerStore(Protocol):
 
 # (messages, allow_system_topics, timeout_s): timeout_s is what is left of the sender's
 # deadline when its own thread puts the batch (None: the dispatcher thread, no sender's).
-StorePut = Callable[[list[StoreMessage], bool, float | None], list[PutOutcome]]
+StorePut = Callable[[list[MessageToPut], bool, float | None], list[PutOutcome]]
 
 
 class PendingPut:
@@ -116,7 +116,7 @@ class PendingPut:
 
     def __init__(
         self,
-        message: StoreMessage,
+        message: MessageToPut,
         enqueued_s: float = 0.0,
         lead: Callable[[PendingPut, float], None] | None = None,
     ) -> None:
@@ -169,8 +169,8 @@ class CoalescerStats:
 
 
 class PutSink(Protocol):
-    def submit(self, message: StoreMessage) -> PendingPut: ...
-    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+    def submit(self, message: MessageToPut) -> PendingPut: ...
+    def submit_many(self, messages: list[MessageToPut]) -> list[PendingPut | BrokerError]:
         """``submit`` each, in order; a message that cannot be submitted gets its BrokerError."""
 
     def stats(self) -> CoalescerStats: ...
@@ -184,7 +184,7 @@ class DirectPutSink:
         self._store_put = store_put
         self.put_calls = 0
 
-    def submit(self, message: StoreMessage) -> PendingPut:
+    def submit(self, message: MessageToPut) -> PendingPut:
         pending = PendingPut(message)
         self.put_calls += 1  # racy increment; a statistic only
         try:
@@ -195,7 +195,7 @@ class DirectPutSink:
             pending.complete(outcome)
         return pending
 
-    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+    def submit_many(self, messages: list[MessageToPut]) -> list[PendingPut | BrokerError]:
         return [self.submit(message) for message in messages]
 
     def stats(self) -> CoalescerStats:
@@ -258,14 +258,14 @@ class PutCoalescer:
         self._shed = 0
 
     # -- producers' side ---------------------------------------------------------------------
-    def submit(self, message: StoreMessage) -> PendingPut:
+    def submit(self, message: MessageToPut) -> PendingPut:
         """Queue one message (:meth:`submit_many` of one); raises what it would put in its place."""
         [pending] = self.submit_many([message])
         if isinstance(pending, BrokerError):
             raise pending
         return pending  # its sender's ``wait`` leads, or waits for the batch in flight
 
-    def submit_many(self, messages: list[StoreMessage]) -> list[PendingPut | BrokerError]:
+    def submit_many(self, messages: list[MessageToPut]) -> list[PendingPut | BrokerError]:
         """``submit`` for each message of one request, taking the lock once. A message that
         does not fit the queue gets TOO_MANY_REQUESTS in its place (and so do the ones after
         it, whose order must not pass it); the rest are queued together, in order."""

@@ -42,7 +42,7 @@ from services.domain.format.properties_format import (
     TIMER_DELIVER_MS,
     UNIQ_KEY,
 )
-from services.store.client.model import PutStatus, StoreMessage, TopicInfo
+from services.store.client.model import MessageToPut, PutStatus, TopicInfo
 
 HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"
@@ -96,7 +96,7 @@ def check_recall(config: BrokerConfig, topic: TopicInfo, handle: RecallHandle, n
 
 def marker_message(
     config: BrokerConfig, handle: RecallHandle, timestamp_ms: int, timer_out_ms: int, peer_address: str, now_ms: int
-) -> StoreMessage:
+) -> MessageToPut:
     """The DELETE marker, already parked in rmq_sys_wheel_timer as the timer put hook would."""
     properties = {
         TAGS: RECALL_TAG,
@@ -107,7 +107,7 @@ def marker_message(
         CLUSTER: config.cluster_name,
     }
     topic, queue_id = park_timer(properties, handle.topic, 0, timer_out_ms)
-    return StoreMessage(
+    return MessageToPut(
         topic=topic,
         queue_id=queue_id,
         body=RECALL_BODY,

@@ -51,7 +51,7 @@ from services.domain.contracts.transaction import QUEUE_ID, encode_op, read_half
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
 from services.domain.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import Clock
-from services.store.client.model import PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import MessageToPut, PutOutcome, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class TransactionService:
             for r in self._store.query_messages_by_key(topic, transaction_id, HALF_COPIES_MAX)
         )
 
-    def _put(self, record: StoreMessage, deadline_s: float) -> PutOutcome:
+    def _put(self, record: MessageToPut, deadline_s: float) -> PutOutcome:
         outcome = self._sink.submit(record).wait(deadline_s - self._clock.monotonic_s())
         if not outcome.ok:
             raise StoreCallError(
@@ -218,13 +218,13 @@ def _is_half_of(record: StoredMessage, topic: str, transaction_id: str) -> bool:
     return half is not None and half.real_topic == topic and half.transaction_id == transaction_id
 
 
-def commit_record(half: StoredMessage) -> StoreMessage:
+def commit_record(half: StoredMessage) -> MessageToPut:
     """The half message, back in its real topic and queue, with transaction type COMMIT."""
     destination = real_destination(half.properties)
     if destination is None:
         raise StoreCallError(f"half message at {half.phy_offset} lacks REAL_TOPIC/REAL_QID")
     real_topic, real_queue_id = destination
-    return StoreMessage(
+    return MessageToPut(
         topic=real_topic,
         queue_id=real_queue_id,
         body=half.body,
@@ -238,10 +238,10 @@ def commit_record(half: StoredMessage) -> StoreMessage:
     )
 
 
-def op_record(half_queue_offsets: list[int], now_ms: int) -> StoreMessage:
+def op_record(half_queue_offsets: list[int], now_ms: int) -> MessageToPut:
     """An op record: "these half queue offsets are resolved"."""
     properties, body = encode_op(half_queue_offsets)
-    return StoreMessage(
+    return MessageToPut(
         topic=TRANS_OP_HALF_TOPIC,
         queue_id=QUEUE_ID,
         body=body,

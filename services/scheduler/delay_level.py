@@ -31,7 +31,7 @@ from services.scheduler.model import APPENDED_STATUSES, PERMANENT_FAILURES
 from services.scheduler.store_access import SchedulerStore, put_each_refused
 from services.scheduler.timer_stats import DelayCounters, DelayStats
 from services.store.client.errors import StoreError
-from services.store.client.model import StoredMessage, StoreMessage, copy_to
+from services.store.client.model import MessageToPut, StoredMessage, copy_to
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class DelayLevelService:
         index = level - 1
         counters = self.counters
         end = due[-1][0].queue_offset + 1
-        out: list[StoreMessage] = []
+        out: list[MessageToPut] = []
         sent: list[tuple[StoredMessage, int]] = []
         for record, deliver_ms in due:
             destination = unpark_delay_level(record.properties)

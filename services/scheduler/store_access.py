@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage, refused_as_a_whole
+from services.store.client.model import GetOutcome, MessageToPut, PutOutcome, StoredMessage, refused_as_a_whole
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class SchedulerStore(Protocol):
         """The records at these (CommitLog offset, size) pairs, by offset; absent ones (or
         bytes that are not that record) are left out."""
 
-    def put_messages(self, messages: Sequence[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
+    def put_messages(self, messages: Sequence[MessageToPut], allow_system_topics: bool = False) -> list[PutOutcome]:
         """One PutMessages (the scheduler's always allow system topics): an outcome per message."""
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
@@ -47,7 +47,7 @@ class SchedulerStore(Protocol):
 ArrivalWatch = Callable[[Sequence[str], Callable[[list[str]], None], Callable[[], None], threading.Event], None]
 
 
-def put_each_refused(store: SchedulerStore, messages: Sequence[StoreMessage]) -> list[PutOutcome]:
+def put_each_refused(store: SchedulerStore, messages: Sequence[MessageToPut]) -> list[PutOutcome]:
     """Put ``messages`` (system topics allowed) in one PutMessages; if the store refused the
     batch as a whole for one message's content (``BATCH_REFUSAL_STATUSES``), put each alone, in
     order, so only the culprit is refused (as the broker's put coalescer). An outcome per

@@ -56,7 +56,7 @@ from services.scheduler.timer_log import TimerLog
 from services.scheduler.timer_stats import TimerCounters
 from services.scheduler.timer_wheel import TimerWheel
 from services.store.client.errors import StoreError
-from services.store.client.model import StoredMessage, StoreMessage, copy_to
+from services.store.client.model import MessageToPut, StoredMessage, copy_to
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class TimerDequeue:
                 heapq.heappush(self._heap, entry)
             raise
         now_ms = self._clock.now_ms()
-        out: list[StoreMessage] = []
+        out: list[MessageToPut] = []
         sent: list[Entry] = []
         for entry in batch:
             record = records.get(entry[4])
@@ -344,7 +344,7 @@ class TimerDequeue:
                 self._forget(entry)
                 self._repush(entry, done_ms + RETRY_DELAY_MS, duplicate=entry[8])
 
-    def _message_for(self, entry: Entry, record: StoredMessage, now_ms: int) -> StoreMessage | None:
+    def _message_for(self, entry: Entry, record: StoredMessage, now_ms: int) -> MessageToPut | None:
         """The message to put for a due unit: a roll back into the timer topic, the real
         message, or None (recalled / undeliverable; the unit is finished here)."""
         properties = dict(record.properties)

@@ -59,7 +59,7 @@ from services.domain.format.properties_format import (
 from services.domain.names import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import Clock
 from services.store.client.errors import StoreError
-from services.store.client.model import PutOutcome, StoredMessage, StoreMessage, copy_to
+from services.store.client.model import MessageToPut, PutOutcome, StoredMessage, copy_to
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.model import CheckOutcome, CheckRequest, Producers, TxCheckStats, TxStore
 from services.txcheck.op_records import OpTracker
@@ -348,7 +348,7 @@ class HalfMessageChecker:
             self._store.commit_consumer_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, QUEUE_ID, offset)
             committed[0] = offset
 
-    def _append(self, message: StoreMessage) -> PutOutcome:
+    def _append(self, message: MessageToPut) -> PutOutcome:
         """Put one record the checker must write; a refusal ends the pass like a failed call."""
         [outcome] = self._store.put_messages([message], allow_system_topics=True)
         if not outcome.ok:
@@ -391,7 +391,7 @@ def _reference_ms(record: StoredMessage) -> int:
     return min(born, record.store_timestamp_ms) if born > 0 else record.store_timestamp_ms
 
 
-def _appended(copy: StoreMessage, outcome: PutOutcome, store_host: str) -> StoredMessage:
+def _appended(copy: MessageToPut, outcome: PutOutcome, store_host: str) -> StoredMessage:
     """The copy as stored: its offsets and store time from the put, the store host of the original."""
     return StoredMessage(
         topic=copy.topic,

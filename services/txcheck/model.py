@@ -2,7 +2,7 @@
 
 No gRPC here: the store client (``services.store.client``) serves ``TxStore``, and
 ``rpc/broker_client.py`` implements ``Producers`` over the brokers' admin API. Records are the
-store client's ``StoredMessage`` and ``StoreMessage`` (RocketMQ field names); the
+store client's ``StoredMessage`` and ``MessageToPut`` (RocketMQ field names); the
 topics, group and properties the checker reads and writes are in ``services.domain.names``,
 ``services.domain.format.properties_format`` and ``services.domain.contracts.transaction``.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.store.client.model import GetOutcome, PutOutcome, StoredMessage, StoreMessage
+from services.store.client.model import GetOutcome, MessageToPut, PutOutcome, StoredMessage
 
 
 class TxStore(Protocol):
@@ -27,7 +27,7 @@ class TxStore(Protocol):
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset); (0, 0) for a queue that never held a message."""
 
-    def put_messages(self, messages: Sequence[StoreMessage], allow_system_topics: bool = False) -> list[PutOutcome]:
+    def put_messages(self, messages: Sequence[MessageToPut], allow_system_topics: bool = False) -> list[PutOutcome]:
         """One PutMessages (the checker's allow system topics)."""
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...

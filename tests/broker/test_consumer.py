@@ -19,7 +19,7 @@ from services.broker.rpc import consumer_convert
 from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import SystemClock
-from services.store.client.model import AckResult, Delivery, StoredMessage, StoreMessage, TopicInfo
+from services.store.client.model import AckResult, Delivery, MessageToPut, StoredMessage, TopicInfo
 from services.store.pop.receipt_handle import ReceiptHandle
 from tests.support.store_double import StoreDouble
 
@@ -193,7 +193,7 @@ def service(store: StoreDouble, hub: ArrivalHub | None = None) -> ConsumerServic
 def arrive(store: StoreDouble, body: bytes, tags: str | None = None) -> StoredMessage:
     """A message of T stored in queue 0 (readable at once)."""
     properties = {"UNIQ_KEY": body.decode()} | ({"TAGS": tags} if tags else {})
-    return store.append(StoreMessage("T", 0, body, properties, born_timestamp_ms=1_700_000_000_000))
+    return store.append(MessageToPut("T", 0, body, properties, born_timestamp_ms=1_700_000_000_000))
 
 
 def names(handle: str, stored: StoredMessage) -> bool:

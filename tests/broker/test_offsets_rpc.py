@@ -16,7 +16,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.broker.consumer import ArrivalHub
 from services.broker.pull import OffsetService, PullRequest
 from services.runtime.clock import SystemClock
-from services.store.client.model import StoreMessage, TopicInfo
+from services.store.client.model import MessageToPut, TopicInfo
 from tests.support.pull_queues import put
 from tests.support.store_double import StoreDouble
 from tests.support.v2_requests import METADATA
@@ -202,7 +202,7 @@ def retained(tmp_path, clock) -> Iterator[StoreDouble]:
 
 def test_pull_below_the_min_offset_is_illegal_offset_with_the_min(retained, clock):
     store = retained
-    stored = [store.append(StoreMessage("T", 0, b"%04d" % i + b"x" * 1000, {})) for i in range(20)]
+    stored = [store.append(MessageToPut("T", 0, b"%04d" % i + b"x" * 1000, {})) for i in range(20)]
     # Segments are written now (their mtime is the wall clock): move the store's clock past the
     # reserved time, and retention deletes every segment but the last.
     clock.set_ms(time.time_ns() // 1_000_000 + RESERVED_HOURS * HOUR_MS + 60_000)

@@ -18,7 +18,7 @@ from services.domain.contracts.delay import timer_out_ms
 from services.domain.delivery import MessageType
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
-from services.store.client.model import PutStatus, StoreMessage, TopicInfo
+from services.store.client.model import MessageToPut, PutStatus, TopicInfo
 from tests.support.topics import create_topics
 
 NOW_MS = 1_700_000_000_123
@@ -46,7 +46,7 @@ def send(store, *messages, **config):
     return make_producer(store, **config).send(list(messages), PEER, 3.0)
 
 
-def the_one_stored(store) -> StoreMessage:
+def the_one_stored(store) -> MessageToPut:
     """The one message sent to the store, which holds it as it was sent."""
     [sent] = store.sent
     [held] = store.messages(sent.topic)

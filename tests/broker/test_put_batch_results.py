@@ -9,12 +9,12 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.store.client.client import GrpcStoreClient
 from services.store.client.convert import put_outcomes_from_pb
 from services.store.client.errors import StoreError
-from services.store.client.model import PutStatus, StoreMessage
+from services.store.client.model import MessageToPut, PutStatus
 
 
-def _messages(count: int) -> list[StoreMessage]:
+def _messages(count: int) -> list[MessageToPut]:
     return [
-        StoreMessage(topic="Batched", queue_id=i % 2, body=b"body-%d" % i, properties={"KEYS": f"k{i}"})
+        MessageToPut(topic="Batched", queue_id=i % 2, body=b"body-%d" % i, properties={"KEYS": f"k{i}"})
         for i in range(count)
     ]
 
@@ -36,7 +36,7 @@ def test_batch_answers_equal_per_message_answers(store_address: str, store_stub)
                 pb.LookMessageByPhyOffsetRequest(phy_offset=outcome.phy_offset), timeout=5
             )
             assert stored.offset_msg_id == outcome.offset_msg_id
-        [refused] = client.put_messages([StoreMessage(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
+        [refused] = client.put_messages([MessageToPut(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
         assert refused.status is PutStatus.TOPIC_ILLEGAL and refused.error and refused.phy_offset == -1
     finally:
         client.close()

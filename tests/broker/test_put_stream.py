@@ -15,12 +15,12 @@ from services.broker.errors import Code, as_broker_error
 from services.runtime.clock import ManualClock
 from services.store.client.client import GrpcStoreClient
 from services.store.client.errors import StoreUnavailableError
-from services.store.client.model import PutStatus, StoreMessage
+from services.store.client.model import MessageToPut, PutStatus
 from services.store.client.put_stream import PutStream
 
 
-def msg(i: int) -> StoreMessage:
-    return StoreMessage(topic="PutStream", queue_id=i % 4, body=f"m{i}".encode(), properties={"KEYS": f"k{i}"})
+def msg(i: int) -> MessageToPut:
+    return MessageToPut(topic="PutStream", queue_id=i % 4, body=f"m{i}".encode(), properties={"KEYS": f"k{i}"})
 
 
 def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store_stub) -> None:
@@ -38,10 +38,10 @@ def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store
         # In order, per queue: the second message of each pair right after the first.
         assert all(b.phy_offset > a.phy_offset for a, b in outcomes)
         # The same as a unary PutMessages would answer (a refusal is in band, per message).
-        [refused] = client.put_messages([StoreMessage(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
+        [refused] = client.put_messages([MessageToPut(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
         unary = GrpcStoreClient(store_address, put_stream=False)
         try:
-            [same] = unary.put_messages([StoreMessage(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
+            [same] = unary.put_messages([MessageToPut(topic="bad topic", queue_id=0, body=b"x", properties={})], False)
         finally:
             unary.close()
         assert (refused.status, refused.error) == (same.status, same.error) != (PutStatus.PUT_OK, "")

@@ -15,7 +15,7 @@ from services.broker.pull import OffsetService
 from services.broker.raw_pull import RawPullRequest, RawPullService, record_queue_offset
 from services.domain.format.commitlog_format import decode_record
 from services.runtime.clock import SystemClock
-from services.store.client.model import PutStatus, StoreMessage, TopicInfo
+from services.store.client.model import MessageToPut, PutStatus, TopicInfo
 from tests.support.store_double import StoreDouble
 
 TOPIC = "RawTopic"
@@ -41,7 +41,7 @@ def setup(store: StoreDouble):
 def put(store: StoreDouble, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
     outcomes = store.put_messages(
         [
-            StoreMessage(
+            MessageToPut(
                 TOPIC,
                 queue_id,
                 b"m%d" % i,

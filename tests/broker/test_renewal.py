@@ -15,7 +15,7 @@ from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
 from services.broker.telemetry import ClientRegistry, ClientSession, ClientSettings, TelemetryService
 from services.domain.names import dlq_topic
 from services.runtime.clock import ManualClock
-from services.store.client.model import Delivery, StoreMessage, TopicInfo
+from services.store.client.model import Delivery, MessageToPut, TopicInfo
 from tests.support.store_double import StoreDouble
 
 TOPIC, GROUP, CLIENT = "RenewTopic", "RenewGroup", "push-client-1"
@@ -54,7 +54,7 @@ class World:
         return session
 
     def send(self, body: bytes, queue_id: int = 0) -> None:
-        self.store.append(StoreMessage(TOPIC, queue_id, body, {"UNIQ_KEY": body.decode()}))
+        self.store.append(MessageToPut(TOPIC, queue_id, body, {"UNIQ_KEY": body.decode()}))
 
     def receive(self, client_id: str = CLIENT, auto_renew: bool = True, **extra: object) -> list[Delivery]:
         request = ReceiveRequest(

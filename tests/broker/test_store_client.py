@@ -9,11 +9,11 @@ import pytest
 
 from services.broker.errors import Code, FlowControlError, StoreCallError
 from services.broker.put_coalescer import DirectPutSink, PendingPut, PutCoalescer
-from services.store.client.model import PutOutcome, PutStatus, StoreMessage
+from services.store.client.model import MessageToPut, PutOutcome, PutStatus
 
 
-def msg(i: int, body: bytes = b"x", system: bool = False) -> StoreMessage:
-    return StoreMessage(topic="T", queue_id=0, body=body, properties={"UNIQ_KEY": str(i)}, allow_system_topic=system)
+def msg(i: int, body: bytes = b"x", system: bool = False) -> MessageToPut:
+    return MessageToPut(topic="T", queue_id=0, body=body, properties={"UNIQ_KEY": str(i)}, allow_system_topic=system)
 
 
 class GatedStore:
@@ -25,7 +25,7 @@ class GatedStore:
         self.entered = threading.Event()
         self.refuse_if = refuse_if
 
-    def put(self, messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
+    def put(self, messages: list[MessageToPut], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         self.calls.append(([m.properties["UNIQ_KEY"] for m in messages], allow_system_topics))
         self.entered.set()
         self.gate.wait(5)
@@ -56,7 +56,7 @@ def test_dispatcher_thread_coalesces_concurrent_senders():
     store = GatedStore()
     store.gate.set()
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
+    def put(messages: list[MessageToPut], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         time.sleep(0.002)  # a store RPC takes time (without the GIL): others queue meanwhile
         return store.put(messages, allow_system_topics)
 
@@ -90,7 +90,7 @@ def test_a_lone_send_is_put_on_its_own_thread():
     threads: list[str] = []
     original = store.put
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
+    def put(messages: list[MessageToPut], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         threads.append(threading.current_thread().name)
         return original(messages, allow_system_topics)
 
@@ -106,7 +106,7 @@ def test_a_send_queued_behind_a_leader_is_sent_by_the_dispatcher():
     store = GatedStore()
     senders: list[str] = []
 
-    def put(messages: list[StoreMessage], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
+    def put(messages: list[MessageToPut], allow_system_topics: bool, timeout_s=None) -> list[PutOutcome]:
         senders.append(threading.current_thread().name)
         return store.put(messages, allow_system_topics)
 

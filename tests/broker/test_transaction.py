@@ -16,7 +16,7 @@ from services.broker.put_coalescer import DirectPutSink
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, TransactionService
 from services.domain.delivery import MessageType
-from services.store.client.model import StoreMessage
+from services.store.client.model import MessageToPut
 from tests.support.store_reads import stored, wait_stored
 from tests.support.topics import create_topics
 from tests.support.v2_requests import end, message, send
@@ -109,7 +109,7 @@ def test_every_half_copy_is_listed_in_the_op_record(store):
 
 
 def producer_copy(half):
-    return StoreMessage(
+    return MessageToPut(
         topic=half.topic, queue_id=0, body=half.body, properties=dict(half.properties), allow_system_topic=True
     )
 

@@ -6,7 +6,7 @@ import pytest
 
 from services.domain.names import SCHEDULE_TOPIC
 from services.scheduler.config import SchedulerConfig
-from services.store.client.model import StoreMessage
+from services.store.client.model import MessageToPut
 from tests.support.scheduler_timers import START_MS
 
 
@@ -24,7 +24,7 @@ def park_level(store, level: int, topic: str, key: str, queue_id: int = 0, real_
         "TAGS": "TagB",
     }
     return store.append(
-        StoreMessage(
+        MessageToPut(
             SCHEDULE_TOPIC,
             level - 1,
             b"delayed " + key.encode(),
@@ -73,7 +73,7 @@ def test_each_level_delivers_after_its_delay_with_rocketmq_properties(make_servi
 def test_half_topic_and_broken_messages_are_discarded(make_service, store, clock):
     service = make_service()
     park_level(store, 1, "X", "half", real_topic="RMQ_SYS_TRANS_HALF_TOPIC")
-    store.append(StoreMessage(SCHEDULE_TOPIC, 0, b"x", {"DELAY": "1", "UNIQ_KEY": "no-real-topic"}))
+    store.append(MessageToPut(SCHEDULE_TOPIC, 0, b"x", {"DELAY": "1", "UNIQ_KEY": "no-real-topic"}))
     park_level(store, 1, "Ok", "fine")
     run_levels(service, clock, 1_100, step_ms=10)
     assert [r.properties["UNIQ_KEY"] for r in store.messages("Ok")] == ["fine"]
@@ -135,7 +135,7 @@ def test_levels_are_configurable_and_capped():
 def test_a_delay_above_the_last_level_uses_the_last_level(make_service, store, clock):
     service = make_service(delay_levels="1s 2s")
     store.append(
-        StoreMessage(SCHEDULE_TOPIC, 1, b"x", {"DELAY": "18", "REAL_TOPIC": "Cap", "REAL_QID": "0", "UNIQ_KEY": "cap"})
+        MessageToPut(SCHEDULE_TOPIC, 1, b"x", {"DELAY": "18", "REAL_TOPIC": "Cap", "REAL_QID": "0", "UNIQ_KEY": "cap"})
     )
     run_levels(service, clock, 1_990, step_ms=10)
     assert store.messages("Cap") == []

@@ -15,7 +15,7 @@ import pytest
 from services.domain.contracts.delay import timer_out_ms
 from services.domain.names import TIMER_TOPIC
 from services.store.client.client import GrpcStoreClient
-from services.store.client.model import StoreMessage
+from services.store.client.model import MessageToPut
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 
@@ -35,7 +35,7 @@ def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):
     for begin in range(0, count, 500):
         store.put_messages(
             [
-                StoreMessage(
+                MessageToPut(
                     TIMER_TOPIC,
                     0,
                     b"soak",

@@ -10,12 +10,12 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.statuses import PutStatus
 from services.store.client.errors import StoreUnavailableError
-from services.store.client.model import StoreMessage
+from services.store.client.model import MessageToPut
 from tests.support.scheduler_timers import START_MS
 
 
-def message(topic: str, queue_id: int = 0, body: bytes = b"x") -> StoreMessage:
-    return StoreMessage(topic, queue_id, body, {"UNIQ_KEY": body.decode()}, born_timestamp_ms=START_MS)
+def message(topic: str, queue_id: int = 0, body: bytes = b"x") -> MessageToPut:
+    return MessageToPut(topic, queue_id, body, {"UNIQ_KEY": body.decode()}, born_timestamp_ms=START_MS)
 
 
 def test_a_refusal_is_all_or_nothing_like_the_stores_own(store):
@@ -104,7 +104,7 @@ def test_after_put_runs_once_the_put_was_appended(store):
 
 
 def test_puts_record_what_reached_the_store(store):
-    sent = StoreMessage(
+    sent = MessageToPut(
         "Out",
         3,
         b"a",

@@ -14,7 +14,7 @@ from services.domain.statuses import GetStatus, PutStatus
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.service import SchedulerService
 from services.store.client.client import GrpcStoreClient
-from services.store.client.model import StoreMessage
+from services.store.client.model import MessageToPut
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def put(client: GrpcStoreClient, count: int, topic: str = "rmq_sys_wheel_timer")
     """Put ``count`` messages into queue 0 and wait until they are dispatched (readable)."""
     outcomes = client.put_messages(
         [
-            StoreMessage(
+            MessageToPut(
                 topic,
                 0,
                 f"body{i}".encode(),
@@ -105,7 +105,7 @@ def test_delay_level_delivery_against_a_real_store(client, tmp_path):
     try:
         client.put_messages(
             [
-                StoreMessage(
+                MessageToPut(
                     "SCHEDULE_TOPIC_XXXX",
                     0,
                     f"retry{i}".encode(),

@@ -26,7 +26,7 @@ from services.store.client.errors import (
     StoreUnavailableError,
     error_for_status,
 )
-from services.store.client.model import AckResult, PolicyView, StoreMessage, TopicInfo, stored_from_raw
+from services.store.client.model import AckResult, MessageToPut, PolicyView, TopicInfo, stored_from_raw
 from services.store.local_client import LocalStoreClient
 from services.store.metadata.config_files import TopicConfig
 from services.store.rpc.server import build_server, stop_server
@@ -69,8 +69,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
         store.shutdown()
 
 
-def message(body: bytes, queue_id: int = 0, topic: str = TOPIC, **properties: str) -> StoreMessage:
-    return StoreMessage(
+def message(body: bytes, queue_id: int = 0, topic: str = TOPIC, **properties: str) -> MessageToPut:
+    return MessageToPut(
         topic=topic,
         queue_id=queue_id,
         body=body,
@@ -82,7 +82,7 @@ def message(body: bytes, queue_id: int = 0, topic: str = TOPIC, **properties: st
     )
 
 
-def put(served: Served, *messages: StoreMessage, allow_system_topics: bool = False) -> list:
+def put(served: Served, *messages: MessageToPut, allow_system_topics: bool = False) -> list:
     outcomes = served.client.put_messages(list(messages), allow_system_topics)
     served.dispatched()
     return outcomes

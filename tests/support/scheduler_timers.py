@@ -16,7 +16,7 @@ from services.domain.names import TIMER_TOPIC
 from services.runtime.clock import ManualClock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.service import SchedulerService
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import MessageToPut, StoredMessage
 from tests.support.store_double import StoreDouble
 
 START_MS = 1_700_000_000_000
@@ -56,7 +56,7 @@ def park(
         **properties,
     }
     return store.append(
-        StoreMessage(
+        MessageToPut(
             TIMER_TOPIC,
             0,
             body,
@@ -79,7 +79,7 @@ def recall(store: StoreDouble, topic: str, deliver_ms: int, uniq_key: str) -> St
         config, handle, timestamp_ms, timer_out_ms(timestamp_ms, PRECISION_MS), "", store.clock.now_ms()
     )
     return store.append(
-        StoreMessage(
+        MessageToPut(
             marker.topic, marker.queue_id, marker.body, marker.properties, born_timestamp_ms=marker.born_timestamp_ms
         )
     )

@@ -13,7 +13,7 @@ clock, so store timestamps follow manual time) through the store's own servicer,
   (a reply lost after the store appended);
 * ``puts``: what every PutMessages call that reached the store carried (``down`` and
   ``fail_after`` stop a call before; ``outcome`` refuses it after), in order:
-  ``(messages, allow_system_topics)``, the messages as ``StoreMessage``s read back from the
+  ``(messages, allow_system_topics)``, the messages as ``MessageToPut``s read back from the
   request (each ``allow_system_topic`` is the call's flag, the only one the store gets);
   ``sent`` is every message of them in order and ``put_calls`` their count.
 * ``requests``: every unary call, stream and put that reached the store (as ``puts``: ``down``
@@ -56,7 +56,7 @@ from services.domain.statuses import PutStatus
 from services.runtime.clock import Clock
 from services.store.client.client import StoreClient
 from services.store.client.errors import StoreError, StoreUnavailableError, error_for_status
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import MessageToPut, StoredMessage
 from services.store.client.transport import LocalTransport, Stream
 from services.store.config import StoreConfig
 from services.store.rpc.servicer import StoreServicer
@@ -67,7 +67,7 @@ from tests.support.filestore import small_config
 GET_BATCH_MAX = 1024
 Outcome = Callable[[Any], PutStatus]  # pb.Message (topic, queue_id, body, properties ...) -> status
 AfterPut = Callable[[list[Any]], None]  # the appended pb.Messages
-SentPut = tuple[list[StoreMessage], bool]  # one PutMessages as it reached the store: (messages, allow_system_topics)
+SentPut = tuple[list[MessageToPut], bool]  # one PutMessages as it reached the store: (messages, allow_system_topics)
 _APPENDED = (pb.PUT_OK, pb.FLUSH_DISK_TIMEOUT)
 
 
@@ -84,10 +84,10 @@ def double_config(root: Path, **overrides: Any) -> StoreConfig:
     return small_config(root, **values)
 
 
-def sent_message(message: Any, allow_system_topics: bool) -> StoreMessage:
-    """A request's pb.Message as the ``StoreMessage`` the client built it from (the call's flag
+def sent_message(message: Any, allow_system_topics: bool) -> MessageToPut:
+    """A request's pb.Message as the ``MessageToPut`` the client built it from (the call's flag
     as its ``allow_system_topic``)."""
-    return StoreMessage(
+    return MessageToPut(
         topic=message.topic,
         queue_id=message.queue_id,
         body=message.body,
@@ -251,7 +251,7 @@ class StoreDouble(StoreClient):
         return self.transport.puts
 
     @property
-    def sent(self) -> list[StoreMessage]:
+    def sent(self) -> list[MessageToPut]:
         """Every message of ``puts``, in the order sent (refused ones too)."""
         return [message for messages, _ in self.transport.puts for message in messages]
 
@@ -273,7 +273,7 @@ class StoreDouble(StoreClient):
         self.transport.fail_after = value
 
     # -- helpers (no controls) --------------------------------------------------------------
-    def append(self, message: StoreMessage) -> StoredMessage:
+    def append(self, message: MessageToPut) -> StoredMessage:
         """Put one message (system topics allowed), dispatch it, and return the stored record."""
         [outcome] = self._direct.put_messages([message], allow_system_topics=True)
         if outcome.status is not PutStatus.PUT_OK:

@@ -32,7 +32,7 @@ from services.broker.transaction import HalfMessageTable, HalfRef, Resolution, T
 from services.domain.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.runtime.clock import ManualClock
 from services.store.client.client import StoreClient
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import MessageToPut, StoredMessage
 from services.store.rpc.servicer import StoreServicer
 from services.txcheck.config import TxCheckConfig
 from services.txcheck.half_message_checker import HalfMessageChecker
@@ -102,7 +102,7 @@ class Broker:
             "REAL_QID": "1",
             **extra,
         }
-        half = StoreMessage(
+        half = MessageToPut(
             topic=TRANS_HALF_TOPIC,
             queue_id=0,
             body=body,

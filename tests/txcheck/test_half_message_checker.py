@@ -9,7 +9,7 @@ from services.broker.transaction import Resolution
 from services.domain.contracts.transaction import parse_op_body
 from services.domain.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.store.client.errors import StoreUnavailableError
-from services.store.client.model import StoredMessage, StoreMessage
+from services.store.client.model import MessageToPut, StoredMessage
 from services.txcheck.model import CheckOutcome
 from services.txcheck.op_records import OpTracker
 from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
@@ -138,7 +138,7 @@ def test_a_producer_clock_running_ahead_does_not_hide_a_half(world):
     record = world.halves()[0]
     assert record.born_timestamp_ms == record.store_timestamp_ms
     world.store.append(
-        StoreMessage(
+        MessageToPut(
             topic=TRANS_HALF_TOPIC,
             queue_id=0,
             body=b"b",
@@ -169,9 +169,9 @@ def test_a_batched_op_body_resolves_every_offset_it_lists(world):
     for tid in ("A", "B", "C", "D"):
         world.broker.send_half(tid)
     world.store.append(
-        StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"0,1,3,", properties={"WAIT": "true", "TAGS": "d"})
+        MessageToPut(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"0,1,3,", properties={"WAIT": "true", "TAGS": "d"})
     )
-    world.store.append(StoreMessage(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"2,", properties={"TAGS": "other"}))
+    world.store.append(MessageToPut(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=b"2,", properties={"TAGS": "other"}))
     world.advance(TIMEOUT_MS + 1)
     checker = world.checker()
     checker.run_once()

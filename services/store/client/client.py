@@ -38,11 +38,11 @@ from services.store.client.model import (
     GetStatus,
     GroupInfo,
     LiteTopicView,
+    MessageToPut,
     PolicyView,
     PopOutcome,
     PutOutcome,
     StoredMessage,
-    StoreMessage,
     TopicInfo,
     stored_from_raw,
 )
@@ -93,7 +93,7 @@ class StoreClient:
 
     # -- messages -------------------------------------------------------------------------------
     def put_messages(
-        self, messages: Sequence[StoreMessage], allow_system_topics: bool = False, timeout_s: float | None = None
+        self, messages: Sequence[MessageToPut], allow_system_topics: bool = False, timeout_s: float | None = None
     ) -> list[PutOutcome]:
         """One PutMessages: one outcome per message, in order (a batch is all or nothing).
         ``timeout_s`` bounds the wait for a (new) master of the group (MasterTransport); None:

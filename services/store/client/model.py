@@ -26,7 +26,7 @@ __all__ = [
     "PopOutcome",
     "PutOutcome",
     "PutStatus",
-    "StoreMessage",
+    "MessageToPut",
     "StoredMessage",
     "TopicInfo",
     "refused_as_a_whole",
@@ -35,8 +35,9 @@ __all__ = [
 
 
 @dataclass(slots=True)
-class StoreMessage:
-    """A message to put: the producer-side fields of the store API's ``Message``."""
+class MessageToPut:
+    """A message to put: the producer-side fields of the store API's ``Message`` (a read answers
+    a ``StoredMessage``)."""
 
     topic: str
     queue_id: int
@@ -279,11 +280,11 @@ def stored_from_record(record: MessageRecord) -> StoredMessage:
     )
 
 
-def copy_to(record: StoredMessage, topic: str, queue_id: int, properties: dict[str, str]) -> StoreMessage:
+def copy_to(record: StoredMessage, topic: str, queue_id: int, properties: dict[str, str]) -> MessageToPut:
     """The record as a new message for ``topic``/``queue_id``: body, flag, sys flag, born time
     and host, reconsume times kept (RocketMQ's messageTimeUp / convertMessage; the scheduler's
     deliveries and the transaction checker's half copies)."""
-    return StoreMessage(
+    return MessageToPut(
         topic=topic,
         queue_id=queue_id,
         body=record.body,

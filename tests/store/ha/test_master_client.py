@@ -12,7 +12,7 @@ import pytest
 from services.store.client.client import GrpcStoreClient
 from services.store.client.errors import StoreError
 from services.store.client.master import MasterTransport
-from services.store.client.model import PutStatus, StoreMessage
+from services.store.client.model import MessageToPut, PutStatus
 from tests.support.etcd import EtcdCluster
 from tests.support.replica_group import TTL_MS, in_sync, wait_master
 from tests.support.store_rpc import wait_until
@@ -50,7 +50,7 @@ def test_calls_reach_the_master_and_follow_it_through_a_failover(group, etcd_ser
             i = 0
             while not stop.is_set():
                 try:
-                    [outcome] = client.put_messages([StoreMessage("TopicTest", i % 4, body(i), {"KEYS": f"k{i}"})])
+                    [outcome] = client.put_messages([MessageToPut("TopicTest", i % 4, body(i), {"KEYS": f"k{i}"})])
                 except StoreError as exc:
                     failed.append(str(exc))
                 else:
@@ -87,11 +87,11 @@ def test_no_master_until_one_is_elected(group, etcd_server):
     client = client_of(etcd_server, failover_timeout_s=0.5)
     try:
         with pytest.raises(StoreError, match="no master"):
-            client.put_messages([StoreMessage("TopicTest", 0, b"early", {})])
+            client.put_messages([MessageToPut("TopicTest", 0, b"early", {})])
         a.start()
         wait_master(a)
         assert client.wait_ready(5, give_up=lambda: False)
-        [outcome] = client.put_messages([StoreMessage("TopicTest", 0, b"later", {})])
+        [outcome] = client.put_messages([MessageToPut("TopicTest", 0, b"later", {})])
         assert outcome.status is PutStatus.PUT_OK
     finally:
         client.close()
