@@ -190,6 +190,14 @@ def test_priority_topics_have_a_queue_per_level(endpoint):
     assert "must be at least 0" in fails(
         2, "topic", "create", "CliBad", "--type", "PRIORITY", "--max-priority", "-1", "--endpoint", endpoint
     )
+    # One queue is one level: every priority would be delivered in arrival order.
+    error = fails(2, "topic", "create", "CliBad", "--type", "PRIORITY", "--queues", "1", "--endpoint", endpoint)
+    assert "--queues 1 gives it one level" in error and "2 queues or more" in error
+    error = fails(2, "topic", "create", "CliBad", "--type", "PRIORITY", "--max-priority", "0", "--endpoint", endpoint)
+    assert "--max-priority 0 gives a PRIORITY topic one level" in error
+    assert "CliBad" not in ok("topic", "list", "--endpoint", endpoint)
+    created = ok_json("topic", "create", "CliUrgent2", "--type", "PRIORITY", "--queues", "2", "--endpoint", endpoint)
+    assert created["topic"]["max_priority"] == 1
 
 
 def test_bad_topic_name_is_exit_2_with_the_reason(endpoint):

@@ -54,8 +54,19 @@ def _lite_expiration(text: str) -> int:
 def _check_priority_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     if ns.lite_expiration is not None and ns.type not in (None, "LITE"):
         parser.error(f"--lite-expiration is for --type LITE topics, not {ns.type}")
+    if ns.type == "PRIORITY" and ns.max_priority is None and ns.queues is not None and ns.queues < 2:
+        parser.error(
+            f"a PRIORITY topic has a queue per priority level: --queues {ns.queues} gives it one level, where every "
+            "message is delivered in arrival order whatever its priority; give it 2 queues or more (--queues N, "
+            "or --max-priority N for levels 0..N)"
+        )
     if ns.max_priority is None:
         return
+    if ns.max_priority < 1:
+        parser.error(
+            "--max-priority 0 gives a PRIORITY topic one level, where every message is delivered in arrival order "
+            "whatever its priority; give it 1 or more (levels 0..N)"
+        )
     if ns.type not in (None, "PRIORITY"):
         parser.error(f"--max-priority is for --type PRIORITY topics, not {ns.type}")
     if ns.queues is not None and ns.queues != ns.max_priority + 1:
@@ -177,7 +188,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             type=_positive,
             metavar="N",
             help="read and write queues in each broker group (default: 8 for a new topic, 10 for a new PRIORITY "
-            "topic, unchanged for an existing one)",
+            "topic, unchanged for an existing one); a PRIORITY topic has a queue per priority level (0..N-1), so "
+            "it needs 2 or more",
         )
         parser.add_argument(
             "--max-priority",
