@@ -12,8 +12,8 @@
     broker, scheduler, txcheck
                   domain, runtime, coordination, and other services only through the store client
     v2client      pyrmq's own v2 API client (the operator commands and the pipeline use it)
-    admin         the operator commands: domain, runtime, coordination, v2client, the store
-                  client, and the topology of ``pyrmq up`` (launcher.topology)
+    admin         the operator commands: domain, runtime, coordination, v2client and the
+                  topology of ``pyrmq up`` (launcher.topology)
     pipeline      the Spark jobs: domain, runtime and the two clients (one exception, below)
     launcher      the command line (``pyrmq``, ``pyrmq up``): starts and configures everything;
                   imported by no package
@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "scheduler": {"domain", "runtime", "coordination", "store.client", "scheduler"},
     "txcheck": {"domain", "runtime", "coordination", "store.client", "txcheck"},
     "v2client": {"domain", "runtime", "v2client"},
-    "admin": {"domain", "runtime", "coordination", "store.client", "v2client", "admin", TOPOLOGY},
+    "admin": {"domain", "runtime", "coordination", "v2client", "admin", TOPOLOGY},
     "pipeline": {"domain", "runtime", "store.client", "v2client", "pipeline"},
 }
 # The rebuild job writes the store's own cache files (ConsumeQueue, IndexFile) from a CommitLog,
