@@ -41,13 +41,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
-from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from google.protobuf.duration_pb2 import Duration  # noqa: E402
+import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from google.protobuf.duration_pb2 import Duration
 
-from services.launcher.placement import affinity_environment, plan_for_up  # noqa: E402
+from services.launcher.placement import affinity_environment, plan_for_up
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+)")

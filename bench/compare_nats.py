@@ -59,12 +59,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
-from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from broker_bench import GROUP, METADATA, TOPIC, consume_load, message, proc_cpu_s, send_load  # noqa: E402
-from google.protobuf.duration_pb2 import Duration  # noqa: E402
+import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from broker_bench import GROUP, METADATA, TOPIC, consume_load, message, proc_cpu_s, send_load
+from google.protobuf.duration_pb2 import Duration
 
 try:
     import nats

@@ -58,7 +58,7 @@ def run(root: Path, out: Path, messages: int, consume: bool) -> tuple[int, int, 
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/{name}.%p", sys.executable, "-m", *args],
             cwd=root,
             stdout=subprocess.PIPE,
-            stderr=open(out / f"{name}.log", "w"),  # noqa: SIM115 - the child holds it
+            stderr=open(out / f"{name}.log", "w"),  # the child holds it
             text=True,
             env={
                 **os.environ,

@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from broker_bench import Cluster, Row, cluster, consume_load, measured, send_load  # noqa: E402
+import grpc
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from broker_bench import Cluster, Row, cluster, consume_load, measured, send_load
 
 ARMS: dict[str, tuple[list[str], bool]] = {  # name -> (broker flags, TLS client)
     "direct": (["--tls-mode", "plaintext"], False),

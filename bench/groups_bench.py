@@ -28,13 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from broker_bench import GROUP, TOPIC, consume_load, proc_cpu_s, send_load  # noqa: E402
-from pyrmq.admin.v1 import admin_pb2 as pb  # noqa: E402
-from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc  # noqa: E402
+import grpc
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from broker_bench import GROUP, TOPIC, consume_load, proc_cpu_s, send_load
+from pyrmq.admin.v1 import admin_pb2 as pb
+from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
-from services.launcher.up import parse_summary  # noqa: E402
+from services.launcher.up import parse_summary
 
 READY = re.compile(r"^pyrmq up: (?P<summary>.*) cpus=(?P<cpus>\S+) \(RocketMQ clients: endpoints (?P<clients>\S+)\)$")
 BODY = b"x" * 1024

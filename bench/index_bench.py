@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.domain.format.index_format import HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT  # noqa: E402
-from services.runtime.clock import ManualClock  # noqa: E402
-from services.store.index.service import IndexService  # noqa: E402
-from services.store.model import DispatchRequest  # noqa: E402
+from services.domain.format.index_format import HASH_SLOT_NUM_DEFAULT, INDEX_NUM_DEFAULT
+from services.runtime.clock import ManualClock
+from services.store.index.service import IndexService
+from services.store.model import DispatchRequest
 
 TOPIC = "BenchTopic"
 T0 = 1_700_000_000_000

@@ -33,13 +33,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
-from services.domain.lite import LITE_TOPIC, lmq_name  # noqa: E402
-from services.domain.statuses import PutStatus  # noqa: E402
-from services.runtime.process import tune_gc  # noqa: E402
-from services.store.config import StoreConfig  # noqa: E402
-from services.store.metadata.config_files import TopicConfig  # noqa: E402
-from services.store.store import FileStore  # noqa: E402
+from services.domain.format.commitlog_format import MessageRecord
+from services.domain.lite import LITE_TOPIC, lmq_name
+from services.domain.statuses import PutStatus
+from services.runtime.process import tune_gc
+from services.store.config import StoreConfig
+from services.store.metadata.config_files import TopicConfig
+from services.store.store import FileStore
 
 PARENT = "LiteBench"
 QUEUES = 8

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import broker_bench as bb  # noqa: E402
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
+import broker_bench as bb
+import grpc
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 # Leaf frames of threads that wait rather than work (grpc's poller, pool and queue waits).

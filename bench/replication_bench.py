@@ -45,13 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
-from pyrmq.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
+import grpc
+from pyrmq.store.v1 import store_pb2, store_pb2_grpc
 
-from services.runtime.process import free_ports  # noqa: E402
-from services.store.client.client import GrpcStoreClient  # noqa: E402
-from services.store.client.errors import StoreError  # noqa: E402
-from services.store.client.model import MessageToPut, PutStatus  # noqa: E402
+from services.runtime.process import free_ports
+from services.store.client.client import GrpcStoreClient
+from services.store.client.errors import StoreError
+from services.store.client.model import MessageToPut, PutStatus
 
 QUEUES = 8
 TOPIC = "BenchTopic"

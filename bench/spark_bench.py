@@ -343,7 +343,7 @@ def bench_sink(spark, args, endpoint: str) -> None:
                 .mode("append")
                 .save()
             ),
-        )  # noqa: B023
+        )
         print(
             f"sink: write.format('rocketmq'), {args.messages:,} rows, sendBatchSize {size}: "
             f"{args.messages / elapsed:,.0f} msgs/s ({elapsed:.1f} s; {cpu_note(args.messages)}, "

@@ -33,12 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.domain.format.commitlog_format import MessageRecord  # noqa: E402
-from services.domain.statuses import PutStatus  # noqa: E402
-from services.runtime.process import tune_gc  # noqa: E402
-from services.store.config import FlushMode, StoreConfig  # noqa: E402
-from services.store.log.recovery import scan_commitlog  # noqa: E402
-from services.store.store import FileStore  # noqa: E402
+from services.domain.format.commitlog_format import MessageRecord
+from services.domain.statuses import PutStatus
+from services.runtime.process import tune_gc
+from services.store.config import FlushMode, StoreConfig
+from services.store.log.recovery import scan_commitlog
+from services.store.store import FileStore
 
 QUEUES = 8
 PIN = False  # --pin

@@ -348,7 +348,7 @@ class ConsumerStatsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             report = self._source(CONSUMER_STATS_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a scrape must not fail because the store is away
+        except Exception:  # a scrape must not fail because the store is away
             log.warning("consumer stats unavailable from the store for this scrape", exc_info=True)
             return []
         return self._families(report)

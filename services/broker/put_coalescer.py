@@ -347,7 +347,7 @@ class PutCoalescer:
                     return
             try:
                 self.run_once(DISPATCH_IDLE_WAIT_S)
-            except Exception:  # noqa: BLE001 - never let the dispatcher die; waiters were failed
+            except Exception:  # never let the dispatcher die; waiters were failed
                 log.exception("put dispatcher iteration failed")
 
     def run_once(self, wait_s: float = 0.0) -> int:
@@ -452,7 +452,7 @@ class PutCoalescer:
                 raise StoreCallError(f"the store answered {len(outcomes)} results for {len(batch)} messages")
         except FAILURES as exc:
             error = as_broker_error(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug in the client; fail the waiters, keep going
+        except Exception as exc:  # a bug in the client; fail the waiters, keep going
             log.exception("PutMessages failed unexpectedly")
             error = StoreCallError(f"store call failed: {type(exc).__name__}: {exc}")
         else:

@@ -428,7 +428,7 @@ class ReceiptRenewer:
             self._wake.clear()  # before the scan: a termination arriving during it wakes the next one
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - a bug: keep renewing the rest next time
+            except Exception:  # a bug: keep renewing the rest next time
                 log.exception("receipt renewal scan failed")
             self._wake.wait(interval_s)
 

@@ -111,7 +111,7 @@ class Child:
         self.ready_line: str | None = None
         self.ready = threading.Event()
         self._wake = wake
-        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed in stop)
+        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # (closed in stop)
         self.process = subprocess.Popen(
             [sys.executable, "-m", spec.module],
             stdout=subprocess.PIPE,

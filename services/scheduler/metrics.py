@@ -88,7 +88,7 @@ class SchedulerStatsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             stats = self._stats()
-        except Exception:  # noqa: BLE001 - a scrape must not fail while the scheduler stops
+        except Exception:  # a scrape must not fail while the scheduler stops
             log.warning("scheduler stats failed during a scrape", exc_info=True)
             return []
         return list(self._families(stats))

@@ -114,7 +114,7 @@ class SchedulerService:
     def _close_files(self, flush: bool) -> None:
         try:
             self.timer.close(flush=flush)
-        except Exception:  # noqa: BLE001 - keep releasing; the next start recovers
+        except Exception:  # keep releasing; the next start recovers
             log.exception("closing the timer files failed")
         if self._delay_check is not None:
             self._delay_check.close()
@@ -144,7 +144,7 @@ class SchedulerService:
                     log.warning("%s: %s; retrying every %.1f s", name, exc, backoff_s)
                     last_error_s = now_s
                 wait_s = backoff_s
-            except Exception:  # noqa: BLE001 - a bug: log it, keep the scheduler alive
+            except Exception:  # a bug: log it, keep the scheduler alive
                 log.exception("%s loop iteration failed", name)
                 wait_s = backoff_s
             if wait_s > 0:

@@ -117,7 +117,7 @@ class StoreStatsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             stats = self._store.stats()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because the store is closing
+        except Exception:  # a scrape must not fail because the store is closing
             log.warning("store.stats() failed during a scrape", exc_info=True)
             return []
         return list(self._families(stats))
@@ -208,7 +208,7 @@ class ReplicationCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             stats = replication_stats(self._replication)
-        except Exception:  # noqa: BLE001 - a scrape must not fail because the store is closing
+        except Exception:  # a scrape must not fail because the store is closing
             log.warning("replication stats failed during a scrape", exc_info=True)
             return []
         return list(self._families(stats))

@@ -183,7 +183,7 @@ class FileStore(StoreReader):
     def pop(self) -> PopService:
         return self._pop
 
-    def find_queue(self, topic: str, queue_id: int):  # noqa: ANN201 - a ConsumeQueue or a LiteQueueView
+    def find_queue(self, topic: str, queue_id: int):  # a ConsumeQueue or a LiteQueueView
         """A ConsumeQueue, or for ``%LMQ%$parent$lite`` queue 0 a view of the lite index."""
         if topic.startswith(LITE_TOPIC_PREFIX):
             return find_lite_queue(self._lite, topic, queue_id)

@@ -22,7 +22,7 @@ class StoreReader:
         self._cq_store = cq_store
         self._index_service = index_service  # None: message_index_enable is off
 
-    def find_queue(self, topic: str, queue_id: int):  # noqa: ANN201 - a ConsumeQueue or a queue-like view
+    def find_queue(self, topic: str, queue_id: int):  # a ConsumeQueue or a queue-like view
         """The queue to read (None: it holds nothing yet); FileStore adds the lite topics."""
         return self._cq_store.find(topic, queue_id)
 

@@ -44,7 +44,7 @@ class CheckService:
             self._set_health(False)
             log.warning("transaction check pass failed: %s", exc)
             return self._config.retry_after_failure_ms / 1000
-        except Exception:  # noqa: BLE001 - a bug: log it, keep checking
+        except Exception:  # a bug: log it, keep checking
             self._set_health(False)
             log.exception("transaction check pass failed")
             return self._config.retry_after_failure_ms / 1000

@@ -131,16 +131,16 @@ class _Signing(
             details.compression,
         )
 
-    def intercept_unary_unary(self, continuation, details, request):  # noqa: ANN001, ANN201
+    def intercept_unary_unary(self, continuation, details, request):
         return continuation(self._details(details), request)
 
-    def intercept_unary_stream(self, continuation, details, request):  # noqa: ANN001, ANN201
+    def intercept_unary_stream(self, continuation, details, request):
         return continuation(self._details(details), request)
 
-    def intercept_stream_unary(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
+    def intercept_stream_unary(self, continuation, details, request_iterator):
         return continuation(self._details(details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
+    def intercept_stream_stream(self, continuation, details, request_iterator):
         return continuation(self._details(details), request_iterator)
 
 

@@ -32,13 +32,13 @@ class SlowStore(GrpcStoreClient):
 
     slow = threading.Event()
 
-    def put_messages(self, messages, allow_system_topics, timeout_s=None):  # noqa: ANN001, ANN201
+    def put_messages(self, messages, allow_system_topics, timeout_s=None):
         if self.slow.is_set():
             time.sleep(SLOW_PUT_S)
         return super().put_messages(messages, allow_system_topics)
 
 
-def stored_keys(store_stub) -> set[str]:  # noqa: ANN001
+def stored_keys(store_stub) -> set[str]:
     time.sleep(0.5)  # the store's reput thread dispatches just after a put returns
     keys = set()
     for queue_id in range(8):
@@ -51,7 +51,7 @@ def stored_keys(store_stub) -> set[str]:  # noqa: ANN001
     return keys
 
 
-def overload(config: BrokerConfig, store_address: str, store_stub, senders: int) -> tuple[list, object]:  # noqa: ANN001
+def overload(config: BrokerConfig, store_address: str, store_stub, senders: int) -> tuple[list, object]:
     """Send ``senders`` messages at once against a slow store; check refusals are fast, definite
     and unstored, and that sends succeed again after; (results, broker servicer)."""
     store = SlowStore(store_address)

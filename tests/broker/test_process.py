@@ -32,7 +32,7 @@ BROKER_READY = re.compile(
 )
 
 
-def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list[Process]) -> None:
     _, store_ready = start_store(processes, tmp_path / "data", tmp_path)
     broker = Process(broker_command(store_ready["grpc"], metrics_port=0), tmp_path)
     processes.append(broker)
@@ -57,7 +57,7 @@ def test_broker_process_serves_and_stops_cleanly(tmp_path: Path, processes: list
     assert "broker stopped" in broker.log()
 
 
-def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Process]) -> None:
     broker = Process(
         [
             sys.executable,
@@ -81,7 +81,7 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
 
 
 @pytest.mark.needs("rocketmq-python-client")
-def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+def test_pyrmq_up_starts_store_then_broker_and_the_client_sends(tmp_path: Path, processes: list[Process]) -> None:
     up = Process(
         pyrmq_up_command(tmp_path / "data", "--create-topic", "UpTopic"),  # as `make run` creates TopicTest
         tmp_path,
@@ -124,7 +124,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F811
+def _start_up(tmp_path: Path, processes: list[Process]) -> Process:
     up = Process(
         pyrmq_up_command(tmp_path / "data"),
         tmp_path,
@@ -134,7 +134,7 @@ def _start_up(tmp_path: Path, processes: list[Process]) -> Process:  # noqa: F81
     return up
 
 
-def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
     up = _start_up(tmp_path, processes)
     children = child_pids(up.popen.pid)
     assert set(children) == {"store", "broker", "scheduler", "txcheck"}
@@ -144,7 +144,7 @@ def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes
     assert _gone(children["broker"])
 
 
-def test_children_stop_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:  # noqa: F811
+def test_children_stop_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[Process]) -> None:
     up = _start_up(tmp_path, processes)
     children = child_pids(up.popen.pid)
     os.kill(up.popen.pid, signal.SIGKILL)

@@ -48,7 +48,7 @@ def test_a_store_answering_per_message_results_is_still_understood() -> None:
     )
     client = GrpcStoreClient("127.0.0.1:1", put_stream=False)
     try:
-        client._put = lambda request, timeout_s=None: old  # noqa: SLF001 - the store answers in the old form
+        client._put = lambda request, timeout_s=None: old  # the store answers in the old form
         [outcome] = client.put_messages(_messages(1), False)
     finally:
         client.close()

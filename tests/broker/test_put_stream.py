@@ -53,14 +53,14 @@ def test_puts_share_one_stream_and_match_unary_answers(store_address: str, store
 class FakeCall:
     """A stream-stream call double: answers each request via ``answer``, or hangs."""
 
-    def __init__(self, requests: Iterator, answer) -> None:  # noqa: ANN001
+    def __init__(self, requests: Iterator, answer) -> None:
         self.requests, self.answer = requests, answer
         self.cancelled = threading.Event()
 
     def __iter__(self) -> FakeCall:
         return self
 
-    def __next__(self):  # noqa: ANN204
+    def __next__(self):
         request = next(self.requests)
         return self.answer(request, self)
 
@@ -76,7 +76,7 @@ class Failed(grpc.RpcError):
         return self._code
 
 
-def stream_with(answer, unary=None, clock=None):  # noqa: ANN001, ANN201
+def stream_with(answer, unary=None, clock=None):
     calls: list[FakeCall] = []
 
     def open_stream(requests: Iterator) -> FakeCall:
@@ -85,7 +85,7 @@ def stream_with(answer, unary=None, clock=None):  # noqa: ANN001, ANN201
 
     unary_calls: list = []
 
-    def unary_put(request):  # noqa: ANN001, ANN202
+    def unary_put(request):
         unary_calls.append(request)
         return (unary or (lambda r: pb.PutMessagesResponse()))(request)
 
@@ -96,7 +96,7 @@ def stream_with(answer, unary=None, clock=None):  # noqa: ANN001, ANN201
 def test_a_failed_stream_fails_its_put_and_the_next_put_opens_a_new_one() -> None:
     answers = iter([Failed(grpc.StatusCode.UNAVAILABLE), pb.PutMessagesResponse()])
 
-    def answer(request, call):  # noqa: ANN001, ANN202
+    def answer(request, call):
         result = next(answers)
         if isinstance(result, Exception):
             raise result
@@ -115,7 +115,7 @@ def test_an_overdue_put_is_cancelled_and_reported_as_a_deadline() -> None:
     clock = ManualClock()
     entered = threading.Event()
 
-    def hang(request, call):  # noqa: ANN001, ANN202
+    def hang(request, call):
         entered.set()
         call.cancelled.wait(5)
         raise Failed(grpc.StatusCode.CANCELLED)
@@ -133,7 +133,7 @@ def test_an_overdue_put_is_cancelled_and_reported_as_a_deadline() -> None:
     stream.close()
 
 
-def _raised(fn, *args):  # noqa: ANN001, ANN002, ANN202
+def _raised(fn, *args):
     try:
         fn(*args)
     except grpc.RpcError as exc:
@@ -142,7 +142,7 @@ def _raised(fn, *args):  # noqa: ANN001, ANN002, ANN202
 
 
 def test_a_store_without_the_stream_gets_unary_puts() -> None:
-    def unimplemented(request, call):  # noqa: ANN001, ANN202
+    def unimplemented(request, call):
         raise Failed(grpc.StatusCode.UNIMPLEMENTED)
 
     stream, calls, unary_calls = stream_with(unimplemented)
@@ -155,7 +155,7 @@ def test_a_put_finding_the_stream_busy_goes_unary() -> None:
     release = threading.Event()
     entered = threading.Event()
 
-    def slow(request, call):  # noqa: ANN001, ANN202
+    def slow(request, call):
         entered.set()
         release.wait(5)
         return pb.PutMessagesResponse()

@@ -19,11 +19,11 @@ from services.store.client.client import GrpcStoreClient
 RECONNECT_BACKOFF_MAX_MS = 1000
 
 
-def channel_options(monkeypatch: pytest.MonkeyPatch, make) -> dict:  # noqa: ANN001
+def channel_options(monkeypatch: pytest.MonkeyPatch, make) -> dict:
     seen: dict = {}
     real = grpc.insecure_channel
 
-    def spy(target, options=None, *args, **kwargs):  # noqa: ANN001, ANN202
+    def spy(target, options=None, *args, **kwargs):
         seen.update(dict(options or ()))
         return real(target, options, *args, **kwargs)
 

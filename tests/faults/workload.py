@@ -83,11 +83,11 @@ class Workload:
                 self._consumers.append(self._thread(self._consume, f"c{i}f", c.fifo_topic, c.fifo_group))
         return self
 
-    def _thread(self, target, name: str, *args) -> threading.Thread:  # noqa: ANN001
+    def _thread(self, target, name: str, *args) -> threading.Thread:
         def run() -> None:
             try:
                 target(name, *args)
-            except Exception as exc:  # noqa: BLE001 - reported by the test
+            except Exception as exc:  # reported by the test
                 log.exception("%s died", name)
                 self.errors.append(f"{name}: {exc!r}")
 

@@ -51,7 +51,7 @@ class PowerLoss:
             if p.is_file() and p.name not in SKIPPED_NAMES and "config" not in p.relative_to(self.root).parts
         ]
 
-    def begin(self, monkeypatch) -> None:  # noqa: ANN001 (pytest's MonkeyPatch)
+    def begin(self, monkeypatch) -> None:  # (pytest's MonkeyPatch)
         """Take the files as they are now as durable, and start recording syncs."""
         self._baseline = {p: p.read_bytes() for p in self._files()}
         self._images = {}
@@ -60,7 +60,7 @@ class PowerLoss:
         monkeypatch.setattr(os, "fdatasync", self._sync(self._real_fdatasync))
         monkeypatch.setattr(os, "fsync", self._sync(self._real_fsync))
 
-    def _sync(self, real):  # noqa: ANN001, ANN202
+    def _sync(self, real):
         def sync(fd: int) -> None:
             if self.crashed:
                 raise OSError(errno.EIO, "power lost")

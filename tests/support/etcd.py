@@ -61,7 +61,7 @@ class EtcdCluster:
     def start(self) -> None:
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for m in self.members:
-            log = open(m.data_dir.parent / f"{m.name}.log", "wb")  # noqa: SIM115 - closed by the child's exit
+            log = open(m.data_dir.parent / f"{m.name}.log", "wb")  # closed by the child's exit
             m.process = subprocess.Popen(
                 [
                     str(etcd_binary()),

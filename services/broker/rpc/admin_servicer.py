@@ -93,7 +93,7 @@ def admin_errors(method: Method) -> Method:
         except FAILURES as caught:
             exc = as_broker_error(caught)
             context.abort(status_of(exc), bounded_details(exc.message))
-        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer INTERNAL
+        except Exception as exc:  # a bug: log it, answer INTERNAL
             log.exception("Admin.%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 

@@ -86,7 +86,7 @@ class PullServicer(pb_grpc.PullServicer):
         except FAILURES as caught:
             exc = as_broker_error(caught)
             yield error_response(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+        except Exception as exc:  # a bug: log it, answer in band
             log.exception("Pull.PullRecords failed")
             yield error_response(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 

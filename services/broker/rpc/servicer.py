@@ -202,7 +202,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         except FAILURES as caught:
             exc = as_broker_error(caught)
             responses = consumer_convert.receive_error(exc.code, exc.message, self._clock.now_ms())
-        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+        except Exception as exc:  # a bug: log it, answer in band
             log.exception("ReceiveMessage failed")
             responses = consumer_convert.receive_error(
                 Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}", self._clock.now_ms()
@@ -263,7 +263,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         except FAILURES as caught:
             exc = as_broker_error(caught)
             responses = pull_convert.pull_error(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+        except Exception as exc:  # a bug: log it, answer in band
             log.exception("PullMessage failed")
             responses = pull_convert.pull_error(Code.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
         yield from responses

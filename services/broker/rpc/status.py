@@ -95,7 +95,7 @@ def in_band(response_type: type, require_client_id: bool = True) -> Callable[[Me
             except FAILURES as caught:
                 exc = as_broker_error(caught)
                 return response_type(status=status(exc.code, exc.message))
-            except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in band
+            except Exception as exc:  # a bug: log it, answer in band
                 log.exception("MessagingService.%s failed", name)
                 return response_type(
                     status=status(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")

@@ -129,7 +129,7 @@ class TelemetryStreams:
                 self._on_command(command, stream, session)
         except grpc.RpcError:
             pass  # the call ended (cancelled by the client, or the server stopping)
-        except Exception:  # noqa: BLE001 - a bug: end this stream, keep the server
+        except Exception:  # a bug: end this stream, keep the server
             log.exception("telemetry stream of %s failed", session.client_id)
         finally:
             stream.close()

@@ -40,7 +40,7 @@ from services.store.index.index_file import (
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from services.store.model import DispatchRequest  # noqa: F401
+    from services.store.model import DispatchRequest
 
 
 class NumpyIndexBatch:

@@ -119,7 +119,7 @@ class ReplicationConnection:
             except grpc.RpcError as exc:
                 if not self._stop.is_set():
                     log.info("replication stream to %s ended: %s", self._master_address, exc.code())
-            except Exception:  # noqa: BLE001 - logged; the next session starts from a new handshake
+            except Exception:  # logged; the next session starts from a new handshake
                 log.exception("replication from %s failed", self._master_address)
             if self.sessions > sessions:
                 pause_s = RECONNECT_INTERVAL_MIN_S
