@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from services.launcher import cli
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import ack, message, receive, send_ok
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC, GROUP = "StatusTopic", "StatusGroup"
@@ -67,15 +67,14 @@ def free_ports(count: int) -> int:
 
 def wait_message_count(endpoint: str, topic: str, count: int) -> None:
     """The store dispatches (fills ConsumeQueues) just after a put returns."""
-    deadline = time.monotonic() + 10
     with grpc.insecure_channel(endpoint) as channel:
         stub = pb_grpc.AdminStub(channel)
-        while True:
+
+        def counts() -> list[int]:
             topics = stub.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=10).topics
-            if [t.message_count for t in topics if t.topic.name == topic] == [count]:
-                return
-            assert time.monotonic() < deadline, f"{topic} does not hold {count} messages: {topics}"
-            time.sleep(0.05)
+            return [t.message_count for t in topics if t.topic.name == topic]
+
+        wait_until(lambda: counts() == [count], 10, f"{topic} holds {count} messages", describe=counts)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from services.domain.routes import select_write_queue
 from services.store.client.model import TopicInfo
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
 from tests.support.v2_requests import METADATA, ack, change, end, message, receive, send
+from tests.support.waits import wait_until
 
 TOPIC = "Spread"
 
@@ -28,16 +29,6 @@ def groups(tmp_path) -> TwoGroups:
     with two_groups(tmp_path) as cluster:
         cluster.create(TOPIC)
         yield cluster
-
-
-def eventually(condition, timeout_s=5.0) -> bool:
-    """``condition()`` once it holds (dispatch to the ConsumeQueue runs behind the append)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def query_route(v2, topic=TOPIC) -> s.QueryRouteResponse:
@@ -177,7 +168,7 @@ def test_change_invisible_and_dead_letter_follow_the_handle_group(groups: TwoGro
         timeout=10,
     )
     assert forwarded.status.code == d.OK, forwarded.status
-    assert eventually(lambda: groups.stores[GROUP_B].queue_offsets("%DLQ%G1", 0)[1] == 1)
+    wait_until(lambda: groups.stores[GROUP_B].queue_offsets("%DLQ%G1", 0)[1] == 1, 5)  # dispatch runs behind the append
     assert groups.stores[GROUP_A].get_topic("%DLQ%G1") is None
 
 
@@ -224,7 +215,7 @@ def test_end_transaction_finds_the_half_in_its_group_from_any_broker(groups: Two
         assert answer.status.code == d.OK, answer.status
     # Round-robin over a0, b0, a1, b1, ... put three halves in broker-a and two in broker-b;
     # each commit lands in its half's group.
-    assert eventually(lambda: sum(groups.depth(GROUP_A, TOPIC)) == 3 and sum(groups.depth(GROUP_B, TOPIC)) == 2)
+    wait_until(lambda: sum(groups.depth(GROUP_A, TOPIC)) == 3 and sum(groups.depth(GROUP_B, TOPIC)) == 2, 5)
     assert end(groups.v2, TOPIC, "F" * 32, d.COMMIT).status.code == d.INVALID_TRANSACTION_ID
 
 
@@ -240,7 +231,7 @@ def test_recall_goes_to_the_group_in_the_handle(groups: TwoGroups) -> None:
         )
         assert recalled.status.code == d.OK, recalled.status
     for group, count in ((GROUP_A, 3), (GROUP_B, 2)):  # each timer message and its recall marker
-        assert eventually(lambda g=group, n=count: groups.stores[g].queue_offsets("rmq_sys_wheel_timer", 0)[1] == 2 * n)
+        wait_until(lambda g=group, n=count: groups.stores[g].queue_offsets("rmq_sys_wheel_timer", 0)[1] == 2 * n, 5)
 
 
 def test_a_topic_without_a_route_stays_on_the_home_group(groups: TwoGroups) -> None:

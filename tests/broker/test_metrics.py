@@ -16,8 +16,8 @@ from prometheus_client import generate_latest
 from services.broker.metrics import BrokerMetrics
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import TopicInfo
-from tests.support.store_rpc import wait_until
 from tests.support.v2_requests import METADATA, ack, end, message, receive, send, send_ok
+from tests.support.waits import wait_until
 
 SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
 RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"

@@ -18,14 +18,13 @@ NotifyUnsubscribeLiteCommand (see test_exclusive_group_moves_a_lite_topic_to_its
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.lite import lmq_name
 from services.store.client.client import GrpcStoreClient
 from tests.support.node_client import LitePushConsumer, produce
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.needs("rocketmq-client-nodejs"), pytest.mark.timeout(60)]
 
@@ -58,13 +57,13 @@ def by_lite(pushes: list[dict]) -> dict[str, list[str]]:
 def wait_committed(store_stub, group: str, lite_topic: str, expected: int) -> int:
     """The group's committed offset in the lite topic's LMQ, waiting (up to 10 s) for ``expected``:
     a push consumer's acks go out after its listener returns."""
-    deadline = time.monotonic() + 10
-    while True:
-        request = pb.QueryConsumerOffsetRequest(group=group, topic=lmq_name(PARENT, lite_topic), queue_id=0)
+    request = pb.QueryConsumerOffsetRequest(group=group, topic=lmq_name(PARENT, lite_topic), queue_id=0)
+
+    def committed() -> tuple[int] | None:  # in a tuple: offset 0 is an answer
         offset = store_stub.QueryConsumerOffset(request, timeout=10).offset
-        if offset >= expected or time.monotonic() > deadline:
-            return offset
-        time.sleep(0.1)
+        return (offset,) if offset >= expected else None
+
+    return wait_until(committed, 10, f"{group} committed {expected} in {lite_topic}")[0]
 
 
 def test_lite_push_consumer_gets_its_lite_topics_in_order(endpoint, tmp_path):

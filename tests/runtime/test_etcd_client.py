@@ -12,17 +12,9 @@ import pytest
 from services.runtime.etcd import Compare, Delete, EtcdError, Event, Get, LeaseNotFound, Put
 from services.runtime.etcd.rpc.streams import LeaseKeeper, Watcher
 from tests.support.etcd import EtcdCluster
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_put_get_prefix_delete(etcd_server: EtcdCluster) -> None:
@@ -76,7 +68,7 @@ def test_lease_expires_without_keepalive_and_lives_with_it(etcd_server: EtcdClus
         etcd.put(b"/members/r1", b"alive", lease=lease)
         assert etcd.get(b"/members/r1").lease == lease  # type: ignore[union-attr]
         granted = time.monotonic()
-        assert wait_for(lambda: etcd.get(b"/members/r1") is None, ttl + 3.0)
+        wait_until(lambda: etcd.get(b"/members/r1") is None, ttl + 3.0, "the lease expired")
         assert time.monotonic() - granted >= ttl - 0.5
         assert etcd.lease_time_to_live(lease) == -1
         with pytest.raises(LeaseNotFound):
@@ -150,7 +142,7 @@ def test_watch_of_a_compacted_revision_reports_an_error(etcd_server: EtcdCluster
         # etcd creates the watch, then cancels it with the compaction revision.
         watcher = Watcher(etcd, b"/c", lambda events: None, start_revision=first, on_error=errors.append).start()
         try:
-            assert wait_for(lambda: errors, 5.0)
+            wait_until(lambda: errors, 5.0, "the watch error")
         finally:
             watcher.stop()
         assert isinstance(errors[0], EtcdError) and f"revision {first} compacted" in str(errors[0])
@@ -178,7 +170,7 @@ def test_cas_succeeds_soon_after_the_leader_is_killed(etcd_cluster: EtcdCluster)
             assert elapsed < 3.0, f"CAS took {elapsed:.2f} s after the leader kill"
             assert etcd.rotation.current != leader
             # The watch moved to a survivor and resumed where it was: the CAS is seen once.
-            assert wait_for(lambda: [e.kv.value for e in seen] == [b"2"], 5.0), seen
+            wait_until(lambda: [e.kv.value for e in seen] == [b"2"], 5.0, "the CAS seen once", describe=lambda: seen)
             # The lease survived the election.
             time.sleep(2.5)
             assert keeper.held() and not lost.is_set()

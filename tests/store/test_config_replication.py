@@ -28,7 +28,7 @@ from services.store.store import FileStore
 from tests.support.etcd import EtcdCluster, etcd_server  # noqa: F401 - fixture
 from tests.support.filestore import message, small_config
 from tests.support.static_nodes import Node, StaticNodes
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 CONFIG_FILES = ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json", "auth.json")
 NOBODY = "127.0.0.1:9"  # a master address nothing answers on

@@ -14,7 +14,7 @@ from services.store.errors import ReplicationError
 from services.store.ha.ha_service import HAService
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 SEGMENT = 16 * 1024
 NOBODY = "127.0.0.1:9"  # a slave whose connection loop never reaches a master: the test drives its core

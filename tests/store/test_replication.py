@@ -19,7 +19,7 @@ from services.store.ha.epoch_file import EpochFile
 from services.store.rpc.server import stop_server
 from tests.support.filestore import message
 from tests.support.static_nodes import Node, StaticNodes
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 SEGMENT_BYTES = 16 * 1024
 

@@ -16,7 +16,7 @@ from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
 from tests.support.pki import make_pki
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 
 @pytest.fixture

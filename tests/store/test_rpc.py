@@ -19,7 +19,8 @@ from services.store.model import Arrival, PutResult
 from services.store.rpc import convert
 from services.store.rpc.servicer import ArrivalWatcher
 from services.store.rpc.status import check_put_batch
-from tests.support.store_rpc import RPC_TIMEOUT_S, TOPIC, Served, message, wait_until
+from tests.support.store_rpc import RPC_TIMEOUT_S, TOPIC, Served, message
+from tests.support.waits import wait_until
 
 
 def test_put_then_get_round_trips_every_field(served: Served) -> None:

@@ -21,7 +21,7 @@ from services.store.metadata.fastjson import loads
 from services.store.metadata.transaction_metrics import TRANSACTION_METRICS_FILE
 from services.store.store import FileStore
 from tests.support.filestore import small_config
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 BORN_MS = 1_700_000_000_000
 

@@ -4,9 +4,9 @@ the store's reput thread has indexed it."""
 
 from __future__ import annotations
 
-import time
-
 from pyrmq.store.v1 import store_pb2 as pb
+
+from tests.support.waits import wait_until
 
 
 def put(store_stub, topic: str, queue_id: int, uniq_key: str, keys: str = "", body: bytes = b"hello") -> pb.PutResult:
@@ -23,10 +23,9 @@ def put(store_stub, topic: str, queue_id: int, uniq_key: str, keys: str = "", bo
 
 def wait_indexed(store_stub, topic: str, key: str, count: int = 1) -> None:
     """The store's reput thread builds the index just after a put returns."""
-    deadline = time.monotonic() + 10
-    while (
-        len(store_stub.QueryMessagesByKey(pb.QueryMessagesByKeyRequest(topic=topic, key=key), timeout=10).messages)
-        < count
-    ):
-        assert time.monotonic() < deadline, f"{key} not indexed in {topic}"
-        time.sleep(0.02)
+    request = pb.QueryMessagesByKeyRequest(topic=topic, key=key)
+    wait_until(
+        lambda: len(store_stub.QueryMessagesByKey(request, timeout=10).messages) >= count,
+        10,
+        f"{key} indexed in {topic}",
+    )

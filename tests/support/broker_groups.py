@@ -20,7 +20,6 @@ etcd instead (a ``RouteView`` and ``RouteStore``, as ``python -m services.broker
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -29,10 +28,11 @@ from pathlib import Path
 import grpc
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.server import BrokerServer, build_server
+from services.broker.rpc.server import BrokerServer
 from services.coordination.route_view import RouteStore, RouteView
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.clock import SystemClock
@@ -43,6 +43,7 @@ from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
 from tests.support.filestore import small_config
+from tests.support.waits import wait_until
 
 GROUP_A = "broker-a"
 GROUP_B = "broker-b"
@@ -99,10 +100,12 @@ class TwoGroups:
         """Wait until the group's store has dispatched (reput) everything in its CommitLog."""
         reput = self.filestores[group].reput
         assert reput is not None
-        deadline = time.monotonic() + timeout_s
-        while reput.dispatch_behind_bytes > 0:
-            assert time.monotonic() < deadline, f"{group}: dispatch {reput.dispatch_behind_bytes} bytes behind"
-            time.sleep(0.005)
+        wait_until(
+            lambda: reput.dispatch_behind_bytes == 0,
+            timeout_s,
+            f"{group}: dispatch caught up",
+            describe=lambda: f"{reput.dispatch_behind_bytes} bytes behind",
+        )
 
     def depth(self, group: str, topic: str, queue_nums: int = 4) -> list[int]:
         """Messages in each queue of the topic in the group (max offset per queue), once every
@@ -152,7 +155,7 @@ def two_groups(
                 **config,
             }
         )
-        broker = build_server(broker_config, clients[GROUP_A], metrics=metrics, cluster=cluster)
+        broker = build_broker(broker_config, clients[GROUP_A], metrics=metrics, cluster=cluster)
         broker.start()
         stack.callback(broker.stop, 1.0)
         channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{broker.port}"))

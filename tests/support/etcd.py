@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from services.runtime.etcd import EtcdUnavailable
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.process import free_ports
 from tests.support.components import etcd_binary, require
+from tests.support.waits import wait_until
 
 HEARTBEAT_MS = 50
 ELECTION_MS = 500
@@ -107,16 +107,17 @@ class EtcdCluster:
             return ids.get(leaders.pop())
 
     def wait_leader(self, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def leader() -> tuple[int] | None:  # in a tuple: the leader may be member 0
             for m in self.members:
                 if m.process is not None and m.process.poll() is not None and self.members.index(m) not in self.killed:
                     raise AssertionError(f"etcd {m.name} exited {m.process.returncode}:\n{self.log(m)}")
-            leader = self.leader_index()
-            if leader is not None:
-                return leader
-            time.sleep(0.05)
-        raise AssertionError("etcd elected no leader in time:\n" + "\n".join(self.log(m) for m in self.members))
+            index = self.leader_index()
+            return None if index is None else (index,)
+
+        return wait_until(
+            leader, timeout_s, "an etcd leader", describe=lambda: "\n".join(self.log(m) for m in self.members)
+        )[0]
 
     def kill(self, index: int) -> None:
         """SIGKILL of one member."""

@@ -7,7 +7,6 @@ workload.py and checker.py."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from tests.faults.checker import History, Report
@@ -15,6 +14,7 @@ from tests.faults.cluster import Cluster
 from tests.faults.replica_cluster import ReplicaCluster
 from tests.faults.workload import Workload
 from tests.support.processes import Process
+from tests.support.waits import wait_until
 
 DRAIN_TIMEOUT_S = 40.0
 
@@ -79,12 +79,11 @@ def check_run(history: History, workload: Workload, cluster: Cluster, repro: str
 
 
 def wait_first_ok(history: History, after_t: float, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(s.outcome == "ok" and s.complete_t > after_t for s in list(history.sends.values())[-200:]):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no send acknowledged within {timeout_s} s")
+    wait_until(
+        lambda: any(s.outcome == "ok" and s.complete_t > after_t for s in list(history.sends.values())[-200:]),
+        timeout_s,
+        "a send acknowledged",
+    )
 
 
 def percentile(values: list[float], q: float) -> float:

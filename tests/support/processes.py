@@ -13,8 +13,9 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
+
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60
@@ -74,9 +75,10 @@ class Process:
     def wait_log(self, text: str, timeout_s: float = 10.0) -> str:
         """The stderr so far, once it contains ``text`` or ``timeout_s`` passed (another thread
         reads stderr, so it may lag the process's exit)."""
-        deadline = time.monotonic() + timeout_s
-        while text not in self.log() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        try:
+            wait_until(lambda: text in self.log(), timeout_s)
+        except AssertionError:
+            pass  # the caller's assertion on the log says what is missing
         return self.log()
 
     def log(self) -> str:

@@ -17,7 +17,7 @@ from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
 from tests.support.etcd import EtcdCluster
 from tests.support.filestore import message, small_config
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 SEGMENT_BYTES = 16 * 1024
 TTL_MS = 2000

@@ -5,39 +5,42 @@ topic's queues hold a count)."""
 
 from __future__ import annotations
 
-import time
-
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.config import BrokerConfig
+from tests.support.waits import wait_until
 
 
 def stored(store_stub, topic, queue_id, offset=0, at_least=0) -> list[pb.Message]:
     """The queue's messages from ``offset``; waits (up to 10 s) until at least ``at_least`` are dispatched,
     since the store's reput thread fills the ConsumeQueue just after a put returns."""
-    deadline = time.monotonic() + 10
-    while True:
-        got = store_stub.GetMessages(
-            pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset), timeout=10
-        )
-        if len(got.messages) >= at_least or time.monotonic() > deadline:
-            return list(got.messages)
-        time.sleep(0.02)
+
+    def enough() -> tuple[list[pb.Message]] | None:  # in a tuple: none at all may be enough
+        request = pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset)
+        messages = list(store_stub.GetMessages(request, timeout=10).messages)
+        return (messages,) if len(messages) >= at_least else None
+
+    return wait_until(enough, 10, f"{at_least} messages in {topic} queue {queue_id}")[0]
 
 
 def wait_stored(store_stub, topic, key, count=1) -> list[pb.Message]:
-    deadline = time.monotonic() + 10
-    while True:  # the index is built by the store's reput thread, just after the put returns
-        found = store_stub.QueryMessagesByKey(pb.QueryMessagesByKeyRequest(topic=topic, key=key), timeout=10).messages
-        if len(found) >= count or time.monotonic() > deadline:
-            return list(found)
-        time.sleep(0.02)
+    """The messages of ``topic`` with ``key``, once at least ``count`` are indexed (the index is
+    built by the store's reput thread, just after the put returns)."""
+
+    def found() -> tuple[list[pb.Message]] | None:  # in a tuple: count may be 0
+        request = pb.QueryMessagesByKeyRequest(topic=topic, key=key)
+        messages = list(store_stub.QueryMessagesByKey(request, timeout=10).messages)
+        return (messages,) if len(messages) >= count else None
+
+    return wait_until(found, 10, f"{count} messages with key {key} in {topic}")[0]
 
 
 def wait_dispatched(store_stub, topic: str, count: int) -> None:
     """Until the store's reput thread has put ``count`` messages of the (auto-created) topic into its
     ConsumeQueues: a pop filters what is dispatched when it runs, later arrivals are not yet seen."""
-    deadline = time.monotonic() + 10
-    while sum(len(stored(store_stub, topic, q)) for q in range(BrokerConfig().auto_create_topic_queue_nums)) < count:
-        assert time.monotonic() < deadline, f"{topic}: fewer than {count} messages dispatched"
-        time.sleep(0.02)
+    queues = range(BrokerConfig().auto_create_topic_queue_nums)
+    wait_until(
+        lambda: sum(len(stored(store_stub, topic, q)) for q in queues) >= count,
+        10,
+        f"{topic}: {count} messages dispatched",
+    )

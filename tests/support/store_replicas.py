@@ -20,6 +20,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from tests.support.processes import ROOT, STORE_READY, Process
 from tests.support.replica_group import Replica
+from tests.support.waits import wait_until
 
 __all__ = ["Replica", "ReplicaProcess", "put_status", "read_commitlog", "segment_names"]
 
@@ -63,10 +64,7 @@ class ReplicaProcess:
     def sigstop(self) -> None:
         """SIGSTOP, returning once the process is stopped (the signal is delivered asynchronously)."""
         os.kill(self.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 5
-        while self._state() not in ("T", "t"):
-            assert time.monotonic() < deadline, f"pid {self.pid} not stopped: state {self._state()}"
-            time.sleep(0.001)
+        wait_until(lambda: self._state() in ("T", "t"), 5, f"pid {self.pid} stopped", describe=self._state)
         self.stopped.append(time.monotonic())
 
     def _state(self) -> str:

@@ -1,12 +1,11 @@
 """The store's gRPC server for tests: ``served`` (a real FileStore behind a real server on
 127.0.0.1:0, the fixture of tests/store/test_rpc.py and test_auth_config.py; exposed by
 tests/store/conftest.py), its ``Served`` handle, ``store_config``, ``message`` (a pb.Message on
-``TOPIC``) and ``wait_until``."""
+``TOPIC``)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -18,19 +17,10 @@ from services.store.config import StoreConfig
 from services.store.metrics import StoreMetrics
 from services.store.rpc.server import build_server, stop_server
 from services.store.store import FileStore
+from tests.support.waits import wait_until
 
 TOPIC = "TopicTest"
 RPC_TIMEOUT_S = 10
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` (dispatch to the ConsumeQueues is asynchronous)."""
-    pause = threading.Event()
-    for _ in range(int(timeout_s / 0.01)):
-        if predicate():
-            return
-        pause.wait(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 @dataclass

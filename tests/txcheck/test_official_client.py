@@ -25,6 +25,7 @@ from services.txcheck.rpc.broker_client import GrpcProducers
 from services.txcheck.service import CheckService
 from tests.support.official_client import WAIT_S, Client, consume
 from tests.support.processes import Process
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
@@ -65,11 +66,12 @@ def real_messages(store_stub, topic: str) -> list[pb.Message]:
     ]
 
 
-def wait_for(predicate, what: str, timeout_s: float = WAIT_S) -> None:
-    end = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def passes(metrics_url: str) -> float:
+    """The pass count a txcheck process reports (pyrmq_txcheck_passes_total)."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    match = re.search(r"^pyrmq_txcheck_passes_total (\S+)$", text, re.M)
+    assert match, text
+    return float(match[1])
 
 
 @pytest.fixture
@@ -107,15 +109,20 @@ def test_open_transactions_are_checked_committed_and_rolled_back(broker, store_s
         checker = run_checker(broker.port)
         assert committing.next_line("checked") == {"checked": sent[0]["message_id"], "answer": "commit"}
         assert rolling_back.next_line("checked") == {"checked": sent[1]["message_id"], "answer": "rollback"}
-        wait_for(lambda: real_messages(store_stub, "TxCheckCommit"), "the commit")
-        time.sleep(1.5)  # a few more passes: nothing is asked again, nothing else appears
+        wait_until(lambda: real_messages(store_stub, "TxCheckCommit"), WAIT_S, "the commit")
+        done = checker.stats().passes
+        wait_until(
+            lambda: checker.stats().passes >= done + 3, WAIT_S, "three more passes"
+        )  # nothing asked again, nothing new
         [committed] = real_messages(store_stub, "TxCheckCommit")
         assert committed.properties["UNIQ_KEY"] == sent[0]["message_id"] and committed.body == b"TxCheckCommit #0"
         assert committed.sys_flag & 0xC == 0x8
         assert real_messages(store_stub, "TxCheckRollback") == []
         stats = checker.stats()
         assert stats.checks_sent == 2 and stats.moved_to_max_time_topic == 0
-        wait_for(lambda: dict(checker.stats().results) == {"commit": 1, "rollback": 1, "unknown": 0}, "the results")
+        wait_until(
+            lambda: dict(checker.stats().results) == {"commit": 1, "rollback": 1, "unknown": 0}, WAIT_S, "the results"
+        )
     finally:
         committing.stop()
         rolling_back.stop()
@@ -143,7 +150,7 @@ def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker
     first.next_line("settings")
     first.stop()  # gone before anyone asked it
     checker = run_checker(broker.port, check_max=1)
-    wait_for(lambda: checker.stats().no_producer_retries >= 2, "checks with no producer")
+    wait_until(lambda: checker.stats().no_producer_retries >= 2, WAIT_S, "checks with no producer")
     assert checker.stats().moved_to_max_time_topic == 0
     later = Client(
         tmp_path / "b",
@@ -158,7 +165,7 @@ def test_a_check_waits_for_a_producer_to_connect(broker, store_stub, run_checker
     )
     try:
         assert later.next_line("checked")["checked"] == sent["message_id"]
-        wait_for(lambda: real_messages(store_stub, "TxCheckLate"), "the commit")
+        wait_until(lambda: real_messages(store_stub, "TxCheckLate"), WAIT_S, "the commit")
     finally:
         later.stop()
     assert checker.stats().moved_to_max_time_topic == 0
@@ -205,16 +212,20 @@ def test_kill_9_of_txcheck_loses_no_open_transaction(broker, store_stub, store_a
             )
 
         process, _ = start_txcheck(processes, store_address, broker.port)
-        wait_for(lambda: halves() > 3, "the first check copy")
+        wait_until(lambda: halves() > 3, WAIT_S, "the first check copy")
         process.popen.kill()  # kill -9 in the middle of a pass
         process.popen.wait()
         process, ready = start_txcheck(processes, store_address, broker.port)
         wanted = {s["message_id"] for s in sent}
-        wait_for(
+        wait_until(
             lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckKill")} == wanted,
+            WAIT_S,
             "every open transaction committed",
         )
-        time.sleep(1.5)
+        done = passes(ready["metrics"])
+        wait_until(
+            lambda: passes(ready["metrics"]) >= done + 3, WAIT_S, "three more passes"
+        )  # nothing is committed again
         assert sorted(m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckKill")) == sorted(wanted)
         metrics = urllib.request.urlopen(ready["metrics"], timeout=10).read().decode()
         assert re.search(r"^pyrmq_txcheck_half_lag 0\.0$", metrics, re.M), metrics
@@ -225,9 +236,10 @@ def test_kill_9_of_txcheck_loses_no_open_transaction(broker, store_stub, store_a
 
 
 @pytest.mark.slow
-def test_repeated_kill_9_soak(broker, store_stub, store_address, processes, tmp_path):
+def test_repeated_kill_9_soak(broker, store_stub, store_address, processes, topics, tmp_path):
     """Twenty open transactions, txcheck killed at random moments six times, then left running:
     every transaction is committed exactly once, nothing is moved aside."""
+    topics("TxCheckSoak")
     seed = int(time.time())
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -237,16 +249,19 @@ def test_repeated_kill_9_soak(broker, store_stub, store_address, processes, tmp_
         wanted = {client.next_line("ok")["message_id"] for _ in range(20)}
         for _ in range(6):
             process, _ = start_txcheck(processes, store_address, broker.port)
-            time.sleep(rng.uniform(0.05, 1.5))
+            time.sleep(rng.uniform(0.05, 1.5))  # a kill at a random moment of its run
             process.popen.kill()
             process.popen.wait()
         process, ready = start_txcheck(processes, store_address, broker.port)
-        wait_for(
+        wait_until(
             lambda: {m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckSoak")} == wanted,
+            90,
             "every open transaction committed",
-            timeout_s=90,
         )
-        time.sleep(2)
+        done = passes(ready["metrics"])
+        wait_until(
+            lambda: passes(ready["metrics"]) >= done + 4, WAIT_S, "four more passes"
+        )  # nothing is committed again
         assert sorted(m.properties["UNIQ_KEY"] for m in real_messages(store_stub, "TxCheckSoak")) == sorted(wanted)
         metrics = urllib.request.urlopen(ready["metrics"], timeout=10).read().decode()
         assert "pyrmq_txcheck_moved_to_max_time_topic_total 0.0" in metrics

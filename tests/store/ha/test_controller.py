@@ -41,15 +41,6 @@ def started(etcd: EtcdClient, *ids: int, **kwargs) -> list[ReplicaController]:
     return [replica(etcd, i, **kwargs).start() for i in ids]
 
 
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def race(loops: list[ElectionLoop]) -> list[ControllerResult | None]:
     """One ElectionLoop round on each replica at once (released together by a barrier)."""
     barrier = threading.Barrier(len(loops))

@@ -14,7 +14,7 @@ from services.domain.statuses import NOT_MASTER, PutStatus
 from services.store.store import FileStore
 from tests.support.filestore import message
 from tests.support.replica_group import TTL_MS, in_sync, put, wait_master
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
 

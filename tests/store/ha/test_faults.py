@@ -24,8 +24,8 @@ from services.store.store import FileStore
 from tests.support.etcd import EtcdCluster
 from tests.support.filestore import message, small_config
 from tests.support.store_replicas import Replica, ReplicaProcess, put_status, read_commitlog, segment_names
-from tests.support.store_rpc import wait_until
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waits import wait_until
 
 SEGMENT_BYTES = 16 * 1024
 TTL_MS = 2000

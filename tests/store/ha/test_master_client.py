@@ -15,7 +15,7 @@ from services.store.client.master import MasterTransport
 from services.store.client.model import MessageToPut, PutStatus
 from tests.support.etcd import EtcdCluster
 from tests.support.replica_group import TTL_MS, in_sync, wait_master
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
 

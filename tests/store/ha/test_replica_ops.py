@@ -24,7 +24,7 @@ from services.store.store import FileStore
 from tests.support.etcd import EtcdCluster
 from tests.support.filestore import message, small_config
 from tests.support.replica_group import Replica, ReplicaGroup, in_sync, put, wait_master
-from tests.support.store_rpc import wait_until
+from tests.support.waits import wait_until
 
 
 @pytest.fixture
