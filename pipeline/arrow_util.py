@@ -10,9 +10,14 @@ Everything here works on a whole batch at once: no Python loop over rows on the 
   in which any string is not well formed (an entry without exactly one 0x01, an empty name or
   value, a missing final 0x02) is decoded row by row with the store's own
   ``decode_properties`` instead, which has Java's exact semantics.
+* ``host_column``: the born / store addresses as "ip:port" strings, each distinct address
+  formatted once.
 """
 
 from __future__ import annotations
+
+import socket
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -63,7 +68,7 @@ def gather(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.n
 VIEW_MIN_MEAN_LENGTH = 24  # from this mean length on, ``gather_array`` copies in C++ (views)
 
 
-def gather_array(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind=None) -> pa.Array:
+def gather_array(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType | None = None) -> pa.Array:
     """The byte ranges ``a[s:s+n]`` as an Arrow binary (or ``kind``) array. Long ranges are
     described as an Arrow ``binary_view`` array over ``a`` (16 bytes per row, no per-byte
     index) that Arrow's cast copies into a plain binary array; short ones use ``gather``."""
@@ -103,7 +108,9 @@ def buffers_of(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 _BYTE_INDEX12 = np.arange(12)
 
 
-def binary_array(values: np.ndarray, offsets: np.ndarray, kind=None, valid: np.ndarray | None = None) -> pa.Array:
+def binary_array(
+    values: np.ndarray, offsets: np.ndarray, kind: pa.DataType | None = None, valid: np.ndarray | None = None
+) -> pa.Array:
     """An Arrow binary/string array over ``values`` (uint8) and int64 offsets (< 2 GiB)."""
     kind = kind or pa.binary()
     count = len(offsets) - 1
@@ -117,7 +124,7 @@ def binary_array(values: np.ndarray, offsets: np.ndarray, kind=None, valid: np.n
     )
 
 
-def string_array(values, offsets, valid=None) -> pa.Array:
+def string_array(values: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     # Arrow validates UTF-8 lazily; Spark decodes it as Java strings. Invalid bytes are rare
     # (the store writes UTF-8); ``safe_strings`` repairs them.
     return binary_array(values, offsets, pa.string(), valid)
@@ -241,8 +248,8 @@ def parse_properties(
         props = pa.MapArray.from_arrays(map_offsets, keys, items)
     entry_row = np.repeat(arange(count), entries_per_row)
     probe = _KeyProbe(values, entry_starts, key_lengths)
-    ranges = (probe, value_starts, value_lengths, entry_row, count)
-    columns = {name: _column_of(name, values, *ranges) for name in strings}
+    ranges: _Ranges = (probe, value_starts, value_lengths, entry_row, count)
+    columns = {name: _column_of(name, values, ranges) for name in strings}
     keys = None
     if want_keys:
         key_starts, key_lens, _ = _value_ranges(KEYS, *ranges)
@@ -250,7 +257,13 @@ def parse_properties(
     return props, columns, keys
 
 
-def _value_ranges(name, probe, value_starts, value_lengths, entry_row, count):
+# The entries of a batch: their keys, where each value lies, each entry's row, and the rows.
+_Ranges = tuple[_KeyProbe, np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def _value_ranges(
+    name: str, probe: _KeyProbe, value_starts: np.ndarray, value_lengths: np.ndarray, entry_row: np.ndarray, count: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, length, present) per row of the value of property ``name`` (the last one wins)."""
     hit = np.flatnonzero(probe.matches(name))
     starts = np.zeros(count, np.int64)
@@ -263,7 +276,7 @@ def _value_ranges(name, probe, value_starts, value_lengths, entry_row, count):
     return starts, lengths, present
 
 
-def _column_of(name, values, *ranges) -> pa.Array:
+def _column_of(name: str, values: np.ndarray, ranges: _Ranges) -> pa.Array:
     starts, lengths, present = _value_ranges(name, *ranges)
     data, data_offsets = gather(values, starts, lengths)
     return safe_strings(string_array(data, data_offsets, valid=present))
@@ -291,10 +304,13 @@ def _split_keys(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     )
 
 
-def _parse_rows(values: np.ndarray, offsets: np.ndarray, want_map: bool, strings: tuple[str, ...], want_keys: bool):
+def _parse_rows(
+    values: np.ndarray, offsets: np.ndarray, want_map: bool, strings: tuple[str, ...], want_keys: bool
+) -> tuple[pa.MapArray | None, dict[str, pa.Array], pa.Array | None]:
     """The slow, exact path: ``decode_properties`` row by row."""
-    maps, keys = [], []
-    columns: dict[str, list] = {name: [] for name in strings}
+    maps: list[list[tuple[str, str]]] = []
+    keys: list[list[str]] = []
+    columns: dict[str, list[str | None]] = {name: [] for name in strings}
     raw = values.tobytes()
     for i in range(len(offsets) - 1):
         props = decode_properties(raw[offsets[i] : offsets[i + 1]])
@@ -307,3 +323,43 @@ def _parse_rows(values: np.ndarray, offsets: np.ndarray, want_map: bool, strings
         {name: pa.array(column, pa.string()) for name, column in columns.items()},
         pa.array(keys, pa.list_(pa.string())) if want_keys else None,
     )
+
+
+# A batch's born or store addresses: (addresses, their rows, None for every row), one part per
+# address width present (IPv4, IPv6).
+HostParts: TypeAlias = list[tuple[np.ndarray, np.ndarray | None]]
+
+
+def host_column(parts: HostParts, ports: np.ndarray) -> pa.Array:
+    """The "ip:port" strings of a batch's born or store addresses (``parts``) with ``ports``."""
+    if len(parts) == 1 and parts[0][1] is None:
+        return _host_strings(parts[0][0], ports)
+    arrays, order = [], []
+    for column, rows in parts:
+        assert rows is not None  # several address widths: each part has its rows
+        arrays.append(_host_strings(column, ports[rows]))
+        order.append(rows)
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    return pa.concat_arrays(arrays).take(pa.array(inverse.astype(np.int32)))
+
+
+def _host_strings(ip: np.ndarray, port: np.ndarray) -> pa.Array:
+    """ "ip:port" strings, formatted once per distinct address (usually one or a few)."""
+    ip_bytes = np.ascontiguousarray(ip).view(np.uint8).reshape(len(port), -1)
+    keys = np.concatenate([ip_bytes, port.astype(">i4").view(np.uint8).reshape(-1, 4)], axis=1)
+    width = keys.shape[1]
+    flat = keys.view(">u8").ravel() if width == 8 else keys.view(f"V{width}").ravel()
+    if len(flat) and (flat == flat[0]).all():
+        uniq, inverse = flat[:1], None
+    else:
+        uniq, inverse = np.unique(flat, return_inverse=True)
+    texts = []
+    for key in uniq:
+        raw = int(key).to_bytes(8, "big") if width == 8 else bytes(key)
+        addr, port_value = raw[:-4], int.from_bytes(raw[-4:], "big", signed=True)
+        family = socket.AF_INET if len(addr) == 4 else socket.AF_INET6
+        text = socket.inet_ntop(family, addr)
+        texts.append(f"{text}:{port_value}" if len(addr) == 4 else f"[{text}]:{port_value}")
+    if inverse is None:
+        return constant_strings(texts[0], len(flat))
+    return pa.array(texts, pa.string()).take(pa.array(inverse.astype(np.int32)))

@@ -20,11 +20,19 @@ No pyspark import here (tests run it without Spark).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import DataLossError
 from pipeline.options import SourceOptions
+
+if TYPE_CHECKING:
+    from apache.rocketmq.v2 import definition_pb2 as d
+
+    from pipeline.client import Client, RouteQueue
 
 log = logging.getLogger(__name__)
 BATCH_ROWS = 4096  # rows per Arrow batch a reader yields (several pulls)
@@ -37,9 +45,26 @@ def lost(opts: SourceOptions, message: str) -> None:
     log.warning("%s; failOnDataLoss=false: continuing", message)
 
 
-def read_range(opts: SourceOptions, partition):
-    """Arrow batches of the messages of ``[partition.start, partition.end)`` of one queue
-    (``partition``: topic, broker, queue_id, endpoint, start, end)."""
+class QueueSpan(Protocol):
+    """``[start, end)`` of one queue, and the broker endpoint serving it (broker_source's
+    QueueRange)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def broker(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+def read_range(opts: SourceOptions, partition: QueueSpan) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the messages of ``[partition.start, partition.end)`` of one queue."""
     from pipeline.client import Client, RouteQueue
     from pipeline.errors import RecordsUnsupported
 
@@ -60,10 +85,11 @@ def read_range(opts: SourceOptions, partition):
 
 
 def _check(
-    opts: SourceOptions, route, code: int, text: str, offset: int, next_offset: int, end: int, what: str
+    opts: SourceOptions, route: RouteQueue, code: int, text: str, offset: int, next_offset: int, end: int, what: str
 ) -> bool:
     """Apply the status rules to one pull's outcome; False: stop reading (the queue ended)."""
-    from pipeline.client import ILLEGAL_OFFSET, MESSAGE_NOT_FOUND, OK, BrokerCallError
+    from pipeline.client import ILLEGAL_OFFSET, MESSAGE_NOT_FOUND, OK
+    from services.v2client.client import BrokerCallError
 
     name = f"{route.topic}/{route.broker}/{route.queue_id}"
     if code == ILLEGAL_OFFSET and next_offset > offset:
@@ -76,10 +102,12 @@ def _check(
     return True
 
 
-def _read_messages(opts: SourceOptions, client, route, offset: int, end: int):
+def _read_messages(
+    opts: SourceOptions, client: Client, route: RouteQueue, offset: int, end: int
+) -> Iterator[pa.RecordBatch]:
     from pipeline.messages import to_batch
 
-    pending = []
+    pending: list[d.Message] = []
     while offset < end:
         code, text, messages, next_offset = client.pull(
             route,
@@ -100,7 +128,9 @@ def _read_messages(opts: SourceOptions, client, route, offset: int, end: int):
         yield to_batch(route.broker, pending)
 
 
-def _read_records(opts: SourceOptions, client, route, offset: int, end: int):
+def _read_records(
+    opts: SourceOptions, client: Client, route: RouteQueue, offset: int, end: int
+) -> Iterator[pa.RecordBatch]:
     """PullRecords calls until ``end``; RecordsUnsupported from the first one if the broker has
     no such service."""
     from pipeline.client import OK
@@ -136,7 +166,8 @@ def _read_records(opts: SourceOptions, client, route, offset: int, end: int):
         if ended:
             break
         if not replied:
-            from pipeline.client import INTERNAL_SERVER_ERROR, BrokerCallError
+            from pipeline.client import INTERNAL_SERVER_ERROR
+            from services.v2client.client import BrokerCallError
 
             raise BrokerCallError(
                 f"PullRecords {route.topic}/{route.queue_id}@{offset}",
@@ -147,7 +178,7 @@ def _read_records(opts: SourceOptions, client, route, offset: int, end: int):
         yield _decode(route, pending, count, start, end)
 
 
-def _decode(route, chunks: list[bytes], count: int, start: int, end: int):
+def _decode(route: RouteQueue, chunks: list[bytes], count: int, start: int, end: int) -> pa.RecordBatch:
     from pipeline.records import records_to_batch
 
     batch = records_to_batch(route.broker, b"".join(chunks), f"PullRecords {route.topic}/{route.queue_id}", count)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -34,7 +36,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from pipeline import offsets as off
@@ -42,6 +44,13 @@ from pipeline.broker_read import lost, read_range
 from pipeline.errors import OptionError
 from pipeline.options import SourceOptions, parse_sink_options, parse_source_options
 from pipeline.schema import BROKER_COLUMNS, ddl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from apache.rocketmq.v2 import definition_pb2 as d
+
+    from pipeline.client import Client, RouteQueue
+    from pipeline.messages import SendKey, SinkColumns
 
 log = logging.getLogger(__name__)
 FORMAT = "rocketmq"
@@ -58,7 +67,7 @@ class QueueRange(InputPartition):
     end: int
 
 
-def _client(opts: SourceOptions):
+def _client(opts: SourceOptions) -> Client:
     from pipeline.client import Client
 
     return Client(opts.endpoints, opts.fetch_retries, opts.fetch_retry_interval_ms)
@@ -73,7 +82,7 @@ def _topics(opts: SourceOptions) -> tuple[str, ...]:
     return tuple(t for t in _client(opts).list_topics() if pattern.fullmatch(t))
 
 
-def _route(opts: SourceOptions) -> dict[off.Queue, object]:
+def _route(opts: SourceOptions) -> dict[off.Queue, RouteQueue]:
     """Queue -> RouteQueue for the subscribed / matching / assigned queues."""
     client = _client(opts)
     routed = {(q.topic, q.broker, q.queue_id): q for topic in _topics(opts) for q in client.route(topic)}
@@ -90,7 +99,7 @@ def _route(opts: SourceOptions) -> dict[off.Queue, object]:
 
 def _resolve(
     opts: SourceOptions,
-    queues: dict,
+    queues: Mapping[off.Queue, RouteQueue],
     spec: str,
     option: str,
     default_policy: int,
@@ -121,7 +130,7 @@ def _resolve(
     unknown = sorted(q for q in given if q not in queues)
     if unknown:
         raise OptionError(f"option {option!r}: queues {unknown} are not subscribed or not in the route")
-    out = {}
+    out: dict[off.Queue, int] = {}
     for q, route in queues.items():
         value = given.get(q, off.EARLIEST if default_policy == EARLIEST_POLICY else off.LATEST)
         out[q] = (
@@ -132,7 +141,7 @@ def _resolve(
     return out
 
 
-def _checked_start(opts: SourceOptions, queue: off.Queue, route, start: int | None) -> int:
+def _checked_start(opts: SourceOptions, queue: off.Queue, route: RouteQueue, start: int | None) -> int:
     """``start``, or the earliest offset when ``start`` is gone (or None: a new queue)."""
     earliest = _client(opts).query_offset(route, EARLIEST_POLICY)
     if start is None:
@@ -150,7 +159,7 @@ def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRa
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.end - r.start for r in ranges)
-    out = []
+    out: list[QueueRange] = []
     for r in ranges:
         share = -(-min_partitions * (r.end - r.start) // total) if total else 1  # ceil: at least min_partitions
         pieces = max(1, min(r.end - r.start, share))
@@ -163,10 +172,10 @@ def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRa
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, options) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = parse_source_options(options, streaming=False)
 
-    def partitions(self):
+    def partitions(self) -> list[QueueRange]:
         opts = self.options
         queues = _route(opts)
         starts = _resolve(
@@ -187,7 +196,7 @@ class BatchReader(DataSourceReader):
             opts.ending_timestamp,
             opts.ending_offsets_by_timestamp,
         )
-        ranges = []
+        ranges: list[QueueRange] = []
         for q, route in queues.items():
             start = _checked_start(opts, q, route, starts[q])
             if ends[q] < starts[q]:
@@ -196,18 +205,19 @@ class BatchReader(DataSourceReader):
                 ranges.append(QueueRange(q[0], q[1], q[2], route.endpoint, start, ends[q]))
         return _split(ranges, opts.min_partitions) or [QueueRange("", "", 0, "", 0, 0)]
 
-    def read(self, partition: QueueRange):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange), partition  # one that partitions() planned
         if partition.end > partition.start:
             yield from read_range(self.options, partition)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = parse_source_options(options, streaming=True)
         self._target: dict[off.Queue, int] | None = None  # Trigger.AvailableNow: stop here
         self._latest: dict[off.Queue, int] | None = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> off.NestedOffsets:
         opts = self.options
         return off.canonical(
             _resolve(
@@ -221,7 +231,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         )
 
-    def _ends(self) -> tuple[dict, dict[off.Queue, int]]:
+    def _ends(self) -> tuple[dict[off.Queue, RouteQueue], dict[off.Queue, int]]:
         queues = _route(self.options)
         client = _client(self.options)
         ends = {q: client.query_offset(route, LATEST_POLICY) for q, route in queues.items()}
@@ -230,11 +240,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends()[1]
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: off.NestedOffsets, limit: ReadLimit) -> off.NestedOffsets:
         begin = off.from_nested(start)
         queues, ends = self._ends()
         self._latest = dict(ends)
@@ -254,14 +264,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return off.canonical(begin)  # nothing new: the same JSON, so no micro-batch
         return off.canonical(merged)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> off.NestedOffsets | None:
         return off.canonical(self._latest) if self._latest is not None else None
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: off.NestedOffsets, end: off.NestedOffsets) -> list[QueueRange]:
         opts = self.options
         begin, finish = off.from_nested(start), off.from_nested(end)
         queues = _route(opts)
-        ranges = []
+        ranges: list[QueueRange] = []
         for q, stop in finish.items():
             route = queues.get(q)
             if route is None:
@@ -272,11 +282,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(QueueRange(q[0], q[1], q[2], route.endpoint, first, stop))
         return _split(ranges, opts.min_partitions) or [QueueRange("", "", 0, "", 0, 0)]
 
-    def read(self, partition: QueueRange):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange), partition  # one that partitions() planned
         if partition.end > partition.start:
             yield from read_range(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: off.NestedOffsets) -> None:
         group = self.options.consumer_group
         if not group:
             return
@@ -307,15 +318,19 @@ class SinkCommit(WriterCommitMessage):
     last_id: str | None
 
 
-def write_batches(options, columns, id_prefix: str, batches) -> SinkCommit:
+def write_batches(
+    options: Mapping[str, str], columns: SinkColumns, id_prefix: str, batches: Iterable[pa.RecordBatch]
+) -> SinkCommit:
     from pipeline.client import Client
     from pipeline.messages import to_messages
 
     opts = parse_sink_options(options)
     client = Client(opts.endpoints)
-    sent, first, last, row = 0, None, None, 0
+    sent, row = 0, 0
+    first: str | None = None
+    last: str | None = None
     for batch in batches:
-        groups: dict[tuple[str, str | None, str | None], list] = {}
+        groups: dict[SendKey, list[d.Message]] = {}
         for key, message in to_messages(batch, columns, opts.topic, id_prefix, row):
             groups.setdefault(key, []).append(message)
         row += batch.num_rows
@@ -350,7 +365,7 @@ class _SinkWriter:
     Arrow batches (one write id per writer; with the task and row it makes each message's id,
     so a retried task sends the same ids again)."""
 
-    def __init__(self, options, schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         import uuid
 
         from pipeline.messages import sink_columns
@@ -359,22 +374,25 @@ class _SinkWriter:
         self.columns = sink_columns(schema, parse_sink_options(options).topic)
         self.write_id = uuid.uuid4().hex
 
-    def write(self, iterator):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_batches(self.options, self.columns, _task_prefix(self.write_id), iterator)
 
 
+def _sent(messages: list[WriterCommitMessage | None]) -> int:
+    """Messages sent by the tasks that finished (None: a task that failed)."""
+    return sum(m.messages for m in messages if isinstance(m, SinkCommit))
+
+
 class BatchWriter(_SinkWriter, DataSourceArrowWriter):
-    def commit(self, messages) -> None:
-        log.info("rocketmq sink: %d messages sent", sum(m.messages for m in messages if m is not None))
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("rocketmq sink: %d messages sent", _sent(messages))
 
 
 class StreamWriter(_SinkWriter, DataSourceStreamArrowWriter):
-    def commit(self, messages, batchId: int) -> None:
-        log.info(
-            "rocketmq sink: batch %d, %d messages sent", batchId, sum(m.messages for m in messages if m is not None)
-        )
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.info("rocketmq sink: batch %d, %d messages sent", batchId, _sent(messages))
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("rocketmq sink: batch %d aborted (messages already sent stay sent: at-least-once)", batchId)
 
 

@@ -16,7 +16,9 @@ DEADLINE_EXCEEDED.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import grpc
 import grpc.experimental
@@ -106,13 +108,22 @@ class Client:
         self.retries = retries
         self.retry_interval_s = retry_interval_ms / 1000
 
-    def _unary(self, what: str, method: str, request, endpoint: str | None = None, timeout_s: float = LOOKUP_TIMEOUT_S):
+    def _unary(
+        self,
+        what: str,
+        rpc: Callable[[s_grpc.MessagingServiceStub], Callable[..., Any]],
+        request: object,
+        endpoint: str | None = None,
+        timeout_s: float = LOOKUP_TIMEOUT_S,
+    ) -> Any:
+        """The response of ``rpc`` (a method of the stub it is given), its status checked; retried
+        on UNAVAILABLE / DEADLINE_EXCEEDED over ``endpoint`` or every endpoint in turn."""
         targets = [endpoint] if endpoint else list(self.endpoints)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             target = targets[attempt % len(targets)]
             try:
-                response = getattr(_stub(target), method)(request, metadata=_metadata(), timeout=timeout_s)
+                response = rpc(_stub(target))(request, metadata=_metadata(), timeout=timeout_s)
             except grpc.RpcError as exc:
                 if exc.code() not in _RETRIED:
                     raise BrokerCallError(what, d.INTERNAL_SERVER_ERROR, f"{exc.code().name} {exc.details()}") from None
@@ -125,7 +136,9 @@ class Client:
 
     def route(self, topic: str) -> list[RouteQueue]:
         """The readable queues of ``topic``."""
-        response = self._unary(f"QueryRoute {topic}", "QueryRoute", s.QueryRouteRequest(topic=d.Resource(name=topic)))
+        response = self._unary(
+            f"QueryRoute {topic}", lambda stub: stub.QueryRoute, s.QueryRouteRequest(topic=d.Resource(name=topic))
+        )
         queues = []
         for mq in response.message_queues:
             if mq.permission not in _READABLE or mq.id < 0:
@@ -136,12 +149,15 @@ class Client:
         return sorted(queues, key=lambda q: (q.topic, q.broker, q.queue_id))
 
     def query_offset(self, queue: RouteQueue, policy: int, timestamp_ms: int | None = None) -> int:
-        request = s.QueryOffsetRequest(message_queue=_message_queue(queue), query_offset_policy=policy)
+        # ``policy`` is the enum's number (broker_source's *_POLICY): the stub's type is the enum.
+        request = s.QueryOffsetRequest(
+            message_queue=_message_queue(queue), query_offset_policy=cast(d.QueryOffsetPolicy, policy)
+        )
         if timestamp_ms is not None:
             request.timestamp.seconds = timestamp_ms // 1000
             request.timestamp.nanos = timestamp_ms % 1000 * 1_000_000
         what = f"QueryOffset {d.QueryOffsetPolicy.Name(policy)} {queue.topic}/{queue.broker}/{queue.queue_id}"
-        return self._unary(what, "QueryOffset", request, queue.endpoint).offset
+        return self._unary(what, lambda stub: stub.QueryOffset, request, queue.endpoint).offset
 
     def pull(
         self,
@@ -194,7 +210,7 @@ class Client:
         expression: str,
         timeout_s: float,
         max_bytes: int = 0,
-    ):
+    ) -> Generator[RecordsReply, None, None]:
         """The responses of one PullRecords call over ``[offset, end)`` (RecordsReply each).
 
         RecordsUnsupported when the broker does not serve it (said before any response)."""
@@ -250,7 +266,7 @@ class Client:
     def send(self, messages: list[d.Message], endpoint: str | None = None) -> list[s.SendResultEntry]:
         response = self._unary(
             f"SendMessage {messages[0].topic.name}",
-            "SendMessage",
+            lambda stub: stub.SendMessage,
             s.SendMessageRequest(messages=messages),
             endpoint,
             SEND_TIMEOUT_S,
@@ -262,7 +278,7 @@ class Client:
     def update_offset(self, group: str, queue: RouteQueue, offset: int) -> None:
         self._unary(
             f"UpdateOffset {group} {queue.topic}/{queue.queue_id}",
-            "UpdateOffset",
+            lambda stub: stub.UpdateOffset,
             s.UpdateOffsetRequest(group=d.Resource(name=group), message_queue=_message_queue(queue), offset=offset),
             queue.endpoint,
         )

@@ -18,7 +18,8 @@ Decoding one batch of a segment:
    (Arrow copies long ranges through a ``binary_view``; short ones one numpy index); properties are
    parsed into a map plus TAGS / KEYS / UNIQ_KEY / __LITE_TOPIC / INNER_MULTI_QUEUE_OFFSET
    without a Python loop (``arrow_util.parse_properties``; a name absent from the batch's bytes
-   is not parsed for at all); hosts are formatted once per distinct address.
+   is not parsed for at all); hosts are formatted once per distinct address
+   (``arrow_util.host_column``).
 
 Splitting a segment (``find_record_start``): every record stores its own phy offset
 (PHYSICALOFFSET at +28), so a reader given an arbitrary byte range finds the first record
@@ -31,12 +32,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import socket
 import struct
 import zlib
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +55,7 @@ from services.domain.format.commitlog_format import (
     PROP_CRC_PREFIX,
     PROP_CRC_RESERVED_LEN,
     SYSFLAG_POS,
+    MessageRecord,
     decode_record,
     tags_code,
 )
@@ -64,6 +66,8 @@ from services.domain.names import SCHEDULE_TOPIC
 
 BATCH_ROWS_DEFAULT = 32_768
 SEGMENT_NAME_LENGTH = 20  # 20-digit start offset
+# Whole records: a segment's mapped bytes, or the records of a PullRecords answer (searchable: find).
+RecordBytes: TypeAlias = bytes | bytearray | mmap.mmap
 
 
 def _header_dtype(born_v6: bool, store_v6: bool) -> np.dtype:
@@ -100,8 +104,10 @@ HEADER_DTYPES = [
 ]
 for _dtype, _struct in zip(HEADER_DTYPES, HEADERS):
     assert _dtype.itemsize == _struct.size, (_dtype.itemsize, _struct.size)
-assert HEADER_DTYPES[0].fields["phy_offset"][1] == PHY_OFFSET_POS
-assert HEADER_DTYPES[0].fields["sys_flag"][1] == SYSFLAG_POS
+_FIELDS_V4 = HEADER_DTYPES[0].fields
+assert _FIELDS_V4 is not None
+assert _FIELDS_V4["phy_offset"][1] == PHY_OFFSET_POS
+assert _FIELDS_V4["sys_flag"][1] == SYSFLAG_POS
 
 _SIZE_MAGIC = struct.Struct(">iI")
 _PHY = struct.Struct(">q")
@@ -111,7 +117,7 @@ _CRC_PREFIX = np.frombuffer(PROP_CRC_PREFIX, np.uint8)
 _POW10 = 10 ** np.arange(10, dtype=np.int64)
 
 
-def walk(buf, pos: int, limit: int, stop: int, max_records: int) -> tuple[list[int], int, str]:
+def walk(buf: RecordBytes, pos: int, limit: int, stop: int, max_records: int) -> tuple[list[int], int, str]:
     """Record starts from the boundary ``pos``: (starts, next position, why it stopped).
 
     Stops before ``max_records``, at the first record starting at or after ``stop``
@@ -139,7 +145,9 @@ assert MAGIC_V2 >> 8 == _MAGIC_HI
 _FAST_MIN_RECORDS = 64
 
 
-def walk_array(buf, a: np.ndarray, pos: int, limit: int, stop: int, max_records: int) -> tuple[np.ndarray, int, str]:
+def walk_array(
+    buf: RecordBytes, a: np.ndarray, pos: int, limit: int, stop: int, max_records: int
+) -> tuple[np.ndarray, int, str]:
     """``walk`` with numpy (the same starts, as int64, the same position and reason).
 
     Within a window, every position holding a v1/v2 magic code and a plausible TOTALSIZE is
@@ -148,6 +156,7 @@ def walk_array(buf, a: np.ndarray, pos: int, limit: int, stop: int, max_records:
     Wherever the chain leaves the candidates (a magic code inside a body, the window's end,
     the blank record, the unwritten tail), ``walk`` itself takes the next few steps."""
     parts: list[np.ndarray] = []
+    starts: list[int] | np.ndarray
     total = 0
     mean_size = 512
     slow = 0
@@ -208,7 +217,7 @@ _MAGIC_BYTES = tuple(m.to_bytes(4, "big") for m in (*_MAGICS, MAGIC_BLANK))
 SEARCH_WINDOW_BYTES = 64 << 10
 
 
-def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
+def find_record_start(buf: RecordBytes, pos: int, limit: int, base_offset: int) -> int:
     """The first position >= ``pos`` where a record whose PHYSICALOFFSET names that position
     starts (or the blank record that ends the segment); ``limit`` if there is none. Searches
     in growing windows, so a magic code that never occurs costs a window, not the segment."""
@@ -237,7 +246,7 @@ def find_record_start(buf, pos: int, limit: int, base_offset: int) -> int:
     return limit
 
 
-def _skip_zeros(buf, pos: int, limit: int) -> int:
+def _skip_zeros(buf: RecordBytes, pos: int, limit: int) -> int:
     """``pos``, or past the zero bytes that follow it (the unwritten tail of the last segment,
     where ``buf.find`` would be slow): every record starts with a TOTALSIZE that has a
     non-zero byte among its 4, so none starts more than 3 bytes before the first non-zero."""
@@ -256,36 +265,17 @@ def _skip_zeros(buf, pos: int, limit: int) -> int:
         del a
 
 
-def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
-    """ "ip:port" strings, formatted once per distinct address (usually one or a few)."""
-    ip_bytes = np.ascontiguousarray(ip).view(np.uint8).reshape(len(port), -1)
-    keys = np.concatenate([ip_bytes, port.astype(">i4").view(np.uint8).reshape(-1, 4)], axis=1)
-    width = keys.shape[1]
-    flat = keys.view(">u8").ravel() if width == 8 else keys.view(f"V{width}").ravel()
-    if len(flat) and (flat == flat[0]).all():
-        uniq, inverse = flat[:1], None
-    else:
-        uniq, inverse = np.unique(flat, return_inverse=True)
-    texts = []
-    for key in uniq:
-        raw = int(key).to_bytes(8, "big") if width == 8 else bytes(key)
-        addr, port_value = raw[:-4], int.from_bytes(raw[-4:], "big", signed=True)
-        family = socket.AF_INET if len(addr) == 4 else socket.AF_INET6
-        text = socket.inet_ntop(family, addr)
-        texts.append(f"{text}:{port_value}" if len(addr) == 4 else f"[{text}]:{port_value}")
-    if inverse is None:
-        return au.constant_strings(texts[0], len(flat))
-    return pa.array(texts, pa.string()).take(pa.array(inverse.astype(np.int32)))
-
-
-def _fields(a: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
-    """Every fixed header field of the records at ``starts``, native int arrays."""
+def _fields(a: np.ndarray, starts: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, au.HostParts]]:
+    """Every fixed header field of the records at ``starts``, native int arrays, and their
+    addresses (``born_ip``, ``store_ip``) in parts."""
     count = len(starts)
     combos = (a[starts + SYSFLAG_POS + 3] >> 4) & 3  # the v6 bits are in SYSFLAG's low byte
     present = np.unique(combos)
-    out: dict[str, object] = {}
+    out: dict[str, np.ndarray] = {}
+    hosts: dict[str, au.HostParts] = {}
     for combo in present:
         dtype = HEADER_DTYPES[combo]
+        assert dtype.names is not None  # a structured dtype
         rows = np.flatnonzero(combos == combo) if len(present) > 1 else None
         picked = starts if rows is None else starts[rows]
         header = au.windows(a, dtype.itemsize, picked).view(dtype).ravel()
@@ -293,9 +283,9 @@ def _fields(a: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
             column = header[name]
             if name.endswith("_ip"):
                 if rows is None:
-                    out[name] = [(column, None)]
+                    hosts[name] = [(column, None)]
                 else:
-                    out.setdefault(name, []).append((column, rows))
+                    hosts.setdefault(name, []).append((column, rows))
                 continue
             if name not in out:
                 out[name] = np.empty(count, column.dtype.newbyteorder("="))
@@ -305,18 +295,7 @@ def _fields(a: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
             else:
                 target[rows] = column
     out["header_size"] = np.array([d.itemsize for d in HEADER_DTYPES], np.int64)[combos]
-    return out
-
-
-def _host_column(parts, ports: np.ndarray) -> pa.Array:
-    if len(parts) == 1 and parts[0][1] is None:
-        return _hosts(parts[0][0], ports)
-    arrays, order = [], []
-    for column, rows in parts:
-        arrays.append(_hosts(column, ports[rows]))
-        order.append(rows)
-    inverse = np.argsort(np.concatenate(order), kind="stable")
-    return pa.concat_arrays(arrays).take(pa.array(inverse.astype(np.int32)))
+    return out, hosts
 
 
 ALL_COLUMNS = tuple(name for name, _ in COMMITLOG_COLUMNS)
@@ -332,7 +311,7 @@ DELAY_LEVEL_MILLIS_DEFAULT = parse_delay_levels(DELAY_LEVELS_DEFAULT)
 
 
 def _tags_codes(
-    buf, starts: np.ndarray, topics: pa.Array, tags: pa.Array, delay_level_millis: tuple[int, ...]
+    buf: RecordBytes, starts: np.ndarray, topics: pa.Array, tags: pa.Array, delay_level_millis: tuple[int, ...]
 ) -> pa.Array:
     """The ConsumeQueue tags code of every record, as the store computes it (``tags_code``):
     the Java hash of each distinct tag once; records of SCHEDULE_TOPIC_XXXX (whose code is a
@@ -345,12 +324,13 @@ def _tags_codes(
     codes[~pc.is_valid(tags).to_numpy(zero_copy_only=False)] = 0
     for row in np.flatnonzero(pc.equal(topics, SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)):
         record = decode_record(buf, int(starts[row]), len(buf), check_crc=False, read_body=False)
+        assert isinstance(record, MessageRecord)  # never BLANK: the walk stops before the blank record
         codes[row] = tags_code(record, delay_level_millis)
     return pa.array(codes, pa.int64())
 
 
 def decode_batch(
-    buf,
+    buf: RecordBytes,
     a: np.ndarray,
     starts: np.ndarray,
     base_offset: int,
@@ -366,7 +346,7 @@ def decode_batch(
     ``brokerName`` column (null when None). Only the requested columns are decoded (the length
     arithmetic of every record is always checked)."""
     count = len(starts)
-    f = _fields(a, starts)
+    f, hosts = _fields(a, starts)
     total = f["total_size"].astype(np.int64)
     body_starts = starts + f["header_size"]
     body_len = f["body_len"].astype(np.int64)
@@ -444,9 +424,9 @@ def decode_batch(
         "queueOffset": lambda: pa.array(f["queue_offset"], pa.int64()),
         "sysFlag": lambda: pa.array(f["sys_flag"], pa.int32()),
         "bornTimestamp": lambda: to_us(f["born_ts"]),
-        "bornHost": lambda: _host_column(f["born_ip"], f["born_port"]),
+        "bornHost": lambda: au.host_column(hosts["born_ip"], f["born_port"]),
         "storeTimestamp": lambda: to_us(f["store_ts"]),
-        "storeHost": lambda: _host_column(f["store_ip"], f["store_port"]),
+        "storeHost": lambda: au.host_column(hosts["store_ip"], f["store_port"]),
         "reconsumeTimes": lambda: pa.array(f["reconsume"], pa.int32()),
         "preparedTransactionOffset": lambda: pa.array(f["prepared"], pa.int64()),
         "segment": lambda: au.constant_strings(segment, count),
@@ -462,7 +442,16 @@ def commitlog_schema(columns: tuple[str, ...]) -> pa.Schema:
     return pa.schema([full.field(name) for name in columns])
 
 
-def _check_crcs(buf, a, starts, ends, body_starts, body_len, body_crc, has_trailer) -> np.ndarray:
+def _check_crcs(
+    buf: RecordBytes,
+    a: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    body_starts: np.ndarray,
+    body_len: np.ndarray,
+    body_crc: np.ndarray,
+    has_trailer: np.ndarray,
+) -> np.ndarray:
     """Body CRC (crc32 & 0x7FFFFFFF, 0 for an empty body) and, where the trailer is present,
     the whole-record CRC (digits least-significant first) of every record."""
     view = memoryview(buf)
@@ -493,7 +482,7 @@ def _check_crcs(buf, a, starts, ends, body_starts, body_len, body_crc, has_trail
 # -- files ------------------------------------------------------------------------------------
 
 
-def segment_files(path: str | os.PathLike) -> list[tuple[int, Path]]:
+def segment_files(path: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """(start phy offset, path) of each CommitLog segment under a store root or commitlog dir."""
     root = Path(path)
     directory = root / "commitlog" if (root / "commitlog").is_dir() else root

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -29,10 +31,14 @@ from pipeline.errors import OptionError
 from pipeline.schema import BROKER_COLUMNS, arrow_schema
 from services.domain.lite import validate_lite_topic
 
+if TYPE_CHECKING:
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from pyspark.sql.types import StructType
+
 _TYPE_NAMES = {value: name for name, value in d.MessageType.items()}
 
 
-def _micros(ts) -> int:
+def _micros(ts: Timestamp) -> int:
     return ts.seconds * 1_000_000 + ts.nanos // 1000
 
 
@@ -119,7 +125,7 @@ _ALLOWED = {
 }
 
 
-def sink_columns(schema, topic_option: str | None) -> SinkColumns:
+def sink_columns(schema: StructType, topic_option: str | None) -> SinkColumns:
     """Validate a Spark schema for the sink; OptionError saying what is wrong."""
     types = {field.name: field.dataType.simpleString() for field in schema.fields}
     for name, kind in types.items():
@@ -163,7 +169,10 @@ def to_messages(
     and one message group or lite topic, so the broker keeps each on its one queue (and, over
     several broker groups, in one group)."""
     count = batch.num_rows
-    get = lambda name: batch.column(name).to_pylist() if name else [None] * count  # noqa: E731
+
+    def get(name: str | None) -> list[Any]:
+        return batch.column(name).to_pylist() if name else [None] * count
+
     bodies, topics, tags, keys = get(columns.body), get(columns.topic), get(columns.tags), get(columns.keys)
     props, groups, delivery = get(columns.properties), get(columns.message_group), get(columns.delivery_timestamp)
     priorities, lite_topics = get(columns.priority), get(columns.lite_topic)
@@ -212,7 +221,7 @@ def to_messages(
     return out
 
 
-def _check_one_type(row: int, group, at, priority, lite) -> None:
+def _check_one_type(row: int, group: str | None, at: datetime | None, priority: int | None, lite: str | None) -> None:
     """A row is a FIFO, DELAY, PRIORITY or LITE message, or none of them: never two."""
     given = [
         name

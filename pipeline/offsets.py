@@ -29,6 +29,7 @@ LATEST = -1
 ANY_BROKER = ""  # the broker of a 2-level entry, until the route fills it in
 
 Queue = tuple[str, str, int]  # (topic, brokerName, queueId)
+NestedOffsets = dict[str, dict[str, dict[str, int]]]  # topic -> broker -> queue id -> offset (the JSON form)
 
 
 def _queue_id(text: str, option: str) -> int:
@@ -37,7 +38,7 @@ def _queue_id(text: str, option: str) -> int:
     return int(text)
 
 
-def _offset(value, option: str, allow_special: bool) -> int:
+def _offset(value: object, option: str, allow_special: bool) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise OptionError(f"option {option!r}: offset {value!r} is not an integer")
     if value < 0 and not (allow_special and value in (EARLIEST, LATEST)):
@@ -88,7 +89,7 @@ def parse_assign(text: str, option: str = "assign") -> list[Queue]:
         raise OptionError(f'option {option!r}: expected {{"topic": {{"brokerName": [queueIds]}}}}, got {text!r}')
     queues: list[Queue] = []
 
-    def ids(values, where: str) -> list[int]:
+    def ids(values: object, where: str) -> list[int]:
         if (
             not isinstance(values, list)
             or not values
@@ -129,9 +130,9 @@ def queue_order(queue: Queue) -> tuple[str, str, int]:
     return queue
 
 
-def canonical(offsets: Mapping[Queue, int]) -> dict[str, dict[str, dict[str, int]]]:
+def canonical(offsets: Mapping[Queue, int]) -> NestedOffsets:
     """The nested dict in canonical order (topics, brokers sorted; queue ids numerically)."""
-    nested: dict[str, dict[str, dict[str, int]]] = {}
+    nested: NestedOffsets = {}
     for topic, broker, queue in sorted(offsets, key=queue_order):
         nested.setdefault(topic, {}).setdefault(broker, {})[str(queue)] = int(offsets[(topic, broker, queue)])
     return nested
@@ -141,7 +142,7 @@ def to_json(offsets: Mapping[Queue, int]) -> str:
     return json.dumps(canonical(offsets))
 
 
-def from_nested(nested: Mapping) -> dict[Queue, int]:
+def from_nested(nested: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[Queue, int]:
     """The inverse of ``canonical`` (a checkpointed offset; no -1/-2 in it)."""
     return {
         (topic, broker, int(queue)): int(offset)

@@ -34,6 +34,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from pipeline.errors import OptionError
 from pipeline.offsets import EARLIEST, LATEST, parse_assign, parse_offsets
@@ -67,6 +68,16 @@ def parse_bool(opts: dict[str, str], name: str, default: bool) -> bool:
     if value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise OptionError(f"option {name!r} must be true or false, got {value!r}")
+
+
+@overload
+def parse_int(opts: dict[str, str], name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int: ...
+
+
+@overload
+def parse_int(
+    opts: dict[str, str], name: str, default: None, minimum: int = 1, maximum: int | None = None
+) -> int | None: ...
 
 
 def parse_int(
@@ -149,6 +160,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         topics = ()
         check_pattern(pattern)
     else:
+        assert assign is not None  # exactly one of the three is set (checked above)
         topics = tuple(sorted({q[0] for q in parse_assign(assign)}))
     kind = "a streaming" if streaming else "a batch"
 

@@ -231,7 +231,7 @@ def _special_rows(
     lite_topics: pa.Array,
     priorities: pa.Array,
     store_ts: pa.Array,
-):
+) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
     """bornHost, messageType, messageGroup, deliveryTimestamp, liteTopic, priority with
     ``rows`` worked out one by one (consumer_convert.delivered_message's rules)."""
     born, kinds, group_of, at = born_hosts.to_pylist(), types.to_pylist(), groups.to_pylist(), delivery.to_pylist()

@@ -8,11 +8,18 @@ offset code stays importable without it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Columns = tuple[tuple[str, str], ...]  # (name, Spark type) of each column, in order
 
 # Source "rocketmq" (a topic read through the broker): rocketmq-spark's columns under its names, but
 # no ``flag`` (not in a v2 Message) and ``properties`` a map (the user properties), not a JSON string.
-BROKER_COLUMNS = (
+BROKER_COLUMNS: Columns = (
     ("topic", "string"),
     ("brokerName", "string"),
     ("queueId", "int"),
@@ -37,7 +44,7 @@ BROKER_COLUMNS = (
 # Source "rocketmq-commitlog": every field of the record (services/domain/format/commitlog_format.py),
 # the property map (the whole-record CRC trailer removed) and what is derived from it, where the
 # record lies.
-COMMITLOG_COLUMNS = (
+COMMITLOG_COLUMNS: Columns = (
     ("commitLogOffset", "bigint"),
     ("totalSize", "int"),
     ("magicCode", "int"),
@@ -67,7 +74,7 @@ COMMITLOG_COLUMNS = (
 )
 
 # Source "rocketmq-consumequeue": one row per 20-byte unit (services/domain/format/consume_queue_format.py).
-CONSUMEQUEUE_COLUMNS = (
+CONSUMEQUEUE_COLUMNS: Columns = (
     ("topic", "string"),
     ("brokerName", "string"),
     ("queueId", "int"),
@@ -78,12 +85,12 @@ CONSUMEQUEUE_COLUMNS = (
 )
 
 
-def ddl(columns) -> str:
+def ddl(columns: Iterable[tuple[str, str]]) -> str:
     """``"topic string, queueId int, ..."`` (names quoted, so reserved words are safe)."""
     return ", ".join(f"`{name}` {kind}" for name, kind in columns)
 
 
-def _arrow_type(kind: str):
+def _arrow_type(kind: str) -> pa.DataType:
     import pyarrow as pa
 
     simple = {
@@ -100,7 +107,7 @@ def _arrow_type(kind: str):
 
 
 @cache
-def arrow_schema(columns):
+def arrow_schema(columns: Columns) -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema([pa.field(name, _arrow_type(kind)) for name, kind in columns])

@@ -22,21 +22,26 @@ restricts the topics.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pipeline.errors import OptionError
 from pipeline.options import parse_store_file_options
-from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, ddl
+from pipeline.schema import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, Columns, ddl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COMMITLOG_FORMAT = "rocketmq-commitlog"
 CONSUMEQUEUE_FORMAT = "rocketmq-consumequeue"
 
 
-def selected_columns(schema: StructType, columns, source: str) -> tuple[str, ...]:
+def selected_columns(schema: StructType, columns: Columns, source: str) -> tuple[str, ...]:
     """The columns a (possibly user-given) schema selects, in our order; OptionError if it
     names an unknown column or gives one another type."""
     kinds = dict(columns)
@@ -64,13 +69,13 @@ class SegmentSplit(InputPartition):
 
 
 class CommitLogReader(DataSourceReader):
-    def __init__(self, options, schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = parse_store_file_options(options)
         self.columns = selected_columns(schema, COMMITLOG_COLUMNS, COMMITLOG_FORMAT)
 
-    def partitions(self):
+    def partitions(self) -> list[SegmentSplit]:
         opts = self.options
-        splits = []
+        splits: list[SegmentSplit] = []
         for broker_name, root in opts.roots:
             splits.extend(self._splits(broker_name, root))
         return splits or [SegmentSplit(None, "", 0, 0, 0)]
@@ -79,7 +84,7 @@ class CommitLogReader(DataSourceReader):
         from pipeline.decode import segment_files
 
         opts = self.options
-        splits = []
+        splits: list[SegmentSplit] = []
         for start, path in segment_files(root):
             size = os.path.getsize(path)
             end = start + size
@@ -99,7 +104,8 @@ class CommitLogReader(DataSourceReader):
                 cut = upper
         return splits
 
-    def read(self, partition: SegmentSplit):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentSplit), partition  # one that partitions() planned
         if not partition.path:
             return
         from pipeline.decode import read_segment
@@ -126,7 +132,7 @@ class CommitLogReader(DataSourceReader):
             yield batch.select(list(columns)) if decode_columns != columns else batch
 
 
-def _fail_on_crc(batch, path: str) -> None:
+def _fail_on_crc(batch: pa.RecordBatch, path: str) -> None:
     import pyarrow.compute as pc
 
     bad = pc.invert(batch.column("crcValid"))
@@ -164,7 +170,7 @@ def consume_queue_files(path: str, topics: tuple[str, ...] = (), broker_name: st
     directory = root / "consumequeue" if (root / "consumequeue").is_dir() else root
     if not directory.is_dir():
         raise FileNotFoundError(f"no ConsumeQueue directory at {root} (expected STORE_ROOT/consumequeue)")
-    files = []
+    files: list[QueueFile] = []
     for topic_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
         if topics and topic_dir.name not in topics:
             continue
@@ -178,16 +184,17 @@ def consume_queue_files(path: str, topics: tuple[str, ...] = (), broker_name: st
 
 
 class ConsumeQueueReader(DataSourceReader):
-    def __init__(self, options, schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = parse_store_file_options(options)
         self.columns = selected_columns(schema, CONSUMEQUEUE_COLUMNS, CONSUMEQUEUE_FORMAT)
 
-    def partitions(self):
+    def partitions(self) -> list[QueueFile]:
         opts = self.options
         files = [f for name, root in opts.roots for f in consume_queue_files(root, opts.topics, name)]
         return files or [QueueFile(None, "", "", 0, 0)]
 
-    def read(self, partition: QueueFile):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueFile), partition  # one that partitions() planned
         if not partition.path:
             return
         from pipeline.decode import read_consume_queue

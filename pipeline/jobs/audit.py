@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipeline.jobs import cli
 from pipeline.jobs.stores import (
@@ -46,6 +47,9 @@ from pipeline.jobs.stores import (
     same_broker,
 )
 from services.domain.lite import LITE_SEPARATOR, LITE_TOPIC_PREFIX, LMQ_QUEUE_ID, split_lmq_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 RECORD_COLUMNS = (
     "commitLogOffset",
@@ -87,7 +91,7 @@ class AuditSummary:
         return not any(self.counts.values())
 
 
-def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
+def run(spark: SparkSession, store: str | Roots, examples: int = 10) -> AuditSummary:
     """Three Spark actions: one over the records, one over the units, one that finds every
     failure (counted per check, the first ``examples`` of each by offset kept)."""
     from pyspark.sql import Window
@@ -115,7 +119,16 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
         total_records = sum(row["n"] for row in per_root)
         total_units = units.count()
 
-        def failure(df, check: str, broker, topic, queue, queue_offset, phy, detail):
+        def failure(
+            df: DataFrame,
+            check: str,
+            broker: Column,
+            topic: Column,
+            queue: Column,
+            queue_offset: Column,
+            phy: Column,
+            detail: Column,
+        ) -> DataFrame:
             return df.select(
                 F.lit(check).alias("check"),
                 broker.alias("brokerName"),
@@ -266,7 +279,7 @@ def run(spark, store: str | Roots, examples: int = 10) -> AuditSummary:
     )
 
 
-def _lite_failures(records, first_phy: dict):
+def _lite_failures(records: DataFrame, first_phy: dict[str | None, int]) -> DataFrame:
     """Records whose lite offset does not follow their lite topic's previous one (in CommitLog
     order, per root): columns brokerName, lmq, liteQueueOffset, commitLogOffset, why."""
     from pyspark.sql import Window

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -33,6 +34,9 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 console = Console()
 err_console = Console(stderr=True)
@@ -78,7 +82,7 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
-def session(args: argparse.Namespace, app: str):
+def session(args: argparse.Namespace, app: str) -> SparkSession:
     """A SparkSession for a job, with the pipeline's sources registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -122,7 +126,7 @@ class RateColumn(ProgressColumn):
 
 
 @contextmanager
-def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
+def progress(spark: SparkSession, description: str, enabled: bool = True) -> Iterator[None]:
     """Show tasks done / total of Spark's running stages until the block ends."""
     if not enabled:
         yield
@@ -143,8 +147,7 @@ def progress(spark, description: str, enabled: bool = True) -> Iterator[None]:
 
         def poll() -> None:
             while not stop.wait(PROGRESS_POLL_S):
-                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-                stages = [s for s in stages if s is not None]
+                stages = [info for s in tracker.getActiveStageIds() if (info := tracker.getStageInfo(s)) is not None]
                 if stages:
                     bar.update(
                         task,

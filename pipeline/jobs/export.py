@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pipeline.jobs import cli
 from pipeline.jobs.stores import Roots, add_store_arguments, commitlog_frame, dispatchable, roots_from_args
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row, SparkSession
 
 EXPORT_COLUMNS = (
     "commitLogOffset",
@@ -62,10 +67,10 @@ class ExportSummary:
 
 
 def run(
-    spark,
+    spark: SparkSession,
     store: str | Roots,
     out: str,
-    topics=(),
+    topics: Sequence[str] = (),
     since_ms: int | None = None,
     until_ms: int | None = None,
     mode: str = "error",
@@ -87,8 +92,9 @@ def run(
     return ExportSummary(out, _totals(counted, "topic"), _totals(counted, "brokerName"), watch.elapsed_s)
 
 
-def _totals(rows, key: str) -> list:
-    totals: dict = {}
+def _totals(rows: list[Row], key: str) -> list[tuple[Any, int, int]]:
+    """(``row[key]``, records, bytes) per value of ``key`` (a topic, or a brokerName: None first)."""
+    totals: dict[Any, tuple[int, int]] = {}
     for row in rows:
         n, size = totals.get(row[key], (0, 0))
         totals[row[key]] = (n + row["n"], size + (row["bytes"] or 0))

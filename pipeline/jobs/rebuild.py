@@ -44,12 +44,29 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pipeline.jobs import cli
-from pipeline.jobs.stores import Roots, add_store_arguments, as_roots, commitlog_frame, dispatchable, roots_from_args
+from pipeline.jobs.stores import (
+    CommitLogOptions,
+    Roots,
+    add_store_arguments,
+    as_roots,
+    commitlog_frame,
+    dispatchable,
+    roots_from_args,
+)
 from services.domain.format.properties_format import KEYS, UNIQ_KEY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from services.store.index.service import IndexService
+    from services.store.model import DispatchRequest
 
 CQ_COLUMNS = (
     "commitLogOffset",
@@ -90,7 +107,7 @@ class ReplayClock:
         return self.now / 1000
 
 
-def _requests(table):
+def _requests(table: pa.Table) -> list[DispatchRequest]:
     """DispatchRequests of an Arrow table sorted by commitLogOffset."""
     from services.store.model import DispatchRequest
 
@@ -127,8 +144,12 @@ def _requests(table):
     ]
 
 
-def _write_queue_fn(cq_dirs: dict[str | None, str], units_per_file: int):
-    def write_queue(key, table):
+def _write_queue_fn(
+    cq_dirs: dict[str | None, str], units_per_file: int
+) -> Callable[[tuple[pa.Scalar, ...], pa.Table], pa.Table]:
+    # applyInArrow reads these hints: (keys, table) -> table is the grouped-map form it also
+    # takes without hints (an Iterator of batches would make it another kind of function).
+    def write_queue(key: tuple[pa.Scalar, ...], table: pa.Table) -> pa.Table:
         import pyarrow as pa
 
         from services.store.log.consume_queue import ConsumeQueue
@@ -157,7 +178,7 @@ def _write_queue_fn(cq_dirs: dict[str | None, str], units_per_file: int):
     return write_queue
 
 
-def _runs(batch, column: str):
+def _runs(batch: pa.RecordBatch, column: str) -> Iterator[tuple[Any, pa.RecordBatch]]:
     """(value, slice) of each run of equal ``column`` values in a batch."""
     values = batch.column(column).to_pylist()
     start = 0
@@ -167,17 +188,21 @@ def _runs(batch, column: str):
             start = i
 
 
-def _write_index_fn(index_dirs: dict[str | None, str], hash_slot_num: int, index_num_max: int):
+def _write_index_fn(
+    index_dirs: dict[str | None, str], hash_slot_num: int, index_num_max: int
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Writes the IndexFiles of every root whose records reach this task, sorted by
     (brokerName, commitLogOffset): one IndexService per root, in CommitLog order."""
 
-    def write_index(batches):
+    def write_index(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         from services.store.index.service import IndexService
 
         done: list[tuple[str | None, int, int]] = []
-        service, clock, current, keys = None, ReplayClock(), None, 0
+        service: IndexService | None = None
+        current: str | None = None  # the brokerName of the root ``service`` writes
+        clock, keys = ReplayClock(), 0
 
         def close() -> None:
             if service is not None:
@@ -222,7 +247,7 @@ def targets(roots: Roots, output: str | None) -> dict[str | None, Path]:
 
 
 def run(
-    spark,
+    spark: SparkSession,
     store: str | Roots,
     output: str | None = None,
     index: bool = True,
@@ -256,7 +281,7 @@ def run(
     lite_removed = tuple(str(d) for d in lite_dirs if d.exists())
     for directory in lite_dirs:
         shutil.rmtree(directory, ignore_errors=True)
-    options = {"delayLevels": delay_levels} if delay_levels else {}
+    options: CommitLogOptions = {"delayLevels": delay_levels} if delay_levels else {}
 
     records = dispatchable(commitlog_frame(spark, roots, CQ_COLUMNS, **options))
     written = (

@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pipeline.jobs import cli
 from pipeline.jobs.stores import Roots, add_store_arguments, commitlog_frame, roots_from_args
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -64,19 +70,20 @@ class StatsSummary:
     lite: list[LiteStats] = field(default_factory=list)  # parents with lite messages, by name
 
 
-def _window_seconds(spark, window: str) -> float:
+def _window_seconds(spark: SparkSession, window: str) -> float:
     row = spark.sql(
         f"SELECT CAST(INTERVAL {window} AS STRING) AS text, "
         f"unix_micros(TIMESTAMP'1970-01-01 00:00:00 UTC' + INTERVAL {window}) / 1e6 AS s"
     ).first()
+    assert row is not None  # a SELECT without FROM has one row
     return float(row["s"])
 
 
 def run(
-    spark,
+    spark: SparkSession,
     store: str | Roots,
     window: str = "1 minute",
-    topics=(),
+    topics: Sequence[str] = (),
     out: str | None = None,
     lite_top: int = 5,
     lite_out: str | None = None,
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = cli.session(args, "stats")
     with cli.progress(spark, "stats", not args.no_progress):
         summary = run(spark, roots, args.window, tuple(args.topic), args.out, args.lite_top, args.lite_out)
-    stamp = lambda ms: cli.datetime.fromtimestamp(ms / 1000, cli.UTC).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    stamp = lambda ms: datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
     cli.console.print(
         cli.table(
             "Per topic",

@@ -11,11 +11,28 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypedDict, TypeGuard, Unpack
 
 from pipeline.errors import OptionError
 from pipeline.options import pair_roots
 
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+
 Roots = tuple[tuple[str | None, str], ...]  # (brokerName or None, store root)
+
+
+class CommitLogOptions(TypedDict, total=False):
+    """Options of the rocketmq-commitlog source a job sets (pipeline/store_source.py)."""
+
+    verifyCrc: str  # "true": fill crcValid
+    failOnCrcError: str  # "false": a CRC mismatch shows in crcValid, the read goes on
+    delayLevels: str  # the store's messageDelayLevel (tagsCode on SCHEDULE_TOPIC_XXXX)
+
+
+def _paired(stores: Sequence[str] | Roots) -> TypeGuard[Roots]:
+    """Roots already paired with their names, not paths."""
+    return bool(stores) and all(isinstance(s, tuple) for s in stores)
 
 
 def as_roots(stores: str | Sequence[str] | Roots, broker_names: Sequence[str] | str | None = None) -> Roots:
@@ -23,8 +40,8 @@ def as_roots(stores: str | Sequence[str] | Roots, broker_names: Sequence[str] | 
     OptionError on the sources' rules (several roots need distinct names, one per root)."""
     if isinstance(stores, str):
         stores = [stores]
-    if stores and all(isinstance(s, tuple) for s in stores):
-        return tuple(stores)  # type: ignore[arg-type]
+    if _paired(stores):
+        return tuple(stores)
     names = broker_names if broker_names is None or isinstance(broker_names, str) else ",".join(broker_names)
     return pair_roots([str(s) for s in stores], names)
 
@@ -47,7 +64,7 @@ def roots_from_args(
         parser.error(str(exc).replace("option 'brokerNames'", "--broker-names"))
 
 
-def reader_over(reader, roots: Roots):
+def reader_over(reader: DataFrameReader, roots: Roots) -> DataFrame:
     """``reader.load`` of the roots, naming them when they are named."""
     names = [name for name, _ in roots]
     if any(name is not None for name in names):
@@ -56,7 +73,7 @@ def reader_over(reader, roots: Roots):
     return reader.load(paths[0] if len(paths) == 1 else paths)
 
 
-def dispatchable(df):
+def dispatchable(df: DataFrame) -> DataFrame:
     """Records the store dispatches: SYSFLAG transaction type NOT (0) or COMMIT (8)."""
     from pyspark.sql import functions as F
 
@@ -65,14 +82,14 @@ def dispatchable(df):
 
 
 def commitlog_frame(
-    spark,
+    spark: SparkSession,
     stores: str | Sequence[str] | Roots,
-    columns,
-    topics=(),
+    columns: Sequence[str],
+    topics: Sequence[str] = (),
     since_ms: int | None = None,
     until_ms: int | None = None,
-    **options,
-):
+    **options: Unpack[CommitLogOptions],
+) -> DataFrame:
     """The commitlog source over the roots with ``columns`` selected (decoded only those) and
     the filters."""
     from pyspark.sql import functions as F
@@ -95,11 +112,11 @@ def commitlog_frame(
     return df.select(*columns)
 
 
-def consumequeue_frame(spark, stores: str | Sequence[str] | Roots):
+def consumequeue_frame(spark: SparkSession, stores: str | Sequence[str] | Roots) -> DataFrame:
     return reader_over(spark.read.format("rocketmq-consumequeue"), as_roots(stores))
 
 
-def same_broker(left: str, right: str):
+def same_broker(left: str, right: str) -> Column:
     """Join condition on ``left.brokerName`` and ``right.brokerName`` (null-safe: an unnamed root)."""
     from pyspark.sql import functions as F
 
