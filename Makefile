@@ -84,8 +84,10 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
+# --durations=15 and the time per test folder (tests/conftest.py) end the report: the suite must
+# stay under 10 minutes on a 2-core machine, so its growth should show the day it happens.
 test: lint
-	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "not slow"
+	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "not slow" --durations=15
 
 soak: setup
 	$(PY) -m pytest -q -m slow -o faulthandler_timeout=0

@@ -1,8 +1,11 @@
 """``pyrmq up``: every pyrmq service as a child process of this one, until SIGINT/SIGTERM.
 
 Services are rows of ``services/topology.SERVICES`` (store, broker, scheduler, txcheck), started
-in table order, each one only after the previous printed its ready line, and stopped in reverse
-order; a row's arguments may use the key=value pairs of an earlier service's ready line.
+in table order, each one only after the rows before it printed their ready lines (rows that read
+nothing of each other start at once: services/launcher/children.py ``start_waves``); a row's
+arguments may use the key=value pairs of an earlier service's ready line. They stop tier by tier
+(``stop_all``): the scheduler and txcheck, then the brokers, the store replicas, and etcd last,
+the services of one tier at once.
 
 A service's contract with ``up``: ``python -m <module> <args>`` prints exactly one line,
 ``pyrmq-<name> ready key=value ...``, on stdout once it serves; logs go to stderr; SIGTERM
@@ -33,7 +36,6 @@ import dataclasses
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -43,13 +45,13 @@ from typing import TextIO
 from services.broker.config import SETTINGS as BROKER_SETTINGS
 from services.coordination.route_view import RouteStore
 from services.domain.routes import QueueData, TopicRoute
+from services.launcher.children import Child, start_waves, stop_all
 from services.launcher.placement import MODES as PLACEMENT_MODES
 from services.launcher.placement import affinity_environment, placement_text, plan_for_up, running_on
 from services.launcher.topology import (
     GROUP_PORT_STEP,
     GROUPS_MAX,
     REPLICA_PORT_STEP,
-    ServiceSpec,
     group_names,
     needs_etcd,
     rows,
@@ -69,7 +71,6 @@ from services.store.config import SETTINGS as STORE_SETTINGS
 log = logging.getLogger("pyrmq")
 
 READY_TIMEOUT_S = 120.0  # recovery of a large store can take a while
-STOP_TIMEOUT_S = 30.0  # per child, after the signal; then it is killed
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
@@ -80,101 +81,6 @@ REPLICA_RESTART_WINDOW_S = 60.0
 CREATED_TOPIC_MESSAGE_TYPE = "MIXED"
 CREATED_TOPIC_QUEUE_NUMS = 8
 PERM_READ_WRITE = 6
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when `pyrmq up` dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: children outlive a SIGKILL'ed parent, as before
-
-
-class Child:
-    """One running service: its process, and a thread reading its stdout for the ready line."""
-
-    def __init__(
-        self,
-        spec: ServiceSpec,
-        env: dict[str, str],
-        wake: threading.Event,
-        log_path: Path | None = None,
-        label: str = "",
-    ) -> None:
-        self.spec = spec
-        self.label = label or spec.name  # "store-1": a replica of the store row
-        self._args = (spec, env, wake, log_path, label)
-        self.ready_line: str | None = None
-        self.ready = threading.Event()
-        self._wake = wake
-        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # (closed in stop)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", spec.module],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
-            env={**os.environ, **env},
-            preexec_fn=_die_with_parent,
-            # Its own process group: a terminal's Ctrl-C reaches only `up`, which forwards one
-            # signal (a second SIGINT during the child's interpreter shutdown would kill it, -2).
-            process_group=0,
-        )
-        self._reader = threading.Thread(target=self._read_stdout, name=f"{self.label}-stdout", daemon=True)
-        self._reader.start()
-
-    def _read_stdout(self) -> None:
-        assert self.process.stdout is not None
-        prefix = f"pyrmq-{self.spec.name} ready"
-        for line in self.process.stdout:
-            if self.ready_line is None and line.startswith(prefix):
-                self.ready_line = line[len(prefix) :].strip()
-                self.ready.set()
-                self._wake.set()
-            else:
-                sys.stderr.write(f"[{self.label}] {line}")
-        self.process.wait()
-        self._wake.set()  # EOF: the child exited (or closed stdout, which it must not do)
-
-    def exited(self) -> bool:
-        return self.process.poll() is not None
-
-    def restart(self) -> Child:
-        """The same service started again (after it exited)."""
-        if self._log is not None:
-            self._log.close()
-        return Child(*self._args)
-
-    def stop(self, signum: int) -> int:
-        """Signal the child, wait for it (kill it after STOP_TIMEOUT_S); its exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        try:
-            return self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.error("%s did not stop within %.0f s, killing it", self.label, STOP_TIMEOUT_S)
-            self.process.kill()
-            return self.process.wait()
-        finally:
-            if self._log is not None:
-                self._log.close()
-
-
-def _stop_all(children: list[Child], signum: int) -> bool:
-    """Stop children in reverse start order; True if every one exited 0."""
-    clean = True
-    for child in reversed(children):
-        was_running = not child.exited()
-        code = child.stop(signum)
-        if code != 0:
-            if was_running:
-                log.error("%s exited with code %d", child.label, code)
-            clean = False
-    return clean
 
 
 def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -246,44 +152,50 @@ def up(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("bad configuration: %s", exc)
         return 2
-    for label, spec, namespace in rows(ns):
-        child = Child(
-            spec,
-            {
-                **shared_env,
-                **service_environment(spec, namespace()),
-                **affinity_environment(spec.name, planned.get(label)),
-            },
-            wake,
-            ns.log_dir / f"{label}.log" if ns.log_dir else None,
-            label,
-        )
-        children.append(child)
+    for wave in start_waves(rows(ns)):
+        started = [
+            Child(
+                spec,
+                {
+                    **shared_env,
+                    **service_environment(spec, namespace()),
+                    **affinity_environment(spec.name, planned.get(label)),
+                },
+                wake,
+                ns.log_dir / f"{label}.log" if ns.log_dir else None,
+                label,
+            )
+            for label, spec, namespace in wave
+        ]
+        children += started
         polls_left = int(READY_TIMEOUT_S / POLL_INTERVAL_S)
-        while not child.ready.is_set() and not received and not child.exited():
+        while (waiting := [c for c in started if not c.ready.is_set()]) and not received:
+            if any(c.exited() for c in waiting):
+                break
             if polls_left == 0:
-                log.error("%s not ready within %.0f s", label, READY_TIMEOUT_S)
-                _stop_all(children, signal.SIGTERM)
+                log.error("%s not ready within %.0f s", waiting[0].label, READY_TIMEOUT_S)
+                stop_all(children, signal.SIGTERM)
                 return 1
             polls_left -= 1
             wake.wait(POLL_INTERVAL_S)
             wake.clear()
         if received:
-            return 0 if _stop_all(children, received[0]) else 1
-        if not child.ready.is_set():
-            log.error("%s exited with code %s before it was ready", label, child.process.wait())
-            _stop_all(children, signal.SIGTERM)
+            return 0 if stop_all(children, received[0]) else 1
+        if dead := [c for c in started if not c.ready.is_set() and c.exited()]:
+            log.error("%s exited with code %s before it was ready", dead[0].label, dead[0].process.wait())
+            stop_all(children, signal.SIGTERM)
             return 1
-        assert child.ready_line is not None
-        ns.ready[label] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
-        ns.cpus[label] = running_on(child.process.pid)
+        for child in started:
+            assert child.ready_line is not None
+            ns.ready[child.label] = dict(item.split("=", 1) for item in child.ready_line.split() if "=" in item)
+            ns.cpus[child.label] = running_on(child.process.pid)
 
     try:
         groups = tuple(group_names(ns.groups))
         create_missing_topics(ns.ready["store"]["grpc"], ns.store_tls, ns.create_topic, etcd_endpoints(ns), groups)
     except StoreError as exc:
         log.error("could not create the topics %s: %s", ", ".join(ns.create_topic), exc)
-        _stop_all(children, signal.SIGTERM)
+        stop_all(children, signal.SIGTERM)
         return 1
     summary = " ".join(f"{c.label} {c.ready_line}" for c in children)
     cpus = ";".join(f"{label}:{where}" for label, where in ns.cpus.items())
@@ -305,9 +217,9 @@ def up(ns: argparse.Namespace) -> int:
         if dead and not received:
             for child in dead:
                 log.error("%s exited unexpectedly with code %d", child.label, child.process.returncode)
-            _stop_all(children, signal.SIGTERM)
+            stop_all(children, signal.SIGTERM)
             return 1
-    clean = _stop_all(children, received[0])
+    clean = stop_all(children, received[0])
     log.info("all services stopped")
     return 0 if clean else 1
 
