@@ -17,8 +17,8 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
-from services.broker.rpc.server import build_server
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
@@ -41,7 +41,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, pb_
     store_server, store_port = build_store_server(store, "127.0.0.1", 0)
     store_server.start()
     client = GrpcStoreClient(f"127.0.0.1:{store_port}")
-    broker = build_server(BrokerConfig(port=0, store_address=f"127.0.0.1:{store_port}"), client)
+    broker = build_broker(BrokerConfig(port=0, store_address=f"127.0.0.1:{store_port}"), client)
     broker.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{store_port}") as channel:

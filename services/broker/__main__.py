@@ -1,4 +1,6 @@
-"""``python -m services.broker``: command line -> BrokerConfig -> gRPC server.
+"""``python -m services.broker``: command line -> BrokerConfig -> the broker's objects
+(``build_broker``: the gRPC server and its ports, the core of services/broker/assembly.py, the
+servicers over it).
 
 Waits for the store to serve, then prints exactly one line on stdout once the broker accepts
 RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
@@ -23,19 +25,22 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 
+from services.broker.assembly import build_core
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.server import build_server
+from services.broker.rpc.admin_servicer import V2ClientCommands
+from services.broker.rpc.server import BrokerServer, bind_server, build_server
 from services.coordination.route_view import RouteStore, RouteView, registered_groups
+from services.runtime.clock import Clock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.rpc.tls import TlsFiles
 from services.runtime.service_main import run_service
 from services.runtime.settings import settings_from_args, settings_parser
-from services.store.client.client import GrpcStoreClient
+from services.store.client.client import GrpcStoreClient, StoreClient
 
 log = logging.getLogger("services.broker")
 
@@ -90,6 +95,23 @@ def store_client(config: BrokerConfig, group: str) -> GrpcStoreClient:
     )
 
 
+def build_broker(
+    config: BrokerConfig,
+    store: StoreClient,
+    clock: Clock | None = None,
+    metrics: BrokerMetrics | None = None,
+    cluster: ClusterView | None = None,
+) -> BrokerServer:
+    """The broker, not started, in dependency order: the grpc server with its client port bound
+    (routes advertise the bound port), the core over ``store`` (the home group's client) and
+    ``cluster`` (routes and clients of other broker groups; None: the home group alone), then the
+    servicers over the core."""
+    clock = clock or SystemClock()
+    bound = bind_server(config, clock, metrics)
+    core = build_core(config, store, bound.endpoint, V2ClientCommands(), clock, metrics, cluster)
+    return build_server(bound, core, metrics)
+
+
 def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object] | None:
     store = store_client(config, config.broker_name)
     stack.callback(store.close)
@@ -113,7 +135,7 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
 
         cluster = ClusterView(routes, connect, RouteStore(etcd), lambda: registered_groups(etcd))
     metrics = BrokerMetrics()
-    broker = build_server(config, store, metrics=metrics, cluster=cluster)
+    broker = build_broker(config, store, metrics=metrics, cluster=cluster)
     metrics_url = "off"
     if config.metrics_port >= 0:
         metrics_http = MetricsHttpServer(metrics.registry, config.metrics_port, config.metrics_host)
@@ -125,8 +147,8 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     grpc_address = format_address(config.host, broker.port)
     endpoint = format_address(*broker.endpoint)
     log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, store.address)
-    certificate = broker.client_port.certificate if broker.client_port is not None else None
-    local_port = broker.client_port.local_port if broker.client_port is not None else 0
+    certificate = broker.client_port.certificate
+    local_port = broker.client_port.local_port
     return {
         "grpc": grpc_address,
         "metrics": metrics_url,

@@ -8,30 +8,26 @@ broker's, built with ``broker_name`` = the group's name (so recall handles and p
 the group); ``groups.py`` and ``group_router.py`` choose the core a request goes to. What all
 groups share: the client registry (Telemetry sessions), the clock and the metrics.
 
-``build_group_core`` starts nothing; ``start`` / ``stop`` run the group's threads (the send
-queue's dispatcher runs from construction, as before).
+``assembly.build_group_core`` builds one and starts nothing; ``start`` / ``stop_threads`` run the
+group's threads (the send queue's dispatcher runs from construction).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from services.broker.config import BrokerConfig
-from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
+from services.broker.consumer import ArrivalHub, ConsumerService
 from services.broker.lite_subscriptions import LiteSubscriptions
-from services.broker.metrics import BrokerMetrics
 from services.broker.producer import Producer
 from services.broker.pull import OffsetService
-from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
-from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
-from services.broker.telemetry import ClientRegistry
+from services.broker.put_coalescer import PutSink
+from services.broker.renewal import ReceiptRenewer
 from services.broker.topics import TopicRegistry
-from services.broker.transaction import HalfMessageTable, HalfRef, TransactionService
-from services.runtime.clock import Clock, SystemClock
+from services.broker.transaction import HalfMessageTable, TransactionService
 from services.store.client.client import StoreClient
-from services.store.client.model import PutOutcome
 
 
 @dataclass
@@ -76,80 +72,6 @@ class GroupCore:
         self.watch_stop()
         if self.renewer is not None:
             self.renewer.stop()
-
-
-def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = None) -> PutSink:
-    if not config.put_coalescing_enable:
-        return DirectPutSink(store.put_messages)
-    coalescer = PutCoalescer(
-        store.put_messages,
-        batch_messages_max=config.put_batch_messages_max,
-        batch_bytes_max=config.put_batch_bytes_max,
-        queue_messages_max=config.put_queue_messages_max,
-        queue_bytes_max=config.put_queue_bytes_max,
-        queue_wait_max_ms=config.put_queue_wait_max_ms,
-        monotonic_s=(clock or SystemClock()).monotonic_s,
-        store_failing_over=lambda: store.failing_over,
-        store_failovers=lambda: store.failovers,
-    )
-    coalescer.start()
-    return coalescer
-
-
-def consumer_limits(config: BrokerConfig) -> ConsumerLimits:
-    return ConsumerLimits(
-        invisible_ms_min=config.invisible_duration_ms_min,
-        invisible_ms_max=config.invisible_duration_ms_max,
-        polling_ms_min=config.long_polling_timeout_ms_min,
-        polling_ms_max=config.long_polling_timeout_ms_max,
-        batch_max=config.consumer_receive_batch_size,
-        auto_renew_invisible_ms=config.auto_renew_invisible_ms,
-    )
-
-
-def build_group_core(
-    config: BrokerConfig,
-    name: str,
-    store: StoreClient,
-    endpoint: tuple[str, int],
-    registry: ClientRegistry,
-    clock: Clock,
-    metrics: BrokerMetrics | None = None,
-    lite: LiteSubscriptions | None = None,
-) -> GroupCore:
-    config = replace(config, broker_name=name) if config.broker_name != name else config
-    topics = TopicRegistry(config, store, clock)
-    sink = build_sink(config, store, clock)
-    renewer = (
-        ReceiptRenewer(store, ReceiptHandleTable(config.renew_handles_max), registry, config, clock)
-        if config.auto_renew_enable
-        else None
-    )
-    halves = HalfMessageTable()
-    hub = ArrivalHub()
-    watch_start, watch_stop = arrival_watch(store, hub, name, lite)
-
-    def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
-        halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
-
-    return GroupCore(
-        name=name,
-        store=store,
-        config=config,
-        topics=topics,
-        sink=sink,
-        producer=Producer(config, topics, sink, clock, on_half_stored),
-        transactions=TransactionService(
-            store, sink, halves, clock, observer=metrics.transactions if metrics is not None else None
-        ),
-        halves=halves,
-        consumer=ConsumerService(store, topics, hub, clock, name, endpoint, consumer_limits(config), renewer),
-        offsets=OffsetService(store, topics, hub, clock, name),
-        hub=hub,
-        renewer=renewer,
-        watch_start=watch_start,
-        watch_stop=watch_stop,
-    )
 
 
 def arrival_watch(

@@ -8,7 +8,7 @@ broker follows): its route is made from that group's topic config, so a one-grou
 works exactly as before issue 17.
 
 Auto-created topics (``auto_create_topic_enable``). With etcd, a topic no group holds is
-placed on every group of the cluster, with its route (``place_new_topics_with``: the
+placed on every group of the cluster, with its route (``place``: the
 placement ``pyrmq topic create`` uses), as RocketMQ's brokers each create an unknown topic a
 producer sends them through TBW102's route, which names every broker; if that fails (a group
 down), it is created on the home group alone, as without etcd. A topic already held by the
@@ -74,12 +74,20 @@ class NoRoutes:
 class Groups:
     """Every ``GroupCore`` of this broker, by group name; the home group always exists."""
 
-    def __init__(self, home: GroupCore, make: Callable[[str], GroupCore], routes: RouteSource | None = None) -> None:
+    def __init__(
+        self,
+        home: GroupCore,
+        make: Callable[[str], GroupCore],
+        routes: RouteSource | None = None,
+        place: Callable[[str], TopicRoute] | None = None,
+    ) -> None:
+        """``place``: auto-create a topic on every group of the cluster (the topic's name -> its
+        route, written to etcd) rather than on the home group alone; None without etcd."""
         self.home = home
         self._make = make  # group name -> a new core (connects a store client; starts nothing)
         self._routes = routes or NoRoutes()
         self._cores: dict[str, GroupCore] = {home.name: home}
-        self._place: Callable[[str], TopicRoute] | None = None
+        self._place = place
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -146,11 +154,6 @@ class Groups:
             core.sink.close()
 
     # -- routes ----------------------------------------------------------------------------------
-    def place_new_topics_with(self, place: Callable[[str], TopicRoute]) -> None:
-        """Auto-create a topic on every group of the cluster through ``place`` (the topic's
-        name -> its route, written to etcd) rather than on the home group alone."""
-        self._place = place
-
     def route(self, topic: str, create: bool | None = None) -> TopicRoute:
         """The topic's route, its groups' cores made; ILLEGAL_TOPIC, TOPIC_NOT_FOUND."""
         validation.validate_topic(topic)

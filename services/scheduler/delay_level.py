@@ -49,7 +49,12 @@ _MOVED = frozenset(
 
 class DelayLevelService:
     def __init__(
-        self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, check_file: DelayCheckFile
+        self,
+        config: SchedulerConfig,
+        clock: Clock,
+        store: SchedulerStore,
+        check_file: DelayCheckFile,
+        arrivals_watched: bool = False,
     ) -> None:
         self._config = config
         self._clock = clock
@@ -63,7 +68,7 @@ class DelayLevelService:
         self._suspects: list[tuple[int, int]] = [check_file.in_flight(level) for level in range(1, levels + 1)]
         self._next_check_ms: list[int] = [0] * levels
         self._woken = False
-        self.arrivals_watched = False  # arrivals wake the levels: poll caught-up ones rarely
+        self.arrivals_watched = arrivals_watched  # arrivals wake the levels: poll caught-up ones rarely
 
     # -- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:

@@ -52,7 +52,7 @@ class SchedulerService:
         self.clock = clock or SystemClock()
         self._store = store
         self._watch = watch
-        self.timer = TimerStore(config, self.clock, store)
+        self.timer = TimerStore(config, self.clock, store, arrivals_watched=watch is not None)
         self._lock: SchedulerLock | None = None
         self._delay_check: DelayCheckFile | None = None
         self.delay: DelayLevelService | None = None
@@ -69,7 +69,9 @@ class SchedulerService:
         try:
             self.timer.open()
             self._delay_check = DelayCheckFile(self.config.delaycheck_path)
-            self.delay = DelayLevelService(self.config, self.clock, self._store, self._delay_check)
+            self.delay = DelayLevelService(
+                self.config, self.clock, self._store, self._delay_check, arrivals_watched=self._watch is not None
+            )
         except BaseException:
             self._close_files(flush=False)
             raise
@@ -81,9 +83,6 @@ class SchedulerService:
             threading.Thread(target=self._delay_loop, name="delay-levels", daemon=True),
         ]
         if self._watch is not None:
-            assert self.timer.enqueue is not None
-            self.timer.enqueue.arrivals_watched = True
-            self.delay.arrivals_watched = True
             self._threads.append(threading.Thread(target=self._watch_loop, name="arrival-watch", daemon=True))
         for thread in self._threads:
             thread.start()

@@ -66,6 +66,7 @@ class TimerEnqueue:
         counters: TimerCounters,
         checkpoint_offset: int,
         last_unit: TimerUnit | None,
+        arrivals_watched: bool = False,
     ) -> None:
         self._config = config
         self._precision_ms = config.timer_precision_ms
@@ -87,7 +88,7 @@ class TimerEnqueue:
         # With the store's arrival announcements followed (``arrivals_watched``), a caught-up
         # enqueue reads again only when one came, when the dequeue needs the watermark, or
         # after ``idle_poll_interval_ms``; without, it reads on every pass.
-        self.arrivals_watched = False
+        self.arrivals_watched = arrivals_watched
         self._arrived = True
         self._last_read_ms = 0
 

@@ -63,8 +63,13 @@ log = logging.getLogger(__name__)
 
 
 class TimerStore:
-    def __init__(self, config: SchedulerConfig, clock: Clock, store: SchedulerStore) -> None:
+    def __init__(
+        self, config: SchedulerConfig, clock: Clock, store: SchedulerStore, arrivals_watched: bool = False
+    ) -> None:
+        """``arrivals_watched``: the store's arrival announcements reach ``enqueue.notify_arrival``
+        (a caught-up enqueue then reads only when one came)."""
         self.config = config
+        self._arrivals_watched = arrivals_watched
         self._clock = clock
         self._store = store
         self.counters = TimerCounters()
@@ -132,6 +137,7 @@ class TimerStore:
             self.counters,
             check.last_timer_queue_offset if check.valid else 0,
             last_unit,
+            self._arrivals_watched,
         )
         self.counters.pending = self.wheel.pending_count(read_time_ms)
         self.counters.read_time_ms = read_time_ms

@@ -32,9 +32,10 @@ from pyrmq.admin.v1 import admin_pb2_grpc as admin_grpc
 from pyrmq.pull.v1 import pull_pb2 as pull_pb
 from pyrmq.pull.v1 import pull_pb2_grpc as pull_grpc
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.front import FrontPeers, parse_sessions
-from services.broker.rpc.server import BrokerServer, build_server
+from services.broker.rpc.server import BrokerServer
 from services.broker.tls_cert import load_or_create, self_signed
 from services.runtime.clock import SystemClock
 from services.store.client.model import TopicInfo
@@ -59,7 +60,7 @@ def start_broker(store: StoreDouble, tmp_path: Path) -> Iterator[Callable[..., B
 
     def start(**overrides: object) -> BrokerServer:
         config = BrokerConfig(**{"port": 0, "data_dir": str(tmp_path / "broker"), **overrides})  # type: ignore[arg-type]
-        broker = build_server(config, store)
+        broker = build_broker(config, store)
         broker.start()
         started.append(broker)
         return broker

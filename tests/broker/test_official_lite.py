@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import pytest
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
-from services.broker.rpc.server import build_server
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
@@ -71,7 +71,7 @@ def test_a_new_lite_topic_past_the_stores_quota_is_42901(tmp_path):
     server, port = build_store_server(store, "127.0.0.1", 0)
     server.start()
     client = GrpcStoreClient(f"127.0.0.1:{port}")
-    broker = build_server(BrokerConfig(port=0, store_address=f"127.0.0.1:{port}"), client)
+    broker = build_broker(BrokerConfig(port=0, store_address=f"127.0.0.1:{port}"), client)
     broker.start()
     try:
         create_topics(client, "quota-parent", message_type="LITE", queue_nums=QUEUES)

@@ -15,9 +15,9 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.rpc.pool import TimedThreadPool
-from services.broker.rpc.server import build_server
 from services.runtime.clock import ManualClock
 from services.store.client.client import GrpcStoreClient
 from tests.support.topics import create_topics
@@ -56,7 +56,7 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
     and unstored, and that sends succeed again after; (results, broker servicer)."""
     store = SlowStore(store_address)
     create_topics(store, "Overload")
-    broker = build_server(config, store)
+    broker = build_broker(config, store)
     broker.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
@@ -125,7 +125,7 @@ def test_sends_waiting_for_a_grpc_worker_are_refused_before_any_work(store_addre
 def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(store_address: str, store_stub) -> None:
     store = SlowStore(store_address)
     create_topics(store, "Overload")
-    broker = build_server(BrokerConfig(port=0, store_address=store_address, grpc_max_concurrent_streams=4), store)
+    broker = build_broker(BrokerConfig(port=0, store_address=store_address, grpc_max_concurrent_streams=4), store)
     broker.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:

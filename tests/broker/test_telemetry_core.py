@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from services.broker.assembly import build_group_core
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
-from services.broker.group_core import build_group_core
 from services.broker.group_router import RouteService
 from services.broker.groups import Groups
 from services.broker.model import ClientType

@@ -26,8 +26,9 @@ from pyrmq.admin.v1 import admin_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
-from services.broker.rpc.server import BrokerServer, build_server
+from services.broker.rpc.server import BrokerServer
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
@@ -157,7 +158,7 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     overrides = getattr(request.module, "BROKER_OVERRIDES", {})
     config = BrokerConfig(**{"port": 0, "store_address": f"127.0.0.1:{store_port}", **overrides})
     client = GrpcStoreClient(config.store_address)
-    broker = build_server(config, client)
+    broker = build_broker(config, client)
     broker.start()
     broker_channel = grpc.insecure_channel(f"127.0.0.1:{broker.port}", options=CHANNEL_OPTIONS)
     store_channel = grpc.insecure_channel(f"127.0.0.1:{store_port}", options=CHANNEL_OPTIONS)

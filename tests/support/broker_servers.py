@@ -22,9 +22,10 @@ import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
+from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.server import BrokerServer, build_server
+from services.broker.rpc.server import BrokerServer
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server
@@ -60,7 +61,7 @@ def make_broker(store_address: str) -> Iterator[Callable[..., BrokerServer]]:
     def make(metrics: BrokerMetrics | None = None, **overrides) -> BrokerServer:
         config = BrokerConfig(**{"port": 0, "store_address": store_address, **overrides})
         client = GrpcStoreClient(config.store_address)
-        broker = build_server(config, client, metrics=metrics)
+        broker = build_broker(config, client, metrics=metrics)
         broker.start()
         started.append((broker, client))
         return broker

@@ -35,20 +35,19 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from services.broker.access import AccessGuard
 from services.broker.acl_admin import AclAdmin
 from services.broker.admin import AdminService, ClusterStatus, QueueProgress, ResetPosition
+from services.broker.assembly import BrokerCore
 from services.broker.auth import AccessDenied, AuthError
 from services.broker.client_admin import Answered, ClientAdmin, ClientView
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import DIRECT, Peers, check_access
-from services.broker.telemetry import TelemetryService
 from services.broker.topic_groups import TopicPlacement
 from services.broker.transaction import HalfRef, TransactionCheckRelay
 from services.broker.validation import validate_topic
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic
 from services.domain.retry_policy import CustomizedRetryPolicy, ExponentialRetryPolicy, GroupRetryPolicy
-from services.store.client.client import StoreClient
 from services.store.client.model import Delivery, GroupInfo, PolicyView, StoredMessage, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -105,6 +104,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         self,
         admin: AdminService,
         placement: TopicPlacement,
+        cluster: ClusterAdmin,
         checks: TransactionCheckRelay | None = None,
         acl: AclAdmin | None = None,
         guard: AccessGuard | None = None,
@@ -112,8 +112,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         clients: ClientAdmin | None = None,
     ) -> None:
         self._placement = placement  # topics and consumer groups over every broker group
-        # status, progress, reset and message queries over every broker group
-        self._cluster = ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group)
+        self._cluster = cluster  # status, progress, reset and message queries over every broker group
         self._peers = peers
         self._clients = clients
         self._admin = admin
@@ -356,7 +355,11 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
 
 
 class V2ClientCommands:
-    """The Telemetry commands of ``client_admin.ClientAdmin``."""
+    """The Telemetry commands of ``client_admin.ClientAdmin`` and the lite consumers
+    (``assembly.WireCommands``)."""
+
+    def unsubscribe_lite_command(self, lite_topic: str) -> s.TelemetryCommand:
+        return s.TelemetryCommand(notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic))
 
     def stack_command(self, nonce: str) -> s.TelemetryCommand:
         return s.TelemetryCommand(print_thread_stack_trace_command=s.PrintThreadStackTraceCommand(nonce=nonce))
@@ -383,26 +386,20 @@ class V2ClientCommands:
         return s.TelemetryCommand(verify_message_command=s.VerifyMessageCommand(nonce=nonce, message=delivered))
 
 
-def add_admin_service(
-    server: grpc.Server,
-    store: StoreClient,
-    placement: TopicPlacement,
-    on_topic_changed: Callable[[str], None] = lambda name: None,
-    checks: TransactionCheckRelay | None = None,
-    guard: AccessGuard | None = None,
-    peers: Peers = DIRECT,
-    telemetry: TelemetryService | None = None,
-) -> AdminServicer:
-    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over ``store``, the home group's (users and
-    ACLs; ``placement``: topics, consumer groups, status and queries over every broker group;
-    ``checks``: CheckTransaction; ``guard``: authentication is on; ``telemetry``: the connected
-    clients)."""
-    acl = AclAdmin(store, guard.invalidate if guard else lambda: None)
-    admin = AdminService(store, on_topic_changed, lambda: store.address)
-    clients = (
-        ClientAdmin(telemetry.registry, telemetry.answers, admin, V2ClientCommands()) if telemetry is not None else None
+def add_admin_service(server: grpc.Server, core: BrokerCore, peers: Peers = DIRECT) -> AdminServicer:
+    """Serve ``pyrmq.admin.v1.Admin`` on ``server`` over the core's admin services: users and
+    ACLs of the home group's store; topics, consumer groups, status and queries over every
+    broker group; CheckTransaction; the connected clients."""
+    servicer = AdminServicer(
+        core.admin,
+        core.placement,
+        core.cluster_admin,
+        core.checks,
+        acl=core.acl,
+        guard=core.guard,
+        peers=peers,
+        clients=core.clients,
     )
-    servicer = AdminServicer(admin, placement, checks, acl=acl, guard=guard, peers=peers, clients=clients)
     pb_grpc.add_AdminServicer_to_server(servicer, server)
     return servicer
 

@@ -1,10 +1,10 @@
-"""Build the broker's gRPC server: MessagingService, Pull (raw-record pulls), Admin, grpc health
-and server reflection.
+"""The broker's gRPC shell: MessagingService, Pull (raw-record pulls), Admin, grpc health and
+server reflection over a core built by ``services/broker/assembly.py``.
 
-``build_server`` wires the core to the stores: one ``GroupCore`` per broker group (topics, put
-sink, producer, consumer, offsets: services/broker/group_core.py), chosen per request by the
-grouped services (group_router.py, group_consumer.py) and returns a ``BrokerServer``: the grpc server *not started*, the port it
-bound (pass port 0 for a free one) and the endpoint it advertises in routes. ``stop`` reports
+Two steps, because the core's routes advertise the bound port (pass port 0 for a free one):
+``bind_server`` makes the grpc server (worker pool, interceptors, options) and binds the client
+port (``BoundServer``: the port and the endpoint routes advertise); ``build_server`` adds the
+servicers over the built core and returns a ``BrokerServer``, *not started*. ``stop`` reports
 NOT_SERVING, ends the Telemetry streams (which never end by themselves), stops the server
 with a grace period, then drains the send queue.
 """
@@ -12,7 +12,6 @@ with a grace period, then drains the send queue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -21,18 +20,12 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.broker.access import AccessGuard, auth_snapshot
+from services.broker.assembly import BrokerCore
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub
-from services.broker.errors import BrokerError
 from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen_socket
-from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
-from services.broker.group_core import GroupCore, build_group_core, consumer_limits
-from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
-from services.broker.group_stats import consumer_stats, renewal_stats, send_queue_stats
-from services.broker.groups import ClusterView, Groups
-from services.broker.lite_consumer import LiteConsumer
-from services.broker.lite_subscriptions import LiteSubscriptions
+from services.broker.group_router import GroupedProducer
+from services.broker.groups import Groups
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
 from services.broker.renewal import ReceiptRenewer
@@ -42,15 +35,12 @@ from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_servic
 from services.broker.rpc.servicer import MessagingServicer
 from services.broker.rpc.status import DIRECT, Peers
 from services.broker.rpc.telemetry_stream import TelemetryStreams
-from services.broker.telemetry import ClientRegistry, TelemetryService
+from services.broker.telemetry import TelemetryService
 from services.broker.tls_cert import ServerCertificate, certificate_hosts, load_configured, load_or_create
-from services.broker.topic_groups import TopicPlacement
 from services.broker.topics import TopicRegistry
-from services.broker.transaction import TransactionCheckRelay
-from services.runtime.clock import Clock, SystemClock
+from services.runtime.clock import Clock
 from services.runtime.process import format_address
 from services.runtime.rpc.decode_guard import DecodeGuardInterceptor
-from services.store.client.client import StoreClient
 
 STOP_WAIT_EXTRA_S = 10.0
 log = logging.getLogger(__name__)
@@ -69,12 +59,22 @@ class BrokerServer:
     port: int  # bound port
     endpoint: tuple[str, int]  # advertised in routes
     servicer: MessagingServicer
-    groups: Groups  # one GroupCore per broker group (services/broker/groups.py)
-    telemetry: TelemetryService
+    core: BrokerCore
     health: health.HealthServicer
-    client_port: ClientPort | None = None
-    producer: GroupedProducer | None = None
+    client_port: ClientPort
     _watchdog: FrontWatchdog | None = field(default=None, init=False)
+
+    @property
+    def groups(self) -> Groups:  # one GroupCore per broker group (services/broker/groups.py)
+        return self.core.groups
+
+    @property
+    def telemetry(self) -> TelemetryService:
+        return self.core.telemetry
+
+    @property
+    def producer(self) -> GroupedProducer:
+        return self.core.producer
 
     # The home group's parts (all there is with one group).
     @property
@@ -100,7 +100,7 @@ class BrokerServer:
     def start(self) -> None:
         self.server.start()
         self.groups.start()
-        front = self.client_port.front if self.client_port is not None else None
+        front = self.client_port.front
         if front is not None:
             front.start()
             self._watchdog = FrontWatchdog(front)
@@ -116,7 +116,7 @@ class BrokerServer:
             log.warning("gRPC server not stopped %.0f s after the grace period; going on", STOP_WAIT_EXTRA_S)
         if self._watchdog is not None:
             self._watchdog.stop()
-        if self.client_port is not None and self.client_port.front is not None:
+        if self.client_port.front is not None:
             self.client_port.front.stop()  # after gRPC's grace: in-flight calls finish through it
         self.groups.close_sinks()
 
@@ -189,53 +189,19 @@ def _bound(port: int, address: str) -> int:
     return port
 
 
-def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
-    """The AccessGuard when authentication is on (None: every request passes, as upstream's
-    default), after creating ``init_authentication_user`` if the store has no users yet."""
-    if not config.authentication_enabled:
-        return None
-    if config.init_authentication_user:
-        name, _, secret = config.init_authentication_user.partition(":")
-        users, _, _ = store.auth_config()
-        if not users:
-            store.put_user(name, secret, "Super", "enable")
-            log.info("created the initial Super user %r (init_authentication_user)", name)
-    log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
-    return AccessGuard(
-        lambda: auth_snapshot(store),
-        clock,
-        authorization=config.authorization_enabled,
-        cache_ttl_ms=config.auth_cache_ttl_ms,
-        max_clock_skew_s=config.auth_max_clock_skew_s,
-        local_time_tolerant=config.auth_local_time_tolerant,
-    )
+@dataclass
+class BoundServer:
+    """The grpc server with its client port bound and no service yet."""
+
+    server: grpc.Server
+    pool: TimedThreadPool
+    client_port: ClientPort
+    endpoint: tuple[str, int]  # advertised in routes
 
 
-def notify_unsubscribe(registry: ClientRegistry) -> Callable[[str, str], bool]:
-    """Write NotifyUnsubscribeLiteCommand on a client's Telemetry stream (an exclusive lite group's
-    lite topic was taken over by another client)."""
-
-    def notify(client_id: str, lite_topic: str) -> bool:
-        session = registry.get(client_id)
-        command = s.TelemetryCommand(
-            notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic)
-        )
-        return session is not None and session.push(command)
-
-    return notify
-
-
-def build_server(
-    config: BrokerConfig,
-    store: StoreClient,
-    clock: Clock | None = None,
-    metrics: BrokerMetrics | None = None,
-    cluster: ClusterView | None = None,
-) -> BrokerServer:
-    """``store``: the home group's client (``broker_name``); ``cluster``: the topic routes over
-    broker groups and a client for any group (services/broker/groups.py; None: every topic is
-    the home group's)."""
-    clock = clock or SystemClock()
+def bind_server(config: BrokerConfig, clock: Clock, metrics: BrokerMetrics | None = None) -> BoundServer:
+    """The grpc server, not started, its client port bound as ``config.tls_mode`` says (OSError
+    if it cannot)."""
     pool = TimedThreadPool(config.grpc_workers_max, "broker-rpc", clock.monotonic_s)
     server = grpc.server(
         pool,
@@ -255,78 +221,31 @@ def build_server(
         ],
     )
     client_port = bind_client_port(server, config, clock)
-    port = client_port.port
-    endpoint = config.advertised_endpoint(port)
-    registry = ClientRegistry()
-    lite = LiteSubscriptions(
-        clock,
-        lambda topic: groups.route(topic).groups,
-        config.lite_subscription_quota,
-        config.lite_subscription_expire_ms,
-    )
+    return BoundServer(server, pool, client_port, config.advertised_endpoint(client_port.port))
 
-    def make_core(name: str, group_store: StoreClient) -> GroupCore:
-        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics, lite)
 
-    def make_other(name: str) -> GroupCore:
-        if cluster is None:
-            raise BrokerError(f"broker group {name} is in a route, but this broker has no etcd to find it")
-        return make_core(name, cluster.connect(name))
-
-    groups = Groups(make_core(config.broker_name, store), make_other, cluster.routes if cluster else None)
-    home = groups.home
-
-    def client_terminated(client_id: str) -> None:
-        lite.drop_client(client_id)
-        for core in groups.cores():
-            if core.renewer is not None:
-                core.renewer.client_terminated(client_id)
-
-    telemetry = TelemetryService(config, store, registry, clock, on_terminate=client_terminated)
-    guard = access_guard(config, store, clock)
-    producer = GroupedProducer(groups, clock)
-    offsets = GroupedOffsets(groups)
+def build_server(bound: BoundServer, core: BrokerCore, metrics: BrokerMetrics | None = None) -> BrokerServer:
+    """The servicers over ``core`` on ``bound``'s server (``metrics``: its traffic counters)."""
+    config, server, client_port, peers = core.config, bound.server, bound.client_port, bound.client_port.peers
     servicer = MessagingServicer(
-        RouteService(groups, endpoint),
-        producer,
-        GroupedTransactions(groups),
-        telemetry,
-        TelemetryStreams(telemetry, config.telemetry_streams_max, client_port.peers),
+        core.routes,
+        core.producer,
+        core.transactions,
+        core.telemetry,
+        TelemetryStreams(core.telemetry, config.telemetry_streams_max, peers),
         send_timeout_s=config.send_timeout_ms / 1000,
-        consumer=GroupedConsumer(
-            groups, LiteConsumer(groups, lite, clock, consumer_limits(config), notify_unsubscribe(telemetry.registry))
-        ),
-        clock=clock,
+        consumer=core.consumer,
+        clock=core.clock,
         traffic=metrics.traffic if metrics is not None else None,
-        offsets=offsets,
-        guard=guard,
-        queue_wait_s=pool.waited_s,
+        offsets=core.offsets,
+        guard=core.guard,
+        queue_wait_s=bound.pool.waited_s,
         queue_wait_max_s=config.put_queue_wait_max_ms / 1000,
-        peers=client_port.peers,
+        peers=peers,
     )
     s_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    add_pull_service(server, offsets.raw_pull, guard, client_port.peers)  # PullRecords: the named group
-    placement = TopicPlacement(
-        groups,
-        cluster.route_store if cluster is not None else None,
-        cluster.registered_groups if cluster is not None else list,
-    )
-    if cluster is not None and cluster.route_store is not None:
-        groups.place_new_topics_with(
-            lambda name: placement.place_route(
-                name, config.auto_create_topic_message_type, config.auto_create_topic_queue_nums
-            )
-        )
-    add_admin_service(
-        server,
-        store,
-        placement,
-        home.topics.invalidate,
-        checks=TransactionCheckRelay(telemetry.registry, home.halves),
-        guard=guard,
-        peers=client_port.peers,
-        telemetry=telemetry,
-    )
+    add_pull_service(server, core.offsets.raw_pull, core.guard, peers)  # PullRecords: the named group
+    add_admin_service(server, core, peers)
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -335,19 +254,11 @@ def build_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, PULL_SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-
-    if metrics is not None:
-        # Every group's send queue, renewer and consumer figures, summed (group_stats.py).
-        metrics.watch(send_queue_stats(groups), lambda: len(telemetry.registry), consumer_stats(groups))
-        metrics.watch_connections(telemetry.registry.sessions)
-        metrics.watch_lite(lite.counts)
-        if home.renewer is not None:
-            metrics.watch_renewals(renewal_stats(groups))
     log.info(
         "broker client port %s (%s), advertising %s",
-        format_address(config.host, port),
+        format_address(config.host, client_port.port),
         TLS_MODE_TEXT[config.tls_mode],
-        format_address(*endpoint),
+        format_address(*bound.endpoint),
     )
     certificate = client_port.certificate
     if certificate is not None:
@@ -357,6 +268,4 @@ def build_server(
             "self-signed by pyrmq" if certificate.generated else "configured",
             certificate.fingerprint,
         )
-    return BrokerServer(
-        server, port, endpoint, servicer, groups, telemetry, health_servicer, client_port, producer=producer
-    )
+    return BrokerServer(server, client_port.port, bound.endpoint, servicer, core, health_servicer, client_port)

@@ -1,0 +1,286 @@
+"""The broker's construction point: every core object of a broker process, built in dependency
+order, each given what it needs in its constructor. No gRPC here: ``rpc/server.py`` binds the
+ports first (the advertised endpoint names the bound port) and serves the core built here.
+
+The order:
+
+1. the lite subscriptions and the client registry, shared by every broker group;
+2. the home group's ``GroupCore`` (``build_group_core``: topics, send queue, producer,
+   transactions, consumer, offsets, arrival hub, renewer) and ``Groups``, which makes another
+   group's core the first time a route names it;
+3. the Telemetry sessions (a client's termination releases its lite subscriptions and renewals)
+   and the access guard;
+4. the services over broker groups: routes, sends, transaction ends, receives (lite ones too)
+   and offsets;
+5. topic placement over the groups, through which auto-create places a topic with etcd, and
+   the admin services (topics, groups, status, users and ACLs, clients, transaction checks);
+6. the metrics' readers of the core's figures.
+
+Three references run backwards and are closures over a name bound later in ``build_core``:
+the lite subscriptions ask ``Groups`` for a parent topic's groups, each group's arrival watch
+tells the lite subscriptions, and ``Groups`` auto-creates through the placement, which attaches
+groups. Nothing is started here (a group's send queue dispatcher runs from construction).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from services.broker.access import AccessGuard, auth_snapshot
+from services.broker.acl_admin import AclAdmin
+from services.broker.admin import AdminService
+from services.broker.client_admin import ClientAdmin, ClientCommands
+from services.broker.cluster_admin import ClusterAdmin
+from services.broker.config import BrokerConfig
+from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
+from services.broker.errors import BrokerError
+from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
+from services.broker.group_core import GroupCore, arrival_watch
+from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
+from services.broker.group_stats import consumer_stats, renewal_stats, send_queue_stats
+from services.broker.groups import ClusterView, Groups
+from services.broker.lite_consumer import LiteConsumer
+from services.broker.lite_subscriptions import LiteSubscriptions
+from services.broker.metrics import BrokerMetrics
+from services.broker.producer import Producer
+from services.broker.pull import OffsetService
+from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
+from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
+from services.broker.telemetry import ClientRegistry, TelemetryService
+from services.broker.topic_groups import TopicPlacement
+from services.broker.topics import TopicRegistry
+from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
+from services.domain.routes import TopicRoute
+from services.runtime.clock import Clock, SystemClock
+from services.store.client.client import StoreClient
+from services.store.client.model import PutOutcome
+
+log = logging.getLogger(__name__)
+
+
+class WireCommands(ClientCommands, Protocol):
+    """The server commands a client's Telemetry stream carries, built by the protocol's shell
+    (``rpc/admin_servicer.py``: ``V2ClientCommands``)."""
+
+    def unsubscribe_lite_command(self, lite_topic: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class BrokerCore:
+    """Every core object a broker's shell serves."""
+
+    config: BrokerConfig
+    clock: Clock
+    store: StoreClient  # the home group's (users, ACLs and the admin calls of one group)
+    groups: Groups  # one GroupCore per broker group (groups.py)
+    lite: LiteSubscriptions
+    telemetry: TelemetryService
+    guard: AccessGuard | None  # None: authentication is off
+    routes: RouteService
+    producer: GroupedProducer
+    transactions: GroupedTransactions
+    consumer: GroupedConsumer
+    offsets: GroupedOffsets
+    placement: TopicPlacement
+    admin: AdminService  # the home group's store
+    cluster_admin: ClusterAdmin  # status, progress, reset and message queries over every group
+    acl: AclAdmin
+    clients: ClientAdmin
+    checks: TransactionCheckRelay
+
+
+def build_core(
+    config: BrokerConfig,
+    store: StoreClient,
+    endpoint: tuple[str, int],
+    commands: WireCommands,
+    clock: Clock | None = None,
+    metrics: BrokerMetrics | None = None,
+    cluster: ClusterView | None = None,
+) -> BrokerCore:
+    """``store``: the home group's client (``broker_name``); ``endpoint``: what routes advertise;
+    ``cluster``: the topic routes over broker groups and a client for any group (groups.py;
+    None: every topic is the home group's)."""
+    clock = clock or SystemClock()
+    registry = ClientRegistry()
+    lite = LiteSubscriptions(
+        clock,
+        lambda topic: groups.route(topic).groups,
+        config.lite_subscription_quota,
+        config.lite_subscription_expire_ms,
+    )
+
+    def make_core(name: str, group_store: StoreClient) -> GroupCore:
+        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics, lite)
+
+    def make_other(name: str) -> GroupCore:
+        if cluster is None:
+            raise BrokerError(f"broker group {name} is in a route, but this broker has no etcd to find it")
+        return make_core(name, cluster.connect(name))
+
+    route_store = cluster.route_store if cluster is not None else None
+
+    def place(name: str) -> TopicRoute:
+        return placement.place_route(name, config.auto_create_topic_message_type, config.auto_create_topic_queue_nums)
+
+    groups = Groups(
+        make_core(config.broker_name, store),
+        make_other,
+        cluster.routes if cluster is not None else None,
+        place=place if route_store is not None else None,
+    )
+
+    def client_terminated(client_id: str) -> None:
+        lite.drop_client(client_id)
+        for core in groups.cores():
+            if core.renewer is not None:
+                core.renewer.client_terminated(client_id)
+
+    telemetry = TelemetryService(config, store, registry, clock, on_terminate=client_terminated)
+    guard = access_guard(config, store, clock)
+    lite_consumer = LiteConsumer(
+        groups, lite, clock, consumer_limits(config), notify_unsubscribe(registry, commands.unsubscribe_lite_command)
+    )
+    placement = TopicPlacement(groups, route_store, cluster.registered_groups if cluster is not None else list)
+    admin = AdminService(store, groups.home.topics.invalidate, lambda: store.address)
+    core = BrokerCore(
+        config=config,
+        clock=clock,
+        store=store,
+        groups=groups,
+        lite=lite,
+        telemetry=telemetry,
+        guard=guard,
+        routes=RouteService(groups, endpoint),
+        producer=GroupedProducer(groups, clock),
+        transactions=GroupedTransactions(groups),
+        consumer=GroupedConsumer(groups, lite_consumer),
+        offsets=GroupedOffsets(groups),
+        placement=placement,
+        admin=admin,
+        cluster_admin=ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group),
+        acl=AclAdmin(store, guard.invalidate if guard is not None else lambda: None),
+        clients=ClientAdmin(registry, telemetry.answers, admin, commands),
+        checks=TransactionCheckRelay(registry, groups.home.halves),
+    )
+    if metrics is not None:
+        # Every group's send queue, renewer and consumer figures, summed (group_stats.py).
+        metrics.watch(send_queue_stats(groups), lambda: len(registry), consumer_stats(groups))
+        metrics.watch_connections(registry.sessions)
+        metrics.watch_lite(lite.counts)
+        if groups.home.renewer is not None:
+            metrics.watch_renewals(renewal_stats(groups))
+    return core
+
+
+def build_group_core(
+    config: BrokerConfig,
+    name: str,
+    store: StoreClient,
+    endpoint: tuple[str, int],
+    registry: ClientRegistry,
+    clock: Clock,
+    metrics: BrokerMetrics | None = None,
+    lite: LiteSubscriptions | None = None,
+) -> GroupCore:
+    """One broker group's core (group_core.py), its objects built with ``broker_name`` = the
+    group's name; starts nothing."""
+    config = replace(config, broker_name=name) if config.broker_name != name else config
+    topics = TopicRegistry(config, store, clock)
+    sink = build_sink(config, store, clock)
+    renewer = (
+        ReceiptRenewer(store, ReceiptHandleTable(config.renew_handles_max), registry, config, clock)
+        if config.auto_renew_enable
+        else None
+    )
+    halves = HalfMessageTable()
+    hub = ArrivalHub()
+    watch_start, watch_stop = arrival_watch(store, hub, name, lite)
+
+    def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
+        halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
+
+    return GroupCore(
+        name=name,
+        store=store,
+        config=config,
+        topics=topics,
+        sink=sink,
+        producer=Producer(config, topics, sink, clock, on_half_stored),
+        transactions=TransactionService(
+            store, sink, halves, clock, observer=metrics.transactions if metrics is not None else None
+        ),
+        halves=halves,
+        consumer=ConsumerService(store, topics, hub, clock, name, endpoint, consumer_limits(config), renewer),
+        offsets=OffsetService(store, topics, hub, clock, name),
+        hub=hub,
+        renewer=renewer,
+        watch_start=watch_start,
+        watch_stop=watch_stop,
+    )
+
+
+def build_sink(config: BrokerConfig, store: BrokerStore, clock: Clock | None = None) -> PutSink:
+    """The send queue: a ``PutCoalescer`` (its dispatcher started), or one put per send."""
+    if not config.put_coalescing_enable:
+        return DirectPutSink(store.put_messages)
+    coalescer = PutCoalescer(
+        store.put_messages,
+        batch_messages_max=config.put_batch_messages_max,
+        batch_bytes_max=config.put_batch_bytes_max,
+        queue_messages_max=config.put_queue_messages_max,
+        queue_bytes_max=config.put_queue_bytes_max,
+        queue_wait_max_ms=config.put_queue_wait_max_ms,
+        monotonic_s=(clock or SystemClock()).monotonic_s,
+        store_failing_over=lambda: store.failing_over,
+        store_failovers=lambda: store.failovers,
+    )
+    coalescer.start()
+    return coalescer
+
+
+def consumer_limits(config: BrokerConfig) -> ConsumerLimits:
+    return ConsumerLimits(
+        invisible_ms_min=config.invisible_duration_ms_min,
+        invisible_ms_max=config.invisible_duration_ms_max,
+        polling_ms_min=config.long_polling_timeout_ms_min,
+        polling_ms_max=config.long_polling_timeout_ms_max,
+        batch_max=config.consumer_receive_batch_size,
+        auto_renew_invisible_ms=config.auto_renew_invisible_ms,
+    )
+
+
+def access_guard(config: BrokerConfig, store: StoreClient, clock: Clock) -> AccessGuard | None:
+    """The AccessGuard when authentication is on (None: every request passes, as upstream's
+    default), after creating ``init_authentication_user`` if the store has no users yet."""
+    if not config.authentication_enabled:
+        return None
+    if config.init_authentication_user:
+        name, _, secret = config.init_authentication_user.partition(":")
+        users, _, _ = store.auth_config()
+        if not users:
+            store.put_user(name, secret, "Super", "enable")
+            log.info("created the initial Super user %r (init_authentication_user)", name)
+    log.info("authentication on%s", ", authorization on" if config.authorization_enabled else "")
+    return AccessGuard(
+        lambda: auth_snapshot(store),
+        clock,
+        authorization=config.authorization_enabled,
+        cache_ttl_ms=config.auth_cache_ttl_ms,
+        max_clock_skew_s=config.auth_max_clock_skew_s,
+        local_time_tolerant=config.auth_local_time_tolerant,
+    )
+
+
+def notify_unsubscribe(registry: ClientRegistry, command: Callable[[str], Any]) -> Callable[[str, str], bool]:
+    """Write NotifyUnsubscribeLiteCommand on a client's Telemetry stream (an exclusive lite group's
+    lite topic was taken over by another client); False if the client has no stream here."""
+
+    def notify(client_id: str, lite_topic: str) -> bool:
+        session = registry.get(client_id)
+        return session is not None and session.push(command(lite_topic))
+
+    return notify
