@@ -1,6 +1,7 @@
-"""The admin commands end to end: ``python -m services.launcher.cli topic|group|consumer|message ...`` run as
-subprocesses against a real broker and store (in this process, on 127.0.0.1:0; one pair for the
-module, so each test uses its own names)."""
+"""The admin commands end to end: ``pyrmq topic|group|consumer|message ...`` (services/launcher/cli.py
+``main``, run in this process: tests/support/cli.py; one test runs ``python -m
+services.launcher.cli`` as a subprocess) against a real broker and store (in this process, on
+127.0.0.1:0; one pair for the module, so each test uses its own names)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
 from tests.support.admin_messages import put, wait_indexed
+from tests.support.cli import run_pyrmq
 from tests.support.filestore import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +66,13 @@ def store_stub(servers) -> pb_grpc.StoreStub:
 
 
 def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pyrmq ARGS`` run in this process (tests/support/cli.py), as a CompletedProcess."""
+    code, out, err = run_pyrmq(*args)
+    return subprocess.CompletedProcess(["pyrmq", *args], code, out, err)
+
+
+def pyrmq_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m services.launcher.cli ARGS``: the command line as a program."""
     return subprocess.run(
         [sys.executable, "-m", "services.launcher.cli", *args],
         cwd=ROOT,
@@ -83,9 +92,9 @@ def ok_json(*args: str):
     return json.loads(ok(*args, "--json"))
 
 
-def fails(code: int, *args: str) -> str:
+def fails(code: int, *args: str, run=pyrmq) -> str:
     """The one-line error on stderr of a command that must exit with ``code``."""
-    done = pyrmq(*args)
+    done = run(*args)
     assert done.returncode == code, (done.stdout, done.stderr)
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 or code == 2, done.stderr  # 2: argparse adds its usage
@@ -463,7 +472,7 @@ def test_usage_errors_exit_2(endpoint):
 
 
 def test_unreachable_endpoint_exits_4():
-    error = fails(4, "topic", "list", "--endpoint", "127.0.0.1:1", "--timeout", "5")
+    error = fails(4, "topic", "list", "--endpoint", "127.0.0.1:1", "--timeout", "5", run=pyrmq_process)
     assert error.startswith("pyrmq: error: 127.0.0.1:1: UNAVAILABLE")
 
 
