@@ -26,7 +26,7 @@ from services.store.rpc.server import build_server as build_store_server
 from services.store.rpc.server import stop_server
 from services.store.store import FileStore
 from tests.support.admin_messages import put, wait_indexed
-from tests.support.cli import run_pyrmq
+from tests.support.cli import pyrmq
 from tests.support.filestore import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +63,6 @@ def endpoint(servers) -> str:
 @pytest.fixture
 def store_stub(servers) -> pb_grpc.StoreStub:
     return servers[1]
-
-
-def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
-    """``pyrmq ARGS`` run in this process (tests/support/cli.py), as a CompletedProcess."""
-    code, out, err = run_pyrmq(*args)
-    return subprocess.CompletedProcess(["pyrmq", *args], code, out, err)
 
 
 def pyrmq_process(*args: str) -> subprocess.CompletedProcess[str]:

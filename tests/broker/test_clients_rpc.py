@@ -7,12 +7,9 @@ test_official_clients_admin.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -21,9 +18,9 @@ from apache.rocketmq.v2 import service_pb2 as s
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
+from tests.support.cli import pyrmq
 from tests.support.v2_requests import Stream, message, producer_settings, push_consumer_settings, send_ok
 
-ROOT = Path(__file__).resolve().parents[2]
 Answer = Callable[[s.TelemetryCommand], s.TelemetryCommand | None]
 
 
@@ -65,12 +62,6 @@ def java_like(command: s.TelemetryCommand) -> s.TelemetryCommand | None:
             verify_message_result=s.VerifyMessageResult(nonce=verify.nonce),
         )
     return None
-
-
-def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.launcher.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_list_clients_from_settings_headers_and_heartbeats(broker, v2, admin):

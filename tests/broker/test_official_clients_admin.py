@@ -5,27 +5,18 @@ handler for PrintThreadStackTraceCommand) the stack command times out with a cle
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from importlib import metadata
-from pathlib import Path
 
 import grpc
 import pytest
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
+from tests.support.cli import pyrmq
 from tests.support.official_client import Client
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pyrmq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.launcher.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_python_producer_is_listed_and_does_not_answer_a_stack_command(broker, tmp_path):
