@@ -17,6 +17,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require(*mark.args)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist with ``--dist loadgroup`` (`make test`: two workers), a worker runs whole
+    modules, so a module's shared cluster or client starts once, and every test that takes the
+    session's SparkSession (tests/pipeline/conftest.py), so there is one JVM."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        group = "spark" if "spark" in item.fixturenames else item.nodeid.split("::", 1)[0].removeprefix("tests/")
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def processes() -> Iterator[list[Process]]:
     """Processes a test started; each is killed at the end if still running."""
