@@ -42,6 +42,7 @@ from tests.support.v2_requests import (
     receive,
     send_ok,
 )
+from tests.support.waits import wait_until
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 ETCD_ENDPOINTS = "etcd-0:2379,etcd-1:2379,etcd-2:2379"
@@ -212,10 +213,15 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             shutil.which("etcdctl") or "etcdctl",
             *(localize_urls(part, addresses[name], {}) for part in health[1:]),
         ]
-        deadline = time.monotonic() + 30
-        while subprocess.run(health, capture_output=True, timeout=10).returncode != 0:
-            assert time.monotonic() < deadline and started[name].popen.poll() is None, started[name].log()
-            time.sleep(0.2)
+        wait_until(
+            lambda h=health, n=name: (
+                subprocess.run(h, capture_output=True, timeout=10).returncode == 0
+                or started[n].popen.poll() is not None
+            ),
+            30,
+            f"{name} healthy",
+        )
+        assert started[name].popen.poll() is None, started[name].log()
     specs = {name: spec for name, spec, _ in compose_services()}
     waves = compose_waves(doc, list(specs), etcd_names())
     for wave in waves:
@@ -320,12 +326,15 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path, processe
         # A timer an hour ahead, so rocketmq_timing_messages has a series once the scheduler enqueued it.
         hour_ahead = Timestamp(seconds=int(time.time()) + 3600)
         send_ok(v2, message("DashDelay", message_id="DASHT", message_type=d.DELAY, delivery_timestamp=hour_ahead))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-            'rocketmq_timing_messages{topic="DashDelay"} 1.0' in urllib.request.urlopen(url, timeout=10).read().decode()
-            for url in urls
-        ):
-            time.sleep(0.2)
+        wait_until(
+            lambda: any(
+                'rocketmq_timing_messages{topic="DashDelay"} 1.0'
+                in urllib.request.urlopen(url, timeout=10).read().decode()
+                for url in urls
+            ),
+            30,
+            "the scheduler's timing series",
+        )
         # Connected clients, so the connection gauges have series: a producer and a consumer.
         streams = [
             Stream(v2, metadata=(("x-mq-client-id", client_id),)) for client_id in ("dash-producer", "dash-consumer")

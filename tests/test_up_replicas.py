@@ -23,6 +23,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from tests.support.processes import Process, pyrmq_status, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
 
@@ -65,11 +66,9 @@ def test_a_replica_set_serves_clients_through_a_master_kill(tmp_path: Path, proc
     etcd = re.search(r"\betcd grpc=(\S+)", line).group(1)  # type: ignore[union-attr]
     stores = re.findall(r"\bstore(?:-\d)? grpc=(\S+)", line)
     assert len(stores) == 3
-    deadline = time.monotonic() + 30
-    while len(replicas(etcd)["sync_state_set"]) < 3:  # every slave caught up
-        assert time.monotonic() < deadline, replicas(etcd)
-        time.sleep(0.2)
-    state = replicas(etcd)
+    state = wait_until(  # every slave caught up
+        lambda: replicas(etcd), 30, "3 replicas in sync", accept=lambda s: len(s["sync_state_set"]) == 3
+    )
     master = state["master_id"]
     assert state["master_epoch"] == 1 and {r["id"] for r in state["replicas"]} == {0, 1, 2}
     with grpc.insecure_channel(ready["clients"]) as channel:
@@ -79,13 +78,12 @@ def test_a_replica_set_serves_clients_through_a_master_kill(tmp_path: Path, proc
         killed = time.monotonic()
         send_ok(v2, message("TopicTest", body=b"after", message_id="AFTER"))  # waits for the new master
         failover_s = time.monotonic() - killed
-        deadline = time.monotonic() + 60
-        while True:  # up restarted the dead replica; an election ran and every replica is in sync again
-            state = replicas(etcd)
-            if state["master_epoch"] >= 2 and len(state["sync_state_set"]) == 3:
-                break
-            assert time.monotonic() < deadline, state
-            time.sleep(0.5)
+        state = wait_until(  # up restarted the dead replica; an election ran and every replica is in sync again
+            lambda: replicas(etcd),
+            60,
+            "a new master and 3 replicas in sync",
+            accept=lambda s: s["master_epoch"] >= 2 and len(s["sync_state_set"]) == 3,
+        )
         assert state["master_epoch"] == 2  # one election, whoever won it
         got: list = []
         deadline = time.monotonic() + 30

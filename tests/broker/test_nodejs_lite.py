@@ -59,11 +59,12 @@ def wait_committed(store_stub, group: str, lite_topic: str, expected: int) -> in
     a push consumer's acks go out after its listener returns."""
     request = pb.QueryConsumerOffsetRequest(group=group, topic=lmq_name(PARENT, lite_topic), queue_id=0)
 
-    def committed() -> tuple[int] | None:  # in a tuple: offset 0 is an answer
-        offset = store_stub.QueryConsumerOffset(request, timeout=10).offset
-        return (offset,) if offset >= expected else None
-
-    return wait_until(committed, 10, f"{group} committed {expected} in {lite_topic}")[0]
+    return wait_until(
+        lambda: store_stub.QueryConsumerOffset(request, timeout=10).offset,
+        10,
+        f"{group} committed {expected} in {lite_topic}",
+        accept=lambda offset: offset >= expected,
+    )
 
 
 def test_lite_push_consumer_gets_its_lite_topics_in_order(endpoint, tmp_path):

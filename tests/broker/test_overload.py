@@ -22,6 +22,7 @@ from services.runtime.clock import ManualClock
 from services.store.client.client import GrpcStoreClient
 from tests.support.topics import create_topics
 from tests.support.v2_requests import message, send
+from tests.support.waits import wait_until
 
 SENDERS = 48
 SLOW_PUT_S = 0.4
@@ -38,17 +39,18 @@ class SlowStore(GrpcStoreClient):
         return super().put_messages(messages, allow_system_topics)
 
 
-def stored_keys(store_stub) -> set[str]:
-    time.sleep(0.5)  # the store's reput thread dispatches just after a put returns
-    keys = set()
-    for queue_id in range(8):
-        keys |= {
-            m.properties.get("KEYS")
-            for m in store_stub.GetMessages(
-                pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000), timeout=10
-            ).messages
-        }
-    return keys
+def stored_keys(store_stub, expected: set[str]) -> set[str]:
+    """The KEYS of the messages stored in Overload, once ``expected`` are all there (the store's
+    reput thread dispatches just after a put returns)."""
+
+    def keys() -> set[str]:
+        found = set()
+        for queue_id in range(8):
+            request = pb.GetMessagesRequest(topic="Overload", queue_id=queue_id, queue_offset=0, max_count=1000)
+            found |= {m.properties.get("KEYS") for m in store_stub.GetMessages(request, timeout=10).messages}
+        return found
+
+    return wait_until(keys, 10, "the accepted sends stored", accept=lambda found: expected <= found)
 
 
 def overload(config: BrokerConfig, store_address: str, store_stub, senders: int) -> tuple[list, object]:
@@ -88,7 +90,8 @@ def overload(config: BrokerConfig, store_address: str, store_stub, senders: int)
             # A refusal comes within the queue-wait limit plus one slow put, far below the 3 s send timeout.
             assert max(s for _, s in refused) < 200 / 1000 + 2 * SLOW_PUT_S + 0.5, refused
             # Every OK is stored; no refused message is.
-            assert stored_keys(store_stub) == {"warm"} | {f"k{i}" for i in ok}
+            expected = {"warm"} | {f"k{i}" for i in ok}
+            assert stored_keys(store_stub, expected) == expected
             # Recovered: with the store fast again, sends succeed.
             assert all(
                 send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK for _ in range(5)
@@ -165,7 +168,8 @@ def test_calls_past_the_connection_cap_are_refused_at_once_and_not_processed(sto
             SlowStore.slow.clear()
             assert refused and ok
             # Not processed: exactly the OK sends are stored.
-            assert stored_keys(store_stub) == {"warm"} | {f"k{i}" for i in ok}
+            expected = {"warm"} | {f"k{i}" for i in ok}
+            assert stored_keys(store_stub, expected) == expected
             assert send(v2, message("Overload", body=b"after", keys=["after"])).status.code == d.OK
     finally:
         SlowStore.slow.clear()

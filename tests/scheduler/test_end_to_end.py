@@ -26,6 +26,7 @@ from services.store.client.client import GrpcStoreClient
 from tests.support.processes import Process
 from tests.support.scheduler_e2e import SCHEDULER_READY, delivered, metric
 from tests.support.topics import create_topics
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("rocketmq-python-client")
 
@@ -100,8 +101,9 @@ def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, 
         for line in received:  # not consumable before its time
             due_ms = (deliver_s + (line["body"] == "second")) * 1000
             assert line["received_ms"] >= due_ms and line["delivery_timestamp_ms"] == due_ms, line
-        time.sleep(0.5)
-        records = delivered(scheduler_store, "Later")
+        records = wait_until(
+            lambda: delivered(scheduler_store, "Later"), 10, "2 delivered", accept=lambda r: len(r) >= 2
+        )
         assert sorted(r.body for r in records) == [b"first", b"second"]
         assert all(r.store_timestamp_ms >= int(r.properties["TIMER_DELIVER_MS"]) for r in records)
         stats = service.stats().timer
@@ -162,11 +164,11 @@ def test_kill_9_mid_delivery_loses_nothing_and_is_never_early(
     before_restart = {r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}
     assert 0 < len(before_restart) < count
     second, ready = start_scheduler(processes, tmp_path, store_address)
-    deadline = time.time() + 20
-    while (
-        len({r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}) < count and time.time() < deadline
-    ):
-        time.sleep(0.2)
+    wait_until(
+        lambda: len({r.properties["UNIQ_KEY"] for r in delivered(scheduler_store, "Crash")}) >= count,
+        20,
+        f"all {count} delivered after the restart",
+    )
     records = delivered(scheduler_store, "Crash")
     keys = [r.properties["UNIQ_KEY"] for r in records]
     assert set(keys) == ids

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -15,6 +14,7 @@ from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.service import SchedulerService
 from tests.support.scheduler_timers import PRECISION_MS, START_MS, park, run_for, small_config
 from tests.support.store_double import StoreDouble
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,10 +34,7 @@ def test_threads_deliver_on_the_real_clock_and_metrics_expose_it(tmp_path):
         now_ms = clock.now_ms()
         for i in range(20):
             park(store, "Live", now_ms + 300 + 25 * i, f"K{i}")
-        deadline = time.monotonic() + 10
-        while len(store.messages("Live")) < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        records = store.messages("Live")
+        records = wait_until(lambda: store.messages("Live"), 10, "20 delivered", accept=lambda r: len(r) >= 20)
         assert len(records) == 20
         assert all(r.store_timestamp_ms >= int(r.properties["TIMER_DELIVER_MS"]) for r in records)
         text = generate_latest(SchedulerMetrics(service.stats).registry).decode()

@@ -3,8 +3,6 @@ gRPC store client over them, against a real store server."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 from pyrmq.store.v1 import store_pb2 as pb
@@ -15,6 +13,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.service import SchedulerService
 from services.store.client.client import GrpcStoreClient
 from services.store.client.model import MessageToPut
+from tests.support.waits import wait_until
 
 
 @pytest.fixture
@@ -41,9 +40,7 @@ def put(client: GrpcStoreClient, count: int, topic: str = "rmq_sys_wheel_timer")
         ],
         allow_system_topics=True,
     )
-    deadline = time.monotonic() + 10
-    while client.queue_offsets(topic, 0)[1] < outcomes[-1].queue_offset + 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: client.queue_offsets(topic, 0)[1] >= outcomes[-1].queue_offset + 1, 10, f"{topic} dispatched")
     return outcomes
 
 
@@ -115,18 +112,13 @@ def test_delay_level_delivery_against_a_real_store(client, tmp_path):
             ],
             allow_system_topics=True,
         )
-        deadline = time.monotonic() + 10
-        while client.get_messages("%RETRY%G", 0, 0, 10).max_offset < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: client.get_messages("%RETRY%G", 0, 0, 10).max_offset >= 2, 10, "both retries delivered")
         parked = client.get_messages("SCHEDULE_TOPIC_XXXX", 0, 0, 10).messages
         records = client.get_messages("%RETRY%G", 0, 0, 10).messages
         assert [r.body for r in records] == [b"retry0", b"retry1"]
         for park, record in zip(parked, records):
             assert record.store_timestamp_ms >= park.store_timestamp_ms + 1_000
             assert record.properties["DELAY"] == "1" and record.properties["REAL_TOPIC"] == "%RETRY%G"
-        deadline = time.monotonic() + 5
-        while client.get_delay_offset(1) != 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert client.get_delay_offset(1) == 2
+        wait_until(lambda: client.get_delay_offset(1) == 2, 5, "delay level 1's offset at 2")
     finally:
         service.stop()

@@ -108,16 +108,19 @@ class EtcdCluster:
 
     def wait_leader(self, timeout_s: float) -> int:
 
-        def leader() -> tuple[int] | None:  # in a tuple: the leader may be member 0
+        def leader() -> int | None:
             for m in self.members:
                 if m.process is not None and m.process.poll() is not None and self.members.index(m) not in self.killed:
                     raise AssertionError(f"etcd {m.name} exited {m.process.returncode}:\n{self.log(m)}")
-            index = self.leader_index()
-            return None if index is None else (index,)
+            return self.leader_index()
 
         return wait_until(
-            leader, timeout_s, "an etcd leader", describe=lambda: "\n".join(self.log(m) for m in self.members)
-        )[0]
+            leader,
+            timeout_s,
+            "an etcd leader",
+            describe=lambda: "\n".join(self.log(m) for m in self.members),
+            accept=lambda index: index is not None,  # the leader may be member 0
+        )
 
     def kill(self, index: int) -> None:
         """SIGKILL of one member."""

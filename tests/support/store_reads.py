@@ -15,24 +15,26 @@ def stored(store_stub, topic, queue_id, offset=0, at_least=0) -> list[pb.Message
     """The queue's messages from ``offset``; waits (up to 10 s) until at least ``at_least`` are dispatched,
     since the store's reput thread fills the ConsumeQueue just after a put returns."""
 
-    def enough() -> tuple[list[pb.Message]] | None:  # in a tuple: none at all may be enough
-        request = pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset)
-        messages = list(store_stub.GetMessages(request, timeout=10).messages)
-        return (messages,) if len(messages) >= at_least else None
-
-    return wait_until(enough, 10, f"{at_least} messages in {topic} queue {queue_id}")[0]
+    request = pb.GetMessagesRequest(topic=topic, queue_id=queue_id, queue_offset=offset)
+    return wait_until(
+        lambda: list(store_stub.GetMessages(request, timeout=10).messages),
+        10,
+        f"{at_least} messages in {topic} queue {queue_id}",
+        accept=lambda messages: len(messages) >= at_least,
+    )
 
 
 def wait_stored(store_stub, topic, key, count=1) -> list[pb.Message]:
     """The messages of ``topic`` with ``key``, once at least ``count`` are indexed (the index is
     built by the store's reput thread, just after the put returns)."""
 
-    def found() -> tuple[list[pb.Message]] | None:  # in a tuple: count may be 0
-        request = pb.QueryMessagesByKeyRequest(topic=topic, key=key)
-        messages = list(store_stub.QueryMessagesByKey(request, timeout=10).messages)
-        return (messages,) if len(messages) >= count else None
-
-    return wait_until(found, 10, f"{count} messages with key {key} in {topic}")[0]
+    request = pb.QueryMessagesByKeyRequest(topic=topic, key=key)
+    return wait_until(
+        lambda: list(store_stub.QueryMessagesByKey(request, timeout=10).messages),
+        10,
+        f"{count} messages with key {key} in {topic}",
+        accept=lambda messages: len(messages) >= count,
+    )
 
 
 def wait_dispatched(store_stub, topic: str, count: int) -> None:

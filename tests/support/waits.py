@@ -22,21 +22,23 @@ def wait_until(
     condition: Callable[[], T],
     timeout_s: float = 10.0,
     what: str = "",
-    pause_max_s: float = PAUSE_MAX_S,
     describe: Callable[[], object] | None = None,
+    accept: Callable[[T], object] | None = None,
+    pause_max_s: float = PAUSE_MAX_S,
 ) -> T:
-    """Call ``condition`` until it returns a true value, and return that value; AssertionError
-    naming ``what`` (and ``describe()``, the state seen) once ``timeout_s`` passed without it.
-    The condition is always called once more at the deadline."""
+    """Call ``condition`` until it returns a true value, and return that value; with ``accept``,
+    until ``accept(value)`` is true (the value returned may then be false: an empty list).
+    AssertionError naming ``what`` and the state seen (``describe()``, else the last value) once
+    ``timeout_s`` passed without it. The condition is always called once more at the deadline."""
     deadline = time.monotonic() + timeout_s
     pause_s = FIRST_PAUSE_S
     while True:
         last = time.monotonic() >= deadline
         value = condition()
-        if value:
+        if accept(value) if accept is not None else value:
             return value
         if last:
-            seen = f"; seen: {describe()}" if describe is not None else ""
-            raise AssertionError(f"not reached in {timeout_s:g} s: {what or condition}{seen}")
+            seen = describe() if describe is not None else value
+            raise AssertionError(f"not reached in {timeout_s:g} s: {what or condition}; seen: {seen!r}"[:4000])
         time.sleep(min(pause_s, max(0.0, deadline - time.monotonic())))
         pause_s = min(2 * pause_s, pause_max_s)
