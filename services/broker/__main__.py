@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 
 from services.broker.assembly import build_core
+from services.broker.broker_groups import ClusterView
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
-from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.admin_servicer import V2ClientCommands
 from services.broker.rpc.server import BrokerServer, bind_server, build_server

@@ -168,11 +168,11 @@ class ClusterStatus:
     store_address: str  # "": unknown
     topics: list[TopicStatus]
     groups: list[GroupTopicStatus]
-    broker_groups: list[GroupState] = field(default_factory=list)  # every broker group asked
+    broker_groups: list[BrokerGroupStatus] = field(default_factory=list)  # every broker group asked
 
 
 @dataclass(frozen=True, slots=True)
-class GroupState:
+class BrokerGroupStatus:
     """A broker group as a cluster-wide call found it."""
 
     name: str

@@ -5,8 +5,8 @@ ports first (the advertised endpoint names the bound port) and serves the core b
 The order:
 
 1. the lite subscriptions and the client registry, shared by every broker group;
-2. the home group's ``GroupCore`` (``build_group_core``: topics, send queue, producer,
-   transactions, consumer, offsets, arrival hub, renewer) and ``Groups``, which makes another
+2. the home group's ``BrokerGroupCore`` (``build_broker_group_core``: topics, send queue, producer,
+   transactions, consumer, offsets, arrival hub, renewer) and ``BrokerGroups``, which makes another
    group's core the first time a route names it;
 3. the Telemetry sessions (a client's termination releases its lite subscriptions and renewals)
    and the access guard;
@@ -16,10 +16,11 @@ The order:
    the admin services (topics, groups, status, users and ACLs, clients, transaction checks);
 6. the metrics' readers of the core's figures.
 
-Three references run backwards and are closures over a name bound later in ``build_core``:
-the lite subscriptions ask ``Groups`` for a parent topic's groups, each group's arrival watch
-tells the lite subscriptions, and ``Groups`` auto-creates through the placement, which attaches
-groups. Nothing is started here (a group's send queue dispatcher runs from construction).
+Three references run backwards and are closures over a name bound later in ``build_core``: the
+lite subscriptions ask ``BrokerGroups`` for a parent topic's broker groups and, when a group's
+arrival stream restarts, the lite consumer for its wildcard clients' backlog; ``BrokerGroups``
+auto-creates a topic through the placement, which attaches broker groups. Nothing is started
+here (a group's send queue dispatcher runs from construction).
 """
 
 from __future__ import annotations
@@ -32,16 +33,16 @@ from typing import Any, Protocol
 from services.broker.access import AccessGuard, auth_snapshot
 from services.broker.acl_admin import AclAdmin
 from services.broker.admin import AdminService
+from services.broker.broker_group_consumer import RoutedConsumer, RoutedOffsets
+from services.broker.broker_group_core import BrokerGroupCore, arrival_watch
+from services.broker.broker_group_router import RoutedProducer, RoutedTransactions, RouteService
+from services.broker.broker_group_stats import consumer_stats, renewal_stats, send_queue_stats
+from services.broker.broker_groups import BrokerGroups, ClusterView
 from services.broker.client_admin import ClientAdmin, ClientCommands
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerLimits, ConsumerService
 from services.broker.errors import BrokerError
-from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
-from services.broker.group_core import GroupCore, arrival_watch
-from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
-from services.broker.group_stats import consumer_stats, renewal_stats, send_queue_stats
-from services.broker.groups import ClusterView, Groups
 from services.broker.lite_consumer import LiteConsumer
 from services.broker.lite_subscriptions import LiteSubscriptions
 from services.broker.metrics import BrokerMetrics
@@ -50,7 +51,7 @@ from services.broker.pull import OffsetService
 from services.broker.put_coalescer import BrokerStore, DirectPutSink, PutCoalescer, PutSink
 from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
 from services.broker.telemetry import ClientRegistry, TelemetryService
-from services.broker.topic_groups import TopicPlacement
+from services.broker.topic_placement import TopicPlacement
 from services.broker.topics import TopicRegistry
 from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
 from services.domain.routes import TopicRoute
@@ -75,15 +76,15 @@ class BrokerCore:
     config: BrokerConfig
     clock: Clock
     store: StoreClient  # the home group's (users, ACLs and the admin calls of one group)
-    groups: Groups  # one GroupCore per broker group (groups.py)
+    broker_groups: BrokerGroups  # one BrokerGroupCore per broker group (broker_groups.py)
     lite: LiteSubscriptions
     telemetry: TelemetryService
     guard: AccessGuard | None  # None: authentication is off
     routes: RouteService
-    producer: GroupedProducer
-    transactions: GroupedTransactions
-    consumer: GroupedConsumer
-    offsets: GroupedOffsets
+    producer: RoutedProducer
+    transactions: RoutedTransactions
+    consumer: RoutedConsumer
+    offsets: RoutedOffsets
     placement: TopicPlacement
     admin: AdminService  # the home group's store
     cluster_admin: ClusterAdmin  # status, progress, reset and message queries over every group
@@ -102,21 +103,22 @@ def build_core(
     cluster: ClusterView | None = None,
 ) -> BrokerCore:
     """``store``: the home group's client (``broker_name``); ``endpoint``: what routes advertise;
-    ``cluster``: the topic routes over broker groups and a client for any group (groups.py;
+    ``cluster``: the topic routes over broker groups and a client for any group (broker_groups.py;
     None: every topic is the home group's)."""
     clock = clock or SystemClock()
     registry = ClientRegistry()
     lite = LiteSubscriptions(
         clock,
-        lambda topic: groups.route(topic).groups,
+        lambda topic: broker_groups.route(topic).groups,
         config.lite_subscription_quota,
         config.lite_subscription_expire_ms,
+        lambda broker_group, clients: lite_consumer.wildcard_restart(broker_group, clients),
     )
 
-    def make_core(name: str, group_store: StoreClient) -> GroupCore:
-        return build_group_core(config, name, group_store, endpoint, registry, clock, metrics, lite)
+    def make_core(name: str, group_store: StoreClient) -> BrokerGroupCore:
+        return build_broker_group_core(config, name, group_store, endpoint, registry, clock, metrics, lite)
 
-    def make_other(name: str) -> GroupCore:
+    def make_other(name: str) -> BrokerGroupCore:
         if cluster is None:
             raise BrokerError(f"broker group {name} is in a route, but this broker has no etcd to find it")
         return make_core(name, cluster.connect(name))
@@ -126,7 +128,7 @@ def build_core(
     def place(name: str) -> TopicRoute:
         return placement.place_route(name, config.auto_create_topic_message_type, config.auto_create_topic_queue_nums)
 
-    groups = Groups(
+    broker_groups = BrokerGroups(
         make_core(config.broker_name, store),
         make_other,
         cluster.routes if cluster is not None else None,
@@ -135,48 +137,54 @@ def build_core(
 
     def client_terminated(client_id: str) -> None:
         lite.drop_client(client_id)
-        for core in groups.cores():
+        for core in broker_groups.cores():
             if core.renewer is not None:
                 core.renewer.client_terminated(client_id)
 
     telemetry = TelemetryService(config, store, registry, clock, on_terminate=client_terminated)
     guard = access_guard(config, store, clock)
     lite_consumer = LiteConsumer(
-        groups, lite, clock, consumer_limits(config), notify_unsubscribe(registry, commands.unsubscribe_lite_command)
+        broker_groups,
+        lite,
+        clock,
+        consumer_limits(config),
+        notify_unsubscribe(registry, commands.unsubscribe_lite_command),
     )
-    placement = TopicPlacement(groups, route_store, cluster.registered_groups if cluster is not None else list)
-    admin = AdminService(store, groups.home.topics.invalidate, lambda: store.address)
+    placement = TopicPlacement(
+        broker_groups, route_store, cluster.registered_broker_groups if cluster is not None else list
+    )
+    admin = AdminService(store, broker_groups.home.topics.invalidate, lambda: store.address)
     core = BrokerCore(
         config=config,
         clock=clock,
         store=store,
-        groups=groups,
+        broker_groups=broker_groups,
         lite=lite,
         telemetry=telemetry,
         guard=guard,
-        routes=RouteService(groups, endpoint),
-        producer=GroupedProducer(groups, clock),
-        transactions=GroupedTransactions(groups),
-        consumer=GroupedConsumer(groups, lite_consumer),
-        offsets=GroupedOffsets(groups),
+        routes=RouteService(broker_groups, endpoint),
+        producer=RoutedProducer(broker_groups, clock),
+        transactions=RoutedTransactions(broker_groups),
+        consumer=RoutedConsumer(broker_groups, lite_consumer),
+        offsets=RoutedOffsets(broker_groups),
         placement=placement,
         admin=admin,
-        cluster_admin=ClusterAdmin(placement.cluster_groups, placement.admin, placement.home_group),
+        cluster_admin=ClusterAdmin(placement.cluster_broker_groups, placement.admin, placement.home_broker_group),
         acl=AclAdmin(store, guard.invalidate if guard is not None else lambda: None),
         clients=ClientAdmin(registry, telemetry.answers, admin, commands),
-        checks=TransactionCheckRelay(registry, groups.home.halves),
+        checks=TransactionCheckRelay(registry, broker_groups.home.halves),
     )
     if metrics is not None:
-        # Every group's send queue, renewer and consumer figures, summed (group_stats.py).
-        metrics.watch(send_queue_stats(groups), lambda: len(registry), consumer_stats(groups))
+        # Every group's send queue, renewer and consumer figures, summed (broker_group_stats.py).
+        metrics.watch(send_queue_stats(broker_groups), lambda: len(registry), consumer_stats(broker_groups))
         metrics.watch_connections(registry.sessions)
         metrics.watch_lite(lite.counts)
-        if groups.home.renewer is not None:
-            metrics.watch_renewals(renewal_stats(groups))
+        if broker_groups.home.renewer is not None:
+            metrics.watch_renewals(renewal_stats(broker_groups))
     return core
 
 
-def build_group_core(
+def build_broker_group_core(
     config: BrokerConfig,
     name: str,
     store: StoreClient,
@@ -185,8 +193,8 @@ def build_group_core(
     clock: Clock,
     metrics: BrokerMetrics | None = None,
     lite: LiteSubscriptions | None = None,
-) -> GroupCore:
-    """One broker group's core (group_core.py), its objects built with ``broker_name`` = the
+) -> BrokerGroupCore:
+    """One broker group's core (broker_group_core.py), its objects built with ``broker_name`` = the
     group's name; starts nothing."""
     config = replace(config, broker_name=name) if config.broker_name != name else config
     topics = TopicRegistry(config, store, clock)
@@ -203,7 +211,7 @@ def build_group_core(
     def on_half_stored(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
         halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
-    return GroupCore(
+    return BrokerGroupCore(
         name=name,
         store=store,
         config=config,

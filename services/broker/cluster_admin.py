@@ -2,7 +2,7 @@
 ``consumer progress``, ``consumer reset`` and ``message query`` see the whole cluster, not only
 the broker's home group.
 
-Each call asks every group of the cluster (``TopicPlacement.cluster_groups``: those registered
+Each call asks every group of the cluster (``TopicPlacement.cluster_broker_groups``: those registered
 in etcd, else the home group) through that group's ``AdminService`` and merges the answers; every
 queue, reset and message found carries its group (``broker_name``), since queue ids start at 0
 in each group. A group whose store cannot answer:
@@ -25,9 +25,9 @@ from typing import TypeVar
 
 from services.broker.admin import (
     AdminService,
+    BrokerGroupStatus,
     ClusterStatus,
     ConsumerProgress,
-    GroupState,
     GroupTopicStatus,
     QueueReset,
     ResetPosition,
@@ -49,9 +49,9 @@ class FoundMessages:
 
 class ClusterAdmin:
     def __init__(
-        self, cluster_groups: Callable[[], list[str]], admin: Callable[[str], AdminService], home: str
+        self, cluster_broker_groups: Callable[[], list[str]], admin: Callable[[str], AdminService], home: str
     ) -> None:
-        self._cluster_groups = cluster_groups
+        self._cluster_broker_groups = cluster_broker_groups
         self._admin = admin
         self._home = home
 
@@ -60,21 +60,21 @@ class ClusterAdmin:
         those whose store failed or that said "not found". No group answered: its error."""
         answers: list[tuple[str, T]] = []
         errors: dict[str, BrokerError] = {}
-        for group in self._cluster_groups():
+        for broker_group in self._cluster_broker_groups():
             try:
-                answers.append((group, call(self._admin(group))))
+                answers.append((broker_group, call(self._admin(broker_group))))
             except FAILURES as caught:
                 exc = as_broker_error(caught)
                 if not isinstance(exc, (StoreCallError, NotFoundError)):
                     raise  # a bad request: every group would say the same
-                errors[group] = exc
+                errors[broker_group] = exc
         if not answers:
             raise self._first_error(errors)
         return answers, errors
 
     @staticmethod
     def _unreachable(errors: dict[str, BrokerError]) -> tuple[str, ...]:
-        return tuple(sorted(group for group, exc in errors.items() if isinstance(exc, StoreCallError)))
+        return tuple(sorted(broker_group for broker_group, exc in errors.items() if isinstance(exc, StoreCallError)))
 
     @staticmethod
     def _first_error(errors: dict[str, BrokerError]) -> BrokerError:
@@ -86,27 +86,27 @@ class ClusterAdmin:
     def cluster_status(self, include_system: bool = False) -> ClusterStatus:
         answers, errors = self._each(lambda admin: admin.cluster_status(include_system))
         topics: dict[str, TopicStatus] = {}
-        groups: dict[tuple[str, str], GroupTopicStatus] = {}
-        states: list[GroupState] = []
-        for group, status in answers:
-            states.append(GroupState(group, status.store_address, ""))
+        group_rows: dict[tuple[str, str], GroupTopicStatus] = {}
+        states: list[BrokerGroupStatus] = []
+        for broker_group, status in answers:
+            states.append(BrokerGroupStatus(broker_group, status.store_address, ""))
             for topic in status.topics:
-                queues = [replace(q, broker_name=group) for q in topic.queues]
+                queues = [replace(q, broker_name=broker_group) for q in topic.queues]
                 merged = topics.get(topic.topic.name)
                 topics[topic.topic.name] = (
-                    TopicStatus(topic.topic, queues, (group,), topic.lite_topic_count)
+                    TopicStatus(topic.topic, queues, (broker_group,), topic.lite_topic_count)
                     if merged is None
                     else TopicStatus(
                         merged.topic,
                         merged.queues + queues,
-                        (*merged.broker_groups, group),
+                        (*merged.broker_groups, broker_group),
                         merged.lite_topic_count + topic.lite_topic_count,
                     )
                 )
             for row in status.groups:
-                progress = [replace(q, broker_name=group) for q in row.queues]
-                had = groups.get((row.group, row.topic))
-                groups[(row.group, row.topic)] = (
+                progress = [replace(q, broker_name=broker_group) for q in row.queues]
+                had = group_rows.get((row.group, row.topic))
+                group_rows[(row.group, row.topic)] = (
                     replace(row, queues=progress)
                     if had is None
                     else GroupTopicStatus(
@@ -118,9 +118,9 @@ class ClusterAdmin:
                         had.lite_lag + row.lite_lag,
                     )
                 )
-        states += [GroupState(group, "", str(exc)) for group, exc in errors.items()]
-        consumed = {group for group, topic in groups if topic}
-        rows = [row for key, row in sorted(groups.items()) if key[1] or key[0] not in consumed]
+        states += [BrokerGroupStatus(broker_group, "", str(exc)) for broker_group, exc in errors.items()]
+        consumed = {group for group, topic in group_rows if topic}
+        rows = [row for key, row in sorted(group_rows.items()) if key[1] or key[0] not in consumed]
         home = next((s.store_address for s in states if s.name == self._home), states[0].store_address)
         states.sort(key=lambda state: state.name)
         return ClusterStatus(home, sorted(topics.values(), key=lambda t: t.topic.name), rows, states)
@@ -168,5 +168,5 @@ class ClusterAdmin:
     def _found(
         self, answers: list[tuple[str, list[StoredMessage]]], errors: dict[str, BrokerError], max_num: int
     ) -> FoundMessages:
-        messages = [(group, message) for group, found in answers for message in found]
+        messages = [(broker_group, message) for broker_group, found in answers for message in found]
         return FoundMessages(messages[: max_num or None], self._unreachable(errors))

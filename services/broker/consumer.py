@@ -78,8 +78,9 @@ from services.domain.sql_filter import SqlFilterError, compile_sql
 from services.runtime.clock import Clock
 from services.store.client.model import AckResult, Delivery, GroupInfo, PopOutcome, TopicInfo
 
-INVISIBLE_MS_MIN = 10_000
-INVISIBLE_MS_MAX = 12 * 3600 * 1000
+# The invisible durations a client may ask for (the proxy's bounds; the store's own limit is wider).
+CLIENT_INVISIBLE_MS_MIN = 10_000
+CLIENT_INVISIBLE_MS_MAX = 12 * 3600 * 1000
 AUTO_RENEW_INVISIBLE_MS = 60_000
 POLLING_MS_MIN = 5_000
 POLLING_MS_MAX = 20_000
@@ -254,8 +255,8 @@ class ConsumerLimits:
     """The bounds a receive is held to (BrokerConfig: invisible_duration_ms_min/max,
     long_polling_timeout_ms_min/max, consumer_receive_batch_size)."""
 
-    invisible_ms_min: int = INVISIBLE_MS_MIN
-    invisible_ms_max: int = INVISIBLE_MS_MAX
+    invisible_ms_min: int = CLIENT_INVISIBLE_MS_MIN
+    invisible_ms_max: int = CLIENT_INVISIBLE_MS_MAX
     polling_ms_min: int = POLLING_MS_MIN
     polling_ms_max: int = POLLING_MS_MAX
     batch_max: int = BATCH_MAX

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from services.broker import validation
+from services.broker.broker_groups import BrokerGroups
 from services.broker.consumer import (
     ALIVE_CHECK_S,
     DEFAULT_LIMITS,
@@ -40,7 +41,6 @@ from services.broker.consumer import (
     validate_group,
 )
 from services.broker.errors import FAILURES, Code, RequestError
-from services.broker.groups import Groups
 from services.broker.lite_subscriptions import LiteAction, LiteClient, LiteSubscriptions, ReadyKey
 from services.domain.group_attributes import lite_bind_topic, lite_client_quota, lite_exclusive, lite_wildcard
 from services.domain.lite import lmq_name
@@ -77,7 +77,7 @@ class OffsetOption:
 class LiteConsumer:
     def __init__(
         self,
-        groups: Groups,
+        broker_groups: BrokerGroups,
         subscriptions: LiteSubscriptions,
         clock: Clock,
         limits: ConsumerLimits = DEFAULT_LIMITS,
@@ -85,10 +85,9 @@ class LiteConsumer:
     ) -> None:
         """``notify_unsubscribe(client id, lite topic)``: write NotifyUnsubscribeLiteCommand on the
         client's Telemetry stream (False: it has none here)."""
-        self._groups = groups
+        self._broker_groups = broker_groups
         self._notify_unsubscribe = notify_unsubscribe
         self.subscriptions = subscriptions
-        subscriptions.on_wildcard_restart = self._wildcard_restart
         self._clock = clock
         self._limits = limits
         self._closed = threading.Event()
@@ -99,10 +98,10 @@ class LiteConsumer:
             client.wake.set()
 
     def is_lite_topic(self, topic: str) -> bool:
-        return self._groups.route(topic).message_type == LITE_TYPE
+        return self._broker_groups.route(topic).message_type == LITE_TYPE
 
-    def groups_of(self, topic: str) -> list[str]:
-        return self._groups.route(topic).groups
+    def broker_groups_of(self, topic: str) -> list[str]:
+        return self._broker_groups.route(topic).groups
 
     # -- SyncLiteSubscription ----------------------------------------------------------------
     def sync(
@@ -131,7 +130,7 @@ class LiteConsumer:
             names = python_partial_add(names)
         for name in names:
             validation.validate_lite_topic(name)
-        info = self._groups.home.store.get_group(group)
+        info = self._broker_groups.home.store.get_group(group)
         attributes = info.attributes if info is not None else {}
         bound = lite_bind_topic(attributes)
         if bound and bound != topic:
@@ -159,14 +158,14 @@ class LiteConsumer:
         )
         client = self.subscriptions.client(client_id)
         if wildcard and not was_wildcard and client is not None and client.wildcard:
-            self._mark_backlog(client, self.groups_of(topic))  # a full dispatch, as RocketMQ's onRegister
+            self._mark_backlog(client, self.broker_groups_of(topic))  # a full dispatch, as RocketMQ's onRegister
         for holder, lite_topic in evicted:
             self._notify_unsubscribe(holder, lite_topic)
 
     def _mark_backlog(self, client: LiteClient, broker_groups: Iterable[str]) -> None:
         """Mark every lite topic of the client's parent where its group has messages to read."""
         for broker_group in broker_groups:
-            core = self._groups.known(broker_group)
+            core = self._broker_groups.known(broker_group)
             after = ""
             while core is not None:
                 rows, after = core.store.list_lite_topics(client.topic, client.group, backlog_only=True, after=after)
@@ -174,7 +173,7 @@ class LiteConsumer:
                 if not after:
                     break
 
-    def _wildcard_restart(self, broker_group: str, clients: list[LiteClient]) -> None:
+    def wildcard_restart(self, broker_group: str, clients: list[LiteClient]) -> None:
         """A broker group's arrivals may have been missed: its backlog for the wildcard clients
         (on a thread of its own: the arrival watch goes on meanwhile)."""
 
@@ -191,8 +190,8 @@ class LiteConsumer:
         """Move the group's offset in the lite topic, in every broker group of the parent (the
         offset is the group's, not the client's), as RocketMQ's resetOffset on a PARTIAL_ADD."""
         lmq = lmq_name(topic, lite_topic)
-        for broker_group in self.groups_of(topic):
-            store = self._groups.core(broker_group).store
+        for broker_group in self.broker_groups_of(topic):
+            store = self._broker_groups.core(broker_group).store
             current = store.query_consumer_offset(group, lmq, 0)
             if option.kind is OffsetKind.MIN:
                 target = 0
@@ -231,14 +230,14 @@ class LiteConsumer:
 
     def _pop(self, client: LiteClient, count: int, invisible_ms: int, request: ReceiveRequest) -> list[Delivery]:
         taken = self.subscriptions.take(client, LITE_POP_TOPICS_MAX)
-        by_group: dict[str, list[tuple[ReadyKey, int]]] = {}
+        by_broker_group: dict[str, list[tuple[ReadyKey, int]]] = {}
         for key, mark in taken:
-            by_group.setdefault(key[0], []).append((key, mark))
+            by_broker_group.setdefault(key[0], []).append((key, mark))
         found: list[Delivery] = []
-        for broker_group, keys in by_group.items():
+        for broker_group, keys in by_broker_group.items():
             if len(found) >= count:
                 break
-            core = self._groups.known(broker_group)
+            core = self._broker_groups.known(broker_group)
             if core is None:
                 self.subscriptions.examined(client, keys)  # a group this broker no longer serves
                 continue
@@ -251,7 +250,7 @@ class LiteConsumer:
             )
             delivered = core.consumer.delivered(request, outcome.messages, invisible_ms, popped_at_ms).messages
             for delivery in delivered:
-                delivery.receipt_handle = self._groups.outer_handle(core.name, delivery.receipt_handle)
+                delivery.receipt_handle = self._broker_groups.outer_handle(core.name, delivery.receipt_handle)
             found.extend(delivered)
         return found
 

@@ -71,13 +71,17 @@ class LiteSubscriptions:
     def __init__(
         self,
         clock: Clock,
-        groups_of: Callable[[str], Iterable[str]],
+        broker_groups_of: Callable[[str], Iterable[str]],
         quota: int = LITE_SUBSCRIPTION_QUOTA,
         expire_ms: int = LITE_SUBSCRIPTION_EXPIRE_MS,
+        on_wildcard_restart: Callable[[str, list[LiteClient]], None] = lambda broker_group, clients: None,
     ) -> None:
-        """``groups_of(topic)``: the broker groups holding a parent topic's queues."""
+        """``broker_groups_of(topic)``: the broker groups holding a parent topic's queues;
+        ``on_wildcard_restart(broker group, clients)``: mark that group's backlog for its wildcard
+        clients after its arrival stream restarted (the backlog is the store's to list: the lite
+        consumer's ``wildcard_restart``)."""
         self._clock = clock
-        self._groups_of = groups_of
+        self._broker_groups_of = broker_groups_of
         self.quota = quota
         self._expire_ms = expire_ms
         self._lock = threading.Lock()
@@ -85,9 +89,7 @@ class LiteSubscriptions:
         self._by_lmq: dict[str, set[LiteClient]] = {}
         self._wildcard: dict[str, set[LiteClient]] = {}  # parent topic -> its wildcard clients
         self._sequence = 0
-        # Set by the consumer: marks a broker group's backlog for its wildcard clients after that
-        # group's arrival stream restarted (the backlog is the store's to list).
-        self.on_wildcard_restart: Callable[[str, list[LiteClient]], None] = lambda broker_group, clients: None
+        self._on_wildcard_restart = on_wildcard_restart
 
     # -- SyncLiteSubscription ----------------------------------------------------------------
     def sync(
@@ -118,7 +120,9 @@ class LiteSubscriptions:
         names = set(lite_topics)
         limit = self.quota if quota is None else quota
         now = self._clock.now_ms()
-        groups = list(self._groups_of(topic)) if action in (LiteAction.PARTIAL_ADD, LiteAction.COMPLETE_ADD) else []
+        broker_groups = (
+            list(self._broker_groups_of(topic)) if action in (LiteAction.PARTIAL_ADD, LiteAction.COMPLETE_ADD) else []
+        )
         evicted: list[tuple[str, str]] = []
         with self._lock:
             self._expire_locked(now)
@@ -166,7 +170,7 @@ class LiteSubscriptions:
                         evicted.append((other.client_id, name))
                 client.lite_topics.add(name)
                 self._by_lmq.setdefault(lmq, set()).add(client)
-                for broker_group in groups:  # a backlog may be waiting
+                for broker_group in broker_groups:  # a backlog may be waiting
                     self._mark_locked(client, (broker_group, lmq))
         if added:
             client.wake.set()
@@ -220,14 +224,14 @@ class LiteSubscriptions:
         with self._lock:
             clients = list(self._clients.values())
             for client in clients:
-                if broker_group in self._groups_of(client.topic):
+                if broker_group in self._broker_groups_of(client.topic):
                     for name in client.lite_topics:
                         self._mark_locked(client, (broker_group, lmq_name(client.topic, name)))
         for client in clients:
             client.wake.set()
         wildcards = [c for c in clients if c.wildcard]
         if wildcards:
-            self.on_wildcard_restart(broker_group, wildcards)
+            self._on_wildcard_restart(broker_group, wildcards)
 
     def mark(self, client: LiteClient, broker_group: str, lmqs: Iterable[str]) -> None:
         """These lite topics of ``broker_group`` may have something for the client (a backlog)."""

@@ -86,7 +86,7 @@ log = logging.getLogger(__name__)
 _HOOK_PROPERTIES_RESERVE_BYTES = 3 * 32 + 127 + 128 + PROP_CRC_RESERVED_LEN
 
 # Store outcome -> the v2 code of the message's SendResultEntry (the proxy's mapping, store statuses named).
-PUT_STATUS_CODES: dict[PutStatus, Code] = {
+PUT_STATUS_TO_V2_CODE: dict[PutStatus, Code] = {
     PutStatus.PUT_OK: Code.OK,
     PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,  # appended, not yet on disk
     PutStatus.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
@@ -102,7 +102,7 @@ PUT_STATUS_CODES: dict[PutStatus, Code] = {
     PutStatus.HA_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,  # too few replicas in sync: nothing written
     PutStatus.LMQ_QUOTA_EXCEEDED: Code.LITE_TOPIC_QUOTA_EXCEEDED,  # a new lite topic past the store's quota
 }
-assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
+assert set(PUT_STATUS_TO_V2_CODE) == set(PutStatus), "every PutStatus needs a code"
 _STALE_TOPIC_STATUSES = frozenset({PutStatus.QUEUE_ID_ILLEGAL, PutStatus.TOPIC_NOT_FOUND})
 _has_control = validation.has_control_character
 # The broker's own property names and short values (RECONSUME_TIME, BORN_TIMESTAMP) in a plain message, bounded.
@@ -149,7 +149,7 @@ class Producer:
 
         ``peer_address`` is the client's "ip:port" ("" if unknown); ``timeout_s`` bounds the
         wait for the store (the caller's remaining deadline); ``queue_id``: the write queue
-        chosen over every broker group of the topic (group_router.py), else chosen here.
+        chosen over every broker group of the topic (broker_group_router.py), else chosen here.
         """
         if not messages:
             raise RequestError("no message to send", Code.MESSAGE_CORRUPTED)
@@ -421,7 +421,7 @@ class Producer:
             now_ms,
         )
         outcome = self._sink.submit(marker).wait(timeout_s)
-        error = recall.recall_outcome_error(outcome.status, outcome.error, PUT_STATUS_CODES)
+        error = recall.recall_outcome_error(outcome.status, outcome.error, PUT_STATUS_TO_V2_CODE)
         if error is not None:
             raise error
         return handle.message_id
@@ -470,6 +470,6 @@ class Producer:
             self._topics.invalidate(topic.name)
         log.warning("store refused a message of topic %s: %s %s", topic.name, outcome.status.name, outcome.error)
         return SendReceipt(
-            code=PUT_STATUS_CODES[outcome.status],
+            code=PUT_STATUS_TO_V2_CODE[outcome.status],
             status_message=f"send message failed, store status {outcome.status.name}: {outcome.error}",
         )

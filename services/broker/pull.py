@@ -155,7 +155,7 @@ def exact_matcher(message_filter: Filter) -> Callable[[Mapping[str, str]], bool]
 
 
 class Offsets(Protocol):
-    """What the offset RPCs call: an ``OffsetService``, or one per broker group (group_consumer.py)."""
+    """What the offset RPCs call: an ``OffsetService``, or one per broker group (broker_group_consumer.py)."""
 
     def query_offset(
         self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int | None = None, broker_name: str = ""

@@ -20,7 +20,7 @@ INTERNAL_SERVER_ERROR for every broker-side refusal; we give the client a code i
 | handle empty, not Base64, not ``v1`` with 5 fields | BAD_REQUEST "recall handle is invalid" |
 | handle for another topic / broker | BAD_REQUEST |
 | ``now >= timestamp`` (the message's slot has begun) or beyond the max delay | ILLEGAL_DELIVERY_TIME |
-| the store refused the marker | the send path's mapping (``producer.PUT_STATUS_CODES``) |
+| the store refused the marker | the send path's mapping (``producer.PUT_STATUS_TO_V2_CODE``) |
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """QueryRoute: the queues of a topic over its broker groups, and where to send to them.
 
-One ``Broker`` per broker group of the topic (services/broker/groups.py: the route from etcd,
+One ``Broker`` per broker group of the topic (services/broker/broker_groups.py: the route from etcd,
 or the home group's topic config alone), id 0 (the master, which is all the Py client keeps),
 whose endpoints are this broker's advertised address. Queue ids are the store's, from 0 in each
 group: queue ``i`` is readable if ``i < read_queue_nums`` and the group's permission has READ,

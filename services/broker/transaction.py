@@ -44,7 +44,7 @@ from typing import Protocol
 
 from services.broker import validation
 from services.broker.errors import Code, RequestError, StoreCallError
-from services.broker.producer import PUT_STATUS_CODES
+from services.broker.producer import PUT_STATUS_TO_V2_CODE
 from services.broker.put_coalescer import PutSink
 from services.domain.contracts.parking import real_destination
 from services.domain.contracts.transaction import QUEUE_ID, encode_op, read_half
@@ -208,7 +208,7 @@ class TransactionService:
         if not outcome.ok:
             raise StoreCallError(
                 f"store refused the {record.topic} record: {outcome.status.name} {outcome.error}",
-                PUT_STATUS_CODES[outcome.status],
+                PUT_STATUS_TO_V2_CODE[outcome.status],
             )
         return outcome
 

@@ -119,12 +119,6 @@ class TimerLog:
         self.write_pos += UNIT_SIZE_BYTES
         return position
 
-    def next_position(self) -> int:
-        """Where the next unit will go (after a blank, if the segment is full)."""
-        size = self.segment_size_bytes
-        in_segment = self.write_pos % size
-        return self.write_pos if unit_fits(in_segment, size) else self.write_pos + size - in_segment
-
     def commit(self) -> None:
         """Write every buffered unit into the page cache (kill -9 safe from here)."""
         self._commit_pending()

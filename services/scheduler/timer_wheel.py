@@ -85,11 +85,6 @@ class TimerWheel:
         elif position > slot.last_pos:
             self.put_slot(time_ms, slot.first_pos, position, slot.num + num_delta, slot.magic)
 
-    def set_last_pos(self, time_ms: int, last_pos: int) -> None:
-        slot = self.get_slot(time_ms)
-        if slot is not EMPTY_SLOT:
-            self.put_slot(time_ms, slot.first_pos, last_pos, slot.num, slot.magic)
-
     def flush(self) -> None:
         self._mm.flush()
 

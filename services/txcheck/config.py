@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.runtime.process import format_address, parse_cpu_list
+from services.runtime.process import parse_cpu_list
 from services.runtime.settings import settings_of
 
 
@@ -65,10 +65,6 @@ class TxCheckConfig:
         # A half is discarded before its first check if retention is not longer than the timeout.
         if self.half_retention_ms <= self.transaction_timeout_ms:
             raise ValueError("half_retention_ms must exceed transaction_timeout_ms")
-
-    @property
-    def listen_address(self) -> str:
-        return format_address(self.host, self.port)
 
 
 # The settings of ``python -m services.txcheck`` (services/runtime/settings.py): every TxCheckConfig field.

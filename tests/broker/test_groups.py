@@ -207,7 +207,7 @@ def test_offsets_and_pulls_go_to_the_named_group(groups: TwoGroups) -> None:
 
 def test_end_transaction_finds_the_half_in_its_group_from_any_broker(groups: TwoGroups) -> None:
     entries = send_many(groups, 5, message_type=d.TRANSACTION, orphaned_transaction_recovery_duration={"seconds": 30})
-    for core in groups.broker.groups.cores():
+    for core in groups.broker.broker_groups.cores():
         core.halves = type(core.halves)()  # as another broker of the cluster: nothing remembered
         core.transactions._halves = core.halves
     for entry in entries:
@@ -261,7 +261,7 @@ def test_pull_records_go_to_the_named_group(groups: TwoGroups) -> None:
 
 def test_broker_metrics_add_up_every_group(tmp_path) -> None:
     """The send queue's counters, and each consumer group's lag on a topic, over both groups
-    (group_stats.py), not the home group's alone; a group away leaves the others' figures."""
+    (broker_group_stats.py), not the home group's alone; a group away leaves the others' figures."""
     from services.broker.metrics import BrokerMetrics
 
     metrics = BrokerMetrics()

@@ -141,7 +141,15 @@ def test_a_quota_per_call_overrides_the_default(subs: LiteSubscriptions) -> None
         subs.sync("c1", "G", P, LiteAction.PARTIAL_ADD, ["f"], quota=5)
 
 
-def test_wildcard_clients_get_every_lite_topic_of_their_parent(subs: LiteSubscriptions) -> None:
+def test_wildcard_clients_get_every_lite_topic_of_their_parent() -> None:
+    restarted: list[tuple[str, list[str]]] = []
+    subs = LiteSubscriptions(
+        ManualClock(),
+        lambda topic: ["broker-a", "broker-b"],
+        quota=3,
+        expire_ms=180_000,
+        on_wildcard_restart=lambda group, clients: restarted.append((group, [c.client_id for c in clients])),
+    )
     with pytest.raises(RequestError) as caught:
         subs.sync("w1", "W", P, LiteAction.PARTIAL_ADD, ["a"], wildcard=True)
     assert caught.value.code is Code.BAD_REQUEST
@@ -150,8 +158,6 @@ def test_wildcard_clients_get_every_lite_topic_of_their_parent(subs: LiteSubscri
     assert client is not None and client.wildcard and client.lite_topics == set()
     subs.on_arrivals("broker-a", [lmq("anything"), lmq_name("OtherParent", "x")])
     assert ready(subs, "w1") == [("broker-a", lmq("anything"))]
-    restarted: list[tuple[str, list[str]]] = []
-    subs.on_wildcard_restart = lambda group, clients: restarted.append((group, [c.client_id for c in clients]))
     subs.on_restart("broker-b")
     assert restarted == [("broker-b", ["w1"])]
     subs.mark(client, "broker-b", [lmq("backlog")])

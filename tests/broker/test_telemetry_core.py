@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.broker.assembly import build_group_core
+from services.broker.assembly import build_broker_group_core
+from services.broker.broker_group_router import RouteService
+from services.broker.broker_groups import BrokerGroups
 from services.broker.config import BrokerConfig, address_scheme
 from services.broker.errors import BrokerError, Code
-from services.broker.group_router import RouteService
-from services.broker.groups import Groups
 from services.broker.model import ClientType
 from services.broker.route import queue_permission
 from services.broker.telemetry import ClientRegistry, ClientSettings, RetryPolicySettings, TelemetryService
@@ -103,8 +103,8 @@ def test_heartbeat_refreshes_liveness(store, clock):
 def routes(store, **config) -> RouteService:
     """QueryRoute of a broker with one group (no routes in etcd): the home group's topics."""
     cfg = BrokerConfig(**{"put_coalescing_enable": False, **config})
-    core = build_group_core(cfg, "broker-a", store, ("127.0.0.1", 8081), ClientRegistry(), store.clock)
-    return RouteService(Groups(core, lambda name: core), ("127.0.0.1", 8081))
+    core = build_broker_group_core(cfg, "broker-a", store, ("127.0.0.1", 8081), ClientRegistry(), store.clock)
+    return RouteService(BrokerGroups(core, lambda name: core), ("127.0.0.1", 8081))
 
 
 def test_route_of_an_auto_created_topic(store):

@@ -29,8 +29,8 @@ import grpc
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.__main__ import build_broker
+from services.broker.broker_groups import ClusterView
 from services.broker.config import BrokerConfig
-from services.broker.groups import ClusterView
 from services.broker.metrics import BrokerMetrics
 from services.broker.rpc.server import BrokerServer
 from services.coordination.route_view import RouteStore, RouteView

@@ -21,11 +21,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.broker.assembly import BrokerCore
+from services.broker.broker_group_router import RoutedProducer
+from services.broker.broker_groups import BrokerGroups
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub
 from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen_socket
-from services.broker.group_router import GroupedProducer
-from services.broker.groups import Groups
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
 from services.broker.renewal import ReceiptRenewer
@@ -65,41 +65,41 @@ class BrokerServer:
     _watchdog: FrontWatchdog | None = field(default=None, init=False)
 
     @property
-    def groups(self) -> Groups:  # one GroupCore per broker group (services/broker/groups.py)
-        return self.core.groups
+    def broker_groups(self) -> BrokerGroups:  # one BrokerGroupCore per broker group (services/broker/broker_groups.py)
+        return self.core.broker_groups
 
     @property
     def telemetry(self) -> TelemetryService:
         return self.core.telemetry
 
     @property
-    def producer(self) -> GroupedProducer:
+    def producer(self) -> RoutedProducer:
         return self.core.producer
 
     # The home group's parts (all there is with one group).
     @property
     def sink(self) -> PutSink:
-        return self.groups.home.sink
+        return self.broker_groups.home.sink
 
     @property
     def topics(self) -> TopicRegistry:
-        return self.groups.home.topics
+        return self.broker_groups.home.topics
 
     @property
     def hub(self) -> ArrivalHub:
-        return self.groups.home.hub
+        return self.broker_groups.home.hub
 
     @property
     def renewer(self) -> ReceiptRenewer | None:  # None: auto_renew_enable is off
-        return self.groups.home.renewer
+        return self.broker_groups.home.renewer
 
     def watch_stop(self) -> None:
-        for core in self.groups.cores():
+        for core in self.broker_groups.cores():
             core.watch_stop()
 
     def start(self) -> None:
         self.server.start()
-        self.groups.start()
+        self.broker_groups.start()
         front = self.client_port.front
         if front is not None:
             front.start()
@@ -109,7 +109,7 @@ class BrokerServer:
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.servicer.close()
-        self.groups.stop_threads()
+        self.broker_groups.stop_threads()
         # Bounded: a call that never finishes must not hang a SIGTERM shutdown (seen about once
         # in eight runs of the bad-input suite); gRPC cancels what is left after the grace.
         if not self.server.stop(grace_s).wait(grace_s + STOP_WAIT_EXTRA_S):
@@ -118,7 +118,7 @@ class BrokerServer:
             self._watchdog.stop()
         if self.client_port.front is not None:
             self.client_port.front.stop()  # after gRPC's grace: in-flight calls finish through it
-        self.groups.close_sinks()
+        self.broker_groups.close_sinks()
 
 
 def server_certificate(config: BrokerConfig, clock: Clock) -> ServerCertificate:

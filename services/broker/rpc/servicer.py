@@ -26,10 +26,10 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.access import AccessGuard
+from services.broker.broker_group_consumer import RoutedConsumer, RoutedOffsets
+from services.broker.broker_group_router import RoutedProducer, RoutedTransactions, RouteService
 from services.broker.consumer import validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, UnsupportedError, as_broker_error
-from services.broker.group_consumer import GroupedConsumer, GroupedOffsets
-from services.broker.group_router import GroupedProducer, GroupedTransactions, RouteService
 from services.broker.model import TrafficObserver
 from services.broker.rpc import consumer_convert, convert, pull_convert
 from services.broker.rpc.status import DIRECT, OK_STATUS, Peers, check_access, client_id_of, in_band, peer_address
@@ -51,15 +51,15 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     def __init__(
         self,
         routes: RouteService,
-        producer: GroupedProducer,
-        transactions: GroupedTransactions,
+        producer: RoutedProducer,
+        transactions: RoutedTransactions,
         telemetry: TelemetryService,
         streams: TelemetryStreams,
         send_timeout_s: float,
-        consumer: GroupedConsumer | None = None,
+        consumer: RoutedConsumer | None = None,
         clock: Clock | None = None,
         traffic: TrafficObserver | None = None,
-        offsets: GroupedOffsets | None = None,
+        offsets: RoutedOffsets | None = None,
         guard: AccessGuard | None = None,
         queue_wait_s: Callable[[], float] = lambda: 0.0,
         queue_wait_max_s: float = 0.0,
@@ -170,7 +170,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     # -- consumer (services/broker/consumer.py) -------------------------------------------------
-    def _consumer_service(self) -> GroupedConsumer:
+    def _consumer_service(self) -> RoutedConsumer:
         if self._consumer is None:
             raise _not_implemented("consumption")
         return self._consumer
@@ -245,7 +245,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
 
     # -- offset-based pulls (services/broker/pull.py); the official clients never call them ---
-    def _offset_service(self) -> GroupedOffsets:
+    def _offset_service(self) -> RoutedOffsets:
         if self._offsets is None:
             raise _not_implemented("offset-based pulls")
         return self._offsets

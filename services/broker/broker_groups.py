@@ -14,13 +14,13 @@ producer sends them through TBW102's route, which names every broker; if that fa
 down), it is created on the home group alone, as without etcd. A topic already held by the
 home group without a route stays there.
 
-Groups are created on first use: a route that names a group the broker has not met yet makes
-its ``GroupCore`` (group_core.py), connected through ``connect`` (with etcd: a store client
-following that group's master). Nothing is moved or renumbered when a group joins.
+A group's core is made on first use: a route that names a group the broker has not met yet
+makes its ``BrokerGroupCore`` (broker_group_core.py), connected through ``connect`` (with etcd: a
+store client following that group's master). Nothing is moved or renumbered when a group joins.
 
 Receipt handles. The store's handles do not say which group they came from, and the broker
 keeps no table of them (any broker of the cluster may get the ack), so a handle from a group
-other than the home group is handed out as ``<group>/<store handle>`` (group names contain
+other than the home group is handed out as ``<broker group>/<store handle>`` (group names contain
 no ``/`` and the store's handles are URL-safe Base64, which has none either); a handle without
 ``/`` is the home group's. Every broker of a cluster must therefore have the same
 ``broker_name``, as ``pyrmq up`` and the compose file give them.
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.broker import validation
+from services.broker.broker_group_core import BrokerGroupCore
 from services.broker.errors import Code, RequestError
-from services.broker.group_core import GroupCore
 from services.coordination.route_view import RouteStore
 from services.domain.routes import QueueData, TopicRoute
 from services.store.client.client import StoreClient
@@ -44,7 +44,7 @@ from services.store.client.client import StoreClient
 log = logging.getLogger(__name__)
 
 HANDLE_SEPARATOR = "/"
-GROUPS_MAX = 1024  # a route naming more groups than this is refused (a limit: conventions rule 7)
+BROKER_GROUPS_MAX = 1024  # a route naming more groups than this is refused (a limit: conventions rule 7)
 
 
 class RouteSource(Protocol):
@@ -61,7 +61,7 @@ class ClusterView:
     routes: RouteSource
     connect: Callable[[str], StoreClient]
     route_store: RouteStore | None = None  # None: routes are read-only here
-    registered_groups: Callable[[], list[str]] = list
+    registered_broker_groups: Callable[[], list[str]] = list
 
 
 class NoRoutes:
@@ -71,13 +71,13 @@ class NoRoutes:
         return None
 
 
-class Groups:
-    """Every ``GroupCore`` of this broker, by group name; the home group always exists."""
+class BrokerGroups:
+    """Every ``BrokerGroupCore`` of this broker, by group name; the home group always exists."""
 
     def __init__(
         self,
-        home: GroupCore,
-        make: Callable[[str], GroupCore],
+        home: BrokerGroupCore,
+        make: Callable[[str], BrokerGroupCore],
         routes: RouteSource | None = None,
         place: Callable[[str], TopicRoute] | None = None,
     ) -> None:
@@ -86,17 +86,17 @@ class Groups:
         self.home = home
         self._make = make  # group name -> a new core (connects a store client; starts nothing)
         self._routes = routes or NoRoutes()
-        self._cores: dict[str, GroupCore] = {home.name: home}
+        self._cores: dict[str, BrokerGroupCore] = {home.name: home}
         self._place = place
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
 
     # -- cores -----------------------------------------------------------------------------------
-    def cores(self) -> list[GroupCore]:
+    def cores(self) -> list[BrokerGroupCore]:
         return list(self._cores.values())
 
-    def core(self, name: str) -> GroupCore:
+    def core(self, name: str) -> BrokerGroupCore:
         """The group's core ("": the home group's); BAD_REQUEST for a group this broker has not
         met (a client's made-up broker name must not make the broker connect anywhere)."""
         core = self._cores.get(name or self.home.name)
@@ -104,10 +104,10 @@ class Groups:
             return core
         raise RequestError(f"broker group {name!r} is not in any route this broker knows", Code.BAD_REQUEST)
 
-    def known(self, name: str) -> GroupCore | None:
+    def known(self, name: str) -> BrokerGroupCore | None:
         return self._cores.get(name)
 
-    def attach(self, name: str) -> GroupCore:
+    def attach(self, name: str) -> BrokerGroupCore:
         """The group's core, connecting to the group first if this broker has not met it (a
         route names it, or an operator places a topic on it)."""
         core = self._cores.get(name)
@@ -116,8 +116,8 @@ class Groups:
         with self._lock:
             core = self._cores.get(name)
             if core is None:
-                if len(self._cores) >= GROUPS_MAX:
-                    raise RequestError(f"more than {GROUPS_MAX} broker groups", Code.INTERNAL_SERVER_ERROR)
+                if len(self._cores) >= BROKER_GROUPS_MAX:
+                    raise RequestError(f"more than {BROKER_GROUPS_MAX} broker groups", Code.INTERNAL_SERVER_ERROR)
                 log.info("broker group %s: first seen in a route, connecting", name)
                 core = self._make(name)
                 if self._started and not self._closed:
@@ -197,15 +197,15 @@ class Groups:
             return None
 
     # -- receipt handles -------------------------------------------------------------------------
-    def outer_handle(self, group: str, handle: str) -> str:
-        return handle if group == self.home.name or not handle else f"{group}{HANDLE_SEPARATOR}{handle}"
+    def outer_handle(self, broker_group: str, handle: str) -> str:
+        return handle if broker_group == self.home.name or not handle else f"{broker_group}{HANDLE_SEPARATOR}{handle}"
 
-    def inner_handle(self, handle: str) -> tuple[GroupCore, str]:
+    def inner_handle(self, handle: str) -> tuple[BrokerGroupCore, str]:
         """(the group's core, the store's handle); INVALID_RECEIPT_HANDLE for an unknown group."""
-        group, separator, inner = handle.partition(HANDLE_SEPARATOR)
+        broker_group, separator, inner = handle.partition(HANDLE_SEPARATOR)
         if not separator:
             return self.home, handle
-        core = self._cores.get(group)
+        core = self._cores.get(broker_group)
         if core is None:
-            raise RequestError(f"receipt handle of unknown broker group {group!r}", Code.INVALID_RECEIPT_HANDLE)
+            raise RequestError(f"receipt handle of unknown broker group {broker_group!r}", Code.INVALID_RECEIPT_HANDLE)
         return core, inner

@@ -16,7 +16,7 @@ If a store refuses, the route is not touched: a retry of the same command finish
 route: a topic is its config in that store, as before issue 17.
 
 The default set of groups ("every group of the cluster") is every group registered in etcd
-(``registered_groups``), else the home group.
+(``registered_broker_groups``), else the home group.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.broker.admin import AdminService
+from services.broker.broker_groups import BrokerGroups
 from services.broker.errors import Code, RequestError
-from services.broker.groups import Groups
 from services.coordination.route_view import RouteStore
 from services.domain.retry_policy import GroupRetryPolicy
 from services.domain.routes import QueueData, TopicRoute
@@ -35,7 +35,7 @@ from services.store.client.model import GroupInfo, TopicInfo
 
 log = logging.getLogger(__name__)
 
-GROUPS_PER_TOPIC_MAX = 256
+BROKER_GROUPS_PER_TOPIC_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +48,18 @@ class PlacedTopic:
 class TopicPlacement:
     def __init__(
         self,
-        groups: Groups,
+        broker_groups: BrokerGroups,
         routes: RouteStore | None,
-        registered_groups: Callable[[], list[str]],
+        registered_broker_groups: Callable[[], list[str]],
     ) -> None:
-        self._groups = groups
+        self._broker_groups = broker_groups
         self._routes = routes
-        self._registered_groups = registered_groups
+        self._registered_broker_groups = registered_broker_groups
 
-    def route_groups(self, name: str) -> tuple[str, ...]:
+    def route_broker_groups(self, name: str) -> tuple[str, ...]:
         """The groups holding the topic: its route's, else the home group."""
         route = self._routes.get(name) if self._routes is not None else None
-        return tuple(route.groups) if route is not None and route.queue_datas else (self._groups.home.name,)
+        return tuple(route.groups) if route is not None and route.queue_datas else (self._broker_groups.home.name,)
 
     def create(
         self,
@@ -71,28 +71,30 @@ class TopicPlacement:
     ) -> PlacedTopic:
         targets = self._targets(name, broker_groups)
         if self._routes is None:
-            topic, created = self._admin(self._groups.home.name).create_topic(
+            topic, created = self._admin(self._broker_groups.home.name).create_topic(
                 name, message_type, queue_nums, attributes
             )
-            return PlacedTopic(topic, created, (self._groups.home.name,))
+            return PlacedTopic(topic, created, (self._broker_groups.home.name,))
         stored: list[tuple[str, TopicInfo]] = []
         any_created = False
-        for group in targets:
-            topic, created = self._admin(group).create_topic(name, message_type, queue_nums, attributes)
+        for broker_group in targets:
+            topic, created = self._admin(broker_group).create_topic(name, message_type, queue_nums, attributes)
             message_type = message_type or topic.message_type  # the first group's decides the others'
-            stored.append((group, topic))
+            stored.append((broker_group, topic))
             any_created = any_created or created
 
         def change(route: TopicRoute | None) -> TopicRoute:
             route = route or TopicRoute(name, stored[0][1].message_type)
-            for group, topic in stored:
-                route = route.with_group(QueueData(group, topic.read_queue_nums, topic.write_queue_nums, topic.perm))
+            for broker_group, topic in stored:
+                route = route.with_group(
+                    QueueData(broker_group, topic.read_queue_nums, topic.write_queue_nums, topic.perm)
+                )
             return TopicRoute(route.topic, stored[0][1].message_type, route.queue_datas)
 
         route = self._routes.update(name, change)
         assert route is not None
-        for group, _ in stored:
-            self._groups.attach(group).topics.invalidate(name)
+        for broker_group, _ in stored:
+            self._broker_groups.attach(broker_group).topics.invalidate(name)
         log.info("topic %s on groups %s (route: %s)", name, ", ".join(targets), ", ".join(route.groups))
         return PlacedTopic(stored[0][1], any_created, tuple(route.groups))
 
@@ -107,8 +109,8 @@ class TopicPlacement:
     def delete(self, name: str) -> bool:
         """Delete the topic from every group of its route, then the route; whether it existed."""
         existed = False
-        for group in self.route_groups(name):
-            core = self._groups.attach(group)
+        for broker_group in self.route_broker_groups(name):
+            core = self._broker_groups.attach(broker_group)
             existed = core.store.delete_topic(name) or existed
             core.topics.invalidate(name)
         if self._routes is not None:
@@ -118,10 +120,13 @@ class TopicPlacement:
     def list(self, include_system: bool = False) -> list[tuple[TopicInfo, tuple[str, ...]]]:
         """Every topic of every group, sorted by name, with the groups whose store holds it."""
         found: dict[str, tuple[TopicInfo, list[str]]] = {}
-        for group in self.cluster_groups():
-            for topic in self._admin(group).list_topics(include_system):
-                found.setdefault(topic.name, (topic, []))[1].append(group)
-        return [(topic, tuple(groups)) for topic, groups in sorted(found.values(), key=lambda item: item[0].name)]
+        for broker_group in self.cluster_broker_groups():
+            for topic in self._admin(broker_group).list_topics(include_system):
+                found.setdefault(topic.name, (topic, []))[1].append(broker_group)
+        return [
+            (topic, tuple(broker_groups))
+            for topic, broker_groups in sorted(found.values(), key=lambda item: item[0].name)
+        ]
 
     def create_group(
         self,
@@ -136,42 +141,42 @@ class TopicPlacement:
         """A consumer group's settings in every broker group's store (a consumer may receive
         from any of them); the first group's answer."""
         results = [
-            self._admin(group).create_group(
+            self._admin(broker_group).create_group(
                 name, fifo, max_delivery_attempts, policy, must_exist, attributes, removed_attributes
             )
-            for group in self.cluster_groups()
+            for broker_group in self.cluster_broker_groups()
         ]
         return results[0]
 
-    def cluster_groups(self) -> list[str]:
+    def cluster_broker_groups(self) -> list[str]:
         """Every broker group of the cluster: those registered in etcd, else the home group."""
-        registered = self._registered_groups() if self._routes is not None else []
-        return sorted(registered) or [self._groups.home.name]
+        registered = self._registered_broker_groups() if self._routes is not None else []
+        return sorted(registered) or [self._broker_groups.home.name]
 
     @property
-    def home_group(self) -> str:
-        return self._groups.home.name
+    def home_broker_group(self) -> str:
+        return self._broker_groups.home.name
 
-    def admin(self, group: str) -> AdminService:
+    def admin(self, broker_group: str) -> AdminService:
         """The admin calls on one group's store."""
-        return self._admin(group)
+        return self._admin(broker_group)
 
-    def _admin(self, group: str) -> AdminService:
-        core = self._groups.attach(group)
+    def _admin(self, broker_group: str) -> AdminService:
+        core = self._broker_groups.attach(broker_group)
         return AdminService(core.store, core.topics.invalidate, lambda: core.store.address)
 
     def _targets(self, name: str, broker_groups: Sequence[str]) -> list[str]:
         if not broker_groups:
-            return self.cluster_groups()
+            return self.cluster_broker_groups()
         targets = sorted(set(broker_groups))
-        if len(targets) > GROUPS_PER_TOPIC_MAX:
-            raise RequestError(f"at most {GROUPS_PER_TOPIC_MAX} broker groups per topic, not {len(targets)}")
-        for group in targets:
-            if not group or "/" in group:
-                raise RequestError(f"broker group name {group!r}: must be non-empty and contain no '/'")
-        if self._routes is None and targets != [self._groups.home.name]:
+        if len(targets) > BROKER_GROUPS_PER_TOPIC_MAX:
+            raise RequestError(f"at most {BROKER_GROUPS_PER_TOPIC_MAX} broker groups per topic, not {len(targets)}")
+        for broker_group in targets:
+            if not broker_group or "/" in broker_group:
+                raise RequestError(f"broker group name {broker_group!r}: must be non-empty and contain no '/'")
+        if self._routes is None and targets != [self._broker_groups.home.name]:
             raise RequestError(
-                f"this broker serves broker group {self._groups.home.name} only (no etcd_endpoints): "
+                f"this broker serves broker group {self._broker_groups.home.name} only (no etcd_endpoints): "
                 f"cannot place topic {name} on {', '.join(targets)}",
                 Code.BAD_REQUEST,
             )

@@ -1,6 +1,6 @@
 """Routes, sends, recalls and transaction ends over several broker groups (issue 17).
 
-The RocketMQ 5 proxy in cluster mode, reduced to what a stateless broker needs (groups.py says
+The RocketMQ 5 proxy in cluster mode, reduced to what a stateless broker needs (broker_groups.py says
 where routes come from). Topics without an etcd route take the single-group path unchanged.
 
 * QueryRoute (``RouteService``): route.py says what a route holds.
@@ -23,9 +23,9 @@ from __future__ import annotations
 import itertools
 import logging
 
+from services.broker.broker_groups import BrokerGroups
 from services.broker.config import address_scheme
 from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
-from services.broker.groups import Groups
 from services.broker.model import IncomingMessage, SendReceipt
 from services.broker.recall import decode_handle
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue, accepted_types, queue_permission
@@ -41,22 +41,22 @@ SEND_ELSEWHERE_CODES = frozenset({Code.INTERNAL_SERVER_ERROR, Code.HA_NOT_AVAILA
 
 
 class RouteService:
-    def __init__(self, groups: Groups, endpoint: tuple[str, int]) -> None:
-        self._groups = groups
+    def __init__(self, broker_groups: BrokerGroups, endpoint: tuple[str, int]) -> None:
+        self._broker_groups = broker_groups
         self._endpoint = endpoint
 
     def query_route(self, topic_name: str) -> Route:
         """ILLEGAL_TOPIC, TOPIC_NOT_FOUND (auto-create off) or the route over every group."""
-        route = self._groups.route(topic_name)
+        route = self._broker_groups.route(topic_name)
         host, port = self._endpoint
         queues = []
         for queue_data in route.queue_datas:
-            up = self._groups.up(queue_data.broker_name)
+            up = self._broker_groups.up(queue_data.broker_name)
             for queue_id in range(max(queue_data.read_queue_nums, queue_data.write_queue_nums)):
                 queues.append(RouteQueue(queue_id, queue_permission(queue_id, queue_data, up), queue_data.broker_name))
         return Route(
             topic=route.topic,
-            broker_name=self._groups.home.name,
+            broker_name=self._broker_groups.home.name,
             broker_id=MASTER_BROKER_ID,
             endpoint_scheme=address_scheme(host),
             endpoint_host=host,
@@ -66,19 +66,19 @@ class RouteService:
         )
 
 
-class GroupedProducer:
-    def __init__(self, groups: Groups, clock: Clock) -> None:
-        self._groups = groups
+class RoutedProducer:
+    def __init__(self, broker_groups: BrokerGroups, clock: Clock) -> None:
+        self._broker_groups = broker_groups
         self._clock = clock
         self._counter = itertools.count()  # round-robin over the write queues of all groups
         self.sent_elsewhere = 0  # sends that went to another group after their first one failed
 
     def send(self, messages: list[IncomingMessage], peer_address: str, timeout_s: float) -> list[SendReceipt]:
-        home = self._groups.home
-        if not messages or not self._groups.routed(messages[0].topic):
+        home = self._broker_groups.home
+        if not messages or not self._broker_groups.routed(messages[0].topic):
             return home.producer.send(messages, peer_address, timeout_s)
         topic = messages[0].topic
-        route = self._groups.route(topic)
+        route = self._broker_groups.route(topic)
         if not route.write_queues():
             raise ForbiddenError(f"topic {topic} is not writable", Code.FORBIDDEN)
         # A lite topic keeps its one queue like a message group: its messages stay in order in one
@@ -91,13 +91,13 @@ class GroupedProducer:
         receipts: list[SendReceipt] = []
         while True:
             queue = select_write_queue(
-                route, index, message_group, lambda g: g not in failed and self._groups.up(g)
+                route, index, message_group, lambda g: g not in failed and self._broker_groups.up(g)
             ) or select_write_queue(route, index, message_group, lambda g: g not in failed)
             if queue is None:  # every group failed this send: the last answer stands
                 assert failed
                 return receipts
-            group, queue_id = queue
-            core = self._groups.core(group)
+            broker_group, queue_id = queue
+            core = self._broker_groups.core(broker_group)
             try:
                 receipts = core.producer.send(messages, peer_address, deadline_s - self._clock.monotonic_s(), queue_id)
                 retry = all(r.code in SEND_ELSEWHERE_CODES for r in receipts)
@@ -110,31 +110,34 @@ class GroupedProducer:
                 if error is not None:
                     raise error
                 return receipts
-            failed.add(group)
+            failed.add(broker_group)
             self.sent_elsewhere += 1
             log.info(
-                "send to %s of group %s failed (%s); trying another group", topic, group, receipts[0].status_message
+                "send to %s of group %s failed (%s); trying another group",
+                topic,
+                broker_group,
+                receipts[0].status_message,
             )
 
     def recall(self, topic_name: str, handle_text: str, peer_address: str, timeout_s: float) -> str:
-        core = self._groups.home
-        if self._groups.has_route(topic_name):
-            self._groups.route(topic_name)
-            core = self._groups.core(decode_handle(handle_text).broker_name)
+        core = self._broker_groups.home
+        if self._broker_groups.has_route(topic_name):
+            self._broker_groups.route(topic_name)
+            core = self._broker_groups.core(decode_handle(handle_text).broker_name)
         return core.producer.recall(topic_name, handle_text, peer_address, timeout_s)
 
 
-class GroupedTransactions:
-    def __init__(self, groups: Groups) -> None:
-        self._groups = groups
+class RoutedTransactions:
+    def __init__(self, broker_groups: BrokerGroups) -> None:
+        self._broker_groups = broker_groups
 
     def end_transaction(self, topic: str, transaction_id: str, resolution: Resolution, timeout_s: float) -> None:
-        home = self._groups.home
-        if not self._groups.has_route(topic):
+        home = self._broker_groups.home
+        if not self._broker_groups.has_route(topic):
             home.transactions.end_transaction(topic, transaction_id, resolution, timeout_s)
             return
-        route = self._groups.route(topic)
-        cores = [self._groups.core(name) for name in route.groups]
+        route = self._broker_groups.route(topic)
+        cores = [self._broker_groups.core(name) for name in route.groups]
         remembered = [core for core in cores if core.halves.get(transaction_id) is not None]
         unreachable: BrokerError | None = None
         not_found: BrokerError | None = None

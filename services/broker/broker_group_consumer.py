@@ -1,6 +1,6 @@
 """Receives, acks, assignments and offsets over several broker groups (issue 17).
 
-What the RocketMQ 5 proxy does in cluster mode, for a stateless broker (groups.py: where
+What the RocketMQ 5 proxy does in cluster mode, for a stateless broker (broker_groups.py: where
 routes come from, and how a receipt handle names its group):
 
 * ReceiveMessage goes to the group of ``message_queue.broker`` (the clients take it from the
@@ -23,10 +23,10 @@ import logging
 from collections.abc import Iterator
 from dataclasses import replace
 
+from services.broker.broker_group_core import BrokerGroupCore
+from services.broker.broker_groups import BrokerGroups
 from services.broker.consumer import ReceiveRequest, ReceiveResult, validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, as_broker_error
-from services.broker.group_core import GroupCore
-from services.broker.groups import Groups
 from services.broker.lite_consumer import LiteConsumer
 from services.broker.pull import OffsetPolicy, PullRequest, PullResult
 from services.broker.raw_pull import RawPullRequest, RawPullResult, RawPullService
@@ -35,30 +35,30 @@ from services.broker.route import Route, RouteQueue
 log = logging.getLogger(__name__)
 
 
-class GroupedConsumer:
-    def __init__(self, groups: Groups, lite: LiteConsumer | None = None) -> None:
-        self._groups = groups
+class RoutedConsumer:
+    def __init__(self, broker_groups: BrokerGroups, lite: LiteConsumer | None = None) -> None:
+        self._broker_groups = broker_groups
         self.lite = lite
 
-    def _receiving_core(self, topic: str, broker_name: str) -> GroupCore:
+    def _receiving_core(self, topic: str, broker_name: str) -> BrokerGroupCore:
         """The named group's core; a name no route gives (a client's own, or none) is the home
         group's, as a one-group broker always answered."""
-        if broker_name and broker_name != self._groups.home.name and self._groups.has_route(topic):
-            self._groups.route(topic)  # makes the cores of the topic's groups
-        return self._groups.known(broker_name) or self._groups.home
+        if broker_name and broker_name != self._broker_groups.home.name and self._broker_groups.has_route(topic):
+            self._broker_groups.route(topic)  # makes the cores of the topic's groups
+        return self._broker_groups.known(broker_name) or self._broker_groups.home
 
-    def _handle_core(self, topic: str, handle: str) -> tuple[GroupCore, str]:
+    def _handle_core(self, topic: str, handle: str) -> tuple[BrokerGroupCore, str]:
         if handle and "/" in handle and topic:
             try:
-                self._groups.route(topic)  # a handle of a group this broker has not met yet
+                self._broker_groups.route(topic)  # a handle of a group this broker has not met yet
             except BrokerError:
                 pass  # the core's own checks answer for the topic
-        return self._groups.inner_handle(handle)
+        return self._broker_groups.inner_handle(handle)
 
     def close(self) -> None:
         if self.lite is not None:
             self.lite.close()
-        self._groups.close_services()
+        self._broker_groups.close_services()
 
     def receive(self, request: ReceiveRequest) -> ReceiveResult:
         if self.lite is not None:
@@ -67,20 +67,20 @@ class GroupedConsumer:
                 return self.lite.receive(request)
         core = self._receiving_core(request.topic, request.broker_name)
         result = core.consumer.receive(request)
-        if core is not self._groups.home:
+        if core is not self._broker_groups.home:
             for delivery in result.messages:
-                delivery.receipt_handle = self._groups.outer_handle(core.name, delivery.receipt_handle)
+                delivery.receipt_handle = self._broker_groups.outer_handle(core.name, delivery.receipt_handle)
         return result
 
     def undelivered(self, group: str, handles: list[str]) -> None:
         for core, inner in self._split(handles):
             core.consumer.undelivered(group, inner)
 
-    def _split(self, handles: list[str]) -> list[tuple[GroupCore, list[str]]]:
-        by_core: dict[str, tuple[GroupCore, list[str]]] = {}
+    def _split(self, handles: list[str]) -> list[tuple[BrokerGroupCore, list[str]]]:
+        by_core: dict[str, tuple[BrokerGroupCore, list[str]]] = {}
         for handle in handles:
             try:
-                core, inner = self._groups.inner_handle(handle)
+                core, inner = self._broker_groups.inner_handle(handle)
             except BrokerError:
                 continue
             by_core.setdefault(core.name, (core, []))[1].append(inner)
@@ -88,11 +88,11 @@ class GroupedConsumer:
 
     def ack(self, group: str, topic: str, handles: list[str]) -> list[tuple[Code, str]]:
         """One (code, message) per handle, in order."""
-        home = self._groups.home
+        home = self._broker_groups.home
         if all("/" not in handle for handle in handles):
             return home.consumer.ack(group, topic, handles)
         results: list[tuple[Code, str] | None] = [None] * len(handles)
-        by_core: dict[str, tuple[GroupCore, list[int], list[str]]] = {}
+        by_core: dict[str, tuple[BrokerGroupCore, list[int], list[str]]] = {}
         for i, handle in enumerate(handles):
             try:
                 core, inner = self._handle_core(topic, handle)
@@ -117,17 +117,17 @@ class GroupedConsumer:
     ) -> str:
         core, inner = self._handle_core(topic, handle)
         new_handle = core.consumer.change_invisible_duration(group, topic, inner, invisible_ms, suspend)
-        return self._groups.outer_handle(core.name, new_handle)
+        return self._broker_groups.outer_handle(core.name, new_handle)
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> None:
         core, inner = self._handle_core(topic, handle)
         core.consumer.forward_to_dead_letter_queue(group, topic, inner)
 
     def query_assignment(self, group: str, topic_name: str) -> Route:
-        home = self._groups.home
-        if not self._groups.has_route(topic_name):
+        home = self._broker_groups.home
+        if not self._broker_groups.has_route(topic_name):
             return home.consumer.query_assignment(group, topic_name)
-        route = self._groups.route(topic_name)
+        route = self._broker_groups.route(topic_name)
         queues: list[RouteQueue] = []
         first: Route | None = None
         error: BrokerError | None = None
@@ -135,7 +135,7 @@ class GroupedConsumer:
             queue_data = route.group(name)
             if queue_data is None or not queue_data.readable or queue_data.read_queue_nums <= 0:
                 continue
-            core = self._groups.core(name)
+            core = self._broker_groups.core(name)
             if not core.up:
                 continue
             try:
@@ -153,16 +153,16 @@ class GroupedConsumer:
         return replace(first, broker_name=home.name, queues=tuple(queues))
 
 
-class GroupedOffsets:
+class RoutedOffsets:
     """``OffsetService`` of the group named in each request (none: the home group)."""
 
-    def __init__(self, groups: Groups) -> None:
-        self._groups = groups
+    def __init__(self, broker_groups: BrokerGroups) -> None:
+        self._broker_groups = broker_groups
 
-    def _core(self, topic: str, broker_name: str) -> GroupCore:
-        if broker_name and broker_name != self._groups.home.name:
-            self._groups.route(topic)
-        return self._groups.core(broker_name)
+    def _core(self, topic: str, broker_name: str) -> BrokerGroupCore:
+        if broker_name and broker_name != self._broker_groups.home.name:
+            self._broker_groups.route(topic)
+        return self._broker_groups.core(broker_name)
 
     def raw_pull(self, request: RawPullRequest) -> Iterator[RawPullResult]:
         """PullRecords (services/broker/raw_pull.py) on the group named in the request."""
@@ -170,7 +170,7 @@ class GroupedOffsets:
         return RawPullService(core.offsets, core.store).pull(request)
 
     def close(self) -> None:
-        self._groups.close_services()
+        self._broker_groups.close_services()
 
     def query_offset(
         self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int | None = None, broker_name: str = ""

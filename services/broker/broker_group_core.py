@@ -1,14 +1,14 @@
 """One broker group as the broker serves it: the core objects that talk to that group's store.
 
 A broker serves every broker group of the cluster (issue 17). Each group gets its own
-``GroupCore``: its store client (following the group's master), topic cache, send queue
+``BrokerGroupCore``: its store client (following the group's master), topic cache, send queue
 (``PutCoalescer``), producer, transaction service, consumer and offset services, arrival hub
 with its ``WatchArrivals`` thread, and receipt renewer. The objects inside are the single-group
 broker's, built with ``broker_name`` = the group's name (so recall handles and pull checks name
-the group); ``groups.py`` and ``group_router.py`` choose the core a request goes to. What all
+the group); ``broker_groups.py`` and ``broker_group_router.py`` choose the core a request goes to. What all
 groups share: the client registry (Telemetry sessions), the clock and the metrics.
 
-``assembly.build_group_core`` builds one and starts nothing; ``start`` / ``stop_threads`` run the
+``assembly.build_broker_group_core`` builds one and starts nothing; ``start`` / ``stop_threads`` run the
 group's threads (the send queue's dispatcher runs from construction).
 """
 
@@ -31,7 +31,7 @@ from services.store.client.client import StoreClient
 
 
 @dataclass
-class GroupCore:
+class BrokerGroupCore:
     name: str  # the broker group (brokerName)
     store: StoreClient
     config: BrokerConfig  # the broker's, with broker_name = name

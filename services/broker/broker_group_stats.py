@@ -1,6 +1,6 @@
 """The broker's metrics over every broker group it serves (issue 17).
 
-Each ``GroupCore`` has its own send queue, receipt renewer and store; a dashboard wants the
+Each ``BrokerGroupCore`` has its own send queue, receipt renewer and store; a dashboard wants the
 broker's figures, and a topic's consumer lag over all the groups that hold it. So the
 collectors in metrics.py read these sums instead of the home group's alone:
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
-from services.broker.groups import Groups
+from services.broker.broker_groups import BrokerGroups
 from services.broker.put_coalescer import CoalescerStats
 from services.broker.renewal import RenewalStats
 from services.store.client.model import ConsumerStats, ConsumerStatsReport
@@ -39,13 +39,13 @@ def _sum_dataclasses(kind, items: list):
     return kind(**values)
 
 
-def send_queue_stats(groups: Groups) -> Callable[[], CoalescerStats | None]:
-    return lambda: _sum_dataclasses(CoalescerStats, [core.sink.stats() for core in groups.cores()])
+def send_queue_stats(broker_groups: BrokerGroups) -> Callable[[], CoalescerStats | None]:
+    return lambda: _sum_dataclasses(CoalescerStats, [core.sink.stats() for core in broker_groups.cores()])
 
 
-def renewal_stats(groups: Groups) -> Callable[[], RenewalStats | None]:
+def renewal_stats(broker_groups: BrokerGroups) -> Callable[[], RenewalStats | None]:
     return lambda: _sum_dataclasses(
-        RenewalStats, [core.renewer.stats() for core in groups.cores() if core.renewer is not None]
+        RenewalStats, [core.renewer.stats() for core in broker_groups.cores() if core.renewer is not None]
     )
 
 
@@ -65,9 +65,9 @@ def merge_reports(reports: list[ConsumerStatsReport]) -> ConsumerStatsReport:
     )
 
 
-def consumer_stats(groups: Groups) -> Callable[[float], ConsumerStatsReport]:
+def consumer_stats(broker_groups: BrokerGroups) -> Callable[[float], ConsumerStatsReport]:
     def report(timeout_s: float) -> ConsumerStatsReport:
-        cores = groups.cores()
+        cores = broker_groups.cores()
         if len(cores) == 1:
             return cores[0].store.consumer_stats_report(timeout_s)
         with ThreadPoolExecutor(max_workers=min(len(cores), 8), thread_name_prefix="group-stats") as pool:
