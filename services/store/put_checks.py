@@ -92,10 +92,10 @@ class PutChecks:
         lite_offsets = self._commitlog.lite_offsets
         for i, rec in enumerate(messages):
             lite = rec.properties.get(LITE_TOPIC) if rec.properties else None
-            if lite is None or (lite_offsets is not None and lite_offsets.next_offset(lmq_name(rec.topic, lite))):
+            if lite is None or lite_offsets.next_offset(lmq_name(rec.topic, lite)):
                 continue  # not a lite message, or a lite topic the store has
             if held < 0:
-                held = self._lite_topic_count() + (lite_offsets.new_pending() if lite_offsets is not None else 0)
+                held = self._lite_topic_count() + lite_offsets.new_pending()
             else:
                 held += 1
             if held >= self._config.lite_topics_max:

@@ -1,6 +1,7 @@
-"""FileStore: the store core. Constructs and wires CommitLog, ConsumeQueues, IndexFile, reput,
-flush, recovery, retention, the metadata tables and the pop engine behind one narrow API (no
-gRPC here), and delegates to them; it validates puts itself.
+"""FileStore: the store core. Builds CommitLog, ConsumeQueues, IndexFile, reput, flush,
+recovery, retention, the metadata tables, the pop engine and replication (in two steps: the
+class docstring) behind one narrow API (no gRPC here), and delegates to them; it validates puts
+itself.
 
 Data flow::
 
@@ -17,8 +18,9 @@ Data flow::
 
 The parts never see the FileStore: each gets the collaborators it uses (reput the CommitLog,
 its dispatchers and the bus; the pop engine the store's get_messages / put_messages /
-max_offset_in_queue, where a new group starts, the tables, the bus and the clock). The read-only properties below expose
-the parts to the servicer, tests and benchmarks.
+max_offset_in_queue, where a new group starts, the tables, the bus and the clock) in its
+constructor. The read-only properties below expose the parts to the servicer, tests and
+benchmarks.
 
 The CommitLog is the truth; ConsumeQueues, IndexFiles and the checkpoint are caches that
 recovery truncates and reput rebuilds from it.
@@ -37,8 +39,9 @@ from services.domain.lite import LITE_TOPIC_PREFIX
 from services.domain.statuses import APPENDED_PUT_STATUSES, PutStatus
 from services.runtime.clock import Clock, SystemClock
 from services.store.arrivals import ArrivalBus, ArrivalListener
-from services.store.config import FlushMode, StoreConfig
+from services.store.config import StoreConfig
 from services.store.ha.replication import Replication
+from services.store.ha.role import ReplicaRole
 from services.store.index.service import IndexService
 from services.store.lite.consumer_offsets import LiteConsumerOffsets
 from services.store.lite.index import LiteIndex
@@ -54,8 +57,7 @@ from services.store.log.checkpoint import (
 )
 from services.store.log.commitlog import CommitLog
 from services.store.log.consume_queue import ConsumeQueueStore
-from services.store.log.flush import ConsumeQueueFlushService, FlushService, GroupCommitService, PeriodicTask
-from services.store.log.mapped_file import WarmAheadService
+from services.store.log.flush import GroupCommitService
 from services.store.log.recovery import RecoveryResult, consume_queue_units_lost, consume_queues_agree, recover
 from services.store.log.reput import ReputService
 from services.store.log.retention import CleanService
@@ -63,30 +65,40 @@ from services.store.metadata.auth_config import AuthConfigManager
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.metadata.transaction_metrics import TransactionMetrics
-from services.store.model import DispatchRequest, PutResult, StoreStats
+from services.store.model import PutResult, StoreStats
 from services.store.pop.consume_init import ConsumeInitOffsets
 from services.store.pop.service import PopService
 from services.store.put_checks import PutChecks
+from services.store.running import Running, Service, build_running
 from services.store.store_read import StoreReader
 
 log = logging.getLogger(__name__)
 
 
-class _IndexDispatcher:
-    def __init__(self, index_service: IndexService) -> None:
-        self._index_service = index_service
-
-    def dispatch(self, requests: list[DispatchRequest]) -> None:
-        self._index_service.build_index_batch(requests)
-
-
 class FileStore(StoreReader):
+    """Built in two steps, each part given what it needs when it is made: the constructor makes
+    the parts that open no file (in dependency order, below); ``start`` takes the store root's
+    lock, opens and recovers the files, then makes the parts that need recovery's results
+    (``running.build_running``) and starts their threads."""
+
     def __init__(self, config: StoreConfig, clock: Clock | None = None) -> None:
         self._config = config
         self._clock = clock = clock or SystemClock()
-        self._checkpoint: CheckpointFile | None = None
+        # First: the tables and the pop engine ask it before every change, reput how far to go.
+        self._role = role = ReplicaRole()
+        writable = role.check_writable
+        config_dir = config.config_dir
+        # (the same address-space reservation as the lite index: LMDB files grow as used)
+        self._lite_offsets = LiteConsumerOffsets(config_dir, config.lite_index_map_size_bytes)
+        self._topics = TopicConfigManager(config_dir, clock, writable)
+        self._groups = SubscriptionGroupManager(config_dir, clock, writable)
+        # (consumer offsets are committed through the pop engine, which checks)
+        self._consumer_offsets = ConsumerOffsetManager(config_dir, clock, lite=self._lite_offsets)
+        self._delay_offsets = DelayOffsetManager(config_dir, clock, writable)
+        self._auth = AuthConfigManager(config_dir, clock, writable)
+        self._lite = lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
         super().__init__(
-            CommitLog(config, clock),
+            CommitLog(config, clock, LiteOffsetTable(lite.max_offset, lambda: lite.dispatched)),
             ConsumeQueueStore(config.consume_queue_dir, config.consume_queue_units_per_file),
             IndexService(
                 config.index_dir,
@@ -98,39 +110,17 @@ class FileStore(StoreReader):
             if config.message_index_enable
             else None,
         )
-        self._topics = TopicConfigManager(config.config_dir, clock)
-        self._groups = SubscriptionGroupManager(config.config_dir, clock)
-        self._consumer_offsets = ConsumerOffsetManager(config.config_dir, clock)
-        # (the same address-space reservation as the lite index: LMDB files grow as used)
-        self._lite_offsets = LiteConsumerOffsets(config.config_dir, config.lite_index_map_size_bytes)
-        self._delay_offsets = DelayOffsetManager(config.config_dir, clock)
-        self._auth = AuthConfigManager(config.config_dir, clock)
-        self._transactions = TransactionMetrics(config.config_dir, self._commitlog.read_record, clock)
-        self._put_checks = PutChecks(config, self._commitlog, self._topics, lambda: self._lite.queue_count())
-        self._lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
+        commitlog = self._commitlog
+        self._transactions = TransactionMetrics(config_dir, commitlog.read_record, clock)
+        self._put_checks = PutChecks(config, commitlog, self._topics, lite.queue_count)
         self._lite_lifecycle = LiteLifecycle(
-            self._lite,
-            self._topics,
-            self._consumer_offsets.remove_topics,
-            clock,
-            self._commitlog,
-            self._lite_offsets.lags,
+            lite, self._topics, self._consumer_offsets.remove_topics, clock, commitlog, self._lite_offsets.lags
         )
         self._arrivals = ArrivalBus()
-        self._services: list = []
-        self._lock: StoreLock | None = None
-        self._reput: ReputService | None = None
-        self._group_commit: GroupCommitService | None = None
-        self._clean: CleanService | None = None
-        self._cq_flush: ConsumeQueueFlushService | None = None
-        self._replication: Replication  # built by start()
-        self._running = False
-        self._recovery: RecoveryResult | None = None
-        self._shutdown_lock = threading.Lock()
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
         self._pop = PopService(
             get_messages=self.get_messages,
-            init_offset=ConsumeInitOffsets(config, self._commitlog, self.find_queue).init_offset,
+            init_offset=ConsumeInitOffsets(config, commitlog, self.find_queue).init_offset,
             max_offset_in_queue=self.max_offset_in_queue,
             put_messages=self.put_messages,
             topics=self._topics,
@@ -139,7 +129,15 @@ class FileStore(StoreReader):
             arrivals=self._arrivals,
             clock=clock,
             is_running=lambda: self._running,
+            check_writable=writable,
         )
+        # Made by start(): None before it.
+        self._lock: StoreLock | None = None
+        self._checkpoint: CheckpointFile | None = None
+        self._recovery: RecoveryResult | None = None
+        self._run: Running | None = None
+        self._running = False
+        self._shutdown_lock = threading.Lock()
 
     # -- parts (read-only) ------------------------------------------------------------------
     @property
@@ -209,7 +207,7 @@ class FileStore(StoreReader):
         """Open transactions (half messages) per real topic, counted by dispatch."""
         return self._transactions
 
-    # Built by start(): None before it.
+    # Made by start(): None before it.
     @property
     def checkpoint(self) -> CheckpointFile | None:
         return self._checkpoint
@@ -220,31 +218,39 @@ class FileStore(StoreReader):
 
     @property
     def reput(self) -> ReputService | None:
-        return self._reput
+        return self._run.reput if self._run is not None else None
 
     @property
     def group_commit(self) -> GroupCommitService | None:
         """The SYNC flush's group commit; None in ASYNC mode."""
-        return self._group_commit
+        return self._run.group_commit if self._run is not None else None
 
     @property
     def clean(self) -> CleanService | None:
-        return self._clean
+        return self._run.clean if self._run is not None else None
+
+    @property
+    def services(self) -> tuple[Service, ...]:
+        """The background loops, in the order they start (they stop in the reverse one)."""
+        return tuple(self._run.services) if self._run is not None else ()
 
     @property
     def replication(self) -> Replication:
-        """The replica's role, epochs and replication parts (ha/replication.py)."""
-        return self._replication
+        """The replica's role, epochs and replication parts (ha/replication.py). AttributeError
+        before start (``getattr(store, "replication", None)`` is None then)."""
+        if self._run is None:
+            raise AttributeError("replication: the store is not started")
+        return self._run.replication
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         self._config.store_root.mkdir(parents=True, exist_ok=True)
-        self._lock = StoreLock(self._config.lock_path)
+        self._lock = lock = StoreLock(self._config.lock_path)
         try:
             self._start_locked()
         except BaseException:
             self._close_files()
-            self._lock.release()
+            lock.release()
             raise
 
     def _close_files(self, flush: bool = True) -> None:
@@ -265,9 +271,9 @@ class FileStore(StoreReader):
         for manager in (self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth):
             manager.load()
         self._lite_offsets.open()
-        self._consumer_offsets.attach_lite(self._lite_offsets)
-        self._checkpoint = CheckpointFile(config.checkpoint_path)
-        cp = self._checkpoint.loaded
+        self._consumer_offsets.move_lite_offsets()
+        self._checkpoint = checkpoint = CheckpointFile(config.checkpoint_path)
+        cp = checkpoint.loaded
         self._commitlog.mfq.load()
         self._cq_store.load()
         self._cq_store.recover()
@@ -278,22 +284,39 @@ class FileStore(StoreReader):
             trusted = not abnormal or cp.dispatched_phy_offset >= 0
             self._index_service.load(last_exit_ok=trusted, index_msg_timestamp=cp.index_msg_timestamp)
         self._recovery = recovered = recover(config, self._commitlog, self._cq_store, self._index_service, cp, abnormal)
-        dispatchers = [self._cq_store, self._transactions, self._lite]
-        dispatchers += [_IndexDispatcher(self._index_service)] if self._index_service else []
-        self._reput = ReputService(
-            self._commitlog, dispatchers, self._arrivals, self.max_offset_in_queue, recovered.reput_from_offset
+        self._run = run = build_running(
+            config,
+            self._clock,
+            checkpoint,
+            recovered,
+            commitlog=self._commitlog,
+            cq_store=self._cq_store,
+            index_service=self._index_service,
+            transactions=self._transactions,
+            lite=self._lite,
+            arrivals=self._arrivals,
+            role=self._role,
+            pop=self._pop,
+            tables=[self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth],
+            lite_lifecycle=self._lite_lifecycle,
+            queue_max_offset=self.max_offset_in_queue,
+            dispatched_state=self._dispatched_state,
+            flush_derived=self._flush_derived,
+            logics_timestamp=self._logics_timestamp,
+            disk_usage=self._disk_usage_ratio,
+            persist_offsets=self._persist_offsets,
         )
+        reput = run.reput
         # The transaction counts are valid up to their file's offset: replay the rest into them
         # alone, up to where reput restarts (reput then skips what they already counted).
         counted_to = self._transactions.load(self._commitlog.min_offset, recovered.process_offset)
-        self._reput.redispatch(counted_to, [self._transactions], until=recovered.reput_from_offset)
+        reput.redispatch(counted_to, [self._transactions], until=recovered.reput_from_offset)
         # Likewise the lite index, from where its last transaction left it.
         self._lite.open(abnormal)
         lite_to = self._lite.load(self._commitlog.min_offset, recovered.process_offset)
-        self._reput.redispatch(lite_to, [self._lite], until=recovered.reput_from_offset)
-        self._commitlog.lite_offsets = LiteOffsetTable(self._lite.max_offset, lambda: self._lite.dispatched)
+        reput.redispatch(lite_to, [self._lite], until=recovered.reput_from_offset)
         lost = consume_queue_units_lost(cp, self._commitlog, self._cq_store)
-        self._reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
+        reput.run_once()  # catch up before serving: queue offsets come from the ConsumeQueues
         holes = self._cq_store.queues_with_holes() if abnormal else []
         if holes:
             log.warning("ConsumeQueues with holes after an abnormal stop (%s): rebuilding them", ", ".join(holes[:5]))
@@ -301,103 +324,50 @@ class FileStore(StoreReader):
             self._rebuild_consume_queues()
         self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
         self._cq_store.correct_min_offsets(self._commitlog.min_offset)
-        self._replication = Replication.of_store(self, self._clock)
+        run.replication.open()
         # Recovery flushed the CommitLog to its end: record that before serving (the first
         # checkpoint save is just below), so a power cut before the next save still knows which
         # damage lies in the unflushed window (a torn tail) and which would be real corruption.
-        self._checkpoint.current.flushed_phy_offset = self._commitlog.flushed_where
+        checkpoint.current.flushed_phy_offset = self._commitlog.flushed_where
         create_abort_file(config.abort_path)
-        self._start_services()
+        run.cq_flush.run_once()
+        for service in run.services:
+            service.start()
         self._running = True
         log.info(
             "store started: commitlog [%d, %d), reput from %d, %d queues%s",
             self._commitlog.min_offset,
             self._commitlog.max_offset,
-            self._recovery.reput_from_offset,
+            recovered.reput_from_offset,
             len(self._cq_store.queues),
             " (recovered after abnormal stop)" if abnormal else "",
         )
-
-    def _start_services(self) -> None:
-        config = self._config
-        assert self._checkpoint is not None and self._reput is not None
-        cq_flush = ConsumeQueueFlushService(
-            config.flush_consume_queue_interval_ms,
-            self._dispatched_state,
-            self._flush_derived,
-            self._checkpoint,
-            lambda: self._logics_timestamp(),
-        )
-        cq_flush.run_once()
-        self._cq_flush = cq_flush
-        if config.flush_mode is FlushMode.SYNC:
-            self._group_commit = GroupCommitService(self._commitlog, self._checkpoint, config.sync_flush_timeout_ms)
-            flusher = self._group_commit
-        else:
-            flusher = FlushService(
-                self._commitlog,
-                self._checkpoint,
-                self._clock,
-                config.flush_interval_ms,
-                config.flush_least_pages,
-                config.flush_thorough_interval_ms,
-            )
-        self._clean = CleanService(
-            config,
-            self._clock,
-            self._commitlog,
-            self._cq_store,
-            self._index_service,
-            self._reput.dispatch_lock,
-            disk_usage=self._disk_usage_ratio,
-        )
-        offsets = PeriodicTask("persist-offsets", self._config.flush_consumer_offset_interval_ms, self._persist_offsets)
-        transactions = PeriodicTask(
-            "persist-transaction-metrics", config.transaction_metric_flush_interval_ms, self._transactions.persist
-        )
-        lite_expiry = PeriodicTask("lite-expiry", config.lite_expiry_interval_ms, self._lite_lifecycle.run_once)
-        # Stopped in reverse order: the pop revive loop first, consumer offsets persisted after it.
-        self._services = [
-            self._reput,
-            flusher,
-            cq_flush,
-            self._clean,
-            lite_expiry,
-            offsets,
-            transactions,
-            self._pop.revive,
-        ]
-        self._services += self._replication.services  # stopped first
-        if config.warm_ahead_bytes > 0:
-            warm = WarmAheadService(self._commitlog.mfq, config.warm_ahead_bytes)
-            self._commitlog.on_populate_low = warm.wake
-            self._services.insert(0, warm)
-        for service in self._services:
-            service.start()
 
     def shutdown(self) -> None:
         with self._shutdown_lock:
             if not self._running:
                 return
             self._running = False
-            assert self._reput is not None and self._checkpoint is not None
-            for service in reversed(self._services):
-                if service is not self._reput:
+            run, checkpoint = self._run, self._checkpoint
+            assert run is not None and checkpoint is not None
+            reput = run.reput
+            for service in reversed(run.services):
+                if service is not reput:
                     service.stop()
-            self._reput.stop()
-            self._reput.run_once()
-            caught_up = self._reput.dispatch_behind_bytes == 0
+            reput.stop()
+            reput.run_once()
+            caught_up = reput.dispatch_behind_bytes == 0
             try:
                 self._commitlog.flush(0)
             except OSError as exc:  # sticky write error: recover on the next start
                 log.error("final CommitLog flush failed: %s; keeping the abort file", exc)
                 caught_up = False
             self._flush_derived()
-            cp = self._checkpoint.current
+            cp = checkpoint.current
             cp.dispatched_phy_offset, cp.cq_max_offset_sum = self._dispatched_state()
             cp.flushed_phy_offset = self._commitlog.flushed_where
             cp.logics_msg_timestamp = self._logics_timestamp()
-            self._checkpoint.save()
+            checkpoint.save()
             self._persist_offsets()
             self._transactions.persist()
             self._close_files()
@@ -414,19 +384,27 @@ class FileStore(StoreReader):
             if not self._running:
                 return
             self._running = False
-            for service in self._services:
+            run, lock = self._run, self._lock
+            assert run is not None and lock is not None
+            for service in run.services:
                 service.halt()
             self._close_files(flush=False)  # the IndexFile's close flushes: its pages are in the page cache anyway
-            self._lock.release()
+            lock.release()
 
     # -- internals --------------------------------------------------------------------------
+    def _reput(self) -> ReputService:
+        run = self._run
+        assert run is not None, "the store is not started"
+        return run.reput
+
     def _dispatched_state(self) -> tuple[int, int]:
         """(reput_from_offset, sum of ConsumeQueue max offsets), consistent with each other."""
-        with self._reput.dispatch_lock:
-            return self._reput.reput_from_offset, self._cq_store.max_offset_sum()
+        reput = self._reput()
+        with reput.dispatch_lock:
+            return reput.reput_from_offset, self._cq_store.max_offset_sum()
 
     def _flush_derived(self) -> None:
-        with self._reput.dispatch_lock:
+        with self._reput().dispatch_lock:
             self._cq_store.flush(0)
         self._lite.flush()
         if self._index_service is not None:
@@ -455,7 +433,7 @@ class FileStore(StoreReader):
             cq.destroy()
         self._cq_store.queues = {}
         self._commitlog.dispatch_backlog.clear()
-        self._reput.redispatch(self._commitlog.min_offset, [self._cq_store])
+        self._reput().redispatch(self._commitlog.min_offset, [self._cq_store])
 
     # -- writes -----------------------------------------------------------------------------
     def put_messages(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
@@ -474,12 +452,13 @@ class FileStore(StoreReader):
         whole batch (it is all or nothing). When the batch was appended (PUT_OK, or
         FLUSH_DISK_TIMEOUT in SYNC mode), each record holds its phy_offset, queue_offset,
         total_size and store_timestamp_ms."""
-        if not self._running:
+        run = self._run
+        if not self._running or run is None:
             return PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
-        refused = self._replication.refuse_put()  # a slave; controller mode: not writable, too few in sync
+        refused = run.replication.refuse_put()  # a slave; controller mode: not writable, too few in sync
         if refused is not None:
             return refused
-        if self._clean is not None and self._clean.disk_full:
+        if run.clean.disk_full:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._put_checks.prepare(messages, allow_system_topics)
         if bad is not None:
@@ -492,12 +471,13 @@ class FileStore(StoreReader):
         except OSError as exc:
             log.error("append failed: %s", exc)
             return PutStatus.UNKNOWN_ERROR, f"write failed: {exc}"
-        self._reput.notify_append()
+        run.reput.notify_append()
         wait = any(rec.properties.get(WAIT_STORE_MSG_OK) != "false" for rec in messages)
         end = messages[-1].phy_offset + messages[-1].total_size
-        if self._group_commit is not None and wait and not self._group_commit.wait_for_flush(end):
+        group_commit = run.group_commit
+        if group_commit is not None and wait and not group_commit.wait_for_flush(end):
             return PutStatus.FLUSH_DISK_TIMEOUT, ""
-        if not self._replication.after_append(end, wait):
+        if not run.replication.after_append(end, wait):
             return PutStatus.FLUSH_SLAVE_TIMEOUT, ""
         return PutStatus.PUT_OK, ""
 
@@ -508,15 +488,17 @@ class FileStore(StoreReader):
 
     def delete_topic(self, topic: str) -> bool:
         """Remove a topic's config, ConsumeQueues and consumer offsets."""
+        run = self._run
+        assert run is not None, "the store is not started"
         existed = self._topics.delete(topic)
-        with self._reput.dispatch_lock:
+        with run.reput.dispatch_lock:
             self._cq_store.remove_topic(topic)
         self._consumer_offsets.remove_topic(topic)
-        self._cq_flush.run_once()  # the checkpoint's queue-offset sum must not count the topic
+        run.cq_flush.run_once()  # the checkpoint's queue-offset sum must not count the topic
         return existed
 
     def stats(self) -> StoreStats:
-        commitlog = self._commitlog
+        commitlog, reput = self._commitlog, self.reput
         return StoreStats(
             put_messages_total=commitlog.put_messages_total,
             put_bytes_total=commitlog.put_bytes_total,
@@ -524,8 +506,8 @@ class FileStore(StoreReader):
             commitlog_max_offset=commitlog.max_offset,
             flushed_offset=commitlog.flushed_where,
             confirm_offset=commitlog.confirm_offset,
-            reput_from_offset=self._reput.reput_from_offset if self._reput else 0,
-            dispatch_behind_bytes=self._reput.dispatch_behind_bytes if self._reput else 0,
+            reput_from_offset=reput.reput_from_offset if reput is not None else 0,
+            dispatch_behind_bytes=reput.dispatch_behind_bytes if reput is not None else 0,
             flush_behind_bytes=commitlog.mfq.flush_behind_bytes(),
             storage_size_bytes=commitlog.mfq.total_size_bytes() + self._cq_store.total_size_bytes(),
             topic_count=len(self._topics.list()),

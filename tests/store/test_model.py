@@ -336,7 +336,7 @@ class Model:
         """One round of the ConsumeQueue/IndexFile flush service: flush the derived files and
         save the checkpoint (dispatched offset, index_msg_timestamp), as its timer would."""
         self.note("checkpoint")
-        service = next(s for s in self.file._services if isinstance(s, ConsumeQueueFlushService))
+        service = next(s for s in self.file.services if isinstance(s, ConsumeQueueFlushService))
         service.run_once()
 
     def op_tick(self) -> None:
@@ -623,7 +623,7 @@ def test_lost_consume_queues_are_rebuilt_from_the_commitlog(tmp_path, clock):
     store.put_messages([message(queue_id=q, body=bytes(4000)) for q in (0, 0, 0, 1, 1)])  # > 4 pages
     settle(store)
     for service_type in (FlushService, ConsumeQueueFlushService):  # their timers firing once
-        next(s for s in store._services if isinstance(s, service_type)).run_once()
+        next(s for s in store.services if isinstance(s, service_type)).run_once()
     store.put_messages([message(queue_id=1, body=b"late")])
     store.halt()
     shutil.rmtree(config.consume_queue_dir)

@@ -55,13 +55,12 @@ from services.store.ha.controller import ElectionLoop, ReplicaController
 from services.store.ha.epoch_file import EpochFile
 from services.store.ha.ha_client import HAClient
 from services.store.ha.ha_service import HAService, SessionListener
+from services.store.ha.role import Refusal
 from services.store.ha.switch import MasterSwitch, SwitchResult
 from services.store.ha.sync_state import SyncStateSetLoop, SyncStateSetTracker
 from services.store.log.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
-
-Refusal = tuple[PutStatus, str]
 
 
 class Role(Protocol):
@@ -71,9 +70,9 @@ class Role(Protocol):
     epoch_file: EpochFile
     client: HAClient
     master_epoch: int
-    master_address: str
-    gate: object
 
+    @property
+    def master_address(self) -> str: ...
     @property
     def ha_service(self) -> HAService | None: ...
     @property
@@ -147,7 +146,6 @@ class ControllerMode:
         self.elections = ElectionStats()
         self._master_lost_at_s: float | None = clock.monotonic_s()  # no master seen yet
         self.controller.view.add_listener(self._on_view)
-        replication.gate = self
 
     def _on_view(self, old: GroupState, new: GroupState) -> None:
         """On the watch's thread: note when the group lost its master, and wake the loop."""

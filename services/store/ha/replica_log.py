@@ -213,8 +213,7 @@ class ReplicaLog:
             self._cq_store.truncate_dirty(phy_offset)
             if self._lite is not None:
                 self._lite.truncate(phy_offset)
-            if commitlog.lite_offsets is not None:
-                commitlog.lite_offsets.clear()
+            commitlog.lite_offsets.clear()
             reput_from = min(reput.reput_from_offset, phy_offset)
             if self._index_service is not None:
                 files_before = len(self._index_service.files)
@@ -244,5 +243,4 @@ class ReplicaLog:
             self._reput.run_once()
             with self._commitlog.put_lock:
                 self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
-                if self._commitlog.lite_offsets is not None:
-                    self._commitlog.lite_offsets.clear()  # the lite index is fully dispatched: the truth
+                self._commitlog.lite_offsets.clear()  # the lite index is fully dispatched: the truth

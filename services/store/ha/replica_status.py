@@ -108,11 +108,12 @@ class Replicated(Protocol):
     commitlog: CommitLog
     epoch_file: EpochFile
     client: HAClient
-    master_address: str
     master_epoch: int
     ha_not_available_total: int
     slave_timeout_total: int
 
+    @property
+    def master_address(self) -> str: ...
     @property
     def ha_service(self) -> HAService | None: ...
     @property

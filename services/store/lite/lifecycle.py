@@ -83,12 +83,11 @@ class LiteLifecycle:
         commitlog = self._commitlog
         with commitlog.put_lock:
             offsets = commitlog.lite_offsets
-            if offsets is not None and offsets.pending(lmq):
+            if offsets.pending(lmq):
                 return False
             queue = self._index.queue(lmq)
             if queue is None or queue.last_store_timestamp_ms >= idle_since_ms or self._lags(lmq, queue.max_offset):
                 return False
             self._index.remove(lmq)
-            if offsets is not None:
-                offsets.forget(lmq)
+            offsets.forget(lmq)
         return True

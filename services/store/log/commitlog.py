@@ -64,7 +64,7 @@ from services.domain.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SCHEDULE
 from services.runtime.clock import Clock
 from services.store.config import StoreConfig
 from services.store.lite.put_offsets import LiteOffsetTable
-from services.store.log.mapped_file import MappedFile, MappedFileQueue
+from services.store.log.mapped_file import MappedFile, MappedFileQueue, WarmAheadService
 from services.store.model import DispatchRequest
 
 log = logging.getLogger(__name__)
@@ -115,18 +115,21 @@ def _prepare_lite(rec: MessageRecord) -> None:
 
 
 class CommitLog:
-    def __init__(self, config: StoreConfig, clock: Clock) -> None:
+    def __init__(self, config: StoreConfig, clock: Clock, lite_offsets: LiteOffsetTable) -> None:
         self.config = config
         self.clock = clock
         self.mfq = MappedFileQueue(
             config.commitlog_dir, config.commitlog_file_size_bytes, warm=config.warm_mapped_files
         )
+        # The thread that keeps the last segment populated ahead of the writer (None: off); a
+        # store service, started and stopped with the others.
+        self.warm_ahead = WarmAheadService(self.mfq, config.warm_ahead_bytes) if config.warm_ahead_bytes > 0 else None
         self.put_lock = threading.Lock()
         # Held by every flush; a truncation (replica_log.py) holds it so no flush runs meanwhile.
         self.flush_lock = threading.RLock()
         self.queue_offset_table: dict[str, int] = {}
-        # The lite topics' next offsets (set by the store once its lite index is open).
-        self.lite_offsets: LiteOffsetTable | None = None
+        # The lite topics' next offsets, read and moved under the put lock (lite/put_offsets.py).
+        self.lite_offsets = lite_offsets
         self.store_host = host_from_string(config.store_host)
         self.store_host_prefix = self.store_host[0] + struct.pack(">i", self.store_host[1])
         self._store_host_flag = SYSFLAG_STOREHOST_V6 if len(self.store_host[0]) == 16 else 0
@@ -137,7 +140,8 @@ class CommitLog:
         self.last_store_timestamp_ms = 0
         self.put_messages_total = 0
         self.put_bytes_total = 0
-        self.on_populate_low: Callable[[], None] | None = None  # wakes the warm-ahead thread
+        # Wakes the warm-ahead thread (None: no thread).
+        self.on_populate_low: Callable[[], None] | None = self.warm_ahead.wake if self.warm_ahead is not None else None
 
     # -- offsets ----------------------------------------------------------------------------
     @property
@@ -259,9 +263,9 @@ class CommitLog:
                         mf.populate_ahead(end)
                     phy_offset = base + pos
                     body = rec.body
-                    lmq = rec.properties.get(INNER_MULTI_DISPATCH, "") if lite_offsets is not None else ""
+                    lmq = rec.properties.get(INNER_MULTI_DISPATCH, "")
                     if lmq:
-                        lmq_offset = lite_offsets.next_offset(lmq)  # type: ignore[union-attr]
+                        lmq_offset = lite_offsets.next_offset(lmq)
                         properties_bytes = _with_lmq_offset(properties_bytes, lmq_offset)
                     else:
                         lmq_offset = -1
@@ -310,7 +314,7 @@ class CommitLog:
                     if counted:
                         table[key] = queue_offset + 1
                     if lmq:
-                        lite_offsets.appended(lmq, lmq_offset, end + base)  # type: ignore[union-attr]
+                        lite_offsets.appended(lmq, lmq_offset, end + base)
                         rec.properties[INNER_MULTI_QUEUE_OFFSET] = str(lmq_offset)
                     if record_backlog:
                         props = rec.properties

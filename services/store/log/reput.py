@@ -5,9 +5,9 @@ CommitLog's max offset (or the ``limit`` below it), in batches: each dispatcher 
 DispatchRequests, then the arrival bus gets one Arrival per queue that grew. The thread sleeps
 on a condition that ``notify_append()`` signals after each put, so it never polls.
 
-``limit`` (None: no limit) is RocketMQ's confirmOffset when reads must not see uncommitted
-data (``readUnCommitted`` false): a controller-mode master dispatches only what every member of
-its SyncStateSet confirmed (``ha/ha_service.HAService.commit_offset``), so no consumer, scheduler
+``limit`` (a callable answering None: no limit) is RocketMQ's confirmOffset when reads must not
+see uncommitted data (``readUnCommitted`` false): a controller-mode master dispatches only what
+every member of its SyncStateSet confirmed (``ha/ha_service.HAService.commit_offset``), so no consumer, scheduler
 or transaction checker reads a message a failover could take back. It is re-read on every
 ``notify_append``, which the master calls when a slave's ack moves it. It is always a record
 boundary (the master's end, or an offset a slave confirmed: slaves append whole records).
@@ -52,6 +52,7 @@ class ReputService:
         arrivals: ArrivalBus,
         queue_max_offset: Callable[[str, int], int],
         reput_from_offset: int,
+        limit: Callable[[], int | None] = _no_limit,
     ) -> None:
         self._commitlog = commitlog
         self._dispatchers = dispatchers
@@ -67,7 +68,7 @@ class ReputService:
         self._run_lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self.limit: Callable[[], int | None] = _no_limit
+        self._limit = limit  # how far dispatch may go (None: the CommitLog's end)
 
     @property
     def reput_from_offset(self) -> int:
@@ -221,7 +222,7 @@ class ReputService:
     def _end(self) -> int:
         """Where dispatch may go now: the CommitLog's end, or the limit below it."""
         end = self._commitlog.max_offset
-        limit = self.limit()
+        limit = self._limit()
         return end if limit is None else min(end, limit)
 
     def _announce(self, batch: list[DispatchRequest]) -> None:

@@ -32,7 +32,14 @@ from pathlib import Path
 
 from services.runtime.clock import Clock
 from services.store.errors import AuthConfigError
-from services.store.metadata.config_files import DataVersion, json_object, json_str, load_with_backup, write_atomically
+from services.store.metadata.config_files import (
+    DataVersion,
+    always_writable,
+    json_object,
+    json_str,
+    load_with_backup,
+    write_atomically,
+)
 
 AUTH_FILE = "auth.json"
 USER_TYPES = ("Super", "Normal")
@@ -99,7 +106,7 @@ def check_resource(resource: str) -> None:
 class AuthConfigManager:
     """``config/auth.json``: users and ACLs, persisted whole on each change."""
 
-    def __init__(self, config_dir: Path, clock: Clock) -> None:
+    def __init__(self, config_dir: Path, clock: Clock, check_writable: Callable[[], None] = always_writable) -> None:
         self.path = Path(config_dir) / AUTH_FILE
         self._clock = clock
         self._lock = threading.Lock()
@@ -107,7 +114,7 @@ class AuthConfigManager:
         self._acls: dict[str, StoredAcl] = {}
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
         self._changes = 0
-        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
+        self.check_writable = check_writable  # the store's: raises NotMasterWriteError unless the writable master
 
     @property
     def change_count(self) -> int:

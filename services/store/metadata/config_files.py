@@ -32,6 +32,11 @@ from services.store.metadata.fastjson import Bean
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
+def always_writable() -> None:
+    """A table's ``check_writable`` outside a replica set's store (tests, tools): never refuses."""
+
+
 # -- field decoding helpers ------------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ from services.store.metadata.config_files import (
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
     DataVersion,
+    always_writable,
     hashmap_ordered,
     json_int,
     json_object,
@@ -71,7 +72,7 @@ class _ProgressFile:
 
     file_name: str
 
-    def __init__(self, config_dir: Path, clock: Clock) -> None:
+    def __init__(self, config_dir: Path, clock: Clock, check_writable: Callable[[], None] = always_writable) -> None:
         self.path = Path(config_dir) / self.file_name
         self._clock = clock
         self._lock = threading.Lock()
@@ -80,7 +81,7 @@ class _ProgressFile:
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
         self._table: Any = self._decode_table({})
         self._changes = 0
-        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
+        self.check_writable = check_writable  # the store's: raises NotMasterWriteError unless the writable master
 
     @property
     def data_version(self) -> DataVersion:
@@ -171,13 +172,24 @@ class ConsumerOffsetManager(_ProgressFile):
     file_name = CONSUMER_OFFSET_FILE
 
     _table: dict[str, dict[int, int]]
-    # Lite topics' offsets (``%LMQ%$parent$lite``) go here instead when set (the store does):
-    # services/store/lite/consumer_offsets.py says why.
-    lite: LiteConsumerOffsets | None = None
 
-    def attach_lite(self, lite: LiteConsumerOffsets) -> None:
-        """Keep lite topics' offsets in ``lite``; those of an older consumerOffset.json move there."""
+    def __init__(
+        self,
+        config_dir: Path,
+        clock: Clock,
+        check_writable: Callable[[], None] = always_writable,
+        lite: LiteConsumerOffsets | None = None,
+    ) -> None:
+        super().__init__(config_dir, clock, check_writable)
+        # Lite topics' offsets (``%LMQ%$parent$lite``) go here instead when given (the store
+        # gives it): services/store/lite/consumer_offsets.py says why.
         self.lite = lite
+
+    def move_lite_offsets(self) -> None:
+        """Move the lite topics' offsets of an older consumerOffset.json into ``lite`` (once both
+        are loaded and open)."""
+        lite = self.lite
+        assert lite is not None
         with self._lock:
             moved = [key for key in self._table if key.startswith(LITE_TOPIC_PREFIX)]
             for key in moved:

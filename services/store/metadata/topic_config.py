@@ -33,6 +33,7 @@ from services.store.metadata.config_files import (
     DataVersion,
     SubscriptionGroupConfig,
     TopicConfig,
+    always_writable,
     hashmap_ordered,
     json_int,
     json_object,
@@ -55,7 +56,7 @@ class _ConfigTable(Generic[C]):
     config_type: type[C]
     name_field: str  # the JSON field holding the name, filled from the key when absent
 
-    def __init__(self, config_dir: Path, clock: Clock) -> None:
+    def __init__(self, config_dir: Path, clock: Clock, check_writable: Callable[[], None] = always_writable) -> None:
         self.path = Path(config_dir) / self.file_name
         self._clock = clock
         self._lock = threading.Lock()
@@ -63,7 +64,7 @@ class _ConfigTable(Generic[C]):
         self._table: dict[str, C] = {}
         self._data_version = DataVersion(timestamp_ms=clock.now_ms())
         self._changes = 0
-        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
+        self.check_writable = check_writable  # the store's: raises NotMasterWriteError unless the writable master
 
     @property
     def data_version(self) -> DataVersion:
@@ -207,8 +208,8 @@ class SubscriptionGroupManager(_ConfigTable[SubscriptionGroupConfig]):
     config_type = SubscriptionGroupConfig
     name_field = "groupName"
 
-    def __init__(self, config_dir: Path, clock: Clock) -> None:
-        super().__init__(config_dir, clock)
+    def __init__(self, config_dir: Path, clock: Clock, check_writable: Callable[[], None] = always_writable) -> None:
+        super().__init__(config_dir, clock, check_writable)
         self._forbidden_table: dict[str, dict[str, int]] = {}
 
     def forbidden_table(self) -> dict[str, dict[str, int]]:

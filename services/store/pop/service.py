@@ -68,7 +68,7 @@ from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
 from services.store.errors import StoreNotRunningError
-from services.store.metadata.config_files import SubscriptionGroupConfig
+from services.store.metadata.config_files import SubscriptionGroupConfig, always_writable
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.pop.model import AckStatus, PoppedMessage, PopResult, PopStatus
@@ -108,6 +108,7 @@ class PopService:
         arrivals: ArrivalBus,
         clock: Clock,
         is_running: Callable[[], bool],
+        check_writable: Callable[[], None] = always_writable,
         revive_interval_ms: int = REVIVE_INTERVAL_MS,
     ) -> None:
         self._get_messages = get_messages
@@ -117,7 +118,7 @@ class PopService:
         self._clock = clock
         self._max_offset = max_offset_in_queue
         self._is_running = is_running
-        self.check_writable: Callable[[], None] = lambda: None  # set by the store: raises unless the writable master
+        self.check_writable = check_writable  # the store's: raises NotMasterWriteError unless the writable master
         self._lock = threading.Lock()
         self._queues: dict[QueueKey, QueueState] = {}
         self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
