@@ -160,7 +160,7 @@ def _actions(text: str) -> list[str]:
     return out
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = common_arguments()
     acl = commands.add_parser(
         "acl", help="users and their ACLs (authentication and authorization)", description=__doc__.split("\n\n")[0]

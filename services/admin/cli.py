@@ -41,7 +41,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -317,7 +317,7 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def _print_table(console: Console, table: Table, rows: list[Document], empty: str) -> None:
+def _print_table(console: Console, table: Table, rows: Sequence[object], empty: str) -> None:
     console.print(table if rows else empty)
 
 
@@ -398,7 +398,11 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
 
 
 def add_leaf(
-    common: argparse.ArgumentParser, parent: argparse._SubParsersAction, name: str, command: Command, help_text: str
+    common: argparse.ArgumentParser,
+    parent: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    command: Command,
+    help_text: str,
 ) -> argparse.ArgumentParser:
     """A command under ``parent`` taking the ``common`` options, whose ``run`` calls ``command``."""
     parser = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
@@ -406,7 +410,7 @@ def add_leaf(
     return parser
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``group``, ``consumer`` and ``message`` to ``pyrmq``'s subcommands; each
     leaf sets ``run`` (namespace -> exit code)."""
     common = common_arguments()

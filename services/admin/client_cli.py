@@ -371,7 +371,7 @@ def _run(command: Command) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``send``, ``consume`` and ``bench`` to ``pyrmq``'s subcommands; each sets ``run``
     (namespace -> exit code)."""
     common = common_arguments("print one JSON document instead of text")

@@ -154,7 +154,7 @@ def run_switch(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``replica list`` and ``replica switch`` to ``pyrmq``'s subcommands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--group", required=True, help="the broker group (the stores' broker_name)")

@@ -436,7 +436,7 @@ def _wait(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``status`` to ``pyrmq``'s subcommands."""
     help_text = "every service's health, the topics' queue depths and the consumer groups' lag"
     parser = commands.add_parser(

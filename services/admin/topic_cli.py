@@ -164,7 +164,7 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = common_arguments()
 
     leaf = functools.partial(add_leaf, common)

@@ -30,7 +30,7 @@ class AuthStore(Protocol):
 
     def put_user(self, username: str, secret: str, user_type: str, user_status: str) -> bool: ...
     def delete_user(self, username: str) -> bool: ...
-    def put_acl(self, username: str, policies: Sequence[PolicyView]) -> None: ...
+    def put_acl(self, username: str, policies: list[PolicyView]) -> None: ...
 
 
 class AclAdmin:
@@ -58,7 +58,7 @@ class AclAdmin:
 
     def set_acl(self, username: str, policies: Sequence[PolicyView]) -> None:
         try:
-            self._store.put_acl(username, policies)
+            self._store.put_acl(username, list(policies))
         except StoreNotFoundError:
             raise NotFoundError(f"no user {username!r}", Code.NOT_FOUND) from None
         self._on_change()

@@ -186,9 +186,11 @@ class AdminStore(Protocol):
     def get_topic(self, name: str) -> TopicInfo | None: ...
     def list_topics(self) -> list[TopicInfo]: ...
 
-    def update_topic(self, name: str, queue_nums: int, message_type: str) -> TopicInfo:
+    def update_topic(
+        self, name: str, queue_nums: int, message_type: str, attributes: dict[str, str] | None = None
+    ) -> TopicInfo:
         """Create or update: set the type and, unless ``queue_nums`` is 0, the read and write
-        queue nums; keep every other field."""
+        queue nums, and ``attributes`` over the stored ones; keep every other field."""
 
     def delete_topic(self, name: str) -> bool:
         """Whether the topic existed."""

@@ -161,6 +161,9 @@ class PolicyEntry:
     actions: frozenset[Action]
     decision: Decision
     source_ips: tuple[str, ...] = ()  # CIDRs or addresses; empty: any source
+    _networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        init=False, repr=False, compare=False
+    )  # source_ips parsed once (a bad one raises ValueError here)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_networks", tuple(ipaddress.ip_network(s, strict=False) for s in self.source_ips))

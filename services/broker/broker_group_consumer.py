@@ -106,8 +106,8 @@ class RoutedConsumer:
             try:
                 outcomes = core.consumer.ack(group, topic, inner_handles)
             except FAILURES as caught:
-                exc = as_broker_error(caught)
-                outcomes = [(exc.code, exc.message)] * len(positions)
+                error = as_broker_error(caught)
+                outcomes = [(error.code, error.message)] * len(positions)
             for i, outcome in zip(positions, outcomes):
                 results[i] = outcome
         return [r for r in results if r is not None]

@@ -81,16 +81,20 @@ def arrival_watch(
     (one stream per group; parked ReceiveMessage calls wait on their group's hub) and into the
     lite subscriptions (lite topics' arrivals wake their lite consumers)."""
     stopped = threading.Event()
-    on_arrivals, on_restart = hub.notify, hub.notify_all
+    on_arrivals: Callable[[list[str]], None] = hub.notify
+    on_restart: Callable[[], None] = hub.notify_all
     if lite is not None:
+        subscriptions = lite
 
-        def on_arrivals(topics: list[str]) -> None:
+        def lite_arrivals(topics: list[str]) -> None:
             hub.notify(topics)
-            lite.on_arrivals(name, topics)
+            subscriptions.on_arrivals(name, topics)
 
-        def on_restart() -> None:
+        def lite_restart() -> None:
             hub.notify_all()
-            lite.on_restart(name)
+            subscriptions.on_restart(name)
+
+        on_arrivals, on_restart = lite_arrivals, lite_restart
 
     thread = threading.Thread(
         target=store.watch_arrivals,

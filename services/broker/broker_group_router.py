@@ -154,6 +154,6 @@ class RoutedTransactions:
                 else:
                     not_found = error
         # A group that could not be asked may hold the half: the client (or the check) tries again.
-        error = unreachable or not_found
-        assert error is not None
-        raise error
+        failed = unreachable or not_found
+        assert failed is not None
+        raise failed

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
+from typing import TypeVar
 
 from services.broker.broker_groups import BrokerGroups
 from services.broker.put_coalescer import CoalescerStats
@@ -27,12 +28,13 @@ from services.store.client.model import ConsumerStats, ConsumerStatsReport
 log = logging.getLogger(__name__)
 
 MAXIMA = {"batch_messages_max"}  # fields that are a peak, not a count
+Stats = TypeVar("Stats", CoalescerStats, RenewalStats)  # dataclasses of int fields
 
 
-def _sum_dataclasses(kind, items: list):
+def _sum_dataclasses(kind: type[Stats], items: list[Stats]) -> Stats | None:
     if not items:
         return None
-    values = {}
+    values: dict[str, int] = {}
     for field in fields(kind):
         column = [getattr(item, field.name) for item in items]
         values[field.name] = max(column) if field.name in MAXIMA else sum(column)
@@ -72,7 +74,8 @@ def consumer_stats(broker_groups: BrokerGroups) -> Callable[[float], ConsumerSta
             return cores[0].store.consumer_stats_report(timeout_s)
         with ThreadPoolExecutor(max_workers=min(len(cores), 8), thread_name_prefix="group-stats") as pool:
             futures = {core.name: pool.submit(core.store.consumer_stats_report, timeout_s) for core in cores}
-        reports, failed = [], []
+        reports: list[ConsumerStatsReport] = []
+        failed: list[tuple[str, Exception]] = []
         for name, future in futures.items():
             try:
                 reports.append(future.result())
@@ -80,8 +83,8 @@ def consumer_stats(broker_groups: BrokerGroups) -> Callable[[float], ConsumerSta
                 failed.append((name, exc))
         if not reports:
             raise failed[0][1]
-        for name, exc in failed:
-            log.warning("consumer stats of broker group %s left out of this scrape: %s", name, exc)
+        for name, error in failed:
+            log.warning("consumer stats of broker group %s left out of this scrape: %s", name, error)
         return merge_reports(reports)
 
     return report

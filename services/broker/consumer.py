@@ -64,7 +64,7 @@ from typing import Protocol
 from services.broker import validation
 from services.broker.config import address_scheme
 from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
-from services.broker.renewal import ReceiptRenewer, current_handles, settled
+from services.broker.renewal import ReceiptRenewer, TrackedHandle, current_handles, settled
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue
 from services.domain.format.java_compat import java_string_hash_repeated
 from services.domain.format.properties_format import (
@@ -448,7 +448,9 @@ class ConsumerService:
         sent = [i for i, result in enumerate(results) if result is None]
         if sent:  # one store call for the whole request
             given = [handles[i] for i in sent]
-            held = self._renewer.table.hold(group, given) if self._renewer is not None else [None] * len(given)
+            held: list[TrackedHandle | None] = (
+                self._renewer.table.hold(group, given) if self._renewer is not None else [None] * len(given)
+            )
             done = [False] * len(given)
             try:
                 acked = self._store.ack_messages(group, topic, current_handles(held, given))
@@ -477,7 +479,7 @@ class ConsumerService:
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
         # A push consumer's nack (or a renewed handle's change): the client takes over; no more renewal.
-        held = self._renewer.table.hold(group, [handle]) if self._renewer is not None else [None]
+        held: list[TrackedHandle | None] = self._renewer.table.hold(group, [handle]) if self._renewer else [None]
         done = [False]
         try:
             result, new_handle = self._store.change_invisible_duration(
@@ -496,7 +498,7 @@ class ConsumerService:
         self._check(group, topic)
         if not handle:
             raise RequestError("receipt handle is empty", Code.INVALID_RECEIPT_HANDLE)
-        held = self._renewer.table.hold(group, [handle]) if self._renewer is not None else [None]
+        held: list[TrackedHandle | None] = self._renewer.table.hold(group, [handle]) if self._renewer else [None]
         done = [False]
         try:
             result = self._store.forward_to_dead_letter_queue(group, topic, current_handles(held, [handle])[0])

@@ -245,7 +245,7 @@ class LiteSubscriptions:
     def take(self, client: LiteClient, limit: int) -> list[tuple[ReadyKey, int]]:
         """Up to ``limit`` ready keys of the client, oldest mark first, with their marks."""
         with self._lock:
-            out = []
+            out: list[tuple[ReadyKey, int]] = []
             for key, mark in client.ready.items():
                 if len(out) >= limit:
                     break

@@ -63,6 +63,7 @@ from services.domain.format.properties_format import (
     CLUSTER,
     KEY_SEPARATOR,
     KEYS,
+    LITE_TOPIC,
     PRIORITY,
     PRODUCER_GROUP,
     RECONSUME_TIME,
@@ -74,7 +75,6 @@ from services.domain.format.properties_format import (
     TRANSACTION_PREPARED,
     UNIQ_KEY,
 )
-from services.domain.lite import LITE_TOPIC
 from services.domain.topic_types import priority_queue_id
 from services.runtime.clock import Clock
 from services.store.client.model import MessageToPut, PutOutcome, PutStatus, TopicInfo

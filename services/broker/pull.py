@@ -50,13 +50,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from services.broker import validation
 from services.broker.consumer import (
     ArrivalHub,
     Filter,
     FilterType,
+    Parked,
     TopicSource,
     parse_filter,
     tags_codes,
@@ -115,7 +116,7 @@ class PullResult:
     code: Code
     message: str
     next_offset: int
-    messages: list = field(default_factory=list)  # what the fetch returned and kept
+    messages: list[Any] = field(default_factory=list)  # what the fetch kept: Deliveries (pull) or raw records (bytes)
     min_offset: int = -1  # the queue's, at the last read (-1: none)
     max_offset: int = -1
 
@@ -312,7 +313,7 @@ class OffsetService:
             wanted = min(wanted, deadline_remaining_ms - DEADLINE_MARGIN_MS)
         return max(0, wanted)
 
-    def _wait(self, parked, deadline: float, alive: Callable[[], bool]) -> bool:
+    def _wait(self, parked: Parked, deadline: float, alive: Callable[[], bool]) -> bool:
         """Wait for an arrival; False at the deadline, when the caller left or on close."""
         while not parked.event.is_set():
             remaining_s = deadline - self._clock.monotonic_s()

@@ -38,8 +38,8 @@ from typing import Protocol
 
 from services.broker.consumer import FilterType, parse_filter, tags_codes, validate_group
 from services.broker.errors import Code, RequestError
-from services.broker.pull import OffsetService, exact_matcher
-from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, decode_record
+from services.broker.pull import Fetch, OffsetService, exact_matcher
+from services.domain.format.commitlog_format import QUEUE_OFFSET_POS, MessageRecord, decode_record
 from services.store.client.model import GetOutcome, GetStatus
 
 RAW_PULL_BATCH_DEFAULT = 32
@@ -96,7 +96,9 @@ def record_queue_offset(record: bytes) -> int:
 def record_properties(record: bytes) -> Mapping[str, str]:
     """The properties of a raw record (TAGS included, the CRC trailer removed); the body is
     not copied."""
-    return decode_record(record, 0, len(record), check_crc=False, read_body=False).properties
+    decoded = decode_record(record, 0, len(record), check_crc=False, read_body=False)
+    assert isinstance(decoded, MessageRecord), "a record read by queue offset, never a segment's blank end"
+    return decoded.properties
 
 
 class RawPullService:
@@ -148,7 +150,7 @@ class RawPullService:
             )
         return request.end_offset
 
-    def _responses(self, request: RawPullRequest, end: int | None, fetch) -> Iterator[RawPullResult]:
+    def _responses(self, request: RawPullRequest, end: int | None, fetch: Fetch) -> Iterator[RawPullResult]:
         offset = request.queue_offset
         wait_ms = self._offsets.polling_ms(request.suspend_timeout_ms, request.deadline_remaining_ms)
         while True:

@@ -278,19 +278,16 @@ class TelemetryService:
             group = self._groups.get_group(settings.subscription_group) if settings.subscription_group else None
             if group is None:
                 group = GroupInfo(name=settings.subscription_group)
+            lite = settings.client_type in LITE_CLIENT_TYPES
             return ServerSettings(
                 backoff=consumer_backoff(group, config.consumer_retry_delays_ms),
                 fifo=group.consume_message_orderly,
                 receive_batch_size=config.consumer_receive_batch_size,
                 long_polling_timeout_ms=config.consumer_long_polling_timeout_ms,
-                **(
-                    dict(
-                        lite_subscription_quota=lite_client_quota(group.attributes, config.lite_subscription_quota),
-                        max_lite_topic_size=LITE_TOPIC_SIZE_MAX_BYTES,
-                    )
-                    if settings.client_type in LITE_CLIENT_TYPES
-                    else {}
+                lite_subscription_quota=(
+                    lite_client_quota(group.attributes, config.lite_subscription_quota) if lite else None
                 ),
+                max_lite_topic_size=LITE_TOPIC_SIZE_MAX_BYTES if lite else None,
             )
         raise RequestError("settings must carry publishing or subscription", Code.BAD_REQUEST)
 

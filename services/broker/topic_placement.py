@@ -117,7 +117,7 @@ class TopicPlacement:
             self._routes.update(name, lambda route: None)
         return existed
 
-    def list(self, include_system: bool = False) -> list[tuple[TopicInfo, tuple[str, ...]]]:
+    def list_topics(self, include_system: bool = False) -> list[tuple[TopicInfo, tuple[str, ...]]]:
         """Every topic of every group, sorted by name, with the groups whose store holds it."""
         found: dict[str, tuple[TopicInfo, list[str]]] = {}
         for broker_group in self.cluster_broker_groups():

@@ -74,7 +74,7 @@ class HalfRef:
     queue_offset: int  # in RMQ_SYS_TRANS_HALF_TOPIC
 
 
-class _Bounded(OrderedDict):
+class _Bounded(OrderedDict[str, object]):
     """An insertion-ordered dict that forgets its oldest entries beyond ``capacity``."""
 
     def __init__(self, capacity: int) -> None:

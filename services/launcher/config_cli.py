@@ -125,7 +125,7 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "config", help="show every service's settings and where they come from", description=__doc__.split("\n\n")[0]
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 from services.domain.format.delaycheck_format import LEVELS_MAX
@@ -152,7 +153,7 @@ SETTINGS = settings_of(
         "lock_wait_ms", "timer_precision_ms", "timer_max_delay_ms", "timerlog_file_size_bytes", "delay_levels")})
 
 
-def config_from_settings(values: dict) -> SchedulerConfig:
+def config_from_settings(values: dict[str, Any]) -> SchedulerConfig:
     """SchedulerConfig from resolved SETTINGS values."""
     values = dict(values)
     return SchedulerConfig(root=Path(values.pop("data_dir")).resolve() / "scheduler", **values)

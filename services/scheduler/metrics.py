@@ -39,7 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from services.runtime.clock import Clock, SystemClock
-from services.scheduler.timer_stats import HistogramSnapshot
+from services.scheduler.timer_stats import HistogramSnapshot, SchedulerStats
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _histogram(name: str, help_text: str, snapshot: HistogramSnapshot) -> Histog
 
 
 class SchedulerStatsCollector(Collector):
-    def __init__(self, stats: Callable[[], object], clock: Clock) -> None:
+    def __init__(self, stats: Callable[[], SchedulerStats], clock: Clock) -> None:
         self._stats = stats
         self._clock = clock
 
@@ -93,7 +93,7 @@ class SchedulerStatsCollector(Collector):
             return []
         return list(self._families(stats))
 
-    def _families(self, stats) -> Iterator[Metric]:
+    def _families(self, stats: SchedulerStats) -> Iterator[Metric]:
         for source, table in ((stats.timer, TIMER_METRICS), (stats.delay, DELAY_METRICS)):
             for name, kind, help_text, field in table:
                 family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, help_text)
@@ -159,6 +159,6 @@ class SchedulerStatsCollector(Collector):
 class SchedulerMetrics:
     """Every metric of one scheduler process, in its own registry."""
 
-    def __init__(self, stats: Callable[[], object], clock: Clock | None = None) -> None:
+    def __init__(self, stats: Callable[[], SchedulerStats], clock: Clock | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(SchedulerStatsCollector(stats, clock or SystemClock()))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from services.domain.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from services.runtime.clock import Clock, SystemClock
@@ -24,7 +23,7 @@ from services.scheduler.check_files import DelayCheckFile, SchedulerLock
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.delay_level import DelayLevelService
 from services.scheduler.store_access import ArrivalWatch, SchedulerStore
-from services.scheduler.timer_stats import DelayStats, TimerStats
+from services.scheduler.timer_stats import SchedulerStats
 from services.scheduler.timer_store import TimerStore
 from services.store.client.errors import StoreError
 
@@ -32,12 +31,6 @@ log = logging.getLogger(__name__)
 
 STOP_JOIN_TIMEOUT_S = 10.0
 ERROR_LOG_INTERVAL_S = 10.0  # repeated store failures are logged at most this often per loop
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerStats:
-    timer: TimerStats
-    delay: DelayStats
 
 
 class SchedulerService:

@@ -141,3 +141,11 @@ class DelayStats:
     offsets: tuple[int, ...]
     lags: tuple[int, ...]
     lateness: HistogramSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """What ``SchedulerService.stats`` answers (a scrape reads it: metrics.py)."""
+
+    timer: TimerStats
+    delay: DelayStats

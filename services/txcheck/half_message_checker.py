@@ -46,6 +46,7 @@ import enum
 import logging
 import threading
 from collections import OrderedDict
+from typing import TypeVar
 
 from services.domain.contracts.transaction import QUEUE_ID, Half, read_half
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, SYSFLAG_TRANSACTION_MASK
@@ -75,14 +76,17 @@ class _Step(enum.Enum):
     STOP = "stop"  # a young record: the pass ends here
 
 
-class _Bounded(OrderedDict):
+Value = TypeVar("Value")
+
+
+class _Bounded(OrderedDict[int, Value]):
     """Insertion-ordered; forgets the oldest entries beyond ``capacity``."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__()
         self._capacity = capacity
 
-    def add(self, key: int, value: object) -> None:
+    def add(self, key: int, value: Value) -> None:
         self[key] = value
         while len(self) > self._capacity:
             self.popitem(last=False)
@@ -120,8 +124,12 @@ class HalfMessageChecker:
         self._counts: dict[str, int] = {}
         self._results = dict.fromkeys(RESULTS, 0)
         self._offsets = (0, 0, 0, 0)  # half offset, half max, op offset, op max
-        self._checked = _Bounded(config.tracked_copies_max)  # copy offset -> (topic, transaction id)
-        self._refunds = _Bounded(config.tracked_copies_max)  # copy offset -> True: its check reached nobody
+        self._checked: _Bounded[tuple[str, str]] = _Bounded(
+            config.tracked_copies_max
+        )  # copy offset -> (topic, transaction id)
+        self._refunds: _Bounded[bool] = _Bounded(
+            config.tracked_copies_max
+        )  # copy offset -> True: its check reached nobody
         self._round_end: int | None = None  # the half max offset the current round stops at
         self.round_complete = True  # False: the last pass hit its budget; run again at once
 

@@ -42,8 +42,9 @@ import threading
 import time
 import typing
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -110,6 +111,9 @@ class Credentials:
         )
 
 
+Continuation = Callable[[grpc.ClientCallDetails, Any], Any]  # grpcio's, untyped: (details, request) -> call
+
+
 class _Signing(
     grpc.UnaryUnaryClientInterceptor,
     grpc.UnaryStreamClientInterceptor,
@@ -131,16 +135,20 @@ class _Signing(
             details.compression,
         )
 
-    def intercept_unary_unary(self, continuation, details, request):
+    def intercept_unary_unary(self, continuation: Continuation, details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)
 
-    def intercept_unary_stream(self, continuation, details, request):
+    def intercept_unary_stream(self, continuation: Continuation, details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)
 
-    def intercept_stream_unary(self, continuation, details, request_iterator):
+    def intercept_stream_unary(
+        self, continuation: Continuation, details: grpc.ClientCallDetails, request_iterator: Iterator[Any]
+    ) -> Any:
         return continuation(self._details(details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, details, request_iterator):
+    def intercept_stream_stream(
+        self, continuation: Continuation, details: grpc.ClientCallDetails, request_iterator: Iterator[Any]
+    ) -> Any:
         return continuation(self._details(details), request_iterator)
 
 
@@ -317,7 +325,7 @@ def ack_request(group: str, topic: str, messages: Sequence[d.Message]) -> s.AckM
     )
 
 
-def check_entries(what: str, response) -> None:
+def check_entries(what: str, response: s.SendMessageResponse | s.AckMessageResponse) -> None:
     """The top-level status, then each entry's (a MULTIPLE_RESULTS answer hides failed entries)."""
     if response.status.code not in _SUCCESS:
         raise BrokerCallError(what, response.status.code, response.status.message)

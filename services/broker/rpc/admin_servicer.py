@@ -190,7 +190,9 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @admin_errors
     def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(topics=[_topic(t, g) for t, g in self._placement.list(request.include_system)])
+        return pb.ListTopicsResponse(
+            topics=[_topic(t, g) for t, g in self._placement.list_topics(request.include_system)]
+        )
 
     @admin_errors
     def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:

@@ -8,10 +8,12 @@ internal properties filtered out.
 from __future__ import annotations
 
 import hashlib
+from typing import cast
 
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
 from google.protobuf import timestamp_pb2
+from google.protobuf.duration_pb2 import Duration
 
 from services.broker import consumer
 from services.broker.consumer import FilterType, ReceiveRequest
@@ -25,11 +27,11 @@ from services.domain.format.properties_format import (
     BORN_HOST,
     DLQ_ORIGIN_MESSAGE_ID,
     DLQ_ORIGIN_TOPIC,
+    LITE_TOPIC,
     SHARDING_KEY,
     TAGS,
     TRACE_CONTEXT,
 )
-from services.domain.lite import LITE_TOPIC
 from services.domain.topic_types import message_priority
 from services.store.client.model import Delivery
 
@@ -37,7 +39,7 @@ COMPRESSED_FLAG = 0x1
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
 
 
-def _duration_ms(value, what: str, code: Code) -> int:
+def _duration_ms(value: Duration, what: str, code: Code) -> int:
     if value.seconds < 0 or value.nanos < 0:
         raise RequestError(f"{what} must not be negative", code)
     return value.seconds * 1000 + value.nanos // 1_000_000
@@ -87,7 +89,7 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.body_digest.checksum = hashlib.md5(delivery.body).hexdigest().upper()
     sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
     message_type = delivered_message_type(props)
-    sp.message_type = int(message_type)
+    sp.message_type = cast(d.MessageType, int(message_type))  # the stub's type is the proto's enum class
     if message_type is MessageType.PRIORITY and (priority := message_priority(props)) is not None:
         sp.priority = priority
     elif message_type is MessageType.LITE:

@@ -7,6 +7,7 @@ Timestamp) raises ``RequestError`` with the code the field's rule uses.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
@@ -142,7 +143,8 @@ def route_response(topic: d.Resource, route: Route) -> s.QueryRouteResponse:
             found = brokers[name] = d.Broker(name=name, id=route.broker_id, endpoints=endpoints)
         return found
 
-    accept = [int(t) for t in route.accept_message_types]
+    # cast: the stub types the field as the proto's enum class; MessageType's numbers are its numbers
+    accept = [cast(d.MessageType, int(t)) for t in route.accept_message_types]
     return s.QueryRouteResponse(
         status=OK_STATUS,
         message_queues=[

@@ -23,10 +23,10 @@ class TimedThreadPool(futures.ThreadPoolExecutor):
         self._monotonic_s = monotonic_s
         self._local = threading.local()
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         return super().submit(self._timed, self._monotonic_s(), fn, args, kwargs)
 
-    def _timed(self, submitted_s: float, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _timed(self, submitted_s: float, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         local = self._local
         local.waited_s = self._monotonic_s() - submitted_s
         try:

@@ -34,9 +34,10 @@ def raw_pull_request(
 ) -> RawPullRequest:
     filter_type, expression = FilterType.TAG, "*"
     if request.HasField("filter_expression"):
-        filter_type = _FILTER_TYPES.get(request.filter_expression.type)
-        if filter_type is None:
+        known = _FILTER_TYPES.get(request.filter_expression.type)
+        if known is None:
             raise RequestError(f"unknown filter type {request.filter_expression.type}", Code.BAD_REQUEST)
+        filter_type = known
         expression = request.filter_expression.expression  # an empty TAG expression accepts everything
     return RawPullRequest(
         topic=request.topic,

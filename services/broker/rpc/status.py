@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -27,7 +27,8 @@ CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 def status(code: int, message: str | None = None) -> d.Status:
-    return d.Status(code=code, message=message if message is not None else Code(code).name)
+    # cast: the stub types the field as the proto's enum class; any of its numbers is one (Code's are)
+    return d.Status(code=cast(d.Code, code), message=message if message is not None else Code(code).name)
 
 
 OK_STATUS = status(Code.OK, "OK")

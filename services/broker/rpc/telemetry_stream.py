@@ -151,9 +151,9 @@ class TelemetryStreams:
             stream.push(_Abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message))
             return
         except FAILURES as caught:  # the store did not answer: a status-only reply, clients retry later
-            exc = as_broker_error(caught)
-            log.warning("settings for %s failed: %s", session.client_id, exc.message)
-            stream.push(s.TelemetryCommand(status=status(exc.code, exc.message)))
+            error = as_broker_error(caught)
+            log.warning("settings for %s failed: %s", session.client_id, error.message)
+            stream.push(s.TelemetryCommand(status=status(error.code, error.message)))
             return
         self._service.apply_settings(session, settings)
         stream.push(convert.settings_reply(command.settings, server_settings))
