@@ -9,7 +9,7 @@
     └── FastjsonDecodeError      text that is not fastjson-flavoured JSON
     Exception
     ├── MetadataFileError        a metadata file and its ``.bak`` both fail to decode
-    ├── StoreUnavailableError    the store cannot serve the call now (gRPC UNAVAILABLE)
+    ├── ServiceNotAvailableError  the store does not serve the call now (SERVICE_NOT_AVAILABLE; gRPC UNAVAILABLE)
     │   └── NotMasterWriteError  a state-changing call on a replica that is not the writable master
     ├── TooManyWatchersError     the server's limit of WatchArrivals streams is reached
     └── MasterSwitchError        a planned master switch that cannot be done (FAILED_PRECONDITION)
@@ -60,11 +60,14 @@ class MetadataFileError(Exception):
     """A metadata file and its ``.bak`` exist but neither can be decoded."""
 
 
-class StoreUnavailableError(Exception):
-    """The store cannot serve the call now (shutting down, not started)."""
+class ServiceNotAvailableError(Exception):
+    """The store does not serve the call now: a put batch refused whole with SERVICE_NOT_AVAILABLE
+    (not running, a slave, disk full), or a change on a replica that is not the writable master.
+    (The client's ``StoreUnavailableError`` is what its callers see: the store not reached, not
+    serving, or the client closed.)"""
 
 
-class NotMasterWriteError(StoreUnavailableError):
+class NotMasterWriteError(ServiceNotAvailableError):
     """A state-changing call (topic, group, offset, pop, ack, user...) on a replica that is not
     the writable master: refused so that no replica diverges from what the master replicates."""
 

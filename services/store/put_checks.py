@@ -89,13 +89,13 @@ class PutChecks:
         by appends not dispatched yet (concurrent puts racing for the last place may pass it by
         the few of them that are checked before either is appended)."""
         held = -1
-        lite_offsets = self._commitlog.lite_offsets
+        lite_put_offsets = self._commitlog.lite_put_offsets
         for i, rec in enumerate(messages):
             lite = rec.properties.get(LITE_TOPIC) if rec.properties else None
-            if lite is None or lite_offsets.next_offset(lmq_name(rec.topic, lite)):
+            if lite is None or lite_put_offsets.next_offset(lmq_name(rec.topic, lite)):
                 continue  # not a lite message, or a lite topic the store has
             if held < 0:
-                held = self._lite_topic_count() + lite_offsets.new_pending()
+                held = self._lite_topic_count() + lite_put_offsets.new_pending()
             else:
                 held += 1
             if held >= self._config.lite_topics_max:

@@ -89,11 +89,11 @@ class FileStore(StoreReader):
         writable = role.check_writable
         config_dir = config.config_dir
         # (the same address-space reservation as the lite index: LMDB files grow as used)
-        self._lite_offsets = LiteConsumerOffsets(config_dir, config.lite_index_map_size_bytes)
+        self._lite_consumer_offsets = LiteConsumerOffsets(config_dir, config.lite_index_map_size_bytes)
         self._topics = TopicConfigManager(config_dir, clock, writable)
         self._groups = SubscriptionGroupManager(config_dir, clock, writable)
         # (consumer offsets are committed through the pop engine, which checks)
-        self._consumer_offsets = ConsumerOffsetManager(config_dir, clock, lite=self._lite_offsets)
+        self._consumer_offsets = ConsumerOffsetManager(config_dir, clock, lite=self._lite_consumer_offsets)
         self._delay_offsets = DelayOffsetManager(config_dir, clock, writable)
         self._auth = AuthConfigManager(config_dir, clock, writable)
         self._lite = lite = LiteIndex(config.lite_index_dir, config.lite_index_map_size_bytes)
@@ -114,7 +114,7 @@ class FileStore(StoreReader):
         self._transactions = TransactionMetrics(config_dir, commitlog.read_record, clock)
         self._put_checks = PutChecks(config, commitlog, self._topics, lite.queue_count)
         self._lite_lifecycle = LiteLifecycle(
-            lite, self._topics, self._consumer_offsets.remove_topics, clock, commitlog, self._lite_offsets.lags
+            lite, self._topics, self._consumer_offsets.remove_topics, clock, commitlog, self._lite_consumer_offsets.lags
         )
         self._arrivals = ArrivalBus()
         # Consumer groups' pop / ack state; its revive loop is started with the other services.
@@ -193,9 +193,9 @@ class FileStore(StoreReader):
         return self._lite_lifecycle
 
     @property
-    def lite_offsets(self) -> LiteConsumerOffsets:
+    def lite_consumer_offsets(self) -> LiteConsumerOffsets:
         """The consumer groups' offsets in lite topics (services/store/lite/consumer_offsets.py)."""
-        return self._lite_offsets
+        return self._lite_consumer_offsets
 
     @property
     def lite(self) -> LiteIndex:
@@ -255,7 +255,7 @@ class FileStore(StoreReader):
 
     def _close_files(self, flush: bool = True) -> None:
         self._lite.close(flush)
-        self._lite_offsets.close()
+        self._lite_consumer_offsets.close()
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._index_service is not None:
@@ -270,7 +270,7 @@ class FileStore(StoreReader):
             log.warning("abort file found: the last stop was not clean; recovering")
         for manager in (self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth):
             manager.load()
-        self._lite_offsets.open()
+        self._lite_consumer_offsets.open()
         self._consumer_offsets.move_lite_offsets()
         self._checkpoint = checkpoint = CheckpointFile(config.checkpoint_path)
         cp = checkpoint.loaded
@@ -419,7 +419,7 @@ class FileStore(StoreReader):
 
     def _persist_offsets(self) -> None:
         self._consumer_offsets.persist_if_dirty()
-        self._lite_offsets.flush()
+        self._lite_consumer_offsets.flush()
         self._delay_offsets.persist()
 
     def _disk_usage_ratio(self) -> float:

@@ -48,7 +48,7 @@ def test_a_lite_message_is_stored_once_and_indexed_in_its_lmq(make_store):
 def test_offsets_stay_dense_when_the_put_table_forgets_indexed_topics(make_store):
     store = make_store()
     create_parent(store)
-    store.commitlog.lite_offsets = LiteOffsetTable(store.lite.max_offset, lambda: store.lite.dispatched, hot_max=2)
+    store.commitlog.lite_put_offsets = LiteOffsetTable(store.lite.max_offset, lambda: store.lite.dispatched, hot_max=2)
     for round_ in range(3):
         put_ok(store, *(lite(f"t{i}", b"%d-%d" % (i, round_)) for i in range(5)))
     for i in range(5):

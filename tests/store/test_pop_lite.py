@@ -167,15 +167,15 @@ def test_lite_offsets_live_in_their_own_lmdb_not_in_consumer_offset_json(make_st
     offsets.commit_offset("G", "PlainTopic", 3, 9)
     assert offsets.offset_table() == {"PlainTopic@G": {3: 9}}  # the JSON table: no lite entries
     assert (offsets.query_offset("G", A, 0), offsets.query_offset("G", B, 0)) == (5, -1)
-    assert store.lite_offsets.parents_of_group("G") == ["LiteParent", "OtherParent"]
-    assert store.lite_offsets.parents_of_group("G2") == ["LiteParent"]
+    assert store.lite_consumer_offsets.parents_of_group("G") == ["LiteParent", "OtherParent"]
+    assert store.lite_consumer_offsets.parents_of_group("G2") == ["LiteParent"]
     store.shutdown()
     store = make_store()
     offsets = store.consumer_offsets
     assert offsets.query_offset("G", A, 0) == 5 and offsets.query_offset("G", "PlainTopic", 3) == 9
     offsets.remove_topics([A])
     assert offsets.query_offset("G", A, 0) == -1 and offsets.query_offset("G2", B, 0) == 2
-    assert offsets.remove_group("G2") == 1 and store.lite_offsets.parents_of_group("G2") == []
+    assert offsets.remove_group("G2") == 1 and store.lite_consumer_offsets.parents_of_group("G2") == []
     store.shutdown()
     # a consumerOffset.json written before (lite entries in it) moves them on start
     path = store.config.config_dir / "consumerOffset.json"

@@ -14,7 +14,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_COMMIT_TYPE, MessageRecord
 from services.domain.statuses import PutStatus
 from services.runtime.metrics import MetricsHttpServer
-from services.store.errors import StoreUnavailableError
+from services.store.errors import ServiceNotAvailableError
 from services.store.model import Arrival, PutResult
 from services.store.rpc import convert
 from services.store.rpc.servicer import ArrivalWatcher
@@ -279,7 +279,7 @@ def test_arrival_watcher_coalesces_per_queue_when_full() -> None:
 def test_check_put_batch_only_fails_a_wholly_unavailable_batch() -> None:
     check_put_batch([PutResult(PutStatus.PUT_OK), PutResult(PutStatus.SERVICE_NOT_AVAILABLE)])
     check_put_batch([PutResult(PutStatus.MESSAGE_ILLEGAL)])
-    with pytest.raises(StoreUnavailableError, match="disk full"):
+    with pytest.raises(ServiceNotAvailableError, match="disk full"):
         check_put_batch([PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="disk full")])
 
 

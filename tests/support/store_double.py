@@ -60,7 +60,7 @@ from services.store.client.model import MessageToPut, StoredMessage
 from services.store.client.transport import LocalTransport, Stream
 from services.store.config import StoreConfig
 from services.store.rpc.servicer import StoreServicer
-from services.store.rpc.status import PUT_STATUS_CODES
+from services.store.rpc.status import PUT_STATUS_TO_GRPC
 from services.store.store import FileStore
 from tests.support.filestore import small_config
 
@@ -190,7 +190,7 @@ class ControlledTransport(LocalTransport):
     @staticmethod
     def _refused(request: pb.PutMessagesRequest, status: PutStatus, error: str) -> pb.PutMessagesResponse:
         """What the servicer answers for a batch the store refused as a whole."""
-        if request.messages and PUT_STATUS_CODES[status] is grpc.StatusCode.UNAVAILABLE:
+        if request.messages and PUT_STATUS_TO_GRPC[status] is grpc.StatusCode.UNAVAILABLE:
             raise error_for_status(grpc.StatusCode.UNAVAILABLE, f"store refused the batch: {error}", "PutMessages")
         code = pb.PutStatus.Value(status.name)
         if request.batch_results:

@@ -3,7 +3,7 @@ consumerOffset.json, delayOffset.json and auth.json reach the slaves on the ``Re
 that carries the CommitLog. RocketMQ's ``SlaveSynchronize`` has each slave pull them from its
 master every 10 s over separate RPCs; pyrmq's master pushes them on the stream each slave already
 holds open. No gRPC here: ``rpc/replicate.py`` sends what ``ConfigPublisher.due`` returns,
-``client/replication.py`` hands what arrives to ``HAClient.on_config``, which installs it here.
+``rpc/replicate_client.py`` hands what arrives to ``HAClient.on_config``, which installs it here.
 
 * What is sent: a whole file's content, as the table would write it now (``encode``: the same
   bytes it persists), with the table's ``change_count``. Each table's counter moves on every

@@ -1,5 +1,5 @@
 """The slave side of CommitLog replication (RocketMQ 5: ``AutoSwitchHAClient``). No gRPC here:
-``client/replication.py`` carries these calls over the master's ``Store.Replicate`` stream.
+``rpc/replicate_client.py`` carries these calls over the master's ``Store.Replicate`` stream.
 
 One session: ``handshake`` (replica id, where the CommitLog ends, the epochs), then
 ``on_master_handshake`` with the master's epochs: the slave truncates its CommitLog (and its

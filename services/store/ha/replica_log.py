@@ -213,7 +213,7 @@ class ReplicaLog:
             self._cq_store.truncate_dirty(phy_offset)
             if self._lite is not None:
                 self._lite.truncate(phy_offset)
-            commitlog.lite_offsets.clear()
+            commitlog.lite_put_offsets.clear()
             reput_from = min(reput.reput_from_offset, phy_offset)
             if self._index_service is not None:
                 files_before = len(self._index_service.files)
@@ -243,4 +243,4 @@ class ReplicaLog:
             self._reput.run_once()
             with self._commitlog.put_lock:
                 self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
-                self._commitlog.lite_offsets.clear()  # the lite index is fully dispatched: the truth
+                self._commitlog.lite_put_offsets.clear()  # the lite index is fully dispatched: the truth

@@ -1,5 +1,6 @@
 """IndexService's vectorised batch path: split, hash and put the keys of a large dispatch
-batch with numpy (see index_service.py for the semantics it must keep byte for byte)."""
+batch with numpy (see service.py for the semantics it must keep byte for byte: the bytes
+``index_file.put_entry`` writes for each key; tests/store/test_index_batch.py compares them)."""
 
 from __future__ import annotations
 

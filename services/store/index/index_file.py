@@ -1,12 +1,14 @@
-"""IndexFile and IndexService: RocketMQ's ``topic#key`` -> phy offset index, byte for byte.
+"""IndexFile (one file of the index; ``service.py`` holds IndexService, the directory of them):
+RocketMQ's ``topic#key`` -> phy offset index, byte for byte.
 
 Layout in ``services/domain/format/index_format.py``. Files live in ``index/`` and are named by
 the local time of their creation, ``yyyyMMddHHmmssSSS`` (taken from the injected clock). Each
-one is created sparse (``ftruncate``, never pre-filled) and mapped. ``IndexFile.put_key_hash``
-writes the entry, the slot and the whole header through the mapping at once, as RocketMQ's
-write-through setters do; the dispatch path (``IndexService.build_index_batch``, which
-``build_index`` also runs) writes the same bytes but the 40-byte header once per file per batch
-(see there for what a crash in the middle of a batch leaves).
+one is created sparse (``ftruncate``, never pre-filled) and mapped. An entry and its slot are
+written by ``put_entry`` alone. ``IndexFile.put_key_hash`` writes them and the whole header
+through the mapping at once, as RocketMQ's write-through setters do; the dispatch path
+(``IndexService.build_index_batch``, which ``build_index`` also runs) writes the same bytes but
+the 40-byte header once per file per batch (see there for what a crash in the middle of a batch
+leaves), and its numpy path (``batch.py``) the same bytes for a whole run of keys at once.
 
 RocketMQ quirks kept on purpose (they decide the bytes):
 
@@ -33,7 +35,7 @@ Where we differ from RocketMQ (documented choices; none changes the layout):
 * A file whose size is not the configured size is deleted at load (it is a cache).
 * A chain walk is bounded by index_count steps, so a corrupt chain cannot loop forever.
 
-Threads and locks (``_flush_lock -> _lock``):
+IndexService's threads and locks (``_flush_lock -> _lock``):
 
 * ``_lock`` serialises build_index(_batch) and every change of the file list (roll, load,
   delete, truncate, close). The file list is a tuple replaced on change, never mutated.
@@ -60,12 +62,12 @@ import operator
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.domain.format.index_format import (
     INDEX_ENTRY,
+    INDEX_ENTRY_SIZE_BYTES,
     INDEX_FILE_NAME_LENGTH,
     INDEX_HEADER,
     INDEX_HEADER_SIZE_BYTES,
@@ -78,9 +80,6 @@ from services.domain.format.index_format import (
     index_key_hash,
 )
 from services.domain.format.properties_format import KEY_SEPARATOR
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +121,40 @@ class _Record:
         self.phy_offset = phy_offset
         self.store_timestamp_ms = store_timestamp_ms
         self.sys_flag = sys_flag
+
+
+def put_entry(
+    mm: mmap.mmap,
+    entries_pos: int,
+    hash_slot_num: int,
+    index_count: int,
+    key_hash: int,
+    phy_offset: int,
+    store_timestamp_ms: int,
+    begin_timestamp_ms: int,
+) -> int:
+    """``putKey``'s writes of the key that takes index ``index_count`` (the one place both
+    ``IndexFile.put_key_hash`` and the dispatch loop, ``IndexService._build_batch_py_locked``,
+    write an entry): the entry, chained to the index its slot held, then the slot, so a reader
+    that sees the slot finds the entry. Returns that previous index: 0 when the slot was empty
+    or held an index out of range (the caller's hash_slot_count grows). The caller updates the
+    header values (a file's first entry sets the begin values, after time_diff used the old
+    ones)."""
+    slot_pos = INDEX_HEADER_SIZE_BYTES + (key_hash % hash_slot_num) * INDEX_SLOT_SIZE_BYTES
+    prev_index = _slot_unpack_from(mm, slot_pos)[0]
+    if prev_index <= 0 or prev_index > index_count:
+        prev_index = 0
+    if begin_timestamp_ms <= 0 or store_timestamp_ms <= begin_timestamp_ms:
+        time_diff = 0
+    else:
+        time_diff = (store_timestamp_ms - begin_timestamp_ms) // 1000
+        if time_diff > JAVA_INT_MAX:
+            time_diff = JAVA_INT_MAX
+    _entry_pack_into(
+        mm, entries_pos + index_count * INDEX_ENTRY_SIZE_BYTES, key_hash, phy_offset, time_diff, prev_index
+    )
+    _slot_pack_into(mm, slot_pos, index_count)
+    return prev_index
 
 
 def _set_header_fields(
@@ -328,21 +361,18 @@ class IndexFile:
         if index_count >= self.index_num_max:
             return False
         mm = self._mm
-        slot_pos = INDEX_HEADER_SIZE_BYTES + (key_hash % self.hash_slot_num) * INDEX_SLOT_SIZE_BYTES
-        prev_index = _slot_unpack_from(mm, slot_pos)[0]
-        if prev_index <= 0 or prev_index > index_count:
-            prev_index = 0
         begin_timestamp_ms = self.begin_timestamp_ms
-        if begin_timestamp_ms <= 0 or store_timestamp_ms <= begin_timestamp_ms:
-            time_diff = 0
-        else:
-            time_diff = (store_timestamp_ms - begin_timestamp_ms) // 1000
-            if time_diff > JAVA_INT_MAX:
-                time_diff = JAVA_INT_MAX
-        # Entry first, then the slot, then the counters: a concurrent reader that sees the
-        # slot already finds the entry.
-        _entry_pack_into(mm, self._entries_pos + index_count * 20, key_hash, phy_offset, time_diff, prev_index)
-        _slot_pack_into(mm, slot_pos, index_count)
+        # The entry and the slot first, then the counters.
+        prev_index = put_entry(
+            mm,
+            self._entries_pos,
+            self.hash_slot_num,
+            index_count,
+            key_hash,
+            phy_offset,
+            store_timestamp_ms,
+            begin_timestamp_ms,
+        )
         if index_count <= 1:
             # First entry: begin values become this message's, after time_diff used the old ones.
             self.begin_phy_offset = phy_offset

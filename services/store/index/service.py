@@ -19,7 +19,6 @@ from services.domain.format.index_format import (
     HASH_DIGITS_Q31,
     HASH_DIGITS_R31,
     HASH_POW31,
-    INDEX_ENTRY_SIZE_BYTES,
     index_key,
     index_key_hash_from_u32,
     java_hash_extend_u32,
@@ -31,19 +30,15 @@ from services.store.index.index_file import (
     _NP_MIN_RECORDS,
     _PREFIX_CACHE_MAX,
     INDEX_FILE_NAME_LENGTH,
-    INDEX_HEADER_SIZE_BYTES,
-    INDEX_SLOT_SIZE_BYTES,
     JAVA_INT_MAX,
     QUERY_MAX_NUM_DEFAULT,
     IndexFile,
-    _entry_pack_into,
     _is_index_file_name,
     _Record,
-    _slot_pack_into,
-    _slot_unpack_from,
     _store_header,
     index_file_name,
     index_file_size_bytes,
+    put_entry,
 )
 
 if TYPE_CHECKING:
@@ -156,8 +151,8 @@ class IndexService(NumpyIndexBatch):
         end_phy_offset, so nothing is skipped and every key is put in order), put with numpy as
         well, a file at a time. Any other batch (re-dispatch, a small batch, a key holding
         ``\\x01``) runs ``_build_batch_py_locked``: ``build_index``'s loop with the key hash
-        and ``put_key_hash`` inlined and the header fields in locals (a re-dispatch found under
-        the lock by the numpy path releases it and takes it again for that loop).
+        inlined, ``put_entry`` for each key and the header fields in locals (a re-dispatch found
+        under the lock by the numpy path releases it and takes it again for that loop).
 
         The 40-byte header is written through the mapping once per file per batch: at the end
         of the batch, before a roll (which pre-sets the new header from it), and before a
@@ -184,19 +179,13 @@ class IndexService(NumpyIndexBatch):
             self._build_batch_py_locked(requests)
 
     def _build_batch_py_locked(self, requests: Sequence[DispatchRequest]) -> None:
-        """build_index over ``requests``: ``put_key_hash`` and the key hash inlined, the
-        header fields in locals."""
-        slot_unpack_from = _slot_unpack_from
-        slot_pack_into = _slot_pack_into
-        entry_pack_into = _entry_pack_into
+        """build_index over ``requests``: the key hash inlined, each key written by ``put_entry``
+        (as ``IndexFile.put_key_hash`` does), the header fields in locals."""
+        put = put_entry
         pow31 = HASH_POW31
         digits_r = HASH_DIGITS_R31
         digits_q = HASH_DIGITS_Q31
         ascii_units_max = HASH_ASCII_UNITS_MAX
-        slots_pos = INDEX_HEADER_SIZE_BYTES
-        slot_size = INDEX_SLOT_SIZE_BYTES
-        entry_size = INDEX_ENTRY_SIZE_BYTES
-        java_int_max = JAVA_INT_MAX
         transaction_mask = SYSFLAG_TRANSACTION_MASK
         rollback_type = SYSFLAG_TRANSACTION_ROLLBACK_TYPE
         index_num_max = self.index_num_max
@@ -296,22 +285,17 @@ class IndexService(NumpyIndexBatch):
                             end_phy_offset,
                             hash_slot_count,
                         ) = index_file.put_state()
-                    # -- IndexFile.put_key_hash, inlined (keep the two in step)
-                    slot_pos = slots_pos + (key_hash % hash_slot_num) * slot_size
-                    prev_index = slot_unpack_from(mm, slot_pos)[0]
-                    if prev_index <= 0 or prev_index > index_count:
-                        prev_index = 0
-                        hash_slot_count += 1
-                    if begin_timestamp_ms <= 0 or store_timestamp_ms <= begin_timestamp_ms:
-                        time_diff = 0
-                    else:
-                        time_diff = (store_timestamp_ms - begin_timestamp_ms) // 1000
-                        if time_diff > java_int_max:
-                            time_diff = java_int_max
-                    entry_pack_into(
-                        mm, entries_pos + index_count * entry_size, key_hash, phy_offset, time_diff, prev_index
-                    )
-                    slot_pack_into(mm, slot_pos, index_count)
+                    if not put(
+                        mm,
+                        entries_pos,
+                        hash_slot_num,
+                        index_count,
+                        key_hash,
+                        phy_offset,
+                        store_timestamp_ms,
+                        begin_timestamp_ms,
+                    ):
+                        hash_slot_count += 1  # the slot was empty
                     if index_count <= 1:
                         # First entry: begin values become this message's, after time_diff
                         # used the old ones (a query converts time_diffs with them).

@@ -82,7 +82,7 @@ class LiteLifecycle:
         offset table."""
         commitlog = self._commitlog
         with commitlog.put_lock:
-            offsets = commitlog.lite_offsets
+            offsets = commitlog.lite_put_offsets
             if offsets.pending(lmq):
                 return False
             queue = self._index.queue(lmq)

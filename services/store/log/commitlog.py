@@ -115,7 +115,7 @@ def _prepare_lite(rec: MessageRecord) -> None:
 
 
 class CommitLog:
-    def __init__(self, config: StoreConfig, clock: Clock, lite_offsets: LiteOffsetTable) -> None:
+    def __init__(self, config: StoreConfig, clock: Clock, lite_put_offsets: LiteOffsetTable) -> None:
         self.config = config
         self.clock = clock
         self.mfq = MappedFileQueue(
@@ -129,7 +129,7 @@ class CommitLog:
         self.flush_lock = threading.RLock()
         self.queue_offset_table: dict[str, int] = {}
         # The lite topics' next offsets, read and moved under the put lock (lite/put_offsets.py).
-        self.lite_offsets = lite_offsets
+        self.lite_put_offsets = lite_put_offsets
         self.store_host = host_from_string(config.store_host)
         self.store_host_prefix = self.store_host[0] + struct.pack(">i", self.store_host[1])
         self._store_host_flag = SYSFLAG_STOREHOST_V6 if len(self.store_host[0]) == 16 else 0
@@ -231,7 +231,7 @@ class CommitLog:
         pack_len = _INT16_PACK
         new_request = tuple.__new__
         known_hash = REPEATED_HASHES.get
-        lite_offsets = self.lite_offsets
+        lite_put_offsets = self.lite_put_offsets
         with self.put_lock:
             now = self.clock.now_ms()
             if now < self.last_store_timestamp_ms:
@@ -265,7 +265,7 @@ class CommitLog:
                     body = rec.body
                     lmq = rec.properties.get(INNER_MULTI_DISPATCH, "")
                     if lmq:
-                        lmq_offset = lite_offsets.next_offset(lmq)
+                        lmq_offset = lite_put_offsets.next_offset(lmq)
                         properties_bytes = _with_lmq_offset(properties_bytes, lmq_offset)
                     else:
                         lmq_offset = -1
@@ -314,7 +314,7 @@ class CommitLog:
                     if counted:
                         table[key] = queue_offset + 1
                     if lmq:
-                        lite_offsets.appended(lmq, lmq_offset, end + base)
+                        lite_put_offsets.appended(lmq, lmq_offset, end + base)
                         rec.properties[INNER_MULTI_QUEUE_OFFSET] = str(lmq_offset)
                     if record_backlog:
                         props = rec.properties

@@ -16,7 +16,7 @@ Delete, Get, List, All; decision Allow | Deny. The secret keys are the HMAC keys
 with, so the file holds them in clear, as RocketMQ's does: it is written mode 0600.
 
 Replication (ha/config_sync.py): a slave ``install``s the master's file content and refuses every
-change (``check_writable``, set by the store); ``change_count`` moves on every change.
+change (``check_writable``, given by the store); ``change_count`` moves on every change.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ ids), ``groupTopicMap`` as a ``HashMap(128)`` of ``HashSet(8)``s (a Set: written
 Replication (ha/config_sync.py): ``change_count`` moves on every commit and on every persist that
 bumps ``dataVersion``, so the master sends the current table when it changed and again once the
 version it writes moved; a slave ``install``s it (memory and file). A slave refuses delay-offset
-updates (``check_writable``, set by the store); consumer offsets are committed through the pop
+updates (``check_writable``, given by the store); consumer offsets are committed through the pop
 engine, which refuses them.
 
 Locking: ``_persist_lock -> _lock``. ``_lock`` guards the table and the dirty flag only;

@@ -10,7 +10,7 @@ Tables are written in the iteration order of RocketMQ's ``ConcurrentHashMap(1024
 no bucket holds two keys inserted in a different order, and below 1536 entries).
 
 Replication (ha/config_sync.py): a slave ``install``s the master's content of the file, and refuses
-every change (``check_writable``, set by the store). ``change_count`` moves on every change,
+every change (``check_writable``, given by the store). ``change_count`` moves on every change,
 install and load: what the master's sender and the store's caches compare.
 
 Locking: ``_persist_lock -> _lock``. A change holds ``_persist_lock`` from the mutation to the

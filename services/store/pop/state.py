@@ -58,7 +58,7 @@ class GroupConfigCache:
 
 @dataclass(slots=True)
 class QueueState:
-    """``committed <= done / in flight / to redeliver < cursor`` (pop.py's docstring)."""
+    """``committed <= done / in flight / to redeliver < cursor`` (service.py's docstring)."""
 
     committed: int
     seen: int  # consumer_offsets value last read or written

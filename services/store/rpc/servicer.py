@@ -296,7 +296,7 @@ class StoreServicer(pb_grpc.StoreServicer):
     def GetGroupOffsets(
         self, request: pb.GetGroupOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.GetGroupOffsetsResponse:
-        parents = self._store.lite_offsets.parents_of_group(request.group)
+        parents = self._store.lite_consumer_offsets.parents_of_group(request.group)
         if request.lite_parents_only:
             return pb.GetGroupOffsetsResponse(lite_parents=parents)
         response = convert.group_offsets_to_pb(self._store.consumer_offsets.offsets_of_group(request.group))

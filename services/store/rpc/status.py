@@ -9,7 +9,7 @@ Two kinds of outcome reach a servicer method (docs/conventions.md, rule 5):
 * exceptions: bad input is a ``ValueError`` (``PropertiesError``, a malformed offset message
   id, a bad host string), a missing message/topic/group is a ``LookupError`` (the servicer
   raises it when the core returns ``None``), a store that is closed or not started raises
-  ``StoreNotRunningError`` or reports ``SERVICE_NOT_AVAILABLE`` (``StoreUnavailableError``).
+  ``StoreNotRunningError`` or reports ``SERVICE_NOT_AVAILABLE`` (``ServiceNotAvailableError``).
 
 Servicer methods never call ``context.abort`` themselves: they raise, and ``rpc_errors`` aborts
 once with the table's code. Anything else is a bug: it is logged with its traceback and reported as INTERNAL.
@@ -31,8 +31,8 @@ from services.store.errors import (
     MasterSwitchTimeoutError,
     NotMasterError,
     NotMasterWriteError,
+    ServiceNotAvailableError,
     StoreNotRunningError,
-    StoreUnavailableError,
     TooManyWatchersError,
 )
 from services.store.model import PutResult
@@ -45,7 +45,7 @@ Code = grpc.StatusCode
 # Exceptions, most specific first: the first entry the exception is an instance of wins.
 EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (NotMasterWriteError, Code.UNAVAILABLE),  # a state change on a slave: the client retries on the master
-    (StoreUnavailableError, Code.UNAVAILABLE),
+    (ServiceNotAvailableError, Code.UNAVAILABLE),
     (StoreNotRunningError, Code.UNAVAILABLE),  # used before start() or after shutdown()
     (TooManyWatchersError, Code.RESOURCE_EXHAUSTED),
     (NotMasterError, Code.FAILED_PRECONDITION),  # Replicate on a slave
@@ -56,7 +56,7 @@ EXCEPTION_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 # Every put status, with the code a caller surfacing it as an error should use.
-PUT_STATUS_CODES: dict[PutStatus, grpc.StatusCode] = {
+PUT_STATUS_TO_GRPC: dict[PutStatus, grpc.StatusCode] = {
     PutStatus.PUT_OK: Code.OK,
     PutStatus.FLUSH_DISK_TIMEOUT: Code.DEADLINE_EXCEEDED,
     PutStatus.SERVICE_NOT_AVAILABLE: Code.UNAVAILABLE,
@@ -72,7 +72,7 @@ PUT_STATUS_CODES: dict[PutStatus, grpc.StatusCode] = {
     PutStatus.HA_NOT_AVAILABLE: Code.FAILED_PRECONDITION,  # an answer, not UNAVAILABLE: the broker maps it to 50002
     PutStatus.LMQ_QUOTA_EXCEEDED: Code.RESOURCE_EXHAUSTED,
 }
-assert set(PUT_STATUS_CODES) == set(PutStatus), "every PutStatus needs a code"
+assert set(PUT_STATUS_TO_GRPC) == set(PutStatus), "every PutStatus needs a code"
 
 
 def code_for_exception(exc: BaseException) -> grpc.StatusCode:
@@ -83,16 +83,16 @@ def code_for_exception(exc: BaseException) -> grpc.StatusCode:
 
 
 def check_put_batch(results: list[PutResult]) -> None:
-    """Raise StoreUnavailableError if the whole batch was refused as unavailable."""
-    if results and all(PUT_STATUS_CODES[r.status] is Code.UNAVAILABLE for r in results):
+    """Raise ServiceNotAvailableError if the whole batch was refused as unavailable."""
+    if results and all(PUT_STATUS_TO_GRPC[r.status] is Code.UNAVAILABLE for r in results):
         reason = results[0].error or results[0].status.name
-        raise StoreUnavailableError(f"store refused the batch: {reason}")
+        raise ServiceNotAvailableError(f"store refused the batch: {reason}")
 
 
 def check_put_status(status: PutStatus, error: str, count: int) -> None:
     """:func:`check_put_batch` for a batch answered with one status."""
-    if count and PUT_STATUS_CODES[status] is Code.UNAVAILABLE:
-        raise StoreUnavailableError(f"store refused the batch: {error or status.name}")
+    if count and PUT_STATUS_TO_GRPC[status] is Code.UNAVAILABLE:
+        raise ServiceNotAvailableError(f"store refused the batch: {error or status.name}")
 
 
 DETAILS_MAX_CHARS = 1_024
