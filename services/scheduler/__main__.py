@@ -58,7 +58,7 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
         failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
     stack.callback(store.close)
-    service = SchedulerService(config, store, watch=store.watch_arrivals)
+    service = SchedulerService(config, store, watch=store)
     log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None

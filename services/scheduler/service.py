@@ -94,9 +94,8 @@ class SchedulerService:
         self._stopped.set()
         self._timer_wake.set()
         self._delay_wake.set()
-        stop_watching = getattr(self._store, "stop_watching", None)
-        if stop_watching is not None:
-            stop_watching()
+        if self._watch is not None:
+            self._watch.stop_watching()
         for thread in self._threads:
             thread.join(STOP_JOIN_TIMEOUT_S)
             if thread.is_alive():
@@ -171,4 +170,4 @@ class SchedulerService:
             on_arrival(TIMER_TOPIC)
             on_arrival(SCHEDULE_TOPIC)
 
-        self._watch([TIMER_TOPIC, SCHEDULE_TOPIC], on_arrivals, on_restart, self._stopped)
+        self._watch.watch_arrivals([TIMER_TOPIC, SCHEDULE_TOPIC], on_arrivals, on_restart, self._stopped)

@@ -41,10 +41,21 @@ class SchedulerStore(Protocol):
     def update_delay_offset(self, level: int, offset: int) -> None: ...
 
 
-# Follows the store's arrival announcements for some topics until the event is set (the store
-# client's ``watch_arrivals``): ``on_arrivals(topics)`` per batch, ``on_restart()`` after each
-# (re)connect.
-ArrivalWatch = Callable[[Sequence[str], Callable[[list[str]], None], Callable[[], None], threading.Event], None]
+class ArrivalWatch(Protocol):
+    """The store's arrival announcements (the store client)."""
+
+    def watch_arrivals(
+        self,
+        topics: Sequence[str],
+        on_arrivals: Callable[[list[str]], None],
+        on_restart: Callable[[], None],
+        stopped: threading.Event,
+    ) -> None:
+        """Follow the announcements for ``topics`` on this thread until ``stopped`` or
+        ``stop_watching``: ``on_arrivals(topics)`` per batch, ``on_restart()`` after each
+        (re)connect."""
+
+    def stop_watching(self) -> None: ...
 
 
 def put_each_refused(store: SchedulerStore, messages: Sequence[MessageToPut]) -> list[PutOutcome]:

@@ -60,9 +60,7 @@ def scheduler_store(store_address: str):
 
 def test_delayed_messages_arrive_at_their_time_and_a_recalled_one_never(broker, scheduler_store, tmp_path):
     create_topics(scheduler_store, "Later")
-    service = SchedulerService(
-        SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store, watch=scheduler_store.watch_arrivals
-    )
+    service = SchedulerService(SchedulerConfig(root=tmp_path / "scheduler"), scheduler_store, watch=scheduler_store)
     service.open()
     service.start()
     try:

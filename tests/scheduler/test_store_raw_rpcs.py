@@ -96,7 +96,7 @@ def test_delay_offsets_and_queue_offsets(client):
 
 
 def test_delay_level_delivery_against_a_real_store(client, tmp_path):
-    service = SchedulerService(SchedulerConfig(root=tmp_path / "scheduler"), client, watch=client.watch_arrivals)
+    service = SchedulerService(SchedulerConfig(root=tmp_path / "scheduler"), client, watch=client)
     service.open()
     service.start()
     try:
