@@ -17,16 +17,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require(*mark.args)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist with ``--dist loadgroup`` (`make test`: two workers), a worker runs whole
-    modules, so a module's shared cluster or client starts once, and every test that takes the
-    session's SparkSession (tests/pipeline/conftest.py), so there is one JVM."""
-    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
-        return
-    for item in items:
-        group = "spark" if "spark" in item.fixturenames else item.nodeid.split("::", 1)[0].removeprefix("tests/")
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without it installed, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (`make test`: -n 2) a worker takes whole modules, so a module's shared
+    cluster or client starts once, and the whole of tests/pipeline, so its session's SparkSession
+    (tests/pipeline/conftest.py) is one JVM. (Scopes with the most tests go first: xdist's
+    loadscope reordering.) ``--dist loadgroup`` would do it by marks, but pytest 9 ignores the
+    node ids pytest-xdist 3.8 rewrites for it."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/pipeline" if path.startswith("tests/pipeline/") else path
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
