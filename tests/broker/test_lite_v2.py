@@ -16,8 +16,10 @@ from google.protobuf.duration_pb2 import Duration
 from pyrmq.admin.v1 import admin_pb2, admin_pb2_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.domain.lite import lmq_name
 from services.store.client.client import GrpcStoreClient
 from tests.support.v2_requests import METADATA, Stream, ack, message, receive, send_ok
+from tests.support.waits import wait_until
 
 PARENT = "LiteV2Parent"
 GROUP = "LiteV2Group"
@@ -48,10 +50,17 @@ def receive_lite(v2, metadata=METADATA, polling_s: int = 5) -> list[d.Message]:
 
 
 @pytest.fixture
-def lite_v2(v2, topics):
+def lite_v2(v2, topics, store_address):
     topics(PARENT, message_type="LITE", queue_nums=2)
     for i in range(4):
         send_ok(v2, lite_message("backlog", f"b{i}"))
+    # A send is answered once stored; the lite topic's units come with dispatch, a moment later.
+    # The offset options (MAX: "the end") read the end the index has.
+    store = GrpcStoreClient(store_address)
+    try:
+        wait_until(lambda: store.queue_offsets(lmq_name(PARENT, "backlog"), 0)[1] == 4, what="the backlog dispatched")
+    finally:
+        store.close()
     return v2
 
 
@@ -170,7 +179,12 @@ def test_a_lite_message_goes_to_the_dead_letter_queue_by_its_parent_and_lite_top
     )
     assert v2.ForwardMessageToDeadLetterQueue(request, metadata=METADATA, timeout=10).status.code == d.OK
     dlq = f"%DLQ%{GROUP}"
-    stored = store_stub.GetMessages(
-        pb.GetMessagesRequest(topic=dlq, queue_id=0, queue_offset=0, max_count=32), timeout=10
-    ).messages
+    stored = wait_until(  # the DLQ copy is readable once dispatched
+        lambda: (
+            store_stub.GetMessages(
+                pb.GetMessagesRequest(topic=dlq, queue_id=0, queue_offset=0, max_count=32), timeout=10
+            ).messages
+        ),
+        what="the message in the DLQ",
+    )
     assert [(m.body, m.properties["__LITE_TOPIC"]) for m in stored] == [(b"b0", "backlog")]
