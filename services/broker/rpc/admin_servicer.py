@@ -40,6 +40,7 @@ from services.broker.auth import AccessDenied, AuthError
 from services.broker.client_admin import Answered, ClientAdmin, ClientView
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
+from services.broker.pull import pulled_delivery
 from services.broker.rpc.consumer_convert import delivered_message
 from services.broker.rpc.status import DIRECT, Peers, check_access
 from services.broker.topic_placement import TopicPlacement
@@ -368,23 +369,7 @@ class V2ClientCommands:
 
     def verify_command(self, nonce: str, message: StoredMessage) -> s.TelemetryCommand:
         """The stored message as a consumer would receive it (no receipt handle: it is not popped)."""
-        delivered = delivered_message(
-            Delivery(
-                topic=message.topic,
-                body=message.body,
-                properties=dict(message.properties),
-                queue_id=message.queue_id,
-                queue_offset=message.queue_offset,
-                delivery_attempt=message.reconsume_times + 1,
-                receipt_handle="",
-                sys_flag=message.sys_flag,
-                born_timestamp_ms=message.born_timestamp_ms,
-                born_host=message.born_host,
-                store_timestamp_ms=message.store_timestamp_ms,
-                store_host=message.store_host,
-                offset_msg_id=message.offset_msg_id,
-            )
-        )
+        delivered = delivered_message(pulled_delivery(message))
         return s.TelemetryCommand(verify_message_command=s.VerifyMessageCommand(nonce=nonce, message=delivered))
 
 
