@@ -7,8 +7,8 @@ node subprocess. Store and broker run in this process on 127.0.0.1:0; what lande
 through the store's gRPC API. `make setup` installs node (apt-get) and the client (npm ci).
 
 Timing: simple consumers stop as soon as they have their count; push consumers run on a broker
-whose settings reply 5 s long polling (the minimum), since the Node push consumer's shutdown
-waits for its in-flight long polls; redeliveries are nacks (ChangeInvisibleDuration to a few
+whose settings reply 1 s long polling (its minimum lowered to 1 s), since the Node push
+consumer's shutdown waits for its in-flight long polls; redeliveries are nacks (ChangeInvisibleDuration to a few
 hundred ms, which the store revives within its 1 s revive interval), as a receive's invisible
 duration must be at least 10 s.
 """
@@ -25,6 +25,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.broker.queue_selection import fifo_queue_id
 from tests.support.node_client import NODE_DIR, client_version, consume, produce, send
 from tests.support.store_reads import stored, wait_stored
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.needs("rocketmq-client-nodejs"), pytest.mark.timeout(90)]
 
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.needs("rocketmq-client-nodejs"), pytest.mark.timeout(9
 # one, and only then starts waiting for the first settings reply. A reply that arrives while a
 # later topic's QueryRoute is still out resolves nothing, and startup() waits forever. So every
 # client here names at most one topic at construction.
-PUSH_POLLING_MS = 5_000  # settings reply for push consumers: their shutdown waits for a long poll
+PUSH_POLLING_MS = 1_000  # settings reply for push consumers: their shutdown waits for a long poll
 INVISIBLE_MS_MIN = 10_000
 BODY_SIZE_MAX = 4 * 1024 * 1024  # the publishing.max_body_size of the settings reply
 
@@ -47,20 +48,12 @@ def create_group(store_stub, name: str, **config) -> None:
 def committed_total(store_stub, group: str, topic: str, expected: int) -> int:
     """Sum of the group's committed offsets over the topic's 8 queues, waiting (up to 10 s) for
     ``expected``: acks from a push consumer may still be on their way when it exits."""
-    deadline = time.monotonic() + 10
-    while True:
-        total = sum(
-            max(
-                0,
-                store_stub.QueryConsumerOffset(
-                    pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=q), timeout=10
-                ).offset,
-            )
-            for q in range(8)
-        )
-        if total >= expected or time.monotonic() > deadline:
-            return total
-        time.sleep(0.1)
+
+    def total() -> int:
+        requests = [pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=q) for q in range(8)]
+        return sum(max(0, store_stub.QueryConsumerOffset(r, timeout=10).offset) for r in requests)
+
+    return wait_until(total, 10, f"{group} committed {expected}", accept=lambda done: done >= expected)
 
 
 def fifo_messages(groups: tuple[str, ...], per_group: int) -> list[dict]:
@@ -327,7 +320,7 @@ def test_fifo_simple_consumer_keeps_order_per_group(broker, store_stub, topics, 
 
 def test_fifo_push_consumer_keeps_order_per_group_and_dead_letters_a_failure(make_broker, store_stub, topics, tmp_path):
     topics("NodeFifoPushTopic")
-    broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS)
+    broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS, long_polling_timeout_ms_min=PUSH_POLLING_MS)
     endpoint = f"127.0.0.1:{broker.port}"
     create_group(store_stub, "NodeFifoPush", consume_message_orderly=True, retry_max_times=1)
     sent = produce(tmp_path, endpoint, "NodeFifoPushTopic", fifo_messages(FIFO_GROUPS, 3))
@@ -382,7 +375,7 @@ def test_transaction_commit_and_rollback(broker, store_stub, topics, tmp_path):
 
 def test_push_consumer_acks_and_redelivers_failures(make_broker, store_stub, topics, tmp_path):
     topics("NodePushTopic")
-    broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS)
+    broker = make_broker(consumer_long_polling_timeout_ms=PUSH_POLLING_MS, long_polling_timeout_ms_min=PUSH_POLLING_MS)
     endpoint = f"127.0.0.1:{broker.port}"
     sent = produce(tmp_path, endpoint, "NodePushTopic", [{"body": f"p-{i}", "tag": "T"} for i in range(3)])
     # Every first delivery fails: the client nacks it (ChangeInvisibleDuration) and the server
