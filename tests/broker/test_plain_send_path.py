@@ -91,9 +91,7 @@ def producer(store: StoreDouble) -> Producer:
     return Producer(CONFIG, TopicRegistry(CONFIG, store, store.clock), DirectPutSink(store.put_messages), store.clock)
 
 
-@settings(max_examples=3000, deadline=None)
-@given(messages())
-def test_fast_path_answers_as_the_full_checks_or_steps_aside(store, message):
+def fast_path_agrees(store: StoreDouble, message: IncomingMessage) -> None:
     p = producer(store)
     try:
         expected = p.build_properties(message, PEER, NOW_MS)
@@ -106,6 +104,20 @@ def test_fast_path_answers_as_the_full_checks_or_steps_aside(store, message):
     if fast is not None:
         assert fast[0] is expected[0]
         assert list(fast[1].items()) == list(expected[1].items())
+
+
+@settings(max_examples=600, deadline=None)
+@given(messages())
+def test_fast_path_answers_as_the_full_checks_or_steps_aside(store, message):
+    fast_path_agrees(store, message)
+
+
+@pytest.mark.slow
+@settings(max_examples=10_000, deadline=None)
+@given(messages())
+def test_fast_path_answers_as_the_full_checks_on_many_more_messages(store, message):
+    """make soak: the same property on 10,000 messages (make test draws 600)."""
+    fast_path_agrees(store, message)
 
 
 def test_the_usual_message_takes_the_fast_path(store):

@@ -15,7 +15,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as admin_grpc
 from services.domain.retry_policy import CustomizedRetryPolicy
 from tests.support.v2_requests import Stream, change, message, receive, send_ok
 
-BACKOFFS_MS = (2_000, 4_000)
+BACKOFFS_MS = (1_000, 2_000)  # whole seconds (ChangeInvisibleDuration), one per attempt, rising
 REVIVE_SLACK_S = 3.0  # the store revives expired messages once a second; allow a loaded machine more
 
 
