@@ -203,6 +203,7 @@ class ReplicaLog:
             if phy_offset < max_offset:
                 log.warning("truncating the CommitLog from %d to %d", max_offset, phy_offset)
             commitlog.mfq.truncate_dirty_files(phy_offset)
+            assert commitlog.max_offset == phy_offset, (commitlog.max_offset, phy_offset)
             kept = commitlog.mfq.find_by_offset(phy_offset)
             if kept is not None:
                 kept.zero(phy_offset - kept.file_from_offset, kept.file_size)

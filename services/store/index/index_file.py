@@ -168,6 +168,7 @@ def _set_header_fields(
 ) -> None:
     """Publish build_index_batch's header values to the attributes queries read, index_count
     last (a query that sees it sees the rest)."""
+    assert 1 <= index_count <= index_file.index_num_max, (index_file, index_count)
     index_file.begin_timestamp_ms = begin_timestamp_ms
     index_file.end_timestamp_ms = end_timestamp_ms
     index_file.begin_phy_offset = begin_phy_offset

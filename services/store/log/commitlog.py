@@ -349,6 +349,8 @@ class CommitLog:
             finally:
                 if pos > mf.wrote_position:
                     mf.wrote_position = pos  # what was written, even when a later record failed
+            # Every record in a segment is followed by at least a blank record's bytes of it.
+            assert file_size - pos >= BLANK_RECORD_SIZE_BYTES, (mf.file_from_offset, pos)
             if pos > mf.warm_mark and self.on_populate_low is not None:
                 mf.warm_mark = file_size  # once per warming round: the warmer sets the next mark
                 self.on_populate_low()

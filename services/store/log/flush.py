@@ -113,6 +113,8 @@ class FlushService(_Loop):
                 cp = self.checkpoint.current
                 cp.physic_msg_timestamp = stamp
                 cp.flushed_phy_offset = self.commitlog.flushed_where
+                # Never durable past the log's end (recovery trusts what lies below it).
+                assert cp.flushed_phy_offset <= self.commitlog.max_offset, cp.flushed_phy_offset
         return flushed
 
     def stop(self) -> None:

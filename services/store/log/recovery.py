@@ -216,9 +216,10 @@ def recover(
         if len(index_service.files) < files_before or cp.dispatched_phy_offset < 0:
             reput_from = min(reput_from, max_indexed if max_indexed >= 0 else commitlog.min_offset)
     cq_store.correct_min_offsets(commitlog.min_offset)
-    return RecoveryResult(
-        end, max(reput_from, commitlog.min_offset), end - scan_from, truncated, commitlog.confirm_offset
-    )
+    reput_from = max(reput_from, commitlog.min_offset)
+    # What reput's invariant needs: it restarts within the log, which ends where the scan did.
+    assert commitlog.min_offset <= reput_from <= end == commitlog.max_offset, (reput_from, end, commitlog.max_offset)
+    return RecoveryResult(end, reput_from, end - scan_from, truncated, commitlog.confirm_offset)
 
 
 def consume_queues_agree(cq_store: ConsumeQueueStore, commitlog: CommitLog) -> bool:

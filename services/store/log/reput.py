@@ -164,8 +164,14 @@ class ReputService:
 
     def reset_reput_from_offset(self, offset: int) -> None:
         """Restart dispatch at ``offset`` (a record boundary), as RocketMQ's setReputFromOffset
-        after a truncation. The caller holds ``paused()`` and ``dispatch_lock``."""
-        assert offset >= 0, offset
+        after a truncation. The caller holds ``paused()`` and ``dispatch_lock`` (and the put lock:
+        the CommitLog's ends stand still)."""
+        commitlog = self._commitlog
+        assert commitlog.min_offset <= offset <= commitlog.max_offset, (
+            offset,
+            commitlog.min_offset,
+            commitlog.max_offset,
+        )
         self._reput_from_offset = offset
 
     def run_once(self) -> int:
