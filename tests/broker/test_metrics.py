@@ -30,7 +30,8 @@ def metrics() -> BrokerMetrics:
 
 @pytest.fixture
 def v2m(make_broker, metrics: BrokerMetrics) -> Iterator[s_grpc.MessagingServiceStub]:
-    broker = make_broker(metrics=metrics)
+    # An empty receive below polls its 1 s, not the broker's 5 s minimum.
+    broker = make_broker(metrics=metrics, long_polling_timeout_ms_min=1_000)
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         yield s_grpc.MessagingServiceStub(channel)
 
