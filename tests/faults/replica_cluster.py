@@ -18,12 +18,14 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from services.coordination.group_keys import GroupKeys
 from services.coordination.group_state import GroupState
 from services.runtime.etcd import Get
 from services.runtime.etcd.rpc.client import EtcdClient
 from tests.faults.cluster import Cluster, free_port
+from tests.support.waits import wait_until
 
 GROUP = "broker-a"  # the broker group (brokerName); the broker's, scheduler's and txcheck's default
 POLL_S = 0.05
@@ -111,25 +113,31 @@ class ReplicaCluster(Cluster):
 
     def wait_master(self, timeout_s: float, other_than: int | None = None) -> tuple[int, float]:
         """(the live master's id, when this saw it), once there is one (other than ``other_than``)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            state = self.group_state()
-            master = self.live_master(state)
-            if master is not None and master != other_than:
-                return master, time.monotonic()
-            assert time.monotonic() < deadline, f"no new master within {timeout_s} s: {state}\n{self.logs()}"
-            time.sleep(POLL_S)
+        state = wait_until(
+            self.group_state,
+            timeout_s,
+            f"a new master (other than {other_than})",
+            describe=lambda: f"{self.group_state()}\n{self.logs()}",
+            accept=lambda seen: self.live_master(seen) not in (None, other_than),
+            pause_max_s=POLL_S,
+        )
+        return cast(int, self.live_master(state)), time.monotonic()
 
     def wait_in_sync(self, timeout_s: float) -> GroupState:
         """Until a live master's SyncStateSet holds every replica (each slave caught up)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            state = self.group_state()
+
+        def all_in_sync(state: GroupState) -> bool:
             in_sync = state.sync_state.syncStateSet if state.sync_state is not None else frozenset()
-            if self.live_master(state) is not None and len(in_sync) == self.replicas:
-                return state
-            assert time.monotonic() < deadline, f"not all replicas in sync within {timeout_s} s: {state}\n{self.logs()}"
-            time.sleep(POLL_S)
+            return self.live_master(state) is not None and len(in_sync) == self.replicas
+
+        return wait_until(
+            self.group_state,
+            timeout_s,
+            "every replica in sync",
+            describe=lambda: f"{self.group_state()}\n{self.logs()}",
+            accept=all_in_sync,
+            pause_max_s=POLL_S,
+        )
 
     def kill_master(self) -> int:
         """kill -9 of the live master; its id (restart it with ``spawn(f"store-{id}")``)."""

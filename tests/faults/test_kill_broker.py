@@ -43,14 +43,14 @@ def kill_broker_cycles(
     try:
         wait_first_ok(history, 0.0)
         for cycle in range(cycles):
-            time.sleep(rng.uniform(0.5, 2.0))
+            time.sleep(rng.uniform(0.5, 2.0))  # the kill comes at a random moment of the load
             cluster.kill("broker")
             fault = history.fault(f"broker#{cycle}")
-            time.sleep(rng.uniform(0.0, 0.5))
+            time.sleep(rng.uniform(0.0, 0.5))  # down a random while: sends fail meanwhile
             history.restarted(fault)
             cluster.spawn("broker")
             wait_first_ok(history, fault.restart_t)
-        time.sleep(1.0)
+        time.sleep(1.0)  # a last second of load after the restart
         workload.stop_sending()
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:

@@ -96,7 +96,7 @@ def kill_master_cycles(
         wait_first_ok(history, 0.0)
         for cycle in range(cycles):
             cluster.wait_in_sync(IN_SYNC_TIMEOUT_S)
-            time.sleep(rng.uniform(0.5, 1.5))
+            time.sleep(rng.uniform(0.5, 1.5))  # the kill comes at a random moment of the load
             old = cluster.kill_master()
             fault = history.fault(f"master-{old}#{cycle}")
             now_ms = time.time() * 1000
@@ -113,7 +113,7 @@ def kill_master_cycles(
             if cycles > 10 and (cycle + 1) % 10 == 0:
                 print(f"{cycle + 1} kills: {run.figures()}", flush=True)
         cluster.wait_in_sync(IN_SYNC_TIMEOUT_S)
-        time.sleep(1.0)
+        time.sleep(1.0)  # a last second of load on the group the kills left
         workload.stop_sending()
         run.drained = workload.drain(DRAIN_TIMEOUT_S) if broker_role == "SYNC_MASTER" else settle(history)
     finally:
@@ -133,7 +133,7 @@ def settle(history: History, quiet_s: float = 5.0) -> bool:
             seen, since = report.delivered, time.monotonic()
         if not report.unconsumed and time.monotonic() - since >= quiet_s:
             return True
-        time.sleep(0.2)
+        time.sleep(0.2)  # paces the whole-history check while the quiet period runs on the real clock
     return False
 
 
@@ -149,13 +149,14 @@ def assert_sync_run(run: Run) -> Report:
 
 
 def test_kill_9_master_sync_all_ack(tmp_path: Path, processes: list[Process], etcd_server: EtcdCluster) -> None:
-    """2 master kills under NORMAL + FIFO load: nothing acknowledged is lost, FIFO order holds."""
+    """A master kill under NORMAL + FIFO load: nothing acknowledged is lost, FIFO order holds, the
+    killed replica rejoins in sync (make soak kills the master 100 times)."""
     run = kill_master_cycles(
         tmp_path,
         processes,
         etcd_server,
         "tests/faults/test_kill_master.py::test_kill_9_master_sync_all_ack",
-        cycles=2,
+        cycles=1,
         config=WorkloadConfig(producers=2, fifo_producers=2, consumers=2),
     )
     assert_sync_run(run)

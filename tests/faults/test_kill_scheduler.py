@@ -44,7 +44,7 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
     try:
         wait_first_ok(history, 0.0)
         for cycle in range(cycles):
-            time.sleep(rng.uniform(1.0, 2.5))
+            time.sleep(rng.uniform(1.0, 2.5))  # the kill comes at a random moment of the load
             cluster.kill("scheduler")
             fault = history.fault(f"scheduler#{cycle}")
             pending = sum(
@@ -53,10 +53,10 @@ def kill_scheduler_cycles(tmp_path: Path, processes: list[Process], test_id: str
                 if s.outcome == "ok" and s.deliver_at_ms and s.deliver_at_ms > time.time() * 1000
             )
             assert pending, "nothing was pending at the kill"
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, 1.0))  # down a random while: timers fall due meanwhile
             history.restarted(fault)
             cluster.spawn("scheduler")
-        time.sleep(1.0)
+        time.sleep(1.0)  # a last second of load after the restart
         workload.stop_sending()
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:

@@ -41,17 +41,17 @@ def kill_store_cycles(
     try:
         wait_first_ok(history, 0.0)
         for cycle in range(cycles):
-            time.sleep(rng.uniform(0.5, 2.0))
+            time.sleep(rng.uniform(0.5, 2.0))  # the kill comes at a random moment of the load
             cluster.kill("store")
             fault = history.fault(f"store#{cycle}")
-            time.sleep(rng.uniform(0.0, 0.5))
+            time.sleep(rng.uniform(0.0, 0.5))  # down a random while: sends fail meanwhile
             history.restarted(fault)
             store = cluster.spawn("store")
             wait_first_ok(history, fault.restart_t)
             ready_s.append(store.ready_t - store.spawned_t)
             ready_to_ok_s.append(max(0.0, first_ok_after(history, fault.restart_t) - store.ready_t))
             assert not workload.errors, workload.errors
-        time.sleep(1.0)
+        time.sleep(1.0)  # a last second of load after the restart
         workload.stop_sending()
         drained = workload.drain(DRAIN_TIMEOUT_S)
     finally:

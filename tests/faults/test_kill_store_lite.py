@@ -91,7 +91,7 @@ def test_kill_9_store_with_many_lite_topics(tmp_path: Path, processes: list[Proc
             answer = consumer.ask(op="receive", max=32, invisible_s=20)
             if "messages" not in answer:  # the broker's channel to the new store is still reconnecting
                 assert answer["code"] == 50001 and "UNAVAILABLE" in answer["error"], answer
-                time.sleep(0.2)
+                time.sleep(0.2)  # the broker is still reconnecting: ask again shortly
                 continue
             for m in answer["messages"]:
                 rest.setdefault(m["lite_topic"], []).append(m["body"])

@@ -39,7 +39,7 @@ def test_kill_9_txcheck_with_open_transactions(tmp_path: Path, processes: list[P
     )
 
     def kill_txcheck() -> None:
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(0.3, 1.5))  # the kill comes at a random moment of its passes
         cluster.kill("txcheck")
         history.restarted(history.fault("txcheck"))
         cluster.spawn("txcheck")

@@ -28,6 +28,7 @@ from apache.rocketmq.v2 import definition_pb2 as d
 
 from services.v2client.client import BrokerCallError, V2Client, build_message, now_ms
 from tests.faults.checker import OK, Delivery, History, classify_code, classify_rpc_error, make_body
+from tests.support.waits import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class Workload:
                     time.sleep(0.05)  # the broker is down: do not spin
                 if send.outcome != OK:
                     time.sleep(0.2)  # the store or broker is down: do not hog the CPUs it restarts on
-                time.sleep(rng.uniform(*c.send_pause_s))
+                time.sleep(rng.uniform(*c.send_pause_s))  # the workload's send rate
 
     # -- consumers
     def _consume(self, name: str, topic: str, group: str) -> None:
@@ -147,7 +148,7 @@ class Workload:
                 except (BrokerCallError, grpc.RpcError):  # CANCELLED too, when stop() closed it
                     client.close()
                     client = None
-                    time.sleep(0.1)
+                    time.sleep(0.1)  # the broker is down: do not spin
                     continue
                 to_ack = []
                 for m in messages:
@@ -201,13 +202,16 @@ class Workload:
 
     def drain(self, timeout_s: float) -> bool:
         """Consume until every acked send is delivered and every delivered message acked."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            report = self.history.check()
-            if not report.lost and not report.unconsumed:
-                return True
-            time.sleep(0.2)
-        return False
+
+        def drained() -> bool:
+            report = self.history.check()  # a whole check: at most every 0.2 s
+            return not report.lost and not report.unconsumed
+
+        try:
+            wait_until(drained, timeout_s, "drained", pause_max_s=0.2)
+        except AssertionError:
+            return False
+        return True
 
     def stop(self) -> None:
         self._stop_sending.set()
