@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from services.domain.delay_levels import DELAY_LEVELS_DEFAULT, parse_delay_levels
 from services.domain.format.commitlog_format import BLANK_RECORD_SIZE_BYTES, BODY_SIZE_MAX_BYTES
@@ -229,7 +230,7 @@ SETTINGS = settings_of(
         "commitlog_file_size_bytes")})
 
 
-def config_from_settings(values: dict) -> StoreConfig:
+def config_from_settings(values: dict[str, Any]) -> StoreConfig:
     """StoreConfig from resolved SETTINGS values."""
     values = dict(values)
     data_dir = Path(values.pop("data_dir")).resolve()

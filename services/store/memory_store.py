@@ -30,7 +30,6 @@ from services.domain.format.commitlog_format import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     MessageRecord,
     decode_offset_msg_id,
-    decode_record,
     encode_record,
     host_from_string,
     prepare,
@@ -41,7 +40,7 @@ from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import GetStatus, PutStatus
 from services.runtime.clock import Clock, SystemClock
 from services.store.config import StoreConfig
-from services.store.model import GetResult, PutResult
+from services.store.model import GetResult, PutResult, decode_message
 
 FILTER_SCAN_UNITS_MAX = 16_000  # as store_read: units examined per call with a tag filter
 QUERY_MAX_NUM = 64  # as IndexService: index entries returned per key query
@@ -118,14 +117,14 @@ class MemoryStore:
         for rec in prepared:
             counted = rec.sys_flag & SYSFLAG_TRANSACTION_MASK in (0x0, 0x8)
             queue = self.queues.setdefault((rec.topic, rec.queue_id), []) if counted else None
-            rec.queue_offset = len(queue) if counted else 0
+            rec.queue_offset = len(queue) if queue is not None else 0
             rec.store_timestamp_ms = now
             rec.phy_offset = self._append_position(rec.total_size)
             raw = encode_record(rec, prop_crc=self.config.append_prop_crc)
             assert len(raw) == rec.total_size
             self.raw_by_phy_offset[rec.phy_offset] = raw
-            self.records.append(decode_record(raw, 0, len(raw)))
-            if counted:
+            self.records.append(decode_message(raw, check_crc=True))
+            if queue is not None:
                 queue.append(rec.phy_offset)
             self.max_phy_offset = rec.phy_offset + rec.total_size
             results.append(
@@ -225,7 +224,7 @@ class MemoryStore:
 
     def _tags_code(self, phy_offset: int) -> int:
         raw = self.raw_by_phy_offset[phy_offset]
-        return tags_code(decode_record(raw, 0, len(raw)), self.config.delay_level_millis)
+        return tags_code(decode_message(raw, check_crc=True), self.config.delay_level_millis)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return 0
@@ -237,14 +236,18 @@ class MemoryStore:
         """The first queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
         queue = self.queues.get((topic, queue_id), [])
         for offset, phy_offset in enumerate(queue):
-            if self.look_message_by_phy_offset(phy_offset).store_timestamp_ms >= timestamp_ms:
+            if self._record(phy_offset).store_timestamp_ms >= timestamp_ms:
                 return offset
         return len(queue)
 
     # -- reads by phy offset and by key -------------------------------------------------------
     def look_message_by_phy_offset(self, phy_offset: int) -> MessageRecord | None:
         raw = self.raw_by_phy_offset.get(phy_offset)
-        return decode_record(raw, 0, len(raw)) if raw is not None else None
+        return decode_message(raw, check_crc=True) if raw is not None else None
+
+    def _record(self, phy_offset: int) -> MessageRecord:
+        """The record at ``phy_offset``, which a queue or the key index names (it is there)."""
+        return decode_message(self.raw_by_phy_offset[phy_offset], check_crc=True)
 
     def look_message_by_offset_msg_id(self, msg_id: str) -> MessageRecord | None:
         """Raises ValueError for a malformed id."""
@@ -270,7 +273,7 @@ class MemoryStore:
             indexed = [rec.uniq_key or ""] + rec.properties.get(KEYS, "").split(KEY_SEPARATOR)
             entries += [rec.phy_offset] * sum(1 for k in indexed if k and k == key)
         entries = entries[: max(0, min(max_num, QUERY_MAX_NUM))]
-        return [self.look_message_by_phy_offset(phy_offset) for phy_offset in dict.fromkeys(entries)]
+        return [self._record(phy_offset) for phy_offset in dict.fromkeys(entries)]
 
 
 def _copy(rec: MessageRecord) -> MessageRecord:

@@ -188,19 +188,21 @@ class ReplicationCollector(Collector):
             "Elections won: from the master lost to this replica writable.",
             labels=names,
         )
-        gauge_families = [(GaugeMetricFamily(n, h, labels=names), f) for n, h, f in gauges]
-        counter_families = [(CounterMetricFamily(n, h, labels=names), f) for n, h, f in counters]
+        families: list[tuple[GaugeMetricFamily | CounterMetricFamily, str]] = [
+            (GaugeMetricFamily(n, h, labels=names), f) for n, h, f in gauges
+        ]
+        families += [(CounterMetricFamily(n, h, labels=names), f) for n, h, f in counters]
         if stats is not None:
             for each in (MASTER, SLAVE, CANDIDATE):
                 role.add_metric([*values, each], 1.0 if stats.role == each else 0.0)
-            for family, field in (*gauge_families, *counter_families):
+            for family, field in families:
                 family.add_metric(values, getattr(stats, field))
             for replica_id, lag, age in stats.lags:
                 lag_bytes.add_metric([*values, str(replica_id)], lag)
                 lag_seconds.add_metric([*values, str(replica_id)], age)
             duration.add_metric(values, count_value=stats.elections_timed_total, sum_value=stats.election_seconds_sum)
         yield role
-        yield from (family for family, _ in (*gauge_families, *counter_families))
+        yield from (family for family, _ in families)
         yield lag_bytes
         yield lag_seconds
         yield duration

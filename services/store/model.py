@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from services.domain.format.commitlog_format import MessageRecord, offset_msg_id_with_prefix
+from services.domain.format.commitlog_format import MessageRecord, decode_record, offset_msg_id_with_prefix
 from services.domain.statuses import GetStatus, PutStatus
 
 
@@ -47,9 +47,16 @@ class GetResult:
 
     @property
     def messages(self) -> list[MessageRecord]:
-        from services.domain.format.commitlog_format import decode_record
+        return [decode_message(raw) for raw in self.raw_messages]
 
-        return [decode_record(raw, 0, len(raw), check_crc=False) for raw in self.raw_messages]
+
+def decode_message(raw: bytes, read_body: bool = True, check_crc: bool = False) -> MessageRecord:
+    """The record of ``raw``, one whole message as a read returns it (by default the CRC is not
+    checked again: it was when the message was stored or recovered). Never a blank record: reads
+    return messages only."""
+    record = decode_record(raw, 0, len(raw), check_crc=check_crc, read_body=read_body)
+    assert isinstance(record, MessageRecord), "a read returned a blank record"
+    return record
 
 
 class DispatchRequest(NamedTuple):

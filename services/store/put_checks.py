@@ -9,8 +9,8 @@ import operator
 from collections.abc import Callable
 
 from services.domain.format.commitlog_format import PROPERTIES_SIZE_MAX_BYTES, MessageRecord
-from services.domain.format.properties_format import PropertiesError
-from services.domain.lite import LITE_TOPIC, lmq_name
+from services.domain.format.properties_format import LITE_TOPIC, PropertiesError
+from services.domain.lite import lmq_name
 from services.domain.names import is_system_topic, validate_topic_name
 from services.domain.statuses import PutStatus
 from services.store.config import StoreConfig
@@ -49,13 +49,15 @@ class PutChecks:
         body_max = self._config.body_size_max_bytes
         first_bad: tuple[int, PutStatus, str] | None = None
         last_topic = None
+        check: tuple[PutStatus | None, str, int] = (None, "", 0)  # the first message's topic sets it
         write_queue_nums = 0
         for i, rec in enumerate(messages):
             if rec.topic != last_topic:
                 last_topic = rec.topic
-                check = topic_checks.get(last_topic)
-                if check is None:
-                    check = topic_checks[last_topic] = self._check_topic(last_topic, allow_system_topics)
+                cached = topic_checks.get(last_topic)
+                if cached is None:
+                    cached = topic_checks[last_topic] = self._check_topic(last_topic, allow_system_topics)
+                check = cached
                 write_queue_nums = check[2]
             body = rec.body
             if check[0] is not None or body is None or len(body) > body_max or not 0 <= rec.queue_id < write_queue_nums:

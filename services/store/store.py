@@ -70,7 +70,7 @@ from services.store.pop.consume_init import ConsumeInitOffsets
 from services.store.pop.service import PopService
 from services.store.put_checks import PutChecks
 from services.store.running import Running, Service, build_running
-from services.store.store_read import StoreReader
+from services.store.store_read import ReadableQueue, StoreReader
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class FileStore(StoreReader):
     def pop(self) -> PopService:
         return self._pop
 
-    def find_queue(self, topic: str, queue_id: int):  # a ConsumeQueue or a LiteQueueView
+    def find_queue(self, topic: str, queue_id: int) -> ReadableQueue | None:
         """A ConsumeQueue, or for ``%LMQ%$parent$lite`` queue 0 a view of the lite index."""
         if topic.startswith(LITE_TOPIC_PREFIX):
             return find_lite_queue(self._lite, topic, queue_id)

@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import numpy as np
+
 from services.domain.format.commitlog_format import MessageRecord, decode_offset_msg_id
 from services.domain.statuses import GetStatus
 from services.store.index.service import IndexService
@@ -16,13 +20,24 @@ from services.store.model import GetResult
 FILTER_SCAN_UNITS_MAX = 16_000  # units examined per call when a tag filter skips most of them
 
 
+class ReadableQueue(Protocol):
+    """What a read takes of a queue: a ConsumeQueue, or a lite topic's view (lite/queue.py)."""
+
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+    def get_units(self, queue_offset: int, max_count: int) -> np.ndarray: ...
+    def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None: ...
+
+
 class StoreReader:
     def __init__(self, commitlog: CommitLog, cq_store: ConsumeQueueStore, index_service: IndexService | None) -> None:
         self._commitlog = commitlog
         self._cq_store = cq_store
         self._index_service = index_service  # None: message_index_enable is off
 
-    def find_queue(self, topic: str, queue_id: int):  # a ConsumeQueue or a queue-like view
+    def find_queue(self, topic: str, queue_id: int) -> ReadableQueue | None:
         """The queue to read (None: it holds nothing yet); FileStore adds the lite topics."""
         return self._cq_store.find(topic, queue_id)
 
@@ -39,7 +54,7 @@ class StoreReader:
         cq = self.find_queue(topic, queue_id)
         # RocketMQ creates a missing ConsumeQueue on lookup, so an unknown queue reads as empty.
         min_offset, max_offset = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
-        if max_offset == 0:
+        if max_offset == 0 or cq is None:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=0, min_offset=0, max_offset=0)
         if queue_offset < min_offset:
             return GetResult(

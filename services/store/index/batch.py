@@ -5,8 +5,9 @@ batch with numpy (see service.py for the semantics it must keep byte for byte: t
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -17,6 +18,8 @@ from services.domain.format.commitlog_format import (
 from services.domain.format.index_format import (
     INDEX_ENTRY_DTYPE,
     INDEX_ENTRY_SIZE_BYTES,
+    INDEX_HEADER_SIZE_BYTES,
+    JAVA_INT_MAX,
     index_key_hashes_of_ranges,
     text_units,
 )
@@ -26,8 +29,6 @@ from services.store.index.index_file import (
     _KEY_SEPARATOR,
     _KEY_SEPARATOR_UNIT,
     _SLOTS_DTYPE,
-    INDEX_HEADER_SIZE_BYTES,
-    JAVA_INT_MAX,
     IndexFile,
     _get_keys,
     _get_phy_offset,
@@ -44,10 +45,31 @@ if TYPE_CHECKING:
     from services.store.model import DispatchRequest
 
 
+class _IndexService(Protocol):
+    """What the numpy path uses of IndexService (service.py), which it is mixed into."""
+
+    hash_slot_num: int
+    index_num_max: int
+    _lock: threading.Lock
+    _files: tuple[IndexFile, ...]
+    _prefix_hashes: dict[str, int]
+
+    def _prefix_hash(self, topic: str) -> int: ...
+    def _roll_locked(self) -> IndexFile: ...
+    def _put_run_np_locked(
+        self,
+        index_file: IndexFile,
+        key_hashes: np.ndarray,
+        slots: np.ndarray,
+        phy_offsets: np.ndarray,
+        timestamps: np.ndarray,
+    ) -> None: ...
+
+
 class NumpyIndexBatch:
     """The numpy path of IndexService.build_index_batch (mixed into IndexService)."""
 
-    def _build_batch_np(self, requests: Sequence[DispatchRequest]) -> bool:
+    def _build_batch_np(self: _IndexService, requests: Sequence[DispatchRequest]) -> bool:
         """build_index_batch with numpy, for the usual batch (see there). False, with nothing
         done, for any other batch."""
         n = len(requests)
@@ -145,7 +167,7 @@ class NumpyIndexBatch:
         return True
 
     def _put_run_np_locked(
-        self,
+        self: _IndexService,
         index_file: IndexFile,
         key_hashes: np.ndarray,
         slots: np.ndarray,
@@ -189,7 +211,7 @@ class NumpyIndexBatch:
                 if first_begin_timestamp_ms <= 0 or timestamp_ms <= first_begin_timestamp_ms
                 else min((timestamp_ms - first_begin_timestamp_ms) // 1000, JAVA_INT_MAX)
             )
-        mm = index_file._mm
+        mm = index_file.mapping
         start = index_file._entries_pos + index_count * INDEX_ENTRY_SIZE_BYTES
         slot_view = np.frombuffer(mm, _SLOTS_DTYPE, count=self.hash_slot_num, offset=INDEX_HEADER_SIZE_BYTES)
         try:

@@ -62,6 +62,7 @@ import operator
 import os
 import time
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -105,6 +106,24 @@ _get_phy_offset = operator.attrgetter("phy_offset")
 _get_store_timestamp_ms = operator.attrgetter("store_timestamp_ms")
 _get_sys_flag = operator.attrgetter("sys_flag")
 _SLOTS_DTYPE = np.dtype(">i4")
+
+
+class KeyedRecord(Protocol):
+    """What the index reads of a dispatched record (a ``DispatchRequest``, or build_index's
+    ``_Record``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def keys(self) -> str: ...
+    @property
+    def uniq_key(self) -> str: ...
+    @property
+    def phy_offset(self) -> int: ...
+    @property
+    def store_timestamp_ms(self) -> int: ...
+    @property
+    def sys_flag(self) -> int: ...
 
 
 class _Record:
@@ -191,7 +210,7 @@ def _store_header(
         index_file, begin_timestamp_ms, end_timestamp_ms, begin_phy_offset, end_phy_offset, hash_slot_count, index_count
     )
     _header_pack_into(
-        index_file._mm,
+        index_file.mapping,
         0,
         begin_timestamp_ms,
         end_timestamp_ms,
@@ -240,7 +259,7 @@ class IndexFile:
         self.index_num_max = index_num_max
         self.file_size = index_file_size_bytes(hash_slot_num, index_num_max)
         self._fd = fd
-        self._mm = mm
+        self._mm: mmap.mmap | None = mm  # None once closed
         self._entries_pos = entry_position(hash_slot_num, 0)
         header = IndexHeader(*INDEX_HEADER.unpack_from(mm, 0))
         self.begin_timestamp_ms = header.begin_timestamp
@@ -317,11 +336,19 @@ class IndexFile:
     def closed(self) -> bool:
         return self._mm is None
 
-    def put_state(self) -> tuple:
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The open file's mapping (writers hold the service's lock: the file is never closed
+        under them; a query reads ``_mm`` itself and stops at a closed file)."""
+        mm = self._mm
+        assert mm is not None, f"{self!r} is closed"
+        return mm
+
+    def put_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int, int]:
         """What an inlined put loop keeps in locals: (mapping, entries position, index_count,
         begin/end timestamp, begin/end phy offset, hash_slot_count)."""
         return (
-            self._mm,
+            self.mapping,
             self._entries_pos,
             self.index_count,
             self.begin_timestamp_ms,
@@ -361,7 +388,7 @@ class IndexFile:
         index_count = self.index_count
         if index_count >= self.index_num_max:
             return False
-        mm = self._mm
+        mm = self.mapping
         begin_timestamp_ms = self.begin_timestamp_ms
         # The entry and the slot first, then the counters.
         prev_index = put_entry(
@@ -398,7 +425,7 @@ class IndexFile:
     def has_entry(self, key_hash: int, phy_offset: int) -> bool:
         """Is (key_hash, phy_offset) already in this file? Walks the slot's chain, newest
         first, stopping once entries point before ``phy_offset``."""
-        mm = self._mm
+        mm = self.mapping
         index_count = self.index_count
         slot_pos = INDEX_HEADER_SIZE_BYTES + (key_hash % self.hash_slot_num) * INDEX_SLOT_SIZE_BYTES
         index = _slot_unpack_from(mm, slot_pos)[0]
@@ -459,7 +486,7 @@ class IndexFile:
     def write_header(self) -> None:
         """``IndexHeader.updateByteBuffer``: the in-memory header, index_count included."""
         _header_pack_into(
-            self._mm,
+            self.mapping,
             0,
             self.begin_timestamp_ms,
             self.end_timestamp_ms,

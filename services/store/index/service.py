@@ -19,6 +19,9 @@ from services.domain.format.index_format import (
     HASH_DIGITS_Q31,
     HASH_DIGITS_R31,
     HASH_POW31,
+    INDEX_FILE_NAME_LENGTH,
+    JAVA_INT_MAX,
+    index_file_size_bytes,
     index_key,
     index_key_hash_from_u32,
     java_hash_extend_u32,
@@ -29,15 +32,13 @@ from services.store.index.batch import NumpyIndexBatch
 from services.store.index.index_file import (
     _NP_MIN_RECORDS,
     _PREFIX_CACHE_MAX,
-    INDEX_FILE_NAME_LENGTH,
-    JAVA_INT_MAX,
     QUERY_MAX_NUM_DEFAULT,
     IndexFile,
+    KeyedRecord,
     _is_index_file_name,
     _Record,
     _store_header,
     index_file_name,
-    index_file_size_bytes,
     put_entry,
 )
 
@@ -178,7 +179,7 @@ class IndexService(NumpyIndexBatch):
         with self._lock:
             self._build_batch_py_locked(requests)
 
-    def _build_batch_py_locked(self, requests: Sequence[DispatchRequest]) -> None:
+    def _build_batch_py_locked(self, requests: Sequence[KeyedRecord]) -> None:
         """build_index over ``requests``: the key hash inlined, each key written by ``put_entry``
         (as ``IndexFile.put_key_hash`` does), the header fields in locals."""
         put = put_entry
@@ -195,16 +196,20 @@ class IndexService(NumpyIndexBatch):
         prefix_hash = 0
         files = self._files
         index_file = files[-1] if files else None
-        (
-            mm,
-            entries_pos,
-            index_count,
-            begin_timestamp_ms,
-            end_timestamp_ms,
-            begin_phy_offset,
-            end_phy_offset,
-            hash_slot_count,
-        ) = index_file.put_state() if index_file is not None else (None, 0, 0, 0, 0, 0, 0, 0)
+        if index_file is not None:
+            (
+                mm,
+                entries_pos,
+                index_count,
+                begin_timestamp_ms,
+                end_timestamp_ms,
+                begin_phy_offset,
+                end_phy_offset,
+                hash_slot_count,
+            ) = index_file.put_state()
+        else:  # no file yet: the first key rolls one (and takes its mapping, ``mm``)
+            entries_pos = index_count = begin_timestamp_ms = end_timestamp_ms = 0
+            begin_phy_offset = end_phy_offset = hash_slot_count = 0
         dirty = False  # the locals hold puts not yet in index_file's attributes and header
         try:
             for req in requests:
@@ -214,7 +219,7 @@ class IndexService(NumpyIndexBatch):
                     keys_of_record = keys.split(KEY_SEPARATOR)
                     keys_of_record.insert(0, uniq_key)
                 elif uniq_key:
-                    keys_of_record = (uniq_key,)
+                    keys_of_record = [uniq_key]
                 else:
                     continue
                 phy_offset = req.phy_offset
@@ -228,9 +233,8 @@ class IndexService(NumpyIndexBatch):
                     continue
                 topic = req.topic
                 if topic != last_topic:
-                    prefix_hash = prefix_hashes.get(topic)
-                    if prefix_hash is None:
-                        prefix_hash = self._prefix_hash(topic)
+                    cached = prefix_hashes.get(topic)
+                    prefix_hash = cached if cached is not None else self._prefix_hash(topic)
                     last_topic = topic
                 store_timestamp_ms = req.store_timestamp_ms
                 for key in keys_of_record:
@@ -250,6 +254,7 @@ class IndexService(NumpyIndexBatch):
                         key_hash = 0 if key_hash == 0x80000000 else 0x100000000 - key_hash
                     if partial:
                         if dirty:
+                            assert index_file is not None  # dirty: a key was put into it
                             _store_header(
                                 index_file,
                                 begin_timestamp_ms,
@@ -264,6 +269,7 @@ class IndexService(NumpyIndexBatch):
                             continue
                     if index_count >= index_num_max or index_file is None:
                         if dirty:
+                            assert index_file is not None  # dirty: a key was put into it
                             _store_header(
                                 index_file,
                                 begin_timestamp_ms,
@@ -310,6 +316,7 @@ class IndexService(NumpyIndexBatch):
                     dirty = True
         finally:
             if dirty:
+                assert index_file is not None  # dirty: a key was put into it
                 _store_header(
                     index_file,
                     begin_timestamp_ms,

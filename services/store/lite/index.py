@@ -132,11 +132,11 @@ class LiteIndex:
                     txn.put(fmt.count_key(parent), fmt.pack_offset(count), db=self._meta)
                 txn.put(fmt.COUNTS_KEY, b"1", db=self._meta)
 
-    def _count_locked(self, txn: lmdb.Transaction, lmq: bytes, delta: int) -> None:
+    def _count_locked(self, txn: lmdb.Transaction[bytes], lmq: bytes, delta: int) -> None:
         """Add ``delta`` to the lite topic count of ``lmq``'s parent (in the caller's write transaction)."""
         self._count_parent_locked(txn, fmt.lmq_parent(lmq), delta)
 
-    def _count_parent_locked(self, txn: lmdb.Transaction, parent: bytes, delta: int) -> None:
+    def _count_parent_locked(self, txn: lmdb.Transaction[bytes], parent: bytes, delta: int) -> None:
         key = fmt.count_key(parent)
         raw = txn.get(key, db=self._meta)
         count = (fmt.unpack_offset(raw) if raw is not None else 0) + delta
@@ -238,7 +238,7 @@ class LiteIndex:
                 if state is None:
                     raw = txn.get(lmq, db=self._queues)
                     fresh = raw is None  # a new lite topic: nothing of it to compare with
-                    state = touched[lmq] = [r.lmq_offset, 0, 0] if fresh else list(fmt.unpack_queue(raw))
+                    state = touched[lmq] = [r.lmq_offset, 0, 0] if raw is None else list(fmt.unpack_queue(raw))
                     if fresh:
                         parent = fmt.lmq_parent(lmq)
                         new_per_parent[parent] = new_per_parent.get(parent, 0) + 1
@@ -344,7 +344,7 @@ class LiteIndex:
                 self._count_locked(txn, key, -1)
         return dropped
 
-    def _drop_units_locked(self, txn: lmdb.Transaction, lmq: bytes) -> int:
+    def _drop_units_locked(self, txn: lmdb.Transaction[bytes], lmq: bytes) -> int:
         """Delete every unit of ``lmq`` (in the caller's write transaction); how many."""
         prefix = fmt.unit_prefix(lmq)
         dropped = 0

@@ -38,7 +38,7 @@ class LiteQueueView:
 
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         units = self.get_units(queue_offset, 1)
-        return tuple(units[0].tolist()) if len(units) else None  # type: ignore[return-value]
+        return tuple(units[0].tolist()) if len(units) else None
 
 
 def find_lite_queue(index: LiteIndex, lmq: str, queue_id: int) -> LiteQueueView | None:

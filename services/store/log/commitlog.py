@@ -25,7 +25,6 @@ import threading
 from collections.abc import Callable
 
 from services.domain.format.commitlog_format import (
-    BLANK,
     BLANK_RECORD_SIZE_BYTES,
     HEADERS,
     MAGIC_V1,
@@ -46,16 +45,16 @@ from services.domain.format.commitlog_format import (
 from services.domain.format.crc32 import crc32 as fast_crc32
 from services.domain.format.java_compat import REPEATED_HASHES, java_string_hash_repeated
 from services.domain.format.properties_format import (
+    INNER_MULTI_DISPATCH,
     INNER_MULTI_QUEUE_OFFSET,
     KEYS,
+    LITE_TOPIC,
     TAGS,
     UNIQ_KEY,
     PropertiesError,
     encode_properties_checked,
 )
 from services.domain.lite import (
-    INNER_MULTI_DISPATCH,
-    LITE_TOPIC,
     LMQ_OFFSET_DIGITS,
     lite_properties,
     validate_lite_topic,
@@ -178,7 +177,7 @@ class CommitLog:
         header_sizes = _HEADER_SIZES
         crc32 = fast_crc32
         encode = encode_properties_checked
-        prepared = []
+        prepared: list[tuple[MessageRecord, bytes, bytes]] = []
         add = prepared.append
         for rec in records:
             topic_part = topic_parts.get(rec.topic)
@@ -322,9 +321,11 @@ class CommitLog:
                             code = tags_code(rec, self.delay_level_millis)
                         else:
                             tags = props.get(TAGS)
-                            code = known_hash(tags) if tags else 0  # the memo first: no call
-                            if code is None:
-                                code = java_string_hash_repeated(tags)
+                            if tags:
+                                memo = known_hash(tags)  # the memo first: no call
+                                code = memo if memo is not None else java_string_hash_repeated(tags)
+                            else:
+                                code = 0
                         backlog.append(
                             new_request(
                                 DispatchRequest,
@@ -393,7 +394,7 @@ class CommitLog:
             rec = decode_record(mf.mm, pos, limit, check_crc=check_crc, base_offset=mf.file_from_offset)
         except (CorruptRecord, ValueError, TypeError):
             return None
-        if rec is BLANK or rec.phy_offset != phy_offset:
+        if isinstance(rec, str) or rec.phy_offset != phy_offset:  # a str: BLANK, a segment's end
             return None
         return rec
 
@@ -414,7 +415,7 @@ class CommitLog:
             )
         except CorruptRecord as exc:
             return None, exc.size
-        if rec is BLANK:
+        if isinstance(rec, str):  # BLANK: the segment's end
             return None, 0
         props = rec.properties
         return DispatchRequest(

@@ -184,7 +184,7 @@ class ConsumeQueue:
         ):
             return False
         pack = CQ_UNIT.pack
-        parts = []
+        parts: list[bytes] = []
         add = parts.append
         phy_offset = -1
         for queue_offset, req in enumerate(requests, start):

@@ -23,6 +23,7 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ POPULATE_CHUNK_BYTES = 4 << 20
 _populate_supported = True
 
 
-def _libc_madvise():
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
     """libc ``madvise`` through ctypes, which releases the GIL for the call (``mmap.madvise``
     keeps it: populating 4 MiB takes 1-6 ms here, ~1.5 us per 1 KiB message, which a warming
     thread can then spend on the other core). None where ctypes cannot reach libc."""
@@ -168,10 +169,11 @@ class MappedFile:
             return stop
 
     def _madvise_populate(self, start: int, length: int) -> None:
-        if self._address is None:
+        madvise = _MADVISE
+        if self._address is None or madvise is None:  # (an address is taken only with libc's madvise)
             self.mm.madvise(MADV_POPULATE_WRITE, start, length)
             return
-        if _MADVISE(self._address + start, length, MADV_POPULATE_WRITE) != 0:
+        if madvise(self._address + start, length, MADV_POPULATE_WRITE) != 0:
             errno = ctypes.get_errno()
             raise OSError(errno, os.strerror(errno))
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from services.domain.format.checkpoint_format import Checkpoint
@@ -31,6 +33,7 @@ from services.domain.format.commitlog_format import (
 )
 from services.store.config import StoreConfig
 from services.store.errors import CommitLogCorruptError
+from services.store.index.service import IndexService
 from services.store.log.commitlog import CommitLog
 from services.store.log.consume_queue import ConsumeQueueStore
 
@@ -111,7 +114,7 @@ def data_regions(fd: int, start: int, end: int) -> list[tuple[int, int]]:
     return regions
 
 
-def _candidates(mm, start: int, end: int):
+def _candidates(mm: mmap.mmap, start: int, end: int) -> Iterator[int]:
     """Positions of either magic at or after ``start + 4`` and before ``end + 4`` (a record that
     starts in the region), ascending."""
     p = start + 4
@@ -157,7 +160,7 @@ def recover(
     config: StoreConfig,
     commitlog: CommitLog,
     cq_store: ConsumeQueueStore,
-    index_service,
+    index_service: IndexService | None,
     cp: Checkpoint,
     abnormal: bool,
 ) -> RecoveryResult:

@@ -112,9 +112,9 @@ class ReputService:
                     tail = taken[-1]
                     offset = tail.phy_offset + tail.size
                     continue
-                req = backlog.popleft()
-                batch.append(req)
-                offset += req.size
+                head = backlog.popleft()
+                batch.append(head)
+                offset += head.size
                 continue
             req, size = commitlog.dispatch_request_at(offset)
             if req is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from services.runtime.clock import Clock
 from services.store.config import StoreConfig
+from services.store.index.service import IndexService
 from services.store.log.commitlog import CommitLog
 from services.store.log.consume_queue import ConsumeQueueStore
 from services.store.log.flush import _Loop
@@ -33,7 +34,7 @@ class CleanService(_Loop):
         clock: Clock,
         commitlog: CommitLog,
         cq_store: ConsumeQueueStore,
-        index_service,
+        index_service: IndexService | None,
         dispatch_lock: threading.Lock,
         disk_usage: Callable[[], float],
     ) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from json import JSONDecodeError
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # there at runtime; typeshed omits it
 from typing import Any
 
 from services.store.errors import FastjsonDecodeError

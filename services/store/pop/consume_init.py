@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 from services.domain.names import RETRY_TOPIC_PREFIX
 from services.store.config import ConsumeInitMode, StoreConfig
 from services.store.log.commitlog import CommitLog
+from services.store.store_read import ReadableQueue
 
 
 def physical_memory_bytes() -> int:
@@ -45,7 +45,9 @@ def physical_memory_bytes() -> int:
 class ConsumeInitOffsets:
     """``init_offset(topic, queue_id)`` for the pop engine, over the CommitLog and ConsumeQueues."""
 
-    def __init__(self, config: StoreConfig, commitlog: CommitLog, find_queue: Callable[[str, int], Any]) -> None:
+    def __init__(
+        self, config: StoreConfig, commitlog: CommitLog, find_queue: Callable[[str, int], ReadableQueue | None]
+    ) -> None:
         self._mode = config.consume_init_mode
         self._check_msg_in_mem = config.init_pop_offset_by_check_msg_in_mem
         self._in_memory_max_bytes = int(physical_memory_bytes() * config.access_message_in_memory_max_ratio)

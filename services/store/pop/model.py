@@ -6,7 +6,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from services.domain.format.commitlog_format import MessageRecord, decode_record
+from services.domain.format.commitlog_format import MessageRecord
+from services.store.model import decode_message
 
 
 class PopStatus(enum.Enum):
@@ -37,7 +38,7 @@ class PoppedMessage:
     @property
     def record(self) -> MessageRecord:
         """The decoded record (its ``topic`` is ``source_topic``)."""
-        return decode_record(self.raw, 0, len(self.raw), check_crc=False)
+        return decode_message(self.raw)
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -238,7 +238,7 @@ class ReviveService(_Loop):
         self.announce(unlocked)
         return handled
 
-    def announce(self, keys: list[QueueKey | None]) -> None:
+    def announce(self, keys: Sequence[QueueKey | None]) -> None:
         """Publish on the arrival bus (long-polling brokers) that FIFO queues unlocked.
 
         No new message arrived, but a pop of those queues can now return something."""

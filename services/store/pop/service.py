@@ -71,6 +71,7 @@ from services.store.errors import StoreNotRunningError
 from services.store.metadata.config_files import SubscriptionGroupConfig, always_writable
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
+from services.store.model import decode_message
 from services.store.pop.model import AckStatus, PoppedMessage, PopResult, PopStatus
 from services.store.pop.receipt_handle import ReceiptHandle
 from services.store.pop.revive import (
@@ -342,6 +343,7 @@ class PopService:
             returned: set[int] = set()
             for raw in result.raw_messages:
                 rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
+                assert isinstance(rec, MessageRecord)  # a read returns messages, never a blank record
                 offset = offset_in_queue(rec.queue_offset, rec.properties, source)
                 returned.add(offset)
                 topic = rec.properties.get(RETRY_TOPIC, source) if from_retry else source
@@ -383,14 +385,14 @@ class PopService:
         if result.status is not GetStatus.FOUND:
             return None
         raw = result.raw_messages[0]
-        rec = decode_record(raw, 0, len(raw), check_crc=False, read_body=False)
+        rec = decode_message(raw, read_body=False)
         return raw if offset_in_queue(rec.queue_offset, rec.properties, source) == offset else None
 
     def read_record(self, entry: InFlight) -> MessageRecord | None:
         """The record an in-flight entry names; None if retention removed it."""
         _, source, queue_id = entry.key
         raw = self._read_raw(source, queue_id, entry.queue_offset)
-        return None if raw is None else decode_record(raw, 0, len(raw), check_crc=False)
+        return None if raw is None else decode_message(raw)
 
     # -- per-queue state ------------------------------------------------------------------------
     def _state_locked(self, key: QueueKey) -> QueueState:
@@ -545,7 +547,9 @@ class PopService:
         with self._lock:
             for revive_at, sequence, key, offset in self._schedule.pop_due(now_ms):
                 state = self._queues.get(key)
-                entry = state.in_flight.get(offset) if state is not None else None
+                if state is None:
+                    continue  # the queue's state was dropped (reset, forgotten): a stale heap item
+                entry = state.in_flight.get(offset)
                 if entry is None or entry.sequence != sequence or entry.revive_at_ms != revive_at or entry.claimed:
                     continue  # acked, changed, reset or already claimed: a stale heap item
                 deliveries_max = max_deliveries(self.group_config(entry.group, create=False))

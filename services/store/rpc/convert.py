@@ -10,7 +10,7 @@ Input that cannot be converted (a malformed host string, a missing config) raise
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pyrmq.store.v1 import store_pb2 as pb
 
@@ -23,6 +23,8 @@ from services.store.metadata.config_files import SubscriptionGroupConfig, TopicC
 from services.store.model import Arrival, GetResult, PutResult, StoreStats
 from services.store.pop.model import AckStatus, PopResult, PopStatus
 from services.store.pop.service import POP_BATCH_MAX
+
+_T = TypeVar("_T")
 
 # Pair assertions: every model status has a proto value of the same name (and vice versa).
 assert {s.name for s in PutStatus} == set(pb.PutStatus.keys()) - {"PUT_STATUS_UNSPECIFIED"}
@@ -84,8 +86,17 @@ _RECORD_POSITIONAL_FIELDS = (
     "prepared_transaction_offset",
 )
 assert tuple(MessageRecord.__dataclass_fields__)[: len(_RECORD_POSITIONAL_FIELDS)] == _RECORD_POSITIONAL_FIELDS
-_RECORD_STORE_TIMESTAMP_DEFAULT = MessageRecord.__dataclass_fields__["store_timestamp_ms"].default
-_RECORD_STORE_HOST_DEFAULT = MessageRecord.__dataclass_fields__["store_host"].default
+
+
+def _record_default(name: str, kind: type[_T]) -> _T:
+    """A MessageRecord field's default (read once, at import)."""
+    value = MessageRecord.__dataclass_fields__[name].default
+    assert isinstance(value, kind), (name, value)
+    return value
+
+
+_RECORD_STORE_TIMESTAMP_DEFAULT = _record_default("store_timestamp_ms", int)
+_RECORD_STORE_HOST_DEFAULT: tuple[bytes, int] = _record_default("store_host", tuple)
 
 # PutStatus -> proto enum value, by name (the pair assertions above guarantee every one exists).
 _PUT_STATUS_TO_PB = {s: pb.PutStatus.Value(s.name) for s in PutStatus}
@@ -105,7 +116,7 @@ def messages_from_pb(messages: Iterable[pb.Message]) -> list[MessageRecord]:
     born_hosts = _BORN_HOSTS
     store_timestamp_ms = _RECORD_STORE_TIMESTAMP_DEFAULT
     store_host = _RECORD_STORE_HOST_DEFAULT
-    records = []
+    records: list[MessageRecord] = []
     append = records.append
     for msg in messages:
         pb_properties = msg.properties
@@ -222,7 +233,7 @@ def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:
     )
 
 
-def get_request_from_pb(request: pb.GetMessagesRequest) -> dict:
+def get_request_from_pb(request: pb.GetMessagesRequest) -> dict[str, Any]:
     """Keyword arguments for ``FileStore.get_messages`` (0 limits mean the defaults)."""
     if request.max_count < 0 or request.max_bytes < 0:
         raise ValueError("max_count and max_bytes must not be negative")
@@ -236,7 +247,7 @@ def get_request_from_pb(request: pb.GetMessagesRequest) -> dict:
     )
 
 
-def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict:
+def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict[str, Any]:
     """Keyword arguments for ``FileStore.query_messages_by_key``."""
     if not request.key:
         raise ValueError("key must not be empty")
@@ -371,7 +382,7 @@ def group_from_pb(message: pb.SubscriptionGroupConfig) -> SubscriptionGroupConfi
 
 # Proto enum values are package-scoped, hence the prefixes; the tables below are total.
 _POP_STATUS_TO_PB = {PopStatus.FOUND: pb.POP_FOUND, PopStatus.NO_MESSAGE: pb.POP_NO_MESSAGE}
-_ACK_STATUS_TO_PB = {
+_ACK_STATUS_TO_PB: dict[AckStatus, pb.AckStatus] = {
     AckStatus.OK: pb.ACK_OK,
     AckStatus.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
     AckStatus.DLQ_PUT_FAILED: pb.DLQ_PUT_FAILED,
@@ -386,7 +397,7 @@ def _group_and_topic(request: Any) -> None:
         raise ValueError("group and topic must not be empty")
 
 
-def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
+def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict[str, Any]:
     """Keyword arguments for ``PopService.pop`` (max_count 0 means 32)."""
     _group_and_topic(request)
     if request.max_count < 0:
@@ -408,7 +419,7 @@ def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict:
 LITE_POP_QUEUES_MAX = 10_000
 
 
-def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> dict:
+def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> dict[str, Any]:
     """Keyword arguments for ``PopService.pop_lite``."""
     if not request.group:
         raise ValueError("group is required")
@@ -467,7 +478,7 @@ def receipts_request_from_pb(request: Any) -> tuple[str, str, list[str]]:
     return request.group, request.topic, list(request.receipt_handles)
 
 
-def ack_status_to_pb(status: AckStatus) -> int:
+def ack_status_to_pb(status: AckStatus) -> pb.AckStatus:
     return _ACK_STATUS_TO_PB[status]
 
 
