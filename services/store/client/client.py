@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.domain.retry_policy import GroupRetryPolicy
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.rpc.tls import TlsFiles
+from services.store.client import rpcs
 from services.store.client.convert import (
     PUT_STATUS,
     ack_result_from_pb,
@@ -47,6 +47,7 @@ from services.store.client.model import (
     stored_from_raw,
 )
 from services.store.client.retry_policy_convert import retry_policy_to_pb
+from services.store.client.rpcs import RequestT, ResponseT, Unary
 from services.store.client.transport import GrpcTransport, Stream, Transport
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,14 @@ AclRow = tuple[str, list[PolicyView]]  # (user name, policies)
 class StoreClient:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
-        self._call = transport.call
         self._put = transport.put
         self._watch: Stream | None = None
         self._watch_stopped: threading.Event | None = None
+
+    def _call(self, rpc: Unary[RequestT, ResponseT], request: RequestT, timeout_s: float | None = None) -> ResponseT:
+        """One unary call; the ``StoreError`` of its status if it fails."""
+        response: ResponseT = self._transport.call(rpc.name, request, timeout_s)
+        return response
 
     @property
     def address(self) -> str:
@@ -142,7 +147,7 @@ class StoreClient:
     ) -> GetOutcome:
         """GetMessages: ``StoredMessage``s of a queue from ``queue_offset`` (0 bytes: the store's limit)."""
         response = self._call(
-            "GetMessages",
+            rpcs.GET_MESSAGES,
             _get_request(topic, queue_id, queue_offset, max_count, max_bytes, tags_codes),
         )
         return GetOutcome(
@@ -165,7 +170,7 @@ class StoreClient:
         """GetRawMessages: the same read, whole CommitLog records as bytes (``model.stored_from_raw``
         decodes one)."""
         response = self._call(
-            "GetRawMessages",
+            rpcs.GET_RAW_MESSAGES,
             _get_request(topic, queue_id, queue_offset, max_count, max_bytes, tags_codes),
         )
         return GetOutcome(
@@ -183,7 +188,7 @@ class StoreClient:
         for start in range(0, len(refs), LOOK_RAW_RECORDS_MAX):
             chunk = refs[start : start + LOOK_RAW_RECORDS_MAX]
             response = self._call(
-                "LookRawMessages",
+                rpcs.LOOK_RAW_MESSAGES,
                 pb.LookRawMessagesRequest(
                     phy_offsets=[offset for offset, _ in chunk], sizes=[size for _, size in chunk]
                 ),
@@ -197,7 +202,9 @@ class StoreClient:
     def look_message(self, phy_offset: int) -> StoredMessage | None:
         """The record starting at a CommitLog offset, or None."""
         try:
-            record = self._call("LookMessageByPhyOffset", pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset))
+            record = self._call(
+                rpcs.LOOK_MESSAGE_BY_PHY_OFFSET, pb.LookMessageByPhyOffsetRequest(phy_offset=phy_offset)
+            )
         except StoreNotFoundError:
             return None
         return stored_from_pb(record)
@@ -206,7 +213,7 @@ class StoreClient:
         """None when no record starts there or the id does not decode."""
         try:
             record = self._call(
-                "LookMessageByOffsetMsgId", pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=offset_msg_id)
+                rpcs.LOOK_MESSAGE_BY_OFFSET_MSG_ID, pb.LookMessageByOffsetMsgIdRequest(offset_msg_id=offset_msg_id)
             )
         except (StoreNotFoundError, StoreRejectedError):
             return None
@@ -214,51 +221,53 @@ class StoreClient:
 
     def query_messages_by_key(self, topic: str, key: str, max_num: int) -> list[StoredMessage]:
         """Records of ``topic`` indexed under ``key`` (a KEYS word or a UNIQ_KEY)."""
-        response = self._call("QueryMessagesByKey", pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num))
+        response = self._call(
+            rpcs.QUERY_MESSAGES_BY_KEY, pb.QueryMessagesByKeyRequest(topic=topic, key=key, max_num=max_num)
+        )
         return [stored_from_pb(record) for record in response.messages]
 
     # -- offsets --------------------------------------------------------------------------------
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) queue offsets; (0, 0) for a queue that never held a message."""
-        response = self._call("GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id))
+        response = self._call(rpcs.GET_QUEUE_OFFSETS, pb.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id))
         return response.min_offset, response.max_offset
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         response = self._call(
-            "GetOffsetByTimestamp",
+            rpcs.GET_OFFSET_BY_TIMESTAMP,
             pb.GetOffsetByTimestampRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms),
         )
         return response.queue_offset
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._call(
-            "CommitConsumerOffset",
+            rpcs.COMMIT_CONSUMER_OFFSET,
             pb.CommitConsumerOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset),
         )
 
     def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset; -1 if never committed."""
         response = self._call(
-            "QueryConsumerOffset", pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=queue_id)
+            rpcs.QUERY_CONSUMER_OFFSET, pb.QueryConsumerOffsetRequest(group=group, topic=topic, queue_id=queue_id)
         )
         return response.offset
 
     def group_offsets(self, group: str) -> list[tuple[str, int, int]]:
         """(topic, queue id, committed offset) of every queue ``group`` committed."""
-        response = self._call("GetGroupOffsets", pb.GetGroupOffsetsRequest(group=group))
+        response = self._call(rpcs.GET_GROUP_OFFSETS, pb.GetGroupOffsetsRequest(group=group))
         return [(o.topic, o.queue_id, o.offset) for o in response.offsets]
 
     def group_lite_parents(self, group: str) -> list[str]:
         """The LITE parents under which ``group`` has offsets in lite topics."""
         request = pb.GetGroupOffsetsRequest(group=group, lite_parents_only=True)
-        return list(self._call("GetGroupOffsets", request).lite_parents)
+        return list(self._call(rpcs.GET_GROUP_OFFSETS, request).lite_parents)
 
     def get_delay_offset(self, level: int) -> int:
         """The next SCHEDULE_TOPIC_XXXX queue offset to deliver for a level (0 if none)."""
-        return self._call("GetDelayOffset", pb.GetDelayOffsetRequest(level=level)).offset
+        return self._call(rpcs.GET_DELAY_OFFSET, pb.GetDelayOffsetRequest(level=level)).offset
 
     def update_delay_offset(self, level: int, offset: int) -> None:
-        self._call("UpdateDelayOffset", pb.UpdateDelayOffsetRequest(level=level, offset=offset))
+        self._call(rpcs.UPDATE_DELAY_OFFSET, pb.UpdateDelayOffsetRequest(level=level, offset=offset))
 
     def consumer_stats(self, timeout_s: float | None = None) -> list[ConsumerStats]:
         """Lag, in-flight, ready and dead-lettered messages of every consumer group, by topic."""
@@ -266,7 +275,7 @@ class StoreClient:
 
     def consumer_stats_report(self, timeout_s: float | None = None) -> ConsumerStatsReport:
         """``consumer_stats`` and the open transactions (half messages) per real topic, in one call."""
-        response = self._call("GetConsumerStats", pb.GetConsumerStatsRequest(), timeout_s)
+        response = self._call(rpcs.GET_CONSUMER_STATS, pb.GetConsumerStatsRequest(), timeout_s)
         return ConsumerStatsReport(
             [
                 ConsumerStats(s.group, s.topic, s.lag_messages, s.inflight_messages, s.ready_messages, s.dlq_messages)
@@ -297,7 +306,7 @@ class StoreClient:
             fifo=fifo,
             sql_expression=sql_expression,
         )
-        response = self._call("PopMessages", request)
+        response = self._call(rpcs.POP_MESSAGES, request)
         return PopOutcome(
             [delivery_from_pb(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
         )
@@ -307,7 +316,7 @@ class StoreClient:
     ) -> tuple[list[LiteTopicView], str]:
         """ListLiteTopics: a page of the parent's lite topics and where the next page starts ("": none)."""
         response = self._call(
-            "ListLiteTopics",
+            rpcs.LIST_LITE_TOPICS,
             pb.ListLiteTopicsRequest(
                 parent_topic=parent, group=group, backlog_only=backlog_only, after=after, limit=limit
             ),
@@ -321,7 +330,7 @@ class StoreClient:
     def lite_topic_count(self, parent: str) -> int:
         """Lite topics of the LITE parent holding messages."""
         request = pb.ListLiteTopicsRequest(parent_topic=parent, count_only=True)
-        return self._call("ListLiteTopics", request).lite_topic_count
+        return self._call(rpcs.LIST_LITE_TOPICS, request).lite_topic_count
 
     def pop_lite_messages(
         self, group: str, lmqs: Sequence[str], max_count: int, per_queue_max: int, invisible_ms: int
@@ -334,13 +343,15 @@ class StoreClient:
             per_queue_max_count=per_queue_max,
             invisible_duration_ms=invisible_ms,
         )
-        response = self._call("PopLiteMessages", request)
+        response = self._call(rpcs.POP_LITE_MESSAGES, request)
         return PopOutcome(
             [delivery_from_pb(m) for m in response.messages], frozenset(q.topic for q in response.examined_queues)
         )
 
     def ack_messages(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
-        response = self._call("AckMessages", pb.AckMessagesRequest(group=group, topic=topic, receipt_handles=handles))
+        response = self._call(
+            rpcs.ACK_MESSAGES, pb.AckMessagesRequest(group=group, topic=topic, receipt_handles=handles)
+        )
         if len(response.statuses) != len(handles):
             raise StoreError(f"store answered {len(response.statuses)} ack statuses for {len(handles)} handles")
         return [ack_result_from_pb(status) for status in response.statuses]
@@ -349,7 +360,7 @@ class StoreClient:
         self, group: str, topic: str, handle: str, invisible_ms: int, suspend: bool = False
     ) -> tuple[AckResult, str]:
         response = self._call(
-            "ChangeInvisibleDuration",
+            rpcs.CHANGE_INVISIBLE_DURATION,
             pb.ChangeInvisibleDurationRequest(
                 group=group, topic=topic, receipt_handle=handle, invisible_duration_ms=invisible_ms, suspend=suspend
             ),
@@ -358,7 +369,7 @@ class StoreClient:
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, handle: str) -> AckResult:
         response = self._call(
-            "ForwardToDeadLetterQueue",
+            rpcs.FORWARD_TO_DEAD_LETTER_QUEUE,
             pb.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle),
         )
         return ack_result_from_pb(response.status)
@@ -405,14 +416,14 @@ class StoreClient:
             call.cancel()
 
     # -- topics and groups ----------------------------------------------------------------------
-    def _get_or_none(self, method: str, request: Any) -> Any:
+    def _get_or_none(self, rpc: Unary[RequestT, ResponseT], request: RequestT) -> ResponseT | None:
         try:
-            return self._call(method, request)
+            return self._call(rpc, request)
         except StoreNotFoundError:
             return None
 
     def get_topic(self, name: str) -> TopicInfo | None:
-        config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name))
+        config = self._get_or_none(rpcs.GET_TOPIC, pb.GetTopicRequest(topic_name=name))
         return None if config is None else topic_info_from_pb(config)
 
     def create_topic(self, topic: TopicInfo) -> TopicInfo:
@@ -423,28 +434,30 @@ class StoreClient:
             perm=topic.perm,
             message_type=pb.MessageType.Value(topic.message_type),
         )
-        return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
+        return topic_info_from_pb(self._call(rpcs.CREATE_OR_UPDATE_TOPIC, pb.CreateOrUpdateTopicRequest(config=config)))
 
     def update_topic(
         self, name: str, queue_nums: int, message_type: str, attributes: dict[str, str] | None = None
     ) -> TopicInfo:
         """Read-modify-write of the full config, so fields the caller does not model (perm,
         other attributes, filter type) keep their stored values; ``attributes`` are set over them."""
-        config = self._get_or_none("GetTopic", pb.GetTopicRequest(topic_name=name)) or pb.TopicConfig(topic_name=name)
+        config = self._get_or_none(rpcs.GET_TOPIC, pb.GetTopicRequest(topic_name=name)) or pb.TopicConfig(
+            topic_name=name
+        )
         if queue_nums:
             config.read_queue_nums = config.write_queue_nums = queue_nums
         config.message_type = pb.MessageType.Value(message_type)
         config.attributes.update(attributes or {})
-        return topic_info_from_pb(self._call("CreateOrUpdateTopic", pb.CreateOrUpdateTopicRequest(config=config)))
+        return topic_info_from_pb(self._call(rpcs.CREATE_OR_UPDATE_TOPIC, pb.CreateOrUpdateTopicRequest(config=config)))
 
     def delete_topic(self, name: str) -> bool:
-        return self._call("DeleteTopic", pb.DeleteTopicRequest(topic_name=name)).existed
+        return self._call(rpcs.DELETE_TOPIC, pb.DeleteTopicRequest(topic_name=name)).existed
 
     def list_topics(self) -> list[TopicInfo]:
-        return [topic_info_from_pb(config) for config in self._call("ListTopics", pb.ListTopicsRequest()).topics]
+        return [topic_info_from_pb(config) for config in self._call(rpcs.LIST_TOPICS, pb.ListTopicsRequest()).topics]
 
     def get_group(self, name: str) -> GroupInfo | None:
-        config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name))
+        config = self._get_or_none(rpcs.GET_GROUP, pb.GetGroupRequest(group_name=name))
         return None if config is None else group_info_from_pb(config)
 
     def update_group(
@@ -457,7 +470,7 @@ class StoreClient:
     ) -> GroupInfo:
         """Read-modify-write of the full config, as update_topic (``retry_policy`` / ``attributes``
         None: keep them; ``attributes`` replace the stored ones)."""
-        config = self._get_or_none("GetGroup", pb.GetGroupRequest(group_name=name)) or pb.SubscriptionGroupConfig(
+        config = self._get_or_none(rpcs.GET_GROUP, pb.GetGroupRequest(group_name=name)) or pb.SubscriptionGroupConfig(
             group_name=name
         )
         config.consume_message_orderly = fifo
@@ -467,15 +480,15 @@ class StoreClient:
         if attributes is not None:
             config.attributes.clear()
             config.attributes.update(attributes)
-        return group_info_from_pb(self._call("CreateOrUpdateGroup", pb.CreateOrUpdateGroupRequest(config=config)))
+        return group_info_from_pb(self._call(rpcs.CREATE_OR_UPDATE_GROUP, pb.CreateOrUpdateGroupRequest(config=config)))
 
     def list_groups(self) -> list[GroupInfo]:
-        return [group_info_from_pb(config) for config in self._call("ListGroups", pb.ListGroupsRequest()).groups]
+        return [group_info_from_pb(config) for config in self._call(rpcs.LIST_GROUPS, pb.ListGroupsRequest()).groups]
 
     # -- users and ACLs -------------------------------------------------------------------------
     def auth_config(self) -> tuple[list[UserRow], list[AclRow], int]:
         """(users, ACLs, version): the version changes with every write."""
-        response = self._call("GetAuthConfig", pb.GetAuthConfigRequest())
+        response = self._call(rpcs.GET_AUTH_CONFIG, pb.GetAuthConfigRequest())
         return (
             [(u.username, u.password, u.user_type, u.user_status) for u in response.users],
             [
@@ -491,19 +504,19 @@ class StoreClient:
     def put_user(self, username: str, secret: str, user_type: str, user_status: str) -> bool:
         """True if the user is new."""
         return self._call(
-            "PutUser",
+            rpcs.PUT_USER,
             pb.PutUserRequest(
                 user=pb.AuthUser(username=username, password=secret, user_type=user_type, user_status=user_status)
             ),
         ).created
 
     def delete_user(self, username: str) -> bool:
-        return self._call("DeleteUser", pb.DeleteUserRequest(username=username)).existed
+        return self._call(rpcs.DELETE_USER, pb.DeleteUserRequest(username=username)).existed
 
     def put_acl(self, username: str, policies: list[PolicyView]) -> None:
         """StoreNotFoundError if the user does not exist."""
         self._call(
-            "PutAcl",
+            rpcs.PUT_ACL,
             pb.PutAclRequest(
                 acl=pb.AuthAcl(
                     username=username,
