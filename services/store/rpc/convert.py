@@ -10,6 +10,7 @@ Input that cannot be converted (a malformed host string, a missing config) raise
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyrmq.store.v1 import store_pb2 as pb
@@ -233,32 +234,53 @@ def get_result_to_pb(result: GetResult) -> pb.GetMessagesResponse:
     )
 
 
-def get_request_from_pb(request: pb.GetMessagesRequest) -> dict[str, Any]:
-    """Keyword arguments for ``FileStore.get_messages`` (0 limits mean the defaults)."""
+@dataclass(frozen=True, slots=True)
+class GetArgs:
+    """``FileStore.get_messages``'s arguments, checked, 0 limits replaced by the defaults."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_count: int
+    max_bytes: int
+    tags_codes: frozenset[int] | None
+
+
+def get_request_from_pb(request: pb.GetMessagesRequest) -> GetArgs:
     if request.max_count < 0 or request.max_bytes < 0:
         raise ValueError("max_count and max_bytes must not be negative")
-    return dict(
-        topic=request.topic,
-        queue_id=request.queue_id,
-        queue_offset=request.queue_offset,
-        max_count=request.max_count or GET_MAX_COUNT_DEFAULT,
-        max_bytes=request.max_bytes or GET_MAX_BYTES_DEFAULT,
-        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
+    return GetArgs(
+        request.topic,
+        request.queue_id,
+        request.queue_offset,
+        request.max_count or GET_MAX_COUNT_DEFAULT,
+        request.max_bytes or GET_MAX_BYTES_DEFAULT,
+        frozenset(request.tags_codes) if request.tags_codes else None,
     )
 
 
-def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> dict[str, Any]:
-    """Keyword arguments for ``FileStore.query_messages_by_key``."""
+@dataclass(frozen=True, slots=True)
+class QueryArgs:
+    """``FileStore.query_messages_by_key``'s arguments, checked and defaulted."""
+
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp_ms: int
+    end_timestamp_ms: int
+
+
+def query_request_from_pb(request: pb.QueryMessagesByKeyRequest) -> QueryArgs:
     if not request.key:
         raise ValueError("key must not be empty")
     if request.max_num < 0:
         raise ValueError("max_num must not be negative")
-    return dict(
-        topic=request.topic,
-        key=request.key,
-        max_num=request.max_num or QUERY_MAX_NUM_DEFAULT,
-        begin_timestamp_ms=request.begin_timestamp_ms,
-        end_timestamp_ms=request.end_timestamp_ms or TIMESTAMP_MS_MAX,
+    return QueryArgs(
+        request.topic,
+        request.key,
+        request.max_num or QUERY_MAX_NUM_DEFAULT,
+        request.begin_timestamp_ms,
+        request.end_timestamp_ms or TIMESTAMP_MS_MAX,
     )
 
 
@@ -397,30 +419,53 @@ def _group_and_topic(request: Any) -> None:
         raise ValueError("group and topic must not be empty")
 
 
-def pop_request_from_pb(request: pb.PopMessagesRequest) -> dict[str, Any]:
-    """Keyword arguments for ``PopService.pop`` (max_count 0 means 32)."""
+@dataclass(frozen=True, slots=True)
+class PopArgs:
+    """``PopService.pop``'s arguments, checked (max_count 0 means 32)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    max_count: int
+    invisible_ms: int
+    tags_codes: frozenset[int] | None
+    fifo: bool
+    sql_expression: str
+
+
+def pop_request_from_pb(request: pb.PopMessagesRequest) -> PopArgs:
     _group_and_topic(request)
     if request.max_count < 0:
         raise ValueError(f"max_count must not be negative, got {request.max_count}")
     if request.invisible_duration_ms < 0:
         raise ValueError(f"invisible_duration_ms must not be negative, got {request.invisible_duration_ms}")
-    return dict(
-        group=request.group,
-        topic=request.topic,
-        queue_id=request.queue_id,
-        max_count=request.max_count or POP_MAX_COUNT_DEFAULT,
-        invisible_ms=request.invisible_duration_ms,
-        tags_codes=frozenset(request.tags_codes) if request.tags_codes else None,
-        fifo=request.fifo,
-        sql_expression=request.sql_expression,
+    return PopArgs(
+        request.group,
+        request.topic,
+        request.queue_id,
+        request.max_count or POP_MAX_COUNT_DEFAULT,
+        request.invisible_duration_ms,
+        frozenset(request.tags_codes) if request.tags_codes else None,
+        request.fifo,
+        request.sql_expression,
     )
 
 
 LITE_POP_QUEUES_MAX = 10_000
 
 
-def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> dict[str, Any]:
-    """Keyword arguments for ``PopService.pop_lite``."""
+@dataclass(frozen=True, slots=True)
+class PopLiteArgs:
+    """``PopService.pop_lite``'s arguments, checked and defaulted."""
+
+    group: str
+    lmqs: list[str]
+    max_count: int
+    invisible_ms: int
+    per_queue_max: int
+
+
+def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> PopLiteArgs:
     if not request.group:
         raise ValueError("group is required")
     if len(request.lmq_topics) > LITE_POP_QUEUES_MAX:
@@ -428,12 +473,12 @@ def pop_lite_request_from_pb(request: pb.PopLiteMessagesRequest) -> dict[str, An
     if request.max_count < 0 or request.per_queue_max_count < 0 or request.invisible_duration_ms < 0:
         raise ValueError("max_count, per_queue_max_count and invisible_duration_ms must not be negative")
     max_count = request.max_count or POP_MAX_COUNT_DEFAULT
-    return dict(
-        group=request.group,
-        lmqs=list(request.lmq_topics),
-        max_count=max_count,
-        invisible_ms=request.invisible_duration_ms,
-        per_queue_max=request.per_queue_max_count or max_count,
+    return PopLiteArgs(
+        request.group,
+        list(request.lmq_topics),
+        max_count,
+        request.invisible_duration_ms,
+        request.per_queue_max_count or max_count,
     )
 
 

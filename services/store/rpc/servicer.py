@@ -243,7 +243,10 @@ class StoreServicer(pb_grpc.StoreServicer):
 
     @rpc_errors
     def GetMessages(self, request: pb.GetMessagesRequest, context: grpc.ServicerContext) -> pb.GetMessagesResponse:
-        result = self._store.get_messages(**convert.get_request_from_pb(request))
+        args = convert.get_request_from_pb(request)
+        result = self._store.get_messages(
+            args.topic, args.queue_id, args.queue_offset, args.max_count, args.max_bytes, args.tags_codes
+        )
         return convert.get_result_to_pb(result)
 
     @rpc_errors
@@ -269,7 +272,10 @@ class StoreServicer(pb_grpc.StoreServicer):
     def QueryMessagesByKey(
         self, request: pb.QueryMessagesByKeyRequest, context: grpc.ServicerContext
     ) -> pb.QueryMessagesByKeyResponse:
-        records = self._store.query_messages_by_key(**convert.query_request_from_pb(request))
+        query = convert.query_request_from_pb(request)
+        records = self._store.query_messages_by_key(
+            query.topic, query.key, query.max_num, query.begin_timestamp_ms, query.end_timestamp_ms
+        )
         return pb.QueryMessagesByKeyResponse(messages=[convert.message_to_pb(r) for r in records])
 
     # -- queue and consumer offsets --------------------------------------------------------
@@ -438,7 +444,18 @@ class StoreServicer(pb_grpc.StoreServicer):
     # -- pop consumption (statuses are data; only bad arguments fail the call) --------------
     @rpc_errors
     def PopMessages(self, request: pb.PopMessagesRequest, context: grpc.ServicerContext) -> pb.PopMessagesResponse:
-        return convert.pop_result_to_pb(self._store.pop.pop(**convert.pop_request_from_pb(request)))
+        args = convert.pop_request_from_pb(request)
+        result = self._store.pop.pop(
+            args.group,
+            args.topic,
+            args.queue_id,
+            args.max_count,
+            args.invisible_ms,
+            args.tags_codes,
+            args.fifo,
+            args.sql_expression,
+        )
+        return convert.pop_result_to_pb(result)
 
     @rpc_errors
     def ListLiteTopics(
@@ -478,7 +495,9 @@ class StoreServicer(pb_grpc.StoreServicer):
     def PopLiteMessages(
         self, request: pb.PopLiteMessagesRequest, context: grpc.ServicerContext
     ) -> pb.PopMessagesResponse:
-        return convert.pop_result_to_pb(self._store.pop.pop_lite(**convert.pop_lite_request_from_pb(request)))
+        args = convert.pop_lite_request_from_pb(request)
+        result = self._store.pop.pop_lite(args.group, args.lmqs, args.max_count, args.invisible_ms, args.per_queue_max)
+        return convert.pop_result_to_pb(result)
 
     @rpc_errors
     def AckMessage(self, request: pb.AckMessageRequest, context: grpc.ServicerContext) -> pb.AckMessageResponse:
@@ -539,7 +558,10 @@ class StoreServicer(pb_grpc.StoreServicer):
     def GetRawMessages(
         self, request: pb.GetMessagesRequest, context: grpc.ServicerContext
     ) -> pb.GetRawMessagesResponse:
-        result = self._store.get_messages(**convert.get_request_from_pb(request))
+        args = convert.get_request_from_pb(request)
+        result = self._store.get_messages(
+            args.topic, args.queue_id, args.queue_offset, args.max_count, args.max_bytes, args.tags_codes
+        )
         return pb.GetRawMessagesResponse(
             status=pb.GetStatus.Value(result.status.name),
             records=result.raw_messages,
