@@ -1,7 +1,7 @@
 """Broker test fixtures: a real store in process for the core, real servers for the rest.
 
 * ``clock``: a ManualClock (at its default time; a module may override the fixture);
-* ``store``: a ``StoreDouble`` (tests/support/store_double.py) on that clock under the test's
+* ``store_client``: a ``StoreDouble`` (tests/support/store_double.py) on that clock under the test's
   tmp_path: a real FileStore behind the real store client over the store's own servicer, with
   test controls (``down``, ``outcome``, ``after_put``) and the record of what reached it
   (``puts``, ``sent``, ``requests``); the core tests (producer, transactions, routes, settings,
@@ -40,7 +40,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: ManualClock) -> Iterator[StoreDouble]:
+def store_client(tmp_path: Path, clock: ManualClock) -> Iterator[StoreDouble]:
     double = StoreDouble(tmp_path / "store-double", clock, commitlog_file_size_bytes=COMMITLOG_FILE_SIZE_BYTES)
     yield double
     double.close()

@@ -47,7 +47,7 @@ CLOCK = SystemClock()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[StoreDouble]:
+def store_client(tmp_path: Path) -> Iterator[StoreDouble]:
     double = StoreDouble(tmp_path / "store", SystemClock())
     double.create_topic(TopicInfo(TOPIC, 2, 2, 6, "NORMAL"))
     yield double
@@ -55,12 +55,12 @@ def store(tmp_path: Path) -> Iterator[StoreDouble]:
 
 
 @pytest.fixture
-def start_broker(store: StoreDouble, tmp_path: Path) -> Iterator[Callable[..., BrokerServer]]:
+def start_broker(store_client: StoreDouble, tmp_path: Path) -> Iterator[Callable[..., BrokerServer]]:
     started: list[BrokerServer] = []
 
     def start(**overrides: object) -> BrokerServer:
         config = BrokerConfig(**{"port": 0, "data_dir": str(tmp_path / "broker"), **overrides})  # type: ignore[arg-type]
-        broker = build_broker(config, store)
+        broker = build_broker(config, store_client)
         broker.start()
         started.append(broker)
         return broker
@@ -92,7 +92,7 @@ def send_one(channel: grpc.Channel, body: bytes = b"hello") -> s.SendMessageResp
 
 
 def test_plaintext_and_tls_channels_share_the_port_in_mode_both(
-    start_broker: Callable[..., BrokerServer], store: StoreDouble
+    start_broker: Callable[..., BrokerServer], store_client: StoreDouble
 ) -> None:
     broker = start_broker()
     assert broker.client_port is not None and broker.client_port.front is not None
@@ -112,7 +112,7 @@ def test_plaintext_and_tls_channels_share_the_port_in_mode_both(
         assert len(sessions) == 2
         clients = {peer.removeprefix("ipv4:") for peer in sessions.values()}
         backends = {peer.removeprefix("ipv4:") for peer in sessions}
-        born = {message.born_host for message in store.sent}
+        born = {message.born_host for message in store_client.sent}
         assert born == clients and not born & backends
 
 

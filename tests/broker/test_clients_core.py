@@ -42,9 +42,9 @@ def stored(topic: str, message_id: str = "ID1") -> StoredMessage:
 
 
 class World:
-    def __init__(self, store, messages: list[StoredMessage] = ()) -> None:
-        self.clock = store.clock
-        self.telemetry = TelemetryService(BrokerConfig(), store, ClientRegistry(), store.clock)
+    def __init__(self, store_client, messages: list[StoredMessage] = ()) -> None:
+        self.clock = store_client.clock
+        self.telemetry = TelemetryService(BrokerConfig(), store_client, ClientRegistry(), store_client.clock)
         self.admin = ClientAdmin(self.telemetry.registry, self.telemetry.answers, Messages(list(messages)), Commands())
         self.pushed: dict[str, list] = {}
 
@@ -73,8 +73,8 @@ def consumer(kind: ClientType, group: str, *subscriptions: tuple[str, str], lang
     )
 
 
-def test_a_session_records_headers_settings_address_and_heartbeats(store):
-    world = World(store)
+def test_a_session_records_headers_settings_address_and_heartbeats(store_client):
+    world = World(store_client)
     opened_ms = world.clock.now_ms()
     world.connect("p1", producer("T2", "T1", language="PYTHON", version="5.1.2"), ClientFacts(address="10.0.0.7:5123"))
     # Headers win over the UserAgent (the proxy's ClientActivity reads x-mq-language).
@@ -97,8 +97,8 @@ def test_a_session_records_headers_settings_address_and_heartbeats(store):
     assert list(views) == ["p1", "c1"]  # by type name: PRODUCER before PUSH_CONSUMER
 
 
-def test_list_by_group_and_a_closed_stream_is_gone(store):
-    world = World(store)
+def test_list_by_group_and_a_closed_stream_is_gone(store_client):
+    world = World(store_client)
     world.connect("p1", producer("T"))
     a = world.connect("a", consumer(ClientType.SIMPLE_CONSUMER, "G1", ("T", "*")))
     world.connect("b", consumer(ClientType.PUSH_CONSUMER, "G2", ("T", "*")))
@@ -108,8 +108,8 @@ def test_list_by_group_and_a_closed_stream_is_gone(store):
     assert world.admin.list_clients("G1") == []
 
 
-def test_stack_is_the_answer_of_its_nonce(store):
-    world = World(store)
+def test_stack_is_the_answer_of_its_nonce(store_client):
+    world = World(store_client)
     world.connect("j1", producer("T"), answer=lambda command: ClientAnswer(Code.OK, "OK", f"threads for {command[1]}"))
     answered = world.admin.print_stack("j1", timeout_s=1.0)
     [(kind, nonce)] = world.pushed["j1"]
@@ -119,8 +119,8 @@ def test_stack_is_the_answer_of_its_nonce(store):
     assert not world.telemetry.answered(nonce, ClientAnswer(Code.OK))  # a late, repeated answer: nobody waits
 
 
-def test_a_client_that_never_answers_times_out(store):
-    world = World(store)
+def test_a_client_that_never_answers_times_out(store_client):
+    world = World(store_client)
     world.connect("py", producer("T", language="PYTHON"))
     with pytest.raises(BrokerError) as caught:
         world.admin.print_stack("py", timeout_s=0.2)
@@ -133,9 +133,9 @@ def test_a_client_that_never_answers_times_out(store):
         world.admin.print_stack("py", timeout_s=0)
 
 
-def test_verify_goes_to_a_push_consumer_of_the_group_with_the_original_message(store):
+def test_verify_goes_to_a_push_consumer_of_the_group_with_the_original_message(store_client):
     messages = [stored("%RETRY%G_T"), stored("T"), stored("T", message_id="OTHER")]
-    world = World(store, messages)
+    world = World(store_client, messages)
     world.connect("simple", consumer(ClientType.SIMPLE_CONSUMER, "G", ("T", "*")))
     world.connect("push", consumer(ClientType.PUSH_CONSUMER, "G", ("T", "*")), answer=lambda c: ClientAnswer(Code.OK))
     world.connect("other", consumer(ClientType.PUSH_CONSUMER, "H", ("T", "*")))
@@ -156,8 +156,8 @@ def test_verify_goes_to_a_push_consumer_of_the_group_with_the_original_message(s
     assert pick_message([stored("%DLQ%G")]).topic == "%DLQ%G"  # only a copy: that one
 
 
-def test_connection_gauges_by_language_and_version(store):
-    world = World(store)
+def test_connection_gauges_by_language_and_version(store_client):
+    world = World(store_client)
     world.connect("p1", producer("T", language="PYTHON", version="5.1.2"))
     world.connect("p2", producer("T", language="PYTHON", version="5.1.2"))
     world.connect("p3", producer("T"))

@@ -185,15 +185,15 @@ class Topics:
         return TopicInfo(name, 4, 4, 6, "MIXED")
 
 
-def service(store: StoreDouble, hub: ArrivalHub | None = None) -> ConsumerService:
-    store.create_topic(Topics().get("T"))  # the store holds T as the broker's topics see it
-    return ConsumerService(store, Topics(), hub or ArrivalHub(), SystemClock(), "broker-a", ("127.0.0.1", 8081))
+def service(store_client: StoreDouble, hub: ArrivalHub | None = None) -> ConsumerService:
+    store_client.create_topic(Topics().get("T"))  # the store holds T as the broker's topics see it
+    return ConsumerService(store_client, Topics(), hub or ArrivalHub(), SystemClock(), "broker-a", ("127.0.0.1", 8081))
 
 
-def arrive(store: StoreDouble, body: bytes, tags: str | None = None) -> StoredMessage:
+def arrive(store_client: StoreDouble, body: bytes, tags: str | None = None) -> StoredMessage:
     """A message of T stored in queue 0 (readable at once)."""
     properties = {"UNIQ_KEY": body.decode()} | ({"TAGS": tags} if tags else {})
-    return store.append(MessageToPut("T", 0, body, properties, born_timestamp_ms=1_700_000_000_000))
+    return store_client.append(MessageToPut("T", 0, body, properties, born_timestamp_ms=1_700_000_000_000))
 
 
 def names(handle: str, stored: StoredMessage) -> bool:
@@ -217,28 +217,28 @@ def filling_store(tmp_path, clock) -> Iterator[StoreDouble]:
     double.close()
 
 
-def test_tag_collisions_are_acked_and_dropped(store):
-    svc = service(store)
-    aa = arrive(store, b"aa", tags="Aa")
-    bb = arrive(store, b"bb", tags="BB")  # "Aa" and "BB" have the same tags code (Java hash code)
+def test_tag_collisions_are_acked_and_dropped(store_client):
+    svc = service(store_client)
+    aa = arrive(store_client, b"aa", tags="Aa")
+    bb = arrive(store_client, b"bb", tags="BB")  # "Aa" and "BB" have the same tags code (Java hash code)
     result = svc.receive(ReceiveRequest("G", "T", filter_expression="Aa", invisible_ms=30_000))
     [kept] = result.messages
     assert (kept.body, kept.queue_offset) == (b"aa", aa.queue_offset) and names(kept.receipt_handle, aa)
-    [ack] = store.requests_of("AckMessages")  # the store popped both; the broker acked BB's
+    [ack] = store_client.requests_of("AckMessages")  # the store popped both; the broker acked BB's
     [dropped] = ack.receipt_handles
     assert ack.group == "G" and ack.topic == "T" and names(dropped, bb)
-    assert store.ack_messages("G", "T", [dropped]) == [AckResult.INVALID_RECEIPT_HANDLE]  # acked already
-    assert store.ack_messages("G", "T", [kept.receipt_handle]) == [AckResult.OK]
-    assert store.query_consumer_offset("G", "T", 0) == 2  # both finished
+    assert store_client.ack_messages("G", "T", [dropped]) == [AckResult.INVALID_RECEIPT_HANDLE]  # acked already
+    assert store_client.ack_messages("G", "T", [kept.receipt_handle]) == [AckResult.OK]
+    assert store_client.query_consumer_offset("G", "T", 0) == 2  # both finished
 
 
-def test_parked_receive_wakes_on_arrival(store):
+def test_parked_receive_wakes_on_arrival(store_client):
     hub = ArrivalHub()
-    svc = service(store, hub)
+    svc = service(store_client, hub)
     late: list[StoredMessage] = []
 
     def arrive_late():
-        late.append(arrive(store, b"late"))
+        late.append(arrive(store_client, b"late"))
         hub.notify(["%RETRY%G_T"])  # the group's retry topic for T
 
     timer = threading.Timer(0.3, arrive_late)
@@ -287,14 +287,16 @@ def test_ack_change_dlq_and_assignment(filling_store):
     assert [q.queue_id for q in svc.query_assignment("F", "T").queues] == [0, 1, 2, 3]
 
 
-def test_a_cancelled_receive_stops_waiting_without_popping_again(store):
-    svc = service(store)
+def test_a_cancelled_receive_stops_waiting_without_popping_again(store_client):
+    svc = service(store_client)
     alive = threading.Event()
     alive.set()
     threading.Timer(0.2, alive.clear).start()
     started = time.monotonic()
     result = svc.receive(ReceiveRequest("G", "T", invisible_ms=30_000, long_polling_ms=5_000, alive=alive.is_set))
-    assert result.messages == [] and len(store.requests_of("PopMessages")) == 1 and time.monotonic() - started < 2.5
+    assert (
+        result.messages == [] and len(store_client.requests_of("PopMessages")) == 1 and time.monotonic() - started < 2.5
+    )
 
 
 def test_limits_come_from_the_broker_settings() -> None:

@@ -80,19 +80,24 @@ def messages(draw) -> IncomingMessage:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreDouble]:
+def store_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreDouble]:
     """One store for the module: building a message's properties does not reach it."""
     double = StoreDouble(tmp_path_factory.mktemp("store"), ManualClock(NOW_MS))
     yield double
     double.close()
 
 
-def producer(store: StoreDouble) -> Producer:
-    return Producer(CONFIG, TopicRegistry(CONFIG, store, store.clock), DirectPutSink(store.put_messages), store.clock)
+def producer(store_client: StoreDouble) -> Producer:
+    return Producer(
+        CONFIG,
+        TopicRegistry(CONFIG, store_client, store_client.clock),
+        DirectPutSink(store_client.put_messages),
+        store_client.clock,
+    )
 
 
-def fast_path_agrees(store: StoreDouble, message: IncomingMessage) -> None:
-    p = producer(store)
+def fast_path_agrees(store_client: StoreDouble, message: IncomingMessage) -> None:
+    p = producer(store_client)
     try:
         expected = p.build_properties(message, PEER, NOW_MS)
     except BrokerError:
@@ -108,19 +113,19 @@ def fast_path_agrees(store: StoreDouble, message: IncomingMessage) -> None:
 
 @settings(max_examples=600, deadline=None)
 @given(messages())
-def test_fast_path_answers_as_the_full_checks_or_steps_aside(store, message):
-    fast_path_agrees(store, message)
+def test_fast_path_answers_as_the_full_checks_or_steps_aside(store_client, message):
+    fast_path_agrees(store_client, message)
 
 
 @pytest.mark.slow
 @settings(max_examples=10_000, deadline=None)
 @given(messages())
-def test_fast_path_answers_as_the_full_checks_on_many_more_messages(store, message):
+def test_fast_path_answers_as_the_full_checks_on_many_more_messages(store_client, message):
     """make soak: the same property on 10,000 messages (make test draws 600)."""
-    fast_path_agrees(store, message)
+    fast_path_agrees(store_client, message)
 
 
-def test_the_usual_message_takes_the_fast_path(store):
+def test_the_usual_message_takes_the_fast_path(store_client):
     message = IncomingMessage(
         topic="TopicTest",
         body=b"hello",
@@ -132,9 +137,9 @@ def test_the_usual_message_takes_the_fast_path(store):
         born_host="192.168.0.7",
         user_properties={"color": "red"},
     )
-    fast = producer(store)._build_plain(message, NOW_MS)
+    fast = producer(store_client)._build_plain(message, NOW_MS)
     assert fast is not None and fast[0] is MessageType.NORMAL
-    assert fast[1] == producer(store).build_properties(message, PEER, NOW_MS)[1]
+    assert fast[1] == producer(store_client).build_properties(message, PEER, NOW_MS)[1]
     fifo = IncomingMessage(
         topic="TopicTest",
         body=b"hello",
@@ -143,4 +148,4 @@ def test_the_usual_message_takes_the_fast_path(store):
         message_type=MessageType.FIFO,
         born_host="h",
     )
-    assert producer(store)._build_plain(fifo, NOW_MS)[0] is MessageType.FIFO
+    assert producer(store_client)._build_plain(fifo, NOW_MS)[0] is MessageType.FIFO

@@ -32,24 +32,29 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture(autouse=True)
-def topic_test(store) -> None:
+def topic_test(store_client) -> None:
     """The topic these tests send to: MIXED, 8 queues (a test may re-create it in another shape)."""
-    create_topics(store, "TopicTest")
+    create_topics(store_client, "TopicTest")
 
 
-def make_producer(store, **config) -> Producer:
+def make_producer(store_client, **config) -> Producer:
     cfg = BrokerConfig(**config)
-    return Producer(cfg, TopicRegistry(cfg, store, store.clock), DirectPutSink(store.put_messages), store.clock)
+    return Producer(
+        cfg,
+        TopicRegistry(cfg, store_client, store_client.clock),
+        DirectPutSink(store_client.put_messages),
+        store_client.clock,
+    )
 
 
-def send(store, *messages, **config):
-    return make_producer(store, **config).send(list(messages), PEER, 3.0)
+def send(store_client, *messages, **config):
+    return make_producer(store_client, **config).send(list(messages), PEER, 3.0)
 
 
-def the_one_stored(store) -> MessageToPut:
+def the_one_stored(store_client) -> MessageToPut:
     """The one message sent to the store, which holds it as it was sent."""
-    [sent] = store.sent
-    [held] = store.messages(sent.topic)
+    [sent] = store_client.sent
+    [held] = store_client.messages(sent.topic)
     assert (held.queue_id, held.body, held.properties, held.sys_flag) == (
         sent.queue_id,
         sent.body,
@@ -77,10 +82,10 @@ def normal(**fields) -> IncomingMessage:
     return IncomingMessage(**values)
 
 
-def test_normal_message_properties(store):
-    [receipt] = send(store, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
+def test_normal_message_properties(store_client):
+    [receipt] = send(store_client, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
     assert receipt.code == Code.OK and receipt.message_id == MESSAGE_ID and receipt.transaction_id == ""
-    record = the_one_stored(store)
+    record = the_one_stored(store_client)
     assert record.topic == "TopicTest" and record.body == b"hello" and record.sys_flag == 0
     assert record.properties == {
         "color": "red",
@@ -97,9 +102,9 @@ def test_normal_message_properties(store):
     assert not record.allow_system_topic
 
 
-def test_optional_fields_absent_and_fallbacks(store):
+def test_optional_fields_absent_and_fallbacks(store_client):
     send(
-        store,
+        store_client,
         normal(
             born_timestamp_ms=None,
             born_host="",
@@ -111,7 +116,7 @@ def test_optional_fields_absent_and_fallbacks(store):
         ),
         cluster_name="c1",
     )
-    record = the_one_stored(store)
+    record = the_one_stored(store_client)
     assert "TAGS" not in record.properties and "KEYS" not in record.properties
     assert "BORN_TIMESTAMP" not in record.properties and record.born_timestamp_ms == NOW_MS
     assert record.properties["__BORNHOST"] == PEER  # blank born_host -> the peer, as the proxy does
@@ -121,23 +126,23 @@ def test_optional_fields_absent_and_fallbacks(store):
     assert record.sys_flag == 0x1  # COMPRESSED for GZIP bodies
 
 
-def test_empty_keys_are_skipped_when_joining(store):
-    send(store, normal(keys=["a", "", "b"]))
-    assert store.sent[0].properties["KEYS"] == "a b"
+def test_empty_keys_are_skipped_when_joining(store_client):
+    send(store_client, normal(keys=["a", "", "b"]))
+    assert store_client.sent[0].properties["KEYS"] == "a b"
 
 
-def test_fifo_message(store):
-    [receipt] = send(store, normal(message_type=MessageType.FIFO, message_group="order-42"))
-    record = the_one_stored(store)
+def test_fifo_message(store_client):
+    [receipt] = send(store_client, normal(message_type=MessageType.FIFO, message_group="order-42"))
+    record = the_one_stored(store_client)
     assert receipt.code == Code.OK
     assert record.properties["__SHARDINGKEY"] == "order-42"
     assert record.queue_id == fifo_queue_id("order-42", 8)
 
 
-def test_delay_message_in_the_future_is_parked_in_the_timer_topic(store):
+def test_delay_message_in_the_future_is_parked_in_the_timer_topic(store_client):
     deliver_ms = NOW_MS + 10_500
-    [receipt] = send(store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=deliver_ms))
-    record = the_one_stored(store)
+    [receipt] = send(store_client, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=deliver_ms))
+    record = the_one_stored(store_client)
     assert record.topic == "rmq_sys_wheel_timer" and record.queue_id == 0 and record.allow_system_topic
     props = record.properties
     assert props["TIMER_DELIVER_MS"] == str(deliver_ms)
@@ -147,9 +152,9 @@ def test_delay_message_in_the_future_is_parked_in_the_timer_topic(store):
     assert raw == f"v1 TopicTest broker-a {deliver_ms // 1000 * 1000 + 1} {MESSAGE_ID}"
 
 
-def test_delay_message_in_the_past_is_stored_normally(store):
-    [receipt] = send(store, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS - 1))
-    record = the_one_stored(store)
+def test_delay_message_in_the_past_is_stored_normally(store_client):
+    [receipt] = send(store_client, normal(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS - 1))
+    record = the_one_stored(store_client)
     assert record.topic == "TopicTest" and record.properties["TIMER_DELIVER_MS"] == str(NOW_MS - 1)
     assert "TIMER_OUT_MS" not in record.properties and receipt.recall_handle == ""
 
@@ -160,9 +165,9 @@ def test_timer_rounding_is_rocketmqs():
     assert timer_out_ms(5_999, 1000) == 5_000
 
 
-def test_transaction_half_message(store):
-    [receipt] = send(store, normal(message_type=MessageType.TRANSACTION, orphaned_transaction_recovery_s=30))
-    record = the_one_stored(store)
+def test_transaction_half_message(store_client):
+    [receipt] = send(store_client, normal(message_type=MessageType.TRANSACTION, orphaned_transaction_recovery_s=30))
+    record = the_one_stored(store_client)
     assert receipt.code == Code.OK and receipt.transaction_id == MESSAGE_ID == receipt.message_id
     assert record.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and record.queue_id == 0 and record.allow_system_topic
     assert record.sys_flag == 0  # half messages are stored with transaction type NOT (RocketMQ 4.3+)
@@ -172,13 +177,13 @@ def test_transaction_half_message(store):
     assert props["REAL_TOPIC"] == "TopicTest" and 0 <= int(props["REAL_QID"]) < 8
 
 
-def test_round_robin_over_write_queues(store):
-    store.create_topic(TopicInfo("TopicTest", 8, 4, 6, "NORMAL"))
-    producer = make_producer(store)
+def test_round_robin_over_write_queues(store_client):
+    store_client.create_topic(TopicInfo("TopicTest", 8, 4, 6, "NORMAL"))
+    producer = make_producer(store_client)
     for _ in range(8):
         producer.send([normal()], PEER, 3.0)
-    assert [m.queue_id for m in store.sent] == [0, 1, 2, 3, 0, 1, 2, 3]
-    assert [(m.queue_id, m.queue_offset) for m in store.messages("TopicTest")] == [
+    assert [m.queue_id for m in store_client.sent] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [(m.queue_id, m.queue_offset) for m in store_client.messages("TopicTest")] == [
         (q, offset) for q in range(4) for offset in range(2)
     ]
 
@@ -202,50 +207,56 @@ def test_round_robin_counts_per_topic():
     assert rr.next_queue_id("b", 3) == 0
 
 
-def test_store_outcomes_map_to_codes(store):
+def test_store_outcomes_map_to_codes(store_client):
     statuses = iter([PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.UNKNOWN_ERROR])
-    store.outcome = lambda message: next(statuses)
-    codes = [send(store, normal())[0].code for _ in range(3)]
+    store_client.outcome = lambda message: next(statuses)
+    codes = [send(store_client, normal())[0].code for _ in range(3)]
     assert codes == [Code.MASTER_PERSISTENCE_TIMEOUT, Code.TOO_MANY_REQUESTS, Code.INTERNAL_SERVER_ERROR]
-    assert len(store.sent) == 3 and len(store.messages("TopicTest")) == 1  # a flush timeout is appended
+    assert len(store_client.sent) == 3 and len(store_client.messages("TopicTest")) == 1  # a flush timeout is appended
 
 
-def test_a_stale_queue_count_invalidates_the_topic_cache(store):
-    store.create_topic(TopicInfo("TopicTest", 8, 8, 6, "NORMAL"))
-    producer = make_producer(store)
+def test_a_stale_queue_count_invalidates_the_topic_cache(store_client):
+    store_client.create_topic(TopicInfo("TopicTest", 8, 8, 6, "NORMAL"))
+    producer = make_producer(store_client)
     codes = [producer.send([normal()], PEER, 3.0)[0].code]  # queue 0; the producer caches 8 queues
-    store.create_topic(TopicInfo("TopicTest", 2, 2, 6, "NORMAL"))  # the topic shrinks under the cache
+    store_client.create_topic(TopicInfo("TopicTest", 2, 2, 6, "NORMAL"))  # the topic shrinks under the cache
     codes += [producer.send([normal()], PEER, 3.0)[0].code for _ in range(6)]
     # queue 1, then queue 2: the store answers QUEUE_ID_ILLEGAL, the producer re-reads the topic
     assert codes == [Code.OK, Code.OK, Code.INTERNAL_SERVER_ERROR] + [Code.OK] * 4
-    assert [m.queue_id for m in store.sent[:3]] == [0, 1, 2]
-    assert {m.queue_id for m in store.sent[3:]} == {0, 1}
-    assert sorted(m.queue_id for m in store.messages("TopicTest")) == [0, 0, 0, 1, 1, 1]
+    assert [m.queue_id for m in store_client.sent[:3]] == [0, 1, 2]
+    assert {m.queue_id for m in store_client.sent[3:]} == {0, 1}
+    assert sorted(m.queue_id for m in store_client.messages("TopicTest")) == [0, 0, 0, 1, 1, 1]
 
 
-def test_batch_request_goes_to_one_queue_and_reports_each_message(store):
-    store.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
-    receipts = send(store, normal(), normal(body=b"bad"), normal())
+def test_batch_request_goes_to_one_queue_and_reports_each_message(store_client):
+    store_client.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
+    receipts = send(store_client, normal(), normal(body=b"bad"), normal())
     assert [r.code for r in receipts] == [Code.OK, Code.INTERNAL_SERVER_ERROR, Code.OK]
     assert response_code(receipts) == Code.MULTIPLE_RESULTS
-    assert len(store.sent) == 3 and len({m.queue_id for m in store.sent}) == 1
-    assert [(m.queue_id, m.body) for m in store.messages("TopicTest")] == [(store.sent[0].queue_id, b"hello")] * 2
+    assert len(store_client.sent) == 3 and len({m.queue_id for m in store_client.sent}) == 1
+    assert [(m.queue_id, m.body) for m in store_client.messages("TopicTest")] == [
+        (store_client.sent[0].queue_id, b"hello")
+    ] * 2
     assert response_code(receipts[:1]) == Code.OK
 
 
-def test_an_unknown_topic_is_not_found_unless_auto_create_is_on(store):
+def test_an_unknown_topic_is_not_found_unless_auto_create_is_on(store_client):
     with pytest.raises(NotFoundError) as caught:
-        send(store, normal(topic="Unknown"))
-    assert caught.value.code == Code.TOPIC_NOT_FOUND and store.get_topic("Unknown") is None and not store.sent
+        send(store_client, normal(topic="Unknown"))
+    assert (
+        caught.value.code == Code.TOPIC_NOT_FOUND
+        and store_client.get_topic("Unknown") is None
+        and not store_client.sent
+    )
     [receipt] = send(
-        store,
+        store_client,
         normal(topic="Unknown"),
         auto_create_topic_enable=True,
         auto_create_topic_message_type="NORMAL",
         auto_create_topic_queue_nums=4,
     )
     assert receipt.code == Code.OK
-    assert store.get_topic("Unknown") == TopicInfo("Unknown", 4, 4, 6, "NORMAL")
+    assert store_client.get_topic("Unknown") == TopicInfo("Unknown", 4, 4, 6, "NORMAL")
 
 
 def test_recall_handle_format():

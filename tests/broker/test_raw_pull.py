@@ -29,17 +29,17 @@ class _Topics:
 
 
 @pytest.fixture
-def setup(store: StoreDouble):
+def setup(store_client: StoreDouble):
     """The real store (``store``, tests/support/store_double.py) with TOPIC as ``_Topics`` has it."""
-    store.create_topic(_Topics().get(TOPIC))
+    store_client.create_topic(_Topics().get(TOPIC))
     hub = ArrivalHub()
-    offsets = OffsetService(store, _Topics(), hub, SystemClock(), "broker-a")
-    service = RawPullService(offsets, store)
-    return store, hub, service
+    offsets = OffsetService(store_client, _Topics(), hub, SystemClock(), "broker-a")
+    service = RawPullService(offsets, store_client)
+    return store_client, hub, service
 
 
-def put(store: StoreDouble, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
-    outcomes = store.put_messages(
+def put(store_client: StoreDouble, count: int, start: int = 0, tags=("TagA",), queue_id: int = 0, **props) -> None:
+    outcomes = store_client.put_messages(
         [
             MessageToPut(
                 TOPIC,
@@ -54,9 +54,9 @@ def put(store: StoreDouble, count: int, start: int = 0, tags=("TagA",), queue_id
     assert all(o.status is PutStatus.PUT_OK for o in outcomes)
 
 
-def reads(store: StoreDouble) -> list[tuple[int, int]]:
+def reads(store_client: StoreDouble) -> list[tuple[int, int]]:
     """(queue offset, max count) of every GetRawMessages the store served."""
-    return [(r.queue_offset, r.max_count) for r in store.requests_of("GetRawMessages")]
+    return [(r.queue_offset, r.max_count) for r in store_client.requests_of("GetRawMessages")]
 
 
 def offsets_of(records: list[bytes]) -> list[int]:

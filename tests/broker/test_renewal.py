@@ -32,21 +32,21 @@ class Topics:
 class World:
     """The consumer core, the renewer and the client registry over one store and clock."""
 
-    def __init__(self, store: StoreDouble, clock: ManualClock, **config: object) -> None:
-        self.store, self.clock = store, clock
+    def __init__(self, store_client: StoreDouble, clock: ManualClock, **config: object) -> None:
+        self.store, self.clock = store_client, clock
         self.config = BrokerConfig(**config)  # type: ignore[arg-type]
         self.registry = ClientRegistry()
         self.renewer = ReceiptRenewer(
-            store, ReceiptHandleTable(self.config.renew_handles_max), self.registry, self.config, clock
+            store_client, ReceiptHandleTable(self.config.renew_handles_max), self.registry, self.config, clock
         )
         self.telemetry = TelemetryService(
-            self.config, store, self.registry, clock, on_terminate=self.renewer.client_terminated
+            self.config, store_client, self.registry, clock, on_terminate=self.renewer.client_terminated
         )
         limits = ConsumerLimits(auto_renew_invisible_ms=self.config.auto_renew_invisible_ms)
         self.consumer = ConsumerService(
-            store, Topics(), ArrivalHub(), clock, "broker-a", ("127.0.0.1", 8081), limits, self.renewer
+            store_client, Topics(), ArrivalHub(), clock, "broker-a", ("127.0.0.1", 8081), limits, self.renewer
         )
-        store.create_topic(Topics().get(TOPIC))  # topics are made explicitly (no auto-create)
+        store_client.create_topic(Topics().get(TOPIC))  # topics are made explicitly (no auto-create)
 
     def connect(self, client_id: str = CLIENT, client_type: ClientType = ClientType.PUSH_CONSUMER) -> ClientSession:
         session = self.telemetry.open_session(client_id, lambda command: True)
@@ -89,8 +89,8 @@ class World:
 
 
 @pytest.fixture
-def world(store: StoreDouble, clock: ManualClock) -> World:
-    return World(store, clock)
+def world(store_client: StoreDouble, clock: ManualClock) -> World:
+    return World(store_client, clock)
 
 
 def test_renews_ahead_of_expiry_and_the_original_handle_still_acks(world: World, clock: ManualClock) -> None:
@@ -118,8 +118,8 @@ def test_renews_ahead_of_expiry_and_the_original_handle_still_acks(world: World,
     assert world.renewer.stats().renewals == 1
 
 
-def test_slices_grow_and_renewal_stops_after_renew_max_ms(store: StoreDouble, clock: ManualClock) -> None:
-    world = World(store, clock, renew_slices_ms=(20_000, 40_000), renew_max_ms=100_000)
+def test_slices_grow_and_renewal_stops_after_renew_max_ms(store_client: StoreDouble, clock: ManualClock) -> None:
+    world = World(store_client, clock, renew_slices_ms=(20_000, 40_000), renew_max_ms=100_000)
     world.connect()
     world.send(b"endless")
     start = clock.now_ms()
@@ -301,8 +301,8 @@ def test_an_expired_handle_is_forgotten(world: World, clock: ManualClock) -> Non
     assert err.value.code is Code.INVALID_RECEIPT_HANDLE
 
 
-def test_a_full_table_tracks_nothing_more(store: StoreDouble, clock: ManualClock) -> None:
-    world = World(store, clock, renew_handles_max=1)
+def test_a_full_table_tracks_nothing_more(store_client: StoreDouble, clock: ManualClock) -> None:
+    world = World(store_client, clock, renew_handles_max=1)
     world.connect()
     world.send(b"a")
     world.send(b"b", queue_id=1)

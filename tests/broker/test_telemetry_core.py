@@ -19,20 +19,20 @@ from services.domain.routes import QueueData
 from services.store.client.model import TopicInfo
 
 
-def service(store) -> TelemetryService:
-    return TelemetryService(BrokerConfig(), store, ClientRegistry(), store.clock)
+def service(store_client) -> TelemetryService:
+    return TelemetryService(BrokerConfig(), store_client, ClientRegistry(), store_client.clock)
 
 
-def test_producer_settings(store):
-    server = service(store).settings_for(ClientSettings(ClientType.PRODUCER, publishing_topics=("T",)))
+def test_producer_settings(store_client):
+    server = service(store_client).settings_for(ClientSettings(ClientType.PRODUCER, publishing_topics=("T",)))
     assert server.max_body_size == 4 * 1024 * 1024 and server.validate_message_type is True
     assert server.backoff.max_attempts == 3 and server.backoff.exponential == (10, 1000, 2.0)
     assert server.backoff.customized_ms is None and server.fifo is None
 
 
-def test_consumer_settings_follow_the_group(store):
-    store.update_group("G", fifo=True, retry_max_times=5)
-    telemetry = service(store)
+def test_consumer_settings_follow_the_group(store_client):
+    store_client.update_group("G", fifo=True, retry_max_times=5)
+    telemetry = service(store_client)
     server = telemetry.settings_for(ClientSettings(ClientType.PUSH_CONSUMER, subscription_group="G"))
     assert server.fifo is True and server.receive_batch_size == 32 and server.long_polling_timeout_ms == 20_000
     assert server.backoff.max_attempts == 6 and server.backoff.customized_ms[:3] == (1000, 5000, 10000)
@@ -40,37 +40,37 @@ def test_consumer_settings_follow_the_group(store):
     assert unknown.fifo is False and unknown.backoff.max_attempts == 17 and len(unknown.backoff.customized_ms) == 18
 
 
-def test_consumer_settings_carry_the_groups_retry_policy(store):
+def test_consumer_settings_carry_the_groups_retry_policy(store_client):
     telemetry = TelemetryService(
-        BrokerConfig(consumer_retry_delays_ms=(2_000, 4_000)), store, ClientRegistry(), store.clock
+        BrokerConfig(consumer_retry_delays_ms=(2_000, 4_000)), store_client, ClientRegistry(), store_client.clock
     )
 
     def backoff(group: str):
         return telemetry.settings_for(ClientSettings(ClientType.PUSH_CONSUMER, subscription_group=group)).backoff
 
-    store.update_group("Default", fifo=False, retry_max_times=2)
+    store_client.update_group("Default", fifo=False, retry_max_times=2)
     assert backoff("Default") == RetryPolicySettings(max_attempts=3, customized_ms=(2_000, 4_000))  # the broker's
-    store.update_group(
+    store_client.update_group(
         "Custom", fifo=False, retry_max_times=4, retry_policy=GroupRetryPolicy.of(CustomizedRetryPolicy((1_000, 3_000)))
     )
     assert backoff("Custom") == RetryPolicySettings(max_attempts=5, customized_ms=(1_000, 3_000))
-    store.update_group(
+    store_client.update_group(
         "Exp", fifo=False, retry_max_times=16, retry_policy=GroupRetryPolicy.of(ExponentialRetryPolicy(500, 8_000, 3))
     )
     assert backoff("Exp") == RetryPolicySettings(max_attempts=17, exponential=(500, 8_000, 3.0))
     # EXPONENTIAL without parameters: RocketMQ's ExponentialRetryPolicy defaults, as the proxy sends.
-    store.update_group("ExpBare", fifo=False, retry_max_times=16, retry_policy=GroupRetryPolicy(EXPONENTIAL))
+    store_client.update_group("ExpBare", fifo=False, retry_max_times=16, retry_policy=GroupRetryPolicy(EXPONENTIAL))
     assert backoff("ExpBare").exponential == (5_000, 7_200_000, 2.0)
 
 
-def test_settings_without_publishing_or_subscription_are_a_bad_request(store):
+def test_settings_without_publishing_or_subscription_are_a_bad_request(store_client):
     with pytest.raises(BrokerError) as caught:
-        service(store).settings_for(ClientSettings(ClientType.PRODUCER))
+        service(store_client).settings_for(ClientSettings(ClientType.PRODUCER))
     assert caught.value.code == Code.BAD_REQUEST
 
 
-def test_registry_tracks_producers_and_replaces_streams(store):
-    telemetry = service(store)
+def test_registry_tracks_producers_and_replaces_streams(store_client):
+    telemetry = service(store_client)
     pushed: list[object] = []
     first = telemetry.open_session("c1", lambda cmd: pushed.append(cmd) or True)
     telemetry.apply_settings(first, ClientSettings(ClientType.PRODUCER, publishing_topics=("A", "B")))
@@ -89,8 +89,8 @@ def test_registry_tracks_producers_and_replaces_streams(store):
     assert telemetry.registry.get("c1") is None
 
 
-def test_heartbeat_refreshes_liveness(store, clock):
-    telemetry = service(store)
+def test_heartbeat_refreshes_liveness(store_client, clock):
+    telemetry = service(store_client)
     session = telemetry.open_session("c1", lambda cmd: True)
     opened_ms = clock.now_ms()
     telemetry.apply_settings(session, ClientSettings(ClientType.PRODUCER, publishing_topics=()))
@@ -100,15 +100,17 @@ def test_heartbeat_refreshes_liveness(store, clock):
     assert session.last_seen_ms == opened_ms + 5000
 
 
-def routes(store, **config) -> RouteService:
+def routes(store_client, **config) -> RouteService:
     """QueryRoute of a broker with one group (no routes in etcd): the home group's topics."""
     cfg = BrokerConfig(**{"put_coalescing_enable": False, **config})
-    core = build_broker_group_core(cfg, "broker-a", store, ("127.0.0.1", 8081), ClientRegistry(), store.clock)
+    core = build_broker_group_core(
+        cfg, "broker-a", store_client, ("127.0.0.1", 8081), ClientRegistry(), store_client.clock
+    )
     return RouteService(BrokerGroups(core, lambda name: core), ("127.0.0.1", 8081))
 
 
-def test_route_of_an_auto_created_topic(store):
-    route = routes(store, auto_create_topic_enable=True).query_route("TopicTest")
+def test_route_of_an_auto_created_topic(store_client):
+    route = routes(store_client, auto_create_topic_enable=True).query_route("TopicTest")
     assert (route.broker_name, route.broker_id) == ("broker-a", 0)
     assert (route.endpoint_scheme, route.endpoint_host, route.endpoint_port) == ("IPv4", "127.0.0.1", 8081)
     assert [q.queue_id for q in route.queues] == list(range(8))
@@ -130,9 +132,9 @@ def test_route_of_an_auto_created_topic(store):
         ("TRANSACTION", (MessageType.TRANSACTION,)),
     ],
 )
-def test_route_accept_types_follow_the_topic(store, topic_type, accepted):
-    store.create_topic(TopicInfo("T", 4, 4, 6, topic_type))
-    assert routes(store).query_route("T").accept_message_types == accepted
+def test_route_accept_types_follow_the_topic(store_client, topic_type, accepted):
+    store_client.create_topic(TopicInfo("T", 4, 4, 6, topic_type))
+    assert routes(store_client).query_route("T").accept_message_types == accepted
 
 
 def test_queue_permissions():
@@ -145,30 +147,30 @@ def test_queue_permissions():
     assert queue_permission(0, uneven, up=False) == "NONE"  # a group that is down keeps its place, unusable
 
 
-def test_route_errors(store):
+def test_route_errors(store_client):
     with pytest.raises(BrokerError) as caught:
-        routes(store).query_route("SCHEDULE_TOPIC_XXXX")
+        routes(store_client).query_route("SCHEDULE_TOPIC_XXXX")
     assert caught.value.code == Code.ILLEGAL_TOPIC
     with pytest.raises(BrokerError) as caught:
-        routes(store).query_route("Missing")  # auto-create is off by default, as in RocketMQ 5's proxy
+        routes(store_client).query_route("Missing")  # auto-create is off by default, as in RocketMQ 5's proxy
     assert caught.value.code == Code.TOPIC_NOT_FOUND == 40402
     assert (
         caught.value.message
         == "topic Missing does not exist: create it first (pyrmq topic create Missing --type NORMAL)"
     )
-    assert store.get_topic("Missing") is None
+    assert store_client.get_topic("Missing") is None
 
 
-def test_topic_cache_expires(store, clock):
-    registry = TopicRegistry(BrokerConfig(), store, clock)
+def test_topic_cache_expires(store_client, clock):
+    registry = TopicRegistry(BrokerConfig(), store_client, clock)
     with pytest.raises(BrokerError):
         registry.get("T")
-    store.create_topic(TopicInfo("T", 8, 8, 6, "FIFO"))
+    store_client.create_topic(TopicInfo("T", 8, 8, 6, "FIFO"))
     with pytest.raises(BrokerError):
         registry.get("T")  # "absent" is remembered for topic_cache_miss_ttl_ms
     clock.advance_ms(1000)
     assert registry.get("T").message_type == "FIFO"
-    store.create_topic(TopicInfo("T", 8, 8, 6, "NORMAL"))
+    store_client.create_topic(TopicInfo("T", 8, 8, 6, "NORMAL"))
     assert registry.get("T").message_type == "FIFO"
     clock.advance_ms(3000)
     assert registry.get("T").message_type == "NORMAL"

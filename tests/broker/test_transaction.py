@@ -24,19 +24,19 @@ from tests.support.v2_requests import end, message, send
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
 
-def services(store, remember=True):
+def services(store_client, remember=True):
     """The producer and the transaction service on ``store``, with the topics sent to created."""
-    create_topics(store, "TxTopic", "OtherTopic")
-    config, clock = BrokerConfig(), store.clock
-    sink = DirectPutSink(store.put_messages)
+    create_topics(store_client, "TxTopic", "OtherTopic")
+    config, clock = BrokerConfig(), store_client.clock
+    sink = DirectPutSink(store_client.put_messages)
     halves = HalfMessageTable()
 
     def on_half(tid, topic, outcome):
         if remember:
             halves.remember(tid, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
 
-    producer = Producer(config, TopicRegistry(config, store, clock), sink, clock, on_half)
-    return producer, TransactionService(store, sink, halves, clock)
+    producer = Producer(config, TopicRegistry(config, store_client, clock), sink, clock, on_half)
+    return producer, TransactionService(store_client, sink, halves, clock)
 
 
 def send_half(producer, message_id="TX1", topic="TxTopic"):
@@ -54,57 +54,57 @@ def send_half(producer, message_id="TX1", topic="TxTopic"):
 
 
 @pytest.mark.parametrize("remember", [True, False], ids=["from the half table", "from the index"])
-def test_commit_appends_to_the_real_queue_and_writes_an_op_record(store, remember):
-    producer, transactions = services(store, remember)
+def test_commit_appends_to_the_real_queue_and_writes_an_op_record(store_client, remember):
+    producer, transactions = services(store_client, remember)
     send_half(producer)
-    [half] = store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
+    [half] = store_client.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    [committed] = store.messages("TxTopic")
+    [committed] = store_client.messages("TxTopic")
     assert committed.queue_id == int(half.properties["REAL_QID"]) and committed.body == b"money"
     assert committed.sys_flag & 0xC == 0x8 and committed.prepared_transaction_offset == half.phy_offset
     assert committed.properties == half.properties  # RocketMQ keeps the half's properties on disk
-    [op] = store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    [op] = store_client.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
     assert op.queue_id == 0 and op.body == f"{half.queue_offset},".encode() and op.properties["TAGS"] == "d"
 
 
-def test_rollback_writes_only_the_op_record(store):
-    producer, transactions = services(store)
+def test_rollback_writes_only_the_op_record(store_client):
+    producer, transactions = services(store_client)
     send_half(producer)
     transactions.end_transaction("TxTopic", "TX1", ROLLBACK, 3.0)
-    assert store.messages("TxTopic") == []
-    assert len(store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+    assert store_client.messages("TxTopic") == []
+    assert len(store_client.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
 
 
-def test_duplicate_and_conflicting_resolutions_are_idempotent(store):
-    producer, transactions = services(store)
+def test_duplicate_and_conflicting_resolutions_are_idempotent(store_client):
+    producer, transactions = services(store_client)
     send_half(producer)
     for resolution in (COMMIT, COMMIT, ROLLBACK):  # client commit, then a check answer, then nonsense
         transactions.end_transaction("TxTopic", "TX1", resolution, 3.0)
-    assert len(store.messages("TxTopic")) == 1
-    assert len(store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
+    assert len(store_client.messages("TxTopic")) == 1
+    assert len(store_client.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == 1
 
 
-def test_a_commit_found_in_the_index_after_a_restart_is_not_repeated(store):
-    producer, transactions = services(store)
+def test_a_commit_found_in_the_index_after_a_restart_is_not_repeated(store_client):
+    producer, transactions = services(store_client)
     send_half(producer)
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    _, restarted = services(store)  # empty half table and resolved set
+    _, restarted = services(store_client)  # empty half table and resolved set
     restarted.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    assert len(store.messages("TxTopic")) == 1
+    assert len(store_client.messages("TxTopic")) == 1
 
 
-def test_every_half_copy_is_listed_in_the_op_record(store):
-    producer, transactions = services(store)
+def test_every_half_copy_is_listed_in_the_op_record(store_client):
+    producer, transactions = services(store_client)
     send_half(producer)
-    [half] = store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
+    [half] = store_client.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     # The transaction checker re-appends an unresolved half (same properties, new offsets).
-    store.append(producer_copy(half))
+    store_client.append(producer_copy(half))
     transactions.end_transaction("TxTopic", "TX1", COMMIT, 3.0)
-    [op] = store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    [op] = store_client.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC")
     assert op.body == b"0,1,"
-    [committed] = store.messages("TxTopic")
+    [committed] = store_client.messages("TxTopic")
     assert committed.prepared_transaction_offset == max(
-        r.phy_offset for r in store.messages("RMQ_SYS_TRANS_HALF_TOPIC")
+        r.phy_offset for r in store_client.messages("RMQ_SYS_TRANS_HALF_TOPIC")
     )
 
 
@@ -123,21 +123,21 @@ def producer_copy(half):
         ("RMQ_SYS_TRANS_HALF_TOPIC", "TX1", Code.ILLEGAL_TOPIC),
     ],
 )
-def test_end_transaction_errors(store, topic, tid, code):
-    producer, transactions = services(store)
+def test_end_transaction_errors(store_client, topic, tid, code):
+    producer, transactions = services(store_client)
     send_half(producer)
     with pytest.raises(BrokerError) as caught:
         transactions.end_transaction(topic, tid, COMMIT, 3.0)
     assert caught.value.code == code
 
 
-def test_unspecified_resolution_does_nothing(store):
-    producer, transactions = services(store)
+def test_unspecified_resolution_does_nothing(store_client):
+    producer, transactions = services(store_client)
     send_half(producer)
-    calls = len(store.puts)
+    calls = len(store_client.puts)
     transactions.end_transaction("TxTopic", "TX1", Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED, 3.0)
-    assert len(store.puts) == calls
-    assert store.messages("TxTopic") == store.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC") == []
+    assert len(store_client.puts) == calls
+    assert store_client.messages("TxTopic") == store_client.messages("RMQ_SYS_TRANS_OP_HALF_TOPIC") == []
 
 
 def test_end_transaction_over_grpc(v2, store_stub, topics):

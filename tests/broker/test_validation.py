@@ -26,9 +26,14 @@ def clock() -> ManualClock:
     return ManualClock(NOW_MS)
 
 
-def producer(store, **config) -> Producer:
+def producer(store_client, **config) -> Producer:
     cfg = BrokerConfig(**config)
-    return Producer(cfg, TopicRegistry(cfg, store, store.clock), DirectPutSink(store.put_messages), store.clock)
+    return Producer(
+        cfg,
+        TopicRegistry(cfg, store_client, store_client.clock),
+        DirectPutSink(store_client.put_messages),
+        store_client.clock,
+    )
 
 
 def message(**fields) -> IncomingMessage:
@@ -42,38 +47,38 @@ def message(**fields) -> IncomingMessage:
     return IncomingMessage(**values)
 
 
-def code_of(store, messages, **config) -> int:
+def code_of(store_client, messages, **config) -> int:
     try:
-        [receipt] = producer(store, **config).send(messages, "127.0.0.1:50000", 3.0)
+        [receipt] = producer(store_client, **config).send(messages, "127.0.0.1:50000", 3.0)
     except BrokerError as exc:
         return exc.code
     return receipt.code
 
 
 @pytest.fixture
-def topic_test(store) -> None:
+def topic_test(store_client) -> None:
     """The topic the messages go to: MIXED, 8 queues."""
-    create_topics(store, "TopicTest")
+    create_topics(store_client, "TopicTest")
 
 
 @pytest.mark.parametrize("fields,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_send_rule_gives_exact_code(store, topic_test, fields, expected):
+def test_send_rule_gives_exact_code(store_client, topic_test, fields, expected):
     if expected == Code.OK and "topic" in fields:
-        create_topics(store, fields["topic"])
-    assert code_of(store, [message(**fields)]) == expected
+        create_topics(store_client, fields["topic"])
+    assert code_of(store_client, [message(**fields)]) == expected
     if expected != Code.OK:
-        assert store.puts == []  # refused before the store: nothing sent, nothing written
+        assert store_client.puts == []  # refused before the store: nothing sent, nothing written
         return
-    [sent] = store.sent
-    assert [m.body for m in store.messages(sent.topic)] == [sent.body]
+    [sent] = store_client.sent
+    assert [m.body for m in store_client.messages(sent.topic)] == [sent.body]
 
 
-def test_empty_message_list_is_message_corrupted(store):
-    assert code_of(store, []) == Code.MESSAGE_CORRUPTED
+def test_empty_message_list_is_message_corrupted(store_client):
+    assert code_of(store_client, []) == Code.MESSAGE_CORRUPTED
 
 
-def test_messages_of_different_topics_are_message_corrupted(store):
-    p = producer(store)
+def test_messages_of_different_topics_are_message_corrupted(store_client):
+    p = producer(store_client)
     with pytest.raises(BrokerError) as caught:
         p.send([message(), message(topic="Other")], "", 3.0)
     assert caught.value.code == Code.MESSAGE_CORRUPTED
@@ -82,10 +87,10 @@ def test_messages_of_different_topics_are_message_corrupted(store):
     assert caught.value.code == Code.MESSAGE_CORRUPTED
 
 
-def test_rules_run_before_the_topic_lookup(store):
+def test_rules_run_before_the_topic_lookup(store_client):
     # A bad tag on an unknown topic reports the tag, as the proxy does.
-    assert code_of(store, [message(tag="a|b")]) == Code.ILLEGAL_MESSAGE_TAG
-    assert code_of(store, [message()]) == Code.TOPIC_NOT_FOUND
+    assert code_of(store_client, [message(tag="a|b")]) == Code.ILLEGAL_MESSAGE_TAG
+    assert code_of(store_client, [message()]) == Code.TOPIC_NOT_FOUND
 
 
 @pytest.mark.parametrize(
@@ -103,30 +108,30 @@ def test_rules_run_before_the_topic_lookup(store):
         ("MIXED", {"delivery_timestamp_ms": NOW_MS + 5000, "message_type": MessageType.DELAY}, Code.OK),
     ],
 )
-def test_topic_message_type_check(store, topic_type, sent, expected):
-    store.create_topic(TopicInfo("TopicTest", 8, 8, 6, topic_type))
-    assert code_of(store, [message(**sent)]) == expected
+def test_topic_message_type_check(store_client, topic_type, sent, expected):
+    store_client.create_topic(TopicInfo("TopicTest", 8, 8, 6, topic_type))
+    assert code_of(store_client, [message(**sent)]) == expected
 
 
-def test_unwritable_topic_is_forbidden(store):
-    store.create_topic(TopicInfo("TopicTest", 8, 8, 4, "NORMAL"))
-    assert code_of(store, [message()]) == Code.FORBIDDEN
+def test_unwritable_topic_is_forbidden(store_client):
+    store_client.create_topic(TopicInfo("TopicTest", 8, 8, 4, "NORMAL"))
+    assert code_of(store_client, [message()]) == Code.FORBIDDEN
 
 
-def test_the_longest_delivery_delay_is_a_day_unless_configured(store, topic_test):
+def test_the_longest_delivery_delay_is_a_day_unless_configured(store_client, topic_test):
     # The proxy's maxDelayTimeMills: 1 day, and ILLEGAL_DELIVERY_TIME (40012) beyond, with its words.
     far = message(message_type=MessageType.DELAY, delivery_timestamp_ms=NOW_MS + 30 * DAY_MS)
     with pytest.raises(BrokerError) as caught:
-        producer(store).send([far], "127.0.0.1:50000", 3.0)
+        producer(store_client).send([far], "127.0.0.1:50000", 3.0)
     assert caught.value.code == Code.ILLEGAL_DELIVERY_TIME == 40012
     assert caught.value.message == "the max delay time of message is too large, max is 86400000"
-    assert code_of(store, [far], delivery_delay_max_ms=30 * DAY_MS) == Code.OK
+    assert code_of(store_client, [far], delivery_delay_max_ms=30 * DAY_MS) == Code.OK
 
 
-def test_limits_follow_the_config(store):
+def test_limits_follow_the_config(store_client):
     assert (
         code_of(
-            store,
+            store_client,
             [message(body=b"x" * 11)],
             body_size_max_bytes=10,
             put_batch_bytes_max=1 << 20,
@@ -135,15 +140,17 @@ def test_limits_follow_the_config(store):
         == Code.MESSAGE_BODY_TOO_LARGE
     )
     assert (
-        code_of(store, [message(message_group="abcd", message_type=MessageType.FIFO)], message_group_size_max_bytes=4)
+        code_of(
+            store_client, [message(message_group="abcd", message_type=MessageType.FIFO)], message_group_size_max_bytes=4
+        )
         == Code.ILLEGAL_MESSAGE_GROUP
     )
 
 
-def test_properties_string_beyond_the_store_limit_is_refused_before_the_store(store):
+def test_properties_string_beyond_the_store_limit_is_refused_before_the_store(store_client):
     # 16 KiB of user properties is fine, but a huge trace context must not sink a store batch.
-    assert code_of(store, [message(trace_context="t" * 40_000)]) == Code.MESSAGE_PROPERTIES_TOO_LARGE
-    assert store.puts == []
+    assert code_of(store_client, [message(trace_context="t" * 40_000)]) == Code.MESSAGE_PROPERTIES_TOO_LARGE
+    assert store_client.puts == []
 
 
 def test_java_blank_and_control_definitions():

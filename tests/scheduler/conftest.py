@@ -1,5 +1,5 @@
-"""Scheduler test fixtures: a ManualClock at ``START_MS``, the ``store`` (a real FileStore on that
-clock behind the store client, with test controls: tests/support/store_double.py) and
+"""Scheduler test fixtures: a ManualClock at ``START_MS``, the ``store_client`` (a real FileStore
+on that clock behind the store client, with test controls: tests/support/store_double.py) and
 ``make_service`` (SchedulerServices on ``small_config``);
 the helpers that park timers and recall markers are in tests/support/scheduler_timers.py.
 The end-to-end tests take the real store and broker servers of tests/support/broker_servers.py
@@ -25,18 +25,18 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: ManualClock) -> Iterator[StoreDouble]:
+def store_client(tmp_path: Path, clock: ManualClock) -> Iterator[StoreDouble]:
     double = StoreDouble(tmp_path / "store", clock)
     yield double
     double.close()
 
 
 @pytest.fixture
-def make_service(tmp_path: Path, store: StoreDouble, clock: ManualClock) -> Iterator:
+def make_service(tmp_path: Path, store_client: StoreDouble, clock: ManualClock) -> Iterator:
     opened: list[SchedulerService] = []
 
     def make(**overrides) -> SchedulerService:
-        service = SchedulerService(small_config(tmp_path / "scheduler", **overrides), store, clock)
+        service = SchedulerService(small_config(tmp_path / "scheduler", **overrides), store_client, clock)
         service.open()
         opened.append(service)
         return service

@@ -29,18 +29,18 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def store(store: StoreDouble) -> StoreDouble:
+def store_client(store_client: StoreDouble) -> StoreDouble:
     """The scheduler tests' store, with a DELAY topic and a NORMAL one."""
-    store.create_topic(TopicInfo("Delayed", 8, 8, 6, "DELAY"))
-    store.create_topic(TopicInfo("Plain", 8, 8, 6, "NORMAL"))
-    return store
+    store_client.create_topic(TopicInfo("Delayed", 8, 8, 6, "DELAY"))
+    store_client.create_topic(TopicInfo("Plain", 8, 8, 6, "NORMAL"))
+    return store_client
 
 
-def producer(store: StoreDouble, clock: ManualClock, now_ms: int = NOW_MS) -> Producer:
+def producer(store_client: StoreDouble, clock: ManualClock, now_ms: int = NOW_MS) -> Producer:
     """A producer on the store at ``now_ms`` (the test's clock, which the store shares, is set to it)."""
     clock.set_ms(now_ms)
     config = BrokerConfig()
-    return Producer(config, TopicRegistry(config, store, clock), DirectPutSink(store.put_messages), clock)
+    return Producer(config, TopicRegistry(config, store_client, clock), DirectPutSink(store_client.put_messages), clock)
 
 
 def handle_for(topic: str = "Delayed", broker: str = "broker-a", deliver_ms: int = DELIVER_MS) -> str:
@@ -72,12 +72,12 @@ def test_malformed_handles_are_bad_requests(bad):
     assert raised.value.code == Code.BAD_REQUEST and raised.value.message == "recall handle is invalid"
 
 
-def test_recall_parks_a_delete_marker_in_the_same_slot(store, clock):
-    message_id = producer(store, clock).recall("Delayed", handle_for(), "10.9.8.7:6", 3.0)
+def test_recall_parks_a_delete_marker_in_the_same_slot(store_client, clock):
+    message_id = producer(store_client, clock).recall("Delayed", handle_for(), "10.9.8.7:6", 3.0)
     assert message_id == MESSAGE_ID
-    [(batch, allow_system)] = store.puts
+    [(batch, allow_system)] = store_client.puts
     [marker] = batch
-    [parked] = store.messages("rmq_sys_wheel_timer")
+    [parked] = store_client.messages("rmq_sys_wheel_timer")
     assert (parked.queue_id, parked.body, parked.properties, parked.born_host, parked.born_timestamp_ms) == (
         marker.queue_id,
         marker.body,
@@ -115,18 +115,20 @@ def test_recall_parks_a_delete_marker_in_the_same_slot(store, clock):
         ("Delayed", handle_for(deliver_ms=NOW_MS + 31 * 86_400_000), NOW_MS, Code.ILLEGAL_DELIVERY_TIME),
     ],
 )
-def test_recall_refusals(store, clock, topic, handle, now_ms, code):
+def test_recall_refusals(store_client, clock, topic, handle, now_ms, code):
     with pytest.raises(BrokerError) as raised:
-        producer(store, clock, now_ms).recall(topic, handle, "", 3.0)
+        producer(store_client, clock, now_ms).recall(topic, handle, "", 3.0)
     assert raised.value.code == code
-    assert store.puts == []
+    assert store_client.puts == []
 
 
-def test_recall_at_the_last_allowed_millisecond_and_store_refusal(store, clock):
+def test_recall_at_the_last_allowed_millisecond_and_store_refusal(store_client, clock):
     last_ms = timer_out_ms(DELIVER_MS, 1000)
-    assert producer(store, clock, last_ms).recall("Delayed", handle_for(), "", 3.0) == MESSAGE_ID
-    store.outcome = lambda message: PutStatus.SERVICE_NOT_AVAILABLE
+    assert producer(store_client, clock, last_ms).recall("Delayed", handle_for(), "", 3.0) == MESSAGE_ID
+    store_client.outcome = lambda message: PutStatus.SERVICE_NOT_AVAILABLE
     with pytest.raises(BrokerError) as raised:
-        producer(store, clock).recall("Delayed", handle_for(), "", 3.0)
+        producer(store_client, clock).recall("Delayed", handle_for(), "", 3.0)
     assert raised.value.code == Code.INTERNAL_SERVER_ERROR
-    assert len(store.puts) == 2 and len(store.messages("rmq_sys_wheel_timer")) == 1  # the refused one: not written
+    assert (
+        len(store_client.puts) == 2 and len(store_client.messages("rmq_sys_wheel_timer")) == 1
+    )  # the refused one: not written

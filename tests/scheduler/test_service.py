@@ -86,7 +86,7 @@ def test_process_refuses_bad_configuration_and_an_absent_store(tmp_path):
     assert absent.returncode == 1 and "not serving" in absent.stderr and absent.stdout == ""
 
 
-def test_rocketmq_timer_gauges_follow_the_wheel(make_service, store, clock):
+def test_rocketmq_timer_gauges_follow_the_wheel(make_service, store_client, clock):
     service = make_service()
     metrics = SchedulerMetrics(service.stats, clock)
 
@@ -94,14 +94,14 @@ def test_rocketmq_timer_gauges_follow_the_wheel(make_service, store, clock):
         return metrics.registry.get_sample_value(name)
 
     for i in range(3):
-        park(store, "Soon", START_MS + 2_000, f"S{i}")
-    park(store, "Later", START_MS + 3_600_000, "L")
+        park(store_client, "Soon", START_MS + 2_000, f"S{i}")
+    park(store_client, "Later", START_MS + 3_600_000, "L")
     run_for(service, clock, 500)
     assert (gauge("rocketmq_timer_enqueue_lag"), gauge("rocketmq_timer_dequeue_lag")) == (0, 4)
     assert 0 <= gauge("rocketmq_timer_dequeue_latency") < PRECISION_MS  # caught up: within one slot
     run_for(service, clock, 2_000)
-    assert gauge("rocketmq_timer_dequeue_lag") == 1 and len(store.messages("Soon")) == 3
-    park(store, "Soon", START_MS + 10_000, "S3")
+    assert gauge("rocketmq_timer_dequeue_lag") == 1 and len(store_client.messages("Soon")) == 3
+    park(store_client, "Soon", START_MS + 10_000, "S3")
     clock.advance_ms(10_000)  # the loop stands still: the read pointer falls behind
     assert gauge("rocketmq_timer_dequeue_latency") >= 10_000 - PRECISION_MS  # from its slot's start
     run_for(service, clock, 0)

@@ -99,20 +99,22 @@ def test_wheel_slots_ring_and_recovery_revision(tmp_path):
         TimerWheel(tmp_path / "timerwheel", 7_200, 1000)
 
 
-def test_delivered_segments_are_deleted_and_the_store_restarts_without_them(make_service, store, clock, tmp_path):
+def test_delivered_segments_are_deleted_and_the_store_restarts_without_them(
+    make_service, store_client, clock, tmp_path
+):
     service = make_service(timerlog_cleanup_interval_ms=1)
     for i in range(350):
-        park(store, "Old", START_MS + 1_000 + 10 * i, f"O{i}")
+        park(store_client, "Old", START_MS + 1_000 + 10 * i, f"O{i}")
     run_for(service, clock, 500)
     assert len(service.timer.timer_log.segment_starts()) == 4
     run_for(service, clock, 5_000, step_ms=20)
-    assert len(delivered(store, "Old")) == 350
+    assert len(delivered(store_client, "Old")) == 350
     assert service.timer.timer_log.segment_starts() == [3 * SEGMENT]  # only the last one stays
-    park(store, "New", START_MS + 7_000, "N")
+    park(store_client, "New", START_MS + 7_000, "N")
     service.halt()
     service = make_service()
     run_for(service, clock, 2_000)
-    assert [r.properties["UNIQ_KEY"] for r in delivered(store, "New")] == ["N"]
-    assert len(delivered(store, "Old")) == 350
+    assert [r.properties["UNIQ_KEY"] for r in delivered(store_client, "New")] == ["N"]
+    assert len(delivered(store_client, "Old")) == 350
     assert service.timer.timer_log.read_unit(3 * SEGMENT).state == STATE_DONE
     assert STATE_DELIVERING != STATE_DONE

@@ -24,10 +24,10 @@ def timing(service) -> dict[str, int]:
     return dict(service.timer.stats().timing)
 
 
-def waiting(store, parked: dict[str, list[str]]) -> dict[str, int]:
+def waiting(store_client, parked: dict[str, list[str]]) -> dict[str, int]:
     """Ground truth: per topic, parked timers not delivered yet (a duplicate counts once)."""
     return {
-        topic: len(keys) - len({r.properties["UNIQ_KEY"] for r in delivered(store, topic)})
+        topic: len(keys) - len({r.properties["UNIQ_KEY"] for r in delivered(store_client, topic)})
         for topic, keys in parked.items()
     }
 
@@ -46,40 +46,40 @@ def test_rocketmq_format_of_the_timermetrics_file():
         decode_timer_metrics('{"timingCount":{"T":{"count":"2"}}}')
 
 
-def test_counts_follow_enqueue_and_delivery_and_are_exported(make_service, store, clock):
+def test_counts_follow_enqueue_and_delivery_and_are_exported(make_service, store_client, clock):
     service = make_service()
     metrics = SchedulerMetrics(service.stats, clock)
     for i in range(3):
-        park(store, "A", START_MS + 2_000 + i, f"A{i}")
+        park(store_client, "A", START_MS + 2_000 + i, f"A{i}")
     for i in range(2):
-        park(store, "B", START_MS + 5_000, f"B{i}")
+        park(store_client, "B", START_MS + 5_000, f"B{i}")
     run_for(service, clock, 500)
     assert timing(service) == {"A": 3, "B": 2}
     assert metrics.registry.get_sample_value("rocketmq_timing_messages", {"topic": "A"}) == 3
     run_for(service, clock, 2_000)
-    assert len(delivered(store, "A")) == 3 and timing(service) == {"A": 0, "B": 2}
+    assert len(delivered(store_client, "A")) == 3 and timing(service) == {"A": 0, "B": 2}
     run_for(service, clock, 3_000)
-    assert len(delivered(store, "B")) == 2 and timing(service) == {"A": 0, "B": 0}
+    assert len(delivered(store_client, "B")) == 2 and timing(service) == {"A": 0, "B": 0}
 
 
-def test_a_recalled_timer_leaves_the_count_when_the_marker_wins(make_service, store, clock):
+def test_a_recalled_timer_leaves_the_count_when_the_marker_wins(make_service, store_client, clock):
     service = make_service()
-    park(store, "R", START_MS + 3_000, "KEEP")
-    park(store, "R", START_MS + 3_000, "GONE")
-    recall(store, "R", START_MS + 3_000, "GONE")
-    recall(store, "R", START_MS + 3_000, "NEVER-SENT")  # RocketMQ would count this one -1
+    park(store_client, "R", START_MS + 3_000, "KEEP")
+    park(store_client, "R", START_MS + 3_000, "GONE")
+    recall(store_client, "R", START_MS + 3_000, "GONE")
+    recall(store_client, "R", START_MS + 3_000, "NEVER-SENT")  # RocketMQ would count this one -1
     run_for(service, clock, 500)
     stats = service.timer.stats()
     assert stats.recall_markers == 2 and timing(service) == {"R": 2}  # markers are not messages
     run_for(service, clock, 3_000)
-    assert [r.properties["UNIQ_KEY"] for r in delivered(store, "R")] == ["KEEP"]
+    assert [r.properties["UNIQ_KEY"] for r in delivered(store_client, "R")] == ["KEEP"]
     assert service.timer.stats().recalled == 1 and timing(service) == {"R": 0}
 
 
-def test_a_rolled_timer_is_counted_once_while_it_rolls(make_service, store, clock):
+def test_a_rolled_timer_is_counted_once_while_it_rolls(make_service, store_client, clock):
     service = make_service()  # roll window 6 h
     deliver_ms = START_MS + 20 * 3_600_000
-    park(store, "Far", deliver_ms, "F")
+    park(store_client, "Far", deliver_ms, "F")
     run_for(service, clock, 1_000)
     assert timing(service) == {"Far": 1}
     while clock.now_ms() < deliver_ms - 10_000:
@@ -87,17 +87,17 @@ def test_a_rolled_timer_is_counted_once_while_it_rolls(make_service, store, cloc
         assert timing(service) == {"Far": 1}
     assert service.timer.stats().rolled >= 2
     run_for(service, clock, 11_000, step_ms=10)
-    assert len(delivered(store, "Far")) == 1 and timing(service) == {"Far": 0}
+    assert len(delivered(store_client, "Far")) == 1 and timing(service) == {"Far": 0}
 
 
-def test_clean_restart_keeps_the_counts_in_a_rocketmq_timermetrics_file(make_service, store, clock, tmp_path):
+def test_clean_restart_keeps_the_counts_in_a_rocketmq_timermetrics_file(make_service, store_client, clock, tmp_path):
     parked = {"A": [f"A{i}" for i in range(40)], "B": [f"B{i}" for i in range(25)]}
     for topic, keys in parked.items():
         for i, key in enumerate(keys):
-            park(store, topic, START_MS + 1_000 + (i * 997) % 4_000, key)
+            park(store_client, topic, START_MS + 1_000 + (i * 997) % 4_000, key)
     service = make_service()
     run_for(service, clock, 2_500)
-    assert timing(service) == waiting(store, parked) and 0 < sum(timing(service).values()) < 65
+    assert timing(service) == waiting(store_client, parked) and 0 < sum(timing(service).values()) < 65
     service.stop()
     config = tmp_path / "scheduler" / "config"
     raw = json.loads((config / "timermetrics").read_text())
@@ -106,24 +106,24 @@ def test_clean_restart_keeps_the_counts_in_a_rocketmq_timermetrics_file(make_ser
     assert raw["dataVersion"]["counter"] <= check.counter
     service = make_service()
     run_for(service, clock, 0)
-    assert timing(service) == waiting(store, parked)
+    assert timing(service) == waiting(store_client, parked)
     run_for(service, clock, 4_000)
-    assert timing(service) == {"A": 0, "B": 0} == waiting(store, parked)
+    assert timing(service) == {"A": 0, "B": 0} == waiting(store_client, parked)
 
 
 @pytest.mark.parametrize("crash_after_ms", [0, 1_240, 2_610, 3_990])
-def test_counts_are_exact_after_a_crash_anywhere(make_service, store, clock, crash_after_ms):
+def test_counts_are_exact_after_a_crash_anywhere(make_service, store_client, clock, crash_after_ms):
     parked = {"A": [f"A{i:03d}" for i in range(120)], "B": [f"B{i:03d}" for i in range(60)]}
     for topic, keys in parked.items():
         for i, key in enumerate(keys):
-            park(store, topic, START_MS + 1_000 + (i * 7919) % 5_000, key)
-    park(store, "R", START_MS + 4_500, "GONE")
-    recall(store, "R", START_MS + 4_500, "GONE")
+            park(store_client, topic, START_MS + 1_000 + (i * 7919) % 5_000, key)
+    park(store_client, "R", START_MS + 4_500, "GONE")
+    recall(store_client, "R", START_MS + 4_500, "GONE")
     service = make_service()
     run_for(service, clock, crash_after_ms, step_ms=7)
     half = [f"late{i}" for i in range(10)]  # enqueued after the last checkpoint, then the crash
     for key in half:
-        park(store, "A", START_MS + 6_500, key)
+        park(store_client, "A", START_MS + 6_500, key)
     parked["A"] += half
     while service.timer.run_once():
         pass
@@ -131,18 +131,20 @@ def test_counts_are_exact_after_a_crash_anywhere(make_service, store, clock, cra
     clock.advance_ms(300)
     service = make_service()
     run_for(service, clock, 0)
-    assert {t: n for t, n in timing(service).items() if t != "R"} == waiting(store, parked)
+    assert {t: n for t, n in timing(service).items() if t != "R"} == waiting(store_client, parked)
     run_for(service, clock, 7_000, step_ms=7)
-    assert timing(service) == {"A": 0, "B": 0, "R": 0} == waiting(store, parked) | {"R": 0}
-    assert delivered(store, "R") == []
+    assert timing(service) == {"A": 0, "B": 0, "R": 0} == waiting(store_client, parked) | {"R": 0}
+    assert delivered(store_client, "R") == []
 
 
 @pytest.mark.parametrize("damage", ["deleted", "written by RocketMQ"])
-def test_counts_are_rebuilt_from_the_timer_log_without_a_usable_file(make_service, store, clock, tmp_path, damage):
+def test_counts_are_rebuilt_from_the_timer_log_without_a_usable_file(
+    make_service, store_client, clock, tmp_path, damage
+):
     parked = {"A": [f"A{i}" for i in range(30)], "B": [f"B{i}" for i in range(12)]}
     for topic, keys in parked.items():
         for i, key in enumerate(keys):
-            park(store, topic, START_MS + 1_000 + (i * 613) % 3_000, key)
+            park(store_client, topic, START_MS + 1_000 + (i * 613) % 3_000, key)
     service = make_service()
     run_for(service, clock, 2_200)
     service.stop()
@@ -154,16 +156,16 @@ def test_counts_are_rebuilt_from_the_timer_log_without_a_usable_file(make_servic
         (config / "timermetrics").write_text(encode_timer_metrics(stale))
     service = make_service()
     run_for(service, clock, 0)
-    assert timing(service) == waiting(store, parked) and sum(timing(service).values()) > 0
+    assert timing(service) == waiting(store_client, parked) and sum(timing(service).values()) > 0
     run_for(service, clock, 3_000)
     assert timing(service) == {"A": 0, "B": 0}
 
 
-def test_enqueue_latency_is_how_far_behind_the_enqueue_is(make_service, store, clock):
+def test_enqueue_latency_is_how_far_behind_the_enqueue_is(make_service, store_client, clock):
     service = make_service(timer_enqueue_batch_messages=2)
     metrics = SchedulerMetrics(service.stats, clock)
     for i in range(5):
-        park(store, "L", START_MS + 60_000, f"L{i}")
+        park(store_client, "L", START_MS + 60_000, f"L{i}")
     clock.advance_ms(1_500)
     service.timer.enqueue.run_once()  # two of five
     assert metrics.registry.get_sample_value("rocketmq_timer_enqueue_latency") == 1_500
@@ -174,11 +176,11 @@ def test_enqueue_latency_is_how_far_behind_the_enqueue_is(make_service, store, c
     assert metrics.registry.get_sample_value("rocketmq_timer_enqueue_latency") == 0
 
 
-def test_snapshot_counts_units_per_bucket_taken_on_the_timer_thread(make_service, store, clock):
+def test_snapshot_counts_units_per_bucket_taken_on_the_timer_thread(make_service, store_client, clock):
     service = make_service(timer_snapshot_interval_ms=5_000)
     metrics = SchedulerMetrics(service.stats, clock)
     for key, ahead_ms in (("s3", 3_000), ("s30", 30_000), ("m10", 600_000), ("h2", 7_200_000), ("h2b", 7_200_500)):
-        park(store, "S", START_MS + ahead_ms, key)
+        park(store_client, "S", START_MS + ahead_ms, key)
     run_for(service, clock, 0)
     assert service.timer.stats().distribution == (
         (5, 1),
@@ -196,10 +198,12 @@ def test_snapshot_counts_units_per_bucket_taken_on_the_timer_thread(make_service
     assert collections.OrderedDict(service.timer.stats().distribution)[60] == 1
 
 
-def test_a_file_written_for_a_checkpoint_that_never_was_gives_way_to_its_backup(make_service, store, clock, tmp_path):
+def test_a_file_written_for_a_checkpoint_that_never_was_gives_way_to_its_backup(
+    make_service, store_client, clock, tmp_path
+):
     parked = {"A": [f"A{i}" for i in range(20)]}
     for i, key in enumerate(parked["A"]):
-        park(store, "A", START_MS + 1_000 + i * 100, key)
+        park(store_client, "A", START_MS + 1_000 + i * 100, key)
     service = make_service()
     run_for(service, clock, 1_500)
     service.stop()
@@ -212,4 +216,4 @@ def test_a_file_written_for_a_checkpoint_that_never_was_gives_way_to_its_backup(
     (config / "timermetrics").write_text(encode_timer_metrics(ahead))
     service = make_service()
     run_for(service, clock, 0)
-    assert timing(service) == waiting(store, parked) and timing(service)["A"] > 3
+    assert timing(service) == waiting(store_client, parked) and timing(service)["A"] > 3
