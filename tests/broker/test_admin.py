@@ -13,6 +13,7 @@ from services.broker.admin import AdminService, QueueReset, ResetPosition
 from services.broker.errors import Code, NotFoundError, RequestError
 from services.store.client.client import GrpcStoreClient
 from tests.support.admin_messages import put, wait_indexed
+from tests.support.waits import wait_until
 
 
 @pytest.fixture
@@ -205,10 +206,7 @@ def test_consumer_progress_of_a_topic_includes_its_pop_retry_topic(admin, store_
         return list(store_stub.PopMessages(request, timeout=10).messages)
 
     assert len(pop(0)) == 1  # invisible for 0 ms: the store's revive puts a retry copy within a second
-    deadline = time.monotonic() + 15
-    while not (again := pop(60_000)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    [retried] = again
+    [retried] = wait_until(lambda: pop(60_000), 15, "the retry copy popped")
     assert retried.source_topic == "%RETRY%G1_Orders"
     store_stub.AckMessage(
         pb.AckMessageRequest(group="G1", topic="Orders", receipt_handle=retried.receipt_handle), timeout=10

@@ -41,6 +41,7 @@ from services.runtime.clock import SystemClock
 from services.store.client.model import TopicInfo
 from tests.support.store_double import StoreDouble
 from tests.support.v2_requests import METADATA
+from tests.support.waits import wait_until
 
 TOPIC = "PortTopic"
 CLOCK = SystemClock()
@@ -228,14 +229,12 @@ def test_garbage_half_hellos_and_silence_are_closed_without_blocking_others_or_l
             closed_after[kind] = time.monotonic() - started
         assert closed_after["garbage"] < 1.0, closed_after  # at once, not after the hello timeout
         assert closed_after["half hello"] < 3.0 and closed_after["nothing"] < 3.0, closed_after
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and (
-            threading.active_count() > threads or open_fds(os.getpid()) > fds or open_fds(front_pid) > front_fds
-        ):
-            time.sleep(0.1)
-        assert threading.active_count() <= threads
-        assert open_fds(os.getpid()) <= fds
-        assert open_fds(front_pid) <= front_fds
+        wait_until(
+            lambda: (threading.active_count(), open_fds(os.getpid()), open_fds(front_pid)),
+            5,
+            f"no more than {threads} threads and {fds} / {front_fds} descriptors (ours / the front's)",
+            accept=lambda now: all(count <= before for count, before in zip(now, (threads, fds, front_fds))),
+        )
 
 
 def test_haproxy_is_restarted_if_it_dies(start_broker: Callable[..., BrokerServer]) -> None:
@@ -245,10 +244,7 @@ def test_haproxy_is_restarted_if_it_dies(start_broker: Callable[..., BrokerServe
     old_pid = front.pid
     assert old_pid is not None
     os.kill(old_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (front.pid == old_pid or front.exited()):
-        time.sleep(0.1)
-    assert front.pid != old_pid and not front.exited()
+    wait_until(lambda: front.pid != old_pid and not front.exited(), 10, "HAProxy restarted")
     with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
         assert serving(channel)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -20,6 +19,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from tests.support.cli import pyrmq
 from tests.support.v2_requests import Stream, message, producer_settings, push_consumer_settings, send_ok
+from tests.support.waits import wait_until
 
 Answer = Callable[[s.TelemetryCommand], s.TelemetryCommand | None]
 
@@ -107,10 +107,7 @@ def test_list_clients_from_settings_headers_and_heartbeats(broker, v2, admin):
 
     consumer.call.cancel()  # the client goes away: its session ends with the stream
     producer.call.cancel()
-    deadline_s = time.monotonic() + 10
-    while admin.ListClients(pb.ListClientsRequest(), timeout=10).clients and time.monotonic() < deadline_s:
-        time.sleep(0.05)
-    assert list(admin.ListClients(pb.ListClientsRequest(), timeout=10).clients) == []
+    wait_until(lambda: not admin.ListClients(pb.ListClientsRequest(), timeout=10).clients, 10, "no client listed")
 
 
 def test_stack_answered_on_the_stream_and_a_silent_client_times_out(broker, v2, admin):

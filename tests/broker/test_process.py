@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -26,6 +25,7 @@ from tests.support.processes import UP_READY, Process, broker_command, child_pid
 from tests.support.store_reads import wait_stored
 from tests.support.topics import create_topics_at
 from tests.support.v2_requests import METADATA
+from tests.support.waits import wait_until
 
 BROKER_READY = re.compile(
     r"^pyrmq-broker ready grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) store=(?P<store>\S+) endpoint=(?P<endpoint>\S+) tls=(?P<tls>\S+) cert=(?P<cert>\S+)$"
@@ -149,7 +149,4 @@ def test_children_stop_when_pyrmq_up_is_killed(tmp_path: Path, processes: list[P
     children = child_pids(up.popen.pid)
     os.kill(up.popen.pid, signal.SIGKILL)
     up.popen.wait(60)
-    deadline = time.monotonic() + 60
-    while not all(_gone(pid) for pid in children.values()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(_gone(pid) for pid in children.values())
+    wait_until(lambda: all(_gone(pid) for pid in children.values()), 60, "every child gone")

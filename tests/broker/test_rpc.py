@@ -22,6 +22,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from services.broker.queue_selection import fifo_queue_id
 from tests.support.store_reads import stored, wait_stored
 from tests.support.v2_requests import CLIENT_ID, MESSAGE_ID, METADATA, Stream, message, producer_settings, send
+from tests.support.waits import wait_until
 
 # -- QueryRoute ---------------------------------------------------------------------------------
 
@@ -280,10 +281,7 @@ def test_producer_settings_reply_and_the_stream_stays_open(broker, v2):
     )
     assert stream.replies.get(timeout=10).recover_orphaned_transaction_command.transaction_id == "TX"
     stream.call.cancel()
-    deadline = time.monotonic() + 10
-    while broker.telemetry.registry.get(CLIENT_ID) is not None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert broker.telemetry.registry.get(CLIENT_ID) is None
+    wait_until(lambda: broker.telemetry.registry.get(CLIENT_ID) is None, 10, "the session gone with its stream")
 
 
 def test_consumer_settings_reply(v2, store_stub):

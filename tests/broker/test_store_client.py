@@ -121,7 +121,7 @@ def test_a_send_queued_behind_a_leader_is_sent_by_the_dispatcher():
         results: list[int] = []  # waits (a put is in flight: it does not lead)
         follower = threading.Thread(target=lambda: results.append(second.wait(5).queue_offset), name="follower")
         follower.start()
-        time.sleep(0.1)
+        time.sleep(0.1)  # the follower is waiting now (nothing to see it by): then the leader's put returns
         store.gate.set()
         leader.join(5)
         follower.join(5)

@@ -6,8 +6,6 @@ name each queue's group. A real etcd and two real stores (tests/support/broker_g
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
@@ -20,6 +18,7 @@ from services.launcher.cli import main as pyrmq
 from services.store.client.model import TopicInfo
 from tests.support.broker_groups import GROUP_A, GROUP_B, TwoGroups, two_groups
 from tests.support.v2_requests import METADATA, message, send_ok
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
 
@@ -147,10 +146,7 @@ def spread_with_messages(cluster: TwoGroups, admin, count: int = 4) -> None:
     assert cluster.routes_seen(lambda routes: "Spread" in routes)
     for i in range(count):
         send_ok(cluster.v2, message("Spread", body=f"b{i}".encode(), message_id=f"0{i:031X}", keys=[f"K{i}"]))
-    deadline = time.monotonic() + 10
-    while len(query(admin, key=f"K{count - 1}").messages) < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: query(admin, key=f"K{count - 1}").messages, 10, "the last message indexed")
 
 
 def query(admin, **fields) -> pb.QueryMessagesResponse:

@@ -3,8 +3,6 @@ raw v2 on real servers)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from apache.rocketmq.v2 import definition_pb2 as d
 
@@ -152,8 +150,5 @@ def test_end_transaction_over_grpc(v2, store_stub, topics):
     [committed] = wait_stored(store_stub, "TxRaw", "TXC")
     assert committed.sys_flag & 0xC == 0x8 and committed.body == b"hello"
     assert [m.properties["UNIQ_KEY"] for q in range(8) for m in stored(store_stub, "TxRaw", q)] == ["TXC"]
-    deadline = time.monotonic() + 10
-    while len(stored(store_stub, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    ops = stored(store_stub, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)
+    ops = stored(store_stub, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, at_least=2)
     assert [m.properties["TAGS"] for m in ops] == ["d", "d"]

@@ -78,7 +78,7 @@ def test_lease_expires_without_keepalive_and_lives_with_it(etcd_server: EtcdClus
         keeper = LeaseKeeper.grant(etcd, 1, on_lost=lost.set).start()
         try:
             etcd.put(b"/members/r2", b"alive", lease=keeper.lease_id)
-            time.sleep(3 * keeper.schedule.ttl_s + 0.5)
+            time.sleep(3 * keeper.schedule.ttl_s + 0.5)  # the real clock passes the TTL thrice: kept alive
             assert etcd.get(b"/members/r2") is not None
             assert keeper.held() and not lost.is_set()
             assert etcd.lease_time_to_live(keeper.lease_id) >= 0  # whole seconds left; -1: expired
@@ -129,7 +129,7 @@ def test_watch_sees_puts_and_deletes_in_order(etcd_server: EtcdCluster) -> None:
         assert revisions == sorted(revisions)
         count = len(seen)
         etcd.put(b"/w/late", b"4")
-        time.sleep(0.2)
+        time.sleep(0.2)  # a while for a late event to (wrongly) arrive: nothing to wait on
         assert len(seen) == count
 
 
@@ -172,7 +172,7 @@ def test_cas_succeeds_soon_after_the_leader_is_killed(etcd_cluster: EtcdCluster)
             # The watch moved to a survivor and resumed where it was: the CAS is seen once.
             wait_until(lambda: [e.kv.value for e in seen] == [b"2"], 5.0, "the CAS seen once", describe=lambda: seen)
             # The lease survived the election.
-            time.sleep(2.5)
+            time.sleep(2.5)  # past the lease's 2 s TTL on the real clock: renewed through the new leader
             assert keeper.held() and not lost.is_set()
         finally:
             keeper.stop(revoke=True)

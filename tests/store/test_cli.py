@@ -14,6 +14,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from tests.support.processes import EXIT_TIMEOUT_S, STORE_READY, Process, pyrmq_up_command, start_store, store_command
+from tests.support.waits import wait_until
 
 UP_READY = re.compile(r"^pyrmq up: store grpc=(?P<grpc>\S+) metrics=(?P<metrics>\S+) data=(?P<data>\S+) ")
 
@@ -98,17 +99,18 @@ def test_store_child_stops_when_pyrmq_up_is_killed(tmp_path: Path, processes: li
     child_pid = _store_child_of(up.popen.pid)
     os.kill(up.popen.pid, signal.SIGKILL)
     up.popen.wait(EXIT_TIMEOUT_S)
-    deadline = time.monotonic() + EXIT_TIMEOUT_S
-    while Path(f"/proc/{child_pid}").exists() and time.monotonic() < deadline:
+
+    def exited() -> bool:
         try:
             os.waitpid(child_pid, os.WNOHANG)  # reaped by init normally; harmless otherwise
         except ChildProcessError:
             pass
-        if "Z" == Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]:
-            break  # a zombie has exited
-        time.sleep(0.05)
-    stat = Path(f"/proc/{child_pid}/stat")
-    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        try:
+            return Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie
+        except FileNotFoundError:
+            return True  # gone
+
+    wait_until(exited, EXIT_TIMEOUT_S, f"the store child {child_pid} exited")
 
 
 def _store_child_of(parent_pid: int) -> int:

@@ -22,6 +22,7 @@ each restart measures the time from spawning the process to the first PUT_OK.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import random
@@ -38,6 +39,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from tests.support.processes import STORE_READY, Process, store_command
+from tests.support.waits import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -312,28 +314,24 @@ class Checker:
 
 
 def first_ok_put(stub: pb_grpc.StoreStub, history: History, cycle: int) -> Attempt:
-    deadline = time.monotonic() + FIRST_OK_TIMEOUT_S
-    tries = 0
-    while True:
-        probe = Attempt(f"c{cycle:02d}-probe-s{tries:06d}", cycle, cycle % QUEUE_COUNT)
-        if put(stub, history, [probe]):
-            return probe
-        tries += 1
-        assert time.monotonic() < deadline, f"no PUT_OK within {FIRST_OK_TIMEOUT_S} s of restart: {probe.detail}"
-        time.sleep(0.01)
+    tries = itertools.count()
+
+    def acked() -> Attempt | None:
+        probe = Attempt(f"c{cycle:02d}-probe-s{next(tries):06d}", cycle, cycle % QUEUE_COUNT)
+        return probe if put(stub, history, [probe]) else None
+
+    # Re-tried every 10 ms at most: the restart-to-first-OK time is measured.
+    return wait_until(acked, FIRST_OK_TIMEOUT_S, "a PUT_OK after the restart", pause_max_s=0.01)
 
 
 def wait_dispatched(stub: pb_grpc.StoreStub, acked: Attempt) -> None:
     """The probe is acknowledged before reput makes it readable; wait until it is."""
-    deadline = time.monotonic() + FIRST_OK_TIMEOUT_S
-    while (
-        stub.GetQueueOffsets(
-            pb.GetQueueOffsetsRequest(topic=TOPIC, queue_id=acked.queue_id), timeout=RPC_TIMEOUT_S
-        ).max_offset
-        <= acked.queue_offset
-    ):
-        assert time.monotonic() < deadline, f"{acked.msg_id} never became readable"
-        time.sleep(0.01)
+    request = pb.GetQueueOffsetsRequest(topic=TOPIC, queue_id=acked.queue_id)
+    wait_until(
+        lambda: stub.GetQueueOffsets(request, timeout=RPC_TIMEOUT_S).max_offset > acked.queue_offset,
+        FIRST_OK_TIMEOUT_S,
+        f"{acked.msg_id} readable",
+    )
 
 
 def load_until_killed(
@@ -354,11 +352,12 @@ def load_until_killed(
         try:
             assert first_ok.wait(FIRST_OK_TIMEOUT_S), f"no put acknowledged in cycle {cycle}:\n{process.log()}"
             if cycle == 0:  # the first kill comes after a segment roll, so every check crosses one
-                deadline = time.monotonic() + FIRST_OK_TIMEOUT_S
-                while history.max_acked_phy_offset() < SEGMENT_SIZE_BYTES:
-                    assert time.monotonic() < deadline, "the CommitLog never reached its second segment"
-                    time.sleep(0.01)
-            time.sleep(rng.uniform(KILL_DELAY_MIN_S, KILL_DELAY_MAX_S))
+                wait_until(
+                    lambda: history.max_acked_phy_offset() >= SEGMENT_SIZE_BYTES,
+                    FIRST_OK_TIMEOUT_S,
+                    "the CommitLog's second segment",
+                )
+            time.sleep(rng.uniform(KILL_DELAY_MIN_S, KILL_DELAY_MAX_S))  # the kill comes at a random moment
             os.kill(process.popen.pid, signal.SIGKILL)
             assert process.popen.wait(EXIT_WAIT_S) == -signal.SIGKILL
         finally:

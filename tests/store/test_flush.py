@@ -28,6 +28,7 @@ from services.store.log.flush import FlushService
 from services.store.log.mapped_file import PAGE_SIZE_BYTES
 from services.store.store import FileStore
 from tests.support.filestore import message
+from tests.support.waits import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class FdatasyncSpy:
             if self.fail_with is not None:
                 raise self.fail_with
             if self.delay_s:
-                time.sleep(self.delay_s)
+                time.sleep(self.delay_s)  # a slow disk: the fdatasync takes this long
         self.real(fd)
 
 
@@ -249,14 +250,12 @@ def test_async_flushed_offset_reaches_the_checkpoint_file(async_store, clock):
     end = flusher.run_once()
     assert end == store.commitlog.max_offset
     # The ConsumeQueue flush service persists the checkpoint (every 50 ms in small_config).
-    deadline = time.monotonic() + 10
-    while True:
+
+    def flushed_on_disk() -> int:
         with open(store.config.checkpoint_path, "rb") as f:
-            on_disk = decode_checkpoint(f.read(CHECKPOINT_FILE_SIZE_BYTES))
-        if on_disk.flushed_phy_offset == end:
-            break
-        assert time.monotonic() < deadline, f"checkpoint on disk says flushed {on_disk.flushed_phy_offset}, not {end}"
-        time.sleep(0.01)
+            return decode_checkpoint(f.read(CHECKPOINT_FILE_SIZE_BYTES)).flushed_phy_offset
+
+    wait_until(flushed_on_disk, 10, f"the checkpoint on disk flushed to {end}", accept=lambda flushed: flushed == end)
 
 
 # -- a failed fdatasync is sticky ------------------------------------------------------------

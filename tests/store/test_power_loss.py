@@ -66,7 +66,7 @@ def run_cycle(tmp_path, monkeypatch, clock, seed: int, mode: FlushMode, keep_uns
         threads = [threading.Thread(target=write, args=(w,)) for w in range(WRITERS)]
         for t in threads:
             t.start()
-        time.sleep(rng.uniform(0.05, 0.4))
+        time.sleep(rng.uniform(0.05, 0.4))  # the power fails at a random moment of the writes
         power.crash()
         store.halt()
         stop.set()

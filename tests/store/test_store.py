@@ -228,7 +228,7 @@ def test_sync_flush_timeout_is_never_ok(make_store, monkeypatch):
     real = os.fdatasync
 
     def slow(fd):
-        _time.sleep(0.5)
+        _time.sleep(0.5)  # a slow disk: longer than the sync flush timeout
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow)

@@ -267,7 +267,7 @@ def test_an_etcd_leader_kill_does_not_cost_the_master_its_lease(etcd_cluster: Et
                 if master.is_master_writable():
                     writable_gap = max(writable_gap, now - last_writable)
                     last_writable = now
-                time.sleep(0.02)
+                time.sleep(0.02)  # samples writability on the real clock across the election
             print(f"\netcd leader killed: longest stretch the master was not writable: {writable_gap:.2f} s")
             state = master.read_state()
             assert not master.lease_lost() and master.keeper.lease_id == lease
@@ -312,7 +312,7 @@ def test_a_master_stops_being_writable_before_etcd_deletes_its_membership(etcd: 
                 unwritable_at = now
             if etcd.get(a.keys.replica(1)) is None:
                 gone_at = now
-            time.sleep(0.01)
+            time.sleep(0.01)  # samples, on the real clock, when writability and membership end
         assert unwritable_at is not None and gone_at is not None
         print(f"\nwritability ended {gone_at - unwritable_at:.2f} s before etcd deleted the membership key")
         assert gone_at - unwritable_at >= 0.4

@@ -114,7 +114,7 @@ def test_etcd_down_the_master_serves_while_its_lease_holds_then_the_group_recove
                 assert result.status is PutStatus.SERVICE_NOT_AVAILABLE and NOT_MASTER in result.error
                 break
             served_s = time.monotonic() - stopped
-            time.sleep(0.02)
+            time.sleep(0.02)  # samples, on the real clock, how long the master serves on
         assert 0.5 <= served_s < TTL_MS / 1000, served_s  # served on, then stopped before the lease could end
         before = a.live.commitlog.max_offset
         [refused] = a.live.put_messages([message(body=b"refused")])
