@@ -19,6 +19,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from tests.support.official_client import Client, consume, produce
 from tests.support.processes import Process, pyrmq_up_command
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd", "rocketmq-python-client")
 
@@ -43,17 +44,19 @@ def groups_holding(admin: pb_grpc.AdminStub, topic: str, keys: list[str]) -> dic
     up to 30 s: a %DLQ% topic is made when its first message moves there, a revive after the
     last delivery's invisible time)."""
     found: dict[str, str] = {}
-    deadline = time.monotonic() + 30
-    while len(found) < len(keys) and time.monotonic() < deadline:
+
+    def all_found() -> bool:
         for key in keys:
             try:
                 reply = admin.QueryMessages(pb.QueryMessagesRequest(topic=topic, key=key), timeout=10)
             except grpc.RpcError as exc:
                 assert exc.code() == grpc.StatusCode.NOT_FOUND, exc  # the topic is not there yet
-                break
+                return False
             if reply.messages:
                 found[key] = reply.messages[0].broker_name
-        time.sleep(0.2)
+        return len(found) == len(keys)
+
+    wait_until(all_found, 30, f"{keys} found in {topic}", describe=lambda: found)
     return found
 
 
