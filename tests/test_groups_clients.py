@@ -40,6 +40,7 @@ from tests.support import node_client, official_client
 from tests.support.etcd import start_cluster as start_etcd
 from tests.support.processes import BROKER_READY, ROOT, STORE_READY, Process, broker_command, store_command
 from tests.support.v2_requests import METADATA, message
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.needs("etcd", "rocketmq-python-client", "rocketmq-client-nodejs"), pytest.mark.timeout(180)]
 
@@ -163,14 +164,12 @@ def route_permissions(endpoint: str, topic: str) -> dict[str, set[str]]:
 def wait_route(endpoint: str, topic: str) -> None:
     """Until the broker routes ``topic`` over both groups, each writable (its etcd watch saw the
     route; a restarted group has a master again)."""
-    deadline = time.monotonic() + WAIT_S
-    seen: dict[str, set[str]] = {}
-    while time.monotonic() < deadline:
-        seen = route_permissions(endpoint, topic)
-        if {group for group, perms in seen.items() if perms == {"READ_WRITE"}} == GROUPS:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"route of {topic} is {seen}, not both groups READ_WRITE")
+    wait_until(
+        lambda: route_permissions(endpoint, topic),
+        WAIT_S,
+        f"the route of {topic}: both groups READ_WRITE",
+        accept=lambda seen: {group for group, perms in seen.items() if perms == {"READ_WRITE"}} == GROUPS,
+    )
 
 
 def create_topic(cluster: Cluster, admin: pb_grpc.AdminStub, name: str, message_type: int = pb.NORMAL) -> None:
@@ -192,14 +191,13 @@ def create_group(admin: pb_grpc.AdminStub, name: str, fifo: bool = False) -> Non
 def stored_groups(admin: pb_grpc.AdminStub, topic: str, key: str, count: int) -> dict[str, str]:
     """message id -> the broker group whose store holds it, for the ``count`` messages of
     ``topic`` with ``key`` (waiting for the stores' IndexFiles to have them all), each stored once."""
-    deadline = time.monotonic() + WAIT_S
-    records: list[tuple[str, str]] = []
-    while time.monotonic() < deadline:
-        reply = admin.QueryMessages(pb.QueryMessagesRequest(topic=topic, key=key, max_num=64), timeout=10)
-        records = [(m.message_id, m.broker_name) for m in reply.messages]
-        if len(records) >= count and not reply.unreachable_broker_groups:
-            break
-        time.sleep(0.2)
+    reply = wait_until(
+        lambda: admin.QueryMessages(pb.QueryMessagesRequest(topic=topic, key=key, max_num=64), timeout=10),
+        WAIT_S,
+        f"{count} messages with key {key} in {topic}",
+        accept=lambda reply: len(reply.messages) >= count and not reply.unreachable_broker_groups,
+    )
+    records = [(m.message_id, m.broker_name) for m in reply.messages]
     found = dict(records)
     assert len(records) == len(found) == count, f"{count} messages with key {key} wanted in {topic}: {records}"
     return found

@@ -35,7 +35,7 @@ class SlowStore(GrpcStoreClient):
 
     def put_messages(self, messages, allow_system_topics, timeout_s=None):
         if self.slow.is_set():
-            time.sleep(SLOW_PUT_S)
+            time.sleep(SLOW_PUT_S)  # a slow disk: each put takes this long
         return super().put_messages(messages, allow_system_topics)
 
 

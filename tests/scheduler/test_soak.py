@@ -73,7 +73,7 @@ def test_repeated_kill_9_of_the_scheduler(store_address, processes, tmp_path):
         )
         processes.append(process)
         ready = process.wait_line(SCHEDULER_READY)
-        time.sleep(rng.uniform(1.0, 4.0))
+        time.sleep(rng.uniform(1.0, 4.0))  # the kill comes at a random moment of the run
         duplicates_counted += metric(ready["metrics"], "pyrmq_scheduler_timer_duplicates_total")
         if time.time() > end_s:
             assert process.stop(signal.SIGTERM) == 0
