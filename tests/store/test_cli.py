@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import grpc
@@ -141,17 +140,14 @@ def test_a_second_store_waits_for_the_lock_then_starts_or_gives_up(tmp_path: Pat
     )
     processes.append(impatient)
     assert impatient.popen.wait(EXIT_TIMEOUT_S) == 1
-    deadline = time.monotonic() + 10
-    while "is in use by another process" not in impatient.log() and time.monotonic() < deadline:
-        time.sleep(0.05)  # stderr is read by another thread
-    assert "is in use by another process" in impatient.log()
+    assert "is in use by another process" in impatient.wait_log("is in use by another process")
 
     patient = Process(
         store_command(data_dir, "--lock-wait-ms", "30000", metrics_port=-1),
         tmp_path,
     )
     processes.append(patient)
-    time.sleep(0.5)  # it is waiting on the lock now
+    assert "waiting for it to exit" in patient.wait_log("waiting for it to exit")  # it waits on the lock now
     first.popen.kill()  # a kill -9: the lock goes with the process
     patient.wait_line(STORE_READY)
     assert patient.stop(signal.SIGTERM) == 0, patient.log()

@@ -4,7 +4,6 @@ entry point's refusals."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from services.txcheck.model import CheckOutcome
 from services.txcheck.service import CheckService
 from tests.support.processes import Process
 from tests.support.txcheck_world import INTERVAL_MS, TIMEOUT_MS
+from tests.support.waits import wait_until
 
 
 def test_the_loop_waits_an_interval_and_reports_health(world):
@@ -107,9 +107,9 @@ def test_command_line():
 
 def exit_and_log(process: Process) -> tuple[int, str]:
     code = process.popen.wait(30)
-    deadline = time.monotonic() + 10
-    while not (process.stderr and process.stderr[-1] is None) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the pump thread reads the rest of stderr
+    wait_until(
+        lambda: process.stderr and process.stderr[-1] is None, 10, "stderr read to its end"
+    )  # by the pump thread
     return code, process.log()
 
 
