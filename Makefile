@@ -76,8 +76,8 @@ node-clients: system-packages
 run: setup
 	$(VENV)/bin/pyrmq up --create-topic TopicTest
 
-# Lint (ruff), format check (ruff format) and types (mypy: strict on services/domain, services/runtime
-# and the store client; pyproject.toml), then the suite. PYRMQ_REQUIRE_COMPONENTS=1: a test whose
+# Lint (ruff), format check (ruff format) and types (mypy: strict over every package, services/**,
+# pipeline/ and pyspark_rocketmq.py; pyproject.toml), then the suite. PYRMQ_REQUIRE_COMPONENTS=1: a test whose
 # component (tests/support/components.py) is missing fails, saying so, instead of skipping.
 lint: setup
 	$(PY) -m ruff check .

@@ -33,15 +33,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
-from apache.rocketmq.v2 import definition_pb2 as d  # noqa: E402
-from apache.rocketmq.v2 import service_pb2 as s  # noqa: E402
-from apache.rocketmq.v2 import service_pb2_grpc as s_grpc  # noqa: E402
-from broker_bench import cluster  # noqa: E402
-from google.protobuf.duration_pb2 import Duration  # noqa: E402
-from lite_bench import PARENT, QUEUES, open_store, send  # noqa: E402
+import grpc
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
+from broker_bench import cluster
+from google.protobuf.duration_pb2 import Duration
+from lite_bench import PARENT, QUEUES, open_store, send
 
-from services.store.metadata.config_files import TopicConfig  # noqa: E402
+from services.store.metadata.config_files import TopicConfig
 
 GROUP = "LiteBenchGroup"
 NORMAL_TOPIC = "LiteBenchNormal"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,3 +122,21 @@ def test_no_fixme_left():
         if f.name != "test_tidy.py" and re.search(r"\bFIXME\b", f.read_text())
     ]
     assert not offenders
+
+
+def test_mypy_is_strict_over_every_package():
+    """``make lint``'s mypy covers every package of the project, and no override hides one."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True
+    checked = set(config["files"])
+    packages = {f"services/{p.name}" for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()}
+    packages |= {f"services/{p.parent.name}" for p in (ROOT / "services").glob("*/*.py")}
+    assert packages | {"pipeline", "pyspark_rocketmq.py"} <= checked, packages - checked
+    hidden = [
+        module
+        for override in config.get("overrides", [])
+        if override.get("ignore_errors")
+        for module in override["module"]
+        if module.split(".")[0] in ("services", "pipeline", "pyspark_rocketmq")
+    ]
+    assert not hidden, f"ignore_errors hides project modules: {hidden}"
