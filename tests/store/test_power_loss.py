@@ -10,7 +10,9 @@ writer sent, with every body intact (never a torn or corrupt record served), and
 * ASYNC_FLUSH: acknowledged messages may be lost, but only as a suffix of each queue (the
   flush window), never from the middle.
 
-A failing cycle names its seed: PYRMQ_POWER_SEEDS=<seed> pytest tests/store/test_power_loss.py
+A failing cycle names its seed: PYRMQ_POWER_SEEDS=<seed> pytest tests/store/test_power_loss.py.
+make test runs three seeds per mode; make soak a hundred more (keeping 0, 30 or 70 % of the
+unsynced pages).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tests.store.powerloss import PowerLoss
 from tests.support.filestore import message, small_config
 
 WRITERS = 3
-SEEDS = [int(s) for s in os.environ.get("PYRMQ_POWER_SEEDS", "1,2,3,4,5,6").split(",")]
+SEEDS = [int(s) for s in os.environ.get("PYRMQ_POWER_SEEDS", "1,2,3").split(",")]
 SOAK_SEEDS = range(100, 200)
 
 
