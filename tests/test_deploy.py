@@ -30,6 +30,7 @@ from services.launcher.compose import (
     store_names,
 )
 from services.launcher.topology import SERVICES
+from tests.support.cli import run_pyrmq
 from tests.support.components import etcd_binary, require
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.topics import create_topics_at
@@ -234,16 +235,15 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             }
             started[name] = Process(command, tmp_path, env)
             processes.append(started[name])
-        checks: dict[str, tuple[list[str], Process]] = {}
         for name in wave:
             ready = started[name].wait_line(READY)
             assert ready["name"] == specs[name].name
+        for name in wave:
             health = [
                 localize(part, addresses[name], addresses) for part in doc["services"][name]["healthcheck"]["test"]
             ]
-            checks[name] = health, Process([sys.executable, "-m", "services.launcher.cli", *health[2:]], tmp_path)
-        for health, checked in checks.values():
-            assert checked.popen.wait(60) == 0, checked.log()
+            code, out, err = run_pyrmq(*health[2:])  # the HEALTHCHECK's pyrmq command, run in this process
+            assert code == 0, out + err
             with grpc.insecure_channel(health[3]) as channel:  # every service: health and reflection
                 reply = next(
                     reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
@@ -253,10 +253,8 @@ def test_compose_command_lines_run_as_a_local_cluster(tmp_path: Path, processes:
             listed = {service.name for service in reply.list_services_response.service}
             assert {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= listed, listed
     # The operator creates the topic, as `docker compose exec broker pyrmq topic create ...` would.
-    create = Process(
-        [sys.executable, "-m", "services.launcher.cli", "topic", "create", "ComposeTopic", "--type", "NORMAL"], tmp_path
-    )
-    assert create.popen.wait(60) == 0, create.log()
+    code, out, err = run_pyrmq("topic", "create", "ComposeTopic", "--type", "NORMAL")
+    assert code == 0, out + err
     # Both brokers take sends, spread over both groups; each group's queues hold some.
     bodies = [f"through compose's command lines {i}".encode() for i in range(8)]
     for i, body in enumerate(bodies):
