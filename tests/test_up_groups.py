@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.launcher.up import parse_summary
+from tests.support.cli import run_pyrmq
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 
@@ -61,24 +60,7 @@ def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[
     assert got["broker-a"] and got["broker-b"], {group: len(bodies) for group, bodies in got.items()}
 
     # pyrmq status covers both groups: each one's replicas, the topic's queues in both, both stores' health.
-    status = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "services.launcher.cli",
-                "status",
-                "--endpoint",
-                ready["clients"],
-                "--json",
-                "--metrics-port",
-                "-1",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    )
+    status = json.loads(run_pyrmq("status", "--endpoint", ready["clients"], "--json", "--metrics-port", "-1")[1])
     assert [group["name"] for group in status["groups"]] == ["broker-a", "broker-b"]
     assert all(group["replicas"] for group in status["groups"])
     [spread] = [topic for topic in status["topics"] if topic["name"] == "Spread"]

@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import grpc
 import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
+from tests.support.cli import run_pyrmq
 from tests.support.processes import Process, pyrmq_status, pyrmq_up_command
 from tests.support.v2_requests import message, receive, send_ok
 from tests.support.waits import wait_until
@@ -31,25 +31,10 @@ READY = re.compile(r"^pyrmq up: .*\(RocketMQ clients: endpoints (?P<clients>\S+)
 
 
 def replicas(etcd: str) -> dict:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "services.launcher.cli",
-            "replica",
-            "list",
-            "--group",
-            "broker-a",
-            "--etcd-endpoints",
-            etcd,
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return json.loads(out.stdout)
+    """``pyrmq replica list --json`` of broker-a (run in this process: tests/support/cli.py)."""
+    code, out, err = run_pyrmq("replica", "list", "--group", "broker-a", "--etcd-endpoints", etcd, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 def pid_listening(address: str) -> int:

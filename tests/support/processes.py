@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from tests.support.cli import run_pyrmq
 from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,24 +147,10 @@ def start_store(processes: list[Process], data_dir: Path, cwd: Path) -> tuple[Pr
 
 
 def pyrmq_status(endpoint: str) -> dict:
-    """``pyrmq status --json`` of the cluster whose broker is at ``endpoint`` (metrics not probed)."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "services.launcher.cli",
-            "status",
-            "--endpoint",
-            endpoint,
-            "--json",
-            "--metrics-port",
-            "-1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return json.loads(done.stdout)
+    """``pyrmq status --json`` of the cluster whose broker is at ``endpoint`` (metrics not probed),
+    run in this process (tests/support/cli.py)."""
+    _, out, _ = run_pyrmq("status", "--endpoint", endpoint, "--json", "--metrics-port", "-1")
+    return json.loads(out)
 
 
 def pyrmq_up_command(
