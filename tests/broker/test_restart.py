@@ -62,9 +62,14 @@ def nothing_left(endpoint: str, topic: str, group: str) -> bool:
     return False
 
 
+# Long polls as short as 1 s (the broker's minimum is 5 s): an empty receive, such as
+# nothing_left's, answers after the 1 s it asks for.
+SHORT_POLLS_MS = 1_000
+
+
 def test_broker_restart_keeps_receipts_and_progress(make_broker, topics, tmp_path):
     topics("RsTopic")
-    first = make_broker()
+    first = make_broker(long_polling_timeout_ms_min=SHORT_POLLS_MS)
     endpoint = f"127.0.0.1:{first.port}"
     produce(tmp_path, endpoint, "RsTopic", [{"body": body} for body in BODIES])
     acked = take(endpoint, "RsTopic", "RsGroup", 4)
@@ -72,7 +77,7 @@ def test_broker_restart_keeps_receipts_and_progress(make_broker, topics, tmp_pat
     in_flight = take(endpoint, "RsTopic", "RsGroup", 3)
     first.stop(1.0)
 
-    second = make_broker()  # another process would do the same: it only knows the store
+    second = make_broker(long_polling_timeout_ms_min=SHORT_POLLS_MS)  # another process would: it only knows the store
     endpoint = f"127.0.0.1:{second.port}"
     ack_all(endpoint, "RsTopic", "RsGroup", in_flight)  # receipts from the first broker still work
     rest = consume(tmp_path, endpoint, group="RsGroup", topic="RsTopic", count=3, deadline_s=30, await_s=2)
@@ -86,9 +91,7 @@ def start_up(tmp_path: Path, processes: list[Process]) -> tuple[Process, str]:
     up = Process(
         pyrmq_up_command(tmp_path / "data"),
         tmp_path,
-        # Long polls as short as 1 s (the broker's minimum is 5 s): an empty receive, such as
-        # nothing_left's, answers after the 1 s it asks for.
-        {"PYRMQ_BROKER_LONG_POLLING_TIMEOUT_MS_MIN": "1000"},
+        {"PYRMQ_BROKER_LONG_POLLING_TIMEOUT_MS_MIN": str(SHORT_POLLS_MS)},
     )
     processes.append(up)
     return up, up.wait_line(UP_READY)["clients"]
