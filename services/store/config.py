@@ -28,7 +28,7 @@ class BrokerRole(enum.Enum):
 
 
 class ConsumeInitMode(enum.Enum):
-    """Where a consumer group new to a queue starts (RocketMQ's ConsumeInitMode; consume_init.py)."""
+    """Where a consumer group new to a queue starts (RocketMQ's ConsumeInitMode; pop/consume_init.py)."""
 
     MIN = 0  # the queue's min offset: everything retention left
     MAX = 1  # the queue's last message, or offset 0 if the queue's first message is still in memory

@@ -1,7 +1,7 @@
 """A power-loss fault layer for in-process store tests (docs/durability.md: T0.4, T1.3, T1.4).
 
 Every durable point of the store is an ``os.fdatasync`` / ``os.fsync`` on a file's descriptor
-(mapped_file.py, checkpoint.py, index_file.py). ``PowerLoss`` wraps both: at each one it records
+(log/mapped_file.py, log/checkpoint.py, index/index_file.py). ``PowerLoss`` wraps both: at each one it records
 the file's whole content as its *durable image*. ``crash()`` is the power cut: from then on every
 sync fails with EIO (a dead machine acknowledges nothing more), and each file under the store
 root goes back to its durable image, except that every 4 KiB page written since then survives

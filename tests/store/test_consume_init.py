@@ -1,4 +1,4 @@
-"""Where a consumer group new to a queue starts (consume_init.py, RocketMQ's getInitOffset),
+"""Where a consumer group new to a queue starts (services/store/pop/consume_init.py, RocketMQ's getInitOffset),
 through a real FileStore's pop engine.
 
 ``access_message_in_memory_max_ratio=0`` stands for "the queue's first message is no longer in
