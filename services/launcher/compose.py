@@ -119,7 +119,7 @@ def replica_namespace(ns: argparse.Namespace, name: str, replica_id: int) -> arg
 def compose_services() -> list[tuple[str, ServiceSpec, argparse.Namespace]]:
     """The pyrmq services of the compose file: (service name, row, the namespace it sees), the
     store row once per replica of each group, the broker row per broker, then each group's
-    scheduler and txcheck (``pyrmq up``'s order, services/topology.rows)."""
+    scheduler and txcheck (``pyrmq up``'s order, services/launcher/topology.rows)."""
     ns = compose_namespace()
     store, broker, scheduler, txcheck = SERVICES
     groups = [group_namespace(ns, k) for k in range(GROUPS)]

@@ -1,6 +1,6 @@
 """``pyrmq up``: every pyrmq service as a child process of this one, until SIGINT/SIGTERM.
 
-Services are rows of ``services/topology.SERVICES`` (store, broker, scheduler, txcheck), started
+Services are rows of ``services/launcher/topology.SERVICES`` (store, broker, scheduler, txcheck), started
 in table order, each one only after the rows before it printed their ready lines (rows that read
 nothing of each other start at once: services/launcher/children.py ``start_waves``); a row's
 arguments may use the key=value pairs of an earlier service's ready line. They stop tier by tier
@@ -22,7 +22,7 @@ a set (``--replicas N`` > 1): the group fails over to another replica and ``up``
 dead one, which rejoins as a slave (at most 5 restarts a minute).
 
 ``up --replicas N`` (``--etcd-endpoints``) runs the store as a replica set in controller mode
-(services/topology.rows: a local etcd member first when no endpoints are given).
+(services/launcher/topology.rows: a local etcd member first when no endpoints are given).
 
 ``up`` places its processes on the CPUs it may use (services/launcher/placement.py): the store(s) and the
 broker on cores of their own, the others on what is left; ``--cpu-placement off`` leaves that to
