@@ -97,7 +97,8 @@ class PutChecks:
             if lite is None or lite_put_offsets.next_offset(lmq_name(rec.topic, lite)):
                 continue  # not a lite message, or a lite topic the store has
             if held < 0:
-                held = self._lite_topic_count() + lite_put_offsets.new_pending()
+                dispatched = lite_put_offsets.dispatched()  # before the count: see new_pending
+                held = self._lite_topic_count() + lite_put_offsets.new_pending(dispatched)
             else:
                 held += 1
             if held >= self._config.lite_topics_max:

@@ -57,9 +57,15 @@ class LiteOffsetTable:
         self._hot = {lmq: entry for lmq, entry in self._hot.items() if entry[1] > dispatched}
         self._drop_at = max(self._hot_max, len(self._hot) + len(self._hot) // 2)
 
-    def new_pending(self) -> int:
-        """Lite topics started by appends dispatch has not indexed yet (the index does not count them)."""
-        dispatched = self._dispatched()
+    def dispatched(self) -> int:
+        """The CommitLog offset the lite index covers (it advances after the index's commit)."""
+        return self._dispatched()
+
+    def new_pending(self, dispatched: int) -> int:
+        """Lite topics started by appends past ``dispatched`` (not indexed when it was read).
+        A caller adding this to the index's count reads ``dispatched`` *before* the count: the
+        index commits a batch before ``dispatched`` moves past it, so a lite topic dispatched in
+        between is counted twice (a quota refuses one place early, in that instant), never missed."""
         with self._new_lock:
             if self._new:
                 self._new = {lmq: end for lmq, end in self._new.items() if end > dispatched}
