@@ -84,11 +84,13 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-# Two workers (pytest-xdist; tests/conftest.py gives each whole modules, and all of tests/pipeline).
+# Two workers (pytest-xdist; tests/conftest.py gives each whole modules, and all of tests/pipeline),
+# then the fault tests bound by timings alone (the `serial` mark: tests/conftest.py SERIAL_PATHS).
 # --durations=15 and the time per test folder (tests/conftest.py) end the report: the suite must
 # stay under 10 minutes on a 2-core machine, so its growth should show the day it happens.
 test: lint
-	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "not slow" -n 2 --durations=15
+	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "not slow and not serial" -n 2 --durations=15
+	PYRMQ_REQUIRE_COMPONENTS=1 $(PY) -m pytest -q -m "serial and not slow" --durations=5
 
 soak: setup
 	$(PY) -m pytest -q -m slow -o faulthandler_timeout=0
