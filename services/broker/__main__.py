@@ -30,8 +30,8 @@ from services.broker.broker_groups import ClusterView
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.admin_servicer import V2ClientCommands
-from services.broker.rpc.server import BrokerServer, bind_server, build_server
+from services.broker.v2.admin_servicer import V2ClientCommands
+from services.broker.v2.server import BrokerServer, bind_server, build_server
 from services.coordination.route_view import RouteStore, RouteView, registered_groups
 from services.runtime.clock import Clock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient

@@ -1,5 +1,5 @@
 """AdminService: operators' calls on topics, consumer groups, consumer progress and messages
-(``pyrmq.admin.v1.Admin``; no gRPC here, ``rpc/admin_servicer.py`` is the shell).
+(``pyrmq.admin.v1.Admin``; no gRPC here, ``v2/admin_servicer.py`` is the shell).
 
 The broker keeps nothing: each call is a few store calls through ``AdminStore`` (implemented
 by the store client, ``services.store.client``). Names are checked with the rules the send and

@@ -1,5 +1,5 @@
 """The broker's construction point: every core object of a broker process, built in dependency
-order, each given what it needs in its constructor. No gRPC here: ``rpc/server.py`` binds the
+order, each given what it needs in its constructor. No gRPC here: ``v2/server.py`` binds the
 ports first (the advertised endpoint names the bound port) and serves the core built here.
 
 The order:
@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 class WireCommands(ClientCommands, Protocol):
     """The server commands a client's Telemetry stream carries, built by the protocol's shell
-    (``rpc/admin_servicer.py``: ``V2ClientCommands``)."""
+    (``v2/admin_servicer.py``: ``V2ClientCommands``)."""
 
     def unsubscribe_lite_command(self, lite_topic: str) -> Any: ...
 

@@ -19,7 +19,7 @@ time is PROXY_TIMEOUT (the outcome is unknown), a request the store refused is B
 field the broker should have checked), anything else INTERNAL_SERVER_ERROR. ``FAILURES`` is
 both trees, for the ``except`` clauses that answer clients.
 
-``Code`` mirrors the proto enum value for value; ``rpc/status.py`` asserts that at import.
+``Code`` mirrors the proto enum value for value; ``v2/status.py`` asserts that at import.
 """
 
 from __future__ import annotations

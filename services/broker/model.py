@@ -1,6 +1,6 @@
 """The broker core's data: v2 requests as plain dataclasses, and what it asks of the store.
 
-``rpc/convert.py`` builds these from protobuf and back; nothing here imports gRPC. Field
+``v2/convert.py`` builds these from protobuf and back; nothing here imports gRPC. Field
 names follow the v2 protocol (``message_group``, ``delivery_timestamp_ms``) on the client side
 and RocketMQ's store vocabulary (``queue_offset``, ``phy_offset``) on the store side.
 """

@@ -1,5 +1,5 @@
 """RawPullService: ``pyrmq.pull.v1.Pull/PullRecords``, pulls answered with raw CommitLog records.
-No gRPC here (the servicer is ``rpc/pull_servicer.py``; the proto documents every field).
+No gRPC here (the servicer is ``v2/pull_servicer.py``; the proto documents every field).
 
 Why it exists: v2 PullMessage (``pull.py``) streams one Message per response, and grpcio
 costs the broker ~77 µs of CPU per streamed response on top of building each Message

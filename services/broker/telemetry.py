@@ -5,7 +5,7 @@ endpoint and writes its ``Settings``; the server answers every settings command,
 stream, with ``status OK`` and the client's settings merged with the server's decisions, and
 keeps the stream open: a client ignores an answer without status OK, refuses every send without
 ``max_body_size``, and Node waits forever for the first answer and reconnects every second when
-a stream ends (pitfalls 2-4 there). ``settings_for`` makes those decisions; ``rpc/convert.py``
+a stream ends (pitfalls 2-4 there). ``settings_for`` makes those decisions; ``v2/convert.py``
 merges them into the client's message. Values are the proxy's defaults:
 
 * producer: ``publishing.max_body_size`` = body limit (4 MiB), ``validate_message_type``,

@@ -13,7 +13,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from pyrmq.store.v1 import store_pb2 as store_pb
 
 from services.broker.errors import Code, NotFoundError, RequestError, StoreCallError
-from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, status_of
+from services.broker.v2.admin_servicer import ADMIN_SERVICE_NAME, status_of
 from tests.support.admin_messages import put, wait_indexed
 
 

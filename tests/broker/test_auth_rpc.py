@@ -16,7 +16,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
 from services.broker.auth import sign
-from services.broker.rpc.server import BrokerServer
+from services.broker.v2.server import BrokerServer
 from services.launcher.cli import main as pyrmq
 from services.v2client.client import Credentials, open_channel
 from tests.support.official_client import run_client

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.rpc.server import BrokerServer
 from services.broker.tls_cert import self_signed
+from services.broker.v2.server import BrokerServer
 from services.launcher.cli import main
 from services.runtime.clock import SystemClock
 

@@ -35,8 +35,8 @@ from pyrmq.pull.v1 import pull_pb2_grpc as pull_grpc
 from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.front import FrontPeers, parse_sessions
-from services.broker.rpc.server import BrokerServer
 from services.broker.tls_cert import load_or_create, self_signed
+from services.broker.v2.server import BrokerServer
 from services.runtime.clock import SystemClock
 from services.store.client.model import TopicInfo
 from tests.support.store_double import StoreDouble

@@ -15,7 +15,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from services.broker import consumer
 from services.broker.consumer import ArrivalHub, ConsumerService, FilterType, ReceiveRequest
 from services.broker.errors import BrokerError, Code
-from services.broker.rpc import consumer_convert
+from services.broker.v2 import consumer_convert
 from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import SystemClock

@@ -13,7 +13,7 @@ import pytest
 from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.front import HaproxyFront
-from services.broker.rpc.server import BrokerServer
+from services.broker.v2.server import BrokerServer
 from tests.support.node_client import consume as node_consume
 from tests.support.node_client import run_node
 from tests.support.official_client import consume, run_client

@@ -17,7 +17,7 @@ from pyrmq.store.v1 import store_pb2 as pb
 
 from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
-from services.broker.rpc.pool import TimedThreadPool
+from services.broker.v2.pool import TimedThreadPool
 from services.runtime.clock import ManualClock
 from services.store.client.client import GrpcStoreClient
 from tests.support.topics import create_topics

@@ -13,7 +13,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.store.v1 import store_pb2 as pb
 
-from services.broker.rpc.server import BrokerServer
+from services.broker.v2.server import BrokerServer
 from tests.support.v2_requests import Stream, ack, message, push_consumer_settings, receive, send_ok
 
 PUSH = (("x-mq-client-id", "push-host@1@0@renewal"),)

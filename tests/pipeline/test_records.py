@@ -20,7 +20,7 @@ from pipeline.errors import TruncatedRecords  # noqa: E402
 from pipeline.messages import to_batch  # noqa: E402
 from pipeline.records import records_to_batch  # noqa: E402
 from services.broker.pull import pulled_delivery  # noqa: E402
-from services.broker.rpc.consumer_convert import delivered_message  # noqa: E402
+from services.broker.v2.consumer_convert import delivered_message  # noqa: E402
 from services.domain.format.commitlog_format import (  # noqa: E402
     MessageRecord,
     decode_record,

@@ -32,7 +32,7 @@ from services.broker.__main__ import build_broker
 from services.broker.broker_groups import ClusterView
 from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.server import BrokerServer
+from services.broker.v2.server import BrokerServer
 from services.coordination.route_view import RouteStore, RouteView
 from services.domain.routes import QueueData, TopicRoute
 from services.runtime.clock import SystemClock

@@ -25,7 +25,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
 from services.broker.metrics import BrokerMetrics
-from services.broker.rpc.server import BrokerServer
+from services.broker.v2.server import BrokerServer
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
 from services.store.rpc.server import build_server as build_store_server

@@ -27,9 +27,9 @@ import grpc
 from apache.rocketmq.v2 import service_pb2 as s
 
 from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
-from services.broker.rpc import convert
-from services.broker.rpc.status import DIRECT, Peers, peer_address, status
 from services.broker.telemetry import ClientAnswer, ClientFacts, ClientSession, TelemetryService
+from services.broker.v2 import convert
+from services.broker.v2.status import DIRECT, Peers, peer_address, status
 from services.store.client.errors import StoreRejectedError
 
 log = logging.getLogger(__name__)

@@ -29,15 +29,15 @@ from services.broker.front import FrontPlan, FrontWatchdog, HaproxyFront, listen
 from services.broker.metrics import BrokerMetrics
 from services.broker.put_coalescer import PutSink
 from services.broker.renewal import ReceiptRenewer
-from services.broker.rpc.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
-from services.broker.rpc.pool import TimedThreadPool
-from services.broker.rpc.pull_servicer import PULL_SERVICE_NAME, add_pull_service
-from services.broker.rpc.servicer import MessagingServicer
-from services.broker.rpc.status import DIRECT, Peers
-from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
 from services.broker.tls_cert import ServerCertificate, certificate_hosts, load_configured, load_or_create
 from services.broker.topics import TopicRegistry
+from services.broker.v2.admin_servicer import ADMIN_SERVICE_NAME, add_admin_service
+from services.broker.v2.pool import TimedThreadPool
+from services.broker.v2.pull_servicer import PULL_SERVICE_NAME, add_pull_service
+from services.broker.v2.servicer import MessagingServicer
+from services.broker.v2.status import DIRECT, Peers
+from services.broker.v2.telemetry_stream import TelemetryStreams
 from services.runtime.clock import Clock
 from services.runtime.process import format_address
 from services.runtime.rpc.decode_guard import DecodeGuardInterceptor

@@ -15,8 +15,8 @@ from apache.rocketmq.v2 import service_pb2 as s
 from services.broker.consumer import FilterType
 from services.broker.errors import Code, RequestError
 from services.broker.pull import OffsetPolicy, Offsets, PullRequest, PullResult
-from services.broker.rpc.consumer_convert import delivered_message
-from services.broker.rpc.status import status
+from services.broker.v2.consumer_convert import delivered_message
+from services.broker.v2.status import status
 
 _POLICIES = {d.BEGINNING: OffsetPolicy.BEGINNING, d.END: OffsetPolicy.END, d.TIMESTAMP: OffsetPolicy.TIMESTAMP}
 

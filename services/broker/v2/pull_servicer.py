@@ -20,7 +20,7 @@ from services.broker.access import AccessGuard
 from services.broker.consumer import FilterType
 from services.broker.errors import FAILURES, Code, RequestError, as_broker_error
 from services.broker.raw_pull import RawPullRequest, RawPullResult
-from services.broker.rpc.status import DIRECT, Peers, check_access, status
+from services.broker.v2.status import DIRECT, Peers, check_access, status
 
 log = logging.getLogger(__name__)
 Puller = Callable[[RawPullRequest], Iterator[RawPullResult]]  # RawPullService.pull, or one per broker group

@@ -31,10 +31,10 @@ from services.broker.broker_group_router import RoutedProducer, RoutedTransactio
 from services.broker.consumer import validate_group
 from services.broker.errors import FAILURES, BrokerError, Code, FlowControlError, UnsupportedError, as_broker_error
 from services.broker.model import TrafficObserver
-from services.broker.rpc import consumer_convert, convert, pull_convert
-from services.broker.rpc.status import DIRECT, OK_STATUS, Peers, check_access, client_id_of, in_band, peer_address
-from services.broker.rpc.telemetry_stream import TelemetryStreams
 from services.broker.telemetry import TelemetryService
+from services.broker.v2 import consumer_convert, convert, pull_convert
+from services.broker.v2.status import DIRECT, OK_STATUS, Peers, check_access, client_id_of, in_band, peer_address
+from services.broker.v2.telemetry_stream import TelemetryStreams
 from services.runtime.clock import Clock, SystemClock
 
 CONSUMER_TYPES = frozenset({d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER})
@@ -143,7 +143,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return convert.send_response(receipts)
 
     def _shed_if_stale(self) -> None:
-        """Refuse, before any work, a send that waited too long for a worker (rpc/pool.py)."""
+        """Refuse, before any work, a send that waited too long for a worker (v2/pool.py)."""
         if self._queue_wait_max_s:
             waited_s = self._queue_wait_s()
             if waited_s > self._queue_wait_max_s:

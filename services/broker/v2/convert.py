@@ -17,9 +17,9 @@ from services.broker.errors import Code, RequestError
 from services.broker.model import BodyEncoding, ClientType, IncomingMessage, SendReceipt
 from services.broker.producer import response_code
 from services.broker.route import Route
-from services.broker.rpc.status import OK_STATUS, status
 from services.broker.telemetry import ClientSettings, ServerSettings
 from services.broker.transaction import Resolution
+from services.broker.v2.status import OK_STATUS, status
 from services.domain.delivery import MessageType
 
 # Pair assertions: the core's enums are the proto's.

@@ -41,10 +41,10 @@ from services.broker.client_admin import Answered, ClientAdmin, ClientView
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.pull import pulled_delivery
-from services.broker.rpc.consumer_convert import delivered_message
-from services.broker.rpc.status import DIRECT, Peers, check_access
 from services.broker.topic_placement import TopicPlacement
 from services.broker.transaction import HalfRef, TransactionCheckRelay
+from services.broker.v2.consumer_convert import delivered_message
+from services.broker.v2.status import DIRECT, Peers, check_access
 from services.broker.validation import validate_topic
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.names import is_system_group, is_system_topic

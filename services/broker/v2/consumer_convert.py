@@ -20,8 +20,8 @@ from services.broker.consumer import FilterType, ReceiveRequest
 from services.broker.errors import Code, RequestError
 from services.broker.lite_consumer import OffsetKind, OffsetOption
 from services.broker.route import Route
-from services.broker.rpc.convert import route_response
-from services.broker.rpc.status import OK_STATUS, status
+from services.broker.v2.convert import route_response
+from services.broker.v2.status import OK_STATUS, status
 from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.properties_format import (
     BORN_HOST,
