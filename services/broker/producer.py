@@ -8,7 +8,7 @@ hooks):
 | user_properties | copied verbatim |
 | tag | ``TAGS`` |
 | keys | ``KEYS``, joined with one space |
-| message_id | ``UNIQ_KEY`` (the response's message_id; ``transaction_id`` for transactions) |
+| message_id | ``UNIQ_KEY`` (the receipt's message_id, and its transaction_id for every type) |
 | message_type TRANSACTION | ``TRAN_MSG=true`` (+ ``CHECK_IMMUNITY_TIME_IN_SECONDS`` from orphaned_transaction_recovery_duration) |
 | delivery_timestamp | ``TIMER_DELIVER_MS`` (epoch ms) |
 | delivery_attempt | ``RECONSUME_TIME`` (``0`` for a fresh send) |
@@ -33,6 +33,12 @@ for the scheduler and the transaction checker (the writers of ``services.domain.
   ``REAL_TOPIC``, ``REAL_QID``; transaction type NOT (RocketMQ 4.3+ half messages).
 
 The write queue is chosen here (``queue_selection``), never by the client.
+
+Receipts: an OK one carries the message id as its ``message_id`` and its ``transaction_id``,
+whatever the type: the broker's ``SendMessageProcessor`` answers every put with transactionId = the
+UNIQ_KEY and the proxy's ``convertToSendMessageResponse`` copies it. A batch has one receipt per
+message, each with its own id. A refused message's receipt has neither (the proxy fills them for
+SEND_OK only).
 """
 
 from __future__ import annotations
@@ -461,7 +467,7 @@ class Producer:
                 code=Code.OK,
                 status_message="OK",
                 message_id=message.message_id,
-                transaction_id=message.message_id if message_type is MessageType.TRANSACTION else "",
+                transaction_id=message.message_id,  # every send, as the broker's SendMessageProcessor
                 offset=outcome.queue_offset,
                 recall_handle=handle,
                 queue_id=queue_id,

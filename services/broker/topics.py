@@ -6,7 +6,8 @@ cached for ``topic_cache_ttl_ms`` (changes made through the store API take effec
 time), and "no such topic" for ``topic_cache_miss_ttl_ms`` when auto-create is off.
 
 An unknown topic is TOPIC_NOT_FOUND (40402), as from RocketMQ 5's proxy: topics are created
-first (``pyrmq topic create``, the Admin API; ``mqadmin updateTopic`` upstream). Auto-create
+first (``pyrmq topic create``, the Admin API; ``mqadmin updateTopic`` upstream). Its message is the
+proxy's (:func:`topic_not_found`), then how to create the topic. Auto-create
 (``auto_create_topic_enable``, off by default; a broker's ``autoCreateTopicEnable``) instead
 creates the topic in the store with ``auto_create_topic_queue_nums`` queues and
 ``auto_create_topic_message_type`` (MIXED by default: RocketMQ would create a NORMAL topic,
@@ -28,6 +29,23 @@ from services.store.client.model import TopicInfo
 log = logging.getLogger(__name__)
 
 PERM_READ_WRITE = 6
+TOPIC_NOT_EXIST = 17  # the remoting ResponseCode a name server answers for a topic without a route
+
+
+def topic_not_found(name: str) -> NotFoundError:
+    """TOPIC_NOT_FOUND for a topic the store does not have, worded as the proxy words it.
+
+    The proxy's route lookup fails with ``MQClientException(TOPIC_NOT_EXIST, "No topic route info
+    in name server for the topic: " + topic)``, whose message is ``"CODE: 17  DESC: " + that`` (two
+    spaces) and RocketMQ's FAQ address on a second line; its status carries that message, for
+    QueryRoute, ReceiveMessage, QueryAssignment and (with its topic type check off) SendMessage.
+    pyrmq puts how to create the topic where the FAQ address was.
+    """
+    return NotFoundError(
+        f"CODE: {TOPIC_NOT_EXIST}  DESC: No topic route info in name server for the topic: {name}, "
+        f"create it first (pyrmq topic create {name} --type NORMAL)",
+        Code.TOPIC_NOT_FOUND,
+    )
 
 
 class TopicSource(Protocol):
@@ -70,10 +88,7 @@ class TopicRegistry:
             return topic
         if create if create is not None else self._config.auto_create_topic_enable:
             return self._create(name, self._clock.now_ms())
-        raise NotFoundError(
-            f"topic {name} does not exist: create it first (pyrmq topic create {name} --type NORMAL)",
-            Code.TOPIC_NOT_FOUND,
-        )
+        raise topic_not_found(name)
 
     def invalidate(self, name: str) -> None:
         """Forget a cached config (e.g. the store refused a queue id from it)."""

@@ -10,27 +10,18 @@ import enum
 
 from services.domain.format.properties_format import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
-    CLUSTER,
-    CRC32,
     DELAY_TIME_LEVEL,
-    FIRST_POP_TIME,
     INNER_MULTI_DISPATCH,
     LITE_TOPIC,
-    MESSAGE_TYPE,
-    ORIGIN_MESSAGE_ID,
-    POP_CK,
     PRIORITY,
     RESERVED_PROPERTY_KEYS,
-    RETRY_TOPIC,
     SHARDING_KEY,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
     TRACE_CONTEXT,
-    TRACE_SWITCH,
     TRANSACTION_CHECK_TIMES,
     TRANSACTION_ID,
     TRANSACTION_PREPARED,
-    WAIT_STORE_MSG_OK,
 )
 
 
@@ -46,9 +37,12 @@ class MessageType(enum.IntEnum):
     PRIORITY = 6
 
 
-# (pyrmq) Keys the broker writes whose presence changes how a message is typed or delivered:
-# a user-set ``__SHARDINGKEY`` would make a NORMAL message read back as FIFO, a user-set
-# ``__transactionId__`` would confuse the transaction checker. The proxy lets them through.
+# Keys a v2 send may not take as user properties, beyond RESERVED_PROPERTY_KEYS (services/broker/
+# validation.py refuses them; pyrmq: the proxy takes them): keys the broker writes whose presence
+# changes how a message is typed, checked or dispatched. A user-set ``__SHARDINGKEY`` would make a
+# NORMAL message read back as FIFO, a user-set ``__transactionId__`` or ``TRANSACTION_CHECK_TIMES``
+# would confuse the transaction checker, a user-set ``INNER_MULTI_DISPATCH`` would index the message
+# in another lite topic.
 BROKER_PROPERTY_KEYS = frozenset(
     {
         SHARDING_KEY,
@@ -60,38 +54,33 @@ BROKER_PROPERTY_KEYS = frozenset(
         INNER_MULTI_DISPATCH,
     }
 )
-_INTERNAL_KEYS = (
-    RESERVED_PROPERTY_KEYS
-    | BROKER_PROPERTY_KEYS
-    | frozenset(
-        {
-            WAIT_STORE_MSG_OK,
-            CLUSTER,
-            RETRY_TOPIC,
-            ORIGIN_MESSAGE_ID,
-            TRANSACTION_CHECK_TIMES,
-            POP_CK,
-            FIRST_POP_TIME,
-            MESSAGE_TYPE,
-            TRACE_SWITCH,
-        }
-    )
-)
-_INTERNAL_PREFIXES = ("DLQ_ORIGIN_", "REAL_", CRC32, "TIMER_", "POP_")
+# The keys a delivered message's user properties leave out. The proxy's
+# ``GrpcConverter.buildUserAttributes`` drops exactly ``MessageConst.STRING_HASH_SET``
+# (RESERVED_PROPERTY_KEYS) and passes every other stored property through: ``__SHARDINGKEY`` (FIFO),
+# ``__transactionId__``, ``CHECK_IMMUNITY_TIME_IN_SECONDS`` and ``TRANSACTION_CHECK_TIMES``
+# (transactions), ``TRACE_CONTEXT``, and a user's own ``REAL_X`` or ``TIMER_X``. (pyrmq) The lite
+# index's two keys are left out too: a LITE delivery states its lite topic in ``lite_topic``, and
+# ``INNER_MULTI_DISPATCH`` names the store's LMQ (services/broker/README.md, Deviations).
+HIDDEN_PROPERTY_KEYS = RESERVED_PROPERTY_KEYS | frozenset({LITE_TOPIC, INNER_MULTI_DISPATCH})
 
 
 def is_internal_property(key: str) -> bool:
-    return key in _INTERNAL_KEYS or key.startswith(_INTERNAL_PREFIXES)
+    """Whether a stored property is left out of a delivered message's user properties."""
+    return key in HIDDEN_PROPERTY_KEYS
 
 
 def user_properties(properties: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in properties.items() if not is_internal_property(k)}
+    """A delivered message's user properties: the stored ones but HIDDEN_PROPERTY_KEYS."""
+    hidden = HIDDEN_PROPERTY_KEYS
+    return {k: v for k, v in properties.items() if k not in hidden}
 
 
 def delivered_message_type(properties: dict[str, str]) -> MessageType:
     """The v2 type of a delivered message: TRAN_MSG -> TRANSACTION, timer keys -> DELAY, group -> FIFO,
-    priority -> PRIORITY (``TopicMessageType.parseFromMessageProperty``'s order)."""
-    if properties.get(TRANSACTION_PREPARED, "").lower() == "true":
+    priority -> PRIORITY, lite topic -> LITE (the proxy's ``GrpcConverter.buildSystemProperties``, which
+    takes TRAN_MSG only when exactly ``true``; PRIORITY and LITE after FIFO as RocketMQ 5.4 and 5.5's
+    ``TopicMessageType.parseFromMessageProperty``)."""
+    if properties.get(TRANSACTION_PREPARED) == "true":
         return MessageType.TRANSACTION
     if any(k in properties for k in (DELAY_TIME_LEVEL, TIMER_DELIVER_MS, TIMER_DELAY_SEC)):
         return MessageType.DELAY

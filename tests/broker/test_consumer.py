@@ -91,7 +91,7 @@ def test_polling_invisible_and_batch_rules():
     assert [consumer.batch_size(n) for n in (-1, 0, 1, 32, 33)] == [32, 32, 1, 32, 32]
 
 
-def test_user_properties_drop_internal_keys():
+def test_user_properties_are_the_stored_ones_but_the_reserved_keys():
     props = {
         "color": "red",
         "TAGS": "a",
@@ -118,7 +118,15 @@ def test_user_properties_drop_internal_keys():
         "RECONSUME_TIME": "1",
         "size": "L",
     }
-    assert user_properties(props) == {"color": "red", "size": "L"}
+    # The proxy passes through every key outside MessageConst.STRING_HASH_SET (services/domain/delivery.py).
+    assert user_properties(props) == {
+        "color": "red",
+        "size": "L",
+        "__SHARDINGKEY": "g",
+        "TRACE_CONTEXT": "t",
+        "__transactionId__": "x",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS": "5",
+    }
 
 
 def test_message_type_and_delivery_time():
@@ -147,7 +155,8 @@ def test_delivered_message_fields():
         )
     )
     sp = message.system_properties
-    assert message.topic.name == "T" and message.body == b"body" and dict(message.user_properties) == {"color": "red"}
+    assert message.topic.name == "T" and message.body == b"body"
+    assert dict(message.user_properties) == {"color": "red", "__SHARDINGKEY": "g1", "TRACE_CONTEXT": "tc"}
     assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == "ID1"
     assert sp.body_digest.type == d.MD5 and sp.body_digest.checksum == hashlib.md5(b"body").hexdigest().upper()
     assert sp.body_encoding == d.IDENTITY and sp.message_type == d.DELAY
@@ -160,6 +169,8 @@ def test_delivered_message_fields():
     plain = consumer_convert.delivered_message(delivery(__BORNHOST="1.2.3.4"))
     assert plain.system_properties.message_id == "0A0000" and plain.system_properties.born_host == "1.2.3.4"
     assert not plain.system_properties.HasField("tag") and not plain.system_properties.HasField("delivery_timestamp")
+    blank = consumer_convert.delivered_message(delivery(__BORNHOST="  "))  # blank: the record's host, as the proxy
+    assert blank.system_properties.born_host == "10.0.0.1:5000"
 
 
 def test_ack_response_status():

@@ -11,7 +11,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from pyrmq.store.v1 import store_pb2 as pb
 
 from tests.support.store_reads import stored, wait_stored
-from tests.support.v2_requests import METADATA, ack, change, message, receive, send_ok
+from tests.support.v2_requests import METADATA, ack, change, end, message, receive, send, send_ok
 
 
 def test_receive_maps_the_message_and_ack(v2, topics):
@@ -51,7 +51,26 @@ def test_fifo_group_and_delivery_fields(v2, topics):
     send_ok(v2, message("GTopic", message_type=d.FIFO, message_group="order-1", tag="T"))
     status, [got], _ = receive(v2, "GTopic")
     assert got.system_properties.message_group == "order-1" and got.system_properties.message_type == d.FIFO
-    assert "__SHARDINGKEY" not in got.user_properties
+    assert dict(got.user_properties) == {"__SHARDINGKEY": "order-1"}  # passed through, as by the proxy
+
+
+def test_committed_transaction_carries_its_transaction_id_property(v2, topics):
+    topics("TxDeliver")
+    sent = send(v2, message("TxDeliver", message_type=d.TRANSACTION, message_id="TX-DELIVER", tag="T"))
+    assert sent.status.code == d.OK and sent.entries[0].transaction_id == "TX-DELIVER"
+    assert end(v2, "TxDeliver", "TX-DELIVER", d.COMMIT).status.code == d.OK
+    status, [got], _ = receive(v2, "TxDeliver")
+    assert status.code == d.OK and got.system_properties.message_type == d.TRANSACTION
+    assert dict(got.user_properties) == {"__transactionId__": "TX-DELIVER"}  # passed through, as by the proxy
+
+
+def test_receive_from_an_unknown_topic_is_the_proxys_not_found(v2):
+    status, messages, _ = receive(v2, "NeverMade")
+    assert status.code == d.TOPIC_NOT_FOUND and not messages
+    assert status.message == (
+        "CODE: 17  DESC: No topic route info in name server for the topic: NeverMade, "
+        "create it first (pyrmq topic create NeverMade --type NORMAL)"
+    )
 
 
 def test_long_poll_wakes_on_arrival(v2, topics):

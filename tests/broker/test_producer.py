@@ -84,7 +84,8 @@ def normal(**fields) -> IncomingMessage:
 
 def test_normal_message_properties(store_client):
     [receipt] = send(store_client, normal(tag="TagA", keys=["order-1", "order-2"], user_properties={"color": "red"}))
-    assert receipt.code == Code.OK and receipt.message_id == MESSAGE_ID and receipt.transaction_id == ""
+    # transaction_id: the message id on every send, as the broker's SendMessageProcessor answers
+    assert receipt.code == Code.OK and receipt.message_id == MESSAGE_ID == receipt.transaction_id
     record = the_one_stored(store_client)
     assert record.topic == "TopicTest" and record.body == b"hello" and record.sys_flag == 0
     assert record.properties == {
@@ -134,7 +135,7 @@ def test_empty_keys_are_skipped_when_joining(store_client):
 def test_fifo_message(store_client):
     [receipt] = send(store_client, normal(message_type=MessageType.FIFO, message_group="order-42"))
     record = the_one_stored(store_client)
-    assert receipt.code == Code.OK
+    assert receipt.code == Code.OK and receipt.transaction_id == MESSAGE_ID == receipt.message_id
     assert record.properties["__SHARDINGKEY"] == "order-42"
     assert record.queue_id == fifo_queue_id("order-42", 8)
 
@@ -230,8 +231,14 @@ def test_a_stale_queue_count_invalidates_the_topic_cache(store_client):
 
 def test_batch_request_goes_to_one_queue_and_reports_each_message(store_client):
     store_client.outcome = lambda m: PutStatus.PUT_OK if m.body != b"bad" else PutStatus.UNKNOWN_ERROR
-    receipts = send(store_client, normal(), normal(body=b"bad"), normal())
+    receipts = send(store_client, normal(message_id="ID-1"), normal(body=b"bad", message_id="ID-2"), normal())
     assert [r.code for r in receipts] == [Code.OK, Code.INTERNAL_SERVER_ERROR, Code.OK]
+    # each OK receipt has its own message's id as its transaction id; a refused one has neither
+    assert [(r.message_id, r.transaction_id) for r in receipts] == [
+        ("ID-1", "ID-1"),
+        ("", ""),
+        (MESSAGE_ID, MESSAGE_ID),
+    ]
     assert response_code(receipts) == Code.MULTIPLE_RESULTS
     assert len(store_client.sent) == 3 and len({m.queue_id for m in store_client.sent}) == 1
     assert [(m.queue_id, m.body) for m in store_client.messages("TopicTest")] == [
@@ -248,6 +255,7 @@ def test_an_unknown_topic_is_not_found_unless_auto_create_is_on(store_client):
         and store_client.get_topic("Unknown") is None
         and not store_client.sent
     )
+    assert caught.value.message.startswith("CODE: 17  DESC: No topic route info in name server for the topic: Unknown")
     [receipt] = send(
         store_client,
         normal(topic="Unknown"),

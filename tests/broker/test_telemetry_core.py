@@ -154,9 +154,9 @@ def test_route_errors(store_client):
     with pytest.raises(BrokerError) as caught:
         routes(store_client).query_route("Missing")  # auto-create is off by default, as in RocketMQ 5's proxy
     assert caught.value.code == Code.TOPIC_NOT_FOUND == 40402
-    assert (
-        caught.value.message
-        == "topic Missing does not exist: create it first (pyrmq topic create Missing --type NORMAL)"
+    assert caught.value.message == (
+        "CODE: 17  DESC: No topic route info in name server for the topic: Missing, "
+        "create it first (pyrmq topic create Missing --type NORMAL)"
     )
     assert store_client.get_topic("Missing") is None
 

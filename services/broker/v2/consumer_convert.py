@@ -1,8 +1,10 @@
 """``apache.rocketmq.v2`` protobuf <-> consumer core (``services/broker/consumer.py``).
 
-Delivered messages: MD5 uppercase hex body digest, body encoding IDENTITY (GZIP when the
-record's sysflag says compressed), delivery_attempt >= 1, receipt handle, queue id / offset,
-internal properties filtered out.
+Delivered messages (the proxy's ``GrpcConverter.buildMessage``): MD5 uppercase hex body digest,
+body encoding IDENTITY (GZIP when the record's sysflag says compressed), delivery_attempt >= 1,
+receipt handle, queue id / offset; user properties: every stored property but
+``services.domain.delivery.HIDDEN_PROPERTY_KEYS`` (``__SHARDINGKEY`` and ``__transactionId__``
+pass through, as from the proxy).
 """
 
 from __future__ import annotations
@@ -95,7 +97,11 @@ def delivered_message(delivery: Delivery) -> d.Message:
     elif message_type is MessageType.LITE:
         sp.lite_topic = props[LITE_TOPIC]
     sp.born_timestamp.CopyFrom(timestamp(delivery.born_timestamp_ms))
-    sp.born_host = props.get(BORN_HOST) or delivery.born_host
+    born_host = props.get(BORN_HOST)
+    if not born_host or born_host.isspace():  # the proxy takes the record's host for a blank one
+        born_host = delivery.born_host
+    if born_host and not born_host.isspace():
+        sp.born_host = born_host
     sp.store_timestamp.CopyFrom(timestamp(delivery.store_timestamp_ms))
     sp.store_host = delivery.store_host
     deliver_at = delivery_timestamp_ms(props, delivery.store_timestamp_ms)
