@@ -5,7 +5,7 @@ servicers over it).
 Waits for the store to serve, then prints exactly one line on stdout once the broker accepts
 RocketMQ v2 clients (ports are the bound ones, so ``--port 0`` works)::
 
-    pyrmq-broker ready grpc=127.0.0.1:8081 metrics=http://127.0.0.1:9102/metrics store=127.0.0.1:10911 endpoint=127.0.0.1:8081 tls=both cert=data/broker/tls/broker.crt
+    pyrmq-broker ready grpc=127.0.0.1:8081 remoting=127.0.0.1:9876 metrics=http://127.0.0.1:9102/metrics store=127.0.0.1:10911 endpoint=127.0.0.1:8081 tls=both cert=data/broker/tls/broker.crt
 
 ``tls`` is the client port's ``tls_mode`` (both: TLS and plaintext on that one port) and ``cert``
 the certificate TLS clients can trust (``memory``: a new self-signed one each start, no
@@ -30,6 +30,7 @@ from services.broker.broker_groups import ClusterView
 from services.broker.config import SETTINGS, BrokerConfig
 from services.broker.errors import StoreCallError
 from services.broker.metrics import BrokerMetrics
+from services.broker.remoting.door import build_remoting
 from services.broker.v2.admin_servicer import V2ClientCommands
 from services.broker.v2.server import BrokerServer, bind_server, build_server
 from services.coordination.route_view import RouteStore, RouteView, registered_groups
@@ -147,10 +148,18 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     grpc_address = format_address(config.host, broker.port)
     endpoint = format_address(*broker.endpoint)
     log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, store.address)
+    remoting: dict[str, str] = {}
+    if config.remoting_port >= 0:
+        door = build_remoting(broker.core, broker.endpoint[0], config.host, config.remoting_port, config.reuse_port)
+        door.start()
+        stack.callback(door.stop)
+        remoting["remoting"] = door.context.address
+        log.info("broker serving RocketMQ remoting on %s", format_address(config.host, door.port))
     certificate = broker.client_port.certificate
     local_port = broker.client_port.local_port
     return {
         "grpc": grpc_address,
+        **remoting,
         "metrics": metrics_url,
         "store": store.address,
         "endpoint": endpoint,

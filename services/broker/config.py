@@ -37,6 +37,9 @@ class BrokerConfig:
     advertised_host: str = ""                 # host routes tell clients to connect to; "": host (127.0.0.1 for a wildcard)
     advertised_port: int = 0                  # port routes tell clients to connect to; 0: the bound port
     reuse_port: bool = False                  # several broker processes on the one client port (SO_REUSEPORT: the kernel spreads connections over them; pyrmq up --brokers B); each also serves a loopback port of its own (ready line: local=)
+    remoting_port: int = 9876                 # RocketMQ remoting port (name server and broker at once, as RocketMQ 5's proxy); 0: any free one, -1: off
+    remoting_advertised_port: int = 0         # port remoting routes name; 0: the bound remoting port
+    remoting_workers: int = 64                # remoting door threads for requests that call the store (pulls waiting for messages hold none)
     store_address: str = "127.0.0.1:10911"    # the store service, host:port
     broker_name: str = "broker-a"             # Broker.name in routes and recall handles; with etcd_endpoints, the store replica set (broker group) followed
     etcd_endpoints: str = ""                  # etcd, comma-separated host:port; set: store calls go to the master of broker_name's replica set as etcd says (store_address unused)
@@ -131,6 +134,10 @@ class BrokerConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
+        if not -1 <= self.remoting_port <= 0xFFFF or not 0 <= self.remoting_advertised_port <= 0xFFFF:
+            raise ValueError("remoting ports must be in [0, 65535] (remoting_port -1: off)")
+        if self.remoting_workers < 1:
+            raise ValueError("remoting_workers must be at least 1")
         if not 0 <= self.port <= 0xFFFF or not 0 <= self.advertised_port <= 0xFFFF:
             raise ValueError("ports must be in [0, 65535]")
         split_host_port(self.store_address)
@@ -214,5 +221,5 @@ def address_scheme(host: str) -> str:
 SETTINGS = settings_of(BrokerConfig, flags={
     **{name: "--" + name.replace("_", "-") for name in (
         "host", "port", "store_address", "metrics_host", "metrics_port", "advertised_host", "broker_name", "tls_mode", "data_dir",
-        "store_connect_timeout_ms", "etcd_endpoints")},
+        "store_connect_timeout_ms", "etcd_endpoints", "remoting_port")},
     "auto_create_topic_message_type": "--auto-create-topic-type"})

@@ -130,13 +130,21 @@ class TopicSource(Protocol):
 
 
 class Parked:
-    """One waiting receiver: set by ``ArrivalHub.notify`` for any of its topics."""
+    """One waiting receiver: set by ``ArrivalHub.notify`` for any of its topics; ``on_wake``
+    (a waiter with no thread of its own: the remoting door's held pulls) is called then too, on
+    the notifier's thread, and must not block."""
 
-    __slots__ = ("topics", "event")
+    __slots__ = ("topics", "event", "on_wake")
 
-    def __init__(self, topics: frozenset[str]) -> None:
+    def __init__(self, topics: frozenset[str], on_wake: Callable[[], None] | None = None) -> None:
         self.topics = topics
         self.event = threading.Event()
+        self.on_wake = on_wake
+
+    def wake(self) -> None:
+        self.event.set()
+        if self.on_wake is not None:
+            self.on_wake()
 
 
 class ArrivalHub:
@@ -151,8 +159,8 @@ class ArrivalHub:
         self._lock = threading.Lock()
         self._by_topic: dict[str, set[Parked]] = {}
 
-    def park(self, topics: Iterable[str]) -> Parked:
-        parked = Parked(frozenset(topics))
+    def park(self, topics: Iterable[str], on_wake: Callable[[], None] | None = None) -> Parked:
+        parked = Parked(frozenset(topics), on_wake)
         with self._lock:
             for topic in parked.topics:
                 self._by_topic.setdefault(topic, set()).add(parked)
@@ -171,13 +179,13 @@ class ArrivalHub:
         with self._lock:
             woken = [p for t in set(topics) for p in self._by_topic.get(t, ())]
         for parked in woken:
-            parked.event.set()
+            parked.wake()
 
     def notify_all(self) -> None:
         with self._lock:
             woken = [p for waiting in self._by_topic.values() for p in waiting]
         for parked in woken:
-            parked.event.set()
+            parked.wake()
 
     def parked_count(self) -> int:
         with self._lock:

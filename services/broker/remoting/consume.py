@@ -1,0 +1,264 @@
+"""Consumer codes other than pulls (../shared/docs/remoting.md §2.3): HEART_BEAT 34,
+UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38, the offsets (QUERY_CONSUMER_OFFSET 14,
+UPDATE_CONSUMER_OFFSET 15, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_MAX_OFFSET 30, GET_MIN_OFFSET 31,
+GET_EARLIEST_MSG_STORETIME 32), LOCK_BATCH_MQ 41 / UNLOCK_BATCH_MQ 42 and CHECK_CLIENT_CONFIG 46.
+
+A heartbeat registers its consumers and producers in ``classic_clients.ClassicClients`` and, the
+first time this broker sees a consumer group, creates the subscription group and its retry topic
+``%RETRY%<group>`` (1 queue) in the store, as RocketMQ's broker does with
+``autoCreateSubscriptionGroup``. Members joining or leaving a group get
+NOTIFY_CONSUMER_IDS_CHANGED (oneway), so they rebalance at once.
+
+QUERY_CONSUMER_OFFSET follows ``ConsumerManageProcessor``: the stored offset; else
+QUERY_NOT_FOUND (22) when ``setZeroIfNotFound`` is false; else 0 when the queue's min offset is 0
+(RocketMQ also asks whether offset 0 is still in memory: pyrmq's page cache is the OS's, so a
+queue that still holds its first message counts); else 22. Offsets are the same table v2
+consumers, ``pyrmq consumer progress`` and the store's pop use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from services.broker.classic_clients import ClassicConsumer, ClassicProducer, QueueKey, Subscription
+from services.broker.consumer import FilterType, parse_filter, validate_group
+from services.broker.errors import BrokerError
+from services.broker.remoting.context import RemotingContext, dumps
+from services.broker.remoting.dispatch import (
+    Dispatcher,
+    RemotingError,
+    optional_int,
+    required,
+    required_int,
+)
+from services.broker.remoting.server import Channel
+from services.domain.names import retry_topic
+from services.domain.remoting.codes import RequestCode, ResponseCode
+from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.tags import TagExpressionError, parse_tag_expression
+
+log = logging.getLogger(__name__)
+
+
+class Consumers:
+    def __init__(self, context: RemotingContext) -> None:
+        self._context = context
+        self._known_groups: set[str] = set()
+        self._known_lock = threading.Lock()
+
+    def register(self, dispatcher: Dispatcher) -> None:
+        dispatcher.register(RequestCode.HEART_BEAT, self.heartbeat)
+        dispatcher.register(RequestCode.UNREGISTER_CLIENT, self.unregister, inline=True)
+        dispatcher.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list, inline=True)
+        dispatcher.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_offset)
+        dispatcher.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_offset)
+        dispatcher.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset)
+        dispatcher.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
+        dispatcher.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
+        dispatcher.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_store_time)
+        dispatcher.register(RequestCode.LOCK_BATCH_MQ, self.lock, inline=True)
+        dispatcher.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock, inline=True)
+        dispatcher.register(RequestCode.CHECK_CLIENT_CONFIG, self.check_client_config, inline=True)
+        dispatcher.on_closed(self._context.clients.channel_closed)
+
+    # -- HEART_BEAT 34 --------------------------------------------------------------------------
+    def heartbeat(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        data = _json_body(request)
+        client_id = str(data.get("clientID") or "")
+        if not client_id:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "heartbeat without clientID")
+        channel.client_ids.add(client_id)
+        channel.language, channel.version = request.language, request.version
+        clients = self._context.clients
+        for consumer_data in data.get("consumerDataSet") or ():
+            consumer = self._consumer(channel, request, client_id, consumer_data)
+            self._ensure_group(consumer.group)
+            clients.consumer_heartbeat(consumer)
+        for producer_data in data.get("producerDataSet") or ():
+            group = str(producer_data.get("groupName") or "")
+            if group:
+                clients.producer_heartbeat(
+                    ClassicProducer(client_id, group, channel, request.language, request.version, channel.peer_address)
+                )
+        return request.response(ResponseCode.SUCCESS)
+
+    @staticmethod
+    def _consumer(channel: Channel, request: RemotingCommand, client_id: str, data: dict[str, Any]) -> ClassicConsumer:
+        group = str(data.get("groupName") or "")
+        validate_group(group)
+        subscriptions: dict[str, Subscription] = {}
+        for sub in data.get("subscriptionDataSet") or ():
+            topic = str(sub.get("topic") or "")
+            if not topic:
+                continue
+            expression = str(sub.get("subString") or "*")
+            kind = str(sub.get("expressionType") or "TAG")
+            tags: frozenset[str] = frozenset()
+            codes: frozenset[int] = frozenset()
+            if kind.upper() == "TAG":
+                try:
+                    parsed = parse_tag_expression(expression)
+                    tags, codes = parsed.tags, parsed.codes
+                except TagExpressionError as exc:
+                    raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+            subscriptions[topic] = Subscription(topic, expression, kind, int(sub.get("subVersion") or 0), tags, codes)
+        return ClassicConsumer(
+            client_id,
+            group,
+            channel,
+            subscriptions,
+            str(data.get("messageModel") or "CLUSTERING"),
+            str(data.get("consumeType") or "CONSUME_PASSIVELY"),
+            str(data.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+            request.language,
+            request.version,
+            channel.peer_address,
+        )
+
+    def _ensure_group(self, group: str) -> None:
+        """The subscription group and its retry topic, created the first time a group is seen."""
+        with self._known_lock:
+            if group in self._known_groups:
+                return
+        core = self._context.core
+        if core.store.get_group(group) is None:
+            core.admin.create_group(group)
+            log.info("created subscription group %s for a remoting consumer", group)
+        topic = retry_topic(group)
+        if core.broker_groups.home.topics.find(topic) is None:
+            core.admin.create_topic(topic, message_type="NORMAL", queue_nums=1)
+        with self._known_lock:
+            self._known_groups.add(group)
+
+    # -- UNREGISTER_CLIENT 35 / GET_CONSUMER_LIST_BY_GROUP 38 -----------------------------------
+    def unregister(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        fields = request.ext_fields
+        client_id = required(fields, "clientID")
+        self._context.clients.unregister(
+            client_id, fields.get("consumerGroup") or "", fields.get("producerGroup") or ""
+        )
+        return request.response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        group = required(request.ext_fields, "consumerGroup")
+        ids = sorted(c.client_id for c in self._context.clients.consumers(group))
+        if not ids:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return request.response(ResponseCode.SUCCESS, body=dumps({"consumerIdList": ids}))
+
+    # -- offsets ------------------------------------------------------------------------------------
+    def query_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        fields = request.ext_fields
+        group = required(fields, "consumerGroup")
+        topic = required(fields, "topic")
+        queue_id = required_int(fields, "queueId")
+        core = self._context.group_core(fields.get("bname", ""))
+        offset = core.store.query_consumer_offset(group, topic, queue_id)
+        if offset < 0:
+            if fields.get("setZeroIfNotFound", "").strip().lower() == "false":
+                return request.response(
+                    ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+                )
+            min_offset, _ = core.store.queue_offsets(topic, queue_id)
+            if min_offset > 0:
+                return request.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+            offset = 0
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def update_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        fields = request.ext_fields
+        group = required(fields, "consumerGroup")
+        topic = required(fields, "topic")
+        queue_id = required_int(fields, "queueId")
+        offset = required_int(fields, "commitOffset")
+        self._context.group_core(fields.get("bname", "")).offsets.update_offset(group, topic, queue_id, offset)
+        return request.response(ResponseCode.SUCCESS)
+
+    def _queue(self, request: RemotingCommand) -> tuple[Any, str, int]:
+        fields = request.ext_fields
+        topic = required(fields, "topic")
+        queue_id = required_int(fields, "queueId")
+        core = self._context.group_core(fields.get("bname", ""))
+        core.offsets.check_queue(topic, queue_id)
+        return core, topic, queue_id
+
+    def max_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        core, topic, queue_id = self._queue(request)
+        _, high = core.store.queue_offsets(topic, queue_id)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(high)})
+
+    def min_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        core, topic, queue_id = self._queue(request)
+        low, _ = core.store.queue_offsets(topic, queue_id)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(low)})
+
+    def search_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        core, topic, queue_id = self._queue(request)
+        timestamp = required_int(request.ext_fields, "timestamp")
+        offset = core.store.offset_by_timestamp(topic, queue_id, timestamp)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def earliest_store_time(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        core, topic, queue_id = self._queue(request)
+        low, high = core.store.queue_offsets(topic, queue_id)
+        timestamp = -1
+        if high > low:
+            got = core.store.get_messages(topic, queue_id, low, 1, 0, [])
+            if got.messages:
+                timestamp = got.messages[0].store_timestamp_ms
+        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(timestamp)})
+
+    # -- locks ---------------------------------------------------------------------------------------
+    def lock(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        group, client_id, queues = _lock_body(request)
+        held = self._context.clients.lock(group, client_id, queues)
+        body = {"lockOKMQSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in held]}
+        return request.response(ResponseCode.SUCCESS, body=dumps(body))
+
+    def unlock(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        group, client_id, queues = _lock_body(request)
+        self._context.clients.unlock(group, client_id, queues)
+        return request.response(ResponseCode.SUCCESS)
+
+    # -- CHECK_CLIENT_CONFIG 46 ------------------------------------------------------------------------
+    def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        data = _json_body(request)
+        sub = data.get("subscriptionData") or {}
+        kind = str(sub.get("expressionType") or "TAG").upper()
+        expression = str(sub.get("subString") or "*")
+        try:
+            parse_filter(FilterType.SQL if kind == "SQL92" else FilterType.TAG, expression)
+        except BrokerError as exc:
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.message)
+        return request.response(ResponseCode.SUCCESS)
+
+
+def _json_body(request: RemotingCommand) -> dict[str, Any]:
+    try:
+        data = json.loads(request.body) if request.body else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body is not a JSON object")
+    return data
+
+
+def _lock_body(request: RemotingCommand) -> tuple[str, str, list[QueueKey]]:
+    data = _json_body(request)
+    group = str(data.get("consumerGroup") or "")
+    client_id = str(data.get("clientId") or "")
+    if not group or not client_id:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the lock body needs consumerGroup and clientId")
+    queues = [
+        QueueKey(
+            str(q.get("topic") or ""),
+            str(q.get("brokerName") or ""),
+            optional_int({"q": str(q.get("queueId"))}, "q", 0),
+        )
+        for q in data.get("mqSet") or ()
+        if isinstance(q, dict)
+    ]
+    return group, client_id, queues

@@ -1,0 +1,89 @@
+"""The remoting door's construction point: ``build_remoting`` makes the dispatcher, the handlers
+over the broker core (name server, sends, pulls, the other consumer codes) and the server on
+``remoting_port``; ``RemotingDoor.start`` binds it and starts the client expiry.
+
+The door advertises ``host:port`` in every route and cluster answer: the broker's advertised
+host (as the v2 endpoint) and the bound remoting port (``remoting_advertised_port`` if set).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from services.broker.assembly import BrokerCore
+from services.broker.classic_clients import ClassicClients
+from services.broker.remoting.consume import Consumers
+from services.broker.remoting.context import RemotingContext
+from services.broker.remoting.dispatch import Dispatcher
+from services.broker.remoting.namesrv import NameServer
+from services.broker.remoting.pull import Pulls
+from services.broker.remoting.send import Sends
+from services.broker.remoting.server import Channel, RemotingServer
+from services.domain.remoting.codes import RequestCode
+from services.domain.remoting.command import RemotingCommand
+from services.runtime.process import format_address
+
+log = logging.getLogger(__name__)
+
+EXPIRE_SCAN_S = 10.0  # RocketMQ's ClientHousekeepingService scans every 10 s
+
+
+@dataclass
+class RemotingDoor:
+    server: RemotingServer
+    dispatcher: Dispatcher
+    context: RemotingContext
+    pulls: Pulls
+    _stop: threading.Event
+    _expiry: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> int:
+        """Bind and serve; the bound port. Routes name ``context.address``, fixed here."""
+        port = self.server.start()
+        host = self.context.address.rpartition(":")[0] or "127.0.0.1"
+        advertised = self.context.config.remoting_advertised_port or port
+        self.context.address = format_address(host, advertised)
+        self._expiry = threading.Thread(target=self._expire_loop, name="remoting-expiry", daemon=True)
+        self._expiry.start()
+        return port
+
+    def _expire_loop(self) -> None:
+        while not self._stop.wait(EXPIRE_SCAN_S):
+            dropped = self.context.clients.expire()
+            if dropped:
+                log.info("dropped %d remoting clients not heard from for 120 s", dropped)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.stop()
+        self.dispatcher.shutdown()
+
+
+def build_remoting(core: BrokerCore, advertised_host: str, host: str, port: int, reuse_port: bool) -> RemotingDoor:
+    """The door over ``core``, not started (``port`` 0: any free one)."""
+    config = core.config
+    dispatcher = Dispatcher(config.remoting_workers)
+    server = RemotingServer(dispatcher, host, port, reuse_port)
+
+    def members_changed(group: str) -> None:
+        for consumer in clients.consumers(group):
+            channel = consumer.channel
+            if isinstance(channel, Channel) and not channel.closed:
+                channel.oneway(
+                    RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group})
+                )
+
+    clients = ClassicClients(core.clock, members_changed)
+    context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), clients, {})
+    NameServer(context).register(dispatcher)
+    Sends(context).register(dispatcher)
+    pulls = Pulls(context, server, dispatcher)
+    pulls.register(dispatcher)
+    Consumers(context).register(dispatcher)
+    return RemotingDoor(server, dispatcher, context, pulls, threading.Event())

@@ -1,0 +1,267 @@
+"""The remoting door's I/O: an asyncio event loop on a thread of its own serving RemotingCommand
+frames (services/domain/remoting/command.py) on the remoting port. No broker logic here: each
+request goes to the ``Dispatcher`` (dispatch.py), which answers on the loop or from its workers.
+
+* **Framing:** a connection's bytes are split into frames by their int32 length; a frame over
+  ``FRAME_MAX_BYTES`` (16 MiB) or one that does not decode closes that connection alone.
+* **Both directions on one socket:** a frame with the response bit answers a request this
+  server sent (``Channel.request``: CHECK_TRANSACTION_STATE is oneway, GET_CONSUMER_RUNNING_INFO
+  waits), matched by opaque; any other frame is a request.
+* **Writes** happen on the loop: a worker hands its encoded answer over with
+  ``call_soon_threadsafe``; answers queued while the loop is busy go out in one ``write``.
+* **Ports:** one listening socket, ``SO_REUSEPORT`` when several broker processes share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Protocol, cast
+
+from services.domain.remoting.codes import FLAG_ONEWAY
+from services.domain.remoting.command import FRAME_MAX_BYTES, FrameError, RemotingCommand, decode, encode
+
+log = logging.getLogger(__name__)
+
+_opaques = itertools.count(1)  # this server's own requests (RocketMQ numbers them process-wide)
+
+
+class Dispatch(Protocol):
+    def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
+        """Handle one request: answer it through ``channel.answer`` (now or later), or not at
+        all when it is oneway."""
+
+    def closed(self, channel: Channel) -> None:
+        """The connection ended."""
+
+
+class Channel(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._loop = server.loop
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._pending: list[bytes] = []
+        self._flush_scheduled = False
+        self._responses: dict[int, Future[RemotingCommand]] = {}
+        self.peer_address = ""  # "ip:port" of the client
+        self.local_address = ""
+        self.closed = False
+        # Facts a HEART_BEAT (or any request) teaches: the clients on this connection.
+        self.client_ids: set[str] = set()
+        self.language = ""
+        self.version = 0
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.peer_address = _address(transport.get_extra_info("peername"))
+        self.local_address = _address(transport.get_extra_info("sockname"))
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._server.channels.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos = 0
+        end = len(buffer)
+        dispatch = self._server.dispatcher.dispatch
+        try:
+            while end - pos >= 4:
+                size = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
+                if size < 4 or size > FRAME_MAX_BYTES:
+                    raise FrameError(f"frame length {size} is outside 4..{FRAME_MAX_BYTES}")
+                if end - pos - 4 < size:
+                    break
+                with memoryview(buffer) as view:
+                    command = decode(view[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+                if command.is_response:
+                    self._answered(command)
+                else:
+                    dispatch(self, command)
+        except FrameError as exc:
+            log.warning("closing remoting connection from %s: %s", self.peer_address, exc)
+            self.close()
+            return
+        finally:
+            if pos:
+                del buffer[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._server.channels.discard(self)
+        for future in self._responses.values():
+            if not future.done():
+                future.set_exception(ConnectionError(f"connection to {self.peer_address} closed"))
+        self._responses.clear()
+        self._server.dispatcher.closed(self)
+
+    # -- writing (any thread) -------------------------------------------------------------------
+    def answer(self, response: RemotingCommand) -> None:
+        """Write a command (an answer or a request of this server's) from any thread."""
+        self.write_frame(encode(response))
+
+    def write_frame(self, frame: bytes) -> None:
+        if threading.get_ident() == self._server.loop_thread_id:
+            self._write(frame)
+        else:
+            self._loop.call_soon_threadsafe(self._write, frame)
+
+    def _write(self, frame: bytes) -> None:
+        if self._transport is None or self.closed:
+            return
+        self._pending.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, []
+        if self._transport is not None and not self.closed and pending:
+            self._transport.write(b"".join(pending) if len(pending) > 1 else pending[0])
+
+    def close(self) -> None:
+        if threading.get_ident() != self._server.loop_thread_id:
+            self._loop.call_soon_threadsafe(self.close)
+            return
+        if self._transport is not None:
+            self._flush()
+            self._transport.close()
+
+    # -- requests to the client -------------------------------------------------------------------
+    def oneway(self, command: RemotingCommand) -> None:
+        command.opaque = next(_opaques)
+        command.flag |= FLAG_ONEWAY
+        self.answer(command)
+
+    def request(self, command: RemotingCommand) -> Future[RemotingCommand]:
+        """Send a request to the client; the future gets its response (or ConnectionError).
+        The caller bounds the wait (``future.result(timeout)``)."""
+        future: Future[RemotingCommand] = Future()
+        command.opaque = next(_opaques)
+
+        def send() -> None:
+            if self.closed:
+                future.set_exception(ConnectionError(f"connection to {self.peer_address} closed"))
+                return
+            self._responses[command.opaque] = future
+            future.add_done_callback(lambda _: self._loop.call_soon_threadsafe(self._forget, command.opaque))
+            self._write(encode(command))
+
+        self._loop.call_soon_threadsafe(send)
+        return future
+
+    def _forget(self, opaque: int) -> None:
+        self._responses.pop(opaque, None)
+
+    def _answered(self, response: RemotingCommand) -> None:
+        future = self._responses.pop(response.opaque, None)
+        if future is None:
+            log.debug("dropping a response from %s to no request (opaque %d)", self.peer_address, response.opaque)
+        elif not future.done():
+            future.set_result(response)
+
+
+def _address(address: object) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = str(address[0])
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    return ""
+
+
+class RemotingServer:
+    """The remoting port: ``start`` binds and runs the loop thread; ``stop`` closes it all."""
+
+    def __init__(self, dispatcher: Dispatch, host: str, port: int, reuse_port: bool = False) -> None:
+        self.dispatcher = dispatcher
+        self._host = host
+        self._port = port
+        self._reuse_port = reuse_port
+        self.loop = new_event_loop()
+        self.loop_thread_id = 0
+        self.channels: set[Channel] = set()
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    def start(self) -> int:
+        """Bind, start serving; the bound port."""
+        sock = listen_socket(self._host, self._port, self._reuse_port)
+        self.port = sock.getsockname()[1]
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop_thread_id = threading.get_ident()
+            try:
+                self._server = self.loop.run_until_complete(
+                    self.loop.create_server(lambda: Channel(self), sock=sock, backlog=1024)
+                )
+            except OSError as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="remoting-loop", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        return self.port
+
+    def call(self, function: Callable[[], None]) -> None:
+        """Run ``function`` on the loop (from any thread)."""
+        self.loop.call_soon_threadsafe(function)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        if self._thread is None:
+            return
+        done = threading.Event()
+
+        def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for channel in list(self.channels):
+                channel.close()
+            done.set()
+
+        self.loop.call_soon_threadsafe(shut)
+        done.wait(grace_s)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(grace_s + 1.0)
+        self._thread = None
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when installed (the faster one here: bench/remoting_bench.py), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,120 @@
+"""The remoting door end to end with a plain test client: routes, sends, pulls, offsets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from services.domain.format.commitlog_format import MessageRecord, decode_record
+from services.domain.remoting.codes import RequestCode, ResponseCode
+from tests.support.remoting_client import RemotingTestClient
+
+
+def records(body: bytes) -> list[MessageRecord]:
+    out = []
+    pos = 0
+    while pos < len(body):
+        record = decode_record(body, pos, len(body), check_crc=False)
+        assert isinstance(record, MessageRecord)
+        out.append(record)
+        pos += int.from_bytes(body[pos : pos + 4], "big")
+    return out
+
+
+def test_route_of_a_topic_names_the_door(remoting: RemotingTestClient, topics: Callable[..., None], door) -> None:
+    topics("RouteT", queue_nums=4)
+    response = remoting.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "RouteT"})
+    assert response.code == ResponseCode.SUCCESS
+    route = json.loads(response.body)
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": door.context.address}
+    assert route["queueDatas"][0]["writeQueueNums"] == 4
+    assert b" " not in response.body  # the Go client splits route text and breaks on spaces
+
+
+def test_route_of_a_missing_topic_is_17_in_rocketmq_words(remoting: RemotingTestClient) -> None:
+    response = remoting.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"})
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response.remark is not None
+    assert response.remark.startswith("No topic route info in name server for the topic: NoSuchTopic")
+
+
+def test_send_then_pull_passes_the_stored_records(remoting: RemotingTestClient, topics: Callable[..., None]) -> None:
+    topics("SendT", queue_nums=2)
+    sent = remoting.send_v2("SendT", b"hello", {"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "color": "red"}, 1)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.ext_fields["queueId"] == "1" and sent.ext_fields["queueOffset"] == "0"
+    assert sent.ext_fields["transactionId"] == "ID1"
+    assert len(sent.ext_fields["msgId"]) == 32
+    pulled = remoting.pull("G1", "SendT", 1, 0)
+    assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+    assert pulled.ext_fields["nextBeginOffset"] == "1"
+    [record] = records(pulled.body)
+    assert record.body == b"hello" and record.topic == "SendT"
+    assert record.properties["TAGS"] == "A" and record.properties["color"] == "red"
+    assert record.properties["UNIQ_KEY"] == "ID1"
+
+
+def test_pull_filters_by_tag_and_answers_caught_up(remoting: RemotingTestClient, topics: Callable[..., None]) -> None:
+    topics("TagT", queue_nums=1)
+    for i, tag in enumerate(["A", "B", "A"]):
+        assert remoting.send_v2("TagT", b"m%d" % i, {"TAGS": tag, "UNIQ_KEY": f"U{i}"}).code == 0
+    pulled = remoting.pull("G1", "TagT", 0, 0, subscription="A")
+    assert [r.body for r in records(pulled.body)] == [b"m0", b"m2"]
+    caught_up = remoting.pull("G1", "TagT", 0, 3)
+    assert caught_up.code == ResponseCode.PULL_NOT_FOUND
+    moved = remoting.pull("G1", "TagT", 0, 99)
+    assert moved.code == ResponseCode.PULL_OFFSET_MOVED
+    assert moved.ext_fields["nextBeginOffset"] == "3"
+
+
+def test_a_suspended_pull_is_answered_by_an_arrival(
+    remoting: RemotingTestClient, topics: Callable[..., None], door
+) -> None:
+    topics("HoldT", queue_nums=1)
+    waiting = remoting.send_command(
+        remoting.command(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "G1",
+                "topic": "HoldT",
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": str(0x2 | 0x4),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "20000",
+                "subscription": "*",
+                "subVersion": "0",
+            },
+        )
+    )
+    from tests.support.waits import wait_until
+
+    wait_until(lambda: door.pulls.held == 1, 5, what="the pull to be held")
+    with RemotingTestClient(door.context.address) as producer:
+        assert producer.send_v2("HoldT", b"late", {"UNIQ_KEY": "L1"}).code == 0
+    answer = waiting.result(10)
+    assert answer.code == ResponseCode.SUCCESS
+    assert [r.body for r in records(answer.body)] == [b"late"]
+
+
+def test_offsets_round_trip(remoting: RemotingTestClient, topics: Callable[..., None]) -> None:
+    topics("OffT", queue_nums=1)
+    for i in range(3):
+        remoting.send_v2("OffT", b"x", {"UNIQ_KEY": f"O{i}"})
+    assert remoting.call(RequestCode.GET_MAX_OFFSET, {"topic": "OffT", "queueId": "0"}).ext_fields["offset"] == "3"
+    assert remoting.call(RequestCode.GET_MIN_OFFSET, {"topic": "OffT", "queueId": "0"}).ext_fields["offset"] == "0"
+    query = {"consumerGroup": "G2", "topic": "OffT", "queueId": "0"}
+    assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, {**query, "setZeroIfNotFound": "false"}).code == 22
+    assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "0"
+    assert remoting.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "commitOffset": "2"}).code == 0
+    assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "2"
+
+
+def test_unknown_code_and_missing_field(remoting: RemotingTestClient) -> None:
+    unknown = remoting.call(9999)
+    assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert unknown.remark == " request type 9999 not supported"
+    missing = remoting.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {})
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+    assert "topic" in (missing.remark or "")
