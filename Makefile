@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients system-packages
+.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients remoting-peers system-packages
 
-setup: $(STAMP) $(GEN_STAMP) system-packages node-clients
+setup: $(STAMP) $(GEN_STAMP) system-packages node-clients remoting-peers
 
 # System packages the tests need (tests/support/components.py): Java >= 17 for the Spark pipeline
 # (pipeline/, its tests, bench/spark_bench.py), node + npm for the Node.js client tests, and
@@ -70,6 +70,38 @@ node-clients: system-packages
 	  fi; \
 	else \
 	  echo "error: node/npm missing, so the Node.js client is not installed; make test fails its tests" >&2; \
+	fi
+
+# The two remoting test peers (tests/remoting/peers, driven through tests/support/remoting_peers.py),
+# each in its own environment: ali-ons from npm, pinned by tests/remoting/peers/ali-ons/package-lock.json
+# (reinstalled when it changes), and rocketmq-client-python from PyPI, the ctypes binding of
+# rocketmq-client-cpp, in $(CPP_PEER_VENV), made by the main venv's python (its import name, rocketmq,
+# is also the official gRPC client's in .venv). Its wheel bundles librocketmq.so and its zlib; the
+# library needs only libc, libstdc++ and libgcc_s, which every Debian has, so system-packages adds
+# nothing for it. Each is installed once (a stamp names the version); a failure is reported and set-up
+# goes on, and `make test` then fails the remoting peer tests, saying why.
+ALI_ONS_DIR := tests/remoting/peers/ali-ons
+CPP_PEER_VENV := .venv-rocketmq-cpp
+CPP_PEER_VERSION := 0.5.0rc2
+remoting-peers: system-packages $(STAMP)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  stamp=$(ALI_ONS_DIR)/node_modules/.pyrmq-installed; \
+	  if [ ! -f $$stamp ] || [ $(ALI_ONS_DIR)/package-lock.json -nt $$stamp ]; then \
+	    echo "npm ci in $(ALI_ONS_DIR)"; \
+	    if (cd $(ALI_ONS_DIR) && npm ci --no-audit --no-fund --loglevel=error); then touch $$stamp; \
+	    else rm -rf $(ALI_ONS_DIR)/node_modules; echo "error: npm ci failed in $(ALI_ONS_DIR); make test fails the ali-ons peer tests" >&2; fi; \
+	  fi; \
+	else \
+	  echo "error: node/npm missing, so ali-ons is not installed; make test fails the ali-ons peer tests" >&2; \
+	fi
+	@stamp=$(CPP_PEER_VENV)/.pyrmq-installed-$(CPP_PEER_VERSION); \
+	if [ ! -f $$stamp ]; then \
+	  echo "installing rocketmq-client-python==$(CPP_PEER_VERSION) in $(CPP_PEER_VENV)"; \
+	  if { test -x $(CPP_PEER_VENV)/bin/python || $(PY) -m venv $(CPP_PEER_VENV); } \
+	     && $(CPP_PEER_VENV)/bin/python -m pip install -q 'rocketmq-client-python==$(CPP_PEER_VERSION)' \
+	     && $(CPP_PEER_VENV)/bin/python -c 'from rocketmq.client import Producer, PushConsumer, TransactionMQProducer'; then \
+	    touch $$stamp; \
+	  else echo "error: rocketmq-client-python==$(CPP_PEER_VERSION) could not be installed or loaded in $(CPP_PEER_VENV); make test fails the rocketmq-client-cpp peer tests" >&2; fi; \
 	fi
 
 # TopicTest for the README's first example: the broker answers TOPIC_NOT_FOUND for a topic nobody created.

@@ -1,7 +1,8 @@
 """What some tests need besides the project's own code, and what happens when it is missing.
 
 `make setup` installs every component here (Python packages with the test extras, Java, node and etcd
-through apt-get, the Node.js client with npm ci). A test says what it needs with the registered
+through apt-get, the Node.js client with npm ci, and the remoting peers: ali-ons with npm ci,
+rocketmq-client-python in .venv-rocketmq-cpp). A test says what it needs with the registered
 marker ``@pytest.mark.needs("<component>", ...)``, handled by tests/conftest.py; fixtures call
 ``require`` (the ``spark`` fixture), and a module whose imports need a component calls
 ``require(..., module_level=True)`` before them.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -29,6 +31,13 @@ JAVA_MIN = 17
 NODE_MIN = (16, 19)
 ETCD_MIN = (3, 4)
 NODE_CLIENT_DIR = Path(__file__).resolve().parents[1] / "broker" / "clients" / "node"
+# The remoting test peers (tests/support/remoting_peers.py drives them), each in its own environment.
+REMOTING_PEERS_DIR = Path(__file__).resolve().parents[1] / "remoting" / "peers"
+ALI_ONS_DIR = REMOTING_PEERS_DIR / "ali-ons"
+ALI_ONS_VERSION = "3.12.0"
+CPP_PEER_VENV = Path(__file__).resolve().parents[2] / ".venv-rocketmq-cpp"
+CPP_PEER_PYTHON = CPP_PEER_VENV / "bin" / "python"
+CPP_PEER_VERSION = "0.5.0rc2"
 
 
 def java_major() -> int | None:
@@ -108,6 +117,53 @@ def etcd_missing() -> str | None:
     return None
 
 
+def node_missing(purpose: str) -> str | None:
+    """node >= NODE_MIN on PATH, for ``purpose`` (named in the reason)."""
+    node = shutil.which("node")
+    wanted = ".".join(map(str, NODE_MIN))
+    if node is None:
+        return f"node not on PATH ({purpose} needs Node >= {wanted}; apt-get install -y nodejs npm)"
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`node --version` failed: {exc}"
+    match = re.match(r"v(\d+)\.(\d+)", version)
+    if not match or (int(match.group(1)), int(match.group(2))) < NODE_MIN:
+        return f"node {version or '(no version)'} is too old ({purpose} needs Node >= {wanted})"
+    return None
+
+
+def ali_ons_missing() -> str | None:
+    """node >= NODE_MIN and ali-ons ALI_ONS_VERSION installed by npm ci in ALI_ONS_DIR."""
+    if reason := node_missing("the ali-ons remoting peer"):
+        return reason
+    package = ALI_ONS_DIR / "node_modules" / "ali-ons" / "package.json"
+    if not package.is_file():
+        return "ali-ons not installed (npm ci in tests/remoting/peers/ali-ons)"
+    version = json.loads(package.read_text()).get("version")
+    if version != ALI_ONS_VERSION:
+        return f"ali-ons {version} installed, {ALI_ONS_VERSION} wanted (npm ci in tests/remoting/peers/ali-ons)"
+    return None
+
+
+def cpp_peer_missing() -> str | None:
+    """rocketmq-client-python CPP_PEER_VERSION (the binding of rocketmq-client-cpp) importable by
+    CPP_PEER_PYTHON, its bundled librocketmq.so loaded."""
+    if not os.access(CPP_PEER_PYTHON, os.X_OK):
+        return f"no {CPP_PEER_VENV.name} (a venv with rocketmq-client-python=={CPP_PEER_VERSION})"
+    probe = "import importlib.metadata as m, rocketmq.client; print(m.version('rocketmq-client-python'))"
+    try:
+        done = subprocess.run([str(CPP_PEER_PYTHON), "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{CPP_PEER_PYTHON} failed to start: {exc}"
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["(no error text)"]
+        return f"rocketmq-client-python does not load in {CPP_PEER_VENV.name}: {tail[0]}"
+    if done.stdout.strip() != CPP_PEER_VERSION:
+        return f"rocketmq-client-python {done.stdout.strip()} in {CPP_PEER_VENV.name}, {CPP_PEER_VERSION} wanted"
+    return None
+
+
 # Component name -> its check: None when present, else why it is missing.
 CHECKS: dict[str, Callable[[], str | None]] = {
     "rocketmq-python-client": _python_package("rocketmq", "rocketmq-python-client", "test"),
@@ -115,6 +171,8 @@ CHECKS: dict[str, Callable[[], str | None]] = {
     "pyarrow": _python_package("pyarrow", "pyarrow", "spark"),
     "spark": spark_missing,
     "etcd": etcd_missing,
+    "ali-ons": ali_ons_missing,
+    "rocketmq-client-cpp": cpp_peer_missing,
 }
 
 
