@@ -112,7 +112,7 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, topics, tm
 
     assert sent["ok"], sent
     assert len(sent["message_id"]) == 34 and sent["message_id"].startswith("01")
-    assert sent["transaction_id"] == "" and sent["recall_handle"] == ""
+    assert sent["transaction_id"] == sent["message_id"] and sent["recall_handle"] == ""  # as from RocketMQ
     [record] = wait_stored(store_stub, "NodeTopic", sent["message_id"])
     assert record.body == b"hello from node" and record.queue_offset == sent["offset"]
     props = record.properties
@@ -137,7 +137,10 @@ def test_producer_send_settings_and_refusals(make_broker, store_stub, topics, tm
     assert len(queues) > 1, queues
 
     assert (missing["ok"], missing["error"], missing["code"]) == (False, "NotFoundException", 40402), missing
-    assert "topic NodeNeverCreated does not exist: create it first" in missing["message"]
+    assert (
+        "CODE: 17  DESC: No topic route info in name server for the topic: NodeNeverCreated, create it first"
+        in missing["message"]
+    )
 
 
 # -- simple consumer ----------------------------------------------------------------------------
@@ -175,7 +178,9 @@ def test_simple_consumer_tag_filter_and_ack(broker, store_stub, topics, tmp_path
     first = next(m for m in got if m["body"] == "a-1")
     assert first["message_id"] == sent[0]["message_id"] and first["keys"] == ["k-1"]
     assert first["properties"] == {"color": "red"} and first["topic"] == "NodeSimpleTopic"
-    assert next(m for m in got if m["body"] == "fifo")["message_group"] == "order-9"
+    fifo = next(m for m in got if m["body"] == "fifo")
+    # The group is also among the properties, as the proxy passes __SHARDINGKEY through.
+    assert fifo["message_group"] == "order-9" and fifo["properties"] == {"__SHARDINGKEY": "order-9"}
 
     # "TagB || TagC" from another group: exactly the other two
     got, _ = consume(
@@ -368,6 +373,7 @@ def test_transaction_commit_and_rollback(broker, store_stub, topics, tmp_path):
     assert visible == [b"committed"]
     [got], _ = consume(tmp_path, endpoint, group="NodeTxGroup", topic="NodeTxTopic", count=1, deadline_s=30)
     assert (got["body"], got["message_id"], got["keys"]) == ("committed", committed["message_id"], ["tx-commit"])
+    assert got["properties"] == {"__transactionId__": committed["message_id"]}  # passed through, as by the proxy
 
 
 # -- push consumer ---------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ def test_producer_send_lands_in_the_store(broker, store_stub, topics, tmp_path):
     [result] = results
     assert result["ok"], result
     assert len(result["message_id"]) == 34 and result["message_id"].startswith("01")
+    assert result["transaction_id"] == result["message_id"]  # on every send, as from RocketMQ
     # The producer applied our settings reply (an omitted publishing block would mean max 0).
     assert settings == {"max_body_size": 4194304, "validate_message_type": True, "max_attempts": 3}
 
@@ -106,11 +107,12 @@ def test_client_side_and_server_side_refusals(make_broker, store_stub, topics, t
     # (the client reports the route failure without its code; test_rpc checks it is ILLEGAL_TOPIC)
     assert system["ok"] is False and "failed to fetch topic:TBW102 route" in system["message"]
     assert missing["ok"] is False and "failed to fetch topic:NeverCreated route" in missing["message"]
-    # The client logs the route reply as its NotFoundException: the code, then our message.
+    # The client logs the route reply as its NotFoundException: the code, then our message, which
+    # is the proxy's (CODE: 17 ... DESC: ...) and then how to create the topic.
     client_log = (tmp_path / "logs" / "rocketmq_python" / "rocketmq_client.log").read_text()
     assert (
-        "40402, topic NeverCreated does not exist: create it first (pyrmq topic create NeverCreated --type NORMAL)"
-        in client_log
+        "40402, CODE: 17  DESC: No topic route info in name server for the topic: NeverCreated, "
+        "create it first (pyrmq topic create NeverCreated --type NORMAL)" in client_log
     )
 
 

@@ -44,7 +44,9 @@ def test_simple_consumer_tag_filter_and_ack(broker, topics, tmp_path):
     first = next(m for m in got if m["body"] == "a-1")
     assert first["message_id"] == sent[0]["message_id"] and first["keys"] == ["k-1"]
     assert first["properties"] == {"color": "red"}
-    assert next(m for m in got if m["body"] == "fifo")["message_group"] == "order-9"
+    fifo = next(m for m in got if m["body"] == "fifo")
+    # The group is also among the properties, as the proxy passes __SHARDINGKEY through.
+    assert fifo["message_group"] == "order-9" and fifo["properties"] == {"__SHARDINGKEY": "order-9"}
 
 
 def test_simple_consumer_change_invisible_duration_then_ack(broker, topics, tmp_path):
