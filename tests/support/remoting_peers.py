@@ -17,6 +17,7 @@ Command (a dict, given to the driver as JSON; camelCase as the clients name thin
 | topic, group | all | the topic (each message may name another) and the producer or consumer group |
 | messages | producers | [{body, bodyB64, tag, keys: [..], props: {k: v}, delayLevel, shardingKey, oneway (cpp), deliverTimeMs (ali-ons)}] |
 | orderly | producer, push-consumer (cpp) | cpp: send each message by sharding key (its shardingKey, else its first key, else its index) / consume orderly |
+| shardingKey | messages | cpp: the queue is chosen by the key's hash (no property is sent); ali-ons: by its md5, and it sends the property __SHARDING_KEY |
 | linger | producer | stay up after the sends (until SIGTERM or stdin's end) |
 | timeoutMs, retries | producers | send timeout (3000); retries (ali-ons: retryTimesWhenSendFailed, 2) |
 | localAnswer, checkAnswer | transaction-producer | the local transaction's answer ("UNKNOWN"), then every check's ("COMMIT"): COMMIT, ROLLBACK, UNKNOWN |
@@ -27,6 +28,13 @@ Command (a dict, given to the driver as JSON; camelCase as the clients name thin
 | consumeFromWhere | push-consumer (ali-ons) | default CONSUME_FROM_FIRST_OFFSET; the cpp binding has no such setting (LAST_OFFSET) |
 | maxReconsumeTimes, suspendMs, rebalanceMs | push-consumer (ali-ons) | 16, 15000 (brokerSuspendMaxTimeMillis), 10000 |
 | readProps, threads | push-consumer (cpp) | more property names to read from each message (the binding cannot list them); consume threads |
+
+What each client puts on the wire of its own (tests/remoting/golden has samples): ali-ons sends an
+untagged message with the property TAGS=null (the string), extFields values as JSON numbers and
+booleans, SEND_MESSAGE_V2 only, and a producer's first HEART_BEAT only after 30 s; cpp sends
+SEND_MESSAGE (10) only, extFields AccessKey "", OnsChannel and Signature even without credentials,
+a header ending in a newline, and never sets the oneway flag bit (oneway sends and END_TRANSACTION
+carry flag 0 and wait for no answer).
 
 Events (one JSON object per line, each with "event"):
 
