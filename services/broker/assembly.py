@@ -38,6 +38,7 @@ from services.broker.broker_group_core import BrokerGroupCore, arrival_watch
 from services.broker.broker_group_router import RoutedProducer, RoutedTransactions, RouteService
 from services.broker.broker_group_stats import consumer_stats, renewal_stats, send_queue_stats
 from services.broker.broker_groups import BrokerGroups, ClusterView
+from services.broker.classic_clients import ClassicClients
 from services.broker.client_admin import ClientAdmin, ClientCommands
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.config import BrokerConfig
@@ -53,7 +54,13 @@ from services.broker.renewal import ReceiptHandleTable, ReceiptRenewer
 from services.broker.telemetry import ClientRegistry, TelemetryService
 from services.broker.topic_placement import TopicPlacement
 from services.broker.topics import TopicRegistry
-from services.broker.transaction import HalfMessageTable, HalfRef, TransactionCheckRelay, TransactionService
+from services.broker.transaction import (
+    HalfMessageTable,
+    HalfRef,
+    TransactionCheck,
+    TransactionCheckRelay,
+    TransactionService,
+)
 from services.domain.routes import TopicRoute
 from services.runtime.clock import Clock, SystemClock
 from services.store.client.client import StoreClient
@@ -67,6 +74,7 @@ class WireCommands(ClientCommands, Protocol):
     (``v2/admin_servicer.py``: ``V2ClientCommands``)."""
 
     def unsubscribe_lite_command(self, lite_topic: str) -> Any: ...
+    def check_command(self, check: TransactionCheck) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class BrokerCore:
     acl: AclAdmin
     clients: ClientAdmin
     checks: TransactionCheckRelay
+    classic_clients: ClassicClients  # the remoting door's clients (heartbeats, queue locks)
 
 
 def build_core(
@@ -107,6 +116,7 @@ def build_core(
     None: every topic is the home group's)."""
     clock = clock or SystemClock()
     registry = ClientRegistry()
+    classic_clients = ClassicClients(clock)
     lite = LiteSubscriptions(
         clock,
         lambda topic: broker_groups.route(topic).groups,
@@ -172,7 +182,8 @@ def build_core(
         cluster_admin=ClusterAdmin(placement.cluster_broker_groups, placement.admin, placement.home_broker_group),
         acl=AclAdmin(store, guard.invalidate if guard is not None else lambda: None),
         clients=ClientAdmin(registry, telemetry.answers, admin, commands),
-        checks=TransactionCheckRelay(registry, broker_groups.home.halves),
+        checks=TransactionCheckRelay(registry, broker_groups.home.halves, commands.check_command, classic_clients),
+        classic_clients=classic_clients,
     )
     if metrics is not None:
         # Every group's send queue, renewer and consumer figures, summed (broker_group_stats.py).

@@ -4,13 +4,14 @@ protocol here: the remoting door feeds heartbeats in and carries the notices out
 
 * **Consumers** (``heartbeat``): per consumer group, each client id with its connection, its
   subscriptions (topic -> ``Subscription`` with ``sub_version``), message model, consume type and
-  where it starts; a change of a group's members calls ``on_members_changed(group)`` (the door
-  sends NOTIFY_CONSUMER_IDS_CHANGED to each member, so they rebalance at once, not in 20 s).
+  where it starts; when a group's members change, each member's channel is told
+  (``ClientChannel.members_changed``: the remoting door sends NOTIFY_CONSUMER_IDS_CHANGED, so
+  they rebalance at once, not in 20 s).
   A client is dropped when its connection closes, when it unregisters, or after
   ``CLIENT_EXPIRE_MS`` (120 s) without a heartbeat (``expire``, RocketMQ's
   ``scanNotActiveChannel``).
 * **Producers**: per producer group, each client id and its connection (transaction checks go to
-  one of them: ``producer_channel``).
+  one of them: ``producer_channels``, read by ``transaction.TransactionCheckRelay``).
 * **Queue locks** (``lock`` / ``unlock``, LOCK_BATCH_MQ / UNLOCK_BATCH_MQ): a queue of a group
   is held by one client id for ``LOCK_EXPIRE_MS`` (60 s) after its last lock request; orderly
   consumers renew every 20 s.
@@ -24,12 +25,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
+from services.broker.transaction import CheckChannel, TransactionCheck
 from services.runtime.clock import Clock
 
 CLIENT_EXPIRE_MS = 120_000
 LOCK_EXPIRE_MS = 60_000
+
+
+class ClientChannel(Protocol):
+    """A classic client's connection, as the core uses it (the remoting door's ``Channel``)."""
+
+    closed: bool
+
+    def members_changed(self, group: str) -> None:
+        """Tell the client the group's members changed (oneway)."""
+
+    def check_transaction(self, check: TransactionCheck) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +59,7 @@ class Subscription:
 class ClassicConsumer:
     client_id: str
     group: str
-    channel: Any  # the door's connection (opaque here)
+    channel: ClientChannel
     subscriptions: dict[str, Subscription]
     message_model: str = "CLUSTERING"
     consume_type: str = "CONSUME_PASSIVELY"
@@ -61,7 +74,7 @@ class ClassicConsumer:
 class ClassicProducer:
     client_id: str
     group: str
-    channel: Any
+    channel: ClientChannel
     language: str = ""
     version: int = 0
     address: str = ""
@@ -87,9 +100,8 @@ class _Group:
 
 
 class ClassicClients:
-    def __init__(self, clock: Clock, on_members_changed: Callable[[str], None] = lambda group: None) -> None:
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._on_members_changed = on_members_changed
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
         self._producers: dict[str, dict[str, ClassicProducer]] = {}
@@ -107,7 +119,7 @@ class ClassicClients:
             joined = old is None or old.channel is not consumer.channel
             changed = joined or old is None or old.subscriptions != consumer.subscriptions
         if joined:
-            self._on_members_changed(consumer.group)
+            self._members_changed(consumer.group)
         return changed
 
     def producer_heartbeat(self, producer: ClassicProducer) -> None:
@@ -123,9 +135,9 @@ class ClassicClients:
             if producer_group:
                 self._producers.get(producer_group, {}).pop(client_id, None)
         for group in left:
-            self._on_members_changed(group)
+            self._members_changed(group)
 
-    def channel_closed(self, channel: Any) -> None:
+    def channel_closed(self, channel: object) -> None:
         """A connection ended: every client on it leaves."""
         self._remove(lambda c: c.channel is channel)
 
@@ -150,7 +162,7 @@ class ClassicClients:
                         del producers[client_id]
                         count += 1
         for name in left:
-            self._on_members_changed(name)
+            self._members_changed(name)
         return count
 
     def _drop_consumer(self, group_name: str, client_id: str) -> bool:
@@ -162,6 +174,11 @@ class ClassicClients:
         for key in [k for k, lock in self._queue_locks.items() if k[0] == group_name and lock.client_id == client_id]:
             del self._queue_locks[key]
         return True
+
+    def _members_changed(self, group: str) -> None:
+        for consumer in self.consumers(group):
+            if not consumer.channel.closed:
+                consumer.channel.members_changed(group)
 
     # -- reads -----------------------------------------------------------------------------------
     def consumers(self, group: str) -> list[ClassicConsumer]:
@@ -197,7 +214,11 @@ class ClassicClients:
                 return list(self._producers.get(group, {}).values())
             return [p for producers in self._producers.values() for p in producers.values()]
 
-    def find_channel(self, client_id: str) -> Any | None:
+    def producer_channels(self, group: str) -> list[tuple[str, CheckChannel]]:
+        """The group's producers' connections (transaction checks)."""
+        return [(p.client_id, p.channel) for p in self.producers(group) if not p.channel.closed]
+
+    def find_channel(self, client_id: str) -> ClientChannel | None:
         with self._lock:
             for group in self._groups.values():
                 consumer = group.consumers.get(client_id)

@@ -44,16 +44,22 @@ from services.domain.format.commitlog_format import (
 from services.domain.format.properties_format import (
     CLUSTER,
     DELAY_TIME_LEVEL,
+    ORIGIN_MESSAGE_ID,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    RETRY_TOPIC,
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
     UNIQ_KEY,
+    WAIT_STORE_MSG_OK,
 )
-from services.domain.names import is_system_topic, validate_topic_name
+from services.domain.names import dlq_topic, is_system_topic, retry_topic, validate_topic_name
 from services.runtime.clock import Clock
-from services.store.client.model import MessageToPut, PutOutcome, TopicInfo
+from services.store.client.model import MessageToPut, PutOutcome, StoredMessage, TopicInfo
 
 DELAY_LEVEL_MAX = 18  # messageDelayLevel's 18 levels: a higher level counts as the last
+RETRY_FIRST_LEVEL = 3  # a send-back without a level: 3 + reconsume times (10 s, 30 s, 1 min, ...)
 
 
 @dataclass(slots=True)
@@ -124,6 +130,47 @@ class ClassicProducer:
         return [
             self._receipt(topic, message, pending, deadline_s, queue_id) for message, pending in zip(messages, pendings)
         ]
+
+    def send_back(
+        self,
+        message: StoredMessage,
+        group: str,
+        delay_level: int,
+        max_reconsume_times: int,
+        peer_address: str,
+        timeout_s: float,
+    ) -> ClassicReceipt:
+        """CONSUMER_SEND_MSG_BACK (RocketMQ's ``consumerSendMsgBack``): the consumed ``message``
+        again, to ``%RETRY%<group>`` with delay level ``delay_level`` (0: 3 + its reconsume
+        times, at most 18), or to ``%DLQ%<group>`` once its reconsume times reach
+        ``max_reconsume_times`` or for a negative level; reconsume times + 1, ``RETRY_TOPIC``
+        and ``ORIGIN_MESSAGE_ID`` kept from the first failure. The two topics must exist."""
+        properties = dict(message.properties)
+        properties.setdefault(RETRY_TOPIC, message.topic)
+        properties.setdefault(ORIGIN_MESSAGE_ID, message.offset_msg_id)
+        properties[WAIT_STORE_MSG_OK] = "false"
+        properties.pop(DELAY_TIME_LEVEL, None)
+        for key in (REAL_TOPIC, REAL_QUEUE_ID):
+            properties.pop(key, None)
+        if delay_level < 0 or message.reconsume_times >= max_reconsume_times:
+            topic = dlq_topic(group)
+        else:
+            topic = retry_topic(group)
+            properties[DELAY_TIME_LEVEL] = str(
+                min(delay_level or RETRY_FIRST_LEVEL + message.reconsume_times, DELAY_LEVEL_MAX)
+            )
+        retry = ClassicMessage(
+            topic,
+            message.body,
+            properties,
+            0,
+            message.sys_flag,
+            message.flag,
+            message.born_timestamp_ms,
+            message.reconsume_times + 1,
+        )
+        [receipt] = self.send([retry], peer_address or message.born_host, timeout_s)
+        return receipt
 
     def check_topic(self, name: str) -> TopicInfo:
         reason = validate_topic_name(name)

@@ -28,17 +28,20 @@ checked again), and never a second commit. A half the broker cannot find is
 INVALID_TRANSACTION_ID (unless the id was resolved here before: OK).
 
 CheckTransaction (``TransactionCheckRelay``, served on the admin port for services/txcheck):
-remember where the checker's half copy is, then write the RecoverOrphanedTransactionCommand
-on the Telemetry stream of one live producer of the half's group; the producer answers with
-EndTransaction (source SERVER_CHECK), handled above.
+remember where the checker's half copy is, then hand the check to one live producer of the
+half's group: a RecoverOrphanedTransactionCommand on a v2 producer's Telemetry stream, else
+CHECK_TRANSACTION_STATE on a classic producer's remoting connection; the producer answers with
+EndTransaction (source SERVER_CHECK) / END_TRANSACTION (fromTransactionCheck), handled above.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -251,23 +254,72 @@ def op_record(half_queue_offsets: list[int], now_ms: int) -> MessageToPut:
     )
 
 
+@dataclass(frozen=True)
+class TransactionCheck:
+    """One transaction check to hand to a producer (services/txcheck asks; each door writes it in
+    its own protocol: v2 RecoverOrphanedTransactionCommand, remoting CHECK_TRANSACTION_STATE)."""
+
+    producer_group: str  # the half's PGROUP (v2 producers' group is the topic name)
+    topic: str  # the half's REAL_TOPIC: the message's topic as the producer sees it
+    message_id: str  # UNIQ_KEY
+    transaction_id: str
+    half: StoredMessage  # the checker's copy in RMQ_SYS_TRANS_HALF_TOPIC
+    sys_flag: int = 0
+
+
 class ProducerChannels(Protocol):
     def push_to_producer(self, group: str, command: object) -> str | None: ...
 
 
-class TransactionCheckRelay:
-    """CheckTransaction: hand a transaction check to one live producer of the group."""
+class CheckChannel(Protocol):
+    """A classic producer's connection (the remoting door's ``Channel``)."""
 
-    def __init__(self, producers: ProducerChannels, halves: HalfMessageTable) -> None:
+    def check_transaction(self, check: TransactionCheck) -> bool:
+        """Write the check (oneway); False if the connection is gone."""
+
+
+class ClassicProducers(Protocol):
+    def producer_channels(self, group: str) -> list[tuple[str, CheckChannel]]: ...
+
+
+class TransactionCheckRelay:
+    """CheckTransaction: hand a transaction check to one live producer of the group: a v2
+    producer's Telemetry stream first, else a classic producer's connection, in turn."""
+
+    def __init__(
+        self,
+        producers: ProducerChannels,
+        halves: HalfMessageTable,
+        v2_command: Callable[[TransactionCheck], object],
+        classic: ClassicProducers | None = None,
+    ) -> None:
         self._producers = producers
         self._halves = halves
+        self._v2_command = v2_command
+        self._classic = classic
+        self._turn = itertools.count()
 
-    def relay(self, group: str, transaction_id: str, half: HalfRef, command: object) -> str | None:
-        """The client id the command went to; None if no producer of ``group`` is connected."""
-        for what, value in (("producer group", group), ("transaction id", transaction_id), ("topic", half.topic)):
+    def relay(self, check: TransactionCheck) -> str | None:
+        """The client id the check went to; None if no producer of the group is connected."""
+        half = check.half
+        for what, value in (
+            ("producer group", check.producer_group),
+            ("transaction id", check.transaction_id),
+            ("topic", check.topic),
+        ):
             if validation.is_blank(value):
                 raise RequestError(f"{what} cannot be empty", Code.BAD_REQUEST)
         if half.phy_offset < 0 or half.queue_offset < 0:
             raise RequestError("the half message's offsets cannot be negative", Code.BAD_REQUEST)
-        self._halves.remember(transaction_id, half)  # the answer reads this copy directly
-        return self._producers.push_to_producer(group, command)
+        # The answer reads this copy directly.
+        self._halves.remember(check.transaction_id, HalfRef(check.topic, half.phy_offset, half.queue_offset))
+        client_id = self._producers.push_to_producer(check.producer_group, self._v2_command(check))
+        if client_id is not None or self._classic is None:
+            return client_id
+        channels = self._classic.producer_channels(check.producer_group)
+        start = next(self._turn)
+        for i in range(len(channels)):
+            client_id, channel = channels[(start + i) % len(channels)]
+            if channel.check_transaction(check):
+                return client_id
+        return None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from services.broker.transaction import TransactionCheck
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from tests.support.remoting_client import RemotingTestClient
+from tests.support.waits import wait_until
 
 
 def records(body: bytes) -> list[MessageRecord]:
@@ -19,6 +21,18 @@ def records(body: bytes) -> list[MessageRecord]:
         out.append(record)
         pos += int.from_bytes(body[pos : pos + 4], "big")
     return out
+
+
+def stored(store, topic: str, queue_id: int, count: int = 1) -> list:
+    """The first ``count`` messages of a queue, once dispatched (reput runs after the put)."""
+    found: list = []
+
+    def ready() -> bool:
+        found[:] = store.get_messages(topic, queue_id, 0, count, 0, []).messages
+        return len(found) >= count
+
+    wait_until(ready, 10, what=f"{count} messages in {topic}/{queue_id}")
+    return found
 
 
 def test_route_of_a_topic_names_the_door(remoting: RemotingTestClient, topics: Callable[..., None], door) -> None:
@@ -88,8 +102,6 @@ def test_a_suspended_pull_is_answered_by_an_arrival(
             },
         )
     )
-    from tests.support.waits import wait_until
-
     wait_until(lambda: door.pulls.held == 1, 5, what="the pull to be held")
     with RemotingTestClient(door.context.address) as producer:
         assert producer.send_v2("HoldT", b"late", {"UNIQ_KEY": "L1"}).code == 0
@@ -118,3 +130,53 @@ def test_unknown_code_and_missing_field(remoting: RemotingTestClient) -> None:
     missing = remoting.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {})
     assert missing.code == ResponseCode.SYSTEM_ERROR
     assert "topic" in (missing.remark or "")
+
+
+def test_send_back_goes_to_the_retry_topic_then_the_dlq(
+    remoting: RemotingTestClient, topics: Callable[..., None], door
+) -> None:
+    topics("BackT", queue_nums=1)
+    sent = remoting.send_v2("BackT", b"fail me", {"UNIQ_KEY": "B1", "TAGS": "t"})
+    phy_offset = int(sent.ext_fields["msgId"][16:], 16)
+    door.context.core.admin.create_group("GB")
+    back = {"offset": str(phy_offset), "group": "GB", "delayLevel": "0", "originMsgId": "B1"}
+    assert remoting.call(RequestCode.CONSUMER_SEND_MSG_BACK, back).code == ResponseCode.SUCCESS
+    store = door.context.core.store
+    [parked] = stored(store, "SCHEDULE_TOPIC_XXXX", 2)  # level 3 is queue 2
+    assert parked.properties["REAL_TOPIC"] == "%RETRY%GB" and parked.properties["RETRY_TOPIC"] == "BackT"
+    assert parked.reconsume_times == 1 and parked.body == b"fail me"
+    dead = {**back, "offset": str(parked.phy_offset), "maxReconsumeTimes": "1"}
+    assert remoting.call(RequestCode.CONSUMER_SEND_MSG_BACK, dead).code == ResponseCode.SUCCESS
+    [in_dlq] = stored(store, "%DLQ%GB", 0)
+    assert in_dlq.body == b"fail me" and in_dlq.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
+
+
+def test_a_transaction_check_reaches_a_classic_producer(
+    remoting: RemotingTestClient, topics: Callable[..., None], door
+) -> None:
+    topics("TxT", queue_nums=1)
+    body = json.dumps({"clientID": "10.0.0.1@p1", "producerDataSet": [{"groupName": "PGX"}]}).encode()
+    assert remoting.call(RequestCode.HEART_BEAT, body=body).code == 0
+    half = remoting.send_v2("TxT", b"tx", {"UNIQ_KEY": "TX1", "TRAN_MSG": "true", "PGROUP": "PGX"}, sys_flag=0x4)
+    assert half.code == 0 and half.ext_fields["transactionId"] == "TX1"
+    core = door.context.core
+    [half_copy] = stored(core.store, "RMQ_SYS_TRANS_HALF_TOPIC", 0)
+    client = core.checks.relay(TransactionCheck("PGX", "TxT", "TX1", "TX1", half_copy))
+    assert client == "10.0.0.1@p1"
+    wait_until(lambda: remoting.server_requests, 5, what="CHECK_TRANSACTION_STATE")
+    [check] = remoting.server_requests
+    assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
+    assert check.ext_fields["commitLogOffset"] == str(half_copy.phy_offset)
+    [record] = records(check.body)
+    assert record.topic == "TxT" and record.body == b"tx"
+    end = {
+        "producerGroup": "PGX",
+        "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+        "commitLogOffset": check.ext_fields["commitLogOffset"],
+        "commitOrRollback": "8",
+        "fromTransactionCheck": "true",
+        "msgId": "TX1",
+    }
+    assert remoting.call(RequestCode.END_TRANSACTION, end).code == 0
+    [committed] = stored(core.store, "TxT", 0)
+    assert committed.body == b"tx"

@@ -13,16 +13,13 @@ import threading
 from dataclasses import dataclass
 
 from services.broker.assembly import BrokerCore
-from services.broker.classic_clients import ClassicClients
 from services.broker.remoting.consume import Consumers
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher
 from services.broker.remoting.namesrv import NameServer
 from services.broker.remoting.pull import Pulls
 from services.broker.remoting.send import Sends
-from services.broker.remoting.server import Channel, RemotingServer
-from services.domain.remoting.codes import RequestCode
-from services.domain.remoting.command import RemotingCommand
+from services.broker.remoting.server import RemotingServer
 from services.runtime.process import format_address
 
 log = logging.getLogger(__name__)
@@ -71,16 +68,7 @@ def build_remoting(core: BrokerCore, advertised_host: str, host: str, port: int,
     dispatcher = Dispatcher(config.remoting_workers)
     server = RemotingServer(dispatcher, host, port, reuse_port)
 
-    def members_changed(group: str) -> None:
-        for consumer in clients.consumers(group):
-            channel = consumer.channel
-            if isinstance(channel, Channel) and not channel.closed:
-                channel.oneway(
-                    RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group})
-                )
-
-    clients = ClassicClients(core.clock, members_changed)
-    context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), clients, {})
+    context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
     NameServer(context).register(dispatcher)
     Sends(context).register(dispatcher)
     pulls = Pulls(context, server, dispatcher)

@@ -30,7 +30,7 @@ from services.broker.remoting.dispatch import (
 from services.broker.remoting.server import Channel
 from services.broker.transaction import Resolution
 from services.domain.format.properties_format import REAL_TOPIC, TRANSACTION_ID, decode_properties
-from services.domain.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
+from services.domain.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, dlq_topic, retry_topic
 from services.domain.remoting.batch import BatchFormatError, decode_batch
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
@@ -83,6 +83,33 @@ class Sends:
         ):
             dispatcher.register(code, self.send)
         dispatcher.register(RequestCode.END_TRANSACTION, self.end_transaction)
+        dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back)
+
+    # -- CONSUMER_SEND_MSG_BACK 36 ----------------------------------------------------------------
+    def send_back(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        """The consumed message (looked up by its commit-log offset) to the group's retry topic,
+        or its DLQ after the last attempt (ClassicProducer.send_back)."""
+        fields = request.ext_fields
+        phy_offset = required_int(fields, "offset")
+        group = required(fields, "group")
+        delay_level = required_int(fields, "delayLevel")
+        broker_name = fields.get("bname", "")
+        core = self._context.group_core(broker_name)
+        info = core.store.get_group(group)
+        if info is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        max_times = optional_int(fields, "maxReconsumeTimes", info.retry_max_times)
+        message = core.store.look_message(phy_offset)
+        if message is None:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phy_offset}")
+        dead = delay_level < 0 or message.reconsume_times >= max_times
+        self._ensure_topic(dlq_topic(group) if dead else retry_topic(group), broker_name)
+        receipt = self._context.producer(broker_name).send_back(
+            message, group, delay_level, max_times, channel.peer_address, self._timeout_s
+        )
+        if receipt.code is not Code.OK:
+            return request.response(remoting_code(receipt.code), receipt.message)
+        return request.response(ResponseCode.SUCCESS)
 
     def send(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         fields = long_names(request)
@@ -113,12 +140,14 @@ class Sends:
             messages = [
                 ClassicMessage(topic, request.body, properties, queue_id, sys_flag, flag, born_ms, reconsume_times)
             ]
-        if topic.startswith(DLQ_TOPIC_PREFIX):
+        if topic.startswith((DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX)):
             self._ensure_topic(topic, broker_name)
         receipts = self._context.producer(broker_name).send(messages, channel.peer_address, self._timeout_s)
         return self.answer(request, receipts)
 
     def _ensure_topic(self, topic: str, broker_name: str) -> None:
+        """A group's retry or DLQ topic (1 queue), created when first needed, as RocketMQ's
+        broker does."""
         topics = self._context.group_core(broker_name).topics
         if topics.find(topic) is None:
             self._context.core.admin.create_topic(topic, queue_nums=1, message_type="NORMAL")

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol, cast
 
+from services.broker.remoting import commands
+from services.broker.transaction import TransactionCheck
 from services.domain.remoting.codes import FLAG_ONEWAY
 from services.domain.remoting.command import FRAME_MAX_BYTES, FrameError, RemotingCommand, decode, encode
 
@@ -144,6 +146,16 @@ class Channel(asyncio.Protocol):
         command.opaque = next(_opaques)
         command.flag |= FLAG_ONEWAY
         self.answer(command)
+
+    # -- what the core asks of a classic client's connection (classic_clients.ClientChannel) -----
+    def members_changed(self, group: str) -> None:
+        self.oneway(commands.members_changed(group))
+
+    def check_transaction(self, check: TransactionCheck) -> bool:
+        if self.closed:
+            return False
+        self.oneway(commands.check_transaction_state(check))
+        return True
 
     def request(self, command: RemotingCommand) -> Future[RemotingCommand]:
         """Send a request to the client; the future gets its response (or ConnectionError).

@@ -42,7 +42,7 @@ from services.broker.cluster_admin import ClusterAdmin
 from services.broker.errors import FAILURES, BrokerError, Code, NotFoundError, RequestError, as_broker_error
 from services.broker.pull import pulled_delivery
 from services.broker.topic_placement import TopicPlacement
-from services.broker.transaction import HalfRef, TransactionCheckRelay
+from services.broker.transaction import TransactionCheck, TransactionCheckRelay
 from services.broker.v2.consumer_convert import delivered_message
 from services.broker.v2.status import DIRECT, Peers, check_access
 from services.broker.validation import validate_topic
@@ -316,38 +316,51 @@ class AdminServicer(pb_grpc.AdminServicer):
         if self._checks is None:  # a broker without client sessions (admin-only test set-ups)
             return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
         half = request.half
-        command = s.TelemetryCommand(
-            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
-                message=check_message(request), transaction_id=request.transaction_id
-            )
-        )
         client_id = self._checks.relay(
-            request.producer_group,
-            request.transaction_id,
-            HalfRef(request.topic, half.phy_offset, half.queue_offset),
-            command,
+            TransactionCheck(
+                request.producer_group,
+                request.topic,
+                request.message_id,
+                request.transaction_id,
+                StoredMessage(
+                    topic=half.topic,
+                    queue_id=half.queue_id,
+                    body=half.body,
+                    properties=dict(half.properties),
+                    queue_offset=half.queue_offset,
+                    phy_offset=half.phy_offset,
+                    born_timestamp_ms=half.born_timestamp_ms,
+                    born_host=half.born_host,
+                    store_timestamp_ms=half.store_timestamp_ms,
+                    store_host=half.store_host,
+                    reconsume_times=half.reconsume_times,
+                    offset_msg_id=half.offset_msg_id,
+                    sys_flag=request.sys_flag,
+                ),
+                request.sys_flag,
+            )
         )
         if client_id is None:
             return pb.CheckTransactionResponse(status=pb.NO_PRODUCER)
         return pb.CheckTransactionResponse(status=pb.SENT, client_id=client_id)
 
 
-def check_message(request: pb.CheckTransactionRequest) -> d.Message:
+def check_message(check: TransactionCheck) -> d.Message:
     """The half message as the producer's checker sees it: in its real topic and queue."""
-    half = request.half
+    half = check.half
     properties = dict(half.properties)
-    properties.setdefault(UNIQ_KEY, request.message_id)
+    properties.setdefault(UNIQ_KEY, check.message_id)
     real_qid = properties.get(REAL_QUEUE_ID, "")
     return delivered_message(
         Delivery(
-            topic=request.topic,
+            topic=check.topic,
             body=half.body,
             properties=properties,
             queue_id=int(real_qid) if real_qid.isdigit() else half.queue_id,
             queue_offset=half.queue_offset,
             delivery_attempt=1,
             receipt_handle="",
-            sys_flag=request.sys_flag,
+            sys_flag=check.sys_flag,
             born_timestamp_ms=half.born_timestamp_ms,
             born_host=half.born_host,
             store_timestamp_ms=half.store_timestamp_ms,
@@ -360,6 +373,13 @@ def check_message(request: pb.CheckTransactionRequest) -> d.Message:
 class V2ClientCommands:
     """The Telemetry commands of ``client_admin.ClientAdmin`` and the lite consumers
     (``assembly.WireCommands``)."""
+
+    def check_command(self, check: TransactionCheck) -> s.TelemetryCommand:
+        return s.TelemetryCommand(
+            recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+                message=check_message(check), transaction_id=check.transaction_id
+            )
+        )
 
     def unsubscribe_lite_command(self, lite_topic: str) -> s.TelemetryCommand:
         return s.TelemetryCommand(notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic))
