@@ -21,9 +21,12 @@ What each client sends differs, and all of it is read:
   subscriptions.
 * The C++ client: no ``unitMode``, no ``expressionType``, ``subVersion`` as a *string* of
   digits, ``tagsSet``/``codeSet``/``subscriptionDataSet``/``producerDataSet`` left out when
-  empty, and a trailing newline. Its 1.x ``codeSet`` is not the tags' hash codes, so a broker
-  filtering by tag should rebuild them from ``subString``
-  (services/domain/remoting/tags.py ``parse_tag_expression``).
+  empty, and a trailing newline. The build PyPI's rocketmq-client-python 0.5.0rc2 bundles writes
+  ``consumeType``, ``messageModel`` and ``consumeFromWhere`` as *numbers*, which fastjson reads as
+  the Java enums' ordinals (``CONSUME_TYPES``, ``MESSAGE_MODELS``, ``CONSUME_FROM_WHERES``); so
+  does this parser. Its 1.x ``codeSet`` is not the tags' hash codes, so a broker filtering by tag
+  should rebuild them from ``subString`` (services/domain/remoting/tags.py
+  ``parse_tag_expression``).
 
 Missing keys take the Java client's defaults: subString "*", expressionType TAG, consumeType
 CONSUME_PASSIVELY, messageModel CLUSTERING, consumeFromWhere CONSUME_FROM_LAST_OFFSET.
@@ -44,6 +47,17 @@ CONSUME_POP = "CONSUME_POP"
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+# The Java enums in ordinal order: fastjson reads a number as the constant at that ordinal.
+CONSUME_TYPES = (CONSUME_ACTIVELY, CONSUME_PASSIVELY, CONSUME_POP)  # ConsumeType
+MESSAGE_MODELS = (BROADCASTING, CLUSTERING)  # MessageModel
+CONSUME_FROM_WHERES = (  # ConsumeFromWhere (the middle three deprecated)
+    CONSUME_FROM_LAST_OFFSET,
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +140,20 @@ def _text(fields: dict[str, Any], key: str, default: str, what: str) -> str:
     return default if value is None or value == "" else expect(value, str, f"{what}.{key}")
 
 
+_DEFAULTS = {"consumeType": CONSUME_PASSIVELY, "messageModel": CLUSTERING, "consumeFromWhere": CONSUME_FROM_LAST_OFFSET}
+
+
+def _enum(fields: dict[str, Any], key: str, names: tuple[str, ...], what: str) -> str:
+    """An enum field: its name, or a number read as the Java constant at that ordinal (as
+    fastjson reads it); the Java client's default when missing, null or empty."""
+    value = fields.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < len(names):
+            raise BodyError(f"{what}.{key}: ordinal {value} is not one of {len(names)} constants")
+        return names[value]
+    return _text(fields, key, _DEFAULTS[key], what)
+
+
 def _list(fields: dict[str, Any], key: str, what: str) -> list[Any]:
     value = fields.get(key)
     return [] if value is None else expect(value, list, f"{what}.{key}")
@@ -154,9 +182,9 @@ def _consumer(value: object, what: str) -> ConsumerData:
         raise BodyError(f"{what}: consumer data without a groupName")
     return ConsumerData(
         group=expect(group, str, f"{what}.groupName"),
-        consume_type=_text(fields, "consumeType", CONSUME_PASSIVELY, what),
-        message_model=_text(fields, "messageModel", CLUSTERING, what),
-        consume_from_where=_text(fields, "consumeFromWhere", CONSUME_FROM_LAST_OFFSET, what),
+        consume_type=_enum(fields, "consumeType", CONSUME_TYPES, what),
+        message_model=_enum(fields, "messageModel", MESSAGE_MODELS, what),
+        consume_from_where=_enum(fields, "consumeFromWhere", CONSUME_FROM_WHERES, what),
         subscriptions=tuple(
             _subscription(s, f"{what}.subscriptionDataSet[{i}]")
             for i, s in enumerate(_list(fields, "subscriptionDataSet", what))

@@ -138,3 +138,49 @@ def test_heartbeat_v2_keys():
 def test_bad_bodies_raise_body_error_naming_the_field(body, words):
     with pytest.raises(BodyError, match=words):
         parse_heartbeat(body)
+
+
+def test_cpp_client_2_body_with_enum_ordinals():
+    # As rocketmq-client-python 0.5.0rc2's bundled C++ client sent it to a capture listener
+    # (tests/remoting/golden/cpp.json, heart_beat): enums as Java ordinals, subVersion a string.
+    body = (
+        b'{"clientID":"20414-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,'
+        b'"groupName":"PeerFrameGroup","messageModel":1,"subscriptionDataSet":[{"subString":"*",'
+        b'"subVersion":"1795919255526","topic":"%RETRY%PeerFrameGroup"},{"subString":"*",'
+        b'"subVersion":"1795919255526","topic":"PeerFrameTopic"}]}]}\n'
+    )
+    (consumer,) = parse_heartbeat(body).consumers
+    assert (consumer.consume_type, consumer.message_model, consumer.consume_from_where) == (
+        "CONSUME_PASSIVELY",
+        "CLUSTERING",
+        "CONSUME_FROM_LAST_OFFSET",
+    )
+    assert [s.topic for s in consumer.subscriptions] == ["%RETRY%PeerFrameGroup", "PeerFrameTopic"]
+    assert {s.sub_version for s in consumer.subscriptions} == {1795919255526}
+
+
+@pytest.mark.parametrize(
+    "key,ordinal,name",
+    [
+        ("consumeType", 0, "CONSUME_ACTIVELY"),
+        ("consumeType", 2, "CONSUME_POP"),
+        ("messageModel", 0, "BROADCASTING"),
+        ("consumeFromWhere", 4, "CONSUME_FROM_FIRST_OFFSET"),
+        ("consumeFromWhere", 5, "CONSUME_FROM_TIMESTAMP"),
+    ],
+)
+def test_enum_ordinals_are_the_java_enums(key, ordinal, name):
+    body = f'{{"clientID":"c","consumerDataSet":[{{"groupName":"G","{key}":{ordinal}}}]}}'
+    consumer = parse_heartbeat(body).consumers[0]
+    attribute = {
+        "consumeType": "consume_type",
+        "messageModel": "message_model",
+        "consumeFromWhere": "consume_from_where",
+    }
+    assert getattr(consumer, attribute[key]) == name
+
+
+@pytest.mark.parametrize("ordinal", [-1, 2, 99])
+def test_an_enum_ordinal_out_of_range_is_refused(ordinal):
+    with pytest.raises(BodyError, match="messageModel: ordinal"):
+        parse_heartbeat(f'{{"clientID":"c","consumerDataSet":[{{"groupName":"G","messageModel":{ordinal}}}]}}')

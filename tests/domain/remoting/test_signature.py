@@ -101,3 +101,29 @@ def test_verify_refuses_missing_and_foreign_signatures():
     assert not verify("sk", b"x", "")
     assert not verify("sk", b"x", "é")
     assert verify("sk", b"x", sign("sk", b"x"))
+
+
+def test_cpp_client_signs_with_an_empty_secret_when_it_has_no_credentials():
+    # A SEND_MESSAGE 10 as rocketmq-client-python 0.5.0rc2's C++ client sent it to a capture
+    # listener (tests/remoting/golden/cpp.json, send): no credentials, yet a Signature, made
+    # with an empty secret over the same layout; numbers in extFields read as their text.
+    ext_fields = {
+        "AccessKey": "",
+        "OnsChannel": "ALIYUN",
+        "Signature": "xKf+nWU0RNTCkkM6igANjLbrs70=",
+        "batch": "0",
+        "bornTimestamp": "1795919255469",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "flag": "0",
+        "producerGroup": "PeerFrameGroup",
+        "properties": "KEYS\x01k1 k2\x02TAGS\x01TagA\x02UNIQ_KEY\x010100007F0000571600002D7A16960100\x02WAIT\x01true\x02a\x011\x02",
+        "queueId": "0",
+        "reconsumeTimes": "0",
+        "sysFlag": "0",
+        "topic": "PeerFrameTopic",
+        "unitMode": "0",
+    }
+    assert is_anonymous(ext_fields)
+    assert verify_request(ext_fields, b"hello", 63, "")
+    assert not verify_request(ext_fields, b"hellO", 63, "")
