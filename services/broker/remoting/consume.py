@@ -38,6 +38,7 @@ from services.broker.remoting.server import Channel
 from services.domain.names import retry_topic
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.heartbeat import ConsumerData, parse_heartbeat
 from services.domain.remoting.tags import TagExpressionError, parse_tag_expression
 
 log = logging.getLogger(__name__)
@@ -66,53 +67,49 @@ class Consumers:
 
     # -- HEART_BEAT 34 --------------------------------------------------------------------------
     def heartbeat(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        data = _json_body(request)
-        client_id = str(data.get("clientID") or "")
-        if not client_id:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, "heartbeat without clientID")
-        channel.client_ids.add(client_id)
+        try:
+            data = parse_heartbeat(request.body)
+        except ValueError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the heartbeat body does not decode: {exc}") from None
+        channel.client_ids.add(data.client_id)
         channel.language, channel.version = request.language, request.version
         clients = self._context.clients
-        for consumer_data in data.get("consumerDataSet") or ():
-            consumer = self._consumer(channel, request, client_id, consumer_data)
+        for consumer_data in data.consumers:
+            consumer = self._consumer(channel, request, data.client_id, consumer_data)
             self._ensure_group(consumer.group)
             clients.consumer_heartbeat(consumer)
-        for producer_data in data.get("producerDataSet") or ():
-            group = str(producer_data.get("groupName") or "")
-            if group:
-                clients.producer_heartbeat(
-                    ClassicProducer(client_id, group, channel, request.language, request.version, channel.peer_address)
-                )
+        for group in data.producer_groups:
+            clients.producer_heartbeat(
+                ClassicProducer(data.client_id, group, channel, request.language, request.version, channel.peer_address)
+            )
         return request.response(ResponseCode.SUCCESS)
 
     @staticmethod
-    def _consumer(channel: Channel, request: RemotingCommand, client_id: str, data: dict[str, Any]) -> ClassicConsumer:
-        group = str(data.get("groupName") or "")
-        validate_group(group)
+    def _consumer(channel: Channel, request: RemotingCommand, client_id: str, data: ConsumerData) -> ClassicConsumer:
+        validate_group(data.group)
         subscriptions: dict[str, Subscription] = {}
-        for sub in data.get("subscriptionDataSet") or ():
-            topic = str(sub.get("topic") or "")
-            if not topic:
-                continue
-            expression = str(sub.get("subString") or "*")
-            kind = str(sub.get("expressionType") or "TAG")
+        for sub in data.subscriptions:
             tags: frozenset[str] = frozenset()
             codes: frozenset[int] = frozenset()
-            if kind.upper() == "TAG":
+            if sub.expression_type.upper() == "TAG":
+                # The tags are rebuilt from the expression: the C++ client's codeSet is not the
+                # tags' Java hash codes.
                 try:
-                    parsed = parse_tag_expression(expression)
-                    tags, codes = parsed.tags, parsed.codes
+                    parsed = parse_tag_expression(sub.sub_string)
                 except TagExpressionError as exc:
                     raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
-            subscriptions[topic] = Subscription(topic, expression, kind, int(sub.get("subVersion") or 0), tags, codes)
+                tags, codes = parsed.tags, parsed.codes
+            subscriptions[sub.topic] = Subscription(
+                sub.topic, sub.sub_string, sub.expression_type, sub.sub_version, tags, codes
+            )
         return ClassicConsumer(
             client_id,
-            group,
+            data.group,
             channel,
             subscriptions,
-            str(data.get("messageModel") or "CLUSTERING"),
-            str(data.get("consumeType") or "CONSUME_PASSIVELY"),
-            str(data.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+            data.message_model,
+            data.consume_type,
+            data.consume_from_where,
             request.language,
             request.version,
             channel.peer_address,

@@ -187,9 +187,13 @@ class Dispatcher:
         if response is not None and not request.is_oneway:
             channel.answer(response)
 
-    def submit(self, function: Callable[[], None]) -> None:
-        """Run ``function`` on a worker (a suspended pull's second pass)."""
-        self._pool.submit(function)
+    def submit(self, function: Callable[[], None]) -> bool:
+        """Run ``function`` on a worker (a held pull's next pass); False once shut down."""
+        try:
+            self._pool.submit(function)
+        except RuntimeError:  # shut down: the connection is closing too
+            return False
+        return True
 
     def closed(self, channel: Channel) -> None:
         for listener in self._closed_listeners:

@@ -58,6 +58,7 @@ class RemotingDoor:
 
     def stop(self) -> None:
         self._stop.set()
+        self.pulls.close()
         self.server.stop()
         self.dispatcher.shutdown()
 

@@ -55,7 +55,7 @@ _CODES = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class PullTask:
     channel: Channel
     request: RemotingCommand
@@ -77,8 +77,31 @@ class Pulls:
         self._context = context
         self._server = server
         self._dispatcher = dispatcher
-        self._lock = threading.Lock()  # the tasks' state (a leaf)
-        self.held = 0  # pulls waiting for an arrival now
+        self._lock = threading.Lock()  # the tasks' state and the held set (a leaf)
+        self._held: set[PullTask] = set()
+
+    @property
+    def held(self) -> int:
+        """Pulls waiting for an arrival now."""
+        return len(self._held)
+
+    def held_queues(self, group: str, topic: str) -> list[tuple[str, int]]:
+        """(client address, queue id) of each pull of the group held now on ``topic``: which
+        consumer pulls which queue (tests wait on a settled rebalance with it)."""
+        with self._lock:
+            return sorted(
+                (t.channel.peer_address, t.queue_id) for t in self._held if t.group == group and t.topic == topic
+            )
+
+    def close(self) -> None:
+        """Release every held pull (the door is stopping: their connections close)."""
+        with self._lock:
+            held, self._held = self._held, set()
+            for task in held:
+                task.state = _DONE
+        for task in held:
+            if task.parked is not None:
+                task.core.hub.unpark(task.parked)
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(RequestCode.PULL_MESSAGE, self.pull)
@@ -153,7 +176,7 @@ class Pulls:
                 if task.woken:  # an arrival during the read: read again at once
                     continue
                 task.state = _HELD
-                self.held += 1
+                self._held.add(task)
             loop = self._server.loop
             loop.call_soon_threadsafe(loop.call_later, remaining_s, self._expired, task)
             return None
@@ -173,7 +196,7 @@ class Pulls:
             if task.state != _HELD:
                 return
             task.state = _READING
-            self.held -= 1
+            self._held.discard(task)
         self._dispatcher.submit(lambda: self._resume(task))
 
     def _expired(self, task: PullTask) -> None:
@@ -182,7 +205,7 @@ class Pulls:
             if task.state != _HELD:
                 return
             task.state = _READING
-            self.held -= 1
+            self._held.discard(task)
             task.deadline_s = 0.0  # the last pass answers whatever it finds
         self._dispatcher.submit(lambda: self._resume(task))
 
