@@ -19,7 +19,7 @@ hooks):
 | trace_context | ``TRACE_CONTEXT`` |
 | born_host | ``__BORNHOST`` (the peer address when blank); the record's born host is the peer |
 | born_timestamp | ``BORN_TIMESTAMP`` (ms) and the record's born timestamp (now when absent) |
-| body_encoding GZIP | sysflag COMPRESSED |
+| body_encoding GZIP | the same DEFLATE data re-wrapped as ZLIB, sysflag COMPRESSED + type ZLIB (remoting consumers inflate it; services/domain/compression.py) |
 | (broker) | ``CLUSTER`` = cluster name |
 
 Then the broker's put hooks, which park messages that must not be visible yet in system topics
@@ -54,6 +54,7 @@ from services.broker.model import BodyEncoding, IncomingMessage, SendReceipt
 from services.broker.put_coalescer import PendingPut, PutSink
 from services.broker.queue_selection import RoundRobin, fifo_queue_id
 from services.broker.topics import TopicRegistry
+from services.domain.compression import ZLIB_SYSFLAG, CompressionError, gzip_to_zlib
 from services.domain.contracts.delay import park_timer, timer_out_ms
 from services.domain.contracts.transaction import park_half
 from services.domain.delivery import BROKER_PROPERTY_KEYS, MessageType
@@ -392,11 +393,18 @@ class Producer:
             queue_id=queue_id,
             body=message.body,
             properties=properties,
-            sys_flag=SYSFLAG_COMPRESSED if message.body_encoding is BodyEncoding.GZIP else 0,
+            sys_flag=0,
             born_timestamp_ms=message.born_timestamp_ms if message.born_timestamp_ms is not None else now_ms,
             born_host=peer_address,
             reconsume_times=message.delivery_attempt,
         )
+        if message.body_encoding is BodyEncoding.GZIP:
+            # Stored as ZLIB, which remoting consumers inflate (services/domain/compression.py);
+            # a body that is not GZIP after all is kept as sent, as before.
+            try:
+                record.body, record.sys_flag = gzip_to_zlib(message.body), ZLIB_SYSFLAG
+            except CompressionError:
+                record.sys_flag = SYSFLAG_COMPRESSED
         handle = ""
         if message_type is MessageType.TRANSACTION:
             parked = park_half(properties, record.topic, record.queue_id, message.message_id)

@@ -1,7 +1,7 @@
 """``apache.rocketmq.v2`` protobuf <-> consumer core (``services/broker/consumer.py``).
 
 Delivered messages (the proxy's ``GrpcConverter.buildMessage``): MD5 uppercase hex body digest,
-body encoding IDENTITY (GZIP when the record's sysflag says compressed), delivery_attempt >= 1,
+body encoding IDENTITY (GZIP for a compressed record: zlib re-wrapped, LZ4 and ZSTD inflated; services/domain/compression.py), delivery_attempt >= 1,
 receipt handle, queue id / offset; user properties: every stored property but
 ``services.domain.delivery.HIDDEN_PROPERTY_KEYS`` (``__SHARDINGKEY`` and ``__transactionId__``
 pass through, as from the proxy).
@@ -24,6 +24,7 @@ from services.broker.lite_consumer import OffsetKind, OffsetOption
 from services.broker.route import Route
 from services.broker.v2.convert import route_response
 from services.broker.v2.status import OK_STATUS, status
+from services.domain.compression import plain_body
 from services.domain.delivery import MessageType, delivered_message_type, delivery_timestamp_ms, user_properties
 from services.domain.format.properties_format import (
     BORN_HOST,
@@ -37,7 +38,9 @@ from services.domain.format.properties_format import (
 from services.domain.topic_types import message_priority
 from services.store.client.model import Delivery
 
-COMPRESSED_FLAG = 0x1
+# An LZ4 or ZSTD body (remoting producers) is inflated for v2 consumers up to this; beyond, it
+# goes as stored (the client then reports it).
+PLAIN_BODY_MAX_BYTES = 64 << 20
 _FILTER_TYPES = {d.TAG: FilterType.TAG, d.SQL: FilterType.SQL, d.FILTER_TYPE_UNSPECIFIED: FilterType.TAG}
 
 
@@ -80,7 +83,8 @@ def timestamp(ms: int) -> timestamp_pb2.Timestamp:
 
 def delivered_message(delivery: Delivery) -> d.Message:
     props = delivery.properties
-    out = d.Message(topic=d.Resource(name=delivery.topic), body=delivery.body)
+    body, gzipped = plain_body(delivery.body, delivery.sys_flag, PLAIN_BODY_MAX_BYTES)
+    out = d.Message(topic=d.Resource(name=delivery.topic), body=body)
     out.user_properties.update(user_properties(props))
     sp = out.system_properties
     if TAGS in props:
@@ -88,8 +92,8 @@ def delivered_message(delivery: Delivery) -> d.Message:
     sp.keys.extend(consumer.keys_of(props))
     sp.message_id = consumer.message_id(delivery)
     sp.body_digest.type = d.MD5
-    sp.body_digest.checksum = hashlib.md5(delivery.body).hexdigest().upper()
-    sp.body_encoding = d.GZIP if delivery.sys_flag & COMPRESSED_FLAG else d.IDENTITY
+    sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
+    sp.body_encoding = d.GZIP if gzipped else d.IDENTITY
     message_type = delivered_message_type(props)
     sp.message_type = cast(d.MessageType, int(message_type))  # the stub's type is the proto's enum class
     if message_type is MessageType.PRIORITY and (priority := message_priority(props)) is not None:
