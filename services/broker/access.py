@@ -33,6 +33,7 @@ from services.broker.auth import (
     Acl,
     Action,
     Authenticator,
+    AuthError,
     Authorizer,
     ResourceType,
     User,
@@ -159,6 +160,33 @@ class AccessGuard:
         """Re-read on the next request (after an admin change)."""
         with self._lock:
             self._read_at = float("-inf")
+
+    def check_signed(
+        self,
+        access_key: str,
+        signed_by: Callable[[str], bool],
+        needs: Needs | None,
+        peer: str,
+    ) -> User:
+        """A request signed some other way (the remoting door's AclClientRPCHook signature):
+        ``signed_by(secret)`` says whether the user's secret made its signature. ``needs``: the
+        resources and action (None: a Super user's request). AuthError / AccessDenied."""
+        snapshot = self._current()
+        user = snapshot.users.get(access_key)
+        valid = signed_by(user.password if user else "\0")  # same work for unknown users
+        if user is None or not valid:
+            raise AuthError(f"signature does not match for access key {access_key!r}")
+        if user.user_status is not UserStatus.ENABLE:
+            raise AuthError(f"user {access_key!r} is disabled")
+        if not self._authorization:
+            return user
+        if needs is None:
+            if user.user_type is not UserType.SUPER:
+                raise AccessDenied(f"this request is for Super users; {user.username!r} is not one")
+            return user
+        resources, action = needs
+        Authorizer(snapshot.acls).check(user, resources, action, peer)
+        return user
 
     def check(self, method: str, request: Any, metadata: Mapping[str, str], peer: str) -> User | None:
         """The authenticated user; AuthError (UNAUTHORIZED) or AccessDenied (FORBIDDEN)."""

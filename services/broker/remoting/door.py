@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from services.broker.assembly import BrokerCore
+from services.broker.remoting.acl import RemotingAccess
 from services.broker.remoting.consume import Consumers
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher
@@ -66,7 +67,7 @@ class RemotingDoor:
 def build_remoting(core: BrokerCore, advertised_host: str, host: str, port: int, reuse_port: bool) -> RemotingDoor:
     """The door over ``core``, not started (``port`` 0: any free one)."""
     config = core.config
-    dispatcher = Dispatcher(config.remoting_workers)
+    dispatcher = Dispatcher(config.remoting_workers, RemotingAccess(core.guard) if core.guard is not None else None)
     server = RemotingServer(dispatcher, host, port, reuse_port)
 
     context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
