@@ -150,7 +150,9 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     log.info("broker serving gRPC on %s (clients: %s), store %s", grpc_address, endpoint, store.address)
     remoting: dict[str, str] = {}
     if config.remoting_port >= 0:
-        door = build_remoting(broker.core, broker.endpoint[0], config.host, config.remoting_port, config.reuse_port)
+        door = build_remoting(
+            broker.core, broker.endpoint[0], config.host, config.remoting_port, config.reuse_port, metrics.rpc_latency
+        )
         door.start()
         stack.callback(door.stop)
         remoting["remoting"] = door.context.address

@@ -114,7 +114,9 @@ def test_offsets_round_trip(remoting: RemotingTestClient, topics: Callable[..., 
     topics("OffT", queue_nums=1)
     for i in range(3):
         remoting.send_v2("OffT", b"x", {"UNIQ_KEY": f"O{i}"})
-    assert remoting.call(RequestCode.GET_MAX_OFFSET, {"topic": "OffT", "queueId": "0"}).ext_fields["offset"] == "3"
+    queue = {"topic": "OffT", "queueId": "0"}
+    # Sends are answered once appended; the ConsumeQueue is written by dispatch just after.
+    wait_until(lambda: remoting.call(RequestCode.GET_MAX_OFFSET, queue).ext_fields["offset"] == "3", 10, what="3")
     assert remoting.call(RequestCode.GET_MIN_OFFSET, {"topic": "OffT", "queueId": "0"}).ext_fields["offset"] == "0"
     query = {"consumerGroup": "G2", "topic": "OffT", "queueId": "0"}
     assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, {**query, "setZeroIfNotFound": "false"}).code == 22
@@ -180,3 +182,30 @@ def test_a_transaction_check_reaches_a_classic_producer(
     assert remoting.call(RequestCode.END_TRANSACTION, end).code == 0
     [committed] = stored(core.store, "TxT", 0)
     assert committed.body == b"tx"
+
+
+def test_requests_are_timed_by_request_code(make_broker, topics: Callable[..., None]) -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from services.broker.remoting.door import build_remoting
+
+    broker = make_broker()
+    latency = Histogram("rocketmq_rpc_latency_seconds", "t", ["method", "code"], registry=CollectorRegistry())
+    door = build_remoting(broker.core, "127.0.0.1", "127.0.0.1", 0, False, latency)
+    door.start()
+    try:
+        topics("TimedT", queue_nums=1)
+        with RemotingTestClient(door.context.address) as client:
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TimedT"})
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Missing"})
+            client.pull("G1", "TimedT", 0, 0, sys_flag=0x2 | 0x4, suspend_ms=50)
+    finally:
+        door.stop()
+    counts = {
+        (s.labels["method"], s.labels["code"]): s.value
+        for metric in latency.collect()
+        for s in metric.samples
+        if s.name.endswith("_count")
+    }
+    assert counts[("GET_ROUTEINFO_BY_TOPIC", "0")] == 1 and counts[("GET_ROUTEINFO_BY_TOPIC", "17")] == 1
+    assert counts[("PULL_MESSAGE", "19")] == 1  # a held pull, timed when answered

@@ -17,6 +17,7 @@ REQUEST_CODE_NOT_SUPPORTED (3) with " request type <code> not supported".
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from services.domain.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Channel, RemotingCommand], RemotingCommand | None]
+Observe = Callable[[int, int, float], None]  # request code, response code, seconds to answer
 
 # The core's codes as RocketMQ's broker answers the same failures.
 CORE_TO_REMOTING: dict[Code, ResponseCode] = {
@@ -140,7 +142,15 @@ class Dispatcher:
     """Code -> handler. ``before`` runs first for every request (the ACL check); it raises
     RemotingError to refuse."""
 
-    def __init__(self, workers: int, before: Callable[[Channel, RemotingCommand], None] | None = None) -> None:
+    def __init__(
+        self,
+        workers: int,
+        before: Callable[[Channel, RemotingCommand], None] | None = None,
+        observe: Observe | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._observe = observe
+        self._monotonic_s = monotonic_s
         self._routes: dict[int, Route] = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remoting")
         self._before = before
@@ -172,6 +182,7 @@ class Dispatcher:
             self._pool.submit(self.run, route.handler, channel, request)
 
     def run(self, handler: Handler, channel: Channel, request: RemotingCommand) -> None:
+        started_s = self._monotonic_s()
         try:
             if self._before is not None:
                 self._before(channel, request)
@@ -184,8 +195,12 @@ class Dispatcher:
         except Exception as exc:
             log.exception("remoting request %d from %s failed", request.code, channel.peer_address)
             response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if response is not None and not request.is_oneway:
+        if response is None:
+            return  # oneway, or answered later (a held pull: observed then)
+        if not request.is_oneway:
             channel.answer(response)
+        if self._observe is not None:
+            self._observe(request.code, response.code, self._monotonic_s() - started_s)
 
     def submit(self, function: Callable[[], None]) -> bool:
         """Run ``function`` on a worker (a held pull's next pass); False once shut down."""

@@ -12,15 +12,18 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from prometheus_client import Histogram
+
 from services.broker.assembly import BrokerCore
 from services.broker.remoting.acl import RemotingAccess
 from services.broker.remoting.consume import Consumers
 from services.broker.remoting.context import RemotingContext
-from services.broker.remoting.dispatch import Dispatcher
+from services.broker.remoting.dispatch import Dispatcher, Observe
 from services.broker.remoting.namesrv import NameServer
 from services.broker.remoting.pull import Pulls
 from services.broker.remoting.send import Sends
 from services.broker.remoting.server import RemotingServer
+from services.domain.remoting.codes import RequestCode
 from services.runtime.process import format_address
 
 log = logging.getLogger(__name__)
@@ -64,16 +67,45 @@ class RemotingDoor:
         self.dispatcher.shutdown()
 
 
-def build_remoting(core: BrokerCore, advertised_host: str, host: str, port: int, reuse_port: bool) -> RemotingDoor:
-    """The door over ``core``, not started (``port`` 0: any free one)."""
+def build_remoting(
+    core: BrokerCore,
+    advertised_host: str,
+    host: str,
+    port: int,
+    reuse_port: bool,
+    latency: Histogram | None = None,
+) -> RemotingDoor:
+    """The door over ``core``, not started (``port`` 0: any free one). ``latency``: the broker's
+    ``rocketmq_rpc_latency_seconds`` (``method`` = the request code's name, ``code`` = the
+    response code)."""
     config = core.config
-    dispatcher = Dispatcher(config.remoting_workers, RemotingAccess(core.guard) if core.guard is not None else None)
+    observe = observe_latency(latency) if latency is not None else None
+    dispatcher = Dispatcher(
+        config.remoting_workers,
+        RemotingAccess(core.guard) if core.guard is not None else None,
+        observe,
+        core.clock.monotonic_s,
+    )
     server = RemotingServer(dispatcher, host, port, reuse_port)
 
     context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
     NameServer(context).register(dispatcher)
     Sends(context).register(dispatcher)
-    pulls = Pulls(context, server, dispatcher)
+    pulls = Pulls(context, server, dispatcher, observe)
     pulls.register(dispatcher)
     Consumers(context).register(dispatcher)
     return RemotingDoor(server, dispatcher, context, pulls, threading.Event())
+
+
+def observe_latency(latency: Histogram) -> Observe:
+    names = {code.value: code.name for code in RequestCode}
+    children: dict[tuple[int, int], Histogram] = {}
+
+    def observe(request_code: int, response_code: int, seconds: float) -> None:
+        child = children.get((request_code, response_code))
+        if child is None:
+            child = latency.labels(names.get(request_code, str(request_code)), str(response_code))
+            children[(request_code, response_code)] = child
+        child.observe(seconds)
+
+    return observe

@@ -31,6 +31,7 @@ from services.broker.errors import BrokerError
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import (
     Dispatcher,
+    Observe,
     RemotingError,
     required,
     required_int,
@@ -67,14 +68,18 @@ class PullTask:
     max_nums: int
     message_filter: PullFilter
     deadline_s: float  # monotonic; 0: answer at once
+    started_s: float  # monotonic, when the request came
     parked: Parked | None = None
     state: int = 0  # _READING, _HELD or _DONE (Pulls._lock)
     woken: bool = False  # an arrival came during the read in progress
 
 
 class Pulls:
-    def __init__(self, context: RemotingContext, server: RemotingServer, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, context: RemotingContext, server: RemotingServer, dispatcher: Dispatcher, observe: Observe | None = None
+    ) -> None:
         self._context = context
+        self._observe = observe
         self._server = server
         self._dispatcher = dispatcher
         self._lock = threading.Lock()  # the tasks' state and the held set (a leaf)
@@ -129,7 +134,10 @@ class Pulls:
         if sys_flag & PULL_SUSPEND:
             wait_ms = min(max(suspend_ms, 0), SUSPEND_MS_MAX)
             deadline_s = context.clock.monotonic_s() + wait_ms / 1000
-        task = PullTask(channel, request, core, group, topic, queue_id, offset, max_nums, message_filter, deadline_s)
+        started_s = context.clock.monotonic_s()
+        task = PullTask(
+            channel, request, core, group, topic, queue_id, offset, max_nums, message_filter, deadline_s, started_s
+        )
         return self._run(task)
 
     def _filter(self, group: str, topic: str, sys_flag: int, sub_version: int, fields: dict[str, str]) -> PullFilter:
@@ -219,6 +227,8 @@ class Pulls:
                 task.parked = None
         if response is not None:
             task.channel.answer(response)
+            if self._observe is not None:
+                self._observe(task.request.code, response.code, self._context.clock.monotonic_s() - task.started_s)
 
     @staticmethod
     def answer(request: RemotingCommand, result: ClassicPullResult) -> RemotingCommand:
