@@ -84,7 +84,7 @@ def test_a_v2_gzip_body_is_stored_as_zlib_for_remoting_consumers(
 ) -> None:
     topics("GzipT", queue_nums=1)
     send_ok(v2, message("GzipT", body=gzip.compress(TEXT), body_encoding=d.GZIP))
-    pulled = remoting.pull("G1", "GzipT", 0, 0)
+    pulled = remoting.pull("G1", "GzipT", 0, 0, sys_flag=0x2 | 0x4, suspend_ms=10_000)  # held until dispatched
     assert pulled.code == ResponseCode.SUCCESS
     record = decode_record(pulled.body, 0, len(pulled.body), check_crc=False)
     assert isinstance(record, MessageRecord)

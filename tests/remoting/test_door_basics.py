@@ -11,6 +11,8 @@ from services.domain.remoting.codes import RequestCode, ResponseCode
 from tests.support.remoting_client import RemotingTestClient
 from tests.support.waits import wait_until
 
+HOLD = 0x2 | 0x4  # PullSysFlag SUSPEND | SUBSCRIPTION
+
 
 def records(body: bytes) -> list[MessageRecord]:
     out = []
@@ -59,7 +61,7 @@ def test_send_then_pull_passes_the_stored_records(remoting: RemotingTestClient, 
     assert sent.ext_fields["queueId"] == "1" and sent.ext_fields["queueOffset"] == "0"
     assert sent.ext_fields["transactionId"] == "ID1"
     assert len(sent.ext_fields["msgId"]) == 32
-    pulled = remoting.pull("G1", "SendT", 1, 0)
+    pulled = remoting.pull("G1", "SendT", 1, 0, sys_flag=HOLD, suspend_ms=10_000)  # held until dispatched
     assert pulled.code == ResponseCode.SUCCESS, pulled.remark
     assert pulled.ext_fields["nextBeginOffset"] == "1"
     [record] = records(pulled.body)
@@ -72,6 +74,13 @@ def test_pull_filters_by_tag_and_answers_caught_up(remoting: RemotingTestClient,
     topics("TagT", queue_nums=1)
     for i, tag in enumerate(["A", "B", "A"]):
         assert remoting.send_v2("TagT", b"m%d" % i, {"TAGS": tag, "UNIQ_KEY": f"U{i}"}).code == 0
+    wait_until(
+        lambda: (
+            remoting.call(RequestCode.GET_MAX_OFFSET, {"topic": "TagT", "queueId": "0"}).ext_fields["offset"] == "3"
+        ),
+        10,
+        what="dispatch",
+    )
     pulled = remoting.pull("G1", "TagT", 0, 0, subscription="A")
     assert [r.body for r in records(pulled.body)] == [b"m0", b"m2"]
     caught_up = remoting.pull("G1", "TagT", 0, 3)
