@@ -39,6 +39,7 @@ class BrokerConfig:
     reuse_port: bool = False                  # several broker processes on the one client port (SO_REUSEPORT: the kernel spreads connections over them; pyrmq up --brokers B); each also serves a loopback port of its own (ready line: local=)
     remoting_port: int = 9876                 # RocketMQ remoting port (name server and broker at once, as RocketMQ 5's proxy); 0: any free one, -1: off
     remoting_advertised_port: int = 0         # port remoting routes name; 0: the bound remoting port
+    remoting_group_ports: str = ""            # GROUP=PORT,...: a remoting port of its own per broker group, for 4.x clients (they name no bname: the port says the group); pyrmq up --groups sets it; unlisted groups: the main port with bname (5.x clients)
     remoting_workers: int = 64                # remoting door threads for requests that call the store (pulls waiting for messages hold none)
     store_address: str = "127.0.0.1:10911"    # the store service, host:port
     broker_name: str = "broker-a"             # Broker.name in routes and recall handles; with etcd_endpoints, the store replica set (broker group) followed
@@ -136,6 +137,9 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not -1 <= self.remoting_port <= 0xFFFF or not 0 <= self.remoting_advertised_port <= 0xFFFF:
             raise ValueError("remoting ports must be in [0, 65535] (remoting_port -1: off)")
+        for name, port in self.remoting_group_port_map().items():
+            if not name or not 0 <= port <= 0xFFFF:
+                raise ValueError(f"remoting_group_ports: {name}={port} is not GROUP=PORT with a port in [0, 65535]")
         if self.remoting_workers < 1:
             raise ValueError("remoting_workers must be at least 1")
         if not 0 <= self.port <= 0xFFFF or not 0 <= self.advertised_port <= 0xFFFF:
@@ -194,6 +198,16 @@ class BrokerConfig:
             raise ValueError("renew_slices_ms and auto_renew_invisible_ms must exceed renew_ahead_ms")
         if max(self.renew_slices_ms + (self.auto_renew_invisible_ms,)) > self.invisible_duration_ms_max:
             raise ValueError("renew_slices_ms and auto_renew_invisible_ms must not exceed invisible_duration_ms_max")
+
+    def remoting_group_port_map(self) -> dict[str, int]:
+        """``remoting_group_ports`` as {broker group: port}; ValueError if malformed."""
+        ports = {}
+        for item in filter(None, (part.strip() for part in self.remoting_group_ports.split(","))):
+            name, sep, port = item.partition("=")
+            if not sep or not port.strip().isdigit():
+                raise ValueError(f"remoting_group_ports: {item!r} is not GROUP=PORT")
+            ports[name.strip()] = int(port)
+        return ports
 
     def advertised_endpoint(self, bound_port: int) -> tuple[str, int]:
         """(host, port) that routes tell clients to connect to."""

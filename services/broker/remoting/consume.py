@@ -152,7 +152,7 @@ class Consumers:
         group = required(fields, "consumerGroup")
         topic = required(fields, "topic")
         queue_id = required_int(fields, "queueId")
-        core = self._context.group_core(fields.get("bname", ""))
+        core = self._context.group_core(self._context.broker_name(channel, fields))
         offset = core.store.query_consumer_offset(group, topic, queue_id)
         if offset < 0:
             if fields.get("setZeroIfNotFound", "").strip().lower() == "false":
@@ -171,35 +171,37 @@ class Consumers:
         topic = required(fields, "topic")
         queue_id = required_int(fields, "queueId")
         offset = required_int(fields, "commitOffset")
-        self._context.group_core(fields.get("bname", "")).offsets.update_offset(group, topic, queue_id, offset)
+        self._context.group_core(self._context.broker_name(channel, fields)).offsets.update_offset(
+            group, topic, queue_id, offset
+        )
         return request.response(ResponseCode.SUCCESS)
 
-    def _queue(self, request: RemotingCommand) -> tuple[Any, str, int]:
+    def _queue(self, channel: Channel, request: RemotingCommand) -> tuple[Any, str, int]:
         fields = request.ext_fields
         topic = required(fields, "topic")
         queue_id = required_int(fields, "queueId")
-        core = self._context.group_core(fields.get("bname", ""))
+        core = self._context.group_core(self._context.broker_name(channel, fields))
         core.offsets.check_queue(topic, queue_id)
         return core, topic, queue_id
 
     def max_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        core, topic, queue_id = self._queue(request)
+        core, topic, queue_id = self._queue(channel, request)
         _, high = core.store.queue_offsets(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(high)})
 
     def min_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        core, topic, queue_id = self._queue(request)
+        core, topic, queue_id = self._queue(channel, request)
         low, _ = core.store.queue_offsets(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(low)})
 
     def search_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        core, topic, queue_id = self._queue(request)
+        core, topic, queue_id = self._queue(channel, request)
         timestamp = required_int(request.ext_fields, "timestamp")
         offset = core.store.offset_by_timestamp(topic, queue_id, timestamp)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     def earliest_store_time(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        core, topic, queue_id = self._queue(request)
+        core, topic, queue_id = self._queue(channel, request)
         low, high = core.store.queue_offsets(topic, queue_id)
         timestamp = -1
         if high > low:

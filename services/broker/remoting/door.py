@@ -16,6 +16,7 @@ from prometheus_client import Histogram
 
 from services.broker.assembly import BrokerCore
 from services.broker.remoting.acl import RemotingAccess
+from services.broker.remoting.admin import Admin
 from services.broker.remoting.consume import Consumers
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher, Observe
@@ -50,6 +51,9 @@ class RemotingDoor:
         host = self.context.address.rpartition(":")[0] or "127.0.0.1"
         advertised = self.context.config.remoting_advertised_port or port
         self.context.address = format_address(host, advertised)
+        self.context.group_addresses = {
+            name: format_address(host, bound) for name, bound in self.server.group_ports.items()
+        }
         self._expiry = threading.Thread(target=self._expire_loop, name="remoting-expiry", daemon=True)
         self._expiry.start()
         return port
@@ -86,7 +90,7 @@ def build_remoting(
         observe,
         core.clock.monotonic_s,
     )
-    server = RemotingServer(dispatcher, host, port, reuse_port)
+    server = RemotingServer(dispatcher, host, port, reuse_port, config.remoting_group_port_map())
 
     context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
     NameServer(context).register(dispatcher)
@@ -94,6 +98,7 @@ def build_remoting(
     pulls = Pulls(context, server, dispatcher, observe)
     pulls.register(dispatcher)
     Consumers(context).register(dispatcher)
+    Admin(context).register(dispatcher)
     return RemotingDoor(server, dispatcher, context, pulls, threading.Event())
 
 

@@ -80,11 +80,10 @@ class NameServer:
 
     def route_data(self, route: TopicRoute) -> dict[str, object]:
         cluster = self._context.config.cluster_name
-        address = self._context.address
         return {
             "brokerDatas": [
                 {
-                    "brokerAddrs": {MASTER_ID: address},
+                    "brokerAddrs": {MASTER_ID: self._context.group_address(queue_data.broker_name)},
                     "brokerName": queue_data.broker_name,
                     "cluster": cluster,
                     "enableActingMaster": False,
@@ -111,7 +110,7 @@ class NameServer:
         body = {
             "brokerAddrTable": {
                 name: {
-                    "brokerAddrs": {MASTER_ID: self._context.address},
+                    "brokerAddrs": {MASTER_ID: self._context.group_address(name)},
                     "brokerName": name,
                     "cluster": cluster,
                     "enableActingMaster": False,

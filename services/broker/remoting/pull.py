@@ -125,7 +125,7 @@ class Pulls:
         sub_version = required_int(fields, "subVersion")
         context = self._context
         validate_group(group)
-        core = context.group_core(fields.get("bname", ""))
+        core = context.group_core(context.broker_name(channel, fields))
         core.offsets.check_queue(topic, queue_id)
         message_filter = self._filter(group, topic, sys_flag, sub_version, fields)
         if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:

@@ -93,7 +93,7 @@ class Sends:
         phy_offset = required_int(fields, "offset")
         group = required(fields, "group")
         delay_level = required_int(fields, "delayLevel")
-        broker_name = fields.get("bname", "")
+        broker_name = self._context.broker_name(channel, fields)
         core = self._context.group_core(broker_name)
         info = core.store.get_group(group)
         if info is None:
@@ -120,7 +120,7 @@ class Sends:
         born_ms = required_int(fields, "bornTimestamp")
         flag = required_int(fields, "flag")
         reconsume_times = optional_int(fields, "reconsumeTimes", 0)
-        broker_name = fields.get("brokerName") or fields.get("bname") or ""
+        broker_name = fields.get("brokerName") or self._context.broker_name(channel, fields)
         self._context.check_broker_name(broker_name)
         if topic.startswith(RETRY_TOPIC_PREFIX):
             max_times = optional_int(fields, "maxReconsumeTimes", MAX_RECONSUME_TIMES_DEFAULT)
@@ -183,7 +183,7 @@ class Sends:
         resolution = _COMMIT_OR_ROLLBACK.get(state)
         if resolution is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} is not 0, 8 or 12")
-        broker_name = fields.get("bname", "")
+        broker_name = self._context.broker_name(channel, fields)
         topic = fields.get("topic") or self._half_topic(phy_offset, broker_name, transaction_id)
         if resolution is not Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED:
             self._context.core.transactions.end_transaction(topic, transaction_id, resolution, self._timeout_s)

@@ -9,12 +9,15 @@ request goes to the ``Dispatcher`` (dispatch.py), which answers on the loop or f
   waits), matched by opaque; any other frame is a request.
 * **Writes** happen on the loop: a worker hands its encoded answer over with
   ``call_soon_threadsafe``; answers queued while the loop is busy go out in one ``write``.
-* **Ports:** one listening socket, ``SO_REUSEPORT`` when several broker processes share it.
+* **Ports:** the main port, plus one per broker group named in ``group_ports`` (a connection
+  there is that group's, for clients that name no ``bname``); ``SO_REUSEPORT`` when several
+  broker processes share them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import socket
@@ -45,8 +48,9 @@ class Dispatch(Protocol):
 class Channel(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, server: RemotingServer) -> None:
+    def __init__(self, server: RemotingServer, broker_name: str = "") -> None:
         self._server = server
+        self.broker_name = broker_name  # the broker group of the port it came in on ("": the main port)
         self._loop = server.loop
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
@@ -195,22 +199,36 @@ def _address(address: object) -> str:
 class RemotingServer:
     """The remoting port: ``start`` binds and runs the loop thread; ``stop`` closes it all."""
 
-    def __init__(self, dispatcher: Dispatch, host: str, port: int, reuse_port: bool = False) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatch,
+        host: str,
+        port: int,
+        reuse_port: bool = False,
+        group_ports: dict[str, int] | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
         self._host = host
         self._port = port
         self._reuse_port = reuse_port
+        self._group_ports = dict(group_ports or {})
+        self.group_ports: dict[str, int] = {}  # bound, by broker group
         self.loop = new_event_loop()
         self.loop_thread_id = 0
         self.channels: set[Channel] = set()
         self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self.port = 0
 
     def start(self) -> int:
-        """Bind, start serving; the bound port."""
+        """Bind, start serving; the bound main port."""
         sock = listen_socket(self._host, self._port, self._reuse_port)
         self.port = sock.getsockname()[1]
+        listeners = [("", sock)]
+        for name, port in self._group_ports.items():
+            group_sock = listen_socket(self._host, port, self._reuse_port)
+            self.group_ports[name] = group_sock.getsockname()[1]
+            listeners.append((name, group_sock))
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -218,9 +236,14 @@ class RemotingServer:
             asyncio.set_event_loop(self.loop)
             self.loop_thread_id = threading.get_ident()
             try:
-                self._server = self.loop.run_until_complete(
-                    self.loop.create_server(lambda: Channel(self), sock=sock, backlog=1024)
-                )
+                for name, listening in listeners:
+                    self._servers.append(
+                        self.loop.run_until_complete(
+                            self.loop.create_server(
+                                functools.partial(Channel, self, name), sock=listening, backlog=1024
+                            )
+                        )
+                    )
             except OSError as exc:
                 failure.append(exc)
                 ready.set()
@@ -245,8 +268,8 @@ class RemotingServer:
         done = threading.Event()
 
         def shut() -> None:
-            if self._server is not None:
-                self._server.close()
+            for server in self._servers:
+                server.close()
             for channel in list(self.channels):
                 channel.close()
             done.set()
