@@ -105,6 +105,7 @@ remoting-peers: system-packages $(STAMP)
 	fi
 
 # TopicTest for the README's first example: the broker answers TOPIC_NOT_FOUND for a topic nobody created.
+# v2 clients on 127.0.0.1:8081, remoting clients and tools (namesrvAddr, mqadmin -n) on 127.0.0.1:9876.
 run: setup
 	$(VENV)/bin/pyrmq up --create-topic TopicTest
 

@@ -105,9 +105,15 @@ def test_compose_structure() -> None:
         if spec.name != "store":  # broker, scheduler, txcheck follow the master: etcd and every replica first
             assert service["environment"][f"PYRMQ_{spec.name.upper()}_ETCD_ENDPOINTS"] == ETCD_ENDPOINTS
             assert set(etcds + stores) <= set(service["depends_on"])
-    # Two brokers, each published on its own host port, which routes name; every txcheck reaches both.
-    assert services["broker"]["ports"] == ["8081:8081"] and services["broker-1"]["ports"] == ["8082:8081"]
+    # Two brokers, each published on its own host ports (client and remoting), which routes name;
+    # every txcheck reaches both.
+    assert services["broker"]["ports"] == ["8081:8081", "9876:9876"]
+    assert services["broker-1"]["ports"] == ["8082:8081", "9877:9876"]
     assert services["broker-1"]["environment"]["PYRMQ_BROKER_ADVERTISED_PORT"] == "8082"
+    for name in brokers:
+        assert services[name]["environment"]["PYRMQ_BROKER_REMOTING_PORT"] == "9876"
+    assert "PYRMQ_BROKER_REMOTING_ADVERTISED_PORT" not in services["broker"]["environment"]
+    assert services["broker-1"]["environment"]["PYRMQ_BROKER_REMOTING_ADVERTISED_PORT"] == "9877"
     for suffix, group in (("", "broker-a"), ("-b", "broker-b")):
         assert services[f"scheduler{suffix}"]["volumes"] == [f"scheduler{suffix}-data:/data"]
         assert services[f"scheduler{suffix}"]["environment"]["PYRMQ_SCHEDULER_BROKER_NAME"] == group
@@ -154,6 +160,8 @@ def test_dockerfile_runs_as_non_root_with_a_health_check() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11-slim" in text
     assert re.search(r"^USER pyrmq$", text, re.M) and "HEALTHCHECK" in text and "grpc_tools.protoc" in text
+    [exposed] = re.findall(r"^EXPOSE (.+)$", text, re.M)
+    assert {"8081", "9876"} <= set(exposed.split())  # the client port and the remoting port
 
 
 def loopback_addresses() -> dict[str, str]:

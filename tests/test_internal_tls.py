@@ -55,6 +55,7 @@ def test_mutual_tls_from_broker_and_scheduler_to_the_store(tmp_path: Path, proce
         tmp_path,
         {
             "PYRMQ_BROKER_PORT": "0",
+            "PYRMQ_BROKER_REMOTING_PORT": "-1",
             "PYRMQ_BROKER_METRICS_PORT": "-1",
             "PYRMQ_BROKER_STORE_ADDRESS": store_address,
             **{f"PYRMQ_BROKER_{k}": v for k, v in client_tls.items()},

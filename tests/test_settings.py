@@ -224,7 +224,8 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
     config = write(
         tmp_path / "cluster.toml",
         f'[store]\ndata_dir = "{tmp_path / "cluster"}"\nport = 0\n'
-        "metrics_port = 0\n[broker]\nport = 0\nauto_create_topic_enable = true\nauto_create_topic_queue_nums = 3\n",
+        "metrics_port = 0\n[broker]\nport = 0\nremoting_port = 0\nauto_create_topic_enable = true\n"
+        "auto_create_topic_queue_nums = 3\n",
     )
     up = Process(
         [
@@ -242,11 +243,12 @@ def test_pyrmq_up_passes_the_file_to_every_service(tmp_path: Path, processes: li
     processes.append(up)
     ready = up.wait_line(
         re.compile(
-            r"^pyrmq up: store grpc=\S+ metrics=\S+ data=(?P<data>\S+) .*"
+            r"^pyrmq up: store grpc=\S+ metrics=\S+ data=(?P<data>\S+) .* remoting=\S+:(?P<remoting>\d+) .*"
             r"\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"
         )
     )
     assert ready["data"] == str((tmp_path / "cluster" / "store").resolve())
+    assert int(ready["remoting"]) not in (0, 9876)  # [broker] remoting_port = 0: any free one
     table = up.wait_line(re.compile(r"^\s+configuration:\s+(?P<file>\S+)$"))
     assert table["file"] == str(config.resolve())
     with grpc.insecure_channel(ready["clients"]) as channel:

@@ -14,7 +14,9 @@ volume, healthy once ``etcdctl endpoint health`` answers, which needs a quorum).
 its scheduler (``scheduler``, ``scheduler-b``, files on ``<name>-data``) and txcheck following
 its master through that etcd. ``BROKERS`` brokers (``broker``, ``broker-1``) serve every group, each
 in its own container published on its own host port (8081, 8082: clients list both endpoints,
-``127.0.0.1:8081;127.0.0.1:8082``); every txcheck reaches each broker by name. Every pyrmq
+``127.0.0.1:8081;127.0.0.1:8082``), and its remoting port likewise (9876, 9877: remoting clients
+set ``namesrvAddr`` to ``127.0.0.1:9876;127.0.0.1:9877``; routes name the published port);
+every txcheck reaches each broker by name. Every pyrmq
 service has a HEALTHCHECK through ``pyrmq health``; the stores wait for etcd to be healthy, the
 brokers and the helpers for etcd and every replica, txcheck also for the brokers. Prometheus scrapes every service and every replica (deploy/prometheus/prometheus.yml)
 and Grafana shows deploy/grafana/dashboards/pyrmq.json (provisioned, anonymous viewers).
@@ -42,6 +44,7 @@ REPLICAS = 3
 GROUPS = 2
 BROKERS = 2
 CLIENT_PORT = 8081
+REMOTING_PORT = 9876  # RocketMQ's name server port: remoting clients' namesrvAddr
 STORE_PORT = 10911
 METRICS_PORT = 9101
 PROMETHEUS_PORT = 9090
@@ -76,6 +79,7 @@ def compose_namespace() -> argparse.Namespace:
         host="0.0.0.0",
         metrics_host="0.0.0.0",
         port=CLIENT_PORT,
+        remoting_port=REMOTING_PORT,
         store_port=STORE_PORT,
         metrics_port=METRICS_PORT,
         broker_metrics_port=None,
@@ -106,8 +110,12 @@ def group_namespace(ns: argparse.Namespace, group: int) -> argparse.Namespace:
 
 
 def broker_namespace(ns: argparse.Namespace, index: int) -> argparse.Namespace:
-    """Broker ``index``: routes name the host port it is published on (8081 + index)."""
-    return argparse.Namespace(**{**vars(ns), "advertised_port": CLIENT_PORT + index}) if index else ns
+    """Broker ``index``: routes name the host ports it is published on (8081 + index, and
+    9876 + index for remoting)."""
+    if not index:
+        return ns
+    published = {"advertised_port": CLIENT_PORT + index, "remoting_advertised_port": REMOTING_PORT + index}
+    return argparse.Namespace(**{**vars(ns), **published})
 
 
 def replica_namespace(ns: argparse.Namespace, name: str, replica_id: int) -> argparse.Namespace:
@@ -204,8 +212,13 @@ def render_compose() -> str:
         volume = _volume(name, spec)
         if volume:
             lines += ["    volumes:", f"      - {volume}:/data"]
-        if spec.name == "broker":  # each broker on a host port of its own: 8081, 8082, ...
-            lines += ["    ports:", f'      - "{CLIENT_PORT + broker_names().index(name)}:{CLIENT_PORT}"']
+        if spec.name == "broker":  # each broker on host ports of its own: 8081, 8082, ...; 9876, 9877, ...
+            index = broker_names().index(name)
+            lines += [
+                "    ports:",
+                f'      - "{CLIENT_PORT + index}:{CLIENT_PORT}"',
+                f'      - "{REMOTING_PORT + index}:{REMOTING_PORT}"',
+            ]
         lines.append("    depends_on:")
         for dependency in _depends(spec.name):
             lines += [f"      {dependency}:", "        condition: service_healthy"]

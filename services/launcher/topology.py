@@ -4,8 +4,10 @@ processes) and ``pyrmq compose`` (deploy/docker-compose.yml) read, so the two ca
 A service starts as ``python -m <module>`` with its settings in the environment
 (``PYRMQ_<SERVICE>_<KEY>``, services/runtime/settings.py): a row's ``settings`` gives those that place
 it in the cluster (addresses, ports, data directory) from a namespace:
-``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``store_port``,
-``metrics_port``, ``broker_metrics_port`` (None: beside the store's), ``advertised_host`` ("":
+``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``remoting_port``
+(the broker's RocketMQ remoting port: name server and broker at once; None or absent: the
+broker's own setting), ``store_port``, ``metrics_port``, ``broker_metrics_port`` (None: beside
+the store's), ``advertised_host`` ("":
 the broker's own choice), ``broker_data_dir`` (None: the broker keeps no files) and ``ready``
 (service name -> the key=value pairs of its ready line; ``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
 names). Helper services take ports beside the store's: scheduler gRPC (health) store port + 4
@@ -24,9 +26,10 @@ Several broker groups (``groups`` > 1, issue 17) go through etcd too: group k (`
 ``broker-b``, ...) has its store replicas, scheduler and txcheck on the first group's ports +
 100 k, its data under ``data_dir/<group>`` (the first group's at ``data_dir``), and every row of
 it names the group (``broker_name``). The brokers serve every group (their home group is the
-first; the others through the topic routes in etcd). Several brokers (``brokers`` > 1) share the
-first one's client port (``reuse_port``), their metrics ports 10 apart; txcheck reaches each one
-at its own loopback port (its ready line's ``local``).
+first; the others through the topic routes in etcd), so their client port and their remoting port
+are not offset by group: each broker has one of each. Several brokers (``brokers`` > 1) share the
+first one's client port and remoting port (``reuse_port``: SO_REUSEPORT on both), their metrics
+ports 10 apart; txcheck reaches each one at its own loopback port (its ready line's ``local``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,18 @@ def _advertised(ns: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _remoting(ns: argparse.Namespace) -> dict[str, object]:
+    """The broker's remoting port (0: any free one; -1: off; none given: the broker's own
+    setting), and the port remoting routes name when it is not the bound one (compose publishes
+    broker j's on host port 9876 + j)."""
+    port = getattr(ns, "remoting_port", None)
+    advertised = getattr(ns, "remoting_advertised_port", 0)
+    return {
+        **({"remoting_port": port} if port is not None else {}),
+        **({"remoting_advertised_port": advertised} if advertised else {}),
+    }
+
+
 def _group(ns: argparse.Namespace) -> dict[str, object]:
     """The broker group a store, scheduler or txcheck belongs to (``group_namespace``)."""
     name = getattr(ns, "broker_name", None)
@@ -83,7 +98,7 @@ def _brokers(ns: argparse.Namespace) -> str:
 
 
 def _shared_port(ns: argparse.Namespace) -> dict[str, object]:
-    """Several brokers on the one client port (``--brokers B`` > 1): SO_REUSEPORT."""
+    """Several brokers on the one client port and remoting port (``--brokers B`` > 1): SO_REUSEPORT."""
     return {"reuse_port": True} if getattr(ns, "brokers", 1) > 1 else {}
 
 
@@ -154,6 +169,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
             "metrics_host": ns.metrics_host,
             "metrics_port": _broker_metrics_port(ns),
             **_follow(ns),
+            **_remoting(ns),
             **_advertised(ns),
             **_broker_data(ns),
             **_shared_port(ns),
@@ -257,15 +273,19 @@ def group_namespace(ns: argparse.Namespace, group: int) -> argparse.Namespace:
 
 
 def broker_namespace(ns: argparse.Namespace, index: int) -> argparse.Namespace:
-    """Broker ``index`` of ``--brokers B``: the first one's client port (bound by then: shared),
-    its metrics port ``BROKER_PORT_STEP`` apart."""
+    """Broker ``index`` of ``--brokers B``: the first one's client port and remoting port (bound
+    by then: shared), its metrics port ``BROKER_PORT_STEP`` apart."""
     if index == 0:
         return ns
-    first = int(ns.ready["broker"]["grpc"].rsplit(":", 1)[1])
+    first = ns.ready["broker"]
+    remoting_port = getattr(ns, "remoting_port", None)
+    if remoting_port == 0 and "remoting" in first:  # any free one: the one the first broker bound
+        remoting_port = int(first["remoting"].rsplit(":", 1)[1])
     return argparse.Namespace(
         **{
             **vars(ns),
-            "port": first,
+            "port": int(first["grpc"].rsplit(":", 1)[1]),
+            "remoting_port": remoting_port,
             "broker_metrics_port": _beside(_broker_metrics_port(ns), BROKER_PORT_STEP * index),
         }
     )

@@ -16,6 +16,10 @@ each named topic that does not exist yet, once every service serves and before t
 the broker answers TOPIC_NOT_FOUND for unknown topics (auto-create is off, as in RocketMQ 5's
 proxy). It goes to the store directly, as the operator who runs it (no broker credentials).
 
+The brokers serve RocketMQ's remoting protocol too (``--remoting-port``, default 9876: name
+server and broker at once, for 4.x/5.x remoting clients and tools); the first line then carries
+the broker's ``remoting=HOST:PORT`` (from its ready line), the address remoting routes name.
+
 ``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
 a child exits on its own, ``up`` stops the others and exits non-zero, except a store replica of
 a set (``--replicas N`` > 1): the group fails over to another replica and ``up`` restarts the
@@ -85,8 +89,8 @@ PERM_READ_WRITE = 6
 
 def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, str]:
     """Fill the flags ``up`` was not given from the config file and the environment ([store]
-    data_dir, host, port, metrics_host, metrics_port; [broker] port, metrics_port,
-    advertised_host), then the defaults. Returns the environment every child gets besides its
+    data_dir, host, port, metrics_host, metrics_port; [broker] port, remoting_port,
+    metrics_port, advertised_host), then the defaults. Returns the environment every child gets besides its
     row's settings (PYRMQ_CONFIG when --config is given). SettingsError for a bad file or value."""
     environ = dict(os.environ if environ is None else environ)
     if ns.config:
@@ -106,6 +110,7 @@ def resolve_up(ns: argparse.Namespace, environ: dict[str, str] | None = None) ->
         "metrics_host": store["metrics_host"],
         "metrics_port": store["metrics_port"],
         "port": broker["port"],
+        "remoting_port": broker["remoting_port"],
         "advertised_host": broker["advertised_host"],
     }
     for key, value in fill.items():
@@ -341,13 +346,15 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
         ]
         if ns.brokers > 1:
             lines.append(
-                f"  brokers:          {ns.brokers} on the one client port (SO_REUSEPORT), each serving every group"
+                f"  brokers:          {ns.brokers} on the one client port and remoting port (SO_REUSEPORT), "
+                "each serving every group"
             )
     config = os.environ.get(CONFIG_ENV) if not ns.config else str(Path(ns.config).resolve())
     lines += [
         "",
         f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
         f'(e.g. ClientConfiguration("{ready["broker"]["endpoint"]}", Credentials()))',
+        *_remoting_lines(ready["broker"]),
         f"  TLS:              {_tls_text(ready['broker'])}",
         f"  CPU placement:    {placement_text(getattr(ns, 'cpu_placement', 'auto'))}",
         f"  data directory:   {ns.data_dir}",
@@ -357,6 +364,18 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
     ]
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _remoting_lines(broker: dict[str, str]) -> list[str]:
+    """Where 4.x/5.x remoting clients and tools point (their name server address), if the
+    broker serves the remoting protocol (its ready line's ``remoting``)."""
+    address = broker.get("remoting")
+    if not address:
+        return ["  remoting clients: off (--remoting-port -1)"]
+    return [
+        f"  remoting clients: namesrvAddr {address} (name server and broker at once; e.g. "
+        f'producer.setNamesrvAddr("{address}"), mqadmin clusterList -n {address})'
+    ]
 
 
 def _tls_text(broker: dict[str, str]) -> str:
@@ -394,6 +413,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="client (broker) port, for RocketMQ v2 gRPC clients, 0 for any free one "
         "(default: [broker] port, else 8081)",
+    )
+    up_parser.add_argument(
+        "--remoting-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="RocketMQ remoting port, for 4.x/5.x remoting clients and tools (namesrvAddr: name server and broker "
+        "at once), 0 for any free one, -1 off (default: [broker] remoting_port, else 9876). Shared by the brokers "
+        "of --brokers B (SO_REUSEPORT, as the client port) and, like the client port, not offset by --groups: "
+        "every broker serves every group on it",
     )
     up_parser.add_argument(
         "--host", default=None, help="listen address of the services (default: [store] host, else 127.0.0.1)"

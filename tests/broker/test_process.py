@@ -65,6 +65,8 @@ def test_broker_process_fails_without_a_store(tmp_path: Path, processes: list[Pr
             "services.broker",
             "--port",
             "0",
+            "--remoting-port",
+            "-1",
             "--store-address",
             "127.0.0.1:1",
             "--metrics-port",

@@ -70,7 +70,8 @@ class Cluster:
         common = ["--metrics-port", "-1"]
         by_name = {
             "store": ["--data-dir", str(self.data_dir), "--port", str(self.store_port)],
-            "broker": ["--port", str(self.broker_port), "--store-address", self.store_address],
+            # No remoting port unless a test asks (extra_args come last: --remoting-port 0 wins).
+            "broker": ["--port", str(self.broker_port), "--remoting-port", "-1", "--store-address", self.store_address],
             "scheduler": ["--data-dir", str(self.data_dir), "--store-address", self.store_address, "--port", "0"],
             "txcheck": ["--store-address", self.store_address, "--broker-address", self.endpoint, "--port", "0"],
         }

@@ -25,7 +25,8 @@ STORE_READY = re.compile(r"^pyrmq-store ready grpc=(?P<grpc>\S+) metrics=(?P<met
 BROKER_READY = re.compile(r"^pyrmq-broker ready grpc=\S+ .*endpoint=(?P<endpoint>\S+) tls=")
 # ``pyrmq up`` (store and broker under one parent): its one ready line.
 UP_READY = re.compile(
-    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) metrics=\S+ "
+    r"^pyrmq up: store grpc=(?P<store>\S+) metrics=\S+ data=\S+ broker grpc=(?P<broker>\S+) "
+    r"(?:remoting=(?P<remoting>\S+) )?metrics=\S+ "
     r"store=(?P<broker_store>\S+) endpoint=(?P<endpoint>\S+) .*\(RocketMQ clients: endpoints (?P<clients>\S+)\)$"
 )
 
@@ -123,15 +124,18 @@ def store_command(data_dir: Path | str, *extra: str, metrics_port: int = 0, port
     ]
 
 
-def broker_command(store_address: str, *extra: str, metrics_port: int = -1) -> list[str]:
+def broker_command(store_address: str, *extra: str, metrics_port: int = -1, remoting_port: int = -1) -> list[str]:
     """``python -m services.broker`` on an ephemeral client port over the store at
-    ``store_address`` (``metrics_port`` 0: an ephemeral one, -1: none)."""
+    ``store_address`` (``metrics_port`` 0: an ephemeral one, -1: none; ``remoting_port`` likewise:
+    off unless a test speaks remoting, never RocketMQ's fixed 9876)."""
     return [
         sys.executable,
         "-m",
         "services.broker",
         "--port",
         "0",
+        "--remoting-port",
+        str(remoting_port),
         "--metrics-port",
         str(metrics_port),
         "--store-address",
@@ -154,9 +158,15 @@ def pyrmq_status(endpoint: str) -> dict:
 
 
 def pyrmq_up_command(
-    data_dir: Path | str, *extra: str, port: int = 0, store_port: int = 0, metrics_port: int = 0
+    data_dir: Path | str,
+    *extra: str,
+    port: int = 0,
+    store_port: int = 0,
+    metrics_port: int = 0,
+    remoting_port: int = -1,
 ) -> list[str]:
-    """``pyrmq up`` with its data in ``data_dir``; ports 0 are ephemeral (``metrics_port`` -1: none)."""
+    """``pyrmq up`` with its data in ``data_dir``; ports 0 are ephemeral (``metrics_port`` -1: none;
+    ``remoting_port`` -1, the default: the brokers serve no remoting port, never the fixed 9876)."""
     return [
         sys.executable,
         "-m",
@@ -166,6 +176,8 @@ def pyrmq_up_command(
         str(data_dir),
         "--port",
         str(port),
+        "--remoting-port",
+        str(remoting_port),
         "--store-port",
         str(store_port),
         "--metrics-port",
