@@ -8,7 +8,10 @@ through its admin service (ListClients, PrintClientStack, VerifyMessage).
                                                    a consumer of G consumes the stored message
 
 Each broker knows only the clients connected to it: with several brokers, ask each one
-(``--endpoint``). ``stack`` and ``verify`` send a command down the client's Telemetry stream and
+(``--endpoint``). ``list`` shows v2 clients (PROTOCOL grpc, on the client port) and remoting
+clients (PROTOCOL remoting: 4.x/5.x remoting clients heartbeating on the remoting port, one row
+per consumer group and producer group, version as RocketMQ names it, V4_9_4); ``stack`` and
+``verify`` reach v2 clients only. ``stack`` and ``verify`` send a command down the client's Telemetry stream and
 wait ``--timeout`` seconds for its answer. Java, Go, C# and C++ clients print their stacks and
 their push consumers verify; Node.js answers a placeholder stack and NOT_IMPLEMENTED to verify;
 the Python client (5.1.2) answers neither, so both time out.
@@ -47,16 +50,22 @@ def client_list(stub: pb_grpc.AdminStub, ns: argparse.Namespace) -> tuple[Docume
             "address": c.address,
             "connected_timestamp_ms": c.connected_timestamp_ms,
             "last_heartbeat_timestamp_ms": c.last_heartbeat_timestamp_ms,
+            "protocol": c.protocol or "grpc",  # an older broker: v2 clients only
+            "message_model": c.message_model,
         }
         for c in response.clients
     ]
 
     def render(console: Console) -> None:
-        table = _table("CLIENT ID", "TYPE", "GROUP", "TOPICS", "LANGUAGE", "VERSION", "ADDRESS", "LAST HEARTBEAT")
+        table = _table(
+            "CLIENT ID", "TYPE", "PROTOCOL", "GROUP", "TOPICS", "LANGUAGE", "VERSION", "ADDRESS", "LAST HEARTBEAT"
+        )
         for c in clients:
+            broadcast = " (broadcasting)" if c["message_model"] == "BROADCASTING" else ""
             table.add_row(
                 c["client_id"],
-                c["client_type"],
+                c["client_type"] + broadcast,
+                c["protocol"],
                 c["group"] or "-",
                 _topics_text(c),
                 c["language"] or "-",

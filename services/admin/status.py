@@ -15,19 +15,24 @@ others' are beside it as topology.py places them (broker + 1, scheduler + 2, txc
 each service's gRPC host. A cluster started with ``pyrmq up --store-port 0`` or
 ``--metrics-port 0`` (any free ports) needs the flags: ``pyrmq up`` prints the ports.
 
-Output: four tables (services; the store's replicas: role, epoch, offsets, in sync, lag;
+Output: five tables (services; the store's replicas: role, epoch, offsets, in sync, lag;
 topics: queues, messages stored = the sum over queues of max offset - min offset; consumer
-groups: lag and messages in flight per topic), or with ``--json`` one JSON document
-``{"services": [...], "store_address": ..., "groups": [...], "topics": [...],
-"consumer_groups": [...]}`` (topics and consumer_groups are null, and ``error`` says why, if the
-broker could not answer; groups is null when the store could not answer GetReplicaStatus).
+groups: lag and messages in flight per topic; clients connected to the broker, counted by
+protocol, type and group: v2 clients on the client port (grpc) and 4.x/5.x remoting clients on
+the remoting port (remoting), with their languages and versions), or with ``--json`` one JSON
+document ``{"services": [...], "store_address": ..., "groups": [...], "topics": [...],
+"consumer_groups": [...], "clients": [...]}`` (topics and consumer_groups are null, and
+``error`` says why, if the broker could not answer; groups is null when the store could not
+answer GetReplicaStatus; clients is null when the broker did not answer ListClients, and like
+``pyrmq client list`` covers only the broker at ``--endpoint``).
 ``groups`` are the broker groups (RocketMQ's brokerName: a store replica set), each with its
 ``replicas[]`` (services/admin/replicas.py), the broker's own first, then every other group of
 the cluster (issue 17; ``{"name", "error"}`` for one that did not answer, and its store is a
 ``store (<group>)`` row of the services); topics and consumer groups cover every group, each
 queue naming its ``broker_name``; ``consumer_groups`` the consumer groups' lag rows
-(``groups`` until issue 16). ``--all`` adds system topics and groups. ``--watch SECONDS`` redraws the tables every
-SECONDS until Ctrl-C (not with ``--json``).
+(``groups`` until issue 16). ``--all`` adds system topics and groups (and the clients of system
+groups: CLIENT_INNER_PRODUCER, which every Java remoting client joins). ``--watch SECONDS``
+redraws the tables every SECONDS until Ctrl-C (not with ``--json``).
 
 Exit codes, as the other admin commands (services/admin/cli.py): 0 every service SERVING and
 the broker answered; 4 a service is not SERVING (DOWN: it did not answer; or it answered
@@ -68,6 +73,7 @@ from services.admin.cli import (
     positive_float,
 )
 from services.admin.replicas import fetch_group, replicas_table
+from services.domain.names import is_system_group
 from services.launcher.topology import SERVICES
 from services.runtime.process import format_address
 
@@ -76,7 +82,7 @@ DEFAULT_METRICS_PORT = 9101  # the store's default Prometheus port ([store] metr
 HEALTH_TIMEOUT_S_MAX = 5.0  # per service check; a dead host must not hold the report long
 SERVING = "SERVING"
 DOWN = "DOWN"
-_NUMERIC_COLUMNS = frozenset({"LATENCY", "QUEUES", "MESSAGES", "MAX OFFSET", "LAG", "IN FLIGHT"})
+_NUMERIC_COLUMNS = frozenset({"LATENCY", "QUEUES", "MESSAGES", "MAX OFFSET", "LAG", "IN FLIGHT", "CLIENTS"})
 
 Document = dict[str, Any]
 
@@ -103,6 +109,7 @@ class Report:
     error: str
     exit_code: int
     broker_groups: list[Document] | None = None  # None: the store did not answer GetReplicaStatus
+    clients: list[Document] | None = None  # None: the broker did not answer ListClients
 
     def document(self) -> Document:
         doc: Document = {
@@ -111,6 +118,7 @@ class Report:
             "groups": self.broker_groups,
             "topics": self.topics,
             "consumer_groups": self.groups,
+            "clients": self.clients,
         }
         if self.error:
             doc["error"] = self.error
@@ -122,14 +130,14 @@ class Report:
 
 def collect(ns: argparse.Namespace) -> Report:
     """Ask the broker for the cluster status, then check every service's health and metrics."""
-    topics = groups = None
+    topics = groups = clients = None
     reported_store, error, exit_code = "", "", EXIT_OK
     others: list[pb.BrokerGroupStatus] = []  # the broker groups besides the broker's own
     try:
         with channel_of(ns) as channel:
-            response = pb_grpc.AdminStub(channel).GetClusterStatus(
-                pb.GetClusterStatusRequest(include_system=ns.all), timeout=ns.timeout
-            )
+            stub = pb_grpc.AdminStub(channel)
+            response = stub.GetClusterStatus(pb.GetClusterStatusRequest(include_system=ns.all), timeout=ns.timeout)
+            clients = connected_clients(stub, ns.timeout, ns.all)
     except grpc.RpcError as exc:
         error = _cluster_error(exc, ns.endpoint)
         exit_code = _EXIT_CODES.get(exc.code(), EXIT_ERROR)
@@ -162,7 +170,29 @@ def collect(ns: argparse.Namespace) -> Report:
         exit_code = EXIT_UNREACHABLE
     home, *rest = (future.result() for future in replicas)
     broker_groups = None if home is None else [home, *(group for group in rest if group is not None)]
-    return Report(services, addresses["store"], topics, groups, error, exit_code, broker_groups)
+    return Report(services, addresses["store"], topics, groups, error, exit_code, broker_groups, clients)
+
+
+def connected_clients(stub: pb_grpc.AdminStub, timeout_s: float, include_system: bool) -> list[Document] | None:
+    """The broker's clients (ListClients) counted by protocol, type and group, each row with its
+    clients' languages and versions (``JAVA V4_9_4``); None if the broker did not answer."""
+    try:
+        response = stub.ListClients(pb.ListClientsRequest(), timeout=timeout_s)
+    except grpc.RpcError:
+        return None
+    rows: dict[tuple[str, str, str], Document] = {}
+    for client in response.clients:
+        if not include_system and is_system_group(client.group):
+            continue
+        protocol = client.protocol or "grpc"  # an older broker: v2 clients only
+        row = rows.setdefault(
+            (protocol, client.client_type, client.group),
+            {"protocol": protocol, "client_type": client.client_type, "group": client.group, "count": 0},
+        )
+        row["count"] += 1
+        kind = " ".join(part for part in (client.language, client.version) if part) or "unknown"
+        row.setdefault("versions", set()).add(kind)
+    return [{**row, "versions": sorted(row["versions"])} for _, row in sorted(rows.items())]
 
 
 def _broker_group(address: str, timeout_s: float, name: str = "", error: str = "") -> Document | None:
@@ -334,6 +364,12 @@ def render(report: Report, with_error: bool = False) -> RenderableType:
             Text("Consumer groups", style="bold"),
             _groups_table(report.groups) if report.groups else Text("No consumer groups."),
         ]
+    if report.clients is not None:
+        parts += [
+            Text(""),
+            Text("Clients of this broker", style="bold"),
+            _clients_table(report.clients) if report.clients else Text("No clients connected."),
+        ]
     if with_error and report.error:
         parts += [Text(""), Text(f"error: {report.error}", style="red")]
     return Group(*parts)
@@ -393,6 +429,13 @@ def _groups_table(groups: list[Document]) -> Table:
         lag = Text(str(g["lag"]), style="yellow" if g["lag"] else "")
         count = [str(g["lite_topic_count"]) if g["lite_topic_count"] else ""] if lite else []
         table.add_row(g["group"], g["topic"] or "-", lag, str(g["inflight_messages"]), *count)
+    return table
+
+
+def _clients_table(clients: list[Document]) -> Table:
+    table = _table("PROTOCOL", "TYPE", "GROUP", "CLIENTS", "LANGUAGES AND VERSIONS")
+    for c in clients:
+        table.add_row(c["protocol"], c["client_type"], c["group"] or "-", str(c["count"]), ", ".join(c["versions"]))
     return table
 
 

@@ -181,14 +181,14 @@ def build_core(
         admin=admin,
         cluster_admin=ClusterAdmin(placement.cluster_broker_groups, placement.admin, placement.home_broker_group),
         acl=AclAdmin(store, guard.invalidate if guard is not None else lambda: None),
-        clients=ClientAdmin(registry, telemetry.answers, admin, commands),
+        clients=ClientAdmin(registry, telemetry.answers, admin, commands, classic_clients),
         checks=TransactionCheckRelay(registry, broker_groups.home.halves, commands.check_command, classic_clients),
         classic_clients=classic_clients,
     )
     if metrics is not None:
         # Every group's send queue, renewer and consumer figures, summed (broker_group_stats.py).
         metrics.watch(send_queue_stats(broker_groups), lambda: len(registry), consumer_stats(broker_groups))
-        metrics.watch_connections(registry.sessions)
+        metrics.watch_connections(registry.sessions, classic_clients)
         metrics.watch_lite(lite.counts)
         if broker_groups.home.renewer is not None:
             metrics.watch_renewals(renewal_stats(broker_groups))

@@ -35,8 +35,11 @@
   never ``sum``, over brokers;
 * ``rocketmq_producer_connections{language, version, protocol_type}`` and
   ``rocketmq_consumer_connections{consumer_group, language, version, consume_mode,
-  protocol_type, is_system}``: clients with a live Telemetry stream, counted at scrape time
-  (``ConnectionsCollector``; RocketMQ 5's names and labels, values lower-cased as there).
+  protocol_type, is_system}``: v2 clients with a live Telemetry stream (``protocol_type="grpc"``)
+  and remoting clients heartbeating on the remoting port (``protocol_type="remoting"``, one per
+  client and group as RocketMQ's broker counts them, ``version`` RocketMQ's name: ``v4_9_4``),
+  counted at scrape time (``ConnectionsCollector``; RocketMQ 5's names and labels, values
+  lower-cased as there).
 
 Label values are topic and group names as the existing RocketMQ metrics have them, without a cap
 (RocketMQ caps series per metric with ``metricsOtelCardinalityLimit``; pyrmq does not yet).
@@ -53,6 +56,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from services.broker.classic_clients import ClassicClients
+from services.broker.client_admin import GRPC, REMOTING, mq_version_name
 from services.broker.errors import Code
 from services.broker.model import IncomingMessage, SendReceipt
 from services.broker.put_coalescer import CoalescerStats
@@ -358,36 +363,46 @@ class ConsumerStatsCollector(Collector):
 
 
 CONSUME_MODES = {"PUSH_CONSUMER": "push", "LITE_PUSH_CONSUMER": "push"}  # others "pull": ConsumeType's name
+# A remoting consumer's ConsumeType -> its consume_mode (ConsumeType.getTypeCN, lower-cased).
+CLASSIC_CONSUME_MODES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push", "CONSUME_POP": "pop"}
 
 
 class ConnectionsCollector(Collector):
     """Producer and consumer connections by language and version (BrokerMetricsManager's
-    connection gauges). ``version`` is the client's own (5.1.2), where the proxy's would be a
-    remoting version; ``protocol_type`` is ``grpc``: every pyrmq client speaks v2."""
+    connection gauges). v2 clients (``protocol_type`` grpc): ``version`` is the client's own
+    (5.1.2). Remoting clients (``protocol_type`` remoting, as RocketMQ's broker labels them):
+    one per producer group and per consumer group a client heartbeats, ``version``
+    ``MQVersion.getVersionDesc`` lower-cased (v4_9_4), ``consume_mode`` pull, push or pop."""
 
-    def __init__(self, sessions: Callable[[], Sequence[Any]]) -> None:
+    def __init__(self, sessions: Callable[[], Sequence[Any]], classic: ClassicClients | None = None) -> None:
         self._sessions = sessions  # telemetry.ClientSession: client_type, group, language, version
+        self._classic = classic  # the remoting door's clients; None: no remoting door
 
-    def _families(self, sessions: Sequence[Any]) -> list[Metric]:
+    def _families(self, sessions: Sequence[Any], classic: ClassicClients | None) -> list[Metric]:
         producers: dict[tuple[str, ...], int] = {}
         consumers: dict[tuple[str, ...], int] = {}
+
+        def count_consumer(group: str, language: str, version: str, mode: str, protocol: str) -> None:
+            key = (group, language, version, mode, protocol, str(is_system_group(group)).lower())
+            consumers[key] = consumers.get(key, 0) + 1
+
         for session in sessions:
             language, version = (session.language or "unknown").lower(), (session.version or "unknown").lower()
             kind = session.client_type.name
             if kind == "PRODUCER":
-                key: tuple[str, ...] = (language, version, "grpc")
+                key: tuple[str, ...] = (language, version, GRPC)
                 producers[key] = producers.get(key, 0) + 1
             elif kind != "CLIENT_TYPE_UNSPECIFIED":
-                group = session.group or ""
-                key = (
-                    group,
-                    language,
-                    version,
-                    CONSUME_MODES.get(kind, "pull"),
-                    "grpc",
-                    str(is_system_group(group)).lower(),
-                )
-                consumers[key] = consumers.get(key, 0) + 1
+                count_consumer(session.group or "", language, version, CONSUME_MODES.get(kind, "pull"), GRPC)
+        if classic is not None:
+            for classic_producer in classic.producers():
+                language, version = classic_producer.language, mq_version_name(classic_producer.version)
+                key = ((language or "unknown").lower(), version.lower(), REMOTING)
+                producers[key] = producers.get(key, 0) + 1
+            for classic_consumer in classic.all_consumers():
+                language, version = classic_consumer.language, mq_version_name(classic_consumer.version)
+                mode = CLASSIC_CONSUME_MODES.get(classic_consumer.consume_type, "push")
+                count_consumer(classic_consumer.group, (language or "unknown").lower(), version.lower(), mode, REMOTING)
         producer = GaugeMetricFamily(
             "rocketmq_producer_connections",
             "Producers connected to this broker.",
@@ -405,10 +420,10 @@ class ConnectionsCollector(Collector):
         return [producer, consumer]
 
     def collect(self) -> Iterable[Metric]:
-        return self._families(self._sessions())
+        return self._families(self._sessions(), self._classic)
 
     def describe(self) -> Iterable[Metric]:
-        return self._families(())
+        return self._families((), None)
 
 
 class BrokerMetrics:
@@ -435,8 +450,9 @@ class BrokerMetrics:
         if consumer_stats is not None:
             self.registry.register(ConsumerStatsCollector(consumer_stats))
 
-    def watch_connections(self, sessions: Callable[[], Sequence[Any]]) -> None:
-        self.registry.register(ConnectionsCollector(sessions))
+    def watch_connections(self, sessions: Callable[[], Sequence[Any]], classic: ClassicClients | None = None) -> None:
+        """The connection gauges over the v2 sessions and the remoting door's clients."""
+        self.registry.register(ConnectionsCollector(sessions, classic))
 
     def watch_renewals(self, stats: Callable[[], RenewalStats | None]) -> None:
         self.registry.register(RenewalStatsCollector(stats))

@@ -543,6 +543,8 @@ def _client(view: ClientView) -> pb.Client:
         address=view.address,
         connected_timestamp_ms=view.connected_ms,
         last_heartbeat_timestamp_ms=view.last_heartbeat_ms,
+        protocol=view.protocol,
+        message_model=view.message_model,
     )
 
 
