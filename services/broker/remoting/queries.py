@@ -187,7 +187,9 @@ class Queries:
                     _, high = core.store.queue_offsets(name, queue_id)
                     consumed = max(committed.get(name, {}).get(queue_id, 0), 0)
                     last = store_time_at(core.store, name, queue_id, consumed - 1)
-                    table[MessageQueue(name, core.name, queue_id)] = OffsetWrapper(max(high, 0), consumed, consumed, last)
+                    table[MessageQueue(name, core.name, queue_id)] = OffsetWrapper(
+                        max(high, 0), consumed, consumed, last
+                    )
         return request.response(ResponseCode.SUCCESS, body=encode_consume_stats(ConsumeStats(table)))
 
     # -- QUERY_TOPIC_CONSUME_BY_WHO 300 ------------------------------------------------------------
@@ -237,7 +239,9 @@ class Queries:
             if error.code is Code.TOPIC_NOT_FOUND:
                 raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist") from None
             if error.code is Code.CONSUMER_GROUP_NOT_FOUND:
-                raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist") from None
+                raise RemotingError(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist"
+                ) from None
             raise
         if not resets:
             return request.response(ResponseCode.SYSTEM_ERROR, "No queues to reset.")

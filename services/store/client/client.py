@@ -43,6 +43,7 @@ from services.store.client.model import (
     PopOutcome,
     PutOutcome,
     StoredMessage,
+    StoreStats,
     TopicInfo,
     stored_from_raw,
 )
@@ -284,6 +285,19 @@ class StoreClient:
             {h.topic: h.count for h in response.half_messages},
         )
 
+    def stats(self) -> StoreStats:
+        """GetStats: the store's put counters and CommitLog offsets."""
+        s = self._call(rpcs.GET_STATS, pb.GetStatsRequest())
+        return StoreStats(
+            s.put_messages_total,
+            s.put_bytes_total,
+            s.commitlog_min_offset,
+            s.commitlog_max_offset,
+            s.dispatch_behind_bytes,
+            s.flush_behind_bytes,
+            s.storage_size_bytes,
+        )
+
     # -- pop consumption ------------------------------------------------------------------------
     def pop_messages(
         self,
@@ -481,6 +495,10 @@ class StoreClient:
             config.attributes.clear()
             config.attributes.update(attributes)
         return group_info_from_pb(self._call(rpcs.CREATE_OR_UPDATE_GROUP, pb.CreateOrUpdateGroupRequest(config=config)))
+
+    def delete_group(self, name: str) -> bool:
+        """Whether the group existed (its committed offsets stay)."""
+        return self._call(rpcs.DELETE_GROUP, pb.DeleteGroupRequest(group_name=name)).existed
 
     def list_groups(self) -> list[GroupInfo]:
         return [group_info_from_pb(config) for config in self._call(rpcs.LIST_GROUPS, pb.ListGroupsRequest()).groups]

@@ -27,6 +27,7 @@ __all__ = [
     "PutOutcome",
     "PutStatus",
     "MessageToPut",
+    "StoreStats",
     "StoredMessage",
     "TopicInfo",
     "refused_as_a_whole",
@@ -175,6 +176,19 @@ class ConsumerStats:
     inflight_messages: int  # popped, neither acked nor expired
     ready_messages: int  # not handed out yet
     dlq_messages: int  # moved to %DLQ%{group} since the store started
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """The store's GetStats counters and CommitLog offsets (counters since the store started)."""
+
+    put_messages_total: int
+    put_bytes_total: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    dispatch_behind_bytes: int
+    flush_behind_bytes: int
+    storage_size_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
