@@ -107,11 +107,12 @@ def test_compose_structure() -> None:
             assert set(etcds + stores) <= set(service["depends_on"])
     # Two brokers, each published on its own host ports (client and remoting), which routes name;
     # every txcheck reaches both.
-    assert services["broker"]["ports"] == ["8081:8081", "9876:9876"]
+    assert services["broker"]["ports"] == ["8081:8081", "9876:9876", "9976:9976"]  # broker-b's own, as bound
     assert services["broker-1"]["ports"] == ["8082:8081", "9877:9876"]
     assert services["broker-1"]["environment"]["PYRMQ_BROKER_ADVERTISED_PORT"] == "8082"
     for name in brokers:
         assert services[name]["environment"]["PYRMQ_BROKER_REMOTING_PORT"] == "9876"
+        assert services[name]["environment"]["PYRMQ_BROKER_REMOTING_GROUP_PORTS"] == "broker-b=9976"
     assert "PYRMQ_BROKER_REMOTING_ADVERTISED_PORT" not in services["broker"]["environment"]
     assert services["broker-1"]["environment"]["PYRMQ_BROKER_REMOTING_ADVERTISED_PORT"] == "9877"
     for suffix, group in (("", "broker-a"), ("-b", "broker-b")):

@@ -1,6 +1,7 @@
 """``pyrmq up --groups 2 --brokers 2`` (issue 17): a local etcd, two broker groups (broker-a,
 broker-b: each its store, scheduler and txcheck), and two broker processes sharing the one client
-port. ``--create-topic`` spreads the topic over both groups; sends through either broker land
+port (and the one remoting port: broker-b's queues have a remoting port of their own on both).
+``--create-topic`` spreads the topic over both groups; sends through either broker land
 on both groups' queues and every message is received once; each txcheck reaches both brokers
 at their own loopback ports."""
 
@@ -17,9 +18,11 @@ import grpc
 import pytest
 from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 
+from services.domain.remoting.codes import RequestCode
 from services.launcher.up import parse_summary
 from tests.support.cli import run_pyrmq
 from tests.support.processes import Process, pyrmq_up_command
+from tests.support.remoting_client import RemotingTestClient
 from tests.support.v2_requests import message, receive, send_ok
 
 pytestmark = pytest.mark.needs("etcd")
@@ -30,7 +33,10 @@ LABELS = ["etcd", "store", "store-b", "broker", "broker-1", "scheduler", "txchec
 
 def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[Process]) -> None:
     data = tmp_path / "data"
-    up = Process(pyrmq_up_command(data, "--groups", "2", "--brokers", "2", "--create-topic", "Spread"), tmp_path)
+    up = Process(
+        pyrmq_up_command(data, "--groups", "2", "--brokers", "2", "--create-topic", "Spread", remoting_port=0),
+        tmp_path,
+    )
     processes.append(up)
     ready = up.wait_line(READY)
     lines = parse_summary(ready.group(0))
@@ -42,6 +48,13 @@ def test_two_groups_and_two_brokers_on_one_port(tmp_path: Path, processes: list[
         assert lines[helper]["broker"].split(",") == locals_
     assert lines["store"]["data"] != lines["store-b"]["data"] and (data / "broker-b").is_dir()
     assert "replica set:      broker-b" in up.wait_line(re.compile(r"^  replica set: +broker-b")).group(0)
+    # One remoting port for both brokers, the first group's; broker-b's queues on a port of their own.
+    namesrv = lines["broker"]["remoting"]
+    assert lines["broker-1"]["remoting"] == namesrv
+    with RemotingTestClient(namesrv) as client:
+        route = json.loads(client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Spread"}).body)
+    addresses = {broker["brokerName"]: broker["brokerAddrs"]["0"] for broker in route["brokerDatas"]}
+    assert addresses["broker-a"] == namesrv and addresses["broker-b"] not in (namesrv, "")
 
     bodies = [f"m-{i}".encode() for i in range(40)]
     addresses = [ready["clients"], *locals_]

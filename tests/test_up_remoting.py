@@ -1,6 +1,6 @@
 """``pyrmq up --remoting-port``: where the brokers serve RocketMQ's remoting protocol. Without
 processes: the flag, the [broker] setting and the default 9876; the port passed to every broker,
-shared by ``--brokers B`` (the first one's bound port when 0), not offset by ``--groups``; what
+shared by ``--brokers B`` (the first one's bound port when 0), each other broker group's own remoting port; what
 ``up`` prints. Then once for real: ``up --brokers 2 --remoting-port 0``, a remoting client's
 route, send and pull through the shared port."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.launcher.cli import build_parser
 from services.launcher.topology import rows, service_environment
-from services.launcher.up import parse_summary, print_cluster, resolve_up
+from services.launcher.up import check_shape, parse_summary, place_replicas, print_cluster, resolve_up
 from tests.support.cli import run_pyrmq
 from tests.support.processes import Process, pyrmq_up_command
 from tests.support.remoting_client import RemotingTestClient
@@ -57,18 +57,31 @@ def test_the_remoting_port_is_the_flag_else_the_broker_setting_else_9876(tmp_pat
     assert broker_environments(up_namespace("--remoting-port", "-1"))["broker"]["PYRMQ_BROKER_REMOTING_PORT"] == "-1"
 
 
-def test_brokers_share_one_remoting_port_that_groups_do_not_offset() -> None:
+def test_brokers_share_one_remoting_port_and_each_other_group_has_its_own() -> None:
     """As the client port: broker j > 0 takes the first one's bound port (0: the one it bound),
-    SO_REUSEPORT on both; every broker serves every group, so the port is the same for all."""
-    shared = broker_environments(up_namespace("--remoting-port", "0", "--brokers", "3", "--groups", "2"))
+    SO_REUSEPORT on both. The main port is the first group's; group k's is the main one + 100 k
+    on every broker, or with 0 free ones ``up`` chose, the same for every broker."""
+    ns = up_namespace("--remoting-port", "0", "--brokers", "3", "--groups", "3")
+    place_replicas(ns)
+    shared = broker_environments(ns)
     assert list(shared) == ["broker", "broker-1", "broker-2"]
     assert shared["broker"]["PYRMQ_BROKER_REMOTING_PORT"] == "0"
     for label in ("broker-1", "broker-2"):
         assert shared[label]["PYRMQ_BROKER_REMOTING_PORT"] == "40001"
         assert shared[label]["PYRMQ_BROKER_PORT"] == "40000"
     assert all(env["PYRMQ_BROKER_REUSE_PORT"] == "True" for env in shared.values())
-    fixed = broker_environments(up_namespace("--brokers", "2", "--groups", "2"), first_remoting="mq.example:9876")
+    [chosen] = {env["PYRMQ_BROKER_REMOTING_GROUP_PORTS"] for env in shared.values()}
+    names_ports = dict(item.split("=") for item in chosen.split(","))
+    assert list(names_ports) == ["broker-b", "broker-c"] and all(int(port) > 0 for port in names_ports.values())
+    fixed = broker_environments(up_namespace("--brokers", "2", "--groups", "3"), first_remoting="mq.example:9876")
     assert [env["PYRMQ_BROKER_REMOTING_PORT"] for env in fixed.values()] == ["9876", "9876"]
+    assert {env["PYRMQ_BROKER_REMOTING_GROUP_PORTS"] for env in fixed.values()} == {"broker-b=9976,broker-c=10076"}
+    alone = broker_environments(up_namespace("--brokers", "2"))
+    assert not any("PYRMQ_BROKER_REMOTING_GROUP_PORTS" in env for env in alone.values())
+    off = broker_environments(up_namespace("--groups", "2", "--remoting-port", "-1"))
+    assert not any("PYRMQ_BROKER_REMOTING_GROUP_PORTS" in env for env in off.values())
+    assert check_shape(up_namespace("--groups", "3", "--remoting-port", "65400")) is not None
+    assert check_shape(up_namespace("--remoting-port", "-2")) is not None
 
 
 def test_up_says_where_remoting_clients_point() -> None:
@@ -84,8 +97,14 @@ def test_up_says_where_remoting_clients_point() -> None:
     out = io.StringIO()
     print_cluster(ns, out)
     assert "remoting clients: off" in out.getvalue()
+    ns = up_namespace("--groups", "2", "--etcd-endpoints", "127.0.0.1:2379")
+    ns.data_dir, ns.log_dir = Path("/data"), None
+    ns.ready = {"broker": {**broker, "remoting": "127.0.0.1:9876"}}
+    out = io.StringIO()
+    print_cluster(ns, out)
+    assert "remoting groups:  the first group on that port, broker-b on port 9976" in out.getvalue()
     code, help_text, _ = run_pyrmq("up", "--help")
-    assert code == 0 and "--remoting-port N" in help_text and "not offset by --groups" in " ".join(help_text.split())
+    assert code == 0 and "--remoting-port N" in help_text and "this one + 100 k" in " ".join(help_text.split())
 
 
 def test_two_brokers_serve_remoting_clients_on_one_port(tmp_path: Path, processes: list[Process]) -> None:

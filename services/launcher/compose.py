@@ -16,6 +16,8 @@ its master through that etcd. ``BROKERS`` brokers (``broker``, ``broker-1``) ser
 in its own container published on its own host port (8081, 8082: clients list both endpoints,
 ``127.0.0.1:8081;127.0.0.1:8082``), and its remoting port likewise (9876, 9877: remoting clients
 set ``namesrvAddr`` to ``127.0.0.1:9876;127.0.0.1:9877``; routes name the published port);
+``broker-b``'s own remoting port (9976, for 4.x clients: services/launcher/topology.py
+``remoting_group_ports``) is published from the first broker, since routes name it as bound;
 every txcheck reaches each broker by name. Every pyrmq
 service has a HEALTHCHECK through ``pyrmq health``; the stores wait for etcd to be healthy, the
 brokers and the helpers for etcd and every replica, txcheck also for the brokers. Prometheus scrapes every service and every replica (deploy/prometheus/prometheus.yml)
@@ -28,7 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.launcher.topology import SERVICES, ServiceSpec, group_names, group_suffix, service_environment
+from services.launcher.topology import (
+    SERVICES,
+    ServiceSpec,
+    group_names,
+    group_suffix,
+    remoting_group_ports,
+    service_environment,
+)
 
 IMAGE = "pyrmq:latest"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
@@ -87,6 +96,7 @@ def compose_namespace() -> argparse.Namespace:
         advertised_host="127.0.0.1",
         etcd_endpoints=",".join(f"{name}:{ETCD_CLIENT_PORT}" for name in etcd_names()),
         replicas=REPLICAS,
+        groups=GROUPS,
         # store_address: unused by services following the master through etcd (kept valid);
         # txcheck reaches every broker by name (topology._brokers).
         ready={
@@ -219,6 +229,10 @@ def render_compose() -> str:
                 f'      - "{CLIENT_PORT + index}:{CLIENT_PORT}"',
                 f'      - "{REMOTING_PORT + index}:{REMOTING_PORT}"',
             ]
+            # The other groups' remoting ports, which routes name as they are bound: the first
+            # broker's only (every broker serves every group).
+            if not index:
+                lines += [f'      - "{port}:{port}"' for port in remoting_group_ports(ns).values()]
         lines.append("    depends_on:")
         for dependency in _depends(spec.name):
             lines += [f"      {dependency}:", "        condition: service_healthy"]

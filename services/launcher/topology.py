@@ -6,7 +6,7 @@ A service starts as ``python -m <module>`` with its settings in the environment
 it in the cluster (addresses, ports, data directory) from a namespace:
 ``data_dir``, ``host``, ``metrics_host``, ``port`` (the broker's client port), ``remoting_port``
 (the broker's RocketMQ remoting port: name server and broker at once; None or absent: the
-broker's own setting), ``store_port``, ``metrics_port``, ``broker_metrics_port`` (None: beside
+broker's own setting; ``remoting_group_port_list``: the other groups' when it is 0), ``groups``, ``store_port``, ``metrics_port``, ``broker_metrics_port`` (None: beside
 the store's), ``advertised_host`` ("":
 the broker's own choice), ``broker_data_dir`` (None: the broker keeps no files) and ``ready``
 (service name -> the key=value pairs of its ready line; ``pyrmq up`` fills it with the addresses actually bound, the compose renderer with service
@@ -26,8 +26,10 @@ Several broker groups (``groups`` > 1, issue 17) go through etcd too: group k (`
 ``broker-b``, ...) has its store replicas, scheduler and txcheck on the first group's ports +
 100 k, its data under ``data_dir/<group>`` (the first group's at ``data_dir``), and every row of
 it names the group (``broker_name``). The brokers serve every group (their home group is the
-first; the others through the topic routes in etcd), so their client port and their remoting port
-are not offset by group: each broker has one of each. Several brokers (``brokers`` > 1) share the
+first; the others through the topic routes in etcd), so their client port is not offset by
+group. Their remoting port is the first group's (a 4.x client names no broker group in a
+request); each other group has a remoting port of its own on every broker, the main one + 100 k
+(``remoting_group_ports``), which routes name as that group's address. Several brokers (``brokers`` > 1) share the
 first one's client port and remoting port (``reuse_port``: SO_REUSEPORT on both), their metrics
 ports 10 apart; txcheck reaches each one at its own loopback port (its ready line's ``local``).
 """
@@ -74,14 +76,39 @@ def _advertised(ns: argparse.Namespace) -> dict[str, object]:
 
 def _remoting(ns: argparse.Namespace) -> dict[str, object]:
     """The broker's remoting port (0: any free one; -1: off; none given: the broker's own
-    setting), and the port remoting routes name when it is not the bound one (compose publishes
-    broker j's on host port 9876 + j)."""
+    setting), the port remoting routes name when it is not the bound one (compose publishes
+    broker j's on host port 9876 + j), and with several groups each other group's remoting port
+    (``remoting_group_ports``, ``remoting_group_ports_text``)."""
     port = getattr(ns, "remoting_port", None)
     advertised = getattr(ns, "remoting_advertised_port", 0)
+    groups = remoting_group_ports_text(ns)
     return {
         **({"remoting_port": port} if port is not None else {}),
         **({"remoting_advertised_port": advertised} if advertised else {}),
+        **({"remoting_group_ports": groups} if groups else {}),
     }
+
+
+def remoting_group_ports(ns: argparse.Namespace) -> dict[str, int]:
+    """Broker group -> its own remoting port, for 4.x clients (they name no broker group in a
+    request: the port says it). The first group's is the main remoting port itself (a request
+    there without ``bname`` is the brokers' home group's, the first); group k > 0 sits on the
+    main port + ``GROUP_PORT_STEP`` k, as its other ports do, or on a port ``up`` chose
+    (``ns.remoting_group_port_list``, when the main one is 0: any free one). Empty with one
+    group or the remoting port off."""
+    port = getattr(ns, "remoting_port", None)
+    count = getattr(ns, "groups", 1)
+    if port is None or port < 0 or count < 2:
+        return {}
+    chosen = getattr(ns, "remoting_group_port_list", None)
+    names = group_names(count)[1:]
+    ports = chosen or [_beside(port, GROUP_PORT_STEP * k) for k in range(1, count)]
+    return dict(zip(names, ports, strict=True))
+
+
+def remoting_group_ports_text(ns: argparse.Namespace) -> str:
+    """``remoting_group_ports`` as the broker's setting: ``broker-b=9976,broker-c=10076``."""
+    return ",".join(f"{name}={port}" for name, port in remoting_group_ports(ns).items())
 
 
 def _group(ns: argparse.Namespace) -> dict[str, object]:

@@ -58,6 +58,7 @@ from services.launcher.topology import (
     REPLICA_PORT_STEP,
     group_names,
     needs_etcd,
+    remoting_group_ports,
     rows,
     service_environment,
 )
@@ -252,11 +253,15 @@ def restartable(ns: argparse.Namespace, child: Child) -> bool:
 
 def place_replicas(ns: argparse.Namespace) -> None:
     """A replica set's ports: the local etcd's (2379 and 2380, or free ones with --store-port 0,
-    as each replica's own store port then: a replica registers its address before it binds)."""
+    as each replica's own store port then: a replica registers its address before it binds).
+    With several groups and --remoting-port 0, the other groups' remoting ports too: free ones
+    chosen here, so every broker of --brokers B binds the same (topology.remoting_group_ports)."""
     ns.etcd_port = 2379
     if ns.store_port == 0 and (needs_etcd(ns) or ns.etcd_endpoints):
         ns.replica_ports = free_ports(ns.groups * ns.replicas)  # group by group (topology.group_namespace)
         ns.etcd_port = free_ports(1, with_successor=True)[0]
+    if ns.remoting_port == 0 and ns.groups > 1:
+        ns.remoting_group_port_list = free_ports(ns.groups - 1)
 
 
 def check_shape(ns: argparse.Namespace) -> str | None:
@@ -267,6 +272,10 @@ def check_shape(ns: argparse.Namespace) -> str | None:
         return f"--replicas must be 1 to {GROUP_PORT_STEP // REPLICA_PORT_STEP} with several groups, got {ns.replicas}"
     if ns.brokers < 1:
         return f"--brokers must be at least 1, got {ns.brokers}"
+    if not -1 <= ns.remoting_port <= 0xFFFF:
+        return f"--remoting-port must be 0 to 65535 (-1: off), got {ns.remoting_port}"
+    if ns.remoting_port > 0 and ns.remoting_port + GROUP_PORT_STEP * (ns.groups - 1) > 0xFFFF:
+        return f"--remoting-port {ns.remoting_port} leaves no remoting port for group {ns.groups} (+ {GROUP_PORT_STEP} each)"
     return None
 
 
@@ -354,7 +363,7 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
         "",
         f"  RocketMQ clients: endpoints {ready['broker']['endpoint']} "
         f'(e.g. ClientConfiguration("{ready["broker"]["endpoint"]}", Credentials()))',
-        *_remoting_lines(ready["broker"]),
+        *_remoting_lines(ready["broker"], remoting_group_ports(ns)),
         f"  TLS:              {_tls_text(ready['broker'])}",
         f"  CPU placement:    {placement_text(getattr(ns, 'cpu_placement', 'auto'))}",
         f"  data directory:   {ns.data_dir}",
@@ -366,16 +375,21 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
     out.flush()
 
 
-def _remoting_lines(broker: dict[str, str]) -> list[str]:
+def _remoting_lines(broker: dict[str, str], group_ports: dict[str, int]) -> list[str]:
     """Where 4.x/5.x remoting clients and tools point (their name server address), if the
-    broker serves the remoting protocol (its ready line's ``remoting``)."""
+    broker serves the remoting protocol (its ready line's ``remoting``), and the other broker
+    groups' own remoting ports, which routes name."""
     address = broker.get("remoting")
     if not address:
         return ["  remoting clients: off (--remoting-port -1)"]
-    return [
+    lines = [
         f"  remoting clients: namesrvAddr {address} (name server and broker at once; e.g. "
         f'producer.setNamesrvAddr("{address}"), mqadmin clusterList -n {address})'
     ]
+    if group_ports:  # routes name them: 4.x clients name no broker group in a request
+        others = ", ".join(f"{name} on port {port}" for name, port in group_ports.items())
+        lines.append(f"  remoting groups:  the first group on that port, {others}")
+    return lines
 
 
 def _tls_text(broker: dict[str, str]) -> str:
@@ -421,8 +435,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="RocketMQ remoting port, for 4.x/5.x remoting clients and tools (namesrvAddr: name server and broker "
         "at once), 0 for any free one, -1 off (default: [broker] remoting_port, else 9876). Shared by the brokers "
-        "of --brokers B (SO_REUSEPORT, as the client port) and, like the client port, not offset by --groups: "
-        "every broker serves every group on it",
+        "of --brokers B (SO_REUSEPORT, as the client port). With --groups G it is the first group's; group k also "
+        "has a remoting port of its own on every broker, this one + 100 k as its other ports (free ones with 0), "
+        "which routes name: 4.x clients name no broker group in a request, the port says it",
     )
     up_parser.add_argument(
         "--host", default=None, help="listen address of the services (default: [store] host, else 127.0.0.1)"
