@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from services.broker.remoting import connections
 from services.broker.remoting.admin import RateSampler, human_bytes, parse_attributes, version_desc
 from services.broker.remoting.dispatch import RemotingError
-from services.broker.remoting.door import RemotingDoor
+from services.broker.remoting.door import RemotingDoor, build_remoting
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.bodies import (
     MessageQueue,
@@ -26,6 +27,7 @@ from services.domain.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseC
 from services.domain.remoting.command import RemotingCommand, encode
 from services.domain.remoting.fastjson_codec import fastjson_loads, key_object
 from services.domain.remoting.message_id import decode_offset_msg_id
+from tests.support.broker_groups import GROUP_A, GROUP_B, two_groups
 from tests.support.remoting_client import RemotingTestClient
 from tests.support.waits import wait_until
 
@@ -496,6 +498,47 @@ def test_consume_message_directly_carries_the_record_to_the_consumer(
             ResponseCode.SYSTEM_ERROR,
             f"can not find message by the msgId, {unknown}",
         )
+
+
+# -- broker groups ------------------------------------------------------------------------------------
+
+
+def test_a_groups_port_answers_for_that_group_the_main_port_for_all(tmp_path: Path) -> None:
+    with two_groups(tmp_path, remoting_group_ports=f"{GROUP_A}=0,{GROUP_B}=0") as groups:
+        door = build_remoting(groups.broker.core, "127.0.0.1", "127.0.0.1", 0, False)
+        door.start()
+        try:
+            groups.create("SplitT", queue_nums=1)
+            with RemotingTestClient(door.context.address) as main:
+                route = parse_topic_route(ok(main.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "SplitT"})).body)
+                ports = {b.broker_name: b.broker_addrs[0] for b in route.broker_datas}
+                for group, address in ports.items():
+                    with RemotingTestClient(address) as client:
+                        send(client, "SplitT", 1, keys=f"k-{group} shared")
+                query = {"topic": "SplitT", "key": "shared", "maxNum": "64", **FOREVER}
+                everywhere = records(ok(main.call(RequestCode.QUERY_MESSAGE, query)).body)
+                assert sorted(r.properties["KEYS"] for r in everywhere) == ["k-broker-a shared", "k-broker-b shared"]
+                stats = parse_topic_stats_table(
+                    ok(main.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "SplitT"})).body
+                )
+                assert set(stats.offset_table) == {MessageQueue("SplitT", g, 0) for g in (GROUP_A, GROUP_B)}
+                totals = parse_kv_table(ok(main.call(RequestCode.GET_BROKER_RUNTIME_INFO)).body)
+                assert totals["putMessageTimesTotal"] == "2"
+                named = main.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "SplitT", "bname": GROUP_B})
+                assert set(parse_topic_stats_table(ok(named).body).offset_table) == {MessageQueue("SplitT", GROUP_B, 0)}
+            for group, address in ports.items():  # as a tool asks each broker of the route
+                with RemotingTestClient(address) as broker:
+                    [record] = records(ok(broker.call(RequestCode.QUERY_MESSAGE, query)).body)
+                    assert record.properties["KEYS"] == f"k-{group} shared"
+                    stats = parse_topic_stats_table(
+                        ok(broker.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "SplitT"})).body
+                    )
+                    [(queue, offsets)] = stats.offset_table.items()
+                    assert queue == MessageQueue("SplitT", group, 0) and offsets.max_offset == 1
+                    table = parse_kv_table(ok(broker.call(RequestCode.GET_BROKER_RUNTIME_INFO)).body)
+                    assert table["putMessageTimesTotal"] == "1"
+        finally:
+            door.stop()
 
 
 # -- pure parts --------------------------------------------------------------------------------------------

@@ -5,25 +5,26 @@ the codes below and those of queries.py (messages, stats, progress, reset) and c
 
 | code | answer |
 |---|---|
-| UPDATE_AND_CREATE_TOPIC 17 | the topic created or updated on every broker group of the cluster (``TopicPlacement.create``): ``writeQueueNums`` queues (pyrmq keeps read = write), the type from ``attributes`` ``+message.type=X``, else FIFO when ``order`` is true, else the stored one (NORMAL for a new topic); other ``+key=value`` attributes as topic attributes (the core refuses unknown ones); ``perm`` is not changed; INVALID_PARAMETER 29 for an illegal or system topic name, in TopicValidator's words |
+| UPDATE_AND_CREATE_TOPIC 17 | the topic created or updated (``TopicPlacement.create``) on the request's group (``bname`` or its port's, as mqadmin ``-c`` asks each broker), else on every group of the cluster: ``writeQueueNums`` queues (pyrmq keeps read = write), the type from ``attributes`` ``+message.type=X``, else FIFO when ``order`` is true, else the stored one (NORMAL for a new topic); other ``+key=value`` attributes as topic attributes (the core refuses unknown ones); ``perm`` is not changed; INVALID_PARAMETER 29 for an illegal or system topic name, in TopicValidator's words |
 | DELETE_TOPIC_IN_BROKER 215 | deleted from every group of its route (``TopicPlacement.delete``); SUCCESS whether it existed or not, as RocketMQ; INVALID_PARAMETER for a blank or system topic |
 | DELETE_TOPIC_IN_NAMESRV 216 | SUCCESS, nothing to do: routes come from the stores (and etcd) |
-| GET_ALL_TOPIC_CONFIG 21 | TopicConfigAndMappingSerializeWrapper of every topic of every group (system ones too), no ``totalTopicNum`` header: clients take the page as the whole |
+| GET_ALL_TOPIC_CONFIG 21 | TopicConfigAndMappingSerializeWrapper of every topic (system ones too) of the request's group, else of every group; no ``totalTopicNum`` header: clients take the page as the whole |
 | GET_TOPIC_CONFIG 351 | TopicConfigAndQueueMapping (a TopicConfig); TOPIC_NOT_EXIST "No topic in this broker. topic: T" |
 | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200 | body SubscriptionGroupConfig: ``consumeMessageOrderly``, ``retryMaxTimes`` (+ 1 deliveries), ``groupRetryPolicy``, ``attributes`` (``+k=v`` / ``-k``) stored in every group's store (``TopicPlacement.create_group``); the other fields (consumeEnable, consumeBroadcastEnable, brokerId ...) are not kept; INVALID_PARAMETER for an illegal group name |
 | GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201 | SubscriptionGroupWrapper of the home group's store (groups are written to every group's), any header or none, no ``totalGroupNum`` |
 | GET_SUBSCRIPTIONGROUP_CONFIG 352 | SubscriptionGroupConfig; SUBSCRIPTION_GROUP_NOT_EXIST "No group in this broker" |
 | DELETE_SUBSCRIPTIONGROUP 207 | the group's config deleted from every group's store; its committed offsets stay (``cleanOffset`` is not done) |
 | GET_BROKER_CONFIG 26 | ``java.util.Properties`` text: RocketMQ's names for the settings pyrmq has (brokerClusterName, brokerName, brokerId 0, brokerIP1, listenPort, namesrvAddr ...) then every ``BrokerConfig`` field in camelCase (``init_authentication_user`` left out: it holds a secret); header ``version`` = DataVersion JSON |
-| GET_BROKER_RUNTIME_INFO 28 | KVTable, every key ClusterListSubCommand and rocketmq-exporter's BrokerRuntimeStats read, values strings (below) |
+| GET_BROKER_RUNTIME_INFO 28 | KVTable of the request's group, else of every group, with every key ClusterListSubCommand and rocketmq-exporter's BrokerRuntimeStats read, values strings (below) |
 | VIEW_BROKER_STATS_DATA 315 | SYSTEM_ERROR "The stats <name> <key> not exist": pyrmq keeps no minute/hour/day stats items (the tools skip it) |
 
 GET_BROKER_RUNTIME_INFO's figures. Real: ``msgPutTotalTodayNow`` and ``putMessageTimesTotal`` (the
-stores' appended messages since each store started, summed over the broker groups: GetStats),
-``putMessageSizeTotal``, ``putMessageAverageSize``, ``commitLogMinOffset`` / ``commitLogMaxOffset``
-(the home group's store), ``dispatchBehindBytes``, ``remainHowManyDataToFlush``,
-``earliestMessageTimeStamp`` (the store time of the home store's first record; this door's start
-when it has none), ``sendThreadPoolQueueSize`` (sends waiting in the send queues) and
+stores' appended messages since each store started, summed over the groups answered for:
+GetStats), ``putMessageSizeTotal``, ``putMessageAverageSize``, ``commitLogMinOffset`` /
+``commitLogMaxOffset`` (the first group's store: the home group's when all are asked),
+``dispatchBehindBytes``, ``remainHowManyDataToFlush``, ``earliestMessageTimeStamp`` (the store time
+of that store's first record; this door's start when it has none), ``sendThreadPoolQueueSize``
+(sends waiting in those groups' send queues) and
 ``putTps`` ("10 s, 60 s, 600 s" rates from the put counts this door saw at earlier calls: 0.0
 until a call that far back). Estimates: ``bootTimestamp`` / ``runtime`` are this door's start;
 ``commitLogDiskRatio``, ``consumeQueueDiskRatio`` and ``commitLogDirCapacity`` describe the disk
@@ -42,7 +43,6 @@ from collections import deque
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from services.broker.broker_group_stats import send_queue_stats
 from services.broker.errors import FAILURES
 from services.broker.remoting.connections import Connections
 from services.broker.remoting.context import RemotingContext
@@ -81,7 +81,7 @@ class Admin:
         self._queries = Queries(context)
         self._connections = Connections(context)
         self._boot_ms = context.clock.now_ms()
-        self._puts = RateSampler()
+        self._puts: dict[str, RateSampler] = {}  # by broker group ("": all of them)
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic)
@@ -117,7 +117,9 @@ class Admin:
                 attributes[key[1:]] = value
         if not message_type and optional_bool(fields, "order"):
             message_type = "FIFO"
-        self._context.core.placement.create(topic, message_type, queue_nums, (), attributes or None)
+        scope = self._context.broker_name(channel, fields)  # mqadmin -c asks each broker of the cluster
+        on = (self._context.group_core(scope).name,) if scope else ()
+        self._context.core.placement.create(topic, message_type, queue_nums, on, attributes or None)
         return request.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -132,12 +134,17 @@ class Admin:
         return request.response(ResponseCode.SUCCESS)
 
     def all_topic_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        topics = self._context.core.placement.list_topics(include_system=True)
+        placement = self._context.core.placement
+        scope = self._context.broker_name(channel, request.ext_fields)
+        if scope:
+            topics = placement.admin(self._context.group_core(scope).name).list_topics(include_system=True)
+        else:
+            topics = [info for info, _ in placement.list_topics(include_system=True)]
         version = self._data_version()
         body = {
             "dataVersion": version,
             "mappingDataVersion": version,
-            "topicConfigTable": {info.name: topic_config(info) for info, _ in topics},
+            "topicConfigTable": {info.name: topic_config(info) for info in topics},
             "topicQueueMappingDetailMap": {},
             "topicQueueMappingInfoMap": {},
         }
@@ -146,7 +153,7 @@ class Admin:
     def topic_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         topic = required(request.ext_fields, "topic")
         if validate_topic_name(topic) is None:
-            for core in topic_cores(self._context, topic):
+            for core in topic_cores(self._context, topic, self._context.broker_name(channel, request.ext_fields)):
                 info = core.store.get_topic(topic)
                 if info is not None:
                     return request.response(ResponseCode.SUCCESS, body=fastjson_dumpb(topic_config(info)))
@@ -239,13 +246,15 @@ class Admin:
         return request.response(ResponseCode.SUCCESS, ext_fields=header, body=text.encode())
 
     def runtime_info(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        return request.response(ResponseCode.SUCCESS, body=encode_kv_table(self.runtime_table()))
+        table = self.runtime_table(self._context.broker_name(channel, request.ext_fields))
+        return request.response(ResponseCode.SUCCESS, body=encode_kv_table(table))
 
-    def runtime_table(self) -> dict[str, str]:
-        """GET_BROKER_RUNTIME_INFO's table (module docstring: which figures are real)."""
+    def runtime_table(self, broker_name: str = "") -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's table for one broker group, or all ("") (module docstring:
+        which figures are real)."""
         context = self._context
         config = context.config
-        cores = group_cores(context)
+        cores = group_cores(context, broker_name)
         stats: list[StoreStats] = []
         for core in cores:
             try:
@@ -257,12 +266,11 @@ class Admin:
         puts = sum(s.put_messages_total for s in stats)
         put_bytes = sum(s.put_bytes_total for s in stats)
         now_ms = context.clock.now_ms()
-        put_tps = self._puts.rates(context.clock.monotonic_s(), puts)
+        put_tps = self._puts.setdefault(broker_name, RateSampler()).rates(context.clock.monotonic_s(), puts)
         earliest = self._boot_ms
         if home.commitlog_max_offset > home.commitlog_min_offset:
             first = cores[0].store.look_message(home.commitlog_min_offset)
             earliest = first.store_timestamp_ms if first is not None else earliest
-        queue = send_queue_stats(context.core.broker_groups)()
         disk = shutil.disk_usage(config.data_dir or ".")
         ratio = java_double(disk.used / disk.total if disk.total else 0.0)
         zero_tps = "0.0 0.0 0.0"
@@ -306,7 +314,7 @@ class Admin:
             "commitLogDiskRatio": ratio,
             "consumeQueueDiskRatio": ratio,
             "commitLogDirCapacity": f"Total : {human_bytes(disk.total)}, Free : {human_bytes(disk.free)}.",
-            "sendThreadPoolQueueSize": str(queue.queued_messages if queue is not None else 0),
+            "sendThreadPoolQueueSize": str(sum(core.sink.stats().queued_messages for core in cores)),
             "sendThreadPoolQueueCapacity": str(config.put_queue_messages_max),
             "EndTransactionQueueSize": "0",
             "EndTransactionThreadPoolQueueCapacity": workers,

@@ -164,7 +164,8 @@ class Connections:
             _, _, phy_offset = decode_offset_msg_id(msg_id)
         except ValueError:
             phy_offset = -1
-        for core in group_cores(self._context) if phy_offset >= 0 else ():
+        scope = self._context.broker_name(channel, request.ext_fields)
+        for core in group_cores(self._context, scope) if phy_offset >= 0 else ():
             message = core.store.look_message(phy_offset)
             if message is not None:
                 fields["brokerName"] = core.name

@@ -16,10 +16,12 @@ RocketMQ 4's ``Broker2Client.resetOffset`` did: a running consumer keeps its off
 would commit them back over the reset (RocketMQ 5 instead answers the next pull of each reset
 queue with the new offset, which pyrmq's pulls do not track).
 
-The door names one address for every broker group, so a tool that asks each broker of a route
-sends the same request once per group: QUERY_MESSAGE answers every group's records each time (a
-Java tool lists a message found in a multi-group cluster once per group), the other answers
-carry the group in each MessageQueue and merge.
+Broker groups. A tool asks each broker of a route (or of the cluster) in turn. A request that
+names its group (``bname``, 5.x clients) or comes in on a group's own port
+(``remoting_group_ports``) is answered for that group alone; one on the main port without
+``bname`` for every group of the topic (or cluster), each MessageQueue naming its group. When
+every group shares the main port, a Java tool therefore gets each group's answer once per group:
+the MessageQueue-keyed answers merge, but QUERY_MESSAGE lists a message once per group asked.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+from dataclasses import replace
 
 from services.broker.admin import QueueReset, ResetPosition
 from services.broker.broker_group_core import BrokerGroupCore
@@ -103,7 +106,7 @@ class Queries:
         max_num = max(1, min(max_num, QUERY_MAX_NUM))
         found: list[tuple[BrokerGroupCore, StoredMessage]] = []
         if key and validate_topic_name(topic) is None:  # nothing is indexed under an illegal name
-            for core in topic_cores(self._context, topic):
+            for core in topic_cores(self._context, topic, self._context.broker_name(channel, fields)):
                 matches = [
                     m
                     for m in core.store.query_messages_by_key(topic, key, max_num)
@@ -129,7 +132,7 @@ class Queries:
         topic = request.ext_fields.get("topic") or ""
         first: tuple[BrokerGroupCore, StoredMessage] | None = None
         if offset >= 0:
-            for core in group_cores(self._context):
+            for core in group_cores(self._context, self._context.broker_name(channel, request.ext_fields)):
                 message = core.store.look_message(offset)
                 if message is None:
                     continue
@@ -147,7 +150,7 @@ class Queries:
         table: dict[MessageQueue, TopicOffset] = {}
         held = False
         if validate_topic_name(topic) is None:
-            for core in topic_cores(self._context, topic):
+            for core in topic_cores(self._context, topic, self._context.broker_name(channel, request.ext_fields)):
                 info = core.store.get_topic(topic)
                 if info is None:
                     continue
@@ -168,7 +171,7 @@ class Queries:
         listed = [t for t in (fields.get("topicList") or "").split(";") if t]
         subscribed = subscribed_topics(self._context, group)
         table: dict[MessageQueue, OffsetWrapper] = {}
-        for core in group_cores(self._context):
+        for core in group_cores(self._context, self._context.broker_name(channel, fields)):
             committed: dict[str, dict[int, int]] = {}
             if validate_group_name(group) is None:
                 for name, queue_id, offset in core.store.group_offsets(group):
@@ -225,15 +228,24 @@ class Queries:
         group = required(fields, "group")
         timestamp = required_int(fields, "timestamp")
         queue_id = optional_int(fields, "queueId", -1)
+        scope = self._context.broker_name(channel, fields)
+        position = ResetPosition.LATEST if timestamp < 0 else None
+        since = None if position else timestamp
+        core = self._context.core
         try:
             if queue_id >= 0:
                 offset = optional_int(fields, "offset", -1)
-                resets = self._reset_queue(fields.get("bname", ""), group, topic, queue_id, timestamp, offset)
+                resets = self._reset_queue(scope, group, topic, queue_id, timestamp, offset)
+            elif scope:  # the group the request is for (a tool asks each broker of the route)
+                name = self._context.group_core(scope).name
+                resets = [
+                    replace(r, broker_name=name)
+                    for r in core.placement.admin(name).reset_consumer_offset(
+                        group, topic, timestamp_ms=since, position=position
+                    )
+                ]
             else:
-                position = ResetPosition.LATEST if timestamp < 0 else None
-                resets = self._context.core.cluster_admin.reset_consumer_offset(
-                    group, topic, timestamp_ms=None if position else timestamp, position=position
-                )
+                resets = core.cluster_admin.reset_consumer_offset(group, topic, timestamp_ms=since, position=position)
         except FAILURES as caught:
             error = as_broker_error(caught)
             if error.code is Code.TOPIC_NOT_FOUND:
@@ -291,19 +303,31 @@ class Queries:
 # -- shared by the operator handlers -----------------------------------------------------------
 
 
-def group_cores(context: RemotingContext) -> list[BrokerGroupCore]:
-    """Every broker group of the cluster this door serves, the home group first."""
-    core = context.core
-    home = core.broker_groups.home
-    return [home] + [
-        core.broker_groups.attach(name) for name in core.placement.cluster_broker_groups() if name != home.name
-    ]
+def group_cores(context: RemotingContext, broker_name: str = "") -> list[BrokerGroupCore]:
+    """The group a request is for (``broker_name``: its ``bname`` or its port's group), else every
+    broker group of the cluster this door serves, the home group first."""
+    if broker_name:
+        return [context.group_core(broker_name)]
+    groups = context.core.broker_groups
+    cores = {groups.home.name: groups.home}
+    for name in context.core.placement.cluster_broker_groups():
+        cores.setdefault(name, groups.attach(name))
+    for core in groups.cores():
+        cores.setdefault(core.name, core)
+    return list(cores.values())
 
 
-def topic_cores(context: RemotingContext, topic: str) -> list[BrokerGroupCore]:
-    """The broker groups holding ``topic``: its route's, else the home group."""
-    core = context.core
-    return [core.broker_groups.attach(name) for name in core.placement.route_broker_groups(topic)]
+def topic_cores(context: RemotingContext, topic: str, broker_name: str = "") -> list[BrokerGroupCore]:
+    """The group a request is for, else the broker groups of ``topic``'s route (the home group for
+    a topic no route names, a system topic included)."""
+    if broker_name:
+        return [context.group_core(broker_name)]
+    groups = context.core.broker_groups
+    try:
+        route = groups.route(topic, create=False)
+    except FAILURES:
+        return [groups.home]
+    return [groups.attach(queue_data.broker_name) for queue_data in route.queue_datas] or [groups.home]
 
 
 def subscribed_topics(context: RemotingContext, group: str) -> set[str]:
