@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.model import ClientType
 from services.broker.remoting import connections
 from services.broker.remoting.admin import RateSampler, human_bytes, parse_attributes, version_desc
 from services.broker.remoting.dispatch import RemotingError
 from services.broker.remoting.door import RemotingDoor, build_remoting
+from services.broker.telemetry import ClientFacts, ClientSession
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.bodies import (
     MessageQueue,
@@ -498,6 +500,40 @@ def test_consume_message_directly_carries_the_record_to_the_consumer(
             ResponseCode.SYSTEM_ERROR,
             f"can not find message by the msgId, {unknown}",
         )
+
+
+def test_v2_clients_are_listed_beside_remoting_ones(
+    remoting: RemotingTestClient, topics: Callable[..., None], door
+) -> None:
+    topics("MixT", queue_nums=1)
+    registry = door.context.core.telemetry.registry
+    facts = ClientFacts("golang", "5.0.7", "10.1.1.1:5000")
+    consumer = ClientSession("v2-c", lambda command: True, 1, ClientType.SIMPLE_CONSUMER, group="V2G", facts=facts)
+    consumer.subscriptions, consumer.language, consumer.version = (("MixT", "x || y"),), "GOLANG", "V5_0_7"
+    producer = ClientSession("v2-p", lambda command: True, 1, ClientType.PRODUCER, frozenset({"MixT"}), facts=facts)
+    producer.language, producer.version, producer.last_seen_ms = "RUST", "5.0.7", 42
+    registry.register(consumer)  # as their Telemetry streams would
+    registry.register(producer)
+    connection = fastjson_loads(
+        ok(remoting.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "V2G"})).body
+    )
+    assert connection["connectionSet"] == [
+        {"clientAddr": "10.1.1.1:5000", "clientId": "v2-c", "language": "GO", "version": 413 + 2 * 7}
+    ]
+    assert connection["consumeType"] == "CONSUME_ACTIVELY" and connection["messageModel"] == "CLUSTERING"
+    assert sorted(connection["subscriptionTable"]["MixT"]["tagsSet"]) == ["x", "y"]
+    who = fastjson_loads(ok(remoting.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "MixT"})).body)
+    assert who["groupList"] == ["V2G"]
+    producers = fastjson_loads(
+        ok(remoting.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "MixT"})).body
+    )
+    assert producers["connectionSet"] == [  # the proxy's producer group of a v2 producer: its topic
+        {"clientAddr": "10.1.1.1:5000", "clientId": "v2-p", "language": "RUST", "version": 479}
+    ]
+    data = fastjson_loads(ok(remoting.call(RequestCode.GET_ALL_PRODUCER_INFO)).body)["data"]
+    assert data["MixT"] == [
+        {"clientId": "v2-p", "language": "RUST", "lastUpdateTimestamp": 42, "remoteIP": "10.1.1.1:5000", "version": 479}
+    ]
 
 
 # -- broker groups ------------------------------------------------------------------------------------
