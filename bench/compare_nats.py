@@ -129,18 +129,23 @@ def wait_for(probe, proc: subprocess.Popen, what: str, log: Path, timeout: float
 @dataclass
 class Server:
     endpoint: str
-    pids: list[int]
+    pids: dict[str, int]  # role ("store", "broker"; "nats-server") -> pid
     tmp: Path
+    remoting: str = ""  # pyrmq: the broker's remoting address (bench/remoting_bench.py)
 
     def cpu_s(self) -> float:
-        return sum(proc_cpu_s(pid) for pid in self.pids)
+        return sum(proc_cpu_s(pid) for pid in self.pids.values())
+
+    def cpu_by_role(self) -> dict[str, float]:
+        return {role: proc_cpu_s(pid) for role, pid in self.pids.items()}
 
 
 @contextmanager
 def pyrmq_cluster(durability: str):
     with tempfile.TemporaryDirectory(prefix="cmp-pyrmq-") as tmp:
         out, log = Path(tmp, "up.out"), Path(tmp, "up.log")
-        env = dict(os.environ, PYRMQ_STORE_FLUSH_MODE="SYNC" if durability == "sync" else "ASYNC")
+        flush = "SYNC" if durability == "sync" else "ASYNC"  # remoting: any free port (9876 may be taken)
+        env = dict(os.environ, PYRMQ_STORE_FLUSH_MODE=flush, PYRMQ_BROKER_REMOTING_PORT="0")
         with open(out, "w") as so, open(log, "w") as se:
             proc = subprocess.Popen(
                 [PYRMQ, "up", "--data-dir", f"{tmp}/data", "--port", "0", "--store-port", "0", "--metrics-port", "-1"],
@@ -151,7 +156,8 @@ def pyrmq_cluster(durability: str):
                 **DETACH,
             )
         try:
-            endpoint = wait_for(lambda: READY.search(out.read_text()), proc, "pyrmq up", log)[1]
+            ready = wait_for(lambda: READY.search(out.read_text()), proc, "pyrmq up", log)
+            endpoint, remoting = ready[1], re.search(r"^pyrmq up: .*? remoting=(\S+)", out.read_text(), re.M)
             if f"(flush {env['PYRMQ_STORE_FLUSH_MODE']})" not in log.read_text():
                 raise SystemExit(f"the store did not log flush {env['PYRMQ_STORE_FLUSH_MODE']}: see {log}")
             roles = {}
@@ -161,8 +167,8 @@ def pyrmq_cluster(durability: str):
                 for c in (task / "children").read_text().split()
             ]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                for role in (b"services.store", b"services.broker"):
-                    if role in cmdline:
+                for role in ("store", "broker"):
+                    if f"services.{role}".encode() in cmdline:
                         roles[role] = pid
             if len(roles) != 2:
                 raise SystemExit(f"store and broker processes not found under pyrmq up: {roles}")
@@ -174,7 +180,7 @@ def pyrmq_cluster(durability: str):
             )
             if created.returncode != 0:
                 raise SystemExit(f"pyrmq topic create failed: {created.stdout}{created.stderr}")
-            yield Server(endpoint, list(roles.values()), Path(tmp))
+            yield Server(endpoint, roles, Path(tmp), remoting[1] if remoting else "")
         finally:
             stop(proc)
 
@@ -201,7 +207,7 @@ def nats_server(binary: str, durability: str):
             proc = subprocess.Popen([binary, "-c", str(conf)], stdout=lf, stderr=subprocess.STDOUT, **DETACH)
         try:
             wait_for(lambda: port_open(port), proc, "nats-server", log, timeout=30)
-            yield Server(f"nats://127.0.0.1:{port}", [proc.pid], Path(tmp))
+            yield Server(f"nats://127.0.0.1:{port}", {"nats-server": proc.pid}, Path(tmp))
         finally:
             stop(proc)
 
