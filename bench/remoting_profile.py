@@ -89,11 +89,13 @@ def thread_names(pid: int) -> dict[int, str]:
 
 def thread_group(name: str | None) -> str:
     if name is None:
-        return "grpc core C threads (store client channel)"
+        return "C threads (grpc core: polling, socket reads and writes)"
     if name.startswith("remoting_"):
         return "remoting pool workers"
     if name.endswith("(_run)"):
-        return "grpc channel spin (the store client's completions)"
+        return "grpc channel spin (a client channel's completions)"
+    if name.endswith("(_serve)"):
+        return "grpc server (its completion queue)"
     return re.sub(r"[-_]\d+\b|Thread-\d+ ", "", name)
 
 
@@ -117,50 +119,54 @@ def piece(stack: list[str]) -> str:
 
 
 class Sampler(rb.Hooks):
-    """Thread CPU and py-spy --gil over each measured part."""
+    """Thread CPU of the broker and the store, and py-spy --gil on the broker, over each measured
+    part (``rate`` 0: threads only, nothing slows the broker)."""
 
     def __init__(self, out: Path, rate: int) -> None:
         self.out, self.rate = out, rate
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, srv: cn.Server, name: str) -> None:
-        self.pid = srv.pids["broker"]
+        self.pids = {role: srv.pids[role] for role in ("broker", "store")}
         self.path = self.out / f"broker-{name}.txt"
-        self.proc = subprocess.Popen(
-            [PY_SPY, "record", "--gil", "-r", str(self.rate), "--format", "raw"]
-            + ["-o", str(self.path), "-p", str(self.pid)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(1.0)  # py-spy attaches
-        self.cpu0, self.started = thread_cpu(self.pid), time.perf_counter()
+        if self.rate:
+            self.proc = subprocess.Popen(
+                [PY_SPY, "record", "--gil", "-r", str(self.rate), "--format", "raw"]
+                + ["-o", str(self.path), "-p", str(self.pids["broker"])],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1.0)  # py-spy attaches
+        self.cpu0 = {role: thread_cpu(pid) for role, pid in self.pids.items()}
+        self.started = time.perf_counter()
 
     def stop(self) -> None:
         self.elapsed = time.perf_counter() - self.started
-        self.cpu1 = thread_cpu(self.pid)
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(60)
-        self.names = thread_names(self.pid)
+        self.cpu1 = {role: thread_cpu(pid) for role, pid in self.pids.items()}
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(60)
+            self.proc = None
+        self.names = {role: thread_names(pid) for role, pid in self.pids.items()}
 
     def report(self, label: str, count: int) -> list[str]:
-        groups: collections.Counter[str] = collections.Counter()
-        for tid, cpu in self.cpu1.items():
-            groups[thread_group(self.names.get(tid))] += cpu - self.cpu0.get(tid, 0.0)
-        total = sum(groups.values())
-        lines = [
-            f"{label}: {count:,} in {self.elapsed:.1f} s ({count / self.elapsed:,.0f}/s under py-spy); "
-            f"broker {total / count * 1e6:,.1f} CPU-µs each",
-            "  threads (CPU-µs each):",
-        ]
-        lines += [f"    {cpu / count * 1e6:8.1f}  {group}" for group, cpu in groups.most_common() if cpu > 0]
+        lines = [f"{label}: {count:,} in {self.elapsed:.1f} s ({count / self.elapsed:,.0f}/s)"]
+        for role in self.pids:
+            groups: collections.Counter[str] = collections.Counter()
+            for tid, cpu in self.cpu1[role].items():
+                groups[thread_group(self.names[role].get(tid))] += cpu - self.cpu0[role].get(tid, 0.0)
+            total = sum(groups.values())
+            lines.append(f"  {role}: {total / count * 1e6:,.1f} CPU-µs each; by thread:")
+            lines += [f"    {cpu / count * 1e6:8.1f}  {group}" for group, cpu in groups.most_common(8) if cpu > 0]
+        if not self.rate:
+            return lines
         pieces: collections.Counter[str] = collections.Counter()
         for line in self.path.read_text().splitlines():
             stack, _, samples = line.rpartition(" ")
             if stack:
                 pieces[piece(stack.split(";"))] += int(samples)
         samples = sum(pieces.values())
-        lines.append(f"  Python under the GIL (py-spy --gil, {samples:,} samples), share of the samples by piece:")
+        lines.append(f"  broker Python under the GIL (py-spy --gil, {samples:,} samples), share by piece:")
         lines += [f"    {100 * n / max(1, samples):5.1f}%  {name}" for name, n in pieces.most_common(16)]
         return lines
 
@@ -191,7 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", nargs="+", default=["send1", "batch", "pull", "kv1", "kv64", "max1", "max64"])
     parser.add_argument("--messages", type=int, default=2000, help="send1; x10 for batch and pull")
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second (0: no py-spy)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/remoting-profile"))
     args = parser.parse_args()
     if not os.access(PY_SPY, os.X_OK):
