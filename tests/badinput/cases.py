@@ -1,5 +1,5 @@
 """What a corpus case is (``Case``, ``InBand``), the list they go in (``CASES``, filled by
-``corpus_v2.py`` and ``corpus_admin_store.py`` through ``case``), and the name classes and small
+``corpus_v2.py``, ``corpus_admin_store.py`` and ``corpus_remoting.py`` through ``case``), and the name classes and small
 builders the case modules share. tests/badinput/corpus.py documents the fields."""
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ class InBand:
 @dataclass(frozen=True)
 class Case:
     id: str
-    service: str  # "v2" | "admin" | "store"
+    service: str  # "v2" | "admin" | "store" | "remoting"
     rpc: str
     build: Callable[[dict], Any]
-    expected: Any  # int (v2 Code) | grpc.StatusCode | InBand
+    expected: Any  # int (v2 Code; remoting ResponseCode) | grpc.StatusCode | InBand
     metadata: tuple | None = None
     unchanged: tuple[str, ...] = ALL_STATE
     bug: str | None = None
     timeout_s: float = 10.0
+    remark: str | None = None  # remoting: text the answer's remark must contain
 
     @property
     def kind(self) -> str:

@@ -2,14 +2,20 @@
 
 Each case asserts: the exact answer (a v2 code in band, or a gRPC status code), never
 INTERNAL_SERVER_ERROR, and that nothing it names in ``unchanged`` moved (appended records,
-topics, groups, committed offsets). Then: raw truncated/garbage protobuf bytes on every
+topics, groups, committed offsets). A remoting case (the door's RocketMQ protocol) also asserts
+its remark says what was wrong (``Case.remark``; never a Python exception's name) and that the
+same connection answers the next request. Then: raw truncated/garbage protobuf bytes on every
 method get a clean gRPC error and the servers keep serving; and the seed message the forged
 handles aimed at is still held by its consumer (its real handle still acks).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
+import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -18,7 +24,11 @@ from apache.rocketmq.v2 import service_pb2 as s
 from pyrmq.admin.v1 import admin_pb2 as apb
 from pyrmq.store.v1 import store_pb2 as pb
 
+from services.domain.remoting.codes import RequestCode, ResponseCode
+from services.domain.remoting.command import RemotingCommand
 from tests.badinput.corpus import CASES, Case, InBand
+from tests.badinput.corpus_remoting import HEADERS, REMOTING_GROUP, SUB_VERSION
+from tests.badinput.remoting_wire import FrameSocket
 from tests.support.badinput_cluster import Cluster
 from tests.support.v2_requests import METADATA
 
@@ -64,8 +74,85 @@ def _marks(case: Case):
     return [pytest.mark.xfail(strict=True, reason=case.bug)] if case.bug else []
 
 
+class RemotingSession:
+    """The connection the remoting cases share, with ``REMOTING_GROUP`` registered by a heartbeat
+    on it (subscribed to TopicTest at ``SUB_VERSION``), renewed well within the door's 120 s."""
+
+    HEARTBEAT = json.dumps({
+        "clientID": "badinput@1",
+        "consumerDataSet": [{
+            "groupName": REMOTING_GROUP, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+            "subscriptionDataSet": [{"topic": "TopicTest", "subString": "*", "expressionType": "TAG",
+                                     "subVersion": SUB_VERSION, "tagsSet": [], "codeSet": []}],
+        }],
+        "producerDataSet": [],
+    }).encode()  # fmt: skip
+
+    def __init__(self, address: str) -> None:
+        self._address = address
+        self.conn = FrameSocket(address)
+        self._heartbeat_s = 0.0
+
+    def ready(self) -> FrameSocket:
+        if self.conn.closed:
+            self.conn.close()
+            self.conn = FrameSocket(self._address)
+            self._heartbeat_s = 0.0
+        if time.monotonic() - self._heartbeat_s > 30:
+            answer = self.conn.call(RemotingCommand(RequestCode.HEART_BEAT, body=self.HEARTBEAT))
+            assert answer is not None and answer.code == ResponseCode.SUCCESS, answer
+            self._heartbeat_s = time.monotonic()
+        return self.conn
+
+
+@pytest.fixture(scope="module")
+def remoting_session(cluster: Cluster) -> Iterator[RemotingSession]:
+    session = RemotingSession(cluster.remoting_address)
+    try:
+        yield session
+    finally:
+        session.conn.close()
+
+
+PYTHON_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception): ")
+
+
+def run_remoting(session: RemotingSession, case: Case) -> tuple[int, str]:
+    """The answer's code and remark; the connection must answer the next request after it."""
+    conn = session.ready()
+    answer = conn.call(case.build({}), case.timeout_s)
+    assert answer is not None, f"{case.id}: the door closed the connection"
+    assert conn.probe() == ResponseCode.SUCCESS, f"{case.id}: the connection stopped serving"
+    return answer.code, answer.remark or ""
+
+
+def _remoting_name(code: int) -> str:
+    try:
+        return f"{ResponseCode(code).name} ({code})"
+    except ValueError:
+        return str(code)
+
+
+def check_remoting(cluster: Cluster, session: RemotingSession, case: Case) -> None:
+    session.ready()
+    before = cluster.snapshot()
+    code, remark = run_remoting(session, case)
+    after = cluster.snapshot()
+    got, expected = _remoting_name(code), _remoting_name(case.expected)
+    assert code == case.expected, f"{case.id}: got {got} {remark!r}, expected {expected}"
+    assert remark, f"{case.id}: a refusal without a remark"
+    assert not PYTHON_EXCEPTION.search(remark), f"{case.id}: the remark names a Python exception: {remark!r}"
+    assert case.remark is None or case.remark in remark, f"{case.id}: remark {remark!r} lacks {case.remark!r}"
+    for part in case.unchanged:
+        assert after[part] == before[part], f"{case.id} changed {part}: {before[part]} -> {after[part]}"
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in CASES])
-def test_bad_request(cluster: Cluster, case: Case) -> None:
+def test_bad_request(cluster: Cluster, case: Case, request: pytest.FixtureRequest) -> None:
+    if case.service == "remoting":
+        check_remoting(cluster, request.getfixturevalue("remoting_session"), case)
+        return
     before = cluster.snapshot()
     got = run_case(cluster, case)
     after = cluster.snapshot()
@@ -89,6 +176,13 @@ def test_the_corpus_is_big_and_covers_every_rpc() -> None:
     covered = {(c.service, c.rpc) for c in CASES}
     for method in V2_SERVICE.methods:
         assert ("v2", method.name) in covered, method.name
+
+
+def test_the_remoting_corpus_knows_every_code_the_door_serves(cluster: Cluster) -> None:
+    """corpus_remoting.HEADERS (a required field missing, a number that is not) covers every
+    registered code: a code added to the door without its header here fails."""
+    assert sorted(cluster.remoting.dispatcher.codes - set(HEADERS)) == []
+    assert sorted(set(HEADERS) - cluster.remoting.dispatcher.codes) == []
 
 
 # -- raw bytes: truncated and garbage protobuf ------------------------------------------------------

@@ -28,6 +28,7 @@ from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
 from services.broker.__main__ import build_broker
 from services.broker.config import BrokerConfig
+from services.broker.remoting.door import RemotingDoor, build_remoting
 from services.broker.v2.server import BrokerServer
 from services.runtime.clock import SystemClock
 from services.store.client.client import GrpcStoreClient
@@ -50,7 +51,7 @@ TOPICS = {
     "LiteTopic": pb.LITE,
     "OtherTopic": pb.NORMAL,
 }
-GROUPS = ("G1", "G2")
+GROUPS = ("G1", "G2", "RG")  # RG: the remoting cases' consumer group (tests/badinput/corpus_remoting.py)
 
 
 @dataclass
@@ -63,8 +64,13 @@ class Cluster:
     store_stub: pb_grpc.StoreStub
     broker_channel: grpc.Channel
     store_channel: grpc.Channel
+    remoting: RemotingDoor
     # Values the corpus builders read (a real receipt handle, a real recall handle, ...).
     ctx: dict = field(default_factory=dict)
+
+    @property
+    def remoting_address(self) -> str:
+        return self.remoting.context.address
 
     def snapshot(self) -> dict:
         """What a refused request must not change: appended records, topics, groups, offsets."""
@@ -160,6 +166,8 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     client = GrpcStoreClient(config.store_address)
     broker = build_broker(config, client)
     broker.start()
+    remoting = build_remoting(broker.core, "127.0.0.1", "127.0.0.1", 0, False)
+    remoting.start()
     broker_channel = grpc.insecure_channel(f"127.0.0.1:{broker.port}", options=CHANNEL_OPTIONS)
     store_channel = grpc.insecure_channel(f"127.0.0.1:{store_port}", options=CHANNEL_OPTIONS)
     cluster = Cluster(
@@ -171,6 +179,7 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
         pb_grpc.StoreStub(store_channel),
         broker_channel,
         store_channel,
+        remoting,
     )
     try:
         _seed(cluster)
@@ -178,6 +187,7 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     finally:
         broker_channel.close()
         store_channel.close()
+        remoting.stop()
         _stop_broker(broker)
         client.close()
         stop_server(store_server, 1.0)

@@ -21,7 +21,9 @@ ROCKETMQ (binary) header, big-endian:
 
 A JSON header's ``extFields`` values may be JSON numbers or booleans (ali-ons, the C++ client);
 they are read as Java's ``String.valueOf`` would print them. Headers are written with string
-values and keys in fastjson's (alphabetical) order. Nothing here opens a socket.
+values and keys in fastjson's (alphabetical) order; a lone surrogate (a JSON ``\\udXXX`` escape
+a request may carry, echoed in a remark) is written as ``?``, as Java's ``String.getBytes(UTF_8)``
+does. ``decode`` raises nothing but ``FrameError``. Nothing here opens a socket.
 """
 
 from __future__ import annotations
@@ -130,8 +132,8 @@ def decode(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
         fields = json.loads(header)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FrameError(f"JSON header does not decode: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: "[" nested deeper than the stack
+        raise FrameError(f"JSON header does not decode: {type(exc).__name__}: {exc}") from None
     if not isinstance(fields, dict):
         raise FrameError("JSON header is not an object")
     try:
@@ -139,8 +141,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         opaque = int(fields.get("opaque", 0))
         flag = int(fields.get("flag", 0))
         version = int(fields.get("version", 0))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(f"JSON header lacks an integer code, opaque, flag or version: {exc}") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: Infinity, 1e400
+        raise FrameError(f"JSON header lacks an integer code, opaque, flag or version: {exc!r}") from None
     ext = fields.get("extFields")
     if ext is None:
         ext_fields: dict[str, str] = {}
@@ -230,14 +232,16 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
         fields["remark"] = command.remark
     fields["serializeTypeCurrentRPC"] = "JSON"
     fields["version"] = command.version
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode(errors="replace")
 
 
 def _encode_binary_header(command: RemotingCommand) -> bytes:
-    remark = command.remark.encode() if command.remark else b""
+    remark = command.remark.encode(errors="replace") if command.remark else b""
     ext = b"".join(
         _H.pack(len(k)) + k + _INT.pack(len(v)) + v
-        for k, v in ((key.encode(), value.encode()) for key, value in command.ext_fields.items())
+        for k, v in (
+            (key.encode(errors="replace"), value.encode(errors="replace")) for key, value in command.ext_fields.items()
+        )
     )
     return b"".join(
         (
