@@ -64,6 +64,7 @@ class FrameSocket:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buffer = bytearray()
         self.closed = False
+        self.skipped: list[RemotingCommand] = []  # frames read while waiting for another answer
 
     def close(self) -> None:
         self.sock.close()
@@ -98,6 +99,7 @@ class FrameSocket:
                 return None
             if command.is_response and command.opaque == opaque:
                 return command
+            self.skipped.append(command)
 
     def wait_closed(self, timeout_s: float = 10.0) -> bool:
         """True once the door closed the connection (anything it sent first is dropped)."""
