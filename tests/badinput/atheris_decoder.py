@@ -1,8 +1,11 @@
-"""Coverage-guided fuzzing of the CommitLog record decoder with atheris (``make fuzz`` only).
+"""Coverage-guided fuzzing with atheris (``make fuzz`` only) of two decoders: the CommitLog
+record decoder and the remoting frame decoder (services/domain/remoting/command.py); the input's
+first byte picks one.
 
     .venv/bin/python tests/badinput/atheris_decoder.py [-max_total_time=300] [corpus_dir]
 
-Any exception from ``decode_record`` other than ``CorruptRecord`` is a crash (atheris saves
+Any exception from ``decode_record`` other than ``CorruptRecord``, or from the remoting
+``decode`` other than ``FrameError``, is a crash (atheris saves
 the input as crash-<sha1>). Without atheris installed this prints a note and exits 0: CI and
 ``make test`` never depend on it.
 """
@@ -19,10 +22,21 @@ except ImportError:  # optional: pip install atheris
 
 with atheris.instrument_imports():
     from services.domain.format.commitlog_format import BLANK, CorruptRecord, MessageRecord, decode_record
+    from services.domain.remoting.command import FrameError, RemotingCommand
+    from services.domain.remoting.command import decode as decode_frame
 
 
 def test_one_input(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
+    if fdp.ConsumeIntInRange(0, 1) == 1:
+        frame = fdp.ConsumeBytes(fdp.remaining_bytes())
+        try:
+            command = decode_frame(frame)
+        except FrameError:
+            return
+        assert isinstance(command, RemotingCommand)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in command.ext_fields.items())
+        return
     check_crc = fdp.ConsumeBool()
     raw = fdp.ConsumeBytes(fdp.remaining_bytes())
     try:

@@ -40,14 +40,14 @@ def json_frame(header: object, body: bytes = b"", header_bytes: bytes | None = N
     return struct.pack(">ii", 4 + len(data) + len(body), len(data)) + data + body
 
 
-def binary_frame(code: int, ext_fields: dict[str, str], opaque: int, body: bytes = b"") -> bytes:
+def binary_frame(code: int, ext_fields: dict[str, str], opaque: int, body: bytes = b"", flag: int = 0) -> bytes:
     """A ROCKETMQ (binary) header; ``code`` is any 16 bits (above 32767 reads as negative in Java)."""
     ext = b"".join(
         struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
         for k, v in ((key.encode(), value.encode()) for key, value in ext_fields.items())
     )
     header = (
-        struct.pack(">Hbhii", code & 0xFFFF, 0, 479, opaque, 0) + struct.pack(">i", 0) + struct.pack(">i", len(ext))
+        struct.pack(">Hbhii", code & 0xFFFF, 0, 479, opaque, flag) + struct.pack(">i", 0) + struct.pack(">i", len(ext))
     )
     header += ext
     return struct.pack(">ii", 4 + len(header) + len(body), (1 << 24) | len(header)) + header + body
