@@ -139,15 +139,17 @@ class ClassicProducer:
         max_reconsume_times: int,
         peer_address: str,
         timeout_s: float,
+        origin_msg_id: str = "",
     ) -> ClassicReceipt:
         """CONSUMER_SEND_MSG_BACK (RocketMQ's ``consumerSendMsgBack``): the consumed ``message``
         again, to ``%RETRY%<group>`` with delay level ``delay_level`` (0: 3 + its reconsume
         times, at most 18), or to ``%DLQ%<group>`` once its reconsume times reach
         ``max_reconsume_times`` or for a negative level; reconsume times + 1, ``RETRY_TOPIC``
-        and ``ORIGIN_MESSAGE_ID`` kept from the first failure. The two topics must exist."""
+        and ``ORIGIN_MESSAGE_ID`` (``origin_msg_id``: the offsetMsgId the client knows the message
+        by) kept from the first failure. The two topics must exist."""
         properties = dict(message.properties)
         properties.setdefault(RETRY_TOPIC, message.topic)
-        properties.setdefault(ORIGIN_MESSAGE_ID, message.offset_msg_id)
+        properties.setdefault(ORIGIN_MESSAGE_ID, origin_msg_id or message.offset_msg_id)
         properties[WAIT_STORE_MSG_OK] = "false"
         properties.pop(DELAY_TIME_LEVEL, None)
         for key in (REAL_TOPIC, REAL_QUEUE_ID):

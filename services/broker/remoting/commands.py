@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from services.broker.transaction import TransactionCheck
 from services.domain.format.commitlog_format import MessageRecord, encode_record, host_from_string
+from services.domain.format.commitlog_format import offset_msg_id as record_offset_msg_id
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.remoting.codes import RequestCode
 from services.domain.remoting.command import RemotingCommand
@@ -20,7 +21,9 @@ def members_changed(group: str) -> RemotingCommand:
     return RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group})
 
 
-def check_transaction_state(check: TransactionCheck) -> RemotingCommand:
+def check_transaction_state(check: TransactionCheck, store_host: tuple[bytes, int] | None) -> RemotingCommand:
+    """``store_host``: the door's address the producer is connected to (the record's STOREHOST
+    and the offsetMsgId name it, as they name the broker in RocketMQ)."""
     half = check.half
     properties = dict(half.properties)
     properties.setdefault(UNIQ_KEY, check.message_id)
@@ -35,7 +38,7 @@ def check_transaction_state(check: TransactionCheck) -> RemotingCommand:
         born_timestamp_ms=half.born_timestamp_ms,
         born_host=_host(half.born_host),
         store_timestamp_ms=half.store_timestamp_ms,
-        store_host=_host(half.store_host),
+        store_host=store_host or _host(half.store_host),
         reconsume_times=half.reconsume_times,
         queue_offset=half.queue_offset,
         phy_offset=half.phy_offset,
@@ -46,7 +49,7 @@ def check_transaction_state(check: TransactionCheck) -> RemotingCommand:
         "commitLogOffset": str(half.phy_offset),
         "msgId": check.message_id,
         "transactionId": check.transaction_id,
-        "offsetMsgId": half.offset_msg_id,
+        "offsetMsgId": record_offset_msg_id(record.store_host, half.phy_offset),
     }
     return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header, body=encode_record(record))
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
 from services.broker.classic_clients import ClassicConsumer, ClassicProducer, QueueKey, Subscription
 from services.broker.consumer import FilterType, parse_filter, validate_group
-from services.broker.errors import BrokerError
+from services.broker.errors import FAILURES, BrokerError, as_broker_error
 from services.broker.remoting.context import RemotingContext, dumps
 from services.broker.remoting.dispatch import (
     Dispatcher,
@@ -35,7 +34,6 @@ from services.broker.remoting.dispatch import (
     required_int,
 )
 from services.broker.remoting.server import Channel
-from services.domain.names import retry_topic
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
 from services.domain.remoting.heartbeat import ConsumerData, parse_heartbeat
@@ -47,8 +45,6 @@ log = logging.getLogger(__name__)
 class Consumers:
     def __init__(self, context: RemotingContext) -> None:
         self._context = context
-        self._known_groups: set[str] = set()
-        self._known_lock = threading.Lock()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(RequestCode.HEART_BEAT, self.heartbeat)
@@ -76,8 +72,13 @@ class Consumers:
         clients = self._context.clients
         for consumer_data in data.consumers:
             consumer = self._consumer(channel, request, data.client_id, consumer_data)
-            self._ensure_group(consumer.group)
-            clients.consumer_heartbeat(consumer)
+            clients.consumer_heartbeat(consumer)  # in memory first: a store outage must not drop it
+            try:
+                self._context.ensure_group(consumer.group)
+            except FAILURES as exc:  # the next heartbeat (30 s) or route query tries again
+                log.warning(
+                    "cannot create group %s for a heartbeat yet: %s", consumer.group, as_broker_error(exc).message
+                )
         for group in data.producer_groups:
             clients.producer_heartbeat(
                 ClassicProducer(data.client_id, group, channel, request.language, request.version, channel.peer_address)
@@ -114,21 +115,6 @@ class Consumers:
             request.version,
             channel.peer_address,
         )
-
-    def _ensure_group(self, group: str) -> None:
-        """The subscription group and its retry topic, created the first time a group is seen."""
-        with self._known_lock:
-            if group in self._known_groups:
-                return
-        core = self._context.core
-        if core.store.get_group(group) is None:
-            core.admin.create_group(group)
-            log.info("created subscription group %s for a remoting consumer", group)
-        topic = retry_topic(group)
-        if core.broker_groups.home.topics.find(topic) is None:
-            core.admin.create_topic(topic, message_type="NORMAL", queue_nums=1)
-        with self._known_lock:
-            self._known_groups.add(group)
 
     # -- UNREGISTER_CLIENT 35 / GET_CONSUMER_LIST_BY_GROUP 38 -----------------------------------
     def unregister(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:

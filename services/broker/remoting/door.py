@@ -54,6 +54,7 @@ class RemotingDoor:
         self.context.group_addresses = {
             name: format_address(host, bound) for name, bound in self.server.group_ports.items()
         }
+        self.server.advertised = {"": self.context.address, **self.context.group_addresses}
         self._expiry = threading.Thread(target=self._expire_loop, name="remoting-expiry", daemon=True)
         self._expiry.start()
         return port

@@ -14,6 +14,10 @@ Route JSON is compact standard JSON with quoted map keys for every client versio
 it (remoting.md §2.6), where RocketMQ's name server gives clients before 4.9.4 fastjson's native
 ``{0:"addr"}`` form.
 
+A route query for ``%RETRY%<group>`` creates the group and that retry topic if this broker has
+not met the group yet: consumers ask for it before their first heartbeat, then poll routes only
+every 30 s, so a group's first retries would otherwise wait that long.
+
 ``TBW102`` (the producer's default topic) has a route when auto-create is on: a Java producer
 asks for it when its topic has none, then sends with ``defaultTopic=TBW102``, and the send
 creates the topic. Retry topics ``%RETRY%<group>`` have a route once the group heartbeats here.
@@ -25,7 +29,7 @@ from services.broker.errors import Code
 from services.broker.remoting.context import RemotingContext, dumps
 from services.broker.remoting.dispatch import Dispatcher, RemotingError, required
 from services.broker.remoting.server import Channel
-from services.domain.names import AUTO_CREATE_TOPIC
+from services.domain.names import AUTO_CREATE_TOPIC, RETRY_TOPIC_PREFIX, validate_group_name
 from services.domain.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
 from services.domain.routes import QueueData, TopicRoute
@@ -70,6 +74,11 @@ class NameServer:
             return TopicRoute(
                 topic, "NORMAL", (QueueData(home.name, AUTO_CREATE_QUEUES, AUTO_CREATE_QUEUES, PERM_READ | PERM_WRITE),)
             )
+        if (
+            topic.startswith(RETRY_TOPIC_PREFIX)
+            and validate_group_name(group := topic[len(RETRY_TOPIC_PREFIX) :]) is None
+        ):
+            context.ensure_group(group)
         try:
             return broker_groups.route(topic)
         except Exception as exc:

@@ -45,6 +45,7 @@ from services.domain.remoting.codes import (
     ResponseCode,
 )
 from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.records import with_store_host
 
 SUSPEND_MS_MAX = 30_000
 _READING, _HELD, _DONE = 0, 1, 2
@@ -193,7 +194,7 @@ class Pulls:
         if task.parked is not None:
             hub.unpark(task.parked)
             task.parked = None
-        return self.answer(task.request, result)
+        return self.answer(task.request, result, self._context.store_host(task.core.name))
 
     def _woken(self, task: PullTask) -> None:
         """An arrival of the task's topic (on the notifier's thread; must not block)."""
@@ -231,12 +232,14 @@ class Pulls:
                 self._observe(task.request.code, response.code, self._context.clock.monotonic_s() - task.started_s)
 
     @staticmethod
-    def answer(request: RemotingCommand, result: ClassicPullResult) -> RemotingCommand:
+    def answer(
+        request: RemotingCommand, result: ClassicPullResult, store_host: tuple[bytes, int] | None = None
+    ) -> RemotingCommand:
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }
-        body = b"".join(result.records) if result.records else b""
+        body = with_store_host(result.records, store_host)
         return request.response(_CODES[result.status], result.store_status.value, ext_fields=ext, body=body)

@@ -63,6 +63,7 @@ from services.domain.remoting.bodies import (
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
 from services.domain.remoting.fastjson_codec import fastjson_dumpb
+from services.domain.remoting.records import with_store_host
 from services.store.client.client import StoreClient
 from services.store.client.model import StoredMessage
 
@@ -123,7 +124,10 @@ class Queries:
             return request.response(
                 ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", header
             )
-        body = b"".join(raw_record(core.store, message) for core, message in found)
+        body = b"".join(
+            with_store_host([raw_record(core.store, message)], self._context.store_host(core.name))
+            for core, message in found
+        )
         return request.response(ResponseCode.SUCCESS, ext_fields=header, body=body)
 
     # -- VIEW_MESSAGE_BY_ID 33 ---------------------------------------------------------------------
@@ -142,7 +146,9 @@ class Queries:
                 first = first or (core, message)
         if first is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
-        return request.response(ResponseCode.SUCCESS, body=raw_record(first[0].store, first[1]))
+        core, message = first
+        body = with_store_host([raw_record(core.store, message)], self._context.store_host(core.name))
+        return request.response(ResponseCode.SUCCESS, body=body)
 
     # -- GET_TOPIC_STATS_INFO 202 ------------------------------------------------------------------
     def topic_stats(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:

@@ -15,6 +15,8 @@ the core; the queue is the client's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from services.broker.classic_producer import ClassicMessage, ClassicReceipt
 from services.broker.errors import Code, RequestError
 from services.broker.remoting.context import RemotingContext
@@ -105,7 +107,13 @@ class Sends:
         dead = delay_level < 0 or message.reconsume_times >= max_times
         self._ensure_topic(dlq_topic(group) if dead else retry_topic(group), broker_name)
         receipt = self._context.producer(broker_name).send_back(
-            message, group, delay_level, max_times, channel.peer_address, self._timeout_s
+            message,
+            group,
+            delay_level,
+            max_times,
+            channel.peer_address,
+            self._timeout_s,
+            self._context.offset_msg_id(core.name, message.phy_offset),
         )
         if receipt.code is not Code.OK:
             return request.response(remoting_code(receipt.code), receipt.message)
@@ -143,7 +151,8 @@ class Sends:
         if topic.startswith((DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX)):
             self._ensure_topic(topic, broker_name)
         receipts = self._context.producer(broker_name).send(messages, channel.peer_address, self._timeout_s)
-        return self.answer(request, receipts)
+        group_name = self._context.group_core(broker_name).name
+        return self.answer(request, receipts, lambda phy: self._context.offset_msg_id(group_name, phy))
 
     def _ensure_topic(self, topic: str, broker_name: str) -> None:
         """A group's retry or DLQ topic (1 queue), created when first needed, as RocketMQ's
@@ -153,14 +162,18 @@ class Sends:
             self._context.core.admin.create_topic(topic, queue_nums=1, message_type="NORMAL")
 
     @staticmethod
-    def answer(request: RemotingCommand, receipts: list[ClassicReceipt]) -> RemotingCommand:
+    def answer(
+        request: RemotingCommand, receipts: list[ClassicReceipt], msg_id: Callable[[int], str]
+    ) -> RemotingCommand:
+        """The send's answer; ``msg_id``: a stored message's offsetMsgId by commit-log offset (the
+        door's address, which serves it, not the store's)."""
         failed = [r for r in receipts if r.code is not Code.OK]
         if failed:
             first = failed[0]
             return request.response(remoting_code(first.code), first.message)
         first = receipts[0]
         ext = {
-            "msgId": ",".join(r.offset_msg_id for r in receipts),
+            "msgId": ",".join(msg_id(r.phy_offset) for r in receipts),
             "queueId": str(first.queue_id),
             "queueOffset": str(first.queue_offset),
             "MSG_REGION": MSG_REGION_DEFAULT,

@@ -30,6 +30,7 @@ from services.broker.remoting import commands
 from services.broker.transaction import TransactionCheck
 from services.domain.remoting.codes import FLAG_ONEWAY
 from services.domain.remoting.command import FRAME_MAX_BYTES, FrameError, RemotingCommand, decode, encode
+from services.domain.remoting.records import ipv4_host
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class Channel(asyncio.Protocol):
         command.flag |= FLAG_ONEWAY
         self.answer(command)
 
+    @property
+    def advertised_address(self) -> str:
+        """The address clients know this connection's port by (routes name it)."""
+        return self._server.advertised.get(self.broker_name) or self._server.advertised.get("", self.local_address)
+
     # -- what the core asks of a classic client's connection (classic_clients.ClientChannel) -----
     def members_changed(self, group: str) -> None:
         self.oneway(commands.members_changed(group))
@@ -158,7 +164,7 @@ class Channel(asyncio.Protocol):
     def check_transaction(self, check: TransactionCheck) -> bool:
         if self.closed:
             return False
-        self.oneway(commands.check_transaction_state(check))
+        self.oneway(commands.check_transaction_state(check, ipv4_host(self.advertised_address)))
         return True
 
     def request(self, command: RemotingCommand) -> Future[RemotingCommand]:
@@ -213,6 +219,7 @@ class RemotingServer:
         self._reuse_port = reuse_port
         self._group_ports = dict(group_ports or {})
         self.group_ports: dict[str, int] = {}  # bound, by broker group
+        self.advertised: dict[str, str] = {}  # "host:port" routes name, by broker group ("": the main port)
         self.loop = new_event_loop()
         self.loop_thread_id = 0
         self.channels: set[Channel] = set()
