@@ -16,7 +16,7 @@ Unlike a v2 send (``producer.py``), the client's properties string is kept as it
   ``__transactionId__`` = its ``UNIQ_KEY`` and transaction type NOT, as RocketMQ 4.3+ does.
 
 Checks, with the error each raises (``errors.Code``; the door maps them to its codes): topic name
-(ILLEGAL_TOPIC), system topics (FORBIDDEN: "Sending message to topic[X] is forbidden."), missing
+(ILLEGAL_TOPIC), the broker's own system topics (FORBIDDEN: "Sending message to topic[X] is forbidden."; RMQ_SYS_TRACE_TOPIC takes traces), missing
 topic (TOPIC_NOT_FOUND), unwritable topic (FORBIDDEN), queue id beyond the topic's queues
 (BAD_REQUEST, RocketMQ's "request queueId[N] is illegal"), empty or too large body
 (MESSAGE_BODY_EMPTY / MESSAGE_BODY_TOO_LARGE), properties the store cannot hold or an empty
@@ -54,11 +54,39 @@ from services.domain.format.properties_format import (
     UNIQ_KEY,
     WAIT_STORE_MSG_OK,
 )
-from services.domain.names import dlq_topic, is_system_topic, retry_topic, validate_topic_name
+from services.domain.names import (
+    CHECKPOINT_TOPIC,
+    OFFSET_MOVED_EVENT_TOPIC,
+    REVIVE_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    TIMER_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    dlq_topic,
+    is_system_topic,
+    retry_topic,
+    validate_topic_name,
+)
 from services.runtime.clock import Clock
 from services.store.client.model import MessageToPut, PutOutcome, StoredMessage, TopicInfo
 
 DELAY_LEVEL_MAX = 18  # messageDelayLevel's 18 levels: a higher level counts as the last
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (and the revive topics): the broker's own. Other system
+# topics take sends (RMQ_SYS_TRACE_TOPIC: the clients' message traces).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT_TOPIC,
+        TIMER_TOPIC,
+        CHECKPOINT_TOPIC,
+    }
+)
 RETRY_FIRST_LEVEL = 3  # a send-back without a level: 3 + reconsume times (10 s, 30 s, 1 min, ...)
 
 
@@ -178,7 +206,7 @@ class ClassicProducer:
         reason = validate_topic_name(name)
         if reason:
             raise RequestError(reason, Code.ILLEGAL_TOPIC)
-        if is_system_topic(name):
+        if name in NOT_ALLOWED_SEND_TOPICS or name.startswith(REVIVE_TOPIC_PREFIX):
             raise ForbiddenError(f"Sending message to topic[{name}] is forbidden.", Code.FORBIDDEN)
         topic = self._topics.get(name)
         if not topic.writable or topic.write_queue_nums <= 0:
@@ -214,6 +242,7 @@ class ClassicProducer:
             reconsume_times=message.reconsume_times,
             flag=message.flag,
         )
+        record.allow_system_topic = is_system_topic(record.topic)  # RMQ_SYS_TRACE_TOPIC: message traces
         parked = self._park(record, now_ms)
         if parked is not None:
             record.topic, record.queue_id = parked

@@ -514,9 +514,7 @@ def test_remoting_decode_truncated_and_flipped(command: RemotingCommand, cut: in
 
 # -- the remoting door: random headers and bodies for every code it serves -----------------------
 
-# Numbers stay within their Java type: one beyond it is a known bug (corpus_remoting.RANGE_BUG);
-# lock bodies keep mqSet a list and client-config bodies subscriptionData an object (the corpus's
-# LOCK_BATCH_MQ / CHECK_CLIENT_CONFIG xfails). Drop each restriction with its fix.
+# Numbers beyond their field's Java type too: the door refuses them naming the field.
 JAVA_INT = st.integers(-(2**31), 2**31 - 1)
 JAVA_LONG = st.integers(-(2**63), 2**63 - 1)
 HUGE_TEXT = st.sampled_from(["x" * 70_000, "9" * 40, "-" + "1" * 30])
@@ -529,31 +527,20 @@ def _fenced(value: object) -> bool:
     return isinstance(value, (str, bool, int, float)) and java_string(value) in FENCE
 
 
-def _java_number(longs: tuple[str, ...], name: str, value: object) -> bool:
-    """False for a value that reads as an integer beyond its field's Java type (int unless the
-    field is a long): the known RANGE_BUG."""
-    try:
-        number = int(java_string(value).strip())
-    except ValueError:
-        return True
-    top = 2**63 - 1 if name in longs else 2**31 - 1
-    return -top - 1 <= number <= top
-
-
 def _ext_value(header: Header, name: str, fenced: bool) -> st.SearchStrategy[object]:
     if name in header.ints or name in header.longs:
         number = JAVA_INT if name in header.ints else JAVA_LONG
         values = st.one_of(number, number.map(str), EXT_VALUES)
     else:
         values = EXT_VALUES.filter(lambda v: not _fenced(v)) if fenced else EXT_VALUES
-    return values.filter(lambda v: _java_number(header.longs, name, v))
+    return st.one_of(values, st.integers(2**31, 2**70), st.integers(-(2**70), -(2**31) - 1))
 
 
 def _ext_fields(header: Header) -> st.SearchStrategy[dict[str, object]]:
     """Each field of the code's header kept, replaced or dropped, and up to two unknown ones."""
     fields = {name: st.one_of(st.just(value), _ext_value(header, name, header.destructive))
               for name, value in header.base.items()}  # fmt: skip
-    extra = st.dictionaries(TEXT, EXT_VALUES.filter(lambda v: not _fenced(v) and _java_number((), "", v)), max_size=2)
+    extra = st.dictionaries(TEXT, EXT_VALUES.filter(lambda v: not _fenced(v)), max_size=2)
     return st.tuples(st.fixed_dictionaries({}, optional=fields), extra).map(lambda parts: {**parts[1], **parts[0]})
 
 
@@ -563,10 +550,10 @@ def _json_body(code: int) -> st.SearchStrategy[bytes]:
     if code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
         item = st.one_of(JSON_VALUES, st.fixed_dictionaries({"topic": TEXT, "brokerName": TEXT, "queueId": JAVA_INT}))
         body = st.fixed_dictionaries({}, optional={"consumerGroup": TEXT, "clientId": TEXT, "onlyThisBroker": JSON_VALUES,
-                                                   "mqSet": st.lists(item, max_size=4)})  # fmt: skip
+                                                   "mqSet": st.one_of(st.lists(item, max_size=4), EXT_VALUES)})  # fmt: skip
     elif code == RequestCode.CHECK_CLIENT_CONFIG:
         sub = st.dictionaries(st.sampled_from(["expressionType", "subString", "topic"]), JSON_SCALARS, max_size=3)
-        body = st.fixed_dictionaries({}, optional={"subscriptionData": sub, "group": TEXT})
+        body = st.fixed_dictionaries({}, optional={"subscriptionData": st.one_of(sub, EXT_VALUES), "group": TEXT})
     elif code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
         body = st.dictionaries(st.sampled_from(["groupName", "retryMaxTimes", "consumeMessageOrderly", "attributes",
                                                 "groupRetryPolicy", "consumeEnable"]), JSON_VALUES, max_size=4).map(

@@ -139,15 +139,18 @@ class Consumers:
         topic = required(fields, "topic")
         queue_id = required_int(fields, "queueId")
         core = self._context.group_core(self._context.broker_name(channel, fields))
+        not_found = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        try:
+            core.offsets.check_queue(topic, queue_id)
+        except BrokerError:  # a queue that does not exist holds no offset (checkInMemByConsumeOffset)
+            return request.response(ResponseCode.QUERY_NOT_FOUND, not_found)
         offset = core.store.query_consumer_offset(group, topic, queue_id)
         if offset < 0:
             if fields.get("setZeroIfNotFound", "").strip().lower() == "false":
-                return request.response(
-                    ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
-                )
+                return request.response(ResponseCode.QUERY_NOT_FOUND, not_found)
             min_offset, _ = core.store.queue_offsets(topic, queue_id)
             if min_offset > 0:
-                return request.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+                return request.response(ResponseCode.QUERY_NOT_FOUND, not_found)
             offset = 0
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
@@ -157,9 +160,12 @@ class Consumers:
         topic = required(fields, "topic")
         queue_id = required_int(fields, "queueId")
         offset = required_int(fields, "commitOffset")
-        self._context.group_core(self._context.broker_name(channel, fields)).offsets.update_offset(
-            group, topic, queue_id, offset
-        )
+        validate_group(group)
+        core = self._context.group_core(self._context.broker_name(channel, fields))
+        core.offsets.check_queue(topic, queue_id)
+        if core.store.get_group(group) is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} not exist!")
+        core.offsets.update_offset(group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
     def _queue(self, channel: Channel, request: RemotingCommand) -> tuple[Any, str, int]:
@@ -212,6 +218,8 @@ class Consumers:
     def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         data = _json_body(request)
         sub = data.get("subscriptionData") or {}
+        if not isinstance(sub, dict):
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body's subscriptionData is not an object")
         kind = str(sub.get("expressionType") or "TAG").upper()
         expression = str(sub.get("subString") or "*")
         try:
@@ -237,13 +245,12 @@ def _lock_body(request: RemotingCommand) -> tuple[str, str, list[QueueKey]]:
     client_id = str(data.get("clientId") or "")
     if not group or not client_id:
         raise RemotingError(ResponseCode.SYSTEM_ERROR, "the lock body needs consumerGroup and clientId")
-    queues = [
-        QueueKey(
-            str(q.get("topic") or ""),
-            str(q.get("brokerName") or ""),
-            optional_int({"q": str(q.get("queueId"))}, "q", 0),
-        )
-        for q in data.get("mqSet") or ()
-        if isinstance(q, dict)
-    ]
+    mq_set = data.get("mqSet") or []
+    if not isinstance(mq_set, list):
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body's mqSet is not a list")
+    queues = []
+    for queue in mq_set:
+        if isinstance(queue, dict):
+            queue_id = optional_int({"queueId": str(queue.get("queueId"))}, "queueId", 0)
+            queues.append(QueueKey(str(queue.get("topic") or ""), str(queue.get("brokerName") or ""), queue_id))
     return group, client_id, queues

@@ -122,11 +122,28 @@ def optional_bool(fields: Mapping[str, str], name: str, default: bool = False) -
     return value.strip().lower() == "true"  # Boolean.parseBoolean
 
 
+# Header fields that are Java ints (the rest are longs): a value beyond the type is refused as
+# Integer.parseInt / Long.parseLong refuse it, never handed on to the store.
+INT_FIELDS = frozenset(
+    {
+        "queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes", "defaultTopicQueueNums", "maxMsgNums",
+        "delayLevel", "commitOrRollback", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "maxNum",
+        "maxMsgBytes", "reviveQid", "initMode", "retryQueueNums", "retryMaxTimes",
+    }
+)  # fmt: skip
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _parse_int(name: str, value: str) -> int:
     try:
-        return int(value.strip())
+        number = int(value.strip())
     except ValueError:
         raise MissingField(name, f"is not a number: {value!r}") from None
+    low, high = (INT_MIN, INT_MAX) if name in INT_FIELDS else (LONG_MIN, LONG_MAX)
+    if not low <= number <= high:
+        raise MissingField(name, f"is not a number: {value!r} is beyond a Java {'int' if high == INT_MAX else 'long'}")
+    return number
 
 
 # -- the dispatcher ------------------------------------------------------------------------------
@@ -198,7 +215,11 @@ class Dispatcher:
         if response is None:
             return  # oneway, or answered later (a held pull: observed then)
         if not request.is_oneway:
-            channel.answer(response)
+            try:
+                channel.answer(response)
+            except Exception:
+                log.exception("the answer to remoting request %d from %s failed", request.code, channel.peer_address)
+                channel.answer(request.response(ResponseCode.SYSTEM_ERROR, "the answer could not be encoded"))
         if self._observe is not None:
             self._observe(request.code, response.code, self._monotonic_s() - started_s)
 

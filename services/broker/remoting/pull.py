@@ -158,6 +158,10 @@ class Pulls:
                     f"the consumer's subscription not latest, group: {group} topic: {topic}",
                 )
             expression, kind = registered.expression, registered.expression_type.upper()
+        if kind not in ("TAG", "SQL92"):
+            raise RemotingError(
+                ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}"
+            )
         if kind == "TAG" and expression.strip() in ("", "*"):
             return ALL
         try:

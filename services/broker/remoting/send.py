@@ -144,7 +144,15 @@ class Sends:
                 for inner_flag, body, properties in inner
             ]
         else:
-            properties = decode_properties(fields.get("properties") or "")
+            text = fields.get("properties") or ""
+            if not text.isascii():
+                try:
+                    text.encode()
+                except UnicodeEncodeError:
+                    raise RemotingError(
+                        ResponseCode.MESSAGE_ILLEGAL, "the message properties are not valid UTF-8 (a lone surrogate)"
+                    ) from None
+            properties = decode_properties(text)
             messages = [
                 ClassicMessage(topic, request.body, properties, queue_id, sys_flag, flag, born_ms, reconsume_times)
             ]

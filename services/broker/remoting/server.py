@@ -100,6 +100,10 @@ class Channel(asyncio.Protocol):
             log.warning("closing remoting connection from %s: %s", self.peer_address, exc)
             self.close()
             return
+        except Exception:
+            log.exception("closing remoting connection from %s", self.peer_address)
+            self.close()
+            return
         finally:
             if pos:
                 del buffer[:pos]
