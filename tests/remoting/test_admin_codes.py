@@ -156,9 +156,10 @@ def test_cluster_list_is_106_then_28_per_broker(
 
 
 def test_topic_list_with_clusters_asks_who_consumes_each_topic(
-    remoting: RemotingTestClient, consumer: RemotingTestClient, topics: Callable[..., None]
+    remoting: RemotingTestClient, consumer: RemotingTestClient, topics: Callable[..., None], door
 ) -> None:
     topics("WhoT", "NobodyT", queue_nums=1)
+    door.context.core.admin.create_group("OffsetG")  # a group that only commits offsets (a pull consumer's)
     heartbeat(consumer, "10.0.0.9@c1", "LiveG", "WhoT")
     query = {"consumerGroup": "OffsetG", "topic": "WhoT", "queueId": "0"}
     ok(remoting.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "commitOffset": "0"}))

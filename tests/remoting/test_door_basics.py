@@ -119,8 +119,9 @@ def test_a_suspended_pull_is_answered_by_an_arrival(
     assert [r.body for r in records(answer.body)] == [b"late"]
 
 
-def test_offsets_round_trip(remoting: RemotingTestClient, topics: Callable[..., None]) -> None:
+def test_offsets_round_trip(remoting: RemotingTestClient, topics: Callable[..., None], door) -> None:
     topics("OffT", queue_nums=1)
+    door.context.core.admin.create_group("G2")
     for i in range(3):
         remoting.send_v2("OffT", b"x", {"UNIQ_KEY": f"O{i}"})
     queue = {"topic": "OffT", "queueId": "0"}
@@ -132,6 +133,10 @@ def test_offsets_round_trip(remoting: RemotingTestClient, topics: Callable[..., 
     assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "0"
     assert remoting.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "commitOffset": "2"}).code == 0
     assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "2"
+    unknown = remoting.call(
+        RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "consumerGroup": "NoSuchG", "commitOffset": "1"}
+    )
+    assert (unknown.code, unknown.remark) == (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "Group NoSuchG not exist!")
 
 
 def test_unknown_code_and_missing_field(remoting: RemotingTestClient) -> None:
