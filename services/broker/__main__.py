@@ -151,7 +151,13 @@ def start(config: BrokerConfig, stack: ExitStack, received: StopSignals) -> Mapp
     remoting: dict[str, str] = {}
     if config.remoting_port >= 0:
         door = build_remoting(
-            broker.core, broker.endpoint[0], config.host, config.remoting_port, config.reuse_port, metrics.rpc_latency
+            broker.core,
+            broker.endpoint[0],
+            config.host,
+            config.remoting_port,
+            config.reuse_port,
+            metrics.rpc_latency,
+            broker.client_port.certificate,
         )
         door.start()
         stack.callback(door.stop)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -25,9 +26,18 @@ _opaques = itertools.count(1)
 
 
 class RemotingTestClient:
-    def __init__(self, address: str, serialize_type: int = SERIALIZE_JSON, language: str = "JAVA", version: int = 479):
+    def __init__(
+        self,
+        address: str,
+        serialize_type: int = SERIALIZE_JSON,
+        language: str = "JAVA",
+        version: int = 479,
+        tls: ssl.SSLContext | None = None,
+    ):
         host, _, port = address.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=10)
+        if tls is not None:  # the Java client's useTLS
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.serialize_type = serialize_type
         self.language = language

@@ -9,12 +9,16 @@ host (as the v2 endpoint) and the bound remoting port (``remoting_advertised_por
 from __future__ import annotations
 
 import logging
+import ssl
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import Histogram
 
 from services.broker.assembly import BrokerCore
+from services.broker.config import BrokerConfig
 from services.broker.remoting.acl import RemotingAccess
 from services.broker.remoting.admin import Admin
 from services.broker.remoting.consume import Consumers
@@ -23,7 +27,8 @@ from services.broker.remoting.dispatch import Dispatcher, Observe
 from services.broker.remoting.namesrv import NameServer
 from services.broker.remoting.pull import Pulls
 from services.broker.remoting.send import Sends
-from services.broker.remoting.server import RemotingServer
+from services.broker.remoting.server import RemotingServer, TlsConfig
+from services.broker.tls_cert import ServerCertificate
 from services.domain.remoting.codes import RequestCode
 from services.runtime.process import format_address
 
@@ -79,10 +84,12 @@ def build_remoting(
     port: int,
     reuse_port: bool,
     latency: Histogram | None = None,
+    certificate: ServerCertificate | None = None,
 ) -> RemotingDoor:
     """The door over ``core``, not started (``port`` 0: any free one). ``latency``: the broker's
     ``rocketmq_rpc_latency_seconds`` (``method`` = the request code's name, ``code`` = the
-    response code)."""
+    response code). ``certificate``: TLS beside plaintext on the port (``tls_mode`` both; only
+    TLS with ``tls``), the v2 port's certificate; None: plaintext only."""
     config = core.config
     observe = observe_latency(latency) if latency is not None else None
     dispatcher = Dispatcher(
@@ -91,7 +98,9 @@ def build_remoting(
         observe,
         core.clock.monotonic_s,
     )
-    server = RemotingServer(dispatcher, host, port, reuse_port, config.remoting_group_port_map())
+    server = RemotingServer(
+        dispatcher, host, port, reuse_port, config.remoting_group_port_map(), tls_config(config, certificate)
+    )
 
     context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
     NameServer(context).register(dispatcher)
@@ -115,3 +124,15 @@ def observe_latency(latency: Histogram) -> Observe:
         child.observe(seconds)
 
     return observe
+
+
+def tls_config(config: BrokerConfig, certificate: ServerCertificate | None) -> TlsConfig | None:
+    if certificate is None or config.tls_mode == "plaintext":
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as directory:  # load_cert_chain reads files only
+        cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+        cert.write_bytes(certificate.cert_pem)
+        key.write_bytes(certificate.key_pem)
+        context.load_cert_chain(cert, key)
+    return TlsConfig(context, required=config.tls_mode == "tls")

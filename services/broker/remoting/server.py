@@ -9,6 +9,9 @@ request goes to the ``Dispatcher`` (dispatch.py), which answers on the loop or f
   waits), matched by opaque; any other frame is a request.
 * **Writes** happen on the loop: a worker hands its encoded answer over with
   ``call_soon_threadsafe``; answers queued while the loop is busy go out in one ``write``.
+* **TLS and plaintext on one port** (``tls``, the broker's ``tls_mode``): a connection whose
+  first byte is 0x16 (a TLS ClientHello; a frame's first byte is 0) is TLS, decrypted through
+  memory BIOs (``TlsSession``); ``tls_mode = tls`` closes plaintext ones.
 * **Ports:** the main port, plus one per broker group named in ``group_ports`` (a connection
   there is that group's, for clients that name no ``bname``); ``SO_REUSEPORT`` when several
   broker processes share them.
@@ -21,9 +24,11 @@ import functools
 import itertools
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from services.broker.remoting import commands
@@ -55,6 +60,8 @@ class Channel(asyncio.Protocol):
         self._loop = server.loop
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
+        self._sniff = server.tls is not None  # the first byte tells TLS (0x16, a handshake) from frames
+        self._tls: TlsSession | None = None
         self._pending: list[bytes] = []
         self._flush_scheduled = False
         self._responses: dict[int, Future[RemotingCommand]] = {}
@@ -77,6 +84,11 @@ class Channel(asyncio.Protocol):
         self._server.channels.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._tls is not None or self._sniff:
+            plain = self._tls_received(data)
+            if not plain:
+                return
+            data = plain
         buffer = self._buffer
         buffer += data
         pos = 0
@@ -140,7 +152,43 @@ class Channel(asyncio.Protocol):
         self._flush_scheduled = False
         pending, self._pending = self._pending, []
         if self._transport is not None and not self.closed and pending:
-            self._transport.write(b"".join(pending) if len(pending) > 1 else pending[0])
+            data = b"".join(pending) if len(pending) > 1 else pending[0]
+            if self._tls is not None:
+                try:
+                    data = self._tls.encrypt(data)
+                except ssl.SSLError as exc:
+                    log.warning("closing TLS remoting connection from %s: %s", self.peer_address, exc)
+                    self._transport.close()
+                    return
+            self._transport.write(data)
+
+    # -- TLS on the same port -------------------------------------------------------------------
+    def _tls_received(self, data: bytes) -> bytes:
+        """The plaintext in ``data``: TLS records decrypted once the first byte said TLS."""
+        tls_config = self._server.tls
+        if self._sniff:
+            self._sniff = False
+            assert tls_config is not None
+            if data[:1] == TLS_HANDSHAKE:
+                self._tls = TlsSession(tls_config.context)
+            elif tls_config.required:
+                log.warning("closing remoting connection from %s: plaintext on a TLS-only port", self.peer_address)
+                self.close()
+                return b""
+            else:
+                return data
+        tls = self._tls
+        assert tls is not None and self._transport is not None
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError as exc:
+            log.warning("closing TLS remoting connection from %s: %s", self.peer_address, exc)
+            self.close()
+            return b""
+        handshake = tls.outgoing()
+        if handshake:
+            self._transport.write(handshake)
+        return plain
 
     def close(self) -> None:
         if threading.get_ident() != self._server.loop_thread_id:
@@ -199,6 +247,54 @@ class Channel(asyncio.Protocol):
             future.set_result(response)
 
 
+TLS_HANDSHAKE = b"\x16"  # a TLS record of type handshake: a ClientHello (a frame's first byte is 0)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    context: ssl.SSLContext  # the server's: the broker's certificate (services/broker/tls_cert.py)
+    required: bool  # tls_mode "tls": plaintext connections are closed
+
+
+class TlsSession:
+    """TLS over a connection whose first bytes were already read (asyncio's start_tls cannot take
+    them back): records in, plaintext out, through memory BIOs."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._object = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._handshaken = False
+
+    def receive(self, data: bytes) -> bytes:
+        self._incoming.write(data)
+        if not self._handshaken:
+            try:
+                self._object.do_handshake()
+            except ssl.SSLWantReadError:
+                return b""
+            self._handshaken = True
+        chunks = []
+        while True:
+            try:
+                chunk = self._object.read(1 << 16)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:  # close_notify
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def outgoing(self) -> bytes:
+        return self._outgoing.read()
+
+    def encrypt(self, data: bytes) -> bytes:
+        self._object.write(data)
+        return self._outgoing.read()
+
+
 def _address(address: object) -> str:
     if isinstance(address, tuple) and len(address) >= 2:
         host = str(address[0])
@@ -216,8 +312,10 @@ class RemotingServer:
         port: int,
         reuse_port: bool = False,
         group_ports: dict[str, int] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.tls = tls  # None: plaintext only
         self._host = host
         self._port = port
         self._reuse_port = reuse_port
