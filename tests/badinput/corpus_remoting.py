@@ -148,6 +148,27 @@ HEADERS: dict[int, Header] = {
     RC.LOCK_BATCH_MQ: Header({}, body=b'{"consumerGroup":"G1","clientId":"nobody@1","mqSet":[]}'),
     RC.UNLOCK_BATCH_MQ: Header({}, body=b'{"consumerGroup":"G1","clientId":"nobody@1","mqSet":[]}'),
     RC.CHECK_CLIENT_CONFIG: Header({}, body=b'{"subscriptionData":{"expressionType":"TAG","subString":"*"}}'),
+    RC.POP_MESSAGE: Header(
+        {"consumerGroup": "G1", "topic": "TopicTest", "queueId": "-1", "maxMsgNums": "32", "invisibleTime": "60000",
+         "pollTime": "0", "bornTime": "0", "initMode": "0"},
+        ("consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime"),
+        ("queueId", "maxMsgNums"), ("invisibleTime", "pollTime", "bornTime"),
+    ),
+    RC.ACK_MESSAGE: Header(
+        {"consumerGroup": "G1", "topic": "TopicTest", "queueId": "0", "extraInfo": "0 1 60000 0 0 b 0 0", "offset": "0"},
+        ("consumerGroup", "topic", "queueId", "extraInfo", "offset"), ("queueId",), ("offset",),
+    ),
+    RC.CHANGE_MESSAGE_INVISIBLETIME: Header(
+        {"consumerGroup": "G1", "topic": "TopicTest", "queueId": "0", "extraInfo": "0 1 60000 0 0 b 0 0", "offset": "0",
+         "invisibleTime": "1000"},
+        ("consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"), ("queueId",),
+        ("offset", "invisibleTime"),
+    ),
+    RC.BATCH_ACK_MESSAGE: Header({}, body=b'{"acks":[]}'),
+    RC.QUERY_ASSIGNMENT: Header({}, body=b'{"topic":"TopicTest","consumerGroup":"G1","clientId":"c@1"}'),
+    RC.SET_MESSAGE_REQUEST_MODE: Header(
+        {}, body=b'{"topic":"NoSuchTopicForModes","consumerGroup":"G1","mode":"PULL"}', destructive=True
+    ),
     # queries and operators
     RC.QUERY_MESSAGE: Header(
         {"topic": "TopicTest", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "1"},

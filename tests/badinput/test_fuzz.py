@@ -593,6 +593,12 @@ def _remoting_request(code: int) -> st.SearchStrategy[tuple[bytes, int, bool]]:
                     ext["suspendTimeoutMillis"] = "50"
             except (KeyError, ValueError):
                 pass
+        if code == RequestCode.POP_MESSAGE:
+            try:  # a pop long-polls up to pollTime: keep each example short
+                if int(java_string(ext["pollTime"]).strip()) > 50:
+                    ext["pollTime"] = "50"
+            except (KeyError, ValueError):
+                pass
         opaque = next_opaque()
         flag = FLAG_ONEWAY if oneway else 0
         if binary:  # int16 key lengths: a longer key cannot travel in a binary header

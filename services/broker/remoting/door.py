@@ -25,6 +25,7 @@ from services.broker.remoting.consume import Consumers
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher, Observe
 from services.broker.remoting.namesrv import NameServer
+from services.broker.remoting.pop import Pops
 from services.broker.remoting.pull import Pulls
 from services.broker.remoting.send import Sends
 from services.broker.remoting.server import RemotingServer, TlsConfig
@@ -108,6 +109,7 @@ def build_remoting(
     pulls = Pulls(context, server, dispatcher, observe)
     pulls.register(dispatcher)
     Consumers(context).register(dispatcher)
+    Pops(context).register(dispatcher)
     Admin(context).register(dispatcher)
     return RemotingDoor(server, dispatcher, context, pulls, threading.Event())
 
