@@ -106,6 +106,12 @@ class ClassicClients:
         self._groups: dict[str, _Group] = {}
         self._producers: dict[str, dict[str, ClassicProducer]] = {}
         self._queue_locks: dict[tuple[str, QueueKey], _Lock] = {}
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch_members(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(group)`` whenever a group's members change (after its channels are
+        told; outside the lock). The remoting door answers the group's held pulls then."""
+        self._watchers.append(listener)
 
     # -- heartbeats ----------------------------------------------------------------------------
     def consumer_heartbeat(self, consumer: ClassicConsumer) -> bool:
@@ -179,6 +185,8 @@ class ClassicClients:
         for consumer in self.consumers(group):
             if not consumer.channel.closed:
                 consumer.channel.members_changed(group)
+        for listener in self._watchers:
+            listener(group)
 
     # -- reads -----------------------------------------------------------------------------------
     def consumers(self, group: str) -> list[ClassicConsumer]:

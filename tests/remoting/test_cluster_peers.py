@@ -131,6 +131,21 @@ def test_a_delay_level_holds_the_message(cluster: dict[str, str], tmp_path: Path
     assert time.time() - sent_at >= 1.0  # level 3 is 1 s here
 
 
+def test_a_cpp_producers_delay_level_holds_the_message(cluster: dict[str, str], tmp_path: Path) -> None:
+    command = {
+        "role": "producer",
+        "nameSrv": cluster["namesrv"],
+        "topic": "DelayT",
+        "group": "PID_CD",
+        "messages": [{"body": "cpp later", "delayLevel": 2}],
+    }
+    with consumer(cluster, tmp_path, "c", topic="DelayT", group="CID_CDELAY") as c:
+        with start_peer("cpp", command, tmp_path / "cpp-producer") as producer:
+            producer.wait_events("done", timeout_s=30)
+        events = c.wait_events("received", 1, timeout_s=60, where=lambda e: e["body"] == "cpp later")
+    assert events[0]["properties"]["DELAY"] == "2"
+
+
 def test_a_transaction_is_committed_by_the_producers_check_back(cluster: dict[str, str], tmp_path: Path) -> None:
     command = {
         "role": "transaction-producer",

@@ -19,6 +19,8 @@ from services.broker.remoting.door import RemotingDoor
 from services.broker.v2.server import BrokerServer
 from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.codes import ResponseCode
+from tests.support.node_client import consume as node_consume
+from tests.support.node_client import produce as node_produce
 from tests.support.official_client import consume, produce
 from tests.support.remoting_client import RemotingTestClient
 from tests.support.remoting_peers import start_peer
@@ -93,3 +95,31 @@ def test_a_v2_gzip_body_is_stored_as_zlib_for_remoting_consumers(
     status, [delivered], _ = receive(v2, "GzipT")  # and a v2 consumer gets GZIP again
     assert status.code == d.OK and delivered.system_properties.body_encoding == d.GZIP
     assert gzip.decompress(delivered.body) == TEXT
+
+
+def test_remoting_and_node_v2_clients_both_ways(
+    broker: BrokerServer, door: RemotingDoor, remoting: RemotingTestClient, topics: Callable[..., None], tmp_path: Path
+) -> None:
+    topics("NodeCrossT", queue_nums=1)
+    endpoint = f"127.0.0.1:{broker.port}"
+    sent = remoting.send_v2(
+        "NodeCrossT", zlib.compress(TEXT), {"UNIQ_KEY": "NC01", "TAGS": "n", "KEYS": "nk", "p": "1"}, sys_flag=0x301
+    )
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    deliveries, _ = node_consume(tmp_path / "node-c", endpoint, mode="simple", group="GN", topic="NodeCrossT", count=1)
+    [got] = deliveries
+    assert (got["message_id"], got["tag"], got["keys"], got["properties"]["p"]) == ("NC01", "n", ["nk"], "1")
+    assert got["body_size"] == len(TEXT)  # inflated from the remoting producer's zlib
+    node_sent = node_produce(tmp_path / "node-p", endpoint, "NodeCrossT", [{"body": "from node", "tag": "m"}])
+    command = {
+        "role": "push-consumer",
+        "nameSrv": door.context.address,
+        "topic": "NodeCrossT",
+        "group": "CID_N",
+        "subExpression": "m",
+        "count": 1,
+        "suspendMs": 1000,
+    }
+    with start_peer("ali-ons", command, tmp_path / "ons") as consumer:
+        [event] = consumer.wait_events("received", 1, timeout_s=60)
+    assert event["body"] == "from node" and event["properties"]["UNIQ_KEY"] == node_sent[0]["message_id"]

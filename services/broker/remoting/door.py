@@ -108,6 +108,7 @@ def build_remoting(
     Sends(context).register(dispatcher)
     pulls = Pulls(context, server, dispatcher, observe)
     pulls.register(dispatcher)
+    core.classic_clients.watch_members(pulls.members_changed)
     Consumers(context).register(dispatcher)
     Pops(context).register(dispatcher)
     Admin(context).register(dispatcher)

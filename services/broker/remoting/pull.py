@@ -99,6 +99,14 @@ class Pulls:
                 (t.channel.peer_address, t.queue_id) for t in self._held if t.group == group and t.topic == topic
             )
 
+    def members_changed(self, group: str) -> None:
+        """A group's members changed: its held pulls are answered now, so a queue the rebalance
+        gives to another client is not held for the old one until its timeout."""
+        with self._lock:
+            tasks = [t for t in self._held if t.group == group]
+        for task in tasks:
+            self._expired(task)
+
     def close(self) -> None:
         """Release every held pull (the door is stopping: their connections close)."""
         with self._lock:
