@@ -16,7 +16,6 @@ from services.broker.remoting.admin import RateSampler, human_bytes, parse_attri
 from services.broker.remoting.dispatch import RemotingError
 from services.broker.remoting.door import RemotingDoor, build_remoting
 from services.broker.telemetry import ClientFacts, ClientSession
-from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.bodies import (
     MessageQueue,
     parse_cluster_info,
@@ -31,6 +30,7 @@ from services.domain.remoting.fastjson_codec import fastjson_loads, key_object
 from services.domain.remoting.message_id import decode_offset_msg_id
 from tests.support.broker_groups import GROUP_A, GROUP_B, two_groups
 from tests.support.remoting_client import RemotingTestClient
+from tests.support.remoting_client import stored_records as records
 from tests.support.waits import wait_until
 
 BROKER = "broker-a"
@@ -51,17 +51,6 @@ EXPORTER_LONGS = (
 ).split()
 EXPORTER_DOUBLES = ("consumeQueueDiskRatio", "commitLogDiskRatio", "putMessageAverageSize", "timerEnqueueTps")
 RATES = ("putTps", "getTransferredTps", "getTransferedTps", "getMissTps", "getTotalTps", "getFoundTps")
-
-
-def records(body: bytes) -> list[MessageRecord]:
-    out = []
-    pos = 0
-    while pos < len(body):
-        record = decode_record(body, pos, len(body), check_crc=False)
-        assert isinstance(record, MessageRecord)
-        out.append(record)
-        pos += int.from_bytes(body[pos : pos + 4], "big")
-    return out
 
 
 def ok(response: RemotingCommand) -> RemotingCommand:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.broker.remoting.door import RemotingDoor
+from tests.support.remoting_client import rebalanced
 from tests.support.remoting_peers import start_peer
 from tests.support.waits import wait_until
 
@@ -24,14 +25,6 @@ def produce(door: RemotingDoor, tmp_path: Path, topic: str, messages: list[dict]
         sent = producer.wait_events("sent", len(messages), timeout_s=30)
         producer.wait_events("done", timeout_s=30)
     return sent
-
-
-def settled(door: RemotingDoor, group: str, topic: str, consumers: int, queues: int) -> bool:
-    """Each queue pulled by one consumer, every consumer pulling: the rebalance is done (the
-    pulls are held, so each queue's owner shows)."""
-    held = door.pulls.held_queues(group, topic)
-    owners = {queue: address for address, queue in held}
-    return len(held) == queues and len(owners) == queues and len(set(owners.values())) == consumers
 
 
 def test_sends_and_a_push_consumer_receives_tags_keys_and_properties(
@@ -79,7 +72,7 @@ def test_two_consumers_of_a_group_share_the_queues_and_one_takes_over(
         clients = door.context.clients
         wait_until(lambda: len(clients.consumers("CID_SHARE")) == 2, 30, what="two consumers heartbeating")
         wait_until(
-            lambda: settled(door, "CID_SHARE", "ShareT", consumers=2, queues=4), 30, what="the queues shared out"
+            lambda: rebalanced(door, "CID_SHARE", "ShareT", consumers=2, queues=4), 30, what="the queues shared out"
         )
         produce(door, tmp_path, "ShareT", [{"body": f"a{i}"} for i in range(16)])
         wait_until(lambda: len(first.events("received")) + len(second.events("received")) >= 16, 60, what="16 messages")
@@ -88,7 +81,7 @@ def test_two_consumers_of_a_group_share_the_queues_and_one_takes_over(
         assert first.events("received") and second.events("received"), "both consumers got a share"
         second.stop()
         wait_until(lambda: len(clients.consumers("CID_SHARE")) == 1, 30, what="the second consumer to leave")
-        wait_until(lambda: settled(door, "CID_SHARE", "ShareT", consumers=1, queues=4), 30, what="one takes over")
+        wait_until(lambda: rebalanced(door, "CID_SHARE", "ShareT", consumers=1, queues=4), 30, what="one takes over")
         before = len(first.events("received"))
         produce(door, tmp_path, "ShareT", [{"body": f"b{i}"} for i in range(8)])
         wait_until(lambda: len(first.events("received")) >= before + 8, 60, what="the first to take every queue")

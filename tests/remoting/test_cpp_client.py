@@ -9,15 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.broker.remoting.door import RemotingDoor
+from tests.support.remoting_client import rebalanced
 from tests.support.remoting_peers import start_peer
 from tests.support.waits import wait_until
-
-
-def settled(door: RemotingDoor, group: str, topic: str, consumers: int, queues: int) -> bool:
-    """Each queue pulled by one consumer and every consumer pulling (held pulls show owners)."""
-    held = door.pulls.held_queues(group, topic)
-    owners = {queue: address for address, queue in held}
-    return len(held) == queues and len(owners) == queues and len(set(owners.values())) == consumers
 
 
 def produce(door: RemotingDoor, tmp_path: Path, topic: str, messages: list[dict], **extra: object) -> list[dict]:
@@ -91,14 +85,14 @@ def test_two_cpp_consumers_share_the_queues_and_one_takes_over(
     try:
         clients = door.context.clients
         wait_until(lambda: len(clients.consumers("GID_SHARE")) == 2, 60, what="two consumers heartbeating")
-        wait_until(lambda: settled(door, "GID_SHARE", "CppShareT", 2, 4), 60, what="the queues shared out")
+        wait_until(lambda: rebalanced(door, "GID_SHARE", "CppShareT", 2, 4), 60, what="the queues shared out")
         produce(door, tmp_path, "CppShareT", [{"body": f"a{i}"} for i in range(16)])
         wait_until(lambda: len(first.events("received")) + len(second.events("received")) >= 16, 60, what="16")
         assert first.events("received") and second.events("received"), "both consumers got a share"
         # Killed, not stopped: the binding's shutdown first waits out its held pulls (15 s).
         second.popen.kill()
         wait_until(lambda: len(clients.consumers("GID_SHARE")) == 1, 60, what="the second consumer to leave")
-        wait_until(lambda: settled(door, "GID_SHARE", "CppShareT", 1, 4), 60, what="one takes every queue")
+        wait_until(lambda: rebalanced(door, "GID_SHARE", "CppShareT", 1, 4), 60, what="one takes every queue")
         before = len(first.events("received"))
         produce(door, tmp_path, "CppShareT", [{"body": f"b{i}"} for i in range(8)])
         wait_until(lambda: len(first.events("received")) >= before + 8, 60, what="the first to get the rest")

@@ -6,23 +6,12 @@ import json
 from collections.abc import Callable
 
 from services.broker.transaction import TransactionCheck
-from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from tests.support.remoting_client import RemotingTestClient
+from tests.support.remoting_client import stored_records as records
 from tests.support.waits import wait_until
 
 HOLD = 0x2 | 0x4  # PullSysFlag SUSPEND | SUBSCRIPTION
-
-
-def records(body: bytes) -> list[MessageRecord]:
-    out = []
-    pos = 0
-    while pos < len(body):
-        record = decode_record(body, pos, len(body), check_crc=False)
-        assert isinstance(record, MessageRecord)
-        out.append(record)
-        pos += int.from_bytes(body[pos : pos + 4], "big")
-    return out
 
 
 def stored(store, topic: str, queue_id: int, count: int = 1) -> list:

@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 from services.broker.remoting.door import RemotingDoor
 from services.broker.remoting.pop import allocate_averagely
-from services.domain.format.commitlog_format import MessageRecord, decode_record
+from services.domain.format.commitlog_format import MessageRecord
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from tests.support.remoting_client import RemotingTestClient
+from tests.support.remoting_client import stored_records as records
 from tests.support.waits import wait_until
 
 
@@ -27,16 +28,6 @@ def pop(client: RemotingTestClient, topic: str, group: str = "GP", invisible_ms:
         "initMode": "0",
     }
     return client.call(RequestCode.POP_MESSAGE, fields, timeout_s=poll_ms / 1000 + 10)
-
-
-def records(body: bytes) -> list[MessageRecord]:
-    out, pos = [], 0
-    while pos < len(body):
-        record = decode_record(body, pos, len(body), check_crc=False)
-        assert isinstance(record, MessageRecord)
-        out.append(record)
-        pos += record.total_size
-    return out
 
 
 def pop_cks(response) -> list[tuple[MessageRecord, str]]:

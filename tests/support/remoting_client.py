@@ -9,9 +9,11 @@ import itertools
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 
+from services.broker.remoting.door import RemotingDoor
+from services.domain.format.commitlog_format import MessageRecord, decode_record
 from services.domain.format.properties_format import encode_properties
 from services.domain.remoting.codes import RequestCode
 from services.domain.remoting.command import (
@@ -46,14 +48,20 @@ class RemotingTestClient:
         self._lock = threading.Lock()
         self.server_requests: list[RemotingCommand] = []
         self.closed = threading.Event()
+        # A TLS socket is read and written by one thread only (an SSL object is not safe for a
+        # reader and a writer at once): requests then wait for their answers in send_command.
+        self._sync_buffer: bytearray | None = bytearray() if tls is not None else None
         self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        if self._sync_buffer is None:
+            self._reader.start()
 
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self._reader.is_alive():  # out of recv before the descriptor number is given again
+            self._reader.join(10)
         self.sock.close()
 
     def __enter__(self) -> RemotingTestClient:
@@ -115,7 +123,33 @@ class RemotingTestClient:
         else:
             future.set_result(command)
         self.sock.sendall(encode(command))
+        if self._sync_buffer is not None and not command.is_oneway:
+            self._read_until(lambda: future.done())
         return future
+
+    def _read_until(self, done: Callable[[], bool]) -> None:
+        """TLS: read frames on this thread until ``done()`` (answers complete their futures)."""
+        buffer = self._sync_buffer
+        assert buffer is not None
+        while not done():
+            while len(buffer) >= 4 and len(buffer) >= 4 + frame_length(buffer):
+                size = frame_length(buffer)
+                command = decode(bytes(buffer[4 : 4 + size]))
+                del buffer[: 4 + size]
+                if command.is_response:
+                    with self._lock:
+                        waiting = self._pending.pop(command.opaque, None)
+                    if waiting is not None:
+                        waiting.set_result(command)
+                else:
+                    self.server_requests.append(command)
+                if done():
+                    return
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                self.closed.set()
+                raise ConnectionError("closed")
+            buffer += chunk
 
     def call(
         self,
@@ -184,3 +218,22 @@ class RemotingTestClient:
             "expressionType": "TAG",
         }
         return self.call(RequestCode.PULL_MESSAGE, fields, timeout_s=timeout_s)
+
+
+def stored_records(body: bytes) -> list[MessageRecord]:
+    """The records of a PULL / POP / QUERY body (concatenated stored records), decoded."""
+    out, pos = [], 0
+    while pos < len(body):
+        record = decode_record(body, pos, len(body), check_crc=False)
+        assert isinstance(record, MessageRecord), "a body holds no blank records"
+        out.append(record)
+        pos += record.total_size
+    return out
+
+
+def rebalanced(door: RemotingDoor, group: str, topic: str, consumers: int, queues: int) -> bool:
+    """Each of the topic's queues pulled by one consumer of the group, ``consumers`` of them
+    pulling (held pulls show who pulls which queue): a rebalance is done."""
+    held = door.pulls.held_queues(group, topic)
+    owners = {queue: address for address, queue in held}
+    return len(held) == queues and len(owners) == queues and len(set(owners.values())) == consumers
