@@ -93,7 +93,8 @@ GOALS = {
 
 def _detached() -> None:
     """In a child before exec: its own process group (a terminal's Ctrl-C reaches only us, and we
-    stop it), and SIGTERM when we die, even by SIGKILL (Linux)."""
+    stop it), SIGTERM when we die, even by SIGKILL (Linux), and every CPU whatever ours are."""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):

@@ -42,7 +42,10 @@ the 2 cores). Figures are medians of ``--runs``; pairs run pyrmq first, then NAT
 on; the ratio pyrmq/NATS is taken per pair, then the median. Targets (issue 29): pull >= 1.5x,
 batch >= 1.0x, send1 >= 0.5x NATS. ``--pull-commit none``: pulls without the COMMIT_OFFSET bit
 (offsets only by the 5 s oneway), to see what a commit per pull costs. Where the broker's CPU
-goes: bench/remoting_profile.py. Ends with markdown for bench/RESULTS.md.
+goes: bench/remoting_profile.py. ``--client-cpu 0``: the load generator on CPU 0 (the store's;
+``pyrmq up`` puts the broker on CPU 1), so it never shares the broker's CPU: at one in flight the
+door's figures are bimodal without it (~35 or ~55 CPU-µs per GET_KV_CONFIG, by where the client
+runs). Ends with markdown for bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -88,8 +92,8 @@ from services.domain.remoting.codes import RequestCode
 
 try:
     from nats.js.api import AckPolicy, ConsumerConfig
-except ImportError:
-    AckPolicy = ConsumerConfig = None
+except ImportError:  # main() exits 2 without nats-py (compare_nats.nats is None)
+    pass
 
 SCENARIOS = ["send1", "batch", "pull", "door"]
 TARGETS = {"send1": 0.5, "batch": 1.0, "pull": 1.5}
@@ -225,7 +229,7 @@ async def nats_send1(srv: cn.Server, n: int, body: bytes, _ack: str) -> Figures:
         await nc.close()
 
 
-async def js_batches(js, subjects: list[str], n: int, body: bytes, latencies: list[float] | None = None) -> None:
+async def js_batches(js: Any, subjects: list[str], n: int, body: bytes, latencies: list[float] | None = None) -> None:
     """``n`` messages as 4 tasks each publishing 32 at once and awaiting their acks."""
     batches = iter(range(n // PER_BATCH))
 
@@ -267,7 +271,7 @@ async def nats_pull(srv: cn.Server, n: int, body: bytes, ack: str) -> Figures:
         ]
 
         async def consume(count: int, latencies: list[float] | None) -> int:
-            async def loop(sub) -> int:
+            async def loop(sub: Any) -> int:
                 got = 0
                 while got < count:
                     begun = time.perf_counter()
@@ -298,7 +302,7 @@ async def nats_pull(srv: cn.Server, n: int, body: bytes, ack: str) -> Figures:
 # ---------------------------------------------------------------- door: CPU per request
 
 
-def grpc_window(call: Callable, request, n: int, window: int) -> None:
+def grpc_window(call: Any, request: Any, n: int, window: int) -> None:
     """``n`` unary calls, ``window`` in flight (futures); raises on the first failure."""
     if window == 1:
         for _ in range(n):
@@ -310,7 +314,7 @@ def grpc_window(call: Callable, request, n: int, window: int) -> None:
     failures: list[BaseException] = []
     lock = threading.Lock()
 
-    def completed(future) -> None:
+    def completed(future: Any) -> None:
         if future.exception() is not None:
             failures.append(future.exception())
         slots.release()
@@ -339,7 +343,7 @@ async def remoting_window(conn: Connection, code: int, fields: dict[str, str], n
     await asyncio.gather(*(worker() for _ in range(window)))
 
 
-def door_cases(srv: cn.Server, window: int):
+def door_cases(srv: cn.Server, window: int) -> tuple[grpc.Channel, list[tuple[str, Callable[[int, int], None]]]]:
     """(name, run(n, window)) for each door case."""
     channel = grpc.insecure_channel(srv.endpoint)
     health = health_pb2_grpc.HealthStub(channel).Check
@@ -482,12 +486,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64, help="door: requests in flight")
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--pull-commit", choices=["pull", "none"], default="pull", help="see above")
+    parser.add_argument("--client-cpu", type=int, default=-1, help="pin this process (the load) to a CPU; -1: not")
     parser.add_argument("--nats-server", help="nats-server binary (default: beside this Python, else PATH)")
     args = parser.parse_args()
     global PULL_COMMIT
     PULL_COMMIT = args.pull_commit == "pull"
+    if args.client_cpu >= 0:
+        os.sched_setaffinity(0, {args.client_cpu})
     binary = cn.find_nats_server(args.nats_server)
-    if cn.nats is None or binary is None:
+    if getattr(cn, "nats", None) is None or binary is None:
         print("nats-py or nats-server >= 2.10 not found: run `make bench-deps`", file=sys.stderr)
         sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))

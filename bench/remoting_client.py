@@ -21,12 +21,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.domain.remoting.batch import encode_batch
 from services.domain.remoting.codes import PULL_COMMIT_OFFSET, PULL_SUSPEND, RequestCode
-from services.domain.remoting.command import RemotingCommand, decode, encode
+from services.domain.remoting.command import SERIALIZE_JSON, RemotingCommand, decode, encode
 
 TOPIC = "BenchTopic"  # broker_bench's
 PER_BATCH, BATCHES_IN_FLIGHT = 32, 4
@@ -43,7 +44,8 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
-        self._transport: asyncio.Transport | None = None
+        self._transport = cast(asyncio.Transport, None)  # set by connection_made
+        self.serialize_type = SERIALIZE_JSON  # the Java client's default
 
     @classmethod
     async def open(cls, address: str) -> Connection:
@@ -51,8 +53,8 @@ class Connection(asyncio.Protocol):
         _, conn = await asyncio.get_running_loop().create_connection(cls, host, int(port))
         return conn
 
-    def connection_made(self, transport) -> None:
-        self._transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -79,21 +81,28 @@ class Connection(asyncio.Protocol):
         opaque = next(self._opaques)
         future = asyncio.get_running_loop().create_future()
         self._pending[opaque] = future
-        self._transport.write(encode(RemotingCommand(code, opaque, 0, fields, body, None, "JAVA", VERSION)))
+        self._transport.write(
+            encode(RemotingCommand(code, opaque, 0, fields, body, None, "JAVA", VERSION, self.serialize_type))
+        )
         return future
 
     def oneway(self, code: int, fields: dict[str, str]) -> None:
-        self._transport.write(encode(RemotingCommand(code, next(self._opaques), 2, fields, b"", None, "JAVA", VERSION)))
+        self._transport.write(
+            encode(
+                RemotingCommand(code, next(self._opaques), 2, fields, b"", None, "JAVA", VERSION, self.serialize_type)
+            )
+        )
 
-    async def call(self, code: int, fields: dict[str, str], body: bytes = b"", ok: tuple[int, ...] = (0,)):
+    async def call(
+        self, code: int, fields: dict[str, str], body: bytes = b"", ok: tuple[int, ...] = (0,)
+    ) -> RemotingCommand:
         response = await self.request(code, fields, body)
         if response.code not in ok:
             raise SystemExit(f"remoting request {code} answered {response.code}: {response.remark}")
         return response
 
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        self._transport.close()
 
 
 class Producer:

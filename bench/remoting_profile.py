@@ -152,12 +152,13 @@ class Sampler(rb.Hooks):
     def report(self, label: str, count: int) -> list[str]:
         lines = [f"{label}: {count:,} in {self.elapsed:.1f} s ({count / self.elapsed:,.0f}/s)"]
         for role in self.pids:
-            groups: collections.Counter[str] = collections.Counter()
+            groups: dict[str, float] = collections.defaultdict(float)
             for tid, cpu in self.cpu1[role].items():
                 groups[thread_group(self.names[role].get(tid))] += cpu - self.cpu0[role].get(tid, 0.0)
             total = sum(groups.values())
             lines.append(f"  {role}: {total / count * 1e6:,.1f} CPU-µs each; by thread:")
-            lines += [f"    {cpu / count * 1e6:8.1f}  {group}" for group, cpu in groups.most_common(8) if cpu > 0]
+            top = sorted(groups.items(), key=lambda item: -item[1])[:8]
+            lines += [f"    {cpu / count * 1e6:8.1f}  {group}" for group, cpu in top if cpu > 0]
         if not self.rate:
             return lines
         pieces: collections.Counter[str] = collections.Counter()
@@ -165,9 +166,9 @@ class Sampler(rb.Hooks):
             stack, _, samples = line.rpartition(" ")
             if stack:
                 pieces[piece(stack.split(";"))] += int(samples)
-        samples = sum(pieces.values())
-        lines.append(f"  broker Python under the GIL (py-spy --gil, {samples:,} samples), share by piece:")
-        lines += [f"    {100 * n / max(1, samples):5.1f}%  {name}" for name, n in pieces.most_common(16)]
+        taken = sum(pieces.values())
+        lines.append(f"  broker Python under the GIL (py-spy --gil, {taken:,} samples), share by piece:")
+        lines += [f"    {100 * n / max(1, taken):5.1f}%  {name}" for name, n in pieces.most_common(16)]
         return lines
 
 
@@ -199,7 +200,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000, help="send1; x10 for batch and pull")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second (0: no py-spy)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/remoting-profile"))
+    parser.add_argument("--client-cpu", type=int, default=-1, help="pin this process (the load) to a CPU; -1: not")
     args = parser.parse_args()
+    if args.client_cpu >= 0:
+        os.sched_setaffinity(0, {args.client_cpu})
     if not os.access(PY_SPY, os.X_OK):
         print("py-spy not found: run `make bench-deps`", file=sys.stderr)
         sys.exit(2)
