@@ -39,6 +39,7 @@ from services.broker.broker_group_router import RoutedProducer, RoutedTransactio
 from services.broker.broker_group_stats import consumer_stats, renewal_stats, send_queue_stats
 from services.broker.broker_groups import BrokerGroups, ClusterView
 from services.broker.classic_clients import ClassicClients
+from services.broker.classic_offsets import ClassicOffsets
 from services.broker.client_admin import ClientAdmin, ClientCommands
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.config import BrokerConfig
@@ -100,6 +101,7 @@ class BrokerCore:
     clients: ClientAdmin
     checks: TransactionCheckRelay
     classic_clients: ClassicClients  # the remoting door's clients (heartbeats, queue locks)
+    classic_offsets: ClassicOffsets  # commit offsets classic pulls carry, written to the stores in rounds
 
 
 def build_core(
@@ -184,6 +186,7 @@ def build_core(
         clients=ClientAdmin(registry, telemetry.answers, admin, commands, classic_clients),
         checks=TransactionCheckRelay(registry, broker_groups.home.halves, commands.check_command, classic_clients),
         classic_clients=classic_clients,
+        classic_offsets=ClassicOffsets(lambda name: broker_groups.core(name).store),
     )
     if metrics is not None:
         # Every group's send queue, renewer and consumer figures, summed (broker_group_stats.py).

@@ -212,3 +212,17 @@ def test_requests_are_timed_by_request_code(make_broker, topics: Callable[..., N
     }
     assert counts[("GET_ROUTEINFO_BY_TOPIC", "0")] == 1 and counts[("GET_ROUTEINFO_BY_TOPIC", "17")] == 1
     assert counts[("PULL_MESSAGE", "19")] == 1  # a held pull, timed when answered
+
+
+def test_a_pulls_commit_offset_is_answered_at_once_and_stored_in_rounds(
+    remoting: RemotingTestClient, topics: Callable[..., None], door
+) -> None:
+    topics("CommitT", queue_nums=1)
+    door.context.core.admin.create_group("GC")
+    assert remoting.pull("GC", "CommitT", 0, 0, sys_flag=0x1 | 0x4, commit_offset=2).code == ResponseCode.PULL_NOT_FOUND
+    query = {"consumerGroup": "GC", "topic": "CommitT", "queueId": "0", "setZeroIfNotFound": "false"}
+    assert remoting.call(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "2"
+    store = door.context.core.store
+    assert store.query_consumer_offset("GC", "CommitT", 0) < 0  # not written yet: the next round does
+    assert door.context.core.classic_offsets.run_once() == 1
+    assert store.query_consumer_offset("GC", "CommitT", 0) == 2

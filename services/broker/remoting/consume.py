@@ -144,7 +144,8 @@ class Consumers:
             core.offsets.check_queue(topic, queue_id)
         except BrokerError:  # a queue that does not exist holds no offset (checkInMemByConsumeOffset)
             return request.response(ResponseCode.QUERY_NOT_FOUND, not_found)
-        offset = core.store.query_consumer_offset(group, topic, queue_id)
+        held = self._context.core.classic_offsets.get(core.name, group, topic, queue_id)
+        offset = held if held is not None else core.store.query_consumer_offset(group, topic, queue_id)
         if offset < 0:
             if fields.get("setZeroIfNotFound", "").strip().lower() == "false":
                 return request.response(ResponseCode.QUERY_NOT_FOUND, not_found)
@@ -166,6 +167,7 @@ class Consumers:
         if core.store.get_group(group) is None:
             raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} not exist!")
         core.offsets.update_offset(group, topic, queue_id, offset)
+        self._context.core.classic_offsets.stored(core.name, group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
     def _queue(self, channel: Channel, request: RemotingCommand) -> tuple[Any, str, int]:

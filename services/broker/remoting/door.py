@@ -18,6 +18,7 @@ from pathlib import Path
 from prometheus_client import Histogram
 
 from services.broker.assembly import BrokerCore
+from services.broker.classic_offsets import FLUSH_INTERVAL_S
 from services.broker.config import BrokerConfig
 from services.broker.remoting.acl import RemotingAccess
 from services.broker.remoting.admin import Admin
@@ -36,6 +37,7 @@ from services.runtime.process import format_address
 log = logging.getLogger(__name__)
 
 EXPIRE_SCAN_S = 10.0  # RocketMQ's ClientHousekeepingService scans every 10 s
+OFFSETS_FLUSH_S = FLUSH_INTERVAL_S  # the pulls' commit offsets to the stores
 
 
 @dataclass
@@ -45,7 +47,7 @@ class RemotingDoor:
     context: RemotingContext
     pulls: Pulls
     _stop: threading.Event
-    _expiry: threading.Thread | None = None
+    _housekeeper: threading.Thread | None = None
 
     @property
     def port(self) -> int:
@@ -61,20 +63,28 @@ class RemotingDoor:
             name: format_address(host, bound) for name, bound in self.server.group_ports.items()
         }
         self.server.advertised = {"": self.context.address, **self.context.group_addresses}
-        self._expiry = threading.Thread(target=self._expire_loop, name="remoting-expiry", daemon=True)
-        self._expiry.start()
+        self._housekeeper = threading.Thread(target=self._housekeeping, name="remoting-housekeeping", daemon=True)
+        self._housekeeper.start()
         return port
 
-    def _expire_loop(self) -> None:
-        while not self._stop.wait(EXPIRE_SCAN_S):
-            dropped = self.context.clients.expire()
-            if dropped:
-                log.info("dropped %d remoting clients not heard from for 120 s", dropped)
+    def _housekeeping(self) -> None:
+        """Every 5 s the pulls' commit offsets to the stores; every 10 s silent clients out."""
+        rounds = 0
+        while not self._stop.wait(OFFSETS_FLUSH_S):
+            self.context.core.classic_offsets.run_once()
+            rounds += 1
+            if rounds % round(EXPIRE_SCAN_S / OFFSETS_FLUSH_S) == 0:
+                dropped = self.context.clients.expire()
+                if dropped:
+                    log.info("dropped %d remoting clients not heard from for 120 s", dropped)
 
     def stop(self) -> None:
         self._stop.set()
         self.pulls.close()
         self.server.stop()
+        if self._housekeeper is not None:
+            self._housekeeper.join(5.0)
+        self.context.core.classic_offsets.run_once()  # what the pulls committed since the last round
         self.dispatcher.shutdown()
 
 

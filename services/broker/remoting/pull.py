@@ -14,6 +14,9 @@ Subscriptions: with the SUBSCRIPTION bit the request's ``subscription`` / ``expr
 heartbeat registered: none is SUBSCRIPTION_NOT_EXIST (24), an older ``subVersion`` than the
 request's is SUBSCRIPTION_NOT_LATEST (25).
 
+The commit offset goes to ``classic_offsets.ClassicOffsets`` (memory, written to the store every
+5 s, as RocketMQ's ConsumerOffsetManager), not to the store with each pull.
+
 The SUCCESS body is the records as the CommitLog holds them, concatenated, never decoded unless a
 filter needs a record's properties. The response header: ``suggestWhichBrokerId`` 0,
 ``nextBeginOffset``, ``minOffset``, ``maxOffset``; the remark is the store's status name.
@@ -137,8 +140,8 @@ class Pulls:
         core = context.group_core(context.broker_name(channel, fields))
         core.offsets.check_queue(topic, queue_id)
         message_filter = self._filter(group, topic, sys_flag, sub_version, fields)
-        if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:
-            core.offsets.update_offset(group, topic, queue_id, commit_offset)
+        if sys_flag & PULL_COMMIT_OFFSET and commit_offset >= 0:  # written to the store in rounds
+            context.core.classic_offsets.commit(core.name, group, topic, queue_id, commit_offset)
         deadline_s = 0.0
         if sys_flag & PULL_SUSPEND:
             wait_ms = min(max(suspend_ms, 0), SUSPEND_MS_MAX)

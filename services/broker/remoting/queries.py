@@ -263,6 +263,8 @@ class Queries:
             raise
         if not resets:
             return request.response(ResponseCode.SYSTEM_ERROR, "No queues to reset.")
+        for r in resets:  # the pulls' commits held here yield to the reset
+            core.classic_offsets.stored(r.broker_name, group, topic, r.queue_id, r.new_offset)
         table = {MessageQueue(topic, r.broker_name, r.queue_id): r.new_offset for r in resets}
         self._tell_consumers(group, topic, timestamp, table)
         return request.response(ResponseCode.SUCCESS, body=fastjson_dumpb({"offsetTable": table}))
