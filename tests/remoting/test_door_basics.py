@@ -226,3 +226,15 @@ def test_a_pulls_commit_offset_is_answered_at_once_and_stored_in_rounds(
     assert store.query_consumer_offset("GC", "CommitT", 0) < 0  # not written yet: the next round does
     assert door.context.core.classic_offsets.run_once() == 1
     assert store.query_consumer_offset("GC", "CommitT", 0) == 2
+
+
+def test_route_json_follows_the_clients_version_as_rocketmqs_name_server(topics: Callable[..., None], door) -> None:
+    topics("FormT", queue_nums=2)
+    address = door.context.address
+    with RemotingTestClient(address, version=121) as old, RemotingTestClient(address, version=401) as new:
+        native = old.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FormT"}).body
+        asked = old.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FormT", "acceptStandardJsonOnly": "true"}).body
+        standard = new.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "FormT"}).body
+    assert f'"brokerAddrs":{{0:"{address}"}}'.encode() in native  # fastjson's native map keys
+    assert f'"brokerAddrs":{{"0":"{address}"}}'.encode() in standard and asked == standard
+    assert json.loads(standard)["queueDatas"][0]["topicSysFlag"] == 0

@@ -9,10 +9,11 @@ server and broker at once, and names itself in every route; ../shared/docs/remot
 | GET_KV_CONFIG 101 | QUERY_NOT_FOUND (22): no KV config is kept (ORDER_TOPIC_CONFIG included) |
 | GET_KVLIST_BY_NAMESPACE 219 | QUERY_NOT_FOUND (22) |
 
-Route JSON is compact standard JSON with quoted map keys for every client version: fastjson
-(Java), jsoncpp with numeric keys (C++), ali-ons' parser and the Go client's splitting all read
-it (remoting.md §2.6), where RocketMQ's name server gives clients before 4.9.4 fastjson's native
-``{0:"addr"}`` form.
+Route JSON as RocketMQ's name server writes it (services/domain/remoting/bodies.py): compact
+standard JSON with quoted map keys for clients from 4.9.4 (version >= 401) or asking
+``acceptStandardJsonOnly``, fastjson's native ``{0:"addr"}`` for older ones (ali-ons says 121,
+the C++ client 63; both read it, as fastjson, jsoncpp with numeric keys and the Go client's
+splitting do: remoting.md §2.6). Cluster info has quoted keys for everyone.
 
 A route query for ``%RETRY%<group>`` creates the group and that retry topic if this broker has
 not met the group yet: consumers ask for it before their first heartbeat, then poll routes only
@@ -30,9 +31,19 @@ from services.broker.remoting.context import RemotingContext, dumps
 from services.broker.remoting.dispatch import Dispatcher, RemotingError, required
 from services.broker.remoting.server import Channel
 from services.domain.names import AUTO_CREATE_TOPIC, RETRY_TOPIC_PREFIX, validate_group_name
+from services.domain.remoting.bodies import (
+    BrokerData,
+    ClusterInfo,
+    QueueData,
+    TopicRouteData,
+    encode_cluster_info,
+    encode_topic_route,
+    route_json_is_standard,
+)
 from services.domain.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
-from services.domain.routes import QueueData, TopicRoute
+from services.domain.routes import QueueData as RouteQueueData
+from services.domain.routes import TopicRoute
 
 MASTER_ID = "0"
 NOT_FOUND_REMARK = (
@@ -61,7 +72,10 @@ class NameServer:
     def route_info(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         topic = required(request.ext_fields, "topic")
         route = self.route(topic)
-        return request.response(ResponseCode.SUCCESS, body=dumps(self.route_data(route)))
+        standard = route_json_is_standard(request.version, request.ext_fields.get("acceptStandardJsonOnly"))
+        return request.response(
+            ResponseCode.SUCCESS, body=encode_topic_route(self.route_data(route), standard=standard)
+        )
 
     def route(self, topic: str) -> TopicRoute:
         """The topic's route over broker groups; TOPIC_NOT_EXIST in RocketMQ's words."""
@@ -72,7 +86,9 @@ class NameServer:
             if not home.topics.auto_create_enabled:
                 raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, NOT_FOUND_REMARK.format(topic=topic))
             return TopicRoute(
-                topic, "NORMAL", (QueueData(home.name, AUTO_CREATE_QUEUES, AUTO_CREATE_QUEUES, PERM_READ | PERM_WRITE),)
+                topic,
+                "NORMAL",
+                (RouteQueueData(home.name, AUTO_CREATE_QUEUES, AUTO_CREATE_QUEUES, PERM_READ | PERM_WRITE),),
             )
         if (
             topic.startswith(RETRY_TOPIC_PREFIX)
@@ -87,48 +103,28 @@ class NameServer:
                 raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, NOT_FOUND_REMARK.format(topic=topic)) from None
             raise
 
-    def route_data(self, route: TopicRoute) -> dict[str, object]:
+    def route_data(self, route: TopicRoute) -> TopicRouteData:
         cluster = self._context.config.cluster_name
-        return {
-            "brokerDatas": [
-                {
-                    "brokerAddrs": {MASTER_ID: self._context.group_address(queue_data.broker_name)},
-                    "brokerName": queue_data.broker_name,
-                    "cluster": cluster,
-                    "enableActingMaster": False,
-                }
-                for queue_data in route.queue_datas
-            ],
-            "filterServerTable": {},
-            "queueDatas": [
-                {
-                    "brokerName": queue_data.broker_name,
-                    "perm": queue_data.perm,
-                    "readQueueNums": queue_data.read_queue_nums,
-                    "topicSysFlag": queue_data.topic_sys_flag,
-                    "writeQueueNums": queue_data.write_queue_nums,
-                }
-                for queue_data in route.queue_datas
-            ],
-        }
+        return TopicRouteData(
+            tuple(
+                BrokerData(cluster, qd.broker_name, {0: self._context.group_address(qd.broker_name)})
+                for qd in route.queue_datas
+            ),
+            tuple(
+                QueueData(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm, qd.topic_sys_flag)
+                for qd in route.queue_datas
+            ),
+        )
 
     # -- 106 -----------------------------------------------------------------------------------
     def cluster_info(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         cluster = self._context.config.cluster_name
         names = self.broker_names()
-        body = {
-            "brokerAddrTable": {
-                name: {
-                    "brokerAddrs": {MASTER_ID: self._context.group_address(name)},
-                    "brokerName": name,
-                    "cluster": cluster,
-                    "enableActingMaster": False,
-                }
-                for name in names
-            },
-            "clusterAddrTable": {cluster: names},
-        }
-        return request.response(ResponseCode.SUCCESS, body=dumps(body))
+        info = ClusterInfo(
+            {name: BrokerData(cluster, name, {0: self._context.group_address(name)}) for name in names},
+            {cluster: names},
+        )
+        return request.response(ResponseCode.SUCCESS, body=encode_cluster_info(info))
 
     def broker_names(self) -> list[str]:
         core = self._context.core
