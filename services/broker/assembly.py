@@ -40,6 +40,7 @@ from services.broker.broker_group_stats import consumer_stats, renewal_stats, se
 from services.broker.broker_groups import BrokerGroups, ClusterView
 from services.broker.classic_clients import ClassicClients
 from services.broker.classic_offsets import ClassicOffsets
+from services.broker.classic_producer import ClassicProducer
 from services.broker.client_admin import ClientAdmin, ClientCommands
 from services.broker.cluster_admin import ClusterAdmin
 from services.broker.config import BrokerConfig
@@ -232,6 +233,7 @@ def build_broker_group_core(
         topics=topics,
         sink=sink,
         producer=Producer(config, topics, sink, clock, on_half_stored),
+        classic_producer=ClassicProducer(config, topics, sink, clock, on_half_stored),
         transactions=TransactionService(
             store, sink, halves, clock, observer=metrics.transactions if metrics is not None else None
         ),

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.broker.classic_producer import ClassicProducer
 from services.broker.config import BrokerConfig
 from services.broker.consumer import ArrivalHub, ConsumerService
 from services.broker.lite_subscriptions import LiteSubscriptions
@@ -38,6 +39,7 @@ class BrokerGroupCore:
     topics: TopicRegistry
     sink: PutSink
     producer: Producer
+    classic_producer: ClassicProducer  # the remoting door's sends (client-chosen queue and properties)
     transactions: TransactionService
     halves: HalfMessageTable
     consumer: ConsumerService

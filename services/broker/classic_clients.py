@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.broker.transaction import CheckChannel, TransactionCheck
+from services.domain.remoting.bodies import MessageQueue
 from services.runtime.clock import Clock
 
 CLIENT_EXPIRE_MS = 120_000
@@ -56,7 +57,7 @@ class Subscription:
 
 
 @dataclass(slots=True)
-class ClassicConsumer:
+class ConsumerClient:
     client_id: str
     group: str
     channel: ClientChannel
@@ -71,7 +72,7 @@ class ClassicConsumer:
 
 
 @dataclass(slots=True)
-class ClassicProducer:
+class ProducerClient:
     client_id: str
     group: str
     channel: ClientChannel
@@ -79,13 +80,6 @@ class ClassicProducer:
     version: int = 0
     address: str = ""
     last_heartbeat_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QueueKey:
-    topic: str
-    broker_name: str
-    queue_id: int
 
 
 @dataclass(slots=True)
@@ -96,7 +90,7 @@ class _Lock:
 
 @dataclass
 class _Group:
-    consumers: dict[str, ClassicConsumer] = field(default_factory=dict)
+    consumers: dict[str, ConsumerClient] = field(default_factory=dict)
 
 
 class ClassicClients:
@@ -104,8 +98,8 @@ class ClassicClients:
         self._clock = clock
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
-        self._producers: dict[str, dict[str, ClassicProducer]] = {}
-        self._queue_locks: dict[tuple[str, QueueKey], _Lock] = {}
+        self._producers: dict[str, dict[str, ProducerClient]] = {}
+        self._queue_locks: dict[tuple[str, MessageQueue], _Lock] = {}
         self._watchers: list[Callable[[str], None]] = []
 
     def watch_members(self, listener: Callable[[str], None]) -> None:
@@ -114,7 +108,7 @@ class ClassicClients:
         self._watchers.append(listener)
 
     # -- heartbeats ----------------------------------------------------------------------------
-    def consumer_heartbeat(self, consumer: ClassicConsumer) -> bool:
+    def consumer_heartbeat(self, consumer: ConsumerClient) -> bool:
         """Register or refresh a consumer; True if the group's members or the client's
         subscriptions changed."""
         consumer.last_heartbeat_ms = self._clock.now_ms()
@@ -128,7 +122,7 @@ class ClassicClients:
             self._members_changed(consumer.group)
         return changed
 
-    def producer_heartbeat(self, producer: ClassicProducer) -> None:
+    def producer_heartbeat(self, producer: ProducerClient) -> None:
         producer.last_heartbeat_ms = self._clock.now_ms()
         with self._lock:
             self._producers.setdefault(producer.group, {})[producer.client_id] = producer
@@ -152,7 +146,7 @@ class ClassicClients:
         limit = self._clock.now_ms() - CLIENT_EXPIRE_MS
         return self._remove(lambda c: c.last_heartbeat_ms < limit)
 
-    def _remove(self, gone: Callable[[ClassicConsumer | ClassicProducer], bool]) -> int:
+    def _remove(self, gone: Callable[[ConsumerClient | ProducerClient], bool]) -> int:
         left: set[str] = set()
         count = 0
         with self._lock:
@@ -189,12 +183,12 @@ class ClassicClients:
             listener(group)
 
     # -- reads -----------------------------------------------------------------------------------
-    def consumers(self, group: str) -> list[ClassicConsumer]:
+    def consumers(self, group: str) -> list[ConsumerClient]:
         with self._lock:
             found = self._groups.get(group)
             return list(found.consumers.values()) if found is not None else []
 
-    def consumer(self, group: str, client_id: str) -> ClassicConsumer | None:
+    def consumer(self, group: str, client_id: str) -> ConsumerClient | None:
         with self._lock:
             found = self._groups.get(group)
             return found.consumers.get(client_id) if found is not None else None
@@ -212,11 +206,11 @@ class ClassicClients:
         with self._lock:
             return list(self._groups)
 
-    def all_consumers(self) -> list[ClassicConsumer]:
+    def all_consumers(self) -> list[ConsumerClient]:
         with self._lock:
             return [c for group in self._groups.values() for c in group.consumers.values()]
 
-    def producers(self, group: str | None = None) -> list[ClassicProducer]:
+    def producers(self, group: str | None = None) -> list[ProducerClient]:
         with self._lock:
             if group is not None:
                 return list(self._producers.get(group, {}).values())
@@ -239,7 +233,7 @@ class ClassicClients:
         return None
 
     # -- queue locks -------------------------------------------------------------------------------
-    def lock(self, group: str, client_id: str, queues: Iterable[QueueKey]) -> list[QueueKey]:
+    def lock(self, group: str, client_id: str, queues: Iterable[MessageQueue]) -> list[MessageQueue]:
         """Lock each queue for the client if free, expired or already its own; those it holds."""
         now_ms = self._clock.now_ms()
         held = []
@@ -252,7 +246,7 @@ class ClassicClients:
                     held.append(queue)
         return held
 
-    def unlock(self, group: str, client_id: str, queues: Iterable[QueueKey]) -> None:
+    def unlock(self, group: str, client_id: str, queues: Iterable[MessageQueue]) -> None:
         with self._lock:
             for queue in queues:
                 current = self._queue_locks.get((group, queue))

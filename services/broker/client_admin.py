@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.broker import validation
-from services.broker.classic_clients import ClassicClients, ClassicConsumer, ClassicProducer
+from services.broker.classic_clients import ClassicClients, ConsumerClient, ProducerClient
 from services.broker.errors import BrokerError, Code, NotFoundError, RequestError
 from services.broker.model import ClientType
 from services.broker.telemetry import ClientAnswer, ClientRegistry, ClientSession, PendingAnswers
@@ -213,9 +213,9 @@ def _view(session: ClientSession) -> ClientView:
     )
 
 
-def _classic_view(client: ClassicConsumer | ClassicProducer) -> ClientView:
+def _classic_view(client: ConsumerClient | ProducerClient) -> ClientView:
     """A remoting client of one consumer or producer group (``ClassicClients``)."""
-    if isinstance(client, ClassicConsumer):
+    if isinstance(client, ConsumerClient):
         subscriptions = sorted(client.subscriptions.values(), key=lambda sub: sub.topic)
         client_type = CONSUME_TYPE_CLIENT_TYPES.get(client.consume_type, ClientType.PUSH_CONSUMER.name)
         topics, expressions = tuple(s.topic for s in subscriptions), tuple(s.expression for s in subscriptions)

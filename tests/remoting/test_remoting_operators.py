@@ -15,7 +15,7 @@ from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 
 from services.admin import status
-from services.broker.classic_clients import ClassicClients, ClassicConsumer, ClassicProducer, Subscription
+from services.broker.classic_clients import ClassicClients, ConsumerClient, ProducerClient, Subscription
 from services.broker.client_admin import REMOTING, mq_version_name
 from services.broker.metrics import BrokerMetrics, ConnectionsCollector
 from services.broker.remoting.door import RemotingDoor, build_remoting
@@ -188,9 +188,9 @@ def test_consume_modes_and_types_of_remoting_consumers() -> None:
     for group, consume_type in (("Pull", "CONSUME_ACTIVELY"), ("Push", "CONSUME_PASSIVELY"), ("Pop", "CONSUME_POP")):
         subscriptions = {"T": Subscription("T")}
         clients.consumer_heartbeat(
-            ClassicConsumer(f"c-{group}", group, Channel(), subscriptions, consume_type=consume_type, language="GO")
+            ConsumerClient(f"c-{group}", group, Channel(), subscriptions, consume_type=consume_type, language="GO")
         )
-    clients.producer_heartbeat(ClassicProducer("p", "P", Channel(), language="", version=99_999))
+    clients.producer_heartbeat(ProducerClient("p", "P", Channel(), language="", version=99_999))
     registry = CollectorRegistry()
     registry.register(ConnectionsCollector(list, clients))
     registry_text = generate_latest(registry).decode()

@@ -10,11 +10,12 @@ END_TRANSACTION sends back."""
 from __future__ import annotations
 
 from services.broker.transaction import TransactionCheck
-from services.domain.format.commitlog_format import MessageRecord, encode_record, host_from_string
+from services.domain.format.commitlog_format import MessageRecord, encode_record
 from services.domain.format.commitlog_format import offset_msg_id as record_offset_msg_id
 from services.domain.format.properties_format import REAL_QUEUE_ID, UNIQ_KEY
 from services.domain.remoting.codes import RequestCode
 from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.records import record_host
 
 
 def members_changed(group: str) -> RemotingCommand:
@@ -36,9 +37,9 @@ def check_transaction_state(check: TransactionCheck, store_host: tuple[bytes, in
         flag=half.flag,
         sys_flag=check.sys_flag,
         born_timestamp_ms=half.born_timestamp_ms,
-        born_host=_host(half.born_host),
+        born_host=record_host(half.born_host),
         store_timestamp_ms=half.store_timestamp_ms,
-        store_host=store_host or _host(half.store_host),
+        store_host=store_host or record_host(half.store_host),
         reconsume_times=half.reconsume_times,
         queue_offset=half.queue_offset,
         phy_offset=half.phy_offset,
@@ -52,10 +53,3 @@ def check_transaction_state(check: TransactionCheck, store_host: tuple[bytes, in
         "offsetMsgId": record_offset_msg_id(record.store_host, half.phy_offset),
     }
     return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header, body=encode_record(record))
-
-
-def _host(address: str) -> tuple[bytes, int]:
-    try:
-        return host_from_string(address) if address else (b"\x7f\x00\x00\x01", 0)
-    except (ValueError, OSError):
-        return (b"\x7f\x00\x00\x01", 0)

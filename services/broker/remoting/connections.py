@@ -26,7 +26,7 @@ import re
 from concurrent.futures import Future
 from typing import Any
 
-from services.broker.classic_clients import ClassicConsumer, Subscription
+from services.broker.classic_clients import ConsumerClient, Subscription
 from services.broker.model import ClientType
 from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher, RemotingError, required
@@ -85,7 +85,7 @@ class Connections:
             for topic, expression in session.subscriptions:
                 table.setdefault(topic, _v2_subscription_data(topic, expression, session.opened_ms))
         if classic:
-            first: ClassicConsumer = classic[0]
+            first: ConsumerClient = classic[0]
             kind, model, where = first.consume_type, first.message_model, first.consume_from_where
         else:
             push = sessions[0].client_type in _PUSH_TYPES

@@ -18,24 +18,25 @@ consumers, ``pyrmq consumer progress`` and the store's pop use.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from services.broker.classic_clients import ClassicConsumer, ClassicProducer, QueueKey, Subscription
+from services.broker.classic_clients import ConsumerClient, ProducerClient, Subscription
 from services.broker.consumer import FilterType, parse_filter, validate_group
 from services.broker.errors import FAILURES, BrokerError, as_broker_error
-from services.broker.remoting.context import RemotingContext, dumps
+from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import (
     Dispatcher,
     RemotingError,
-    optional_int,
+    json_body,
     required,
     required_int,
 )
 from services.broker.remoting.server import Channel
+from services.domain.remoting.bodies import LockBatchRequest, encode_lock_batch_response, parse_lock_batch_request
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.fastjson_codec import fastjson_dumpb
 from services.domain.remoting.heartbeat import ConsumerData, parse_heartbeat
 from services.domain.remoting.tags import TagExpressionError, parse_tag_expression
 
@@ -81,12 +82,12 @@ class Consumers:
                 )
         for group in data.producer_groups:
             clients.producer_heartbeat(
-                ClassicProducer(data.client_id, group, channel, request.language, request.version, channel.peer_address)
+                ProducerClient(data.client_id, group, channel, request.language, request.version, channel.peer_address)
             )
         return request.response(ResponseCode.SUCCESS)
 
     @staticmethod
-    def _consumer(channel: Channel, request: RemotingCommand, client_id: str, data: ConsumerData) -> ClassicConsumer:
+    def _consumer(channel: Channel, request: RemotingCommand, client_id: str, data: ConsumerData) -> ConsumerClient:
         validate_group(data.group)
         subscriptions: dict[str, Subscription] = {}
         for sub in data.subscriptions:
@@ -103,7 +104,7 @@ class Consumers:
             subscriptions[sub.topic] = Subscription(
                 sub.topic, sub.sub_string, sub.expression_type, sub.sub_version, tags, codes
             )
-        return ClassicConsumer(
+        return ConsumerClient(
             client_id,
             data.group,
             channel,
@@ -130,7 +131,7 @@ class Consumers:
         ids = sorted(c.client_id for c in self._context.clients.consumers(group))
         if not ids:
             return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        return request.response(ResponseCode.SUCCESS, body=dumps({"consumerIdList": ids}))
+        return request.response(ResponseCode.SUCCESS, body=fastjson_dumpb({"consumerIdList": ids}))
 
     # -- offsets ------------------------------------------------------------------------------------
     def query_offset(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -206,19 +207,18 @@ class Consumers:
 
     # -- locks ---------------------------------------------------------------------------------------
     def lock(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        group, client_id, queues = _lock_body(request)
-        held = self._context.clients.lock(group, client_id, queues)
-        body = {"lockOKMQSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in held]}
-        return request.response(ResponseCode.SUCCESS, body=dumps(body))
+        body = _lock_body(request)
+        held = self._context.clients.lock(body.consumer_group, body.client_id, body.mq_set)
+        return request.response(ResponseCode.SUCCESS, body=encode_lock_batch_response(held))
 
     def unlock(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        group, client_id, queues = _lock_body(request)
-        self._context.clients.unlock(group, client_id, queues)
+        body = _lock_body(request)
+        self._context.clients.unlock(body.consumer_group, body.client_id, body.mq_set)
         return request.response(ResponseCode.SUCCESS)
 
     # -- CHECK_CLIENT_CONFIG 46 ------------------------------------------------------------------------
     def check_client_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        data = _json_body(request)
+        data = json_body(request)
         sub = data.get("subscriptionData") or {}
         if not isinstance(sub, dict):
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body's subscriptionData is not an object")
@@ -231,28 +231,11 @@ class Consumers:
         return request.response(ResponseCode.SUCCESS)
 
 
-def _json_body(request: RemotingCommand) -> dict[str, Any]:
+def _lock_body(request: RemotingCommand) -> LockBatchRequest:
     try:
-        data = json.loads(request.body) if request.body else {}
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body is not a JSON object")
-    return data
-
-
-def _lock_body(request: RemotingCommand) -> tuple[str, str, list[QueueKey]]:
-    data = _json_body(request)
-    group = str(data.get("consumerGroup") or "")
-    client_id = str(data.get("clientId") or "")
-    if not group or not client_id:
+        body = parse_lock_batch_request(request.body or b"{}")
+    except ValueError as exc:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the body is not the JSON of a lock request: {exc}") from None
+    if not body.consumer_group or not body.client_id:
         raise RemotingError(ResponseCode.SYSTEM_ERROR, "the lock body needs consumerGroup and clientId")
-    mq_set = data.get("mqSet") or []
-    if not isinstance(mq_set, list):
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body's mqSet is not a list")
-    queues = []
-    for queue in mq_set:
-        if isinstance(queue, dict):
-            queue_id = optional_int({"queueId": str(queue.get("queueId"))}, "queueId", 0)
-            queues.append(QueueKey(str(queue.get("topic") or ""), str(queue.get("brokerName") or ""), queue_id))
-    return group, client_id, queues
+    return body

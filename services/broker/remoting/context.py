@@ -3,7 +3,6 @@ classic clients, and the helpers that turn core objects into RocketMQ's shapes."
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -12,24 +11,15 @@ from dataclasses import dataclass, field
 from services.broker.assembly import BrokerCore
 from services.broker.broker_group_core import BrokerGroupCore
 from services.broker.classic_clients import ClassicClients
-from services.broker.classic_producer import ClassicProducer
 from services.broker.config import BrokerConfig
 from services.broker.errors import RequestError
 from services.broker.remoting.server import Channel
-from services.broker.transaction import HalfRef
 from services.domain.names import retry_topic
 from services.domain.remoting.message_id import encode_offset_msg_id
 from services.domain.remoting.records import ipv4_host
 from services.runtime.clock import Clock
-from services.store.client.model import PutOutcome
 
 log = logging.getLogger(__name__)
-
-
-def dumps(value: object) -> bytes:
-    """A JSON body as RocketMQ's clients read it: compact (the Go client splits route text on
-    "," and ":" and breaks on spaces), keys as given."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass
@@ -39,8 +29,6 @@ class RemotingContext:
     clock: Clock
     address: str  # "host:port" this door advertises: routes name it as every broker's address
     clients: ClassicClients
-    producers: dict[str, ClassicProducer]  # per broker group, made on first use
-
     group_addresses: dict[str, str] = field(default_factory=dict)  # a group's own port, if it has one
     _known_groups: set[str] = field(default_factory=set)
     _groups_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,19 +73,6 @@ class RemotingContext:
         """The offsetMsgId of a record of the group: its address + the commit-log offset."""
         host, _, port = self.group_address(broker_name or self.core.broker_groups.home.name).rpartition(":")
         return encode_offset_msg_id(host, int(port), phy_offset)
-
-    def producer(self, broker_name: str = "") -> ClassicProducer:
-        core = self.group_core(broker_name)
-        producer = self.producers.get(core.name)
-        if producer is None:
-            halves = core.halves
-
-            def on_half(transaction_id: str, topic: str, outcome: PutOutcome) -> None:
-                halves.remember(transaction_id, HalfRef(topic, outcome.phy_offset, outcome.queue_offset))
-
-            producer = ClassicProducer(core.config, core.topics, core.sink, self.clock, on_half)
-            self.producers[core.name] = producer
-        return producer
 
     def check_broker_name(self, broker_name: str) -> None:
         if broker_name and self.core.broker_groups.known(broker_name) is None:

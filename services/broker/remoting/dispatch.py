@@ -16,11 +16,13 @@ REQUEST_CODE_NOT_SUPPORTED (3) with " request type <code> not supported".
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from services.broker.errors import FAILURES, Code, as_broker_error
 from services.broker.remoting.server import Channel
@@ -144,6 +146,17 @@ def _parse_int(name: str, value: str) -> int:
     if not low <= number <= high:
         raise MissingField(name, f"is not a number: {value!r} is beyond a Java {'int' if high == INT_MAX else 'long'}")
     return number
+
+
+def json_body(request: RemotingCommand) -> dict[str, Any]:
+    """A request's JSON object body (an empty body is an empty object); SYSTEM_ERROR otherwise."""
+    try:
+        data = json.loads(request.body) if request.body else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body is not a JSON object")
+    return data
 
 
 # -- the dispatcher ------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ def build_remoting(
         dispatcher, host, port, reuse_port, config.remoting_group_port_map(), tls_config(config, certificate)
     )
 
-    context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients, {})
+    context = RemotingContext(core, config, core.clock, format_address(advertised_host, port), core.classic_clients)
     NameServer(context).register(dispatcher)
     Sends(context).register(dispatcher)
     pulls = Pulls(context, server, dispatcher, observe)

@@ -27,7 +27,7 @@ creates the topic. Retry topics ``%RETRY%<group>`` have a route once the group h
 from __future__ import annotations
 
 from services.broker.errors import Code
-from services.broker.remoting.context import RemotingContext, dumps
+from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import Dispatcher, RemotingError, required
 from services.broker.remoting.server import Channel
 from services.domain.names import AUTO_CREATE_TOPIC, RETRY_TOPIC_PREFIX, validate_group_name
@@ -42,6 +42,7 @@ from services.domain.remoting.bodies import (
 )
 from services.domain.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
+from services.domain.remoting.fastjson_codec import fastjson_dumpb
 from services.domain.routes import QueueData as RouteQueueData
 from services.domain.routes import TopicRoute
 
@@ -139,7 +140,7 @@ class NameServer:
         system = request.code == RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS
         topics = self._context.core.admin.list_topics(include_system=system)
         names = sorted({t.name for t in topics})
-        return request.response(ResponseCode.SUCCESS, body=dumps({"topicList": names}))
+        return request.response(ResponseCode.SUCCESS, body=fastjson_dumpb({"topicList": names}))
 
     def no_kv_config(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         namespace = request.ext_fields.get("namespace", "")

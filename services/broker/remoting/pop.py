@@ -24,27 +24,28 @@ clients averagely (RocketMQ's AllocateMessageQueueAveragely), as the client woul
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from typing import Any
 
 from services.broker.consumer import FilterType, ReceiveRequest
 from services.broker.errors import Code
-from services.broker.remoting.context import RemotingContext, dumps
+from services.broker.remoting.context import RemotingContext
 from services.broker.remoting.dispatch import (
     Dispatcher,
     RemotingError,
+    json_body,
     optional_bool,
     remoting_code,
     required,
     required_int,
 )
 from services.broker.remoting.server import Channel
-from services.domain.format.commitlog_format import MessageRecord, encode_record, host_from_string
+from services.domain.format.commitlog_format import MessageRecord, encode_record
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
-from services.domain.remoting.records import with_store_host
+from services.domain.remoting.fastjson_codec import fastjson_dumpb
+from services.domain.remoting.records import record_host, with_store_host
 from services.store.client.model import Delivery
 
 HANDLES_MAX = 200_000
@@ -157,11 +158,7 @@ class Pops:
     def batch_ack(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
         """BATCH_ACK_MESSAGE: body ``{"acks": [{consumerGroup, topic, queueId, extraInfo, offset}...]}``
         (a subset of BatchAckMessageRequestBody: one ack per message)."""
-        try:
-            data = json.loads(request.body or b"{}")
-            acks = data.get("acks") if isinstance(data, dict) else None
-        except ValueError:
-            acks = None
+        acks = json_body(request).get("acks")
         if not isinstance(acks, list):
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "the batch ack body has no acks list")
         failed = 0
@@ -217,7 +214,7 @@ class Pops:
 
     # -- QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE ----------------------------------------------------
     def query_assignment(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        data = _json_object(request)
+        data = json_body(request)
         topic = str(data.get("topic") or "")
         group = str(data.get("consumerGroup") or "")
         client_id = str(data.get("clientId") or "")
@@ -240,10 +237,10 @@ class Pops:
             clients = sorted({c.client_id for c in self._context.clients.consumers(group)} | {client_id})
             mine = allocate_averagely(queues, clients, client_id)
         body = {"messageQueueAssignments": [{"messageQueue": q, "mode": mode, "attachments": {}} for q in mine]}
-        return request.response(ResponseCode.SUCCESS, body=dumps(body))
+        return request.response(ResponseCode.SUCCESS, body=fastjson_dumpb(body))
 
     def set_request_mode(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
-        data = _json_object(request)
+        data = json_body(request)
         topic, group = str(data.get("topic") or ""), str(data.get("consumerGroup") or "")
         mode = str(data.get("mode") or "")
         if not topic or not group or mode not in MODES:
@@ -301,30 +298,12 @@ def _record(delivery: Delivery) -> bytes:
             queue_id=delivery.queue_id,
             body=delivery.body,
             properties=delivery.properties,
-            sys_flag=delivery.sys_flag & ~0x30,  # the hosts below are IPv4
+            sys_flag=delivery.sys_flag,  # its host bits follow the hosts (encode_record)
             born_timestamp_ms=delivery.born_timestamp_ms,
-            born_host=_host(delivery.born_host),
+            born_host=record_host(delivery.born_host),
             store_timestamp_ms=delivery.store_timestamp_ms,
             reconsume_times=max(delivery.delivery_attempt - 1, 0),
             queue_offset=delivery.queue_offset,
             phy_offset=phy_offset,
         )
     )
-
-
-def _host(address: str) -> tuple[bytes, int]:
-    try:
-        host = host_from_string(address)
-    except (ValueError, OSError):
-        return (b"\x7f\x00\x00\x01", 0)
-    return host if len(host[0]) == 4 else (b"\x7f\x00\x00\x01", host[1])
-
-
-def _json_object(request: RemotingCommand) -> dict[str, Any]:
-    try:
-        data = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, "the body is not a JSON object")
-    return data

@@ -48,7 +48,6 @@ from services.domain.format.commitlog_format import (
     PHY_OFFSET_POS,
     MessageRecord,
     encode_record,
-    host_from_string,
 )
 from services.domain.names import validate_group_name, validate_topic_name
 from services.domain.remoting.bodies import (
@@ -63,7 +62,7 @@ from services.domain.remoting.bodies import (
 from services.domain.remoting.codes import RequestCode, ResponseCode
 from services.domain.remoting.command import RemotingCommand
 from services.domain.remoting.fastjson_codec import fastjson_dumpb
-from services.domain.remoting.records import with_store_host
+from services.domain.remoting.records import record_host, with_store_host
 from services.store.client.client import StoreClient
 from services.store.client.model import StoredMessage
 
@@ -76,7 +75,6 @@ RESET_CONSUMER_CLIENT_OFFSET = 220
 CONSUMED_BY_TTL_S = 2.0  # topicList -c asks 300 once per topic: one consumer-stats read serves them
 CONSUMER_STATS_TIMEOUT_S = 5.0
 _LONG = struct.Struct(">q")
-_LOOPBACK = (b"\x7f\x00\x00\x01", 0)
 
 
 class Queries:
@@ -374,19 +372,12 @@ def raw_record(store: StoreClient, message: StoredMessage) -> bytes:
             flag=message.flag,
             sys_flag=message.sys_flag,
             born_timestamp_ms=message.born_timestamp_ms,
-            born_host=_host(message.born_host),
+            born_host=record_host(message.born_host),
             store_timestamp_ms=message.store_timestamp_ms,
-            store_host=_host(message.store_host),
+            store_host=record_host(message.store_host),
             reconsume_times=message.reconsume_times,
             prepared_transaction_offset=message.prepared_transaction_offset,
             queue_offset=message.queue_offset,
             phy_offset=message.phy_offset,
         )
     )
-
-
-def _host(address: str) -> tuple[bytes, int]:
-    try:
-        return host_from_string(address) if address else _LOOPBACK
-    except (ValueError, OSError):
-        return _LOOPBACK

@@ -106,7 +106,7 @@ class Sends:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phy_offset}")
         dead = delay_level < 0 or message.reconsume_times >= max_times
         self._ensure_topic(dlq_topic(group) if dead else retry_topic(group), broker_name)
-        receipt = self._context.producer(broker_name).send_back(
+        receipt = core.classic_producer.send_back(
             message,
             group,
             delay_level,
@@ -158,7 +158,9 @@ class Sends:
             ]
         if topic.startswith((DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX)):
             self._ensure_topic(topic, broker_name)
-        receipts = self._context.producer(broker_name).send(messages, channel.peer_address, self._timeout_s)
+        receipts = self._context.group_core(broker_name).classic_producer.send(
+            messages, channel.peer_address, self._timeout_s
+        )
         group_name = self._context.group_core(broker_name).name
         return self.answer(request, receipts, lambda phy: self._context.offset_msg_id(group_name, phy))
 

@@ -20,6 +20,8 @@ import socket
 import struct
 from collections.abc import Sequence
 
+from services.domain.format.commitlog_format import host_from_string
+
 SYSFLAG_POS = 36
 BORN_HOST_V6 = 0x10
 STORE_HOST_V6 = 0x20
@@ -37,6 +39,18 @@ def ipv4_host(address: str) -> tuple[bytes, int] | None:
         return socket.inet_pton(socket.AF_INET, host), int(port)
     except (OSError, ValueError):
         return None
+
+
+LOOPBACK_HOST = (b"\x7f\x00\x00\x01", 0)
+
+
+def record_host(address: str) -> tuple[bytes, int]:
+    """``"ip:port"`` (or ``"[v6]:port"``) as a record's host field; 127.0.0.1:0 when blank or
+    not an address (a record re-encoded from what the store reported)."""
+    try:
+        return host_from_string(address) if address else LOOPBACK_HOST
+    except (ValueError, OSError):
+        return LOOPBACK_HOST
 
 
 def with_store_host(records: Sequence[bytes], store_host: tuple[bytes, int] | None) -> bytes:
