@@ -53,7 +53,40 @@ Report (``Report``; ``Report.violations()`` lists the ones that are always bugs)
   (``History.consumer_ack_unknown``) may have reached the store: such a message is not counted.
 * ``fail_details``: how many definite failures of each code (for the summary).
 * ``rto``        per fault: time from the fault (kill) and from the restart to the first ``ok``
-  send completed after the restart.
+  send completed after the restart (``fault_to_first_ok_s`` is the issue's "failover", its
+  quantiles ``Report.failover``; a schedule's fault counts from when it was in force), and
+  ``longest_gap_s``, the longest stretch without an ``ok`` completion from the fault until the
+  first ``ok`` after its heal (an outage the first figure misses when a deposed master keeps
+  acking for the rest of its lease).
+
+The chaos categories (issue 30; ``tests/faults/schedule.py`` and ``chaos.py`` feed them):
+
+* ``fenced_acks`` "acknowledged by a master that had lost its role". The client cannot see which
+  replica acknowledged a send, so this is judged from three things: the send's invoke and
+  completion times, the final log (what a drain delivered), and the group's election history
+  recorded from an etcd watch during the run (``History.role``: the live master and its
+  masterEpoch each time they change, ``None`` when the group has no live master). An acked send
+  whose message is **missing from the final log** and whose ack **completed under another term
+  than the one it was invoked in** (a new master or epoch, or no live master at all) counts. What
+  it proves: such an ack came after the role it was sent to had ended per etcd, and it was not
+  kept: a zombie or deposed master acknowledged what the group did not keep. What it cannot
+  prove: (1) an ack that *was* kept is harmless and is not told apart from a legitimate one (the
+  new master may have stored it); only ``acked_across_role_change`` counts them; (2) the watch
+  sees a change a few milliseconds after etcd made it, and etcd deletes an expired lease after
+  the master's own clock ended it, so an ack in that gap is judged as within the old term
+  (under-reported, never over-reported); (3) a loss within one term is reported as ``lost`` only
+  (truncation, a torn tail). Without a recorded history (``roles`` empty) nothing is classified.
+* ``duplicate_deliveries`` every extra delivery: a message id delivered again (``duplicates_by_id``)
+  plus each extra message id of one value (``duplicates_by_body``, a send stored twice). Judged
+  against ``Bounds.duplicates_allowed`` when ``bounds`` are given.
+* ``delay_*`` delay and timer messages (a ``deliver_at_ms``): acked, delivered, lost (also in
+  ``lost``), early (also in ``early``) and how late the first delivery was (p99).
+* ``acked_redelivered`` deliveries of a message after the consumer's ack of it was answered OK
+  (``History.consumer_acked`` keeps the order), and ``offset_rewinds``: for those delivered as a
+  first attempt from their own queue, how far behind the queue's highest delivered offset they
+  were: how far the group's consume offset moved back. A rewind beyond
+  ``Bounds.offset_rewind_max`` is a violation (services/store/README.md "What a failover keeps":
+  a failover repeats what was in flight and the last ``ha_config_sync_interval_ms`` of commits).
 """
 
 from __future__ import annotations
@@ -146,8 +179,9 @@ class Delivery:
 @dataclass
 class Fault:
     name: str
-    fault_t: float  # monotonic time of the kill
+    fault_t: float  # monotonic time of the kill (a schedule's fault: when apply() returned, in force)
     restart_t: float | None = None  # monotonic time the replacement was spawned
+    heal_t: float | None = None  # monotonic time heal() returned (a schedule's fault)
 
 
 @dataclass
@@ -155,6 +189,40 @@ class Rto:
     fault: str
     fault_to_first_ok_s: float | None
     restart_to_first_ok_s: float | None
+    longest_gap_s: float | None = None  # the longest stretch without an ok, fault -> first ok after its heal
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    """The group's live master as an etcd watch saw it at monotonic time ``t``: ``master_id``
+    None when the group has no live master (its lease expired, nobody elected yet)."""
+
+    t: float
+    master_id: int | None
+    epoch: int
+
+    @property
+    def term(self) -> tuple[int | None, int]:
+        return (self.master_id, self.epoch) if self.master_id is not None else (None, 0)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a chaos run may repeat (the rest of the checker's categories are always bugs).
+
+    Duplicates: at most ``duplicates_per_fault_max`` per fault applied plus
+    ``duplicates_ratio_max`` of the acked sends (docs/durability.md's soak goal: under 0.5 %).
+    A failover delivers again every message in flight (services/store/README.md "What a
+    failover keeps"): the workload holds at most its consumers' receive batches, well under
+    256. Offsets: a group's consume offset moves back at most ``offset_rewind_max`` messages of
+    a queue (what was in flight plus the commits of the last config sync interval)."""
+
+    duplicates_per_fault_max: int = 256
+    duplicates_ratio_max: float = 0.005
+    offset_rewind_max: int = 256
+
+    def duplicates_allowed(self, acked: int, faults: int) -> int:
+        return self.duplicates_per_fault_max * faults + int(self.duplicates_ratio_max * acked)
 
 
 class History:
@@ -166,8 +234,10 @@ class History:
         self.sends: dict[str, Send] = {}
         self.deliveries: list[Delivery] = []
         self.acked_ids: set[str] = set()
+        self.ack_seq: dict[str, int] = {}  # message id -> deliveries recorded when its ack was answered
         self.ack_unknown_ids: set[str] = set()  # the ack call failed in transport: maybe acked
         self.faults: list[Fault] = []
+        self.roles: list[RoleChange] = []  # the group's election history (an etcd watch)
 
     # -- sends
     def invoke(
@@ -207,6 +277,8 @@ class History:
     def consumer_acked(self, message_ids: list[str]) -> None:
         with self._lock:
             self.acked_ids.update(message_ids)
+            for message_id in message_ids:
+                self.ack_seq.setdefault(message_id, len(self.deliveries))
 
     def consumer_ack_unknown(self, message_ids: list[str]) -> None:
         """The ack's outcome is unknown (the broker died or timed out under it): the store may
@@ -215,8 +287,8 @@ class History:
             self.ack_unknown_ids.update(message_ids)
 
     # -- faults
-    def fault(self, name: str) -> Fault:
-        fault = Fault(name, time.monotonic())
+    def fault(self, name: str, t: float | None = None) -> Fault:
+        fault = Fault(name, time.monotonic() if t is None else t)
         with self._lock:
             self.faults.append(fault)
         return fault
@@ -224,6 +296,17 @@ class History:
     def restarted(self, fault: Fault) -> None:
         with self._lock:
             fault.restart_t = time.monotonic()
+
+    def healed(self, fault: Fault, t: float | None = None) -> None:
+        with self._lock:
+            fault.heal_t = time.monotonic() if t is None else t
+
+    def role(self, master_id: int | None, epoch: int, t: float | None = None) -> None:
+        """The group's live master (None: none) as the etcd watch saw it; repeats are dropped."""
+        change = RoleChange(time.monotonic() if t is None else t, master_id, epoch)
+        with self._lock:
+            if not self.roles or self.roles[-1].term != change.term:
+                self.roles.append(change)
 
     # -- summaries
     def count(self, outcome: str) -> int:
@@ -234,7 +317,7 @@ class History:
         with self._lock:
             return {dl.message_id for dl in self.deliveries}
 
-    def check(self, split_at_faults: bool = False) -> Report:
+    def check(self, split_at_faults: bool = False, bounds: Bounds | None = None) -> Report:
         with self._lock:
             return check(
                 list(self.sends.values()),
@@ -244,6 +327,9 @@ class History:
                 seed=self.seed,
                 ack_unknown_ids=set(self.ack_unknown_ids),
                 split_at_faults=split_at_faults,
+                roles=list(self.roles),
+                ack_seq=dict(self.ack_seq),
+                bounds=bounds,
             )
 
 
@@ -270,10 +356,35 @@ class Report:
     unconsumed: list[str] = field(default_factory=list)
     rto: list[Rto] = field(default_factory=list)
     fail_details: dict[str, int] = field(default_factory=dict)
+    # the chaos categories (module docstring)
+    operations: int = 0  # sends invoked
+    consumer_acks: int = 0
+    faults_applied: dict[str, int] = field(default_factory=dict)
+    roles_recorded: int = 0
+    fenced_acks: list[str] = field(default_factory=list)
+    acked_across_role_change: int = 0
+    duplicate_deliveries: int = 0
+    duplicates_allowed: int | None = None  # None: no bound given
+    delay_acked: int = 0
+    delay_delivered: int = 0
+    delay_lost: list[str] = field(default_factory=list)
+    delay_late_p99_ms: int | None = None
+    acked_redelivered: list[str] = field(default_factory=list)
+    offset_rewinds: list[int] = field(default_factory=list)  # how far back, in messages of the queue
+    offset_rewind_over: list[str] = field(default_factory=list)
+    offset_rewind_max: int | None = None  # the bound; None: none given
 
     @property
     def lost(self) -> list[str]:
         return self.lost_prefix + self.lost_middle + self.lost_suffix
+
+    def failover(self, q: float, what: str = "failover") -> float | None:
+        """The ``q`` quantile (nearest rank) over the faults of fault -> first ok (``failover``) or
+        of the longest stretch without an ok (``gap``); None when no fault has one."""
+        values = sorted(
+            v for r in self.rto if (v := (r.fault_to_first_ok_s if what == "failover" else r.longest_gap_s)) is not None
+        )
+        return values[min(len(values) - 1, int(len(values) * q))] if values else None
 
     def violations(self) -> dict[str, list[str]]:
         """Categories that are bugs in any run (duplicates, unconsumed and RTO are judged by the
@@ -288,7 +399,11 @@ class Report:
             "order": self.order_violations,
             "inconsistent-offsets": self.inconsistent_offsets,
             "early": self.early,
+            "fenced-ack": self.fenced_acks,
+            "offset-rewind": self.offset_rewind_over,
         }
+        if self.duplicates_allowed is not None and self.duplicate_deliveries > self.duplicates_allowed:
+            found["duplicates-over-bound"] = [f"{self.duplicate_deliveries} > {self.duplicates_allowed}"]
         return {k: v for k, v in found.items() if v}
 
     def rto_p99(self, since: str = "restart") -> float | None:
@@ -330,9 +445,16 @@ def check(
     seed: int = 0,  # type: ignore[assignment]
     ack_unknown_ids: set[str] = frozenset(),
     split_at_faults: bool = False,
+    roles: list[RoleChange] = (),  # type: ignore[assignment]
+    ack_seq: dict[str, int] | None = None,
+    bounds: Bounds | None = None,
 ) -> Report:  # type: ignore[assignment]
     """The analysis of one history (see the module docstring)."""
     report = Report(seed=seed)
+    report.operations = len(sends)
+    report.consumer_acks = len(acked_ids)
+    for f in faults:
+        report.faults_applied[f.name] = report.faults_applied.get(f.name, 0) + 1
     by_key = {s.key: s for s in sends}
     report.acked = sum(s.outcome == OK for s in sends)
     report.failed = sum(s.outcome == FAIL for s in sends)
@@ -429,6 +551,95 @@ def check(
                 f.name,
                 None if first_ok is None else first_ok - f.fault_t,
                 None if first_ok is None or f.restart_t is None else first_ok - f.restart_t,
+                _longest_gap(ok_times, f),
             )
         )
+
+    _check_roles(report, sends, roles)
+    _check_delay(report, sends, deliveries, by_key)
+    _check_offsets(report, deliveries, ack_seq or {}, bounds)
+    report.duplicate_deliveries = sum(report.duplicates_by_id.values()) + sum(
+        len(ids) - 1 for ids in report.duplicates_by_body.values()
+    )
+    if bounds is not None:
+        report.duplicates_allowed = bounds.duplicates_allowed(report.acked, len(faults))
     return report
+
+
+def _longest_gap(ok_times: list[float], fault: Fault) -> float | None:
+    """The longest stretch without an ok completion from ``fault`` in force to the first ok after
+    its heal (or after the fault when it has none); None when no ok came after."""
+    end_after = max(t for t in (fault.fault_t, fault.heal_t, fault.restart_t) if t is not None)
+    start = bisect.bisect_right(ok_times, fault.fault_t)
+    end = bisect.bisect_right(ok_times, end_after)
+    if end >= len(ok_times):
+        return None
+    points = [fault.fault_t, *ok_times[start : end + 1]]
+    return max(b - a for a, b in zip(points, points[1:], strict=False))
+
+
+def _check_roles(report: Report, sends: list[Send], roles: list[RoleChange]) -> None:
+    """``fenced_acks``: lost acks completed under another term than their invoke's (docstring)."""
+    report.roles_recorded = len(roles)
+    if not roles:
+        return
+    ordered = sorted(roles, key=lambda r: r.t)
+    times = [r.t for r in ordered]
+
+    def at(t: float) -> RoleChange | None:
+        i = bisect.bisect_right(times, t)
+        return ordered[i - 1] if i else None
+
+    lost = {label.split()[0] for label in report.lost}
+    for s in sends:
+        if s.outcome != OK:
+            continue
+        invoked, completed = at(s.invoke_t), at(s.complete_t)
+        if invoked is None or completed is None or invoked.term == completed.term:
+            continue
+        report.acked_across_role_change += 1
+        if s.key in lost:
+            now = "no live master" if completed.master_id is None else f"master {completed.master_id}"
+            report.fenced_acks.append(
+                f"{s.key} ({s.message_id}) sent under master {invoked.master_id} epoch {invoked.epoch}, "
+                f"acked {s.complete_t - completed.t:.3f} s after {now} (epoch {completed.epoch}), not kept"
+            )
+
+
+def _check_delay(report: Report, sends: list[Send], deliveries: list[Delivery], by_key: dict[str, Send]) -> None:
+    """Delay and timer messages (a ``deliver_at_ms``): counts, lost and how late (``early`` is
+    judged with every delivery above)."""
+    timed = {s.key for s in sends if s.deliver_at_ms is not None}
+    if not timed:
+        return
+    report.delay_acked = sum(by_key[k].outcome == OK for k in timed)
+    report.delay_lost = [label for label in report.lost if label.split()[0] in timed]
+    late_ms: dict[str, int] = {}
+    for dl in sorted(deliveries, key=lambda x: x.seq):
+        key = key_of_body(dl.body)
+        if key in timed and key not in late_ms:
+            late_ms[key] = dl.wall_ms - (by_key[key].deliver_at_ms or 0)
+    report.delay_delivered = len(late_ms)
+    if late_ms:
+        ordered = sorted(late_ms.values())
+        report.delay_late_p99_ms = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _check_offsets(report: Report, deliveries: list[Delivery], ack_seq: dict[str, int], bounds: Bounds | None) -> None:
+    """``acked_redelivered`` and ``offset_rewinds`` (docstring)."""
+    report.offset_rewind_max = bounds.offset_rewind_max if bounds is not None else None
+    highest: dict[tuple[str, int], int] = {}
+    for dl in sorted(deliveries, key=lambda x: x.seq):
+        where = (dl.topic, dl.queue_id)
+        if dl.message_id in ack_seq and dl.seq >= ack_seq[dl.message_id]:
+            report.acked_redelivered.append(f"{dl.message_id} at {dl.topic}/{dl.queue_id}@{dl.offset}")
+            if dl.attempt == 1 and dl.offset >= 0 and where in highest:
+                back = max(0, highest[where] - dl.offset)
+                report.offset_rewinds.append(back)
+                if report.offset_rewind_max is not None and back > report.offset_rewind_max:
+                    report.offset_rewind_over.append(
+                        f"{dl.topic}/{dl.queue_id}: {dl.message_id} at offset {dl.offset}, acked, delivered "
+                        f"again {back} behind {highest[where]}"
+                    )
+        if dl.attempt == 1 and dl.offset >= 0:
+            highest[where] = max(highest.get(where, -1), dl.offset)
