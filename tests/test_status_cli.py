@@ -6,10 +6,13 @@ consumed through MessagingService, then ``services.launcher.cli.main(["status", 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import re
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as s_grpc
 from pyrmq.admin.v1 import admin_pb2 as pb
 from pyrmq.admin.v1 import admin_pb2_grpc as pb_grpc
 from pyrmq.store.v1 import store_pb2, store_pb2_grpc
+from rich.console import Console
 
 from services.admin import status
 from services.launcher import cli
@@ -40,6 +44,7 @@ class Cluster:
     store_port: int
     metrics_port: int  # the store's; the others' are beside it
     consumed: int  # of the SENT messages, received and acked by GROUP
+    data_dir: Path  # pyrmq up's (its supervisor state: up-state.json)
 
 
 def free_ports(count: int) -> int:
@@ -100,7 +105,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             assert 0 < len(got) <= 4
             for m in got:
                 assert ack(v2, TOPIC, m.system_properties.receipt_handle, group=GROUP).status.code == 20000
-        yield Cluster(endpoint, store_port, metrics_port, len(got))
+        yield Cluster(endpoint, store_port, metrics_port, len(got), tmp / "data")
         assert up.stop(signal.SIGTERM) == 0, up.log()
     finally:
         up.kill()
@@ -115,6 +120,8 @@ def status_args(cluster: Cluster, *extra: str) -> list[str]:
         str(cluster.metrics_port),
         "--timeout",
         "10",
+        "--data-dir",
+        str(cluster.data_dir),
         *extra,
     ]
 
@@ -135,6 +142,8 @@ def test_json_every_service_serving_topic_depth_and_group_lag(cluster, capsys):
         assert service["status"] == "SERVING" and service["latency_ms"] >= 0, service
         assert service["metrics_reachable"] is True, service
     assert services["store"]["address"] == doc["store_address"] == f"127.0.0.1:{cluster.store_port}"
+    supervised = {c["child"]: (c["state"], c["restarts"]) for c in doc["supervisor"]["children"]}
+    assert supervised == {name: ("running", 0) for name in services}
     assert services["scheduler"]["address"] == f"127.0.0.1:{cluster.store_port + 4}"
     assert services["txcheck"]["metrics_url"] == f"http://127.0.0.1:{cluster.metrics_port + 3}/metrics"
 
@@ -182,6 +191,10 @@ def test_table(cluster, capsys):
     code, out, err = run_status(capsys, *status_args(cluster))
     assert code == 0 and err == ""
     assert "Services" in out and "Topics" in out and "Consumer groups" in out
+    assert "Supervisor (pyrmq up, pid" in out
+    for child in ("store", "broker", "scheduler", "txcheck"):  # each running, never restarted
+        [row] = [line.split() for line in out.splitlines() if line.split()[:1] == [child] and "running" in line]
+        assert row[2:] == ["running", "0", "-", "-"], row
     assert out.count("SERVING") == 4 and "DOWN" not in out
     [topic_row] = [line.split() for line in out.splitlines() if line.split()[:1] == [TOPIC]]
     assert topic_row == [TOPIC, "MIXED", "8", str(SENT), str(SENT)]
@@ -260,3 +273,29 @@ def test_another_groups_store_metrics_sit_as_far_from_the_home_stores_as_its_por
     assert status.metrics_urls(argparse.Namespace(endpoint="127.0.0.1:8081", metrics_port=-1), addresses) == {
         name: "" for name in addresses
     }
+
+
+def test_the_supervisor_table_reads_a_running_ups_state_file_only(tmp_path: Path) -> None:
+    path = tmp_path / "up-state.json"
+    child = {"child": "store-b", "pid": 7, "state": "restarting", "restarts": 2, "last_exit_code": -9}
+    path.write_text(json.dumps({"up_pid": os.getpid(), "metrics": "", "children": [{**child, "last_restart_ms": 0}]}))
+    doc = status.read_supervisor(path)
+    assert doc is not None and doc["children"][0]["restarts"] == 2
+    report = status.Report([], "", None, None, "", 0, supervisor=doc)
+    console = Console(width=200, file=io.StringIO())
+    console.print(status.render(report))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert f"Supervisor (pyrmq up, pid {os.getpid()})" in out
+    [row] = [line.split() for line in out.splitlines() if line.split()[:1] == ["store-b"]]
+    assert row == ["store-b", "7", "restarting", "2", "-9", "-"]
+    path.write_text(json.dumps({"up_pid": _exited_pid(), "children": []}))  # a killed up's file: stale
+    assert status.read_supervisor(path) is None
+    path.write_text("{not json")
+    assert status.read_supervisor(path) is None
+    assert status.read_supervisor(tmp_path / "missing.json") is None
+
+
+def _exited_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid

@@ -4,7 +4,7 @@ lag on one screen. A client of the broker's ``Admin.GetClusterStatus``
 Prometheus endpoints.
 
     pyrmq status [--all] [--store HOST:PORT] [--scheduler HOST:PORT] [--txcheck HOST:PORT]
-                 [--metrics-port PORT] [--watch SECONDS]
+                 [--metrics-port PORT] [--data-dir DIR] [--watch SECONDS]
 
 Where the services are: the broker at ``--endpoint`` (default 127.0.0.1:8081); the store where
 the broker says it reaches it (GetClusterStatus), else the broker's host on port 10911; the
@@ -21,7 +21,7 @@ groups: lag and messages in flight per topic; clients connected to the broker, c
 protocol, type and group: v2 clients on the client port (grpc) and 4.x/5.x remoting clients on
 the remoting port (remoting), with their languages and versions), or with ``--json`` one JSON
 document ``{"services": [...], "store_address": ..., "groups": [...], "topics": [...],
-"consumer_groups": [...], "clients": [...]}`` (topics and consumer_groups are null, and
+"consumer_groups": [...], "clients": [...], "supervisor": {...}}`` (topics and consumer_groups are null, and
 ``error`` says why, if the broker could not answer; groups is null when the store could not
 answer GetReplicaStatus; clients is null when the broker did not answer ListClients, and like
 ``pyrmq client list`` covers only the broker at ``--endpoint``).
@@ -34,6 +34,12 @@ queue naming its ``broker_name``; ``consumer_groups`` the consumer groups' lag r
 groups: CLIENT_INNER_PRODUCER, which every Java remoting client joins). ``--watch SECONDS``
 redraws the tables every SECONDS until Ctrl-C (not with ``--json``).
 
+A cluster run by ``pyrmq up``: its supervisor's state (services/launcher/supervisor_report.py:
+each child's pid, state running / restarting / given-up, restarts, last exit code and restart
+time), read from ``--data-dir`` (default ./data, up's) as long as that ``up`` runs, is a last
+table, and ``supervisor`` in the JSON document (null without one). It does not change the exit code:
+a child being restarted is DOWN in the services table already.
+
 Exit codes, as the other admin commands (services/admin/cli.py): 0 every service SERVING and
 the broker answered; 4 a service is not SERVING (DOWN: it did not answer; or it answered
 NOT_SERVING), or the broker or its store could not be reached (the rest of the report still
@@ -45,11 +51,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -74,7 +82,7 @@ from services.admin.cli import (
 )
 from services.admin.replicas import fetch_group, replicas_table
 from services.domain.names import is_system_group
-from services.launcher.topology import SERVICES
+from services.launcher.topology import SERVICES, SUPERVISOR_STATE_FILE
 from services.runtime.process import format_address
 
 DEFAULT_STORE_PORT = 10911  # the store's default gRPC port ([store] port)
@@ -110,6 +118,7 @@ class Report:
     exit_code: int
     broker_groups: list[Document] | None = None  # None: the store did not answer GetReplicaStatus
     clients: list[Document] | None = None  # None: the broker did not answer ListClients
+    supervisor: Document | None = None  # None: no running ``pyrmq up`` keeps state in --data-dir
 
     def document(self) -> Document:
         doc: Document = {
@@ -119,6 +128,7 @@ class Report:
             "topics": self.topics,
             "consumer_groups": self.groups,
             "clients": self.clients,
+            "supervisor": self.supervisor,
         }
         if self.error:
             doc["error"] = self.error
@@ -170,7 +180,23 @@ def collect(ns: argparse.Namespace) -> Report:
         exit_code = EXIT_UNREACHABLE
     home, *rest = (future.result() for future in replicas)
     broker_groups = None if home is None else [home, *(group for group in rest if group is not None)]
-    return Report(services, addresses["store"], topics, groups, error, exit_code, broker_groups, clients)
+    supervisor = read_supervisor(Path(ns.data_dir) / SUPERVISOR_STATE_FILE)
+    return Report(services, addresses["store"], topics, groups, error, exit_code, broker_groups, clients, supervisor)
+
+
+def read_supervisor(path: Path) -> Document | None:
+    """``pyrmq up``'s supervisor state (services/launcher/supervisor_report.py) if the file is
+    there and the ``up`` that wrote it still runs (a killed one leaves a stale file)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        os.kill(int(doc["up_pid"]), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # another user's up: it runs
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc if isinstance(doc.get("children"), list) else None
 
 
 def connected_clients(stub: pb_grpc.AdminStub, timeout_s: float, include_system: bool) -> list[Document] | None:
@@ -370,6 +396,12 @@ def render(report: Report, with_error: bool = False) -> RenderableType:
             Text("Clients of this broker", style="bold"),
             _clients_table(report.clients) if report.clients else Text("No clients connected."),
         ]
+    if report.supervisor is not None:
+        parts += [
+            Text(""),
+            Text(f"Supervisor (pyrmq up, pid {report.supervisor['up_pid']})", style="bold"),
+            _supervisor_table(report.supervisor["children"]),
+        ]
     if with_error and report.error:
         parts += [Text(""), Text(f"error: {report.error}", style="red")]
     return Group(*parts)
@@ -436,6 +468,24 @@ def _clients_table(clients: list[Document]) -> Table:
     table = _table("PROTOCOL", "TYPE", "GROUP", "CLIENTS", "LANGUAGES AND VERSIONS")
     for c in clients:
         table.add_row(c["protocol"], c["client_type"], c["group"] or "-", str(c["count"]), ", ".join(c["versions"]))
+    return table
+
+
+def _supervisor_table(children: list[Document]) -> Table:
+    table = _table("CHILD", "PID", "STATE", "RESTARTS", "LAST EXIT", "LAST RESTART")
+    styles = {"running": "green", "restarting": "yellow"}
+    for c in children:
+        code = c.get("last_exit_code")
+        restarted = c.get("last_restart_ms")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(restarted / 1000)) if restarted else "-"
+        table.add_row(
+            str(c.get("child", "?")),
+            str(c.get("pid", "?")),
+            Text(str(c.get("state", "?")), style=styles.get(str(c.get("state")), "bold red")),
+            str(c.get("restarts", 0)),
+            "-" if code is None else str(code),
+            when,
+        )
     return table
 
 
@@ -513,6 +563,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PORT",
         help="the store's Prometheus port; the broker's is + 1, the scheduler's + 2, txcheck's + 3 "
         "(default %(default)s; -1: do not probe metrics)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data"),
+        metavar="DIR",
+        help=f"the data directory of pyrmq up, whose supervisor state (DIR/{SUPERVISOR_STATE_FILE}: each "
+        "service's pid, state and restarts) is shown when that up runs (default: ./data, up's)",
     )
     parser.add_argument("--watch", type=positive_float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
 

@@ -53,7 +53,8 @@ class Child:
     ) -> None:
         self.spec = spec
         self.label = label or spec.name  # "store-1": a replica of the store row
-        self._args = (spec, env, wake, log_path, label)
+        self.env = env  # its settings (PYRMQ_<SERVICE>_<KEY>), besides this process's environment
+        self._args = (spec, wake, log_path, label)
         self.ready_line: str | None = None
         self.ready = threading.Event()
         self._wake = wake
@@ -89,11 +90,28 @@ class Child:
     def exited(self) -> bool:
         return self.process.poll() is not None
 
-    def restart(self) -> Child:
-        """The same service started again (after it exited)."""
+    # -- as services/launcher/supervision.py supervises it -----------------------------------------
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def is_ready(self) -> bool:
+        return self.ready.is_set()
+
+    def release(self) -> None:
+        """Close this side of its log file (it exited)."""
         if self._log is not None:
             self._log.close()
-        return Child(*self._args)
+
+    def restart(self, env: dict[str, str] | None = None) -> Child:
+        """The same service started again (after it exited), with ``env`` if given (the same
+        settings with the ports it bound: up.py ``pinned_environment``)."""
+        self.release()
+        spec, wake, log_path, label = self._args
+        return Child(spec, self.env if env is None else env, wake, log_path, label)
 
     def send_signal(self, signum: int) -> None:
         """Send ``signum`` if the child still runs (``stopped`` waits for it)."""

@@ -365,3 +365,8 @@ def rows(ns: argparse.Namespace) -> list[tuple[str, ServiceSpec, Callable[[], ar
         helper = functools.partial(group_namespace, ns, group)
         out += [(f"{spec.name}{group_suffix(group)}", spec, helper) for spec in (scheduler, txcheck)]
     return out
+
+
+# ``pyrmq up``'s supervisor state (services/launcher/supervisor_report.py), in its data directory:
+# each child's pid, state and restarts, which ``pyrmq status`` reads.
+SUPERVISOR_STATE_FILE = "up-state.json"

@@ -20,10 +20,20 @@ The brokers serve RocketMQ's remoting protocol too (``--remoting-port``, default
 server and broker at once, for 4.x/5.x remoting clients and tools); the first line then carries
 the broker's ``remoting=HOST:PORT`` (from its ready line), the address remoting routes name.
 
-``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly. If
-a child exits on its own, ``up`` stops the others and exits non-zero, except a store replica of
-a set (``--replicas N`` > 1): the group fails over to another replica and ``up`` restarts the
-dead one, which rejoins as a slave (at most 5 restarts a minute).
+``up`` forwards SIGINT/SIGTERM to the children and exits 0 once they have stopped cleanly.
+
+``up`` supervises (services/launcher/supervision.py, issue 30). A service that cannot start at
+all (it exits, or is not ready within READY_TIMEOUT_S, before the first line) stops ``up``
+with the reason, exit 1. Once the cluster is up, any child that exits (store, broker,
+scheduler, txcheck, the local etcd) is restarted with the same settings and ports after a
+backoff (0.5 s, doubling to 30 s; back to 0.5 s once it stayed up a minute), logged
+("store-b exited unexpectedly with code -9; restarting it in 0.5 s (restart 1)"); the others
+keep serving meanwhile (a group whose store is down is skipped by new sends:
+services/broker/README.md). A child restarted ``--restart-limit`` times (5) within a minute that
+exits once more, or a restarted child not ready within READY_TIMEOUT_S, is given up on: ``up``
+logs why, stops every service and exits 1. ``--restart-limit 0``: the first exit does that.
+Restarts are in DATA_DIR/up-state.json, which ``pyrmq status`` shows, and in the
+``pyrmq_up_child_*`` metrics on ``--up-metrics-port`` (services/launcher/supervisor_report.py).
 
 ``up --replicas N`` (``--etcd-endpoints``) runs the store as a replica set in controller mode
 (services/launcher/topology.rows: a local etcd member first when no endpoints are given).
@@ -42,7 +52,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TextIO
 
@@ -52,16 +61,19 @@ from services.domain.routes import QueueData, TopicRoute
 from services.launcher.children import Child, start_waves, stop_all
 from services.launcher.placement import MODES as PLACEMENT_MODES
 from services.launcher.placement import affinity_environment, placement_text, plan_for_up, running_on
+from services.launcher.supervision import RestartPolicy
 from services.launcher.topology import (
     GROUP_PORT_STEP,
     GROUPS_MAX,
     REPLICA_PORT_STEP,
+    SUPERVISOR_STATE_FILE,
     group_names,
     needs_etcd,
     remoting_group_ports,
     rows,
     service_environment,
 )
+from services.launcher.up_supervisor import UpSupervisor
 from services.runtime import settings
 from services.runtime.etcd.model import EtcdError
 from services.runtime.etcd.rpc.client import EtcdClient
@@ -79,9 +91,6 @@ READY_TIMEOUT_S = 120.0  # recovery of a large store can take a while
 # Signal handlers only record the signal (taking a lock in a handler can deadlock the thread it
 # interrupted), so the main loop wakes at least this often to look.
 POLL_INTERVAL_S = 0.2
-# A replica of a set that keeps dying is not restarted forever: at most this many restarts per window.
-REPLICA_RESTARTS_MAX = 5
-REPLICA_RESTART_WINDOW_S = 60.0
 # A topic made by --create-topic: any message type (normal, FIFO, delay, transactional), 8 queues.
 CREATED_TOPIC_MESSAGE_TYPE = "MIXED"
 CREATED_TOPIC_QUEUE_NUMS = 8
@@ -203,31 +212,19 @@ def up(ns: argparse.Namespace) -> int:
         log.error("could not create the topics %s: %s", ", ".join(ns.create_topic), exc)
         stop_all(children, signal.SIGTERM)
         return 1
+    try:
+        supervision = UpSupervisor(ns, children, wake, READY_TIMEOUT_S)
+    except OSError as exc:
+        log.error("cannot serve pyrmq up's metrics on port %d: %s", ns.up_metrics_port, exc)
+        stop_all(children, signal.SIGTERM)
+        return 1
+    ns.up_metrics_url = supervision.metrics_url
     summary = " ".join(f"{c.label} {c.ready_line}" for c in children)
     cpus = ";".join(f"{label}:{where}" for label, where in ns.cpus.items())
     print(f"pyrmq up: {summary} cpus={cpus} (RocketMQ clients: endpoints {ns.ready['broker']['endpoint']})", flush=True)
     print_cluster(ns, sys.stdout)
 
-    restarts: list[float] = []
-    while not received:
-        wake.wait(POLL_INTERVAL_S)
-        wake.clear()
-        dead = [c for c in children if c.exited()]
-        restarts = [t for t in restarts if time.monotonic() - t < REPLICA_RESTART_WINDOW_S]
-        if dead and not received and all(restartable(ns, c) for c in dead) and len(restarts) < REPLICA_RESTARTS_MAX:
-            for child in dead:  # a replica set outlives a replica: the group fails over, it rejoins
-                log.warning("%s exited with code %d; restarting it", child.label, child.process.returncode)
-                restarts.append(time.monotonic())
-                children[children.index(child)] = child.restart()
-            continue
-        if dead and not received:
-            for child in dead:
-                log.error("%s exited unexpectedly with code %d", child.label, child.process.returncode)
-            stop_all(children, signal.SIGTERM)
-            return 1
-    clean = stop_all(children, received[0])
-    log.info("all services stopped")
-    return 0 if clean else 1
+    return supervision.run(received, POLL_INTERVAL_S)
 
 
 def parse_summary(line: str) -> dict[str, dict[str, str]]:
@@ -244,11 +241,6 @@ def parse_summary(line: str) -> dict[str, dict[str, str]]:
             label = item
             out[label] = {}
     return out
-
-
-def restartable(ns: argparse.Namespace, child: Child) -> bool:
-    """A store replica of a set of several: ``up`` restarts it (the others serve meanwhile)."""
-    return ns.replicas > 1 and child.spec.name == "store"  # every group's replicas
 
 
 def place_replicas(ns: argparse.Namespace) -> None:
@@ -270,6 +262,8 @@ def check_shape(ns: argparse.Namespace) -> str | None:
         return f"--groups must be 1 to {GROUPS_MAX}, got {ns.groups}"
     if ns.replicas < 1 or (ns.groups > 1 and ns.replicas * REPLICA_PORT_STEP > GROUP_PORT_STEP):
         return f"--replicas must be 1 to {GROUP_PORT_STEP // REPLICA_PORT_STEP} with several groups, got {ns.replicas}"
+    if ns.restart_limit < 0:
+        return f"--restart-limit must be 0 or more, got {ns.restart_limit}"
     if ns.brokers < 1:
         return f"--brokers must be at least 1, got {ns.brokers}"
     if not -1 <= ns.remoting_port <= 0xFFFF:
@@ -366,6 +360,7 @@ def print_cluster(ns: argparse.Namespace, out: TextIO) -> None:
         *_remoting_lines(ready["broker"], remoting_group_ports(ns)),
         f"  TLS:              {_tls_text(ready['broker'])}",
         f"  CPU placement:    {placement_text(getattr(ns, 'cpu_placement', 'auto'))}",
+        f"  supervision:      {_supervision_text(ns)}",
         f"  data directory:   {ns.data_dir}",
         f"  configuration:    {config or 'defaults (and PYRMQ_* environment variables)'}",
         "  stop with Ctrl-C (SIGINT) or SIGTERM",
@@ -390,6 +385,17 @@ def _remoting_lines(broker: dict[str, str], group_ports: dict[str, int]) -> list
         others = ", ".join(f"{name} on port {port}" for name, port in group_ports.items())
         lines.append(f"  remoting groups:  the first group on that port, {others}")
     return lines
+
+
+def _supervision_text(ns: argparse.Namespace) -> str:
+    limit = getattr(ns, "restart_limit", RestartPolicy.restarts_max)
+    if limit == 0:
+        return "off (--restart-limit 0: a service that exits stops pyrmq up)"
+    metrics = getattr(ns, "up_metrics_url", "")
+    return (
+        f"a service that exits is restarted, at most {limit} times a minute; "
+        f"pyrmq status --data-dir {ns.data_dir} shows restarts" + (f"; metrics {metrics}" if metrics else "")
+    )
 
 
 def _tls_text(broker: dict[str, str]) -> str:
@@ -517,5 +523,21 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="auto",
         help="auto (default): the store(s) and the broker on CPUs of their own, the other services on the rest, "
         "with 2 or more CPUs; off: no pinning. A service's own cpu_affinity setting always wins",
+    )
+    up_parser.add_argument(
+        "--restart-limit",
+        type=int,
+        default=RestartPolicy.restarts_max,
+        metavar="N",
+        help="restart a service that exits at most N times a minute (after 0.5 s, doubling to 30 s); one exit "
+        f"more stops pyrmq up (default %(default)s; 0: any exit stops pyrmq up). State in DATA_DIR/{SUPERVISOR_STATE_FILE}",
+    )
+    up_parser.add_argument(
+        "--up-metrics-port",
+        type=int,
+        default=-1,
+        metavar="PORT",
+        help="serve pyrmq up's own Prometheus metrics (pyrmq_up_child_restarts_total{child} ...) on PORT of "
+        "--metrics-host, 0 for any free one (default: -1, off)",
     )
     up_parser.set_defaults(run=up)

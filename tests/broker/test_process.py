@@ -126,9 +126,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _start_up(tmp_path: Path, processes: list[Process]) -> Process:
+def _start_up(tmp_path: Path, processes: list[Process], *extra: str) -> Process:
     up = Process(
-        pyrmq_up_command(tmp_path / "data"),
+        pyrmq_up_command(tmp_path / "data", *extra),
         tmp_path,
     )
     processes.append(up)
@@ -137,7 +137,8 @@ def _start_up(tmp_path: Path, processes: list[Process]) -> Process:
 
 
 def test_pyrmq_up_stops_the_broker_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
-    up = _start_up(tmp_path, processes)
+    """Without supervision (--restart-limit 0; by default up restarts it: tests/test_up_supervise.py)."""
+    up = _start_up(tmp_path, processes, "--restart-limit", "0")
     children = child_pids(up.popen.pid)
     assert set(children) == {"store", "broker", "scheduler", "txcheck"}
     os.kill(children["store"], signal.SIGKILL)

@@ -76,8 +76,9 @@ def test_ctrl_c_in_a_terminal_stops_pyrmq_up_cleanly(tmp_path: Path, processes: 
 
 
 def test_pyrmq_up_exits_non_zero_when_the_store_dies(tmp_path: Path, processes: list[Process]) -> None:
+    """Without supervision (--restart-limit 0; by default up restarts it: tests/test_up_supervise.py)."""
     up = Process(
-        pyrmq_up_command(tmp_path / "data"),
+        pyrmq_up_command(tmp_path / "data", "--restart-limit", "0"),
         tmp_path,
     )
     processes.append(up)
