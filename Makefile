@@ -15,7 +15,9 @@ setup: $(STAMP) $(GEN_STAMP) system-packages node-clients remoting-peers
 # HAProxy, the broker's client-port front that serves TLS and plaintext on one port (tls_mode
 # both, the default: services/broker/front.py), and etcd (Debian's etcd-server, with etcdctl from
 # etcd-client), which coordinates a broker group's store replicas (issue 16) and whose tests start
-# real members (tests/support/etcd.py). Only what is missing is installed, with apt-get (as
+# real members (tests/support/etcd.py), and nftables + faketime (libfaketime) with iproute2 for the
+# test hosts (tests/support/netns.py: network namespaces, nft partitions and loss, clock jumps;
+# netem is not assumed: no delay qdisc is needed). Only what is missing is installed, with apt-get (as
 # root, else through sudo); nothing runs when all are there. If they cannot be installed, set-up
 # says what to install and goes on; `make test` then fails the tests that need them, with the
 # reason, and the broker without HAProxy says to install it or set tls_mode plaintext or tls.
@@ -23,6 +25,7 @@ JAVA_PKG := openjdk-17-jre-headless
 NODE_PKGS := nodejs npm
 FRONT_PKGS := haproxy
 ETCD_PKGS := etcd-server etcd-client
+NETNS_PKGS := nftables faketime iproute2
 system-packages:
 	@java=$$(command -v java || { [ -n "$$JAVA_HOME" ] && echo "$$JAVA_HOME/bin/java"; }); \
 	v=$$($${java:-java} -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
@@ -31,6 +34,7 @@ system-packages:
 	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then pkgs="$$pkgs $(NODE_PKGS)"; fi; \
 	if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then pkgs="$$pkgs $(FRONT_PKGS)"; fi; \
 	if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then pkgs="$$pkgs $(ETCD_PKGS)"; fi; \
+	if [ ! -x /usr/sbin/nft ] || [ ! -x /usr/bin/ss ] || ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then pkgs="$$pkgs $(NETNS_PKGS)"; fi; \
 	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo=sudo; else sudo=none; fi; \
 	  echo "installing$$pkgs (Java found: '$${v:-none}', node: '$$(command -v node || echo none)')"; \
