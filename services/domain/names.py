@@ -22,6 +22,8 @@ CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
 REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"
+# The pop engine's journal (services/domain/format/pop_journal_format.py): pyrmq's own, queue 0.
+POP_JOURNAL_TOPIC = SYSTEM_TOPIC_PREFIX + "POP_JOURNAL"
 SYSTEM_TOPICS = frozenset(
     {
         AUTO_CREATE_TOPIC,

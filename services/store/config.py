@@ -83,6 +83,7 @@ class StoreConfig:
     default_topic_queue_nums: int = 8                 # queues of an auto-created topic (defaultTopicQueueNums)
     consume_init_mode: ConsumeInitMode = ConsumeInitMode.MAX  # where a group new to a queue starts: MAX its last message (its first if still in memory), MIN its min offset (ConsumeInitMode; RocketMQ's proxy pops with MAX)
     init_pop_offset_by_check_msg_in_mem: bool = True  # MAX: a queue whose first message (offset 0) is still in memory starts at 0 instead (initPopOffsetByCheckMsgInMem)
+    pop_journal_enable: bool = True                   # record the pop engine's state (in-flight deliveries, acks, offsets) in the CommitLog (rmq_sys_POP_JOURNAL), so a failover or restart keeps it: services/store/pop/journal.py
     access_message_in_memory_max_ratio: float = 0.40  # "in memory": within this fraction of physical memory of the CommitLog's end (accessMessageInMemoryMaxRatio, 40 %)
     store_host: str = "127.0.0.1:10911"               # host:port written into every record (offset message ids)
     broker_name: str = "broker-a"                     # the broker name (brokerName) in routes, metrics and message ids

@@ -24,6 +24,7 @@ from services.store.ha.replica_log import ReplicaLog
 from services.store.ha.replication import Replication
 from services.store.ha.role import ReplicaRole
 from services.store.index.service import IndexService
+from services.store.lite.consumer_offsets import LiteConsumerOffsets
 from services.store.lite.index import LiteIndex
 from services.store.lite.lifecycle import LiteLifecycle
 from services.store.log.checkpoint import CheckpointFile
@@ -35,6 +36,7 @@ from services.store.log.reput import Dispatcher, ReputService
 from services.store.log.retention import CleanService
 from services.store.metadata.transaction_metrics import TransactionMetrics
 from services.store.model import DispatchRequest
+from services.store.pop.journal import LiteOffsetFollower, PopJournal
 from services.store.pop.service import PopService
 
 
@@ -78,6 +80,8 @@ def build_running(
     arrivals: ArrivalBus,
     role: ReplicaRole,
     pop: PopService,
+    pop_journal: PopJournal | None,
+    lite_offsets: LiteConsumerOffsets,
     tables: Sequence[ReplicatedTable],
     lite_lifecycle: LiteLifecycle,
     queue_max_offset: Callable[[str, int], int],
@@ -89,6 +93,8 @@ def build_running(
 ) -> Running:
     """The store's second-step parts; nothing is started (``FileStore.start`` does that)."""
     dispatchers: list[Dispatcher] = [cq_store, transactions, lite]
+    if pop_journal is not None:  # a replica keeps its lite offsets in step with the master's journal
+        dispatchers.append(LiteOffsetFollower(lite_offsets, commitlog.read_record, lambda: role.is_master))
     if index_service is not None:
         dispatchers.append(_IndexDispatcher(index_service))
     reput = ReputService(
@@ -104,6 +110,7 @@ def build_running(
         replica_log,
         ConfigTables(tables, config.ha_config_sync_interval_ms, clock),
         on_role_change=pop.forget,
+        on_become_master=pop.restore,
         on_commit=reput.notify_append,
     )
     cq_flush = ConsumeQueueFlushService(
@@ -134,6 +141,7 @@ def build_running(
         PeriodicTask("lite-expiry", config.lite_expiry_interval_ms, lite_lifecycle.run_once),
         PeriodicTask("persist-offsets", config.flush_consumer_offset_interval_ms, persist_offsets),
         PeriodicTask("persist-transaction-metrics", config.transaction_metric_flush_interval_ms, transactions.persist),
+        *([pop_journal] if pop_journal is not None else []),
         pop.revive,
         replication,
     ]

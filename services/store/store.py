@@ -67,6 +67,7 @@ from services.store.metadata.topic_config import SubscriptionGroupManager, Topic
 from services.store.metadata.transaction_metrics import TransactionMetrics
 from services.store.model import PutResult, StoreStats
 from services.store.pop.consume_init import ConsumeInitOffsets
+from services.store.pop.journal import PopJournal
 from services.store.pop.service import PopService
 from services.store.put_checks import PutChecks
 from services.store.running import Running, Service, build_running
@@ -117,7 +118,8 @@ class FileStore(StoreReader):
             lite, self._topics, self._consumer_offsets.remove_topics, clock, commitlog, self._lite_consumer_offsets.lags
         )
         self._arrivals = ArrivalBus()
-        # Consumer groups' pop / ack state; its revive loop is started with the other services.
+        # Consumer groups' pop / ack state; its revive loop and journal writer start with the other services.
+        self._pop_journal = PopJournal(self._put_journal, self._topics, clock) if config.pop_journal_enable else None
         self._pop = PopService(
             get_messages=self.get_messages,
             init_offset=ConsumeInitOffsets(config, commitlog, self.find_queue).init_offset,
@@ -130,6 +132,7 @@ class FileStore(StoreReader):
             clock=clock,
             is_running=lambda: self._running,
             check_writable=writable,
+            journal=self._pop_journal,
         )
         # Made by start(): None before it.
         self._lock: StoreLock | None = None
@@ -297,6 +300,8 @@ class FileStore(StoreReader):
             arrivals=self._arrivals,
             role=self._role,
             pop=self._pop,
+            pop_journal=self._pop_journal,
+            lite_offsets=self._lite_consumer_offsets,
             tables=[self._topics, self._groups, self._consumer_offsets, self._delay_offsets, self._auth],
             lite_lifecycle=self._lite_lifecycle,
             queue_max_offset=self.max_offset_in_queue,
@@ -325,6 +330,8 @@ class FileStore(StoreReader):
         self._commitlog.queue_offset_table = self._cq_store.queue_offset_table()
         self._cq_store.correct_min_offsets(self._commitlog.min_offset)
         run.replication.open()
+        if self._role.is_master:
+            self._pop.restore()  # a static master: the pop state of its last run (controller mode: on election)
         # Recovery flushed the CommitLog to its end: record that before serving (the first
         # checkpoint save is just below), so a power cut before the next save still knows which
         # damage lies in the unflushed window (a torn tail) and which would be real corruption.
@@ -347,6 +354,8 @@ class FileStore(StoreReader):
         with self._shutdown_lock:
             if not self._running:
                 return
+            if self._pop_journal is not None:
+                self._pop_journal.stop()  # the last pops' records, while puts are still taken
             self._running = False
             run, checkpoint = self._run, self._checkpoint
             assert run is not None and checkpoint is not None
@@ -436,9 +445,13 @@ class FileStore(StoreReader):
         self._reput().redispatch(self._commitlog.min_offset, [self._cq_store])
 
     # -- writes -----------------------------------------------------------------------------
-    def put_messages(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
-        """Validate, append and (SYNC) wait for the flush of a batch. All or nothing on bad input."""
-        status, error = self.put_batch(messages, allow_system_topics)
+    def put_messages(
+        self, messages: list[MessageRecord], allow_system_topics: bool = False, disk_full_ok: bool = False
+    ) -> list[PutResult]:
+        """Validate, append and (SYNC) wait for the flush of a batch. All or nothing on bad input.
+        ``disk_full_ok``: taken past the disk-full mark (the pop journal: consumers keep acking
+        while the store refuses new messages, as they must to drain it)."""
+        status, error = self.put_batch(messages, allow_system_topics, disk_full_ok)
         if status in APPENDED_PUT_STATUSES:
             prefix = self._commitlog.store_host_prefix
             return [
@@ -447,7 +460,12 @@ class FileStore(StoreReader):
             ]
         return [PutResult(status, error=error) for _ in messages]
 
-    def put_batch(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> tuple[PutStatus, str]:
+    def _put_journal(self, messages: list[MessageRecord], allow_system_topics: bool = False) -> list[PutResult]:
+        return self.put_messages(messages, allow_system_topics, disk_full_ok=True)
+
+    def put_batch(
+        self, messages: list[MessageRecord], allow_system_topics: bool = False, disk_full_ok: bool = False
+    ) -> tuple[PutStatus, str]:
         """:meth:`put_messages` without a result object per message: (status, error) of the
         whole batch (it is all or nothing). When the batch was appended (PUT_OK, or
         FLUSH_DISK_TIMEOUT in SYNC mode), each record holds its phy_offset, queue_offset,
@@ -458,7 +476,7 @@ class FileStore(StoreReader):
         refused = run.replication.refuse_put()  # a slave; controller mode: not writable, too few in sync
         if refused is not None:
             return refused
-        if run.clean.disk_full:
+        if run.clean.disk_full and not disk_full_ok:
             return PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused"
         prepared, bad = self._put_checks.prepare(messages, allow_system_topics)
         if bad is not None:

@@ -75,6 +75,7 @@ class Replication:
         replica_log: ReplicaLog,
         config_tables: ConfigTables | None = None,
         on_role_change: Callable[[], None] = _nothing,
+        on_become_master: Callable[[], None] = _nothing,
         on_commit: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
@@ -88,6 +89,7 @@ class Replication:
         self.master_epoch = 0
         self.config_tables = config_tables or ConfigTables([], config.ha_config_sync_interval_ms, clock)
         self._on_role_change = on_role_change  # the store's: PopService.forget
+        self._on_become_master = on_become_master  # the store's: PopService.restore (from the pop journal)
         self._on_commit = on_commit  # a master's HAService calls it when commit_offset may have moved: reput's wake-up
         self.client = HAClient(config, commitlog, replica_log, epoch_file, self.config_tables)
         self.connection: ReplicationConnection | None = None
@@ -215,6 +217,7 @@ class Replication:
                     self.epoch_file.append(epoch, self.commitlog.max_offset)
             self.replica_log.refresh_queue_offset_table()
             self._on_role_change()  # before writes open: pops start from the replicated committed offsets
+            self._on_become_master()  # and the pop state the journal holds (everything is dispatched)
             self._state.ha_service = HAService(
                 self.config,
                 self.commitlog,

@@ -8,9 +8,10 @@ topic lives in Python objects, and opening costs nothing. Unlike the lite index 
 cache: the offsets are the groups' progress, as consumerOffset.json is (LMDB keeps the file
 consistent through a crash; ``flush`` syncs it on the same schedule as the JSON file).
 
-Not replicated to slave replicas yet (consumerOffset.json is, through config sync): after a
-failover a lite consumer group starts its lite topics again by the new-queue rule (the first
-message while it is in memory, else the last), so it may see messages again (at least once).
+Replicated through the pop journal (issue 30; consumerOffset.json goes by config sync): every
+offset the pop engine moves is recorded in the CommitLog (services/store/pop/journal.py), and a
+replica that is not the master writes what the journal says here as its reput reads it
+(``commit_max``: never back, but for a reset), so a failover carries a lite group's offsets over.
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ class LiteConsumerOffsets:
         with self._lock, self.env.begin(write=True, db=self._offsets) as txn:
             txn.put(fmt.offset_key(group, lmq), fmt.pack_offset(offset))
             self._groups.add(group)
+
+    def commit_max(self, group: str, lmq: str, offset: int) -> None:
+        """``commit`` unless the stored offset is already at or past ``offset`` (a replica
+        following the pop journal: services/store/pop/journal.py ``LiteOffsetFollower``)."""
+        key = fmt.offset_key(group, lmq)
+        with self._lock, self.env.begin(write=True, db=self._offsets) as txn:
+            raw = txn.get(key)
+            if raw is None or fmt.unpack_offset(raw) < offset:
+                txn.put(key, fmt.pack_offset(offset))
+                self._groups.add(group)
 
     def query(self, group: str, lmq: str) -> int:
         """The group's next offset in the lite topic, -1 if it never committed one."""

@@ -85,6 +85,7 @@ class InFlight:
     claimed: bool = False  # a retry / DLQ put is under way: no handle is valid
     to_dlq: bool = False  # set when claimed: DLQ rather than retry topic
     suspended: bool = False  # a consumer suspended it (ChangeInvisibleDuration suspend): no attempt counted
+    incarnation: str = ""  # of the PopService that issued its handle (kept across a journal replay)
 
     @property
     def group(self) -> str:

@@ -61,6 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
+from services.domain.format.pop_journal_format import Finished, Reset
 from services.domain.format.properties_format import RETRY_TOPIC
 from services.domain.lite import LITE_TOPIC_PREFIX, offset_in_queue, split_lmq_name
 from services.domain.sql_filter import compile_sql
@@ -72,8 +73,10 @@ from services.store.metadata.config_files import SubscriptionGroupConfig, always
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import decode_message
+from services.store.pop.journal import Item, JournalTicket, PopJournal, read_journal
 from services.store.pop.model import AckStatus, PoppedMessage, PopResult, PopStatus
 from services.store.pop.receipt_handle import ReceiptHandle
+from services.store.pop.restore import delivery_of, image_of, rebuild
 from services.store.pop.revive import (
     REVIVE_INTERVAL_MS,
     GetMessages,
@@ -111,6 +114,7 @@ class PopService:
         is_running: Callable[[], bool],
         check_writable: Callable[[], None] = always_writable,
         revive_interval_ms: int = REVIVE_INTERVAL_MS,
+        journal: PopJournal | None = None,
     ) -> None:
         self._get_messages = get_messages
         self._init_offset = init_offset
@@ -127,6 +131,11 @@ class PopService:
         self._incarnation = secrets.token_hex(4)
         self._rotation: dict[tuple[str, str], int] = {}
         self._group_configs = GroupConfigCache(groups)
+        # The journal (pop/journal.py): what changed under _lock, appended before it is released.
+        self._journal = journal
+        self._journaled: list[Item] = []
+        if journal is not None:
+            journal.bind(self.journal_snapshot)
         self._revive = ReviveService(
             self,
             put_messages=put_messages,
@@ -177,6 +186,7 @@ class PopService:
                     continue
                 examined.append((source, qid))
                 self._pop_queue_locked(request, source, qid, out)
+            self._journal_locked()  # not waited for: a delivery is in flight either way
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
 
     def pop_lite(
@@ -201,6 +211,7 @@ class PopService:
                 out.extend(taken)
                 if not taken:
                     self._forget_idle_locked((group, lmq, 0))
+            self._journal_locked()
         return PopResult(PopStatus.FOUND if out else PopStatus.NO_MESSAGE, out, examined)
 
     def _request(
@@ -238,8 +249,11 @@ class PopService:
                     continue
                 unlocked.append(self._finish_locked(entry))
                 statuses.append(AckStatus.OK)
+            ticket = self._journal_locked()
         if unlocked:
             self._revive.announce(unlocked)
+        if ticket is not None:
+            ticket.wait()  # answered OK only once the ack is as durable as a put
         return statuses
 
     def in_flight_counts(self) -> dict[tuple[str, str], int]:
@@ -275,7 +289,10 @@ class PopService:
                 return AckStatus.INVALID_RECEIPT_HANDLE, ""
             entry.suspended = suspend
             self._issue_locked(entry, now, invisible_ms)
-            return AckStatus.OK, entry.handle
+            handle, ticket = entry.handle, self._journal_locked()
+        if ticket is not None:
+            ticket.wait()
+        return AckStatus.OK, handle
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, receipt_handle: str) -> AckStatus:
         """Put the message into ``%DLQ%{group}`` now, then ack it."""
@@ -287,7 +304,10 @@ class PopService:
             entry.claimed = True
             entry.to_dlq = True
         ok = self._revive.move(entry)
-        self._revive.announce([self.settle(entry, ok, retry_at_ms=None)])
+        key, ticket = self._settle(entry, ok, retry_at_ms=None)
+        self._revive.announce([key])
+        if ticket is not None:
+            ticket.wait()
         return AckStatus.OK if ok else AckStatus.DLQ_PUT_FAILED
 
     def group_config(self, group: str, create: bool = True) -> SubscriptionGroupConfig:
@@ -429,11 +449,16 @@ class PopService:
         key = (group, topic, queue_id)
         with self._lock:
             self._consumer_offsets.commit_offset(group, topic, queue_id, offset)
-            if (state := self._queues.get(key)) is not None:
-                self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
-                state.seen = offset
+            state = self._queues.get(key) or QueueState(committed=offset, seen=offset)
+            self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
+            state.seen = offset
+            ticket = self._journal_locked()
+        if ticket is not None:
+            ticket.wait()
 
     def _reset_locked(self, key: QueueKey, state: QueueState, offset: int, commit: bool) -> None:
+        if self._journal is not None:
+            self._journaled.append(Reset(*key, offset))
         state.committed = offset
         state.cursors.clear()
         state.done.clear()
@@ -483,7 +508,10 @@ class PopService:
         entry.handle = ReceiptHandle(
             entry.key[1], entry.key[2], entry.queue_offset, now_ms, invisible_ms, self._incarnation, entry.sequence
         ).encode()
+        entry.incarnation = self._incarnation
         self._schedule.push(entry)
+        if self._journal is not None:
+            self._journaled.append(delivery_of(entry))
 
     def _live_entries_locked(self) -> list[InFlight]:
         return [e for s in self._queues.values() for e in s.in_flight.values() if not e.claimed]
@@ -510,6 +538,8 @@ class PopService:
         del state.in_flight[entry.queue_offset]
         self._mark_done_locked(state, entry.queue_offset)
         self._advance_locked(entry.key, state)
+        if self._journal is not None:
+            self._journaled.append(Finished(*entry.key, entry.queue_offset, state.committed))
         if not entry.fifo or state.in_flight:
             return None
         # Unlocked: worth announcing only with something to deliver (a later arrival announces itself).
@@ -567,9 +597,14 @@ class PopService:
     def settle(self, entry: InFlight, ok: bool, retry_at_ms: int | None) -> QueueKey | None:
         """After a claimed entry's put: done if ``ok``, else unclaimed (and revived again at
         ``retry_at_ms`` if given). Returns the FIFO queue it unlocked, if any."""
+        return self._settle(entry, ok, retry_at_ms)[0]
+
+    def _settle(
+        self, entry: InFlight, ok: bool, retry_at_ms: int | None
+    ) -> tuple[QueueKey | None, JournalTicket | None]:
         with self._lock:
             if ok:
-                return self._finish_locked(entry)
+                return self._finish_locked(entry), self._journal_locked()
             entry.claimed = False
             entry.to_dlq = False
             if retry_at_ms is not None:
@@ -577,13 +612,61 @@ class PopService:
             state = self._queues.get(entry.key)
             if state is not None and state.in_flight.get(entry.queue_offset) is entry:
                 self._schedule.push(entry)
-            return None
+            return None, None
 
     def forget(self) -> None:
-        """This replica's role changed: drop every queue's pop state. In-flight handles die, and
-        pops start again from the committed offsets (a new master's: the replicated ones)."""
+        """This replica's role changed: drop every queue's pop state (a new master then
+        ``restore``s it from the journal). Without a journal, in-flight handles die and pops start
+        again from the committed offsets (a new master's: the replicated ones)."""
         with self._lock:
             self._queues.clear()
+            if self._journal is not None:
+                self._journal.idle()
+
+    # -- the journal (pop/journal.py, pop/restore.py) ------------------------------------------
+    def restore(self) -> None:
+        """This replica is about to write as master (elected, or a master started): take the
+        pop state the journal holds, from its last snapshot on, so the deliveries in flight keep
+        their handles and nothing acknowledged is delivered again."""
+        if self._journal is None:
+            return
+        records, snapshot_offset = read_journal(self._get_messages, self._max_offset)
+        with self._lock:
+            states, sequence = rebuild(records, self._consumer_offsets.query_offset)
+            for (group, source, queue_id), state in states.items():
+                if self._consumer_offsets.query_offset(group, source, queue_id) != state.committed:
+                    self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
+            self._queues = states
+            self._sequence = max(self._sequence, sequence)
+            self._schedule = ReviveSchedule(self._live_entries_locked)
+            for entry in self._live_entries_locked():
+                self._schedule.push(entry)
+            self._journaled.clear()
+            self._journal.new_term(snapshot_offset)
+        in_flight = sum(len(s.in_flight) + len(s.redeliver) for s in states.values())
+        log.info(
+            "pop state restored from the journal: %d records from offset %d, %d queues, %d in flight",
+            len(records),
+            snapshot_offset,
+            len(states),
+            in_flight,
+        )
+
+    def journal_snapshot(self) -> None:
+        """Append the whole pop state to the journal (its writer asks, now and then)."""
+        if self._journal is None:
+            return
+        with self._lock:
+            images = [image_of(key, state) for key, state in self._queues.items()]
+            self._journal.append_snapshot(self._sequence, images)
+
+    def _journal_locked(self) -> JournalTicket | None:
+        """Hand what this locked section changed to the journal, in order."""
+        if self._journal is None or not self._journaled:
+            return None
+        ticket = self._journal.append(self._journaled)
+        self._journaled = []
+        return ticket
 
     def _check_running(self) -> None:
         if not self._is_running():
