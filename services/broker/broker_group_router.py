@@ -12,6 +12,13 @@ where routes come from). Topics without an etcd route take the single-group path
   master, too few replicas in sync, topic missing there) it is sent again to the next group
   that is up, while its deadline lasts. A send whose outcome is unknown (timed out) is not
   sent again here: the client's retry decides, as with RocketMQ.
+* Classic sends (the remoting door, ``RoutedClassicSends``): the client chose the group (the
+  port or ``bname``) and the queue. A send that may move (``movable``: not on a FIFO topic, no
+  ``__SHARDINGKEY`` message group, not a transaction's half, whose END_TRANSACTION comes back to
+  the group the client sent to) goes instead to a write queue of another group that is up when
+  its group is down, or when its group failed it at once, while its deadline lasts; the answer
+  names the queue and the offsetMsgId where it was stored. Others stay with their group and get
+  its failure.
 * RecallMessage: the recall handle names its group (RocketMQ's handle carries brokerName).
 * EndTransaction: the half is in the group its send went to. The broker that took the send
   remembers it (each group's HalfMessageTable); any other broker asks each group of the topic
@@ -20,17 +27,29 @@ where routes come from). Topics without an etcd route take the single-group path
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 
 from services.broker.broker_groups import BrokerGroups
+from services.broker.classic_producer import ClassicMessage, ClassicReceipt
 from services.broker.config import address_scheme
-from services.broker.errors import FAILURES, BrokerError, Code, ForbiddenError, RequestError, as_broker_error
+from services.broker.errors import (
+    FAILURES,
+    BrokerError,
+    Code,
+    ForbiddenError,
+    RequestError,
+    StoreCallError,
+    as_broker_error,
+)
 from services.broker.model import IncomingMessage, SendReceipt
 from services.broker.recall import decode_handle
 from services.broker.route import MASTER_BROKER_ID, Route, RouteQueue, accepted_types, queue_permission
 from services.broker.transaction import Resolution
-from services.domain.routes import select_write_queue
+from services.domain.format.commitlog_format import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED_TYPE
+from services.domain.format.properties_format import SHARDING_KEY
+from services.domain.routes import TopicRoute, select_write_queue
 from services.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -107,6 +126,12 @@ class RoutedProducer:
                 retry = error.code in SEND_ELSEWHERE_CODES
                 receipts = [SendReceipt(code=error.code, status_message=error.message)] * len(messages)
             if not retry or message_group or self._clock.monotonic_s() >= deadline_s:
+                if retry and message_group and receipts[0].code != Code.TOPIC_NOT_FOUND:
+                    # The group is down; a message group (or lite topic) keeps its queue: order.
+                    why = f"broker group {broker_group} is unavailable and a message group stays in its queue"
+                    if error is not None:
+                        raise StoreCallError(f"{why}: {error.message}", error.code) from None
+                    return [dataclasses.replace(r, status_message=f"{why}: {r.status_message}") for r in receipts]
                 if error is not None:
                     raise error
                 return receipts
@@ -125,6 +150,77 @@ class RoutedProducer:
             self._broker_groups.route(topic_name)
             core = self._broker_groups.core(decode_handle(handle_text).broker_name)
         return core.producer.recall(topic_name, handle_text, peer_address, timeout_s)
+
+
+def movable(messages: list[ClassicMessage], route: TopicRoute) -> bool:
+    """May a classic send go to another group than the one its client chose? Not on a FIFO
+    topic or with a message group (``__SHARDINGKEY``): order is per queue; not a transaction's
+    half: END_TRANSACTION and the checks come back to the group the client sent to."""
+    return route.message_type != "FIFO" and not any(
+        SHARDING_KEY in m.properties or m.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED_TYPE
+        for m in messages
+    )
+
+
+class RoutedClassicSends:
+    """The remoting door's sends over broker groups (the module docstring)."""
+
+    def __init__(self, broker_groups: BrokerGroups, clock: Clock) -> None:
+        self._broker_groups = broker_groups
+        self._clock = clock
+        self._counter = itertools.count()  # round-robin over the other groups' write queues
+        self.sent_elsewhere = 0  # sends stored in another group than the one their client chose
+
+    def send(
+        self, broker_name: str, messages: list[ClassicMessage], peer_address: str, timeout_s: float
+    ) -> tuple[str, list[ClassicReceipt]]:
+        """(the group that stored them, one receipt per message). Raises what the chosen
+        group's ClassicProducer raises for a send that stays there."""
+        groups = self._broker_groups
+        core = groups.core(broker_name)
+        if not messages or not groups.has_route(messages[0].topic):
+            return core.name, core.classic_producer.send(messages, peer_address, timeout_s)
+        route = groups.route(messages[0].topic)
+        if not movable(messages, route):
+            return core.name, core.classic_producer.send(messages, peer_address, timeout_s)
+        deadline_s = self._clock.monotonic_s() + timeout_s
+        failed: set[str] = set()
+        target: tuple[str, int] | None = (core.name, messages[0].queue_id) if groups.up(core.name) else None
+        receipts: list[ClassicReceipt] = []
+        while True:
+            if target is None:
+                target = select_write_queue(
+                    route, next(self._counter), "", lambda g: g not in failed and g != core.name and groups.up(g)
+                )
+                if target is None:  # no other group to go to: the chosen one, whatever its state
+                    if core.name in failed:
+                        return core.name, receipts
+                    target = (core.name, messages[0].queue_id)
+            group, queue_id = target
+            copies = [dataclasses.replace(m, properties=dict(m.properties), queue_id=queue_id) for m in messages]
+            try:
+                receipts = groups.core(group).classic_producer.send(
+                    copies, peer_address, deadline_s - self._clock.monotonic_s()
+                )
+                retry = all(r.code in SEND_ELSEWHERE_CODES for r in receipts)
+            except FAILURES as caught:
+                error = as_broker_error(caught)
+                if error.code not in SEND_ELSEWHERE_CODES:
+                    raise error from None
+                retry = True
+                receipts = [ClassicReceipt(error.code, error.message) for _ in messages]
+            if not retry or self._clock.monotonic_s() >= deadline_s:
+                if group != core.name and all(r.code is Code.OK for r in receipts):
+                    self.sent_elsewhere += 1
+                return group, receipts
+            failed.add(group)
+            target = None
+            log.info(
+                "classic send to %s of group %s failed (%s); trying another group",
+                messages[0].topic,
+                group,
+                receipts[0].message,
+            )
 
 
 class RoutedTransactions:

@@ -3,7 +3,7 @@ server and broker at once, and names itself in every route; ../shared/docs/remot
 
 | code | answer |
 |---|---|
-| GET_ROUTEINFO_BY_TOPIC 105 | TopicRouteData: one BrokerData per broker group, each at this door's address (brokerId 0), one QueueData per group; TOPIC_NOT_EXIST (17) "No topic route info in name server for the topic: X" |
+| GET_ROUTEINFO_BY_TOPIC 105 | TopicRouteData: one BrokerData per broker group, each at this door's address (brokerId 0), one QueueData per group (a group that is down: its perm without WRITE, so clients send elsewhere until it is back); TOPIC_NOT_EXIST (17) "No topic route info in name server for the topic: X" |
 | GET_BROKER_CLUSTER_INFO 106 | ClusterInfo: every broker group of this broker's cluster at this address |
 | GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206, GET_TOPICS_BY_CLUSTER 224, GET_SYSTEM_TOPIC_LIST_FROM_NS 304 | TopicList `{"topicList":[...]}` |
 | GET_KV_CONFIG 101 | QUERY_NOT_FOUND (22): no KV config is kept (ORDER_TOPIC_CONFIG included) |
@@ -106,13 +106,21 @@ class NameServer:
 
     def route_data(self, route: TopicRoute) -> TopicRouteData:
         cluster = self._context.config.cluster_name
+        broker_groups = self._context.core.broker_groups
+
+        def perm(queue_data: RouteQueueData) -> int:
+            """A group that is down is not offered for sends (clients send to writable queues
+            only); its queues stay readable, so consumers keep their assignment."""
+            up = broker_groups.up(queue_data.broker_name)
+            return queue_data.perm if up else queue_data.perm & ~PERM_WRITE
+
         return TopicRouteData(
             tuple(
                 BrokerData(cluster, qd.broker_name, {0: self._context.group_address(qd.broker_name)})
                 for qd in route.queue_datas
             ),
             tuple(
-                QueueData(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm, qd.topic_sys_flag)
+                QueueData(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, perm(qd), qd.topic_sys_flag)
                 for qd in route.queue_datas
             ),
         )

@@ -1,7 +1,9 @@
 """Producer codes: SEND_MESSAGE 10 (long field names), SEND_MESSAGE_V2 310 (one-letter keys),
 SEND_BATCH_MESSAGE 320 and the request-reply sends 324/325 (../shared/docs/remoting.md §2.2),
 END_TRANSACTION 37. Each converts its header into ``classic_producer.ClassicMessage`` and calls
-the core; the queue is the client's.
+the core; the queue is the client's, unless its broker group is down and the send may move to
+another group (services/broker/broker_group_router.py ``RoutedClassicSends``: not ordered, not a
+transaction's half): then the answer names the queue and offsetMsgId it was stored at.
 
 * A batch is decided by the header's ``batch`` flag, not by the code (SendMessageProcessor): its
   body is RocketMQ's inner-batch encoding, each inner message with its own properties.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from services.broker.broker_group_router import RoutedClassicSends
 from services.broker.classic_producer import ClassicMessage, ClassicReceipt
 from services.broker.errors import Code, RequestError
 from services.broker.remoting.context import RemotingContext
@@ -74,6 +77,7 @@ class Sends:
     def __init__(self, context: RemotingContext) -> None:
         self._context = context
         self._timeout_s = context.config.store_rpc_timeout_ms / 1000
+        self._routed = RoutedClassicSends(context.core.broker_groups, context.clock)
 
     def register(self, dispatcher: Dispatcher) -> None:
         for code in (
@@ -158,10 +162,8 @@ class Sends:
             ]
         if topic.startswith((DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX)):
             self._ensure_topic(topic, broker_name)
-        receipts = self._context.group_core(broker_name).classic_producer.send(
-            messages, channel.peer_address, self._timeout_s
-        )
-        group_name = self._context.group_core(broker_name).name
+        # The client's group, or another one if that one is down and the send may move.
+        group_name, receipts = self._routed.send(broker_name, messages, channel.peer_address, self._timeout_s)
         return self.answer(request, receipts, lambda phy: self._context.offset_msg_id(group_name, phy))
 
     def _ensure_topic(self, topic: str, broker_name: str) -> None:
