@@ -86,6 +86,7 @@ def test_a_classic_send_to_a_down_group_is_stored_in_the_other(door: Door, how: 
         host, port, phy_offset = decode_offset_msg_id(sent.ext_fields["msgId"])
         assert f"{host}:{port}" == door.addresses[GROUP_A]  # the group that stored it
         queue_id, offset = int(sent.ext_fields["queueId"]), int(sent.ext_fields["queueOffset"])
+        door.groups.dispatched(GROUP_A)  # acknowledged once appended; its ConsumeQueue entry follows
         [stored] = door.groups.stores[GROUP_A].get_messages(TOPIC, queue_id, offset, 1).messages
         assert (stored.body, stored.phy_offset) == (b"moved-%d" % i, phy_offset)
     assert sum(door.groups.depth(GROUP_A, TOPIC)) == 4
