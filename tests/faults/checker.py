@@ -359,6 +359,7 @@ class Report:
     # the chaos categories (module docstring)
     operations: int = 0  # sends invoked
     consumer_acks: int = 0
+    consumer_acks_unknown: int = 0  # acks that failed in a way that may have taken effect
     faults_applied: dict[str, int] = field(default_factory=dict)
     roles_recorded: int = 0
     fenced_acks: list[str] = field(default_factory=list)
@@ -378,11 +379,15 @@ class Report:
     def lost(self) -> list[str]:
         return self.lost_prefix + self.lost_middle + self.lost_suffix
 
-    def failover(self, q: float, what: str = "failover") -> float | None:
-        """The ``q`` quantile (nearest rank) over the faults of fault -> first ok (``failover``) or
-        of the longest stretch without an ok (``gap``); None when no fault has one."""
+    def failover(self, q: float, what: str = "failover", fault: str | None = None) -> float | None:
+        """The ``q`` quantile (nearest rank) over the faults (named ``fault``, or all) of fault ->
+        first ok (``failover``) or of the longest stretch without an ok (``gap``); None when no
+        fault has one."""
         values = sorted(
-            v for r in self.rto if (v := (r.fault_to_first_ok_s if what == "failover" else r.longest_gap_s)) is not None
+            v
+            for r in self.rto
+            if (fault is None or r.fault == fault)
+            and (v := (r.fault_to_first_ok_s if what == "failover" else r.longest_gap_s)) is not None
         )
         return values[min(len(values) - 1, int(len(values) * q))] if values else None
 
@@ -453,6 +458,7 @@ def check(
     report = Report(seed=seed)
     report.operations = len(sends)
     report.consumer_acks = len(acked_ids)
+    report.consumer_acks_unknown = len(ack_unknown_ids)
     for f in faults:
         report.faults_applied[f.name] = report.faults_applied.get(f.name, 0) + 1
     by_key = {s.key: s for s in sends}
