@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find protos -name '*.proto')
 GEN_STAMP := protos/.generated
 
-.PHONY: setup run test lint soak fuzz bench bench-deps clean-gen node-clients remoting-peers system-packages
+.PHONY: setup run test lint soak chaos fuzz bench bench-deps clean-gen node-clients remoting-peers system-packages
 
 setup: $(STAMP) $(GEN_STAMP) system-packages node-clients remoting-peers
 
@@ -131,6 +131,16 @@ test: lint
 
 soak: setup
 	$(PY) -m pytest -q -m slow -o faulthandler_timeout=0
+
+# The long randomized fault schedule (issue 30; tests/faults/README.md "Chaos"): CHAOS_MINUTES of
+# faults under load, then the checker's report as a table; exits non-zero on any violation. The
+# seed is printed first: CHAOS_SEED=<seed> (or PYRMQ_CHAOS_SEED) replays the schedule.
+# CHAOS_CLUSTER=hosts|local (default: hosts when it can run here, else local).
+CHAOS_MINUTES ?= 20
+CHAOS_SEED ?=
+CHAOS_CLUSTER ?=
+chaos: setup
+	$(PY) -m tests.faults.chaos --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_CLUSTER),--cluster $(CHAOS_CLUSTER))
 
 # The long bad-input fuzz run (tests/badinput/README.md): 2,000 random requests per RPC and the
 # decoder properties, then atheris on the CommitLog decoder if it is installed (it is optional).
