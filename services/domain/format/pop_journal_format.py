@@ -9,14 +9,14 @@ and a snapshot of it now and then, which a new master replays. Bodies only: the 
 
 A record is one message: TAGS ``ops`` or ``snap``, body UTF-8 JSON, ``v`` 1, compact:
 
-| field | in | JSON | meaning |
+| field | JSON type | in | meaning |
 |---|---|---|---|
-| ``v`` | both | int | format version, 1 |
-| ``sn`` | ``ops`` | int | queue offset (in the journal queue) of the first part of the last snapshot written before this record; -1: none yet (replay from the journal's first record) |
-| ``ops`` | ``ops`` | array of ops, in the order the pop engine applied them | see below |
-| ``part``, ``parts`` | ``snap`` | int, int | this part's index and the snapshot's part count; the first part lies at this record's queue offset - ``part`` (a snapshot's parts are written in one batch, so they are contiguous) |
-| ``seq`` | ``snap`` | int | the highest receipt handle sequence issued when the snapshot was taken |
-| ``qs`` | ``snap`` | array of queue images | the whole pop state, split over the parts |
+| ``v`` | int | both | format version, 1 |
+| ``sn`` | int | ``ops`` | queue offset (in the journal queue) of the first part of the last snapshot written before this record; -1: none yet (replay from the journal's first record) |
+| ``ops`` | array of ops | ``ops`` | in the order the pop engine applied them: see below |
+| ``part``, ``parts`` | int, int | ``snap`` | this part's index and the snapshot's part count; the first part lies at this record's queue offset - ``part`` (a snapshot's parts are written in one batch, so they are contiguous) |
+| ``seq`` | int | ``snap`` | the highest receipt handle sequence issued when the snapshot was taken |
+| ``qs`` | array of queue images | ``snap`` | the whole pop state, split over the parts |
 
 Ops (arrays, the first element names the kind):
 

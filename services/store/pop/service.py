@@ -55,35 +55,29 @@ starts and owns, also takes the store's ``put_messages``, ``max_offset_in_queue`
 from __future__ import annotations
 
 import logging
-import secrets
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from services.domain.format.commitlog_format import MessageRecord, decode_record, tags_code
-from services.domain.format.pop_journal_format import Finished, Reset
 from services.domain.format.properties_format import RETRY_TOPIC
-from services.domain.lite import LITE_TOPIC_PREFIX, offset_in_queue, split_lmq_name
+from services.domain.lite import LITE_TOPIC_PREFIX, offset_in_queue
 from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
-from services.store.errors import StoreNotRunningError
 from services.store.metadata.config_files import SubscriptionGroupConfig, always_writable
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
 from services.store.model import decode_message
-from services.store.pop.journal import Item, JournalTicket, PopJournal, read_journal
+from services.store.pop.journal import JournalTicket, PopJournal
 from services.store.pop.model import AckStatus, PoppedMessage, PopResult, PopStatus
-from services.store.pop.receipt_handle import ReceiptHandle
-from services.store.pop.restore import delivery_of, image_of, rebuild
+from services.store.pop.queues import PopQueues
 from services.store.pop.revive import (
     REVIVE_INTERVAL_MS,
     GetMessages,
     InFlight,
     PutMessages,
     QueueKey,
-    ReviveSchedule,
     ReviveService,
     max_deliveries,
 )
@@ -98,7 +92,7 @@ POP_READ_ROUNDS_MAX = 64  # get_messages calls per queue per pop
 assert POP_BATCH_MAX <= POP_WINDOW_OFFSETS_MAX
 
 
-class PopService:
+class PopService(PopQueues):
     def __init__(
         self,
         *,
@@ -116,26 +110,19 @@ class PopService:
         revive_interval_ms: int = REVIVE_INTERVAL_MS,
         journal: PopJournal | None = None,
     ) -> None:
-        self._get_messages = get_messages
-        self._init_offset = init_offset
-        self._topics = topics
-        self._consumer_offsets = consumer_offsets
+        super().__init__(
+            get_messages=get_messages,
+            init_offset=init_offset,
+            max_offset_in_queue=max_offset_in_queue,
+            topics=topics,
+            consumer_offsets=consumer_offsets,
+            is_running=is_running,
+            check_writable=check_writable,
+            journal=journal,
+        )
         self._clock = clock
-        self._max_offset = max_offset_in_queue
-        self._is_running = is_running
-        self.check_writable = check_writable  # the store's: raises NotMasterWriteError unless the writable master
-        self._lock = threading.Lock()
-        self._queues: dict[QueueKey, QueueState] = {}
-        self._schedule = ReviveSchedule(self._live_entries_locked)  # under _lock
-        self._sequence = 0
-        self._incarnation = secrets.token_hex(4)
         self._rotation: dict[tuple[str, str], int] = {}
         self._group_configs = GroupConfigCache(groups)
-        # The journal (pop/journal.py): what changed under _lock, appended before it is released.
-        self._journal = journal
-        self._journaled: list[Item] = []
-        if journal is not None:
-            journal.bind(self.journal_snapshot)
         self._revive = ReviveService(
             self,
             put_messages=put_messages,
@@ -414,160 +401,6 @@ class PopService:
         raw = self._read_raw(source, queue_id, entry.queue_offset)
         return None if raw is None else decode_message(raw)
 
-    # -- per-queue state ------------------------------------------------------------------------
-    def _state_locked(self, key: QueueKey) -> QueueState:
-        group, source, queue_id = key
-        seen = self._consumer_offsets.query_offset(group, source, queue_id)
-        state = self._queues.get(key)
-        if state is None:
-            start, seen = self._start_locked(key, seen)
-            state = self._queues[key] = QueueState(committed=start, seen=seen)
-        elif seen != state.seen:
-            log.info("%s: committed offset changed from %d to %d outside pop; pop state reset", key, state.seen, seen)
-            start, seen = self._start_locked(key, seen)
-            self._reset_locked(key, state, start, commit=False)
-            state.seen = seen
-        return state
-
-    def _start_locked(self, key: QueueKey, seen: int) -> tuple[int, int]:
-        """(where the queue's pop state starts, the committed offset now) for committed ``seen``;
-        a group new to the queue (-1) starts at ``init_offset``, committed if the topic exists."""
-        if seen >= 0:
-            return seen, seen
-        group, source, queue_id = key
-        offset = self._init_offset(source, queue_id)
-        if self._topics.get(source) is None:
-            return offset, seen
-        self._consumer_offsets.commit_offset(group, source, queue_id, offset)
-        log.info("%s: group new to the queue starts at offset %d", key, offset)
-        return offset, offset
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set the group's committed offset from outside pop (CommitConsumerOffset, an admin
-        reset): under the pop lock, so no ack in progress writes its own over it."""
-        self.check_writable()
-        key = (group, topic, queue_id)
-        with self._lock:
-            self._consumer_offsets.commit_offset(group, topic, queue_id, offset)
-            state = self._queues.get(key) or QueueState(committed=offset, seen=offset)
-            self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
-            state.seen = offset
-            ticket = self._journal_locked()
-        if ticket is not None:
-            ticket.wait()
-
-    def _reset_locked(self, key: QueueKey, state: QueueState, offset: int, commit: bool) -> None:
-        if self._journal is not None:
-            self._journaled.append(Reset(*key, offset))
-        state.committed = offset
-        state.cursors.clear()
-        state.done.clear()
-        state.in_flight.clear()
-        state.redeliver.clear()
-        if commit:
-            self._commit_locked(key, state)
-
-    def _skip_to_locked(self, key: QueueKey, state: QueueState, min_offset: int) -> None:
-        """Retention removed everything below ``min_offset``: nothing there can be delivered."""
-        if min_offset <= state.committed:
-            return
-        state.committed = min_offset
-        state.done = {o for o in state.done if o >= min_offset}
-        for cursor_topic, cursor in state.cursors.items():
-            state.cursors[cursor_topic] = max(cursor, min_offset)
-        self._advance_locked(key, state)
-        self._commit_locked(key, state)
-
-    def _mark_done_locked(self, state: QueueState, offset: int) -> None:
-        if offset >= state.committed:
-            state.done.add(offset)
-
-    def _advance_locked(self, key: QueueKey, state: QueueState) -> None:
-        committed = state.committed
-        done = state.done
-        while committed in done:
-            done.remove(committed)
-            committed += 1
-        if committed != state.committed:
-            state.committed = committed
-            self._commit_locked(key, state)
-
-    def _commit_locked(self, key: QueueKey, state: QueueState) -> None:
-        group, source, queue_id = key
-        self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
-        state.seen = state.committed
-
-    # -- in-flight entries ----------------------------------------------------------------------
-    def _issue_locked(self, entry: InFlight, now_ms: int, invisible_ms: int) -> None:
-        """A new handle for ``entry`` (delivery or change of invisible time), scheduled for revive."""
-        self._sequence += 1
-        entry.sequence = self._sequence
-        entry.pop_time_ms = now_ms
-        entry.invisible_ms = invisible_ms
-        entry.revive_at_ms = now_ms + invisible_ms
-        entry.handle = ReceiptHandle(
-            entry.key[1], entry.key[2], entry.queue_offset, now_ms, invisible_ms, self._incarnation, entry.sequence
-        ).encode()
-        entry.incarnation = self._incarnation
-        self._schedule.push(entry)
-        if self._journal is not None:
-            self._journaled.append(delivery_of(entry))
-
-    def _live_entries_locked(self) -> list[InFlight]:
-        return [e for s in self._queues.values() for e in s.in_flight.values() if not e.claimed]
-
-    def _find_locked(self, group: str, topic: str, receipt_handle: str, now_ms: int) -> InFlight | None:
-        """The live, unexpired entry ``receipt_handle`` names for ``group``, or None."""
-        handle = ReceiptHandle.decode(receipt_handle)
-        if handle is None or handle.expire_ms <= now_ms:
-            return None
-        state = self._queues.get((group, handle.source_topic, handle.queue_id))
-        entry = state.in_flight.get(handle.queue_offset) if state is not None else None
-        if entry is None or entry.claimed or entry.handle != receipt_handle:
-            return None
-        lite = split_lmq_name(handle.source_topic)  # a lite topic's message: its parent names it too
-        if topic not in (entry.topic, handle.source_topic) and (lite is None or lite[0] != topic):
-            return None
-        return entry
-
-    def _finish_locked(self, entry: InFlight) -> QueueKey | None:
-        """The entry's offset is done; returns its queue's key if that unlocked a FIFO queue."""
-        state = self._queues.get(entry.key)
-        if state is None or state.in_flight.get(entry.queue_offset) is not entry:
-            return None  # the queue's pop state was reset meanwhile
-        del state.in_flight[entry.queue_offset]
-        self._mark_done_locked(state, entry.queue_offset)
-        self._advance_locked(entry.key, state)
-        if self._journal is not None:
-            self._journaled.append(Finished(*entry.key, entry.queue_offset, state.committed))
-        if not entry.fifo or state.in_flight:
-            return None
-        # Unlocked: worth announcing only with something to deliver (a later arrival announces itself).
-        ahead = state.redeliver or min(state.cursors.values(), default=0) < self._max_offset(*entry.key[1:])
-        if entry.key[1].startswith(LITE_TOPIC_PREFIX):
-            self._forget_idle_locked(entry.key)
-        return entry.key if ahead else None
-
-    def _forget_idle_locked(self, key: QueueKey) -> None:
-        """Drop a lite topic's state once nothing is pending and its offset is stored (it comes
-        back from the offset): a group on a million lite topics keeps state only where in flight."""
-        state = self._queues.get(key)
-        if state is None or state.in_flight or state.redeliver or state.done or state.seen != state.committed:
-            return
-        if all(cursor <= state.committed for cursor in state.cursors.values()):
-            del self._queues[key]
-
-    def _expire_fifo_locked(self, state: QueueState, now_ms: int, deliveries_max: int) -> None:
-        """Move expired FIFO entries with deliveries left to ``redeliver`` (the revive service
-        would do the same a little later); exhausted ones wait for it to go to the DLQ."""
-        if not state.in_flight:
-            return
-        for offset, entry in list(state.in_flight.items()):
-            due = entry.revive_at_ms <= now_ms and entry.delivery_attempt < deliveries_max
-            if due and entry.fifo and not entry.claimed:
-                del state.in_flight[offset]
-                state.redeliver[offset] = entry
-
     # -- revive hooks (revive.ReviveService) --------------------------------------------------
     def take_due(self, now_ms: int) -> tuple[list[InFlight], list[QueueKey]]:
         """Claim the entries whose revive time passed: (entries to re-put, FIFO queues unlocked).
@@ -613,62 +446,3 @@ class PopService:
             if state is not None and state.in_flight.get(entry.queue_offset) is entry:
                 self._schedule.push(entry)
             return None, None
-
-    def forget(self) -> None:
-        """This replica's role changed: drop every queue's pop state (a new master then
-        ``restore``s it from the journal). Without a journal, in-flight handles die and pops start
-        again from the committed offsets (a new master's: the replicated ones)."""
-        with self._lock:
-            self._queues.clear()
-            if self._journal is not None:
-                self._journal.idle()
-
-    # -- the journal (pop/journal.py, pop/restore.py) ------------------------------------------
-    def restore(self) -> None:
-        """This replica is about to write as master (elected, or a master started): take the
-        pop state the journal holds, from its last snapshot on, so the deliveries in flight keep
-        their handles and nothing acknowledged is delivered again."""
-        if self._journal is None:
-            return
-        records, snapshot_offset = read_journal(self._get_messages, self._max_offset)
-        with self._lock:
-            states, sequence = rebuild(records, self._consumer_offsets.query_offset)
-            for (group, source, queue_id), state in states.items():
-                if self._consumer_offsets.query_offset(group, source, queue_id) != state.committed:
-                    self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
-            self._queues = states
-            self._sequence = max(self._sequence, sequence)
-            self._schedule = ReviveSchedule(self._live_entries_locked)
-            for entry in self._live_entries_locked():
-                self._schedule.push(entry)
-            self._journaled.clear()
-            self._journal.new_term(snapshot_offset)
-        in_flight = sum(len(s.in_flight) + len(s.redeliver) for s in states.values())
-        log.info(
-            "pop state restored from the journal: %d records from offset %d, %d queues, %d in flight",
-            len(records),
-            snapshot_offset,
-            len(states),
-            in_flight,
-        )
-
-    def journal_snapshot(self) -> None:
-        """Append the whole pop state to the journal (its writer asks, now and then)."""
-        if self._journal is None:
-            return
-        with self._lock:
-            images = [image_of(key, state) for key, state in self._queues.items()]
-            self._journal.append_snapshot(self._sequence, images)
-
-    def _journal_locked(self) -> JournalTicket | None:
-        """Hand what this locked section changed to the journal, in order."""
-        if self._journal is None or not self._journaled:
-            return None
-        ticket = self._journal.append(self._journaled)
-        self._journaled = []
-        return ticket
-
-    def _check_running(self) -> None:
-        if not self._is_running():
-            raise StoreNotRunningError("the store is not running")
-        self.check_writable()
