@@ -3,18 +3,18 @@ load, ending with the checker's report.
 
     python -m tests.faults.chaos --minutes 20 --seed N [--cluster local|hosts] [--faults kill-master,...]
 
-1. Builds the cluster: ``local`` is one host's processes (tests/faults/replica_cluster.py: 3 etcd
+1. Builds the cluster (tests/faults/chaos_clusters.py): ``local`` is one host's processes (3 etcd
    members, 3 store replicas in controller mode with 2 s leases, SYNC_MASTER all-ack, a broker,
    the scheduler) with the faults of tests/faults/process_faults.py; ``hosts`` is the network
-   namespace cluster of tests/faults/hosts_cluster.py with the nemesis of tests/faults/nemesis.py
-   (``hosts_chaos_cluster``; used by default when it is there and the machine can make
-   namespaces).
+   namespace cluster of tests/faults/hosts_cluster.py (3 etcd members, 3 replicas, 2 brokers)
+   with the nemesis of tests/faults/nemesis.py: the default when this machine can make
+   namespaces (root, ip, nft).
 2. Records the group's election history from an etcd watch (``RoleRecorder``: History.role).
 3. Runs the load, every client in this (the root) namespace, all recording into one History
    (tests/faults/checker.py): tests/faults/workload.py's v2 producers (NORMAL, and FIFO over
    message groups) and consumers through services/v2client, a DELAY producer and consumer
-   (messages 1-5 s ahead), and the official rocketmq-python-client, a producer and a
-   SimpleConsumer (tests/faults/official_load.py).
+   (messages 1-5 s ahead; the local cluster only: the hosts one runs no scheduler), and the
+   official rocketmq-python-client, a producer and a SimpleConsumer (tests/faults/official_load.py).
 4. Runs the schedule (tests/faults/schedule.py) for the duration: seeded (the seed is printed
    first; ``PYRMQ_CHAOS_SEED`` or ``--seed`` replays the plan), each fault window waiting until
    every replica is in sync, everything healed at the end.
@@ -27,7 +27,6 @@ load, ending with the checker's report.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import shutil
@@ -35,10 +34,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from apache.rocketmq.v2 import definition_pb2 as d
 
@@ -47,21 +45,24 @@ from services.coordination.group_state import GroupState
 from services.coordination.role_view import RoleView
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.v2client.client import BrokerCallError, V2Client
+from tests.faults.chaos_clusters import (
+    DELAY_GROUP,
+    DELAY_TOPIC,
+    ChaosCluster,
+    hosts_chaos_cluster,
+    hosts_missing,
+    local_chaos_cluster,
+)
 from tests.faults.checker import INFO, Bounds, History, Report, classify_code
 from tests.faults.official_load import OfficialConsumer, OfficialProducer
-from tests.faults.process_faults import process_faults
-from tests.faults.replica_cluster import GROUP, ReplicaCluster
-from tests.faults.schedule import Fault, Schedule, ScheduleConfig, chaos_seed
+from tests.faults.replica_cluster import ReplicaCluster
+from tests.faults.schedule import Schedule, ScheduleConfig, chaos_seed
 from tests.faults.workload import Workload, WorkloadConfig
-from tests.support import etcd as etcd_support
 from tests.support.components import missing
-from tests.support.fault_runs import start_replica_cluster, wait_first_ok
-from tests.support.processes import Process
+from tests.support.fault_runs import wait_first_ok
 
 log = logging.getLogger(__name__)
 
-LOCAL_FAULTS = ("kill-master", "pause-master", "kill-slave", "kill-broker")
-DELAY_TOPIC, DELAY_GROUP = "FaultsDelay", "FaultsDelayGroup"
 FIRST_OK_TIMEOUT_S = 60.0  # the first send acknowledged once the load starts, and again after the schedule
 PROGRESS_EVERY_S = 60.0
 
@@ -81,85 +82,6 @@ class ChaosOptions:
     drain_timeout_s: float = 90.0
     bounds: Bounds = field(default_factory=Bounds)
     progress_every_s: float = PROGRESS_EVERY_S
-
-
-class ChaosCluster(Protocol):
-    """What a chaos run needs of a cluster (``LocalChaosCluster``; the hosts one alike)."""
-
-    endpoint: str  # a broker's v2 endpoint, reachable from this namespace
-    etcd_endpoints: list[str]
-    group: str  # the broker group (brokerName) the faults hit
-    default_faults: tuple[str, ...]
-
-    def faults(self, names: Sequence[str]) -> list[Fault]: ...
-
-    def ready(self, timeout_s: float) -> None: ...  # until every replica is in sync (or the timeout: logged)
-
-    def logs(self) -> str: ...
-
-
-# -- the local cluster
-
-
-@dataclass
-class LocalChaosCluster:
-    replica: ReplicaCluster
-    etcd: etcd_support.EtcdCluster
-    group: str = GROUP
-    default_faults: tuple[str, ...] = LOCAL_FAULTS
-
-    @property
-    def endpoint(self) -> str:
-        return self.replica.endpoint
-
-    @property
-    def etcd_endpoints(self) -> list[str]:
-        return self.etcd.endpoints
-
-    def faults(self, names: Sequence[str]) -> list[Fault]:
-        return list(process_faults(self.replica, tuple(names)))
-
-    def ready(self, timeout_s: float) -> None:
-        try:
-            self.replica.wait_in_sync(timeout_s)
-        except AssertionError as exc:
-            log.warning("chaos: not every replica in sync after %.0f s; the fault goes ahead: %s", timeout_s, exc)
-
-    def logs(self) -> str:
-        return self.replica.logs(tail=20_000)
-
-
-@contextlib.contextmanager
-def local_chaos_cluster(work_dir: Path) -> Iterator[LocalChaosCluster]:
-    """3 etcd members, 3 store replicas (SYNC_MASTER, all-ack, 2 s leases), a broker, the scheduler."""
-    processes: list[Process] = []
-    with contextlib.contextmanager(etcd_support.start_cluster)(work_dir, 3) as etcd:
-        try:
-            replica = start_replica_cluster(
-                work_dir, processes, ",".join(etcd.endpoints), services=("broker", "scheduler")
-            )
-            replica.create_topic(DELAY_TOPIC, "DELAY")
-            replica.create_group(DELAY_GROUP)
-            yield LocalChaosCluster(replica, etcd)
-        finally:
-            for process in processes:
-                process.kill()
-
-
-def hosts_missing() -> str | None:
-    """Why the hosts cluster cannot run here (None: it can)."""
-    try:
-        from tests.faults import hosts_cluster  # noqa: F401 - presence only
-        from tests.support.netns import hosts_missing as netns_missing
-    except ImportError as exc:
-        return f"tests/faults/hosts_cluster.py is not there yet ({exc})"
-    return netns_missing()
-
-
-def hosts_chaos_cluster(work_dir: Path) -> contextlib.AbstractContextManager[ChaosCluster]:
-    raise NotImplementedError(
-        "--cluster hosts: tests/faults/hosts_cluster.py and nemesis.py have not landed; use --cluster local"
-    )
 
 
 # -- the election history
@@ -254,10 +176,11 @@ class Load:
     consumers: list[OfficialConsumer]
 
     @classmethod
-    def start(cls, endpoint: str, history: History, options: ChaosOptions, home: Path) -> Load:
+    def start(cls, cluster: ChaosCluster, history: History, options: ChaosOptions, home: Path) -> Load:
+        endpoint = cluster.endpoint
         main = WorkloadConfig(producers=2, fifo_producers=1, consumers=2)
         load = cls([ChaosWorkload(endpoint, history, main).start()], [], [])
-        if options.delay_load:
+        if options.delay_load and cluster.delay_load:
             delay = WorkloadConfig(
                 topic=DELAY_TOPIC,
                 group=DELAY_GROUP,
@@ -268,8 +191,9 @@ class Load:
             )
             load.workloads.append(ChaosWorkload(endpoint, history, delay, prefix="d").start())
         if options.official_clients:
-            load.producers.append(OfficialProducer(home, endpoint, main.topic, "o0", history))
-            load.consumers.append(OfficialConsumer(home, endpoint, main.topic, main.group, history))
+            official = cluster.official_endpoint
+            load.producers.append(OfficialProducer(home, official, main.topic, "o0", history))
+            load.consumers.append(OfficialConsumer(home, official, main.topic, main.group, history))
         return load
 
     def errors(self) -> list[str]:
@@ -308,7 +232,8 @@ class Outcome:
             healed = "not healed" if fault.heal_t is None else f"healed +{fault.heal_t - origin:.2f}"
             failover = "n/a" if rto.fault_to_first_ok_s is None else f"{rto.fault_to_first_ok_s:.2f} s"
             gap = "n/a" if rto.longest_gap_s is None else f"{rto.longest_gap_s:.2f} s"
-            lines.append((fault.fault_t, f"{fault.name}: {healed}, failover {failover}, longest gap {gap}"))
+            took = "" if fault.in_force_t is None else f" (in force after {fault.in_force_t - fault.fault_t:.2f} s)"
+            lines.append((fault.fault_t, f"{fault.name}{took}: {healed}, failover {failover}, longest gap {gap}"))
         for role in self.history.roles:
             who = "no live master" if role.master_id is None else f"master {role.master_id}"
             lines.append((role.t, f"etcd: {who}, epoch {role.epoch}"))
@@ -361,7 +286,7 @@ def run_chaos(cluster: ChaosCluster, options: ChaosOptions, home: Path, out: Cal
         ready=lambda: cluster.ready(options.ready_timeout_s),
     )
     cluster.ready(options.ready_timeout_s)
-    load = Load.start(cluster.endpoint, history, options, home)
+    load = Load.start(cluster, history, options, home)
     drained = False
     try:
         wait_first_ok(history, 0.0, FIRST_OK_TIMEOUT_S)
@@ -501,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="pyrmq-chaos-"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    if kind == "local" and (why := missing("etcd")):
+    if why := missing("etcd"):
         print(f"chaos: etcd is missing ({why}); `make setup` installs it", file=sys.stderr)
         return 2
     build = local_chaos_cluster if kind == "local" else hosts_chaos_cluster

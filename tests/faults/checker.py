@@ -54,7 +54,7 @@ Report (``Report``; ``Report.violations()`` lists the ones that are always bugs)
 * ``fail_details``: how many definite failures of each code (for the summary).
 * ``rto``        per fault: time from the fault (kill) and from the restart to the first ``ok``
   send completed after the restart (``fault_to_first_ok_s`` is the issue's "failover", its
-  quantiles ``Report.failover``; a schedule's fault counts from when it was in force), and
+  quantiles ``Report.failover``; a schedule's fault counts from when its apply began), and
   ``longest_gap_s``, the longest stretch without an ``ok`` completion from the fault until the
   first ``ok`` after its heal (an outage the first figure misses when a deposed master keeps
   acking for the rest of its lease).
@@ -179,9 +179,10 @@ class Delivery:
 @dataclass
 class Fault:
     name: str
-    fault_t: float  # monotonic time of the kill (a schedule's fault: when apply() returned, in force)
+    fault_t: float  # monotonic time of the kill (a schedule's fault: when its apply() began)
     restart_t: float | None = None  # monotonic time the replacement was spawned
     heal_t: float | None = None  # monotonic time heal() returned (a schedule's fault)
+    in_force_t: float | None = None  # a schedule's fault: apply() returned (fault_t: it began)
 
 
 @dataclass
@@ -573,7 +574,7 @@ def check(
 
 
 def _longest_gap(ok_times: list[float], fault: Fault) -> float | None:
-    """The longest stretch without an ok completion from ``fault`` in force to the first ok after
+    """The longest stretch without an ok completion from ``fault``'s start to the first ok after
     its heal (or after the fault when it has none); None when no ok came after."""
     end_after = max(t for t in (fault.fault_t, fault.heal_t, fault.restart_t) if t is not None)
     start = bisect.bisect_right(ok_times, fault.fault_t)

@@ -18,8 +18,10 @@ of tests/faults/process_faults.py and tests/faults/nemesis.py), a duration and a
 * Every random choice comes from ``random.Random(f"{seed}/schedule")`` and none depends on timing,
   so a seed replays the same windows with the same faults and durations (what the faults then
   meet still varies with thread timing). ``chaos_seed()`` reads ``PYRMQ_CHAOS_SEED``.
-* Each fault is recorded in the ``History`` when ``apply()`` has returned (it is in force), and
-  its heal when ``heal()`` has returned: the checker measures failover from the first.
+* Each fault is recorded in the ``History`` from when its ``apply()`` began (``fault_t``: a
+  partition takes hold host pair by host pair while apply runs, a master's lease may be lost
+  before apply returns), with when it returned (``in_force_t``) and when its ``heal()``
+  returned (``heal_t``): the checker measures failover from ``fault_t``.
 * Before a fault window, ``ready()`` (optional, blocking) may wait for the cluster to be whole
   again (every replica in sync), so each fault meets a healthy cluster; the wait lengthens the
   quiet window and draws nothing.
@@ -193,6 +195,7 @@ class Schedule:
         if self.ready is not None:
             self.ready()
         for fault in chosen:
+            began_t = self.clock.monotonic_s()
             try:
                 fault.apply()
             except Exception as exc:  # the fault is healed and reported; the schedule goes on
@@ -200,7 +203,8 @@ class Schedule:
                 self._error(f"apply {fault.name}: {exc!r}", fault)
                 self._heal_one(fault, None)
                 continue
-            record = self.history.fault(fault.name, t=self.clock.monotonic_s())
+            record = self.history.fault(fault.name, t=began_t)
+            record.in_force_t = self.clock.monotonic_s()
             self._active.append((fault, record))
             self._event("apply", (fault.name,))
         self.phase = Phase.FAULT

@@ -71,6 +71,7 @@ def test_quiet_and_fault_windows_alternate_and_each_fault_is_recorded() -> None:
     for i, record in enumerate(history.faults):
         assert record.fault_t - start_s == pytest.approx(5 + 8 * i)
         assert record.heal_t is not None and record.heal_t - record.fault_t == pytest.approx(3)
+        assert record.in_force_t == record.fault_t  # the fake applies at once
     assert journal[::2] == [f"apply {r.name}" for r in history.faults] and all(
         j.startswith("heal") for j in journal[1::2]
     )
