@@ -27,7 +27,7 @@ import grpc
 from apache.rocketmq.v2 import definition_pb2 as d
 
 from services.v2client.client import BrokerCallError, V2Client, build_message, now_ms
-from tests.faults.checker import OK, Delivery, History, classify_code, classify_rpc_error, make_body
+from tests.faults.checker import FAIL, OK, Delivery, History, classify_code, classify_rpc_error, make_body
 from tests.support.waits import wait_until
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,14 @@ class Workload:
                     try:
                         client.ack(group, topic, [m])
                         self.history.consumer_acked([m.system_properties.message_id])
-                    except BrokerCallError:
-                        pass  # definitely not acked: redelivered after its invisible time
+                    except BrokerCallError as exc:
+                        # A 4xx, or a 5xx the broker gives only for refusals, is definitely not
+                        # acked (redelivered after its invisible time); INTERNAL_SERVER_ERROR and
+                        # PROXY_TIMEOUT (a store call that broke, e.g. its master was killed
+                        # after the ack's journal record reached the replicas) may have taken
+                        # effect, as for sends (checker.classify_code).
+                        if classify_code(exc.code) != FAIL:
+                            self.history.consumer_ack_unknown([m.system_properties.message_id])
                     except grpc.RpcError:  # maybe acked
                         self.history.consumer_ack_unknown([m.system_properties.message_id])
                     except ValueError:  # closed by stop(): not acked

@@ -134,9 +134,13 @@ def test_an_ack_the_journal_cannot_record_is_not_answered_ok(open_store):
     def refuse(messages, allow_system_topics=False):
         return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="disk full: writes refused") for _ in messages]
 
-    journal._put_messages = refuse
+    put_messages, journal._put_messages = journal._put_messages, refuse
     with pytest.raises(ServiceNotAvailableError, match="disk full"):
         store.pop.ack(GROUP, TOPIC, m.receipt_handle)
+    assert committed(store) == 0  # not acked: still in flight under its handle
+    journal._put_messages = put_messages
+    assert store.pop.ack(GROUP, TOPIC, m.receipt_handle) is AckStatus.OK  # the consumer's retry lands
+    assert committed(store) == 1
 
 
 class FakeLite:

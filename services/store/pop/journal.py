@@ -67,6 +67,11 @@ class JournalTicket:
         self.status: PutStatus | None = None
         self.error = ""
 
+    @property
+    def failed(self) -> bool:
+        """Finished, and not PUT_OK (pending: not failed yet)."""
+        return self._done.is_set() and self.status is not PutStatus.PUT_OK
+
     def finish(self, status: PutStatus, error: str = "") -> None:
         self.status, self.error = status, error
         self._done.set()

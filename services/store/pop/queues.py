@@ -173,15 +173,16 @@ class PopQueues:
             return None
         return entry
 
-    def _finish_locked(self, entry: InFlight) -> QueueKey | None:
-        """The entry's offset is done; returns its queue's key if that unlocked a FIFO queue."""
+    def _finish_locked(self, entry: InFlight, journaled: bool = False) -> QueueKey | None:
+        """The entry's offset is done; returns its queue's key if that unlocked a FIFO queue.
+        ``journaled``: its record was written already (``_journal_finish_locked``)."""
         state = self._queues.get(entry.key)
         if state is None or state.in_flight.get(entry.queue_offset) is not entry:
             return None  # the queue's pop state was reset meanwhile
         del state.in_flight[entry.queue_offset]
         self._mark_done_locked(state, entry.queue_offset)
         self._advance_locked(entry.key, state)
-        if self._journal is not None:
+        if self._journal is not None and not journaled:
             self._journaled.append(Finished(*entry.key, entry.queue_offset, state.committed))
         if not entry.fifo or state.in_flight:
             return None
@@ -256,6 +257,37 @@ class PopQueues:
         with self._lock:
             images = [image_of(key, state) for key, state in self._queues.items()]
             self._journal.append_snapshot(self._sequence, images)
+
+    def _journal_finish_locked(self, claimed: list[InFlight]) -> JournalTicket | None:
+        """Journal the finish of claimed entries before it is applied (an ack: its entries are
+        finished only once the record is written, and stay in flight if it cannot be). Each
+        record names the committed offset the queue will have if every one of them finishes,
+        counting no other claimed entry: a replay never moves the offset past one not done."""
+        if self._journal is None or not claimed:
+            return None
+        self._journal_locked()  # what this section changed before, first
+        offsets: dict[QueueKey, set[int]] = {}
+        for entry in claimed:
+            offsets.setdefault(entry.key, set()).add(entry.queue_offset)
+        after: dict[QueueKey, int] = {}
+        for key, finishing in offsets.items():
+            state = self._queues[key]
+            committed = state.committed
+            while committed in state.done or committed in finishing:
+                committed += 1
+            after[key] = committed
+        ticket = self._journal.append([Finished(*e.key, e.queue_offset, after[e.key]) for e in claimed])
+        for entry in claimed:
+            entry.finishing = ticket  # a snapshot taken meanwhile counts it finished (it comes after)
+        return ticket
+
+    def _unclaim_locked(self, claimed: list[InFlight]) -> None:
+        for entry in claimed:
+            entry.claimed = False
+            entry.finishing = None
+            state = self._queues.get(entry.key)
+            if state is not None and state.in_flight.get(entry.queue_offset) is entry:
+                self._schedule.push(entry)  # its revive time may have passed while claimed
 
     def _journal_locked(self) -> JournalTicket | None:
         """Hand what this locked section changed to the journal, in order."""

@@ -63,14 +63,18 @@ def entry_of(d: fmt.Delivery) -> InFlight:
 
 
 def image_of(key: QueueKey, state: QueueState) -> fmt.QueueImage:
+    """The queue as a snapshot taken now records it: an entry whose ack record is on its way
+    (written before the snapshot, which follows it in the journal) counts as finished, unless
+    that write failed (the ack then puts it back in flight)."""
     group, source, queue_id = key
+    finishing = {o for o, e in state.in_flight.items() if e.finishing is not None and not e.finishing.failed}
     return fmt.QueueImage(
         group,
         source,
         queue_id,
         state.committed,
-        tuple(sorted(state.done)),
-        tuple(delivery_of(e) for e in state.in_flight.values()),
+        tuple(sorted(state.done | {o for o in finishing if o >= state.committed})),
+        tuple(delivery_of(e) for o, e in state.in_flight.items() if o not in finishing),
         tuple(delivery_of(e) for e in state.redeliver.values()),
     )
 

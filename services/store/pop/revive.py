@@ -68,6 +68,13 @@ _PUT_WRITTEN = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_
 QueueKey = tuple[str, str, int]  # (group, source topic, queue id)
 
 
+class Finishing(Protocol):
+    """The journal ticket of an ack under way (pop/journal.py ``JournalTicket``)."""
+
+    @property
+    def failed(self) -> bool: ...
+
+
 @dataclass(slots=True, eq=False)
 class InFlight:
     """One delivery of one offset to a group (also kept, expired, while waiting to redeliver)."""
@@ -86,6 +93,7 @@ class InFlight:
     to_dlq: bool = False  # set when claimed: DLQ rather than retry topic
     suspended: bool = False  # a consumer suspended it (ChangeInvisibleDuration suspend): no attempt counted
     incarnation: str = ""  # of the PopService that issued its handle (kept across a journal replay)
+    finishing: Finishing | None = None  # an ack's record on its way to the journal (claimed meanwhile)
 
     @property
     def group(self) -> str:

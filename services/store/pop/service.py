@@ -65,6 +65,7 @@ from services.domain.sql_filter import compile_sql
 from services.domain.statuses import GetStatus
 from services.runtime.clock import Clock
 from services.store.arrivals import ArrivalBus
+from services.store.errors import ServiceNotAvailableError
 from services.store.metadata.config_files import SubscriptionGroupConfig, always_writable
 from services.store.metadata.consumer_offsets import ConsumerOffsetManager
 from services.store.metadata.topic_config import SubscriptionGroupManager, TopicConfigManager
@@ -227,6 +228,7 @@ class PopService(PopQueues):
         self._check_running()
         statuses: list[AckStatus] = []
         unlocked: list[QueueKey | None] = []
+        claimed: list[InFlight] = []
         with self._lock:
             now = self._clock.now_ms()
             for handle in receipt_handles:
@@ -234,13 +236,24 @@ class PopService(PopQueues):
                 if entry is None:
                     statuses.append(AckStatus.INVALID_RECEIPT_HANDLE)
                     continue
-                unlocked.append(self._finish_locked(entry))
+                if self._journal is None:
+                    unlocked.append(self._finish_locked(entry))
+                else:
+                    entry.claimed = True  # finished once its record is written (a repeat is invalid)
+                    claimed.append(entry)
                 statuses.append(AckStatus.OK)
-            ticket = self._journal_locked()
+            ticket = self._journal_finish_locked(claimed)
+        if ticket is not None:
+            try:
+                ticket.wait()  # answered OK only once the ack is as durable as a put
+            except ServiceNotAvailableError:
+                with self._lock:
+                    self._unclaim_locked(claimed)  # not acked: in flight again, redelivered in time
+                raise
+            with self._lock:
+                unlocked += [self._finish_locked(entry, journaled=True) for entry in claimed]
         if unlocked:
             self._revive.announce(unlocked)
-        if ticket is not None:
-            ticket.wait()  # answered OK only once the ack is as durable as a put
         return statuses
 
     def in_flight_counts(self) -> dict[tuple[str, str], int]:
