@@ -24,7 +24,7 @@ of tests/faults/process_faults.py and tests/faults/nemesis.py), a duration and a
   returned (``heal_t``): the checker measures failover from ``fault_t``.
 * Before a fault window, ``ready()`` (optional, blocking) may wait for the cluster to be whole
   again (every replica in sync), so each fault meets a healthy cluster; the wait lengthens the
-  quiet window and draws nothing.
+  quiet window and draws nothing, and a wait that ends past the duration ends the schedule.
 * Everything applied is healed: at the end of the duration, and by ``heal_all()`` (idempotent,
   ``run()`` calls it in a ``finally``) whatever stopped the run. A fault whose ``apply()`` raises
   is healed at once and noted in ``errors``, and the schedule goes on; so is a failed heal.
@@ -164,6 +164,8 @@ class Schedule:
                 return None
             else:
                 self._fault_window_locked()
+                if self.phase is Phase.DONE:
+                    return None
             return max(0.0, self._next_t - self.clock.monotonic_s())
 
     def run(self, stop: threading.Event | None = None) -> None:
@@ -194,6 +196,9 @@ class Schedule:
         duration_s = self._rng.uniform(*self.config.fault_s)  # drawn before ready(): the plan ignores timing
         if self.ready is not None:
             self.ready()
+            if self.clock.monotonic_s() >= self.end_t:  # the wait ran past the end: no window
+                self.phase = Phase.DONE
+                return
         for fault in chosen:
             began_t = self.clock.monotonic_s()
             try:

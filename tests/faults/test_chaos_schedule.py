@@ -154,6 +154,13 @@ def test_ready_is_awaited_before_each_fault_window_and_windows_max_ends_the_run(
     assert readiness == [0, 2, 4] and schedule.fault_windows == 3 and len(history.faults) == 3
 
 
+def test_a_ready_wait_past_the_end_applies_nothing() -> None:
+    schedule, clock, journal, history, _ = make(duration_s=20.0)
+    schedule.ready = lambda: clock.advance_ms(30_000)  # the cluster took 30 s to be whole again
+    drive(schedule, clock)
+    assert journal == [] and not history.faults and schedule.phase is Phase.DONE
+
+
 def test_bad_configurations_and_the_seed_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ({"duration_s": 0}, {"duration_s": 1, "quiet_s": (2, 1)}, {"duration_s": 1, "combine_ratio": 2}):
         with pytest.raises(ValueError):
