@@ -9,7 +9,11 @@ import pytest
 
 from services.broker.errors import Code, FlowControlError, StoreCallError
 from services.broker.put_coalescer import DirectPutSink, PendingPut, PutCoalescer
+from services.runtime.clock import SystemClock
+from services.runtime.process import free_ports
+from services.store.client.errors import StoreUnavailableError
 from services.store.client.model import MessageToPut, PutOutcome, PutStatus
+from services.store.client.transport import GrpcTransport
 
 
 def msg(i: int, body: bytes = b"x", system: bool = False) -> MessageToPut:
@@ -300,3 +304,14 @@ def test_no_shedding_while_the_store_client_waits_for_a_new_master():
     assert coalescer.run_once() == 0
     with pytest.raises(FlowControlError):
         late.wait(1)
+
+
+def test_a_transport_closed_while_waiting_for_its_store_says_unavailable():
+    """The master view closes the old master's transport when the master changes; a broker
+    waiting on it at start must move to the new one, not die of "Cannot invoke RPC on closed
+    channel" (found by chaos: a broker started while the master was paused past its lease)."""
+    [port] = free_ports(1)
+    transport = GrpcTransport(f"127.0.0.1:{port}")  # nobody listens: the wait goes on
+    threading.Timer(0.3, transport.close).start()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        transport.wait_ready(10.0, lambda: False, SystemClock())

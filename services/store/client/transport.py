@@ -144,6 +144,8 @@ class GrpcTransport:
             return wait_serving(self._channel, STORE_SERVICE, timeout_s, clock.monotonic_s, give_up)
         except NotServingError as exc:
             raise StoreUnavailableError(f"store at {self.address} {exc}") from None
+        except ValueError as exc:  # closed under the wait: the master changed (the view closes its channel)
+            raise _closed(exc) from None
 
     def close(self) -> None:
         if self.put_stream is not None:
