@@ -5,7 +5,9 @@ A slave joins when it has everything the set has confirmed (its max offset >= th
 confirm offset) and something of the current master's own epoch (>= that epoch's start offset,
 so a slave that is far along an old master's history is not counted as holding this one's). A
 slave leaves when it has not caught up for ``ha_max_time_slave_not_catchup_ms`` (RocketMQ's
-haMaxTimeSlaveNotCatchup, 15 s), or when it is in the set without a connection. "Caught up" is
+haMaxTimeSlaveNotCatchup, 15 s), when it is in the set without a connection, or when its
+membership key is gone from etcd (its lease expired: a paused or partitioned slave), so SYNC
+puts wait for a silent slave about a lease TTL, not the 15 s. "Caught up" is
 reported by the replication connection (``caught_up``): the slave acknowledged all the master
 had when it last sent.
 
@@ -74,16 +76,20 @@ class SyncStateSetTracker:
             return current | {slave_id}
         return None
 
-    def maybe_shrink(self, now_ms: int | None = None) -> frozenset[int] | None:
-        """The set without the slaves that have not caught up for too long or are not
-        connected, if that removes any."""
+    def maybe_shrink(self, now_ms: int | None = None, alive: frozenset[int] | None = None) -> frozenset[int] | None:
+        """The set without the slaves that have not caught up for too long, are not connected
+        or (``alive``: the replicas registered in etcd) have lost their lease, if that removes any."""
         now = self.clock.now_ms() if now_ms is None else now_ms
         current = self.synchronizing or self.local
         keep = {
             i
             for i in current
             if i == self.master_id
-            or (i in self.caught_up_ms and now - self.caught_up_ms[i] <= self.ha_max_time_slave_not_catchup_ms)
+            or (
+                i in self.caught_up_ms
+                and now - self.caught_up_ms[i] <= self.ha_max_time_slave_not_catchup_ms
+                and (alive is None or i in alive)
+            )
         }
         return frozenset(keep) if keep != current else None
 
@@ -111,7 +117,7 @@ class SyncStateSetLoop:
         with self._lock:
             if not self._sync_with_view():
                 return None
-            proposal = self.tracker.maybe_shrink()
+            proposal = self.tracker.maybe_shrink(alive=frozenset(self.controller.view.state.replicas))
             return None if proposal is None else self._ask(proposal)
 
     def offer(self, slave_id: int, slave_max_offset: int, confirm_offset: int) -> ControllerResult | None:

@@ -73,3 +73,35 @@ def test_the_master_grows_and_shrinks_the_set_through_etcd(etcd: EtcdClient) -> 
     finally:
         for r in (a, b, c):
             r.stop()
+
+
+def test_a_slave_whose_lease_is_gone_leaves_the_set_at_once(etcd: EtcdClient) -> None:
+    """A paused or partitioned slave stops holding up SYNC puts when its lease expires, not
+    haMaxTimeSlaveNotCatchup later (found by chaos: a paused slave stalled every send 15 s)."""
+    clock = ManualClock()
+    a, b, c = (ReplicaController("g2", i, f"h:{i}", etcd, clock, 10_000) for i in (1, 2, 3))
+    for r in (a, b, c):
+        r.register()
+        r.view.start()
+    try:
+        elected = a.elect_master()
+        assert elected.ok and elected.sync_state is not None
+        assert a.view.wait_for(lambda s: s.master_alive() and len(s.replicas) == 3, 2.0)
+        tracker = SyncStateSetTracker(1, clock, NOT_CATCHUP_MS)
+        tracker.reset(elected.sync_state, epoch_start_offset=0)
+        loop = SyncStateSetLoop(a, tracker)
+        for slave in (2, 3):
+            tracker.caught_up(slave)
+            assert loop.offer(slave, 100, 100) is not None
+        assert tracker.effective() == frozenset([1, 2, 3])
+        assert loop.run_once() is None  # both caught up and registered
+        b.stop(revoke=True)  # its membership key goes, as when its lease expires
+        assert a.view.wait_for(lambda s: 2 not in s.replicas, 5.0)
+        tracker.caught_up(2)  # even a slave that acked a moment ago
+        tracker.caught_up(3)
+        shrunk = loop.run_once()
+        assert shrunk is not None and shrunk.ok and shrunk.sync_state is not None
+        assert shrunk.sync_state.syncStateSet == frozenset([1, 3])
+    finally:
+        for r in (a, c):
+            r.stop()
