@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 from services.domain.format.pop_journal_format import Finished, Reset
@@ -24,6 +25,8 @@ from services.store.pop.revive import GetMessages, InFlight, QueueKey, ReviveSch
 from services.store.pop.state import QueueState
 
 log = logging.getLogger(__name__)
+
+FINISHED_HANDLES_MAX = 65_536  # acked handles remembered for a repeated ack (about 6 MB)
 
 
 class PopQueues:
@@ -54,6 +57,9 @@ class PopQueues:
         # The journal (pop/journal.py): what changed under _lock, appended before it is released.
         self._journal = journal
         self._journaled: list[Item] = []
+        # (group, handle) of deliveries acked lately: an ack repeated (a broker retrying it on a
+        # new master after the first reached the old one) is answered OK, as RocketMQ does.
+        self._finished_handles: OrderedDict[tuple[str, str], None] = OrderedDict()
         if journal is not None:
             journal.bind(self.journal_snapshot)
 
@@ -230,7 +236,9 @@ class PopQueues:
             return
         records, snapshot_offset = read_journal(self._get_messages, self._max_offset)
         with self._lock:
-            states, sequence = rebuild(records, self._consumer_offsets.query_offset)
+            states, sequence, finished = rebuild(records, self._consumer_offsets.query_offset)
+            for group_handle in finished:
+                self._remember_finished_locked(*group_handle)
             for (group, source, queue_id), state in states.items():
                 if self._consumer_offsets.query_offset(group, source, queue_id) != state.committed:
                     self._consumer_offsets.commit_offset(group, source, queue_id, state.committed)
@@ -280,6 +288,15 @@ class PopQueues:
         for entry in claimed:
             entry.finishing = ticket  # a snapshot taken meanwhile counts it finished (it comes after)
         return ticket
+
+    def _remember_finished_locked(self, group: str, handle: str) -> None:
+        handles = self._finished_handles
+        handles[(group, handle)] = None
+        if len(handles) > FINISHED_HANDLES_MAX:
+            handles.popitem(last=False)
+
+    def _was_acked_locked(self, group: str, handle: str) -> bool:
+        return (group, handle) in self._finished_handles
 
     def _unclaim_locked(self, claimed: list[InFlight]) -> None:
         for entry in claimed:

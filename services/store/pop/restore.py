@@ -81,9 +81,12 @@ def image_of(key: QueueKey, state: QueueState) -> fmt.QueueImage:
 
 def rebuild(
     records: Iterable[JournalRecord], query_offset: Callable[[str, str, int], int]
-) -> tuple[dict[QueueKey, QueueState], int]:
-    """The queues' states the records leave, and the highest handle sequence they name."""
+) -> tuple[dict[QueueKey, QueueState], int, list[tuple[str, str]]]:
+    """The queues' states the records leave, the highest handle sequence they name, and the
+    (group, receipt handle) of each delivery they finished (a consumer's ack repeated on the new
+    master is answered OK: ``PopQueues.finished_handles``)."""
     states: dict[QueueKey, QueueState] = {}
+    finished: list[tuple[str, str]] = []
     reset: set[QueueKey] = set()
     sequence = 0
 
@@ -125,7 +128,9 @@ def rebuild(
                     state.in_flight[offset] = entry_of(item)
                     sequence = max(sequence, item.sequence)
                 else:
-                    state.in_flight.pop(offset, None)
+                    entry = state.in_flight.pop(offset, None)
+                    if entry is not None:
+                        finished.append((item.group, entry.handle))
                     state.done.add(offset)
                     state.committed = max(state.committed, item.committed)
     for key, state in list(states.items()):
@@ -142,4 +147,4 @@ def rebuild(
             state.done.remove(state.committed)
             state.committed += 1
         state.seen = state.committed
-    return states, sequence
+    return states, sequence, finished

@@ -233,13 +233,15 @@ class PopService(PopQueues):
             now = self._clock.now_ms()
             for handle in receipt_handles:
                 entry = self._find_locked(group, topic, handle, now)
-                if entry is None:
-                    statuses.append(AckStatus.INVALID_RECEIPT_HANDLE)
+                if entry is None:  # a repeated ack (this request's, or an earlier one) is OK
+                    repeat = handle in (e.handle for e in claimed) or self._was_acked_locked(group, handle)
+                    statuses.append(AckStatus.OK if repeat else AckStatus.INVALID_RECEIPT_HANDLE)
                     continue
                 if self._journal is None:
                     unlocked.append(self._finish_locked(entry))
+                    self._remember_finished_locked(group, handle)
                 else:
-                    entry.claimed = True  # finished once its record is written (a repeat is invalid)
+                    entry.claimed = True  # finished once its record is written
                     claimed.append(entry)
                 statuses.append(AckStatus.OK)
             ticket = self._journal_finish_locked(claimed)
@@ -252,6 +254,8 @@ class PopService(PopQueues):
                 raise
             with self._lock:
                 unlocked += [self._finish_locked(entry, journaled=True) for entry in claimed]
+                for entry in claimed:
+                    self._remember_finished_locked(group, entry.handle)
         if unlocked:
             self._revive.announce(unlocked)
         return statuses
