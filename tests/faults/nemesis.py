@@ -19,6 +19,7 @@ applies several and heals them in reverse.
   the leader by default, and the master on the minority side), ``etcd_member_cut`` (one etcd
   member unreachable from the stores and brokers), ``master_to_etcd_one_way``.
 * ``LinkLoss``: ``percent`` of packets dropped between a host and peers (or all of its traffic).
+* ``LinkRate``: the target's link shaped by tbf (a slow link: latency only as its queue grows).
 * ``LinkDelay``: netem is not in this kernel: every TCP connection between a host and each peer
   is relayed through a process that holds each chunk ``delay_ms`` each way (tests/support/netns.py
   ``add_delay``): streams are delayed, not packets; connections open at apply are reset.
@@ -233,27 +234,55 @@ class LinkDelay:
 
 
 @dataclass
+class LinkRate:
+    """The target's link shaped to ``rate_kbit`` both ways (tbf: a slow link, not a late one;
+    tests/support/netns.py ``shape``). One per host at a time."""
+
+    cluster: HostsCluster
+    target: str
+    rate_kbit: int
+    name: str = ""
+    applied: str = ""  # what it hit, kept after the heal
+    _target: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"rate {self.rate_kbit}kbit {self.target}"
+
+    def apply(self) -> None:
+        assert not self._target, f"{self.name} is applied already"
+        target = resolve(self.cluster, self.target)
+        self.cluster.hosts.shape(self.cluster.hosts[target], self.rate_kbit)
+        self.applied = self._target = target
+
+    def heal(self) -> None:
+        if self._target:
+            self.cluster.hosts.unshape(self.cluster.hosts[self._target])
+            self._target = ""
+
+
+@dataclass
 class Pause:
     """SIGSTOP of a service (held past the lease by whoever holds the fault), SIGCONT at heal."""
 
     cluster: HostsCluster
     target: str
     name: str = ""
-    applied: str = ""
+    applied: str = ""  # what it hit, kept after the heal
+    _target: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or f"pause {self.target}"
 
     def apply(self) -> None:
-        assert not self.applied, f"{self.name} is applied already"
-        self.applied = resolve(self.cluster, self.target)
-        self.cluster.pause(self.applied)
+        assert not self._target, f"{self.name} is applied already"
+        self.applied = self._target = resolve(self.cluster, self.target)
+        self.cluster.pause(self._target)
 
     def heal(self) -> None:
-        if self.applied:
-            if self.cluster.alive(self.applied):
-                self.cluster.resume(self.applied)
-            self.applied = ""
+        if self._target:
+            if self.cluster.alive(self._target):
+                self.cluster.resume(self._target)
+            self._target = ""
 
 
 @dataclass
@@ -263,21 +292,22 @@ class Kill:
     cluster: HostsCluster
     target: str
     name: str = ""
-    applied: str = ""
+    applied: str = ""  # what it hit, kept after the heal
+    _target: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or f"kill {self.target}"
 
     def apply(self) -> None:
-        assert not self.applied, f"{self.name} is applied already"
-        self.applied = resolve(self.cluster, self.target)
-        self.cluster.kill(self.applied)
+        assert not self._target, f"{self.name} is applied already"
+        self.applied = self._target = resolve(self.cluster, self.target)
+        self.cluster.kill(self._target)
 
     def heal(self) -> None:
-        if self.applied:
-            if not self.cluster.alive(self.applied):
-                self.cluster.restart(self.applied)
-            self.applied = ""
+        if self._target:
+            if not self.cluster.alive(self._target):
+                self.cluster.restart(self._target)
+            self._target = ""
 
 
 @dataclass
@@ -289,24 +319,25 @@ class ClockJump:
     target: str
     offset_s: float
     name: str = ""
-    applied: str = ""
+    applied: str = ""  # what it hit, kept after the heal
+    _target: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or f"clock {self.offset_s:+g}s {self.target}"
 
     def apply(self) -> None:
-        assert not self.applied, f"{self.name} is applied already"
+        assert not self._target, f"{self.name} is applied already"
         target = resolve(self.cluster, self.target)
         assert kind_of(target)[0] != "etcd" and self.cluster.config.faketime, f"{target}'s clock cannot be moved"
         host = self.cluster.hosts[target]
         self.cluster.hosts.set_clock(host, host.clock_offset_s + self.offset_s)
-        self.applied = target
+        self.applied = self._target = target
 
     def heal(self) -> None:
-        if self.applied:
-            host = self.cluster.hosts[self.applied]
+        if self._target:
+            host = self.cluster.hosts[self._target]
             self.cluster.hosts.set_clock(host, host.clock_offset_s - self.offset_s)
-            self.applied = ""
+            self._target = ""
 
 
 @dataclass
@@ -318,14 +349,15 @@ class DiskFull:
     target: str
     leave_bytes: int = 0
     name: str = ""
-    applied: str = ""
+    applied: str = ""  # what it hit, kept after the heal
+    _target: str = ""
     ballast: Path | None = None
 
     def __post_init__(self) -> None:
         self.name = self.name or f"disk-full {self.target}"
 
     def apply(self) -> None:
-        assert not self.applied, f"{self.name} is applied already"
+        assert not self._target, f"{self.name} is applied already"
         target = resolve(self.cluster, self.target)
         assert kind_of(target)[0] == "store", f"{target} has no disk of its own"
         directory = self.cluster.data_dir(target)
@@ -333,13 +365,13 @@ class DiskFull:
         self.ballast = directory / "ballast"
         with open(self.ballast, "wb") as f:
             fill(f.fileno(), fs.f_bavail * fs.f_frsize - self.leave_bytes)
-        self.applied = target
+        self.applied = self._target = target
 
     def heal(self) -> None:
         if self.ballast is not None:
             self.ballast.unlink(missing_ok=True)
             self.ballast = None
-        self.applied = ""
+        self._target = ""
 
 
 def fill(fd: int, size: int, step_min: int = 4096) -> int:
@@ -395,6 +427,7 @@ def catalogue(cluster: HostsCluster) -> dict[str, Callable[[], Fault]]:
         "loss 20% master|all": lambda: LinkLoss(cluster, "master", 20),
         "delay 100ms master|broker,slave": lambda: LinkDelay(cluster, "master", 100, peers=("broker", "slave")),
         "delay 300ms master|etcd": lambda: LinkDelay(cluster, "master", 300, peers=("etcd",)),
+        "rate 1000kbit master": lambda: LinkRate(cluster, "master", 1000),
         "pause master": lambda: Pause(cluster, "master"),
         "pause slave": lambda: Pause(cluster, "slave"),
         "pause broker-0": lambda: Pause(cluster, "broker-0"),
