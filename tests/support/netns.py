@@ -125,7 +125,10 @@ def require_hosts() -> None:
     if reason is None:
         return
     if components_required():
-        pytest.fail(f"test hosts are missing: {reason}; `make setup` installs the packages", pytrace=False)
+        pytest.fail(
+            f"test hosts are missing: {reason} (they run as root; `make setup` installs nftables, faketime, iproute2)",
+            pytrace=False,
+        )
     pytest.skip(f"test hosts are missing: {reason}")
 
 
