@@ -10,8 +10,10 @@ import time
 import pytest
 
 from services.runtime.etcd import Compare, Delete, EtcdError, Event, Get, LeaseNotFound, Put
+from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.etcd.rpc.streams import LeaseKeeper, Watcher
 from tests.support.etcd import EtcdCluster
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.needs("etcd")
@@ -177,3 +179,17 @@ def test_cas_succeeds_soon_after_the_leader_is_killed(etcd_cluster: EtcdCluster)
         finally:
             keeper.stop(revoke=True)
             watcher.stop()
+
+
+def test_a_watch_moves_on_when_its_member_goes_silent(etcd_server: EtcdCluster) -> None:
+    """A member cut off from the client sends no event and no error: the watch asks for
+    progress, hears nothing for PROGRESS_SILENCE_S, and is made again on the next endpoint
+    (found by the netns faults: no election while one etcd member was cut from the group)."""
+    [real] = etcd_server.endpoints
+    with TcpProxy(real) as silent, EtcdClient([silent.address, real], timeout_s=3.0) as etcd:
+        seen: list[Event] = []
+        with Watcher(etcd, b"/silent", seen.extend):
+            silent.delay_ms = 600_000  # holds every byte: the connection stays open and says nothing
+            with etcd_server.client() as writer:
+                writer.put(b"/silent", b"1")
+            wait_until(lambda: [e.kv.value for e in seen] == [b"1"], 8.0, "the put seen through the other endpoint")

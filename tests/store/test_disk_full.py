@@ -10,6 +10,7 @@ import os
 from services.domain.statuses import GetStatus, PutStatus
 from services.store.store import FileStore
 from tests.support.filestore import message, small_config
+from tests.support.waits import wait_until
 
 
 def test_enospc_on_a_new_segment_fails_puts_cleanly_and_writes_resume(tmp_path, clock, monkeypatch) -> None:
@@ -45,5 +46,34 @@ def test_enospc_on_a_new_segment_fails_puts_cleanly_and_writes_resume(tmp_path, 
         got = store.get_messages("TopicTest", 0, 0, max_count=10_000, max_bytes=1 << 30)
         assert got.status is GetStatus.FOUND
         assert [m.body[:5] for m in got.messages] == [b"%05d" % n for n, _ in acked]  # all acked, in order, intact
+    finally:
+        store.shutdown()
+
+
+def test_a_consume_queue_file_refused_for_space_is_made_once_space_is_back(tmp_path, clock, monkeypatch) -> None:
+    """ENOSPC when dispatch needs a new ConsumeQueue file: the put was acknowledged (its bytes are
+    in the CommitLog), so once space is back the reput thread dispatches it, without a restart
+    (found by the netns faults: a replica's disk filled to the last byte stopped dispatch for good)."""
+    store = FileStore(small_config(tmp_path / "s"), clock)
+    store.start()
+    real_fallocate = os.posix_fallocate
+    full = {"on": True}
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if full["on"] and "consumequeue" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fallocate(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    try:
+        [result] = store.put_messages([message("NewTopic", 0, b"kept")])
+        assert result.status is PutStatus.PUT_OK
+        wait_until(lambda: isinstance(store.reput.error, OSError), 5.0, "the dispatch met ENOSPC")
+        full["on"] = False
+        wait_until(
+            lambda: store.get_messages("NewTopic", 0, 0).status is GetStatus.FOUND, 5.0, "dispatched once space is back"
+        )
+        assert [m.body for m in store.get_messages("NewTopic", 0, 0).messages] == [b"kept"]
+        assert store.reput.error is None
     finally:
         store.shutdown()

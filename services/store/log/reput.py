@@ -33,6 +33,7 @@ from services.store.model import Arrival, DispatchRequest
 log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_MAX = 4096
+RETRY_AFTER_OS_ERROR_S = 1.0  # a dispatch that met ENOSPC or EIO is tried again after this
 _SIZE = operator.attrgetter("size")
 
 
@@ -82,7 +83,7 @@ class ReputService:
 
     @property
     def error(self) -> BaseException | None:
-        """What stopped the reput thread, if anything did."""
+        """What stopped the reput thread, or the OSError its last try met (it tries again)."""
         return self._error
 
     @property
@@ -263,6 +264,23 @@ class ReputService:
                 self._pending = False
             try:
                 self.run_once()
+                self._error = None
+            except OSError as exc:
+                # A full disk (a new ConsumeQueue or IndexFile file: ENOSPC) or an I/O error: the
+                # batch is not marked dispatched, so it is dispatched again (every dispatcher takes
+                # a batch twice, as after a restart) once the next try works, e.g. when space is
+                # back; stopping here instead left acknowledged messages unreadable until a
+                # restart (found by the netns faults: a replica's disk filled to the last byte).
+                self._error = exc
+                log.error(
+                    "reput failed at phy_offset %d: %s; retrying in %.0f s",
+                    self._reput_from_offset,
+                    exc,
+                    RETRY_AFTER_OS_ERROR_S,
+                )
+                with self._cond:
+                    self._pending = True
+                    self._cond.wait(RETRY_AFTER_OS_ERROR_S)
             except BaseException as exc:  # keep the error visible; the store reports it
                 self._error = exc
                 log.exception("reput failed at phy_offset %d", self._reput_from_offset)

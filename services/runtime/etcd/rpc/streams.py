@@ -36,6 +36,12 @@ from services.runtime.etcd.rpc.client import REQUIRE_LEADER, EtcdClient, event
 log = logging.getLogger(__name__)
 
 RECONNECT_PAUSE_S = 0.05
+# A watch stream asks etcd for a progress notification this often, and is given up (and made
+# again on the next endpoint) when nothing at all came back for PROGRESS_SILENCE_S: a member cut
+# off from this client sends no event and no error, so without this a watch would wait on it for
+# ever (found by the netns faults: no election while one etcd member was cut from the group).
+PROGRESS_INTERVAL_S = 0.5
+PROGRESS_SILENCE_S = 1.5
 JOIN_TIMEOUT_S = 5.0
 
 
@@ -69,10 +75,13 @@ class Watcher:
         self._lock = threading.Lock()
         self._stream: grpc.Future | None = None
         self._requests: queue.Queue[pb.WatchRequest | None] = queue.Queue()
+        self._heard_s = 0.0  # when the current stream last answered (client clock, monotonic)
         self._thread = threading.Thread(target=self._run, name=f"etcd-watch-{key!r}", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch_progress, name=f"etcd-watchdog-{key!r}", daemon=True)
 
     def start(self) -> Watcher:
         self._thread.start()
+        self._watchdog.start()
         if not self._created.wait(self.client.timeout_s):
             self.stop()
             raise EtcdUnavailable(f"etcd watch of {self.key!r}: not created within {self.client.timeout_s} s")
@@ -88,6 +97,8 @@ class Watcher:
                 self._stream.cancel()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(JOIN_TIMEOUT_S)
+        if self._watchdog.is_alive() and self._watchdog is not threading.current_thread():
+            self._watchdog.join(JOIN_TIMEOUT_S)
 
     def __enter__(self) -> Watcher:
         return self.start()
@@ -128,10 +139,12 @@ class Watcher:
         )
         with self._lock:
             self._stream = stream
+            self._heard_s = self.client.clock.monotonic_s()
         if self._stopped.is_set():
             stream.cancel()
             return
         for response in stream:
+            self._heard_s = self.client.clock.monotonic_s()
             if response.canceled:
                 reason = response.cancel_reason or "canceled by etcd"
                 if response.compact_revision:
@@ -147,6 +160,26 @@ class Watcher:
                 self._deliver(events)
             elif not response.created and response.header.revision >= self.next_revision:
                 self.next_revision = response.header.revision + 1  # a progress notification
+
+    def check_progress(self) -> bool:
+        """Ask the current stream for a progress notification; cancel it (the watch is made
+        again on the next endpoint) if it has been silent PROGRESS_SILENCE_S. False if it was."""
+        with self._lock:
+            stream = self._stream
+            if stream is None or not self._created.is_set():
+                return True
+            if self.client.clock.monotonic_s() - self._heard_s > PROGRESS_SILENCE_S:
+                log.info(
+                    "etcd watch of %r: no answer for %.1f s; moving to another member", self.key, PROGRESS_SILENCE_S
+                )
+                stream.cancel()
+                return False
+            self._requests.put(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
+            return True
+
+    def _watch_progress(self) -> None:
+        while not self._stopped.wait(PROGRESS_INTERVAL_S):
+            self.check_progress()
 
     def _deliver(self, events: list[Event]) -> None:
         try:
