@@ -153,14 +153,6 @@ TEST = "tests/faults/test_hosts_faults.py::"
 
 # First in the module: every replica and broker still follows etcd through etcd-0 (the first
 # endpoint; no earlier fault moved them), the member this cuts off.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="pyrmq: an etcd watch has no liveness check; with the member it streams from cut off "
-    "(packets dropped), no event and no error arrive, so the slaves never see the killed master's "
-    "lease expire and elect no one until the cut heals (services/runtime/etcd/rpc/streams.py Watcher, "
-    "services/store/ha/controller.py ElectionLoop acts on the watched view only)",
-)
 def test_etcd_member_cut_from_the_group_then_master_killed(cluster: HostsCluster) -> None:
     """etcd-0 unreachable from every store and broker (etcd keeps its quorum without it), then
     kill -9 of the master: the slaves must elect a new one through the other members."""
@@ -263,14 +255,6 @@ def test_disk_full_on_the_master(cluster: HostsCluster) -> None:
 
 
 # Last in the module: the master it leaves behind is restarted.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="pyrmq: a full disk when dispatch must create a ConsumeQueue file (posix_fallocate ENOSPC in "
-    "consume_queue.py _file_for) ends the reput thread for good (services/store/log/reput.py _run returns "
-    "on any exception): every message acknowledged since stays unreadable, after the space is back too, "
-    "until the store restarts",
-)
 def test_disk_full_to_the_last_byte_then_space_back(cluster: HostsCluster) -> None:
     """The master's filesystem full to the last byte while a put to a new queue is accepted (its
     CommitLog segment was allocated before): once the space is back the message must become
