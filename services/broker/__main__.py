@@ -34,7 +34,7 @@ from services.broker.remoting.door import build_remoting
 from services.broker.v2.admin_servicer import V2ClientCommands
 from services.broker.v2.server import BrokerServer, bind_server, build_server
 from services.coordination.route_view import RouteStore, RouteView, registered_groups
-from services.runtime.clock import Clock, SystemClock
+from services.runtime.clock import Clock, SteadyClock
 from services.runtime.etcd.rpc.client import EtcdClient
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
@@ -107,7 +107,7 @@ def build_broker(
     (routes advertise the bound port), the core over ``store`` (the home group's client) and
     ``cluster`` (routes and clients of other broker groups; None: the home group alone), then the
     servicers over the core."""
-    clock = clock or SystemClock()
+    clock = clock or SteadyClock()  # a jump of this host's clock moves no deadline at once (services/runtime/clock.py)
     bound = bind_server(config, clock, metrics)
     core = build_core(config, store, bound.endpoint, V2ClientCommands(), clock, metrics, cluster)
     return build_server(bound, core, metrics)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 
+from services.runtime.clock import SteadyClock
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address
 from services.runtime.rpc.health import HealthServer
@@ -58,7 +59,9 @@ def start(config: SchedulerConfig, stack: ExitStack, received: StopSignals) -> M
         failover_timeout_s=config.store_failover_timeout_ms / 1000,
     )
     stack.callback(store.close)
-    service = SchedulerService(config, store, watch=store)
+    # A steady clock: a jump of this host's clock neither fires delay and timer messages early
+    # nor holds them back (services/runtime/clock.py).
+    service = SchedulerService(config, store, watch=store, clock=SteadyClock())
     log.info("waiting for the store at %s", store.address)
     if not store.wait_ready(config.store_connect_timeout_ms / 1000, give_up=lambda: bool(received)):
         return None

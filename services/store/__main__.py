@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 
+from services.runtime.clock import SteadyClock
 from services.runtime.metrics import MetricsHttpServer
 from services.runtime.process import StopSignals, format_address, tune_gc
 from services.runtime.rpc.tls import TlsFiles
@@ -41,7 +42,9 @@ def load_config(argv: list[str] | None, environ: dict[str, str] | None = None) -
 
 
 def start(config: StoreConfig, stack: ExitStack, received: StopSignals) -> Mapping[str, object]:
-    store = FileStore(config)
+    # A steady clock: a jump of this host's clock does not expire every pop's invisible time at
+    # once, nor stamp records out of order (services/runtime/clock.py).
+    store = FileStore(config, SteadyClock())
     stack.callback(store.shutdown)
     log.info("starting store at %s (flush %s)", config.store_root, config.flush_mode.name)
     retry_while_locked(
