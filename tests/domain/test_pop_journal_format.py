@@ -17,7 +17,7 @@ def test_an_ops_record_round_trips():
         12,
         (
             (DELIVERY,),
-            (fmt.Finished("g", "T", 3, 5, 6), fmt.Finished("g", "T", 3, 9, 6)),
+            (fmt.Finished("g", "T", 3, 5, 6, True), fmt.Finished("g", "T", 3, 9, 6, False)),
             fmt.Reset("g", "%LMQ%$P$l", 0, 4),
         ),
     )
@@ -42,7 +42,8 @@ def test_a_snapshot_part_round_trips():
         (fmt.TAG_OPS, b'{"v":1,"sn":"0","ops":[]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["x"]]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["d",[1,2]]]}'),
-        (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,true,1]]]}'),
+        (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,true,1,1]]]}'),
+        (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,1,1]]]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["r","g","T",0]]}'),
         (fmt.TAG_SNAPSHOT, b'{"v":1,"part":0,"parts":1,"seq":0,"qs":[["g"]]}'),
         ("other", b'{"v":1,"sn":0,"ops":[]}'),

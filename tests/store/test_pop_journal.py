@@ -162,12 +162,29 @@ def test_a_replica_keeps_lite_offsets_as_the_journal_says_and_never_moves_them_b
     lmq = "%LMQ%$Parent$chat-1"
 
     def finished(offset: int, committed: int) -> fmt.OpsRecord:
-        return fmt.OpsRecord(0, ((fmt.Finished("g", lmq, 0, offset, committed),),))
+        return fmt.OpsRecord(0, ((fmt.Finished("g", lmq, 0, offset, committed, True),),))
 
     follower.apply(finished(4, 5))
     follower.apply(finished(2, 3))  # an older record read late: never back
     assert lite.offsets == {("g", lmq): 5}
     follower.apply(fmt.OpsRecord(0, (fmt.Reset("g", lmq, 0, 1),)))  # a reset says where
     assert lite.offsets == {("g", lmq): 1}
-    follower.apply(fmt.OpsRecord(0, ((fmt.Finished("g", "Normal", 0, 9, 10),),)))  # not lite: config sync's
+    follower.apply(fmt.OpsRecord(0, ((fmt.Finished("g", "Normal", 0, 9, 10, True),),)))  # not lite: config sync's
     assert lite.offsets == {("g", lmq): 1}
+
+
+def test_a_handle_whose_delivery_expired_stays_invalid_across_a_restart(open_store, clock):
+    """Only acks are remembered for a repeat: a delivery moved to the retry topic is not acked by
+    its old handle, before or after a restart (the retry copy is what the consumer gets next)."""
+    store = open_store()
+    create_topic(store)
+    put_bodies(store, b"a")
+    [m] = pop(store).messages
+    clock.advance_ms(INVISIBLE_MS)
+    revive(store)
+    assert store.pop.ack(GROUP, TOPIC, m.receipt_handle) is AckStatus.INVALID_RECEIPT_HANDLE
+    store.shutdown()
+    store = open_store()
+    assert store.pop.ack(GROUP, TOPIC, m.receipt_handle) is AckStatus.INVALID_RECEIPT_HANDLE
+    [again] = pop(store).messages
+    assert (again.record.body, again.delivery_attempt) == (b"a", 2)

@@ -189,7 +189,7 @@ class PopQueues:
         self._mark_done_locked(state, entry.queue_offset)
         self._advance_locked(entry.key, state)
         if self._journal is not None and not journaled:
-            self._journaled.append(Finished(*entry.key, entry.queue_offset, state.committed))
+            self._journaled.append(Finished(*entry.key, entry.queue_offset, state.committed, False))
         if not entry.fifo or state.in_flight:
             return None
         # Unlocked: worth announcing only with something to deliver (a later arrival announces itself).
@@ -284,7 +284,7 @@ class PopQueues:
             while committed in state.done or committed in finishing:
                 committed += 1
             after[key] = committed
-        ticket = self._journal.append([Finished(*e.key, e.queue_offset, after[e.key]) for e in claimed])
+        ticket = self._journal.append([Finished(*e.key, e.queue_offset, after[e.key], True) for e in claimed])
         for entry in claimed:
             entry.finishing = ticket  # a snapshot taken meanwhile counts it finished (it comes after)
         return ticket

@@ -129,7 +129,7 @@ def rebuild(
                     sequence = max(sequence, item.sequence)
                 else:
                     entry = state.in_flight.pop(offset, None)
-                    if entry is not None:
+                    if entry is not None and item.acked:  # (a revive's handle stays invalid)
                         finished.append((item.group, entry.handle))
                     state.done.add(offset)
                     state.committed = max(state.committed, item.committed)
