@@ -43,7 +43,7 @@ def test_a_snapshot_part_round_trips():
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["x"]]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["d",[1,2]]]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,true,1,1]]]}'),
-        (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,1,1]]]}'),
+        (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,1]]]}'),
         (fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["r","g","T",0]]}'),
         (fmt.TAG_SNAPSHOT, b'{"v":1,"part":0,"parts":1,"seq":0,"qs":[["g"]]}'),
         ("other", b'{"v":1,"sn":0,"ops":[]}'),
@@ -52,3 +52,8 @@ def test_a_snapshot_part_round_trips():
 def test_a_malformed_record_is_refused(tag, body):
     with pytest.raises(fmt.PopJournalFormatError):
         fmt.decode(tag, body)
+
+
+def test_a_finished_op_written_before_the_acked_flag_reads_as_acked():
+    record = fmt.decode(fmt.TAG_OPS, b'{"v":1,"sn":0,"ops":[["f",["g","T",0,7,8]]]}')
+    assert isinstance(record, fmt.OpsRecord) and record.ops == ((fmt.Finished("g", "T", 0, 7, 8, True),),)

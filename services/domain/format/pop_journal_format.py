@@ -23,7 +23,7 @@ Ops (arrays, the first element names the kind):
 | op | elements | applied |
 |---|---|---|
 | ``["d", D...]`` | deliveries, each a ``Delivery`` array | each offset is in flight under that delivery (a pop, or a change of invisible time: a new handle); no longer finished or waiting to be redelivered |
-| ``["f", F...]`` | finished offsets, each ``[group, source, queue_id, queue_offset, committed, acked (0/1)]`` | the offset is finished (acked: 1; moved to the retry topic or the DLQ: 0); ``committed`` is the queue's committed offset right after (the consumer offset the master wrote) |
+| ``["f", F...]`` | finished offsets, each ``[group, source, queue_id, queue_offset, committed, acked (0/1)]`` (five elements: written before the flag, read as acked) | the offset is finished (acked: 1; moved to the retry topic or the DLQ: 0); ``committed`` is the queue's committed offset right after (the consumer offset the master wrote) |
 | ``["r", group, source, queue_id, offset]`` | | the queue's state restarts at ``offset`` (a committed offset set from outside: CommitConsumerOffset, an admin reset) |
 
 ``Delivery``: ``[group, source, queue_id, topic, fifo (0/1), queue_offset, delivery_attempt,
@@ -106,9 +106,10 @@ class Finished:
 
     @classmethod
     def decode(cls, item: object) -> Finished:
-        if not isinstance(item, list) or len(item) != 6:
+        if not isinstance(item, list) or len(item) not in (5, 6):
             raise PopJournalFormatError(f"a finished offset is an array of 6, not {item!r}")
-        return cls(_str(item[0]), _str(item[1]), _int(item[2]), _int(item[3]), _int(item[4]), bool(item[5]))
+        acked = bool(item[5]) if len(item) == 6 else True  # written before the flag: acked or revived
+        return cls(_str(item[0]), _str(item[1]), _int(item[2]), _int(item[3]), _int(item[4]), acked)
 
 
 @dataclass(frozen=True, slots=True)
