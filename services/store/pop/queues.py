@@ -98,9 +98,13 @@ class PopQueues:
         key = (group, topic, queue_id)
         with self._lock:
             self._consumer_offsets.commit_offset(group, topic, queue_id, offset)
-            state = self._queues.get(key) or QueueState(committed=offset, seen=offset)
-            self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
-            state.seen = offset
+            if (state := self._queues.get(key)) is not None:
+                self._reset_locked(key, state, offset, commit=False)  # its in-flight handles die
+                state.seen = offset
+            elif self._journal is not None and topic.startswith(LITE_TOPIC_PREFIX):
+                self._journaled.append(Reset(*key, offset))  # lite offsets reach the replicas by the journal
+            # (A queue without pop state, a pull consumer's or txcheck's: the table, persisted and
+            # replicated as before; no journal write to wait for.)
             ticket = self._journal_locked()
         if ticket is not None:
             ticket.wait()
