@@ -171,6 +171,10 @@ def test_bad_configurations_and_the_seed_from_the_environment(monkeypatch: pytes
     assert chaos_seed() == 1234 and chaos_seed(7) == 7
 
 
+# `make soak` (slow): ~30 s, and its faults (a master kill, a master pause past its lease) are in
+# `make test` already (test_kill_master.py, test_hosts_faults.py); `make chaos` runs chaos.py whole.
+# It keeps `make test` near its 10 minutes.
+@pytest.mark.slow
 @pytest.mark.needs("etcd")
 def test_chaos_schedule_on_the_local_replica_cluster(tmp_path: Path) -> None:
     """A kill -9 of the master and a SIGSTOP of the master past its 2 s lease (the deck deals each
