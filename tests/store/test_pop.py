@@ -534,7 +534,8 @@ def test_fifo_unlock_is_announced_to_arrival_listeners(store, clock):
     create_topic(store)
     put_bodies(store, b"m0", b"m1")
     seen = []
-    store.add_arrival_listener(seen.extend)
+    # (the pop journal's own records arrive on the bus too: rmq_sys_POP_JOURNAL, left out here)
+    store.add_arrival_listener(lambda arrivals: seen.extend(a for a in arrivals if a.topic == TOPIC))
     first = pop(store, max_count=1, fifo=True).messages[0]
     store.pop.ack(GROUP, TOPIC, first.receipt_handle)
     assert [(a.topic, a.queue_id, a.max_offset) for a in seen] == [(TOPIC, 0, 2)]
