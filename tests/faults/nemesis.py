@@ -234,144 +234,132 @@ class LinkDelay:
 
 
 @dataclass
-class LinkRate:
+class _OnOneService:
+    """A fault on one service (a role such as "master" resolved at apply): what the five below
+    share. A subclass says how to ``_inject`` and ``_undo`` it on the resolved service."""
+
+    cluster: HostsCluster
+    target: str
+    name: str = field(default="", kw_only=True)
+    applied: str = field(default="", kw_only=True)  # what it hit, kept after the heal
+    _target: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self._default_name()
+
+    def _default_name(self) -> str:
+        raise NotImplementedError
+
+    def _inject(self, target: str) -> None:
+        raise NotImplementedError
+
+    def _undo(self, target: str) -> None:
+        raise NotImplementedError
+
+    def apply(self) -> None:
+        assert not self._target, f"{self.name} is applied already"
+        target = resolve(self.cluster, self.target)
+        self._inject(target)
+        self.applied = self._target = target
+
+    def heal(self) -> None:
+        if self._target:
+            self._undo(self._target)
+            self._target = ""
+
+
+@dataclass
+class LinkRate(_OnOneService):
     """The target's link shaped to ``rate_kbit`` both ways (tbf: a slow link, not a late one;
     tests/support/netns.py ``shape``). One per host at a time."""
 
-    cluster: HostsCluster
-    target: str
     rate_kbit: int
-    name: str = ""
-    applied: str = ""  # what it hit, kept after the heal
-    _target: str = ""
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"rate {self.rate_kbit}kbit {self.target}"
+    def _default_name(self) -> str:
+        return f"rate {self.rate_kbit}kbit {self.target}"
 
-    def apply(self) -> None:
-        assert not self._target, f"{self.name} is applied already"
-        target = resolve(self.cluster, self.target)
+    def _inject(self, target: str) -> None:
         self.cluster.hosts.shape(self.cluster.hosts[target], self.rate_kbit)
-        self.applied = self._target = target
 
-    def heal(self) -> None:
-        if self._target:
-            self.cluster.hosts.unshape(self.cluster.hosts[self._target])
-            self._target = ""
+    def _undo(self, target: str) -> None:
+        self.cluster.hosts.unshape(self.cluster.hosts[target])
 
 
 @dataclass
-class Pause:
+class Pause(_OnOneService):
     """SIGSTOP of a service (held past the lease by whoever holds the fault), SIGCONT at heal."""
 
-    cluster: HostsCluster
-    target: str
-    name: str = ""
-    applied: str = ""  # what it hit, kept after the heal
-    _target: str = ""
+    def _default_name(self) -> str:
+        return f"pause {self.target}"
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"pause {self.target}"
+    def _inject(self, target: str) -> None:
+        self.cluster.pause(target)
 
-    def apply(self) -> None:
-        assert not self._target, f"{self.name} is applied already"
-        self.applied = self._target = resolve(self.cluster, self.target)
-        self.cluster.pause(self._target)
-
-    def heal(self) -> None:
-        if self._target:
-            if self.cluster.alive(self._target):
-                self.cluster.resume(self._target)
-            self._target = ""
+    def _undo(self, target: str) -> None:
+        if self.cluster.alive(target):
+            self.cluster.resume(target)
 
 
 @dataclass
-class Kill:
+class Kill(_OnOneService):
     """kill -9 of a service; heal starts it again (same host, address, data) and waits until ready."""
 
-    cluster: HostsCluster
-    target: str
-    name: str = ""
-    applied: str = ""  # what it hit, kept after the heal
-    _target: str = ""
+    def _default_name(self) -> str:
+        return f"kill {self.target}"
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"kill {self.target}"
+    def _inject(self, target: str) -> None:
+        self.cluster.kill(target)
 
-    def apply(self) -> None:
-        assert not self._target, f"{self.name} is applied already"
-        self.applied = self._target = resolve(self.cluster, self.target)
-        self.cluster.kill(self._target)
-
-    def heal(self) -> None:
-        if self._target:
-            if not self.cluster.alive(self._target):
-                self.cluster.restart(self._target)
-            self._target = ""
+    def _undo(self, target: str) -> None:
+        if not self.cluster.alive(target):
+            self.cluster.restart(target)
 
 
 @dataclass
-class ClockJump:
+class ClockJump(_OnOneService):
     """The wall clock of the target's host jumps by ``offset_s`` (its processes started with
     libfaketime: stores and brokers); heal jumps it back by as much."""
 
-    cluster: HostsCluster
-    target: str
     offset_s: float
-    name: str = ""
-    applied: str = ""  # what it hit, kept after the heal
-    _target: str = ""
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"clock {self.offset_s:+g}s {self.target}"
+    def _default_name(self) -> str:
+        return f"clock {self.offset_s:+g}s {self.target}"
 
-    def apply(self) -> None:
-        assert not self._target, f"{self.name} is applied already"
-        target = resolve(self.cluster, self.target)
+    def _inject(self, target: str) -> None:
         assert kind_of(target)[0] != "etcd" and self.cluster.config.faketime, f"{target}'s clock cannot be moved"
-        host = self.cluster.hosts[target]
-        self.cluster.hosts.set_clock(host, host.clock_offset_s + self.offset_s)
-        self.applied = self._target = target
+        self._move(target, self.offset_s)
 
-    def heal(self) -> None:
-        if self._target:
-            host = self.cluster.hosts[self._target]
-            self.cluster.hosts.set_clock(host, host.clock_offset_s - self.offset_s)
-            self._target = ""
+    def _undo(self, target: str) -> None:
+        self._move(target, -self.offset_s)
+
+    def _move(self, target: str, by_s: float) -> None:
+        host = self.cluster.hosts[target]
+        self.cluster.hosts.set_clock(host, host.clock_offset_s + by_s)
 
 
 @dataclass
-class DiskFull:
+class DiskFull(_OnOneService):
     """The target replica's filesystem filled by a ballast file but for ``leave_bytes``; heal
     deletes it."""
 
-    cluster: HostsCluster
-    target: str
     leave_bytes: int = 0
-    name: str = ""
-    applied: str = ""  # what it hit, kept after the heal
-    _target: str = ""
     ballast: Path | None = None
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"disk-full {self.target}"
+    def _default_name(self) -> str:
+        return f"disk-full {self.target}"
 
-    def apply(self) -> None:
-        assert not self._target, f"{self.name} is applied already"
-        target = resolve(self.cluster, self.target)
+    def _inject(self, target: str) -> None:
         assert kind_of(target)[0] == "store", f"{target} has no disk of its own"
         directory = self.cluster.data_dir(target)
         fs = os.statvfs(directory)
         self.ballast = directory / "ballast"
         with open(self.ballast, "wb") as f:
             fill(f.fileno(), fs.f_bavail * fs.f_frsize - self.leave_bytes)
-        self.applied = self._target = target
 
-    def heal(self) -> None:
+    def _undo(self, target: str) -> None:
         if self.ballast is not None:
             self.ballast.unlink(missing_ok=True)
             self.ballast = None
-        self._target = ""
 
 
 def fill(fd: int, size: int, step_min: int = 4096) -> int:
