@@ -161,6 +161,11 @@ class FileStore(StoreReader):
         return self._index_service
 
     @property
+    def pop_journal(self) -> PopJournal | None:
+        """None when pop_journal_enable is off."""
+        return self._pop_journal
+
+    @property
     def topics(self) -> TopicConfigManager:
         return self._topics
 

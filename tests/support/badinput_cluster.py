@@ -143,6 +143,10 @@ def _seed(cluster: Cluster) -> None:
                 cluster.ctx["seed_queue"] = reply.message.system_properties.queue_id
     assert handle, "could not pop the seed message"
     cluster.ctx["handle"] = handle
+    if cluster.store.pop_journal is not None:
+        # The pop's journal records (the term's first snapshot and the delivery) are put by the
+        # journal's writer after the pop answered: written now, so no snapshot sees them land.
+        cluster.store.pop_journal.run_once()
     # A real recall handle (a delay message an hour ahead, on DelayTopic).
     at = int(time.time()) + 3600
     sent = send(
