@@ -86,13 +86,16 @@ def _load(value: bytes, what: str, required: tuple[str, ...]) -> dict[str, Any]:
 class ReplicaInfo:
     """What a live replica publishes (RocketMQ's BrokerLiveInfo): its address, the last
     ``epoch`` its log holds, its confirmed ``maxOffset`` in the CommitLog, and its
-    ``electionPriority`` (lower wins among equals)."""
+    ``electionPriority`` (lower wins among equals). ``diskFull`` (pyrmq's, not RocketMQ's): its
+    disk is past the mark where a master refuses puts, so elections pass it over while another
+    candidate can take writes."""
 
     brokerId: int
     brokerAddr: str
     epoch: int = 0
     maxOffset: int = 0
     electionPriority: int = 0
+    diskFull: bool = False
 
     def encode(self) -> bytes:
         return _dump(
@@ -102,6 +105,7 @@ class ReplicaInfo:
                 "epoch": self.epoch,
                 "maxOffset": self.maxOffset,
                 "electionPriority": self.electionPriority,
+                "diskFull": self.diskFull,
             }
         )
 
@@ -114,6 +118,7 @@ class ReplicaInfo:
             int(f.get("epoch", 0)),
             int(f.get("maxOffset", 0)),
             int(f.get("electionPriority", 0)),
+            f.get("diskFull") is True,
         )
 
 

@@ -135,12 +135,22 @@ class GroupState:
 
 
 def elect_policy(
-    state: GroupState, unclean: bool = False, prefer: int | None = None, old_master: int | None = None
+    state: GroupState,
+    unclean: bool = False,
+    prefer: int | None = None,
+    old_master: int | None = None,
+    all_ack: bool = False,
 ) -> int | None:
     """RocketMQ's DefaultElectPolicy: among the live replicas of the SyncStateSet (then, only
     when ``unclean``, among all live replicas): the old master if alive (and no other is
     preferred), else ``prefer`` if it is a candidate (else nobody), else the best by (highest
-    epoch, highest maxOffset, lowest electionPriority, lowest brokerId)."""
+    epoch, highest maxOffset, lowest electionPriority, lowest brokerId).
+
+    A replica whose disk is full would refuse every put as master: among equals it comes last,
+    and with ``all_ack`` (every put acknowledged by every SyncStateSet member) it comes after
+    every other member of the set whatever its offset, since passing over it loses nothing
+    acknowledged: what the set acknowledged is on each of its members, and what only the full
+    one holds never was. Without all-ack an acknowledged put may be on the full one alone."""
     old = state.master.masterBrokerId if old_master is None and state.master else old_master
     pools = [state.in_sync]
     if unclean:
@@ -154,9 +164,16 @@ def elect_policy(
             return old
         if prefer is not None:
             return prefer if prefer in ids else None
-        best = min(alive, key=lambda m: (-m.info.epoch, -m.info.maxOffset, m.info.electionPriority, m.info.brokerId))
+        writable_first = all_ack and pool is state.in_sync
+        best = min(alive, key=lambda m: _rank(m.info, writable_first))
         return best.info.brokerId
     return None
+
+
+def _rank(info: ReplicaInfo, writable_first: bool) -> tuple[int, ...]:
+    """elect_policy's order (lowest first)."""
+    order = (-info.epoch, -info.maxOffset, int(info.diskFull), info.electionPriority, info.brokerId)
+    return (int(info.diskFull), *order) if writable_first else order
 
 
 @dataclass(frozen=True)
@@ -192,7 +209,11 @@ def _still_registered(state: GroupState, broker_id: int) -> Compare:
 
 
 def plan_elect_master(
-    state: GroupState, requester: int | None, unclean: bool = False, prefer: int | None = None
+    state: GroupState,
+    requester: int | None,
+    unclean: bool = False,
+    prefer: int | None = None,
+    all_ack: bool = False,
 ) -> Plan:
     """RocketMQ's electMaster on ``state``. The first election of a group (no master ever)
     elects the requester, if it is registered; later ones follow ``elect_policy``. A new master
@@ -207,7 +228,7 @@ def plan_elect_master(
             )
         new_master: int | None = requester
     else:
-        new_master = elect_policy(state, unclean, prefer)
+        new_master = elect_policy(state, unclean, prefer, all_ack=all_ack)
     old = state.master.masterBrokerId if state.master else None
     if new_master is not None and new_master == old and state.master_alive():
         return _refused(ControllerCode.CONTROLLER_MASTER_STILL_EXIST, f"master {old} is still alive")

@@ -101,6 +101,7 @@ def build_running(
         commitlog, dispatchers, arrivals, queue_max_offset, recovered.reput_from_offset, limit=role.dispatch_limit
     )
     replica_log = ReplicaLog(config, commitlog, cq_store, index_service, reput, checkpoint, transactions, lite)
+    clean = CleanService(config, clock, commitlog, cq_store, index_service, reput.dispatch_lock, disk_usage=disk_usage)
     replication = Replication(
         config,
         clock,
@@ -112,6 +113,7 @@ def build_running(
         on_role_change=pop.forget,
         on_become_master=pop.restore,
         on_commit=reput.notify_append,
+        disk_full=clean.refresh_disk_full,
     )
     cq_flush = ConsumeQueueFlushService(
         config.flush_consume_queue_interval_ms, dispatched_state, flush_derived, checkpoint, logics_timestamp
@@ -129,7 +131,6 @@ def build_running(
             config.flush_least_pages,
             config.flush_thorough_interval_ms,
         )
-    clean = CleanService(config, clock, commitlog, cq_store, index_service, reput.dispatch_lock, disk_usage=disk_usage)
     # Stopped in reverse order: replication first, then the pop revive loop, consumer offsets
     # persisted after it; the warm-ahead thread last.
     services: list[Service] = [] if commitlog.warm_ahead is None else [commitlog.warm_ahead]

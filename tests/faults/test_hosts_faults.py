@@ -230,6 +230,49 @@ def test_pause_master_past_its_lease(cluster: HostsCluster) -> None:
     )
 
 
+@dataclasses.dataclass
+class _Reported:
+    """Not a fault: ``apply`` waits until etcd shows the replica hit by ``full`` reporting its
+    disk full (a replica publishes it every 0.2 s), so the next fault meets a group that knows."""
+
+    cluster: HostsCluster
+    full: DiskFull
+    name: str = "reported"
+
+    def apply(self) -> None:
+        replica = int(self.full.applied.split("-")[1])
+        wait_until(
+            lambda: (
+                (state := self.cluster.group_state()).replicas.get(replica) is not None
+                and state.replicas[replica].info.diskFull
+            ),
+            10.0,
+            f"{self.full.applied} reporting its disk full",
+        )
+
+    def heal(self) -> None:
+        pass
+
+
+def test_pause_master_with_a_slave_disk_full(cluster: HostsCluster) -> None:
+    """Two of three replicas impaired at once: the first slave's disk full, then the master paused
+    past its lease. The other slave must be elected (the full one would refuse every put as
+    master: the 20-minute chaos run elected it, and nothing was acknowledged for 9.9 s until the
+    space came back) and take puts while the disk is still full."""
+    old = cluster.wait_master(10.0)
+    full = DiskFull(cluster, "slave")
+    fault = Compose([full, _Reported(cluster, full), Pause(cluster, "master")])
+
+    def hold() -> None:
+        new = cluster.wait_new_master(old, NEW_MASTER_S)
+        assert f"store-{new}" != full.applied, f"{full.applied}, whose disk is full, was elected"
+        with grpc.insecure_channel(cluster.store_address(new)) as channel:
+            stub = store_grpc.StoreStub(channel)
+            wait_until(lambda: put_one(stub, "DiskFullProbe") == "PUT_OK", 5.0, f"store-{new} taking puts")
+
+    run_fault(cluster, fault, hold, TEST + "test_pause_master_with_a_slave_disk_full")
+
+
 def test_kill_master_and_restart(cluster: HostsCluster) -> None:
     old = cluster.wait_master(10.0)
     run_fault(

@@ -163,6 +163,22 @@ def test_above_the_warning_ratio_puts_are_refused_until_usage_drops(retained, cl
     assert [m.body for m in got.messages] == [body_of(i) for i in range(0, 10, 2)] + [b"at the ratio", b"resumed"]
 
 
+def test_refresh_disk_full_judges_between_passes_without_deleting(retained, clock):
+    """What a replica publishes to its group for elections (services/store/ha/controller_mode.py):
+    the same mark as the puts', read now rather than at the last retention pass."""
+    store = retained()
+    fill(store, 10)
+    set_ages(store, clock, [100.0] * len(segment_names(store)))  # expired: a pass would delete
+    kept = on_disk(store)
+    store.clean.disk_usage = lambda: 0.95
+    assert store.clean.refresh_disk_full() is True
+    assert store.put_messages([message()])[0].status is PutStatus.SERVICE_NOT_AVAILABLE
+    store.clean.disk_usage = lambda: 0.50
+    assert store.clean.refresh_disk_full() is False
+    assert on_disk(store) == kept  # judged only: no segment deleted
+    assert store.put_messages([message()])[0].status is PutStatus.PUT_OK
+
+
 def test_consume_queue_min_offsets_move_forward_and_remaining_messages_read(retained, clock):
     store = retained(consume_queue_units_per_file=8)
     results = fill(store, 100, queue_count=2)

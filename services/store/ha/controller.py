@@ -81,6 +81,7 @@ class ReplicaController:
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         safety_margin_ms: int = DEFAULT_SAFETY_MARGIN_MS,
         unclean_election_enable: bool = False,
+        all_ack_in_sync_state_set: bool = False,
         election_priority: int = 0,
         prefix: str | None = None,
         view: RoleView | None = None,
@@ -93,18 +94,22 @@ class ReplicaController:
         self.lease_ttl_s = max(1, math.ceil(lease_ttl_ms / 1000))
         self.safety_margin_s = safety_margin_ms / 1000.0
         self.unclean_election_enable = unclean_election_enable
+        self.all_ack_in_sync_state_set = all_ack_in_sync_state_set  # elections may pass over a full disk
         self.election_priority = election_priority
         self.view = view or RoleView(etcd, self.keys)
         self.keeper: LeaseKeeper | None = None
         self._lock = threading.Lock()
         self._epoch = 0
         self._max_offset = 0
+        self._disk_full = False
         self._started = False
 
     # -- membership ---------------------------------------------------------------------------
 
     def info(self) -> ReplicaInfo:
-        return ReplicaInfo(self.replica_id, self.address, self._epoch, self._max_offset, self.election_priority)
+        return ReplicaInfo(
+            self.replica_id, self.address, self._epoch, self._max_offset, self.election_priority, self._disk_full
+        )
 
     def register(self) -> int:
         """A new lease and this replica's membership under it; returns the lease ID. Called
@@ -138,12 +143,14 @@ class ReplicaController:
         )
         return lease_id
 
-    def report(self, max_offset: int, epoch: int | None = None) -> None:
-        """Publishes this replica's confirmed max offset (and the last epoch its log holds),
-        which elections rank candidates by."""
+    def report(self, max_offset: int, epoch: int | None = None, disk_full: bool | None = None) -> None:
+        """Publishes this replica's confirmed max offset (and the last epoch its log holds, and
+        whether its disk is full), which elections rank candidates by."""
         self._max_offset = max_offset
         if epoch is not None:
             self._epoch = epoch
+        if disk_full is not None:
+            self._disk_full = disk_full
         keeper = self.keeper
         if keeper is None:
             raise RuntimeError("report before register")
@@ -213,7 +220,7 @@ class ReplicaController:
         only if the master and SyncStateSet have not changed and the old master is still gone."""
         unclean = self.unclean_election_enable if unclean is None else unclean
         state = self.read_state()
-        plan = plan_elect_master(state, self.replica_id, unclean, prefer)
+        plan = plan_elect_master(state, self.replica_id, unclean, prefer, self.all_ack_in_sync_state_set)
         result = self._apply(plan, state)
         if result.ok:
             assert result.master is not None

@@ -112,8 +112,11 @@ class ControllerMode:
 
     name = "ha-controller"
 
-    def __init__(self, config: StoreConfig, clock: Clock, replication: Role) -> None:
+    def __init__(
+        self, config: StoreConfig, clock: Clock, replication: Role, disk_full: Callable[[], bool] = lambda: False
+    ) -> None:
         self.config = config
+        self.disk_full = disk_full  # the store's CleanService.refresh_disk_full: published for elections
         self.clock = clock
         self.replication = replication
         self.replica_id = config.replica_id
@@ -129,6 +132,7 @@ class ControllerMode:
             clock,
             config.lease_ttl_ms,
             unclean_election_enable=config.unclean_election_enable,
+            all_ack_in_sync_state_set=config.all_ack_in_sync_state_set,
         )
         self.election = ElectionLoop(self.controller)
         self.tracker = SyncStateSetTracker(config.replica_id, clock, config.ha_max_time_slave_not_catchup_ms)
@@ -136,7 +140,7 @@ class ControllerMode:
         self._lock = threading.Lock()  # the streams' records below
         self._acks: dict[int, tuple[int, int]] = {}  # slave -> (max offset, ms) of its last caught-up ack
         self._gone: set[int] = set()
-        self._reported: tuple[int, int] | None = None
+        self._reported: tuple[int, int, bool] | None = None
         self._reported_at_s = float("-inf")
         self._registered = False
         self._wake = threading.Event()
@@ -286,7 +290,7 @@ class ControllerMode:
 
     def _report(self) -> None:
         progress = self.replication.client.progress()
-        current = (progress.confirmed_offset, max(self.replication.epoch_file.last_epoch, 0))
+        current = (progress.confirmed_offset, max(self.replication.epoch_file.last_epoch, 0), self.disk_full())
         now = self.clock.monotonic_s()
         if current == self._reported or now - self._reported_at_s < REPORT_INTERVAL_S:
             return

@@ -77,6 +77,7 @@ class Replication:
         on_role_change: Callable[[], None] = _nothing,
         on_become_master: Callable[[], None] = _nothing,
         on_commit: Callable[[], None] | None = None,
+        disk_full: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -91,6 +92,7 @@ class Replication:
         self._on_role_change = on_role_change  # the store's: PopService.forget
         self._on_become_master = on_become_master  # the store's: PopService.restore (from the pop journal)
         self._on_commit = on_commit  # a master's HAService calls it when commit_offset may have moved: reput's wake-up
+        self._disk_full = disk_full  # the store's: published to the group (controller mode) for elections
         self.client = HAClient(config, commitlog, replica_log, epoch_file, self.config_tables)
         self.connection: ReplicationConnection | None = None
         self.coordinator: Coordinator | None = None
@@ -107,7 +109,7 @@ class Replication:
         if config.etcd_endpoints:
             from services.store.ha.controller_mode import ControllerMode  # imports the etcd client
 
-            mode = ControllerMode(config, self.clock, self)
+            mode = ControllerMode(config, self.clock, self, self._disk_full)
             self.coordinator = mode
             state.gate = mode
             return

@@ -49,14 +49,24 @@ class CleanService(_Loop):
         self.disk_full = False
         self.deleted_files_total = 0
 
+    def refresh_disk_full(self) -> bool:
+        """Whether the disk is past the mark where puts are refused, judged now (between passes
+        too: a replica publishes it to its group every few hundred ms, for elections)."""
+        self._check_disk()
+        return self.disk_full
+
+    def _check_disk(self) -> float:
+        usage = self.disk_usage()
+        was_full = self.disk_full
+        self.disk_full = usage > self.config.disk_space_warning_level_ratio
+        if self.disk_full != was_full:
+            log.warning("disk use %.0f%%: writes %s", usage * 100, "refused" if self.disk_full else "allowed again")
+        return usage
+
     def run_once(self) -> int:
         """One retention pass; returns the number of CommitLog segments deleted."""
         config = self.config
-        usage = self.disk_usage()
-        was_full = self.disk_full
-        self.disk_full = usage > config.disk_space_warning_level_ratio
-        if self.disk_full != was_full:
-            log.warning("disk use %.0f%%: writes %s", usage * 100, "refused" if self.disk_full else "allowed again")
+        usage = self._check_disk()
         clean_immediately = usage > config.disk_space_clean_forcibly_ratio
         now_ms = self.clock.now_ms()
         reserved_ms = config.file_reserved_time_hours * 3_600_000

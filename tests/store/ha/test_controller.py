@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.coordination.group_keys import GroupKeys
+from services.coordination.group_keys import GroupKeys, ReplicaInfo
 from services.coordination.group_state import ControllerCode as Code
 from services.runtime.clock import ManualClock, SystemClock
 from services.runtime.etcd.rpc.client import EtcdClient
@@ -179,6 +179,24 @@ def test_a_replica_outside_the_sync_state_set_is_elected_only_when_unclean(etcd:
         assert unclean.ok and unclean.master is not None and unclean.sync_state is not None
         assert (unclean.master.masterBrokerId, unclean.master.masterEpoch) == (3, 2)
         assert unclean.sync_state.syncStateSet == frozenset([3])
+    finally:
+        stop_all(a, b, c)
+
+
+def test_a_replica_reporting_a_full_disk_is_passed_over_with_all_ack(etcd: EtcdClient) -> None:
+    a, b, c = started(etcd, 1, 2, 3, all_ack_in_sync_state_set=True)
+    try:
+        assert a.elect_master().ok
+        assert a.view.wait_for(lambda s: s.master_alive(), 2.0)
+        assert a.alter_sync_state_set({1, 2, 3}).ok
+        assert c.view.wait_for(lambda s: s.in_sync == {1, 2, 3}, 2.0)
+        b.report(max_offset=300, epoch=1, disk_full=True)  # ahead, and the lowest brokerId left
+        c.report(max_offset=200, epoch=1)
+        assert ReplicaInfo.decode(etcd.get(b.keys.replica(2)).value).diskFull
+        a.keeper.stop(revoke=True)
+        assert c.view.wait_for(lambda s: s.needs_election(), 2.0)
+        elected = b.elect_master()  # whoever asks
+        assert elected.ok and elected.master is not None and elected.master.masterBrokerId == 3
     finally:
         stop_all(a, b, c)
 

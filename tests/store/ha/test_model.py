@@ -20,8 +20,10 @@ def kv(key: bytes, value: bytes, create: int, mod: int, lease: int = 0) -> KeyVa
     return KeyValue(key, value, create, mod, 1, lease)
 
 
-def member(broker_id: int, rev: int, epoch: int = 1, offset: int = 0, priority: int = 0) -> KeyValue:
-    info = ReplicaInfo(broker_id, f"h:{broker_id}", epoch, offset, priority)
+def member(
+    broker_id: int, rev: int, epoch: int = 1, offset: int = 0, priority: int = 0, disk_full: bool = False
+) -> KeyValue:
+    info = ReplicaInfo(broker_id, f"h:{broker_id}", epoch, offset, priority, disk_full)
     return kv(KEYS.replica(broker_id), info.encode(), rev, rev, lease=100 + broker_id)
 
 
@@ -46,6 +48,9 @@ def test_the_key_layout_and_encodings() -> None:
     assert MasterInfo.decode(master.encode()) == master
     info = ReplicaInfo(2, "h:2", 3, 4096, 1)
     assert ReplicaInfo.decode(info.encode()) == info
+    full = ReplicaInfo(2, "h:2", 3, 4096, 1, diskFull=True)
+    assert ReplicaInfo.decode(full.encode()) == full
+    assert ReplicaInfo.decode(b'{"brokerId":2,"brokerAddr":"h:2"}').diskFull is False  # written before the field
 
 
 def test_the_policy_prefers_the_old_master_then_epoch_then_offset_then_priority() -> None:
@@ -69,6 +74,26 @@ def test_the_policy_prefers_the_old_master_then_epoch_then_offset_then_priority(
     # Outside the SyncStateSet only when unclean.
     assert elect_policy(group(9, {9}, members)) is None
     assert elect_policy(group(9, {9}, members), unclean=True) == 3
+
+
+def test_a_full_disk_is_passed_over_where_that_loses_nothing_acknowledged() -> None:
+    """The chaos run's 9.9 s outage: the master paused just after a slave's disk filled, the two
+    slaves tied, and the full one (the lower brokerId) was elected, refusing every put."""
+    tied = [member(1, 10, offset=500, disk_full=True), member(2, 11, offset=500)]
+    assert elect_policy(group(9, {1, 2}, tied)) == 2
+    assert elect_policy(group(9, {1, 2}, tied), all_ack=True) == 2
+    # Ahead of the other: with all-ack everything acknowledged is on both, so the writable one
+    # wins; without, an acknowledged put may be on the full one only, so it still wins.
+    ahead = [member(1, 10, epoch=3, offset=900, disk_full=True), member(2, 11, epoch=2, offset=500)]
+    assert elect_policy(group(9, {1, 2}, ahead), all_ack=True) == 2
+    assert elect_policy(group(9, {1, 2}, ahead)) == 1
+    # Alone, a full replica is still elected (it serves reads; puts are refused until space is back).
+    assert elect_policy(group(9, {1, 2}, [member(1, 10, disk_full=True)]), all_ack=True) == 1
+    # Outside the SyncStateSet (unclean) the offset rules, as without all-ack.
+    assert elect_policy(group(9, {9}, ahead), unclean=True, all_ack=True) == 1
+    # The old master alive and a planned switch's target are not second-guessed.
+    assert elect_policy(group(1, {1, 2}, ahead), all_ack=True) == 1
+    assert elect_policy(group(9, {1, 2}, ahead), prefer=1, all_ack=True) == 1
 
 
 def test_an_election_compares_on_what_it_was_decided_from() -> None:
