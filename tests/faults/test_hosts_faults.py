@@ -69,8 +69,9 @@ def cluster() -> Iterator[HostsCluster]:
             made.close()
 
 
-def run_fault(cluster: HostsCluster, fault: Fault, hold: Callable[[], object], test_id: str) -> Report:
-    """The scenario of the module docstring; ``hold()`` returns when the fault has held long enough."""
+def run_fault(cluster: HostsCluster, fault: Fault, hold: Callable[[History], object], test_id: str) -> Report:
+    """The scenario of the module docstring; ``hold(history)`` returns when the fault has held
+    long enough (it may look at what the clients saw so far)."""
     cluster.wait_in_sync(IN_SYNC_S)
     seed = seed_from_env()
     history = History(seed)
@@ -84,7 +85,7 @@ def run_fault(cluster: HostsCluster, fault: Fault, hold: Callable[[], object], t
         fault.apply()
         record = history.fault(fault.name)
         try:
-            hold()
+            hold(history)
         finally:
             fault.heal()
         history.healed(record)
@@ -130,18 +131,18 @@ def first_ok_s(history: History, after_t: float) -> float:
     return min(s.complete_t for s in history.sends.values() if s.outcome == "ok" and s.complete_t > after_t) - after_t
 
 
-def hold_s(seconds: float) -> Callable[[], None]:
+def hold_s(seconds: float) -> Callable[[History], None]:
     """Hold a fault this long (the real clock must pass: a lease, the SyncStateSet's catch-up limit)."""
-    return lambda: time.sleep(seconds)
+    return lambda _history: time.sleep(seconds)
 
 
 def hold_until_new_master(
     cluster: HostsCluster, old: int, extra_s: float = 1.0, timeout_s: float = NEW_MASTER_S
-) -> Callable[[], None]:
+) -> Callable[[History], None]:
     """Hold until etcd names a master other than ``old``, then ``extra_s`` more (the old master,
     if it still runs, has that long to acknowledge what it must not)."""
 
-    def hold() -> None:
+    def hold(_history: History) -> None:
         cluster.wait_new_master(old, timeout_s)
         time.sleep(extra_s)
 
@@ -263,7 +264,7 @@ def test_pause_master_with_a_slave_disk_full(cluster: HostsCluster) -> None:
     full = DiskFull(cluster, "slave")
     fault = Compose([full, _Reported(cluster, full), Pause(cluster, "master")])
 
-    def hold() -> None:
+    def hold(_history: History) -> None:
         new = cluster.wait_new_master(old, NEW_MASTER_S)
         assert f"store-{new}" != full.applied, f"{full.applied}, whose disk is full, was elected"
         with grpc.insecure_channel(cluster.store_address(new)) as channel:
@@ -271,6 +272,25 @@ def test_pause_master_with_a_slave_disk_full(cluster: HostsCluster) -> None:
             wait_until(lambda: put_one(stub, "DiskFullProbe") == "PUT_OK", 5.0, f"store-{new} taking puts")
 
     run_fault(cluster, fault, hold, TEST + "test_pause_master_with_a_slave_disk_full")
+
+
+def test_pause_a_broker_and_every_producer_goes_on_through_the_other(cluster: HostsCluster) -> None:
+    """SIGSTOP of broker-0: its kernel keeps the clients' TCP connections up, so only HTTP/2 pings
+    tell it is gone (services/v2client: keepalive, round_robin over both brokers). Every producer
+    must have a send acknowledged while it is still paused (with gRPC's default pick_first and
+    no pings, the chaos run's clients waited for the broker to resume: 4-6 s)."""
+    fault = Pause(cluster, "broker-0")
+
+    def hold(history: History) -> None:
+        paused_t = time.monotonic()
+        writers = {s.writer for s in history.sends.values()}
+
+        def acked_since() -> set[str]:
+            return {s.writer for s in list(history.sends.values()) if s.outcome == "ok" and s.invoke_t > paused_t}
+
+        wait_until(lambda: acked_since() >= writers, 15.0, f"every producer of {sorted(writers)} acked while paused")
+
+    run_fault(cluster, fault, hold, TEST + "test_pause_a_broker_and_every_producer_goes_on_through_the_other")
 
 
 def test_kill_master_and_restart(cluster: HostsCluster) -> None:

@@ -210,6 +210,10 @@ def bind_server(config: BrokerConfig, clock: Clock, metrics: BrokerMetrics | Non
             ("grpc.max_receive_message_length", config.grpc_message_size_max_bytes),
             ("grpc.max_send_message_length", config.grpc_message_size_max_bytes),
             ("grpc.so_reuseport", int(config.reuse_port)),  # off: a second broker on the port fails to bind
+            # Clients may ping every second, with or without calls (services/v2client finds a
+            # hung broker so); gRPC's default takes pings under 5 min apart as abuse (GOAWAY).
+            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+            ("grpc.keepalive_permit_without_calls", 1),
             # Overload: without a cap, calls past what Python can take wait inside gRPC core
             # and are cancelled there after seconds; with it, excess calls are refused at
             # once (HTTP/2 REFUSED_STREAM: never processed, safe to retry).
