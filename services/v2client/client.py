@@ -57,20 +57,21 @@ from services.runtime.rpc.tls import read_tls_file
 
 DEFAULT_TIMEOUT_S = 10.0
 # No gRPC size limit on our side: the broker's own (a 4 MiB body plus headers) is what counts.
-# A target of several brokers ("ipv4:a:8081,b:8081") is spread over them (round_robin, not gRPC's
-# pick_first, which stays on one broker until its connection breaks), and a broker that stops
-# answering (a paused or hung process: its kernel keeps the TCP connection up) is found within
-# KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS by HTTP/2 pings, its calls failed and new ones sent to
-# the others. The broker permits pings this often (services/broker/v2/server.py).
+# A broker that stops answering (a paused or hung process: its kernel keeps the TCP connection
+# up) is found within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS by HTTP/2 pings: its calls fail
+# and the channel connects again, to another broker of a target of several ("ipv4:a:8081,b:8081":
+# gRPC's pick_first tries the next address while one does not answer). The broker permits pings
+# this often (services/broker/v2/server.py). Not round_robin: one consumer's receives and acks
+# spread over two brokers were seen to deliver a message twice and refuse an ack of it as
+# INVALID_RECEIPT_HANDLE (tests/faults/test_hosts_faults.py's link delay, 3 runs of 10).
 KEEPALIVE_TIME_MS = 2000
 KEEPALIVE_TIMEOUT_MS = 1000
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
-    ("grpc.lb_policy_name", "round_robin"),
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),  # gRPC 1.6x+ waits this for a ping's ack (default 1 min)
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),  # the ack's wait: without it gRPC 1.85 waits 1 min (checked)
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),  # a long poll sends no data for up to 20 s
 )

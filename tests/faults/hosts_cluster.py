@@ -41,7 +41,7 @@ from services.runtime.etcd.rpc.client import EtcdClient
 from tests.faults.cluster import READY, REPO_ROOT
 from tests.support.components import etcd_binary, require
 from tests.support.netns import Host, Hosts
-from tests.support.processes import Process
+from tests.support.processes import Process, sigstop
 from tests.support.waits import wait_until
 
 GROUP = "broker-a"
@@ -244,9 +244,7 @@ class HostsCluster:
 
     def pause(self, name: str) -> None:
         """SIGSTOP, returning once the process is stopped."""
-        pid = self.running[name].popen.pid
-        os.kill(pid, signal.SIGSTOP)
-        wait_until(lambda: _state(pid) in ("T", "t"), 5, f"{name} (pid {pid}) stopped", describe=lambda: _state(pid))
+        sigstop(self.running[name].popen.pid, name)
         self.paused.add(name)
 
     def resume(self, name: str) -> None:
@@ -397,12 +395,3 @@ class HostsCluster:
     def create_group(self, name: str, fifo: bool = False) -> None:
         with grpc.insecure_channel(self.broker_endpoints[0]) as channel:
             admin_grpc.AdminStub(channel).CreateGroup(admin_pb.CreateGroupRequest(name=name, fifo=fifo), timeout=10)
-
-
-def _state(pid: int) -> str:
-    """The process state letter of /proc/PID/stat (after the parenthesised command name)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return "gone"
-    return stat[stat.rindex(")") + 2]

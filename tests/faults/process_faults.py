@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from tests.faults.replica_cluster import ReplicaCluster
-from tests.support.waits import wait_until
+from tests.support.processes import sigstop
 
 STOPPED_WAIT_S = 5.0
 
@@ -81,9 +80,8 @@ class PauseProcess:
     def apply(self) -> None:
         victim = resolve(self.cluster, self.target, self.master_timeout_s)
         pid = self.cluster.running[victim].process.popen.pid
-        os.kill(pid, signal.SIGSTOP)
         self.paused_pid = pid
-        wait_until(lambda: process_state(pid) in ("T", "t"), STOPPED_WAIT_S, f"pid {pid} ({victim}) stopped")
+        sigstop(pid, victim, STOPPED_WAIT_S)
 
     def heal(self) -> None:
         pid, self.paused_pid = self.paused_pid, None
@@ -92,15 +90,6 @@ class PauseProcess:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:  # it died meanwhile (another fault killed it): nothing to resume
                 pass
-
-
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (after the parenthesised command name); "" once gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return ""
-    return stat[stat.rindex(")") + 2]
 
 
 def process_faults(cluster: ReplicaCluster, names: tuple[str, ...]) -> list[KillProcess | PauseProcess]:

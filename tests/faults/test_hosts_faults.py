@@ -276,9 +276,9 @@ def test_pause_master_with_a_slave_disk_full(cluster: HostsCluster) -> None:
 
 def test_pause_a_broker_and_every_producer_goes_on_through_the_other(cluster: HostsCluster) -> None:
     """SIGSTOP of broker-0: its kernel keeps the clients' TCP connections up, so only HTTP/2 pings
-    tell it is gone (services/v2client: keepalive, round_robin over both brokers). Every producer
-    must have a send acknowledged while it is still paused (with gRPC's default pick_first and
-    no pings, the chaos run's clients waited for the broker to resume: 4-6 s)."""
+    tell it is gone (services/v2client: keepalive pings, then pick_first connects to broker-1).
+    Every producer must have a send acknowledged while it is still paused (without pings, the
+    chaos run's clients waited for the broker to resume: 4-6 s)."""
     fault = Pause(cluster, "broker-0")
 
     def hold(history: History) -> None:

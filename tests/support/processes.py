@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -90,6 +91,24 @@ class Process:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait()
+
+
+def sigstop(pid: int, what: str = "", timeout_s: float = 5.0) -> None:
+    """SIGSTOP, returning once the process is stopped (the signal is delivered asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    label = f"{what} (pid {pid})" if what else f"pid {pid}"
+    wait_until(
+        lambda: process_state(pid) in ("T", "t"), timeout_s, f"{label} stopped", describe=lambda: process_state(pid)
+    )
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (after the parenthesised command name); "" once gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return ""
+    return stat[stat.rindex(")") + 2]
 
 
 def child_pids(parent_pid: int) -> dict[str, int]:

@@ -18,9 +18,8 @@ import grpc
 from pyrmq.store.v1 import store_pb2 as pb
 from pyrmq.store.v1 import store_pb2_grpc as pb_grpc
 
-from tests.support.processes import ROOT, STORE_READY, Process
+from tests.support.processes import ROOT, STORE_READY, Process, sigstop
 from tests.support.replica_group import Replica
-from tests.support.waits import wait_until
 
 __all__ = ["Replica", "ReplicaProcess", "put_status", "read_commitlog", "segment_names"]
 
@@ -63,14 +62,8 @@ class ReplicaProcess:
 
     def sigstop(self) -> None:
         """SIGSTOP, returning once the process is stopped (the signal is delivered asynchronously)."""
-        os.kill(self.pid, signal.SIGSTOP)
-        wait_until(lambda: self._state() in ("T", "t"), 5, f"pid {self.pid} stopped", describe=self._state)
+        sigstop(self.pid)
         self.stopped.append(time.monotonic())
-
-    def _state(self) -> str:
-        """The process state letter of /proc/PID/stat (after the parenthesised command name)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2]
 
     def sigcont(self) -> None:
         os.kill(self.pid, signal.SIGCONT)

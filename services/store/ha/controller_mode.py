@@ -141,7 +141,7 @@ class ControllerMode:
         self._acks: dict[int, tuple[int, int]] = {}  # slave -> (max offset, ms) of its last caught-up ack
         self._gone: set[int] = set()
         self._reported: tuple[int, int, bool] | None = None
-        self._reported_at_s = float("-inf")
+        self._checked_at_s = float("-inf")  # when _report last looked (at most every REPORT_INTERVAL_S)
         self._registered = False
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -289,13 +289,15 @@ class ControllerMode:
         return self.config.all_ack_in_sync_state_set
 
     def _report(self) -> None:
+        now = self.clock.monotonic_s()
+        if now - self._checked_at_s < REPORT_INTERVAL_S:
+            return  # the loop wakes on every HA ack: the disk is looked at once per interval at most
+        self._checked_at_s = now
         progress = self.replication.client.progress()
         current = (progress.confirmed_offset, max(self.replication.epoch_file.last_epoch, 0), self.disk_full())
-        now = self.clock.monotonic_s()
-        if current == self._reported or now - self._reported_at_s < REPORT_INTERVAL_S:
-            return
-        self.controller.report(*current)
-        self._reported, self._reported_at_s = current, now
+        if current != self._reported:
+            self.controller.report(*current)
+            self._reported = current
 
     def _sync_state_set(self) -> None:
         with self._lock:

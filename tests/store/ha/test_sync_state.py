@@ -27,12 +27,19 @@ def etcd(etcd_server: EtcdCluster) -> Iterator[EtcdClient]:
         yield client
 
 
-def test_the_master_grows_and_shrinks_the_set_through_etcd(etcd: EtcdClient) -> None:
-    clock = ManualClock()
-    a, b, c = (ReplicaController("g", i, f"h:{i}", etcd, clock, 2000) for i in (1, 2, 3))
-    for r in (a, b, c):
+def registered(etcd: EtcdClient, group: str, clock: ManualClock, lease_ttl_ms: int) -> list[ReplicaController]:
+    """Replicas 1, 2 and 3 of ``group``, registered (no keeper thread renews their leases) and
+    their views watched."""
+    replicas = [ReplicaController(group, i, f"h:{i}", etcd, clock, lease_ttl_ms) for i in (1, 2, 3)]
+    for r in replicas:
         r.register()
         r.view.start()
+    return replicas
+
+
+def test_the_master_grows_and_shrinks_the_set_through_etcd(etcd: EtcdClient) -> None:
+    clock = ManualClock()
+    a, b, c = registered(etcd, "g", clock, 2000)
     try:
         elected = a.elect_master()
         assert elected.ok and elected.sync_state is not None
@@ -79,10 +86,7 @@ def test_a_slave_whose_lease_is_gone_leaves_the_set_at_once(etcd: EtcdClient) ->
     """A paused or partitioned slave stops holding up SYNC puts when its lease expires, not
     haMaxTimeSlaveNotCatchup later (found by chaos: a paused slave stalled every send 15 s)."""
     clock = ManualClock()
-    a, b, c = (ReplicaController("g2", i, f"h:{i}", etcd, clock, 10_000) for i in (1, 2, 3))
-    for r in (a, b, c):
-        r.register()
-        r.view.start()
+    a, b, c = registered(etcd, "g2", clock, 10_000)
     try:
         elected = a.elect_master()
         assert elected.ok and elected.sync_state is not None
