@@ -222,6 +222,7 @@ class Outcome:
     schedule: Schedule
     load_errors: list[str]
     drained: bool
+    crashes: list[str] = field(default_factory=list)  # services that exited on their own
 
     def timeline(self) -> str:
         """Each fault (applied, healed, failover, longest gap) and each role change, in time order,
@@ -262,6 +263,7 @@ class Outcome:
         found = [f"{name}: {len(items)}" for name, items in self.report.violations().items()]
         found += [f"schedule: {e}" for e in self.schedule.errors]
         found += [f"load: {e}" for e in self.load_errors]
+        found += [f"crash: {c}" for c in self.crashes]
         if not self.drained:
             found.append(f"not drained: lost {len(self.report.lost)}, unconsumed {len(self.report.unconsumed)}")
         return found
@@ -308,7 +310,9 @@ def run_chaos(cluster: ChaosCluster, options: ChaosOptions, home: Path, out: Cal
     finally:
         load.stop()
         recorder.stop()
-    return Outcome(history.check(bounds=options.bounds), history, schedule, load.errors(), drained)
+    return Outcome(
+        history.check(bounds=options.bounds), history, schedule, load.errors(), drained, list(cluster.crashes)
+    )
 
 
 def progress(history: History, schedule: Schedule) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -45,6 +45,7 @@ class ChaosCluster(Protocol):
     delay_load: bool  # a scheduler runs: DELAY messages are delivered
     group: str  # the broker group (brokerName) the faults hit
     default_faults: tuple[str, ...]
+    crashes: list[str]  # services found exited on their own between fault windows (a finding)
 
     def faults(self, names: Sequence[str]) -> list[Fault]: ...
 
@@ -63,6 +64,7 @@ class LocalChaosCluster:
     group: str = GROUP
     default_faults: tuple[str, ...] = LOCAL_FAULTS
     delay_load: bool = True
+    crashes: list[str] = field(default_factory=list)  # not looked for here: the hosts cluster's check
 
     @property
     def endpoint(self) -> str:
@@ -171,6 +173,7 @@ class HostsChaosCluster:
     cluster: HostsCluster
     group: str = GROUP
     delay_load: bool = False
+    crashes: list[str] = field(default_factory=list)  # found by ready(): see _restart_crashed
 
     @property
     def default_faults(self) -> tuple[str, ...]:
@@ -196,6 +199,7 @@ class HostsChaosCluster:
         return [Targeted(table[n][0](self.cluster), table[n][1], n) for n in names]
 
     def ready(self, timeout_s: float) -> None:
+        self._restart_crashed()
         try:
             self.cluster.wait_in_sync(timeout_s)
         except AssertionError as exc:
@@ -203,6 +207,23 @@ class HostsChaosCluster:
 
     def logs(self) -> str:
         return self.cluster.logs(tail=20_000)
+
+    def _restart_crashed(self) -> None:
+        """Between fault windows every fault is healed (a killed service restarted): a service
+        that is not running exited on its own. That is noted (the run fails on it) with its exit
+        code and its log, and it is started again, so the schedule goes on against a whole
+        cluster instead of waiting for a replica that never comes back."""
+        for name in self.cluster.config.names():
+            if name in self.cluster.running and not self.cluster.alive(name):
+                code = self.cluster.running[name].popen.returncode
+                log.error(
+                    "chaos: %s exited on its own (code %s); starting it again. Its log:\n%s",
+                    name,
+                    code,
+                    self.cluster.log(name, 8000),
+                )
+                self.crashes.append(f"{name} exited on its own (code {code})")
+                self.cluster.restart(name)
 
 
 @contextlib.contextmanager
