@@ -4,7 +4,8 @@ One 32-byte slot per ``precision_ms`` of time, two windows of ``slots_total`` sl
 (``services/domain/format/timerwheel_format.py``). A slot names the head (``last_pos``) of the
 TimerLog chain of units due in it. The wheel is a cache of the TimerLog: recovery revises it
 from the units the checkpoint may not cover (``revise_slot``). Writes go to the mapping, i.e. the page cache,
-so a ``kill -9`` loses none; ``flush`` (msync) makes them survive a power loss.
+so a ``kill -9`` loses none; ``flush`` (msync) makes them survive a power loss. The file's blocks
+are reserved when it is opened (a full disk stops the start with ENOSPC, never a write with SIGBUS).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from services.domain.format.timerwheel_format import (
     slot_index,
     wheel_file_size_bytes,
 )
+from services.runtime.files import reserve_blocks
 
 
 class TimerWheel:
@@ -45,6 +47,9 @@ class TimerWheel:
                 )
             if length == 0:
                 os.ftruncate(fd, self.size_bytes)
+            # Every slot gets its blocks before the mapping writes one (a store into a hole on a
+            # full disk is SIGBUS; this is ENOSPC at start-up); free for a file that has them.
+            reserve_blocks(fd, 0, self.size_bytes)
             self._mm = mmap.mmap(fd, self.size_bytes)
         finally:
             os.close(fd)

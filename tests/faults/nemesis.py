@@ -33,8 +33,6 @@ applies several and heals them in reverse.
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Protocol
 
 from tests.faults.hosts_cluster import HostsCluster, kind_of
 from tests.support.netns import Delay, Rule
+from tests.support.small_disk import fill_disk
 
 ROLES = ("master", "slave", "etcd-leader")
 
@@ -350,32 +349,12 @@ class DiskFull(_OnOneService):
 
     def _inject(self, target: str) -> None:
         assert kind_of(target)[0] == "store", f"{target} has no disk of its own"
-        directory = self.cluster.data_dir(target)
-        fs = os.statvfs(directory)
-        self.ballast = directory / "ballast"
-        with open(self.ballast, "wb") as f:
-            fill(f.fileno(), fs.f_bavail * fs.f_frsize - self.leave_bytes)
+        self.ballast = fill_disk(self.cluster.data_dir(target), self.leave_bytes)
 
     def _undo(self, target: str) -> None:
         if self.ballast is not None:
             self.ballast.unlink(missing_ok=True)
             self.ballast = None
-
-
-def fill(fd: int, size: int, step_min: int = 4096) -> int:
-    """Allocate up to ``size`` bytes to ``fd``, in ever smaller steps once the filesystem says
-    ENOSPC (the service writes beside it): the bytes allocated, within ``step_min`` of full."""
-    offset, step = 0, size
-    while step >= step_min and offset < size:
-        step = min(step, size - offset)
-        try:
-            os.posix_fallocate(fd, offset, step)
-            offset += step
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-            step //= 2
-    return offset
 
 
 @dataclass

@@ -31,7 +31,7 @@ from services.domain.format.index_format import (
 )
 from services.domain.format.java_compat import java_string_hash
 from services.runtime.clock import ManualClock
-from services.store.index.index_file import IndexFile, index_file_name
+from services.store.index.index_file import RESERVE_CHUNK_BYTES, IndexFile, index_file_name
 from services.store.index.service import IndexService
 from tests.support.index_files import (
     ENTRIES,
@@ -273,11 +273,25 @@ def test_select_time_rules(tmp_path: Path) -> None:
     index_file.close()
 
 
-def test_created_sparse(tmp_path: Path) -> None:
-    index_file = IndexFile.create(tmp_path / "big", 100_000, 400_000)
-    stat = os.stat(index_file.path)
-    assert stat.st_size == 40 + 400_000 + 8_000_000
-    assert stat.st_blocks * 512 < stat.st_size // 4
+def test_created_sparse_but_for_header_slots_and_a_chunk_of_entries(tmp_path: Path) -> None:
+    """The blocks a put may touch are reserved before it writes through the mapping (a store into
+    a hole on a full disk is SIGBUS; tests/store/test_disk_full_mapped.py), the rest stays a hole."""
+    index_file = IndexFile.create(tmp_path / "big", 100_000, 1_000_000)
+    size = 40 + 400_000 + 20_000_000
+    assert os.stat(index_file.path).st_size == size
+    chunk_entries = RESERVE_CHUNK_BYTES // 20
+
+    def allocated() -> int:
+        return os.stat(index_file.path).st_blocks * 512
+
+    reserved = 40 + 400_000 + RESERVE_CHUNK_BYTES
+    assert reserved <= allocated() <= reserved + 8192
+    assert index_file.reserved_index_end == chunk_entries
+    assert index_file.reserve(chunk_entries) == chunk_entries  # already there: nothing asked
+    assert index_file.reserve(chunk_entries + 1) == 2 * chunk_entries  # a chunk more
+    assert reserved + RESERVE_CHUNK_BYTES <= allocated() <= reserved + RESERVE_CHUNK_BYTES + 8192
+    assert index_file.reserve(10_000_000) == 1_000_000  # never past the end of the file
+    assert allocated() >= size
     index_file.destroy()
     assert not (tmp_path / "big").exists()
 

@@ -185,6 +185,7 @@ class NumpyIndexBatch:
         disk never covers an entry whose slot is not written."""
         n = len(key_hashes)
         index_count = index_file.index_count
+        index_file.reserve(index_count + n)  # blocks first: ENOSPC here, not SIGBUS below
         indexes = np.arange(index_count, index_count + n, dtype=np.int64)
         begin_timestamp_ms = index_file.begin_timestamp_ms
         begin_phy_offset = index_file.begin_phy_offset

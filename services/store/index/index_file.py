@@ -3,7 +3,12 @@ RocketMQ's ``topic#key`` -> phy offset index, byte for byte.
 
 Layout in ``services/domain/format/index_format.py``. Files live in ``index/`` and are named by
 the local time of their creation, ``yyyyMMddHHmmssSSS`` (taken from the injected clock). Each
-one is created sparse (``ftruncate``, never pre-filled) and mapped. An entry and its slot are
+one is created sparse (``ftruncate``, never pre-filled) and mapped. Blocks are reserved
+(``reserve_blocks``) before anything is written through the mapping: the header and the slots
+(written anywhere) at creation, the entries a chunk (``RESERVE_CHUNK_BYTES``) ahead of the writer,
+by ``IndexFile.reserve``, which every write path calls first. On a full disk a store into a hole
+would kill the process with SIGBUS; the reservation raises ENOSPC instead, the put fails with
+nothing half written, and dispatch retries it. An entry and its slot are
 written by ``put_entry`` alone. ``IndexFile.put_key_hash`` writes them and the whole header
 through the mapping at once, as RocketMQ's write-through setters do; the dispatch path
 (``IndexService.build_index_batch``, which ``build_index`` also runs) writes the same bytes but
@@ -81,6 +86,7 @@ from services.domain.format.index_format import (
     index_key_hash,
 )
 from services.domain.format.properties_format import KEY_SEPARATOR
+from services.runtime.files import reserve_blocks
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +112,8 @@ _get_phy_offset = operator.attrgetter("phy_offset")
 _get_store_timestamp_ms = operator.attrgetter("store_timestamp_ms")
 _get_sys_flag = operator.attrgetter("sys_flag")
 _SLOTS_DTYPE = np.dtype(">i4")
+# Entries get their blocks this far ahead of the writer (4 MiB: about 210,000 keys per call).
+RESERVE_CHUNK_BYTES = 4 << 20
 
 
 class KeyedRecord(Protocol):
@@ -251,6 +259,7 @@ class IndexFile:
         "_fd",
         "_mm",
         "_entries_pos",
+        "_reserved_end",
     )
 
     def __init__(self, path: Path, hash_slot_num: int, index_num_max: int, fd: int, mm: mmap.mmap) -> None:
@@ -261,6 +270,7 @@ class IndexFile:
         self._fd = fd
         self._mm: mmap.mmap | None = mm  # None once closed
         self._entries_pos = entry_position(hash_slot_num, 0)
+        self._reserved_end = 0  # bytes [0, _reserved_end) have blocks (``reserve``)
         header = IndexHeader(*INDEX_HEADER.unpack_from(mm, 0))
         self.begin_timestamp_ms = header.begin_timestamp
         self.end_timestamp_ms = header.end_timestamp
@@ -274,8 +284,10 @@ class IndexFile:
     def create(
         cls, path: Path, hash_slot_num: int, index_num_max: int, end_phy_offset: int = 0, end_timestamp_ms: int = 0
     ) -> IndexFile:
-        """A new sparse file; begin/end phy offset and timestamp pre-set to the previous
-        file's end values when they are > 0 (written through, like RocketMQ's setters)."""
+        """A new sparse file, its header and slots (and a first chunk of entries) given blocks
+        (OSError, and no file, when the disk is full); begin/end phy offset and timestamp
+        pre-set to the previous file's end values when they are > 0 (written through, like
+        RocketMQ's setters)."""
         file_size = index_file_size_bytes(hash_slot_num, index_num_max)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -286,6 +298,11 @@ class IndexFile:
             path.unlink(missing_ok=True)
             raise
         index_file = cls(path, hash_slot_num, index_num_max, fd, mm)
+        try:
+            index_file.reserve(1)
+        except BaseException:
+            index_file.destroy()
+            raise
         if end_phy_offset > 0:
             index_file.begin_phy_offset = index_file.end_phy_offset = end_phy_offset
         if end_timestamp_ms > 0:
@@ -344,9 +361,10 @@ class IndexFile:
         assert mm is not None, f"{self!r} is closed"
         return mm
 
-    def put_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int, int]:
+    def put_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int, int, int]:
         """What an inlined put loop keeps in locals: (mapping, entries position, index_count,
-        begin/end timestamp, begin/end phy offset, hash_slot_count)."""
+        begin/end timestamp, begin/end phy offset, hash_slot_count, reserved index end). The
+        loop calls ``reserve(index_count + 1)`` before writing an index at or past the last."""
         return (
             self.mapping,
             self._entries_pos,
@@ -356,7 +374,28 @@ class IndexFile:
             self.begin_phy_offset,
             self.end_phy_offset,
             self.hash_slot_count,
+            self.reserved_index_end,
         )
+
+    @property
+    def reserved_index_end(self) -> int:
+        """Entries below this index (and the header and slots, when > 0) have their blocks."""
+        return max((self._reserved_end - self._entries_pos) // INDEX_ENTRY_SIZE_BYTES, 0)
+
+    def reserve(self, index_end: int) -> int:
+        """Give blocks to the header, the slots and every entry below index ``index_end``
+        (``RESERVE_CHUNK_BYTES`` more when it has to ask), before a put writes them through the
+        mapping. Returns ``reserved_index_end``. OSError (ENOSPC) when the disk is full: nothing
+        was written, the caller's put fails and is retried."""
+        needed = self._entries_pos + min(index_end, self.index_num_max) * INDEX_ENTRY_SIZE_BYTES
+        reserved_end = self._reserved_end
+        if needed > reserved_end:
+            ahead = max(reserved_end, self._entries_pos) + RESERVE_CHUNK_BYTES  # a chunk of entries
+            end = min(self.file_size, max(needed, ahead))
+            if not reserve_blocks(self._fd, reserved_end, end - reserved_end):
+                end = self.file_size  # the filesystem cannot reserve: nothing more to ask
+            self._reserved_end = end
+        return self.reserved_index_end
 
     def header(self) -> IndexHeader:
         """The in-memory header (index_count as RocketMQ keeps it, >= 1)."""
@@ -389,6 +428,8 @@ class IndexFile:
         if index_count >= self.index_num_max:
             return False
         mm = self.mapping
+        if index_count >= self.reserved_index_end:
+            self.reserve(index_count + 1)
         begin_timestamp_ms = self.begin_timestamp_ms
         # The entry and the slot first, then the counters.
         prev_index = put_entry(
@@ -485,6 +526,14 @@ class IndexFile:
     # -- lifecycle ---------------------------------------------------------------------------
     def write_header(self) -> None:
         """``IndexHeader.updateByteBuffer``: the in-memory header, index_count included."""
+        if self._reserved_end == 0:  # a loaded file nothing was put into yet
+            try:
+                self.reserve(0)
+            except OSError as exc:
+                # Its header on disk is the loaded one (but a 0 index_count RocketMQ would
+                # write as 1): nothing is lost by not writing it on a full disk.
+                log.warning("%r: header not written (%s)", self, exc)
+                return
         _header_pack_into(
             self.mapping,
             0,

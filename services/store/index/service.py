@@ -206,10 +206,11 @@ class IndexService(NumpyIndexBatch):
                 begin_phy_offset,
                 end_phy_offset,
                 hash_slot_count,
+                reserved_index_end,
             ) = index_file.put_state()
         else:  # no file yet: the first key rolls one (and takes its mapping, ``mm``)
             entries_pos = index_count = begin_timestamp_ms = end_timestamp_ms = 0
-            begin_phy_offset = end_phy_offset = hash_slot_count = 0
+            begin_phy_offset = end_phy_offset = hash_slot_count = reserved_index_end = 0
         dirty = False  # the locals hold puts not yet in index_file's attributes and header
         try:
             for req in requests:
@@ -290,7 +291,10 @@ class IndexService(NumpyIndexBatch):
                             begin_phy_offset,
                             end_phy_offset,
                             hash_slot_count,
+                            reserved_index_end,
                         ) = index_file.put_state()
+                    if index_count >= reserved_index_end:  # blocks first (ENOSPC, not SIGBUS)
+                        reserved_index_end = index_file.reserve(index_count + 1)
                     if not put(
                         mm,
                         entries_pos,

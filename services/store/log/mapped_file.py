@@ -3,8 +3,9 @@
 A queue is a directory of files of one size, each named by the 20-digit start offset of the
 file in the queue's byte space. Offset ``o`` lives in file ``o - o % size`` at ``o % size``.
 
-Files are created sparse (``ftruncate``) and, optionally, warmed through the mapping: a file
-pre-filled with ``write()`` would make every later small flush write back a 2 MiB folio on
+Files are created with ``ftruncate`` and their blocks reserved (``reserve_blocks``: a store
+into a hole on a full disk is SIGBUS, a reservation is ENOSPC), never written at creation, and,
+optionally, warmed through the mapping: a file pre-filled with ``write()`` would make every later small flush write back a 2 MiB folio on
 this kernel. Flushing is ``os.fdatasync`` on the file's descriptor (it also writes back pages
 dirtied through the mapping, and unlike ``mmap.flush`` it releases the GIL).
 
@@ -27,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from services.runtime.files import reserve_blocks
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +96,13 @@ class MappedFile:
                 os.ftruncate(self.fd, file_size)
                 # Reserve the blocks now: a write through the mapping into a hole on a full
                 # disk would raise SIGBUS; here it fails cleanly with ENOSPC instead.
-                if hasattr(os, "posix_fallocate"):
-                    try:
-                        os.posix_fallocate(self.fd, 0, file_size)
-                    except OSError as exc:
-                        if exc.errno not in (95, 22):  # EOPNOTSUPP/EINVAL: no fallocate here
-                            os.close(self.fd)
-                            self.fd = -1
-                            path.unlink(missing_ok=True)
-                            raise
+                try:
+                    reserve_blocks(self.fd, 0, file_size)
+                except OSError:
+                    os.close(self.fd)
+                    self.fd = -1
+                    path.unlink(missing_ok=True)
+                    raise
             elif os.fstat(self.fd).st_size != file_size:
                 raise ValueError(f"{path}: size {os.fstat(self.fd).st_size} != configured {file_size}")
             self.mm = mmap.mmap(self.fd, file_size)
