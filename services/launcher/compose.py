@@ -49,6 +49,13 @@ ETCD_MEMBERS = 3
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 ETCD_CLUSTER_TOKEN = "pyrmq-etcd"
+# Raft timings for members on one LAN (etcd's tuning guide: the heartbeat near the round trip, the
+# election timeout at least ten of them; its defaults are 100 and 1000). A store master's lease
+# outlives an etcd leader change by about the election time plus the election timeout (the new
+# leader extends every lease by it), so these bound a failover after an etcd split: about 3.5 s
+# with the 2 s leases, where the defaults made it 4.3-5.5 s (docs/durability.md section 7).
+ETCD_HEARTBEAT_INTERVAL_MS = 50
+ETCD_ELECTION_TIMEOUT_MS = 500
 REPLICAS = 3
 GROUPS = 2
 BROKERS = 2
@@ -171,6 +178,8 @@ def _etcd_member(index: int) -> list[str]:
         f"--initial-cluster={cluster}",
         "--initial-cluster-state=new",
         f"--initial-cluster-token={ETCD_CLUSTER_TOKEN}",
+        f"--heartbeat-interval={ETCD_HEARTBEAT_INTERVAL_MS}",
+        f"--election-timeout={ETCD_ELECTION_TIMEOUT_MS}",
     ]
     health = ["CMD", "/usr/local/bin/etcdctl", f"--endpoints=http://127.0.0.1:{ETCD_CLIENT_PORT}", "endpoint", "health"]
     return [

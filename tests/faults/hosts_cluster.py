@@ -36,6 +36,7 @@ from pyrmq.admin.v1 import admin_pb2_grpc as admin_grpc
 
 from services.coordination.group_keys import GroupKeys
 from services.coordination.group_state import GroupState
+from services.launcher.compose import ETCD_ELECTION_TIMEOUT_MS, ETCD_HEARTBEAT_INTERVAL_MS
 from services.runtime.etcd import EtcdUnavailable, Get
 from services.runtime.etcd.rpc.client import EtcdClient
 from tests.faults.cluster import READY, REPO_ROOT
@@ -63,8 +64,8 @@ class HostsClusterConfig:
     brokers: int = 2
     broker_role: str = "SYNC_MASTER"
     lease_ttl_ms: int = 2_000
-    etcd_heartbeat_ms: int = 100
-    etcd_election_ms: int = 1_000
+    etcd_heartbeat_ms: int = ETCD_HEARTBEAT_INTERVAL_MS  # as deploy/docker-compose.yml
+    etcd_election_ms: int = ETCD_ELECTION_TIMEOUT_MS
     disk_bytes: int = 128 << 20  # each replica's tmpfs
     commitlog_file_size_bytes: int = 4 << 20
     consume_queue_units_per_file: int = 10_000  # 200 KB ConsumeQueue files

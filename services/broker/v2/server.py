@@ -212,7 +212,8 @@ def bind_server(config: BrokerConfig, clock: Clock, metrics: BrokerMetrics | Non
             ("grpc.so_reuseport", int(config.reuse_port)),  # off: a second broker on the port fails to bind
             # Clients may ping every second, with or without calls (services/v2client finds a
             # hung broker so); gRPC's default takes pings under 5 min apart as abuse (GOAWAY).
-            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+            # Half that, so a timer firing a little early is no strike.
+            ("grpc.http2.min_ping_interval_without_data_ms", 500),
             ("grpc.keepalive_permit_without_calls", 1),
             # Overload: without a cap, calls past what Python can take wait inside gRPC core
             # and are cancelled there after seconds; with it, excess calls are refused at
