@@ -500,8 +500,9 @@ class FileStore(StoreReader):
         group_commit = run.group_commit
         if group_commit is not None and wait and not group_commit.wait_for_flush(end):
             return PutStatus.FLUSH_DISK_TIMEOUT, ""
-        if not run.replication.after_append(end, wait):
-            return PutStatus.FLUSH_SLAVE_TIMEOUT, ""
+        unconfirmed = run.replication.after_append(end, wait)
+        if unconfirmed is not None:
+            return unconfirmed
         return PutStatus.PUT_OK, ""
 
     # -- arrivals and stats -------------------------------------------------------------------

@@ -288,16 +288,22 @@ class Replication:
                 self.ha_not_available_total += 1
         return refused
 
-    def after_append(self, end_offset: int, wait: bool) -> bool:
-        """Called after each put's append (and flush wait): False when a SYNC_MASTER's slaves
-        did not confirm ``end_offset`` in time, or (controller mode) this replica is no longer
-        the writable master, or fewer than min_in_sync_replicas replicas (itself included)
-        confirmed it: a slave of the SyncStateSet lost while the put waited shrinks the set,
-        which ends the all-ack wait, but one copy is not what min_in_sync_replicas promised."""
+    def after_append(self, end_offset: int, wait: bool) -> tuple[PutStatus, str] | None:
+        """Called after each put's append (and flush wait): None when the put is confirmed.
+        FLUSH_SLAVE_TIMEOUT when a SYNC_MASTER's slaves did not confirm ``end_offset`` in time,
+        or fewer than min_in_sync_replicas replicas (itself included) confirmed it: a slave of
+        the SyncStateSet lost while the put waited shrinks the set, which ends the all-ack wait,
+        but one copy is not what min_in_sync_replicas promised. NOT_MASTER (controller mode)
+        when this replica stopped being the writable master meanwhile (its lease ran out, its
+        role changed): the record is written here but was never a master's confirmed write (a new
+        master may not hold it), so the client must send it again, where FLUSH_SLAVE_TIMEOUT
+        reads to a remoting producer as stored on the master."""
         state = self._state
         ha = state.ha_service
         if ha is None:
-            return state.gate is None
+            if state.gate is not None:
+                return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: this store is not a master"
+            return None
         ha.notify_append()
         ok = True
         gate = state.gate
@@ -310,4 +316,9 @@ class Replication:
                 with self._counts_lock:
                     self.slave_timeout_total += 1
         gate = state.gate
-        return ok and (gate is None or gate.writable())
+        if gate is not None and not gate.writable():
+            return (
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                f"{NOT_MASTER}: its lease or role ended while the put waited (written here, not confirmed)",
+            )
+        return None if ok else (PutStatus.FLUSH_SLAVE_TIMEOUT, "")

@@ -127,3 +127,29 @@ def test_etcd_down_the_master_serves_while_its_lease_holds_then_the_group_recove
     master = a if a.live.replication.is_master else b
     assert put(master.live, 5, "back") is PutStatus.PUT_OK
     print(f"\nwith etcd stopped the master served {served_s:.2f} s of its {TTL_MS / 1000:.0f} s lease")
+
+
+def test_a_put_waiting_for_its_slave_when_the_lease_ends_is_refused_as_not_master(group, etcd_server, monkeypatch):
+    """A put appended while the master was writable, still waiting for its slave when the
+    master's lease ran out (etcd stopped: it cannot be renewed): written here, never confirmed as
+    a master's write, so NOT_MASTER (the client sends it again elsewhere), not FLUSH_SLAVE_TIMEOUT,
+    which a remoting producer takes for stored on the master (found by the test above, which met
+    it now and then when its last put waited across the end of the lease)."""
+    a, b = group(2, sync_replicas_timeout_ms=TTL_MS + 2_000)
+    a.start()
+    wait_master(a)
+    b.start()
+    wait_until(lambda: in_sync(a) == {0, 1}, timeout_s=10)
+    assert put(a.live, 5) is PutStatus.PUT_OK
+    monkeypatch.setattr(a.mode, "_sync_state_set", lambda: None)  # b stays in the set: the put waits for it
+    b.live.replication.connection.halt()  # type: ignore[union-attr]
+    [member] = etcd_server.members
+    assert member.process is not None
+    member.process.send_signal(signal.SIGSTOP)
+    try:
+        before = a.live.commitlog.max_offset
+        [result] = a.live.put_messages([message(body=b"waiting")])
+        assert a.live.commitlog.max_offset > before  # appended: it was the master when it came
+    finally:
+        member.process.send_signal(signal.SIGCONT)
+    assert result.status is PutStatus.SERVICE_NOT_AVAILABLE and NOT_MASTER in result.error, result
