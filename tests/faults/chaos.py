@@ -13,7 +13,7 @@ load, ending with the checker's report.
 3. Runs the load, every client in this (the root) namespace, all recording into one History
    (tests/faults/checker.py): tests/faults/workload.py's v2 producers (NORMAL, and FIFO over
    message groups) and consumers through services/v2client, a DELAY producer and consumer
-   (messages 1-5 s ahead; the local cluster only: the hosts one runs no scheduler), and the
+   (messages 1-5 s ahead), and the
    official rocketmq-python-client, a producer and a SimpleConsumer (tests/faults/official_load.py).
 4. Runs the schedule (tests/faults/schedule.py) for the duration: seeded (the seed is printed
    first; ``PYRMQ_CHAOS_SEED`` or ``--seed`` replays the plan), each fault window waiting until

@@ -4,7 +4,7 @@
   replicas in controller mode (SYNC_MASTER, all-ack, 2 s leases), a broker and the scheduler,
   all on loopback; the faults of tests/faults/process_faults.py (``LOCAL_FAULTS``).
 * ``hosts``: tests/faults/hosts_cluster.py, each service on a network namespace of its own (3
-  etcd members, 3 replicas, 2 brokers; no scheduler, so no DELAY load); the faults of
+  etcd members, 3 replicas, 2 brokers, the scheduler: the DELAY load); the faults of
   tests/faults/nemesis.py by chaos name (``hosts_fault_table``), each given the ``targets`` the
   schedule combines by (``Targeted``).
 
@@ -168,7 +168,8 @@ def hosts_fault_table() -> dict[str, tuple[Callable[[HostsCluster], Fault], froz
 @dataclass
 class HostsChaosCluster:
     """tests/faults/hosts_cluster.py: 3 etcd members, 3 replicas, 2 brokers, each on a host of its
-    own; the faults of tests/faults/nemesis.py. No scheduler runs there: no DELAY load."""
+    own, and the scheduler on a host of its own (the DELAY load); the faults of
+    tests/faults/nemesis.py."""
 
     cluster: HostsCluster
     group: str = GROUP
@@ -232,11 +233,12 @@ def hosts_chaos_cluster(work_dir: Path) -> Iterator[HostsChaosCluster]:
     from tests.faults.hosts_cluster import HostsCluster, HostsClusterConfig
     from tests.support.netns import Hosts
 
-    config = HostsClusterConfig()
+    config = HostsClusterConfig(schedulers=1)
     with Hosts(config.names()) as hosts:
         cluster = HostsCluster(hosts, config)
         try:
             cluster.start()
-            yield HostsChaosCluster(cluster)
+            cluster.create_topic(DELAY_TOPIC, "DELAY")
+            yield HostsChaosCluster(cluster, delay_load=True)
         finally:
             cluster.close()

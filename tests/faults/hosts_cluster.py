@@ -49,6 +49,7 @@ GROUP = "broker-a"
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 STORE_PORT = 10911
+SCHEDULER_PORT = 10915
 BROKER_PORT = 8081
 POLL_S = 0.05
 EXIT_WAIT_S = 10.0
@@ -76,12 +77,16 @@ class HostsClusterConfig:
     faketime: bool = True  # stores and brokers with libfaketime preloaded (clock faults)
     store_env: tuple[tuple[str, str], ...] = ()  # more PYRMQ_STORE_* for every replica
     broker_env: tuple[tuple[str, str], ...] = ()  # more PYRMQ_BROKER_* for every broker
+    # The scheduler (delay and timer messages) on a host of its own, following the group's master
+    # through etcd as the brokers do (`make chaos` runs one: its DELAY load).
+    schedulers: int = 0
 
     def names(self) -> list[str]:
         return [
             *(f"etcd-{i}" for i in range(self.etcd_members)),
             *(f"store-{i}" for i in range(self.replicas)),
             *(f"broker-{i}" for i in range(self.brokers)),
+            *(f"scheduler-{i}" for i in range(self.schedulers)),
         ]
 
 
@@ -158,6 +163,13 @@ class HostsCluster:
             }
             args = [sys.executable, "-m", "services.store", "--data-dir", str(self.data_dir(name))]
             return [*args, "--host", host.address, "--port", str(STORE_PORT), "--metrics-port", "-1"], env
+        if kind == "scheduler":
+            env = {
+                "PYRMQ_SCHEDULER_ETCD_ENDPOINTS": ",".join(self.etcd_endpoints),
+                "PYRMQ_SCHEDULER_BROKER_NAME": GROUP,
+            }
+            args = [sys.executable, "-m", "services.scheduler", "--data-dir", str(self.data_dir(name))]
+            return [*args, "--host", host.address, "--port", str(SCHEDULER_PORT), "--metrics-port", "-1"], env
         assert kind == "broker", name
         env = {
             "PYRMQ_BROKER_ETCD_ENDPOINTS": ",".join(self.etcd_endpoints),
@@ -206,6 +218,7 @@ class HostsCluster:
         self.spawn(*self.names("store"))
         self.wait_master(30.0)
         self.spawn(*self.names("broker"))
+        self.spawn(*self.names("scheduler"))
         for topic, message_type in FAULTS_TOPICS:
             self.create_topic(topic, message_type)
         for group, fifo in FAULTS_GROUPS:
