@@ -47,7 +47,7 @@ def put(start):
         return
     service.build_index_batch([request(n) for n in range(start, min(start + BATCH, RECORDS))])
 
-put(0) if how != "put_key" else service.build_index_batch([request(0)])
+service.build_index_batch([request(0)])  # the file, its header, slots and first chunk reserved
 ballast = fill_disk(disk)
 refused_at = None
 for start in range(1, RECORDS, BATCH):

@@ -300,23 +300,19 @@ class Replication:
         reads to a remoting producer as stored on the master."""
         state = self._state
         ha = state.ha_service
-        if ha is None:
-            if state.gate is not None:
-                return PutStatus.SERVICE_NOT_AVAILABLE, f"{NOT_MASTER}: this store is not a master"
-            return None
-        ha.notify_append()
         ok = True
+        if ha is not None:
+            ha.notify_append()
+            if wait and state.role is BrokerRole.SYNC_MASTER:
+                ok = ha.wait_for_replicas(end_offset, self._timeout_s)
+                needed = self.config.min_in_sync_replicas
+                if ok and state.gate is not None and needed > 1:
+                    ok = 1 + sum(1 for p in ha.slaves() if p.confirmed_offset >= end_offset) >= needed
+                if not ok:
+                    with self._counts_lock:
+                        self.slave_timeout_total += 1
         gate = state.gate
-        if wait and state.role is BrokerRole.SYNC_MASTER:
-            ok = ha.wait_for_replicas(end_offset, self._timeout_s)
-            needed = self.config.min_in_sync_replicas
-            if ok and gate is not None and needed > 1:
-                ok = 1 + sum(1 for p in ha.slaves() if p.confirmed_offset >= end_offset) >= needed
-            if not ok:
-                with self._counts_lock:
-                    self.slave_timeout_total += 1
-        gate = state.gate
-        if gate is not None and not gate.writable():
+        if gate is not None and (state.ha_service is None or not gate.writable()):
             return (
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 f"{NOT_MASTER}: its lease or role ended while the put waited (written here, not confirmed)",

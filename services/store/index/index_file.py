@@ -428,8 +428,7 @@ class IndexFile:
         if index_count >= self.index_num_max:
             return False
         mm = self.mapping
-        if index_count >= self.reserved_index_end:
-            self.reserve(index_count + 1)
+        self.reserve(index_count + 1)
         begin_timestamp_ms = self.begin_timestamp_ms
         # The entry and the slot first, then the counters.
         prev_index = put_entry(

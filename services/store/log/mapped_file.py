@@ -5,8 +5,8 @@ file in the queue's byte space. Offset ``o`` lives in file ``o - o % size`` at `
 
 Files are created with ``ftruncate`` and their blocks reserved (``reserve_blocks``: a store
 into a hole on a full disk is SIGBUS, a reservation is ENOSPC), never written at creation, and,
-optionally, warmed through the mapping: a file pre-filled with ``write()`` would make every later small flush write back a 2 MiB folio on
-this kernel. Flushing is ``os.fdatasync`` on the file's descriptor (it also writes back pages
+optionally, warmed through the mapping: a file pre-filled with ``write()`` would make every
+later small flush write back a 2 MiB folio on this kernel. Flushing is ``os.fdatasync`` on the file's descriptor (it also writes back pages
 dirtied through the mapping, and unlike ``mmap.flush`` it releases the GIL).
 
 Pages are populated ahead of the writer (``MADV_POPULATE_WRITE`` through ctypes, so the GIL is
